@@ -1,0 +1,122 @@
+"""The machinery every exercise check shares (DESIGN.md §4).
+
+A check calls the student's function on seeded random cases and compares it with the package's reference.
+It has exactly three outcomes:
+
+* pass: prints one line starting with ``PASS`` and returns ``True``;
+* not attempted (the stub still raises ``NotImplementedError``): prints a friendly line and returns ``False``,
+  so an unsolved notebook still runs top to bottom;
+* wrong: raises :class:`CheckFailed` (an ``AssertionError``) that shows the failing case: its inputs' shapes,
+  the first wrong element, the expected and the received value.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import torch
+
+__all__ = ["CheckFailed", "run_check", "relative_error", "first_mismatch", "describe"]
+
+
+class CheckFailed(AssertionError):
+    """A student's answer disagrees with the reference; the message shows the failing case."""
+
+
+def relative_error(a: torch.Tensor, b: torch.Tensor) -> float:
+    """``‖a − b‖ / ‖b‖`` in float64 (DESIGN.md §3); ``‖a − b‖`` when ``b`` is zero."""
+    a64, b64 = a.detach().double(), b.detach().double()
+    denominator = torch.linalg.vector_norm(b64).item()
+    numerator = torch.linalg.vector_norm(a64 - b64).item()
+    return numerator / denominator if denominator > 0 else numerator
+
+
+def first_mismatch(got: torch.Tensor, want: torch.Tensor, rtol: float, atol: float) -> str:
+    """Describe the first element where ``got`` and ``want`` differ beyond tolerance."""
+    close = torch.isclose(got.double(), want.double(), rtol=rtol, atol=atol)
+    bad = (~close).nonzero()
+    if len(bad) == 0:
+        return "all elements agree"
+    index = tuple(bad[0].tolist())
+    return f"first wrong element at index {index}: got {got[index].item():.6g}, expected {want[index].item():.6g}"
+
+
+def describe(value: Any) -> str:
+    """Short description of an input for failure messages: tensors by shape and dtype."""
+    if isinstance(value, torch.Tensor):
+        return f"tensor{tuple(value.shape)} {str(value.dtype).replace('torch.', '')}"
+    return repr(value)
+
+
+def _compare(name: str, got: Any, want: Any, case: dict, rtol: float, atol: float) -> None:
+    inputs = ", ".join(f"{k}={describe(v)}" for k, v in case.items())
+    if isinstance(want, torch.Tensor):
+        if not isinstance(got, torch.Tensor):
+            raise CheckFailed(f"{name}: expected a torch.Tensor, got {type(got).__name__}\n  inputs: {inputs}")
+        if got.shape != want.shape:
+            raise CheckFailed(
+                f"{name}: wrong shape: got {tuple(got.shape)}, expected {tuple(want.shape)}\n  inputs: {inputs}"
+            )
+        if not torch.allclose(got.double(), want.double(), rtol=rtol, atol=atol):
+            raise CheckFailed(
+                f"{name}: wrong values (relative error {relative_error(got, want):.3g})\n"
+                f"  inputs: {inputs}\n  {first_mismatch(got, want, rtol, atol)}"
+            )
+    elif isinstance(want, (tuple, list)):
+        if not isinstance(got, (tuple, list)) or len(got) != len(want):
+            raise CheckFailed(f"{name}: expected a sequence of {len(want)} results, got {got!r}\n  inputs: {inputs}")
+        for i, (g, w) in enumerate(zip(got, want)):
+            _compare(f"{name}[{i}]", g, w, case, rtol, atol)
+    else:
+        try:
+            ok = abs(float(got) - float(want)) <= atol + rtol * abs(float(want))
+        except (TypeError, ValueError):
+            ok = got == want
+        if not ok:
+            raise CheckFailed(f"{name}: got {got!r}, expected {want!r}\n  inputs: {inputs}")
+
+
+def run_check(
+    name: str,
+    student_fn: Callable,
+    reference_fn: Callable,
+    cases: Iterable[dict],
+    *,
+    rtol: float = 1e-6,
+    atol: float = 1e-8,
+) -> bool:
+    """Compare ``student_fn(**case)`` with ``reference_fn(**case)`` on every case.
+
+    Args:
+        name: the exercise's name, as printed.
+        student_fn: the student's function.
+        reference_fn: the package's function with the same signature.
+        cases: keyword-argument dicts; tensors are cloned before each call, so an in-place edit by
+            the student cannot change what the reference sees.
+        rtol, atol: tolerances of ``torch.allclose`` (floats compare the same way).
+
+    Returns:
+        ``True`` when every case agrees, ``False`` when the student's function is not written yet.
+
+    Raises:
+        CheckFailed: on the first disagreeing case, with the case and the first wrong element.
+    """
+    if not callable(student_fn):
+        raise TypeError(f"{name}: expected your function, got {type(student_fn).__name__}")
+    n_cases = 0
+    for case in cases:
+        want = reference_fn(**_cloned(case))
+        try:
+            got = student_fn(**_cloned(case))
+        except NotImplementedError:
+            print(f"[not attempted yet] {name}: fill in the function above, run its cell, then run this check again.")
+            return False
+        _compare(name, got, want, case, rtol, atol)
+        n_cases += 1
+    print(f"PASS {name}: your function agrees with the reference on {n_cases} random cases.")
+    return True
+
+
+def _cloned(case: dict) -> dict:
+    return {k: v.clone() if isinstance(v, torch.Tensor) else v for k, v in case.items()}
