@@ -1,0 +1,167 @@
+"""The ``ttr-edu`` command (DESIGN.md §5): list the chapters, copy them for a student, regenerate, build the book.
+
+Every failure prints one line starting with ``ttr-edu:`` and exits non-zero, having written nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import shutil
+import subprocess
+import sys
+from datetime import datetime
+from pathlib import Path
+
+from ttr_edu.notebooks import CourseLayoutError, course_root, generate, list_chapters
+
+MANIFEST = ".ttr-edu-copy.json"  # hashes of the notebooks as copied: tells an edited notebook from an old one
+
+
+class UsageError(Exception):
+    """A mistake of the user's; reported in one line."""
+
+
+def _digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    chapters = list_chapters(course_root(args.root), "chapters")
+    if not chapters:
+        raise UsageError("no chapters found; instructors run `ttr-edu generate` first")
+    print(f"{'#':>2}  {'chapter':<40} exercises")
+    for chapter in chapters:
+        print(f"{chapter.number:>2}  {chapter.title[:40]:<40} {chapter.n_exercises}")
+    return 0
+
+
+def _select(root: Path, wanted: list[str] | None) -> list[Path]:
+    available = {c.number: root / "chapters" / c.filename for c in list_chapters(root, "chapters")}
+    if not available:
+        raise UsageError(f"no chapters in {root / 'chapters'}; instructors run `ttr-edu generate` first")
+    if not wanted:
+        return list(available.values())
+    chosen = []
+    for item in wanted:
+        number = item.zfill(2) if item.isdigit() else item.split("_")[0]
+        if number not in available:
+            raise UsageError(f"unknown chapter {item!r}; choose from {', '.join(sorted(available))}")
+        chosen.append(available[number])
+    return chosen
+
+
+def cmd_copy(args: argparse.Namespace) -> int:
+    root = course_root(args.root)
+    sources = _select(root, args.chapters)
+    dest = Path(args.dest)
+    if not dest.parent.exists():
+        raise UsageError(f"cannot copy to {dest}: its parent folder {dest.parent} does not exist")
+    if dest.exists() and not dest.is_dir():
+        raise UsageError(f"cannot copy to {dest}: it is a file, not a folder")
+    manifest_path = dest / MANIFEST
+    manifest = json.loads(manifest_path.read_text()) if manifest_path.exists() else {}
+
+    # Decide everything first, so that a refusal writes nothing.
+    plan, edited = [], []
+    for source in sources:
+        target = dest / source.name
+        if not target.exists():
+            plan.append((source, target, "new"))
+            continue
+        current = _digest(target)
+        if current == _digest(source):
+            continue  # already up to date
+        if manifest.get(source.name) == current:
+            plan.append((source, target, "updated"))  # untouched since we copied it: safe to refresh
+        else:
+            edited.append(target)
+            plan.append((source, target, "replaced"))
+    if edited and not args.force:
+        names = ", ".join(t.name for t in edited)
+        raise UsageError(
+            f"refusing to overwrite notebook(s) you have edited: {names} (rename them, or pass --force to back them up first)"
+        )
+
+    dest.mkdir(exist_ok=True)
+    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
+    for source, target, what in plan:
+        if what == "replaced":
+            backup = target.with_name(f"{target.stem}.backup-{stamp}.ipynb")
+            shutil.copy2(target, backup)
+            print(f"backed up {target.name} -> {backup.name}")
+        shutil.copyfile(source, target)
+        manifest[source.name] = _digest(target)
+        print(f"{what:>8} {target}")
+    manifest_path.write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
+    print(f"{len(plan)} notebook(s) written to {dest}; {len(sources) - len(plan)} already up to date.")
+    print(f"Start the course with: jupyter lab {dest}")
+    return 0
+
+
+def cmd_generate(args: argparse.Namespace) -> int:
+    root = course_root(args.root)
+    changes = generate(root, check=args.check)
+    for line in changes:
+        print(line)
+    if args.check:
+        if changes:
+            print("ttr-edu: chapters/ is out of date with solutions/; run `ttr-edu generate`", file=sys.stderr)
+            return 1
+        print("chapters/ and solutions/ are in sync and stored clean.")
+    elif not changes:
+        print("nothing to do: chapters/ already in sync.")
+    return 0
+
+
+def cmd_book(args: argparse.Namespace) -> int:
+    root = course_root(args.root)
+    myst = shutil.which("myst")
+    if myst is None:
+        raise UsageError("the book needs MyST: pip install 'ttr-edu[book]'")
+    command = [myst, "--config", "book.yml"]
+    command += ["start"] if args.serve else ["build", "--site" if args.site else "--html"]
+    if args.execute:
+        command.append("--execute")
+    print("running:", " ".join(command))
+    return subprocess.call(command, cwd=root)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="ttr-edu", description=__doc__.splitlines()[0])
+    parser.add_argument("--root", help="the course folder (default: found from the current folder)")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    sub.add_parser("list", help="list the chapters").set_defaults(run=cmd_list)
+
+    copy = sub.add_parser("copy", help="copy the student notebooks into your own working folder")
+    copy.add_argument("dest", help="the folder to copy into (created if its parent exists)")
+    copy.add_argument("chapters", nargs="*", help="chapter numbers (default: all), e.g. 1 2")
+    copy.add_argument("--force", action="store_true", help="replace edited notebooks, keeping a backup of each")
+    copy.set_defaults(run=cmd_copy)
+
+    gen = sub.add_parser("generate", help="build chapters/ from solutions/ (instructors)")
+    gen.add_argument("--check", action="store_true", help="write nothing; fail if anything is out of date")
+    gen.set_defaults(run=cmd_generate)
+
+    book = sub.add_parser("book", help="build (or serve) the book with MyST")
+    mode = book.add_mutually_exclusive_group()
+    mode.add_argument("--site", action="store_true", help="build the site's content only (works offline)")
+    mode.add_argument("--serve", action="store_true", help="serve the book locally with live reload")
+    book.add_argument("--execute", action="store_true", help="execute the notebooks while building")
+    book.set_defaults(run=cmd_book)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.run(args)
+    except (UsageError, CourseLayoutError) as err:
+        print(f"ttr-edu: {err}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
