@@ -1,0 +1,63 @@
+"""Pure-PyTorch reference layers, one module per family, every form of a layer side by side.
+
+All follow the flash-linear-attention convention (DESIGN.md §3): ``q, k`` are ``(B, T, H, D_k)``, ``v`` is
+``(B, T, H, D_v)``, ``beta`` and the log decay ``g`` are ``(B, T, H)``, the state ``S`` is ``(B, H, D_k, D_v)`` in
+fp32 (fp64 for fp64 inputs), ``o_t = S_tᵀ q_t``, ``scale`` defaults to ``D_k ** -0.5`` and every op returns
+``(o, final_state)`` (``final_state`` is ``None`` unless ``output_final_state=True``).
+
+States that are more than ``S``: normalised linear attention carries ``(S, z)``, RLS carries ``(S, P)``; both
+are passed in ``initial_state`` and returned in the same form.
+"""
+
+from .delta_rule import delta_rule_chunk, delta_rule_parallel, delta_rule_recurrent
+from .feature_maps import (
+    FEATURE_MAPS,
+    FavorPlus,
+    d_dot,
+    dpfp,
+    elu_plus_one,
+    favor_plus,
+    get_feature_map,
+    identity_feature_map,
+    l2_norm,
+    orthogonal_random_features,
+    relu_feature_map,
+    sum_norm,
+)
+from .gated_delta_rule import gated_delta_rule_chunk, gated_delta_rule_recurrent
+from .gated_linear_attention import gated_linear_attention_chunk, gated_linear_attention_recurrent
+from .linear_attention import linear_attention_chunk, linear_attention_parallel, linear_attention_recurrent
+from .local_linear_attention import local_linear_attention
+from .rls import rls_exact, rls_recurrent
+from .softmax_attention import softmax_attention
+
+__all__ = [
+    # feature maps and normalisations
+    "elu_plus_one",
+    "relu_feature_map",
+    "identity_feature_map",
+    "dpfp",
+    "favor_plus",
+    "orthogonal_random_features",
+    "FavorPlus",
+    "sum_norm",
+    "l2_norm",
+    "d_dot",
+    "get_feature_map",
+    "FEATURE_MAPS",
+    # layers
+    "linear_attention_recurrent",
+    "linear_attention_parallel",
+    "linear_attention_chunk",
+    "delta_rule_recurrent",
+    "delta_rule_parallel",
+    "delta_rule_chunk",
+    "gated_linear_attention_recurrent",
+    "gated_linear_attention_chunk",
+    "gated_delta_rule_recurrent",
+    "gated_delta_rule_chunk",
+    "rls_recurrent",
+    "rls_exact",
+    "softmax_attention",
+    "local_linear_attention",
+]

@@ -1,0 +1,128 @@
+"""What every op in :mod:`ttr_edu.ops` shares: argument checks, the compute dtype, padding to whole chunks.
+
+The contract (DESIGN.md §3, the flash-linear-attention convention):
+
+* ``q, k`` are ``(B, T, H, D_k)``, ``v`` is ``(B, T, H, D_v)``, ``beta`` and the log decay ``g`` are ``(B, T, H)``;
+* the maths runs in fp32 (fp64 when the inputs are fp64); the state stays in that dtype and ``o`` is cast back to
+  the dtype of ``q``;
+* every op returns ``(o, final_state)`` when ``output_final_state`` and ``(o, None)`` otherwise.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import torch
+import torch.nn.functional as F
+
+from ttr_edu._validation import Dims, check_positive_float, check_same_device, check_tensor
+
+QK = ("B", "T", "H", "D_k")
+V = ("B", "T", "H", "D_v")
+PER_TOKEN = ("B", "T", "H")
+STATE = ("B", "H", "D_k", "D_v")
+
+
+def compute_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The dtype the maths runs in: fp64 stays fp64, everything else is upcast to fp32 (as fla's references do)."""
+    return torch.float64 if dtype == torch.float64 else torch.float32
+
+
+def check_inputs(q, k, v, **per_token) -> Dims:
+    """Check ``q, k, v`` (and the per-token ``(B, T, H)`` tensors given by keyword, e.g. ``beta=beta``).
+
+    Raises:
+        TypeError: a non-tensor, an integer dtype, or ``q, k, v`` of different dtypes.
+        ValueError: a shape that disagrees with the fla layout, or tensors on different devices.
+    """
+    dims = Dims()
+    dims.bind("q", q, QK)
+    dims.bind("k", k, QK)
+    dims.bind("v", v, V)
+    for name, x in per_token.items():
+        dims.bind(name, x, PER_TOKEN)
+    if dims["T"] == 0:
+        raise ValueError(f"q: expected at least one token, got shape {tuple(q.shape)} with T = 0")
+    check_same_device(q=q, k=k, v=v, **per_token)
+    for name, x in (("k", k), ("v", v)):
+        if x.dtype != q.dtype:
+            raise TypeError(f"{name}: expected the dtype of q ({q.dtype}), got {x.dtype}")
+    return dims
+
+
+def resolve_scale(scale, d_k: int) -> float:
+    """``scale`` defaults to ``D_k ** -0.5`` (fla); otherwise it must be a finite number > 0."""
+    return d_k**-0.5 if scale is None else check_positive_float("scale", scale)
+
+
+def check_state(name: str, state, dims: Dims, shape, device: torch.device) -> None:
+    """Check one tensor of an ``initial_state`` against its named shape and the inputs' device."""
+    dims.bind(name, state, shape)
+    if state.device != device:
+        raise ValueError(f"{name}: expected a tensor on {device} (the device of q), got one on {state.device}")
+
+
+def upcast(*xs: torch.Tensor, dtype: torch.dtype) -> list[torch.Tensor]:
+    return [x.to(dtype) for x in xs]
+
+
+def zero_state(dims: Dims, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    return torch.zeros(dims["B"], dims["H"], dims["D_k"], dims["D_v"], dtype=dtype, device=device)
+
+
+def to_heads_first(*xs: torch.Tensor) -> list[torch.Tensor]:
+    """``(B, T, H, ...)`` -> ``(B, H, T, ...)``: the time axis next to the feature axis, so matmuls batch over B, H."""
+    return [x.transpose(1, 2) for x in xs]
+
+
+def pad_time(x: torch.Tensor, chunk_size: int) -> torch.Tensor:
+    """Zero-pad the time axis (dim 2 of a heads-first tensor) up to a multiple of ``chunk_size``.
+
+    Zero padding at the end is harmless for every layer here: a zero key (or a zero ``beta``) writes nothing, a zero
+    log decay keeps the state, and the padded outputs are cut off.
+    """
+    T = x.shape[2]
+    pad = (-T) % chunk_size
+    if pad == 0:
+        return x
+    widths = [0, 0] * (x.dim() - 3) + [0, pad]
+    return F.pad(x, widths)
+
+
+def to_chunks(x: torch.Tensor, chunk_size: int) -> torch.Tensor:
+    """``(B, H, T, ...)`` -> ``(B, H, N, C, ...)`` with ``N = ceil(T / C)``, zero-padded at the end."""
+    x = pad_time(x, chunk_size)
+    B, H, T = x.shape[:3]
+    return x.reshape(B, H, T // chunk_size, chunk_size, *x.shape[3:])
+
+
+def check_stability(beta: torch.Tensor, k: torch.Tensor, mode: str) -> None:
+    """Warn or raise when ``beta_t ||k_t||^2`` leaves ``[0, 2]``, where the delta rule is unstable.
+
+    The update ``S <- (I - beta k k^T) S + beta k v^T`` multiplies the state by a matrix with eigenvalue
+    ``1 - beta ||k||^2`` along ``k`` (and 1 elsewhere). Its modulus exceeds 1, so the state can grow without bound,
+    exactly when ``beta ||k||^2`` is outside ``[0, 2]``; strictly inside ``(0, 2)`` the update contracts along ``k``
+    (Schlag et al. 2021 §4.2; Yang et al. 2024).
+    """
+    if mode not in ("warn", "raise", "ignore"):
+        raise ValueError(f"check_stability: expected 'warn', 'raise' or 'ignore', got {mode!r}")
+    if mode == "ignore" or beta.device.type == "meta":
+        return
+    with torch.no_grad():
+        step = beta.to(torch.float64) * k.to(torch.float64).pow(2).sum(-1)  # (B, T, H)
+        bad = (step < 0) | (step > 2) | ~torch.isfinite(step)
+        n_bad = int(bad.sum())
+    if n_bad == 0:
+        return
+    message = (
+        f"beta * ||k||^2 leaves [0, 2] at {n_bad} of {bad.numel()} (B, T, H) positions "
+        f"(range [{step.min().item():.4g}, {step.max().item():.4g}]): the delta-rule update I - beta k k^T has an "
+        "eigenvalue of modulus > 1 and the state can grow without bound; normalise k (l2_norm) and keep beta in (0, 1]"
+    )
+    if mode == "raise":
+        raise ValueError(f"beta: {message}")
+    warnings.warn(message, RuntimeWarning, stacklevel=3)
+
+
+def check_tensor_or_none(name: str, x) -> None:
+    check_tensor(name, x, allow_none=True)

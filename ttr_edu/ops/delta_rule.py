@@ -1,0 +1,184 @@
+"""The delta rule (DeltaNet), three forms side by side: recurrent, parallel (T×T) and chunkwise (WY/UT).
+
+The fast weight memory is corrected towards each new value instead of summed into
+(Schlag, Irie, Schmidhuber 2021, §4.2, eq. 29, with W = Sᵀ; Widrow & Hoff 1960):
+
+    S_t = S_{t-1} + β_t k_t (v_t − S_{t-1}ᵀ k_t)ᵀ  =  (I − β_t k_t k_tᵀ) S_{t-1} + β_t k_t v_tᵀ
+    o_t = S_tᵀ q_t                                   (q already scaled by ``scale``)
+
+It is one step of online SGD, with learning rate β_t, on ``½‖v_t − Sᵀ k_t‖²`` (Wang, Shi, Fox 2025).
+The update is stable when ``β_t ‖k_t‖² ∈ [0, 2]`` (the eigenvalue ``1 − β‖k‖²`` of ``I − β k kᵀ`` has modulus ≤ 1);
+every form checks it (``check_stability="warn"`` by default, ``"raise"`` or ``"ignore"``).
+
+The chunkwise form follows Yang et al. 2024 ("Parallelizing linear transformers with the delta rule over sequence
+length") in fla's convention: inside a chunk of C tokens the C rank-one updates are gathered with the UT transform
+
+    T = (I + tril(diag(β) K Kᵀ, −1))⁻¹ diag(β),   W = T K,   U = T V,
+
+after which ``S' = S + Kᵀ (U − W S)`` and ``O = Q S + (Q Kᵀ ⊙ M)(U − W S)``, M causal with the diagonal.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ttr_edu._validation import check_positive_int
+
+from ._common import (
+    STATE,
+    check_inputs,
+    check_stability as _check_stability,
+    check_state,
+    compute_dtype,
+    resolve_scale,
+    to_chunks,
+    zero_state,
+)
+
+__all__ = ["delta_rule_recurrent", "delta_rule_parallel", "delta_rule_chunk"]
+
+_SHARED_DOC = """
+    Args:
+        q: queries ``(B, T, H, D_k)``, floating (fp16/bf16/fp32 compute in fp32, fp64 in fp64).
+        k: keys ``(B, T, H, D_k)``, same dtype as ``q`` (usually L2-normalised, see ``l2_norm``).
+        v: values ``(B, T, H, D_v)``, same dtype as ``q``.
+        beta: the per-token learning rate β ``(B, T, H)``, any floating dtype.
+        scale: multiplies ``q``; default ``D_k ** -0.5`` (fla). Chapters that follow a paper pass ``1.0``.
+        initial_state: ``S_0`` ``(B, H, D_k, D_v)``; ``None`` means zero.
+        output_final_state: also return ``S_T`` (fp32, or fp64 for fp64 inputs).
+        check_stability: ``"warn"`` (default), ``"raise"`` or ``"ignore"`` when ``β ‖k‖²`` leaves ``[0, 2]``.
+
+    Returns:
+        ``(o, S_T)`` (``S_T`` is ``None`` unless ``output_final_state``); ``o`` is ``(B, T, H, D_v)`` in the dtype
+        of ``q``.
+
+    Raises:
+        TypeError: a non-tensor, an integer dtype, mixed dtypes of q, k, v.
+        ValueError: mismatched shapes (the message names the dims), different devices, a bad ``scale``,
+            ``chunk_size`` or ``check_stability``; with ``check_stability="raise"``, ``β ‖k‖² ∉ [0, 2]``.
+        RuntimeWarning: with ``check_stability="warn"``, ``β ‖k‖² ∉ [0, 2]``.
+"""
+
+
+def prepare(q, k, v, beta, scale, initial_state, check_stability, g=None):
+    """Check and upcast the inputs; return heads-first ``q·scale, k, v, beta, g`` and the initial state.
+
+    Shared with the gated delta rule (``g`` is its log decay).
+    """
+    per_token = {"beta": beta} if g is None else {"g": g, "beta": beta}
+    dims = check_inputs(q, k, v, **per_token)
+    scale = resolve_scale(scale, dims["D_k"])
+    dtype = compute_dtype(q.dtype)
+    if initial_state is not None:
+        check_state("initial_state", initial_state, dims, STATE, q.device)
+    _check_stability(beta, k, check_stability)
+    S = zero_state(dims, dtype, q.device) if initial_state is None else initial_state.to(dtype)
+    q, k, v = (x.to(dtype).transpose(1, 2) for x in (q, k, v))  # (B, H, T, ·)
+    beta = beta.to(dtype).transpose(1, 2)  # (B, H, T)
+    g = None if g is None else g.to(dtype).transpose(1, 2)
+    return q * scale, k, v, beta, g, S
+
+
+def chunk_forward(q, k, v, beta, S, chunk_size, g=None):
+    """The WY/UT chunkwise delta rule on heads-first tensors; gated (fla's gated delta rule) when ``g`` is given.
+
+    Inside a chunk with in-chunk cumulative log decay ``G_i = Σ_{j≤i} g_j``, ``γ_i = exp(G_i)`` and
+    ``Γ_ij = exp(G_i − G_j)`` (i ≥ j), unrolling ``S_i = α_i (I − β_i k_i k_iᵀ) S_{i−1} + β_i k_i v_iᵀ`` gives
+    ``S_i = γ_i S_0 + Σ_{j≤i} Γ_ij k_j u_jᵀ`` with pseudo-values ``u = U − W S_0``, where
+
+        (I + tril(diag(β) (Γ ⊙ K Kᵀ), −1)) [W, U] = diag(β) [diag(γ) K, V]        (the UT transform)
+        O = diag(γ) Q S_0 + (Q Kᵀ ⊙ Γ ⊙ M) u,     S_C = γ_C S_0 + (diag(γ_C / γ) K)ᵀ u.
+
+    Without decay, γ = Γ = 1 and this is fla's chunked delta rule. Returns ``o`` ``(B, H, T, D_v)`` and ``S_T``.
+    """
+    T, C = q.shape[2], chunk_size
+    qc, kc, vc = (to_chunks(x, C) for x in (q, k, v))  # (B, H, N, C, ·)
+    betac = to_chunks(beta, C).unsqueeze(-1)  # (B, H, N, C, 1)
+    strict = torch.ones(C, C, dtype=torch.bool, device=q.device).tril(-1)
+    causal = torch.ones(C, C, dtype=torch.bool, device=q.device).tril()
+    gram = kc @ kc.transpose(-1, -2)  # (B, H, N, C, C): k_i · k_j
+    scores = qc @ kc.transpose(-1, -2)  # (B, H, N, C, C): q_i · k_j
+    if g is None:
+        k_decayed, q_decayed, k_to_end, chunk_decay = kc, qc, kc, None
+    else:
+        G = to_chunks(g, C).cumsum(-1)  # (B, H, N, C), zero-padded g keeps the state
+        # Γ_ij = exp(G_i − G_j) for i ≥ j; masking before exp keeps the upper triangle from overflowing.
+        Gamma = torch.exp((G.unsqueeze(-1) - G.unsqueeze(-2)).masked_fill(~causal, float("-inf")))
+        gram, scores = gram * Gamma, scores * Gamma
+        gamma = torch.exp(G).unsqueeze(-1)  # (B, H, N, C, 1)
+        k_decayed, q_decayed = kc * gamma, qc * gamma
+        k_to_end = kc * torch.exp(G[..., -1:] - G).unsqueeze(-1)
+        chunk_decay = torch.exp(G[..., -1])  # (B, H, N)
+
+    eye = torch.eye(C, dtype=q.dtype, device=q.device)
+    L = eye + (betac * gram).masked_fill(~strict, 0.0)  # unit lower-triangular (B, H, N, C, C)
+    rhs = betac * torch.cat([k_decayed, vc], dim=-1)  # (B, H, N, C, D_k + D_v)
+    WU = torch.linalg.solve_triangular(L, rhs, upper=False, unitriangular=True)
+    W, U = WU.split([k.shape[-1], v.shape[-1]], dim=-1)
+    scores = scores.masked_fill(~causal, 0.0)
+
+    outputs = []
+    for n in range(qc.shape[2]):  # the only sequential part: one step per chunk
+        u = U[:, :, n] - W[:, :, n] @ S  # (B, H, C, D_v) pseudo-values
+        outputs.append(q_decayed[:, :, n] @ S + scores[:, :, n] @ u)
+        carried = S if chunk_decay is None else chunk_decay[:, :, n, None, None] * S
+        S = carried + k_to_end[:, :, n].transpose(-1, -2) @ u
+    o = torch.stack(outputs, dim=2).flatten(2, 3)[:, :, :T]
+    return o, S
+
+
+def delta_rule_recurrent(
+    q, k, v, beta, scale=None, initial_state=None, output_final_state=False, check_stability="warn"
+):
+    """Recurrent form: ``S_t = S_{t-1} + β_t k_t (v_t − S_{t-1}ᵀ k_t)ᵀ``, ``o_t = S_tᵀ q_t``, one token at a time.
+
+    Source: Schlag, Irie, Schmidhuber 2021, eq. 29 (W = Sᵀ). Cost ``O(T D_k D_v)``, memory ``O(D_k D_v)``.
+    """
+    out_dtype = q.dtype if isinstance(q, torch.Tensor) else None
+    q, k, v, beta, _, S = prepare(q, k, v, beta, scale, initial_state, check_stability)
+    outputs = []
+    for t in range(q.shape[2]):
+        k_t, beta_t = k[:, :, t], beta[:, :, t, None]
+        error = v[:, :, t] - torch.einsum("b h k v, b h k -> b h v", S, k_t)  # v_t − S_{t−1}ᵀ k_t
+        S = S + torch.einsum("b h k, b h v -> b h k v", k_t, beta_t * error)
+        outputs.append(torch.einsum("b h k v, b h k -> b h v", S, q[:, :, t]))
+    o = torch.stack(outputs, dim=2).transpose(1, 2).to(out_dtype)
+    return o, (S if output_final_state else None)
+
+
+def delta_rule_parallel(
+    q, k, v, beta, scale=None, initial_state=None, output_final_state=False, check_stability="warn"
+):
+    """Parallel (T×T) form: the UT transform over the whole sequence at once.
+
+    With ``T = (I + tril(diag(β) K Kᵀ, −1))⁻¹ diag(β)`` (T×T, unit lower-triangular solve), ``W = T K``,
+    ``U = T V``: ``O = Q S_0 + (Q Kᵀ ⊙ M)(U − W S_0)`` and ``S_T = S_0 + Kᵀ (U − W S_0)``
+    (Yang et al. 2024, §3). Cost ``O(T² (D_k + D_v))``, memory ``O(T²)``.
+    """
+    out_dtype = q.dtype if isinstance(q, torch.Tensor) else None
+    q, k, v, beta, _, S = prepare(q, k, v, beta, scale, initial_state, check_stability)
+    o, S = chunk_forward(q, k, v, beta, S, chunk_size=q.shape[2])
+    return o.transpose(1, 2).to(out_dtype), (S if output_final_state else None)
+
+
+def delta_rule_chunk(
+    q, k, v, beta, scale=None, initial_state=None, output_final_state=False, chunk_size=64, check_stability="warn"
+):
+    """Chunkwise form (WY/UT representation): C tokens at a time, the state handed from chunk to chunk.
+
+    Per chunk (fla's convention, Yang et al. 2024): ``T = (I + tril(diag(β) K Kᵀ, −1))⁻¹ diag(β)``, ``W = T K``,
+    ``U = T V``; ``O = Q S + (Q Kᵀ ⊙ M)(U − W S)``; ``S ← S + Kᵀ (U − W S)``. The UT transforms of all chunks are
+    computed at once; only the chunk-to-chunk state update is a loop (``ceil(T / C)`` steps).
+    Cost ``O(T C (D_k + D_v) + T D_k D_v)``, memory ``O(T C + T (D_k + D_v))``: nothing of size T×T.
+    Any positive ``chunk_size`` works, and T need not be a multiple of it.
+    """
+    out_dtype = q.dtype if isinstance(q, torch.Tensor) else None
+    check_positive_int("chunk_size", chunk_size)
+    q, k, v, beta, _, S = prepare(q, k, v, beta, scale, initial_state, check_stability)
+    o, S = chunk_forward(q, k, v, beta, S, chunk_size)
+    return o.transpose(1, 2).to(out_dtype), (S if output_final_state else None)
+
+
+for _fn in (delta_rule_recurrent, delta_rule_parallel, delta_rule_chunk):
+    _fn.__doc__ += _SHARED_DOC
+del _fn

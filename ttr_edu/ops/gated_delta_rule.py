@@ -1,0 +1,95 @@
+"""The gated delta rule: the delta rule with a scalar log decay ``g``, recurrent and chunkwise forms.
+
+fla's convention (Yang, Kautz, Hatamizadeh 2025, "Gated Delta Networks"): the decay is applied to the state
+*before* the error is computed, so the error is measured against the decayed memory:
+
+    S̃_t = exp(g_t) S_{t-1}
+    S_t = S̃_t + β_t k_t (v_t − S̃_tᵀ k_t)ᵀ  =  exp(g_t) (I − β_t k_t k_tᵀ) S_{t-1} + β_t k_t v_tᵀ
+    o_t = S_tᵀ q_t                                    (q already scaled by ``scale``)
+
+In test-time-regression terms (Wang, Shi, Fox 2025): one SGD step with learning rate β_t on the newest pair,
+after weight decay by ``exp(g_t)``. Stability is as for the delta rule (``β ‖k‖² ∈ [0, 2]``, and ``g ≤ 0``).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ttr_edu._validation import check_positive_int
+
+from .delta_rule import chunk_forward, prepare
+
+__all__ = ["gated_delta_rule_recurrent", "gated_delta_rule_chunk"]
+
+_SHARED_DOC = """
+    Args:
+        q: queries ``(B, T, H, D_k)``, floating (fp16/bf16/fp32 compute in fp32, fp64 in fp64).
+        k: keys ``(B, T, H, D_k)``, same dtype as ``q`` (usually L2-normalised).
+        v: values ``(B, T, H, D_v)``, same dtype as ``q``.
+        g: log decay ``(B, T, H)``, finite, any floating dtype; ``exp(g_t)`` multiplies the state before the error.
+        beta: learning rate β ``(B, T, H)``, any floating dtype.
+        scale: multiplies ``q``; default ``D_k ** -0.5`` (fla).
+        initial_state: ``S_0`` ``(B, H, D_k, D_v)``; ``None`` means zero.
+        output_final_state: also return ``S_T`` (fp32, or fp64 for fp64 inputs).
+        check_stability: ``"warn"`` (default), ``"raise"`` or ``"ignore"`` when ``β ‖k‖²`` leaves ``[0, 2]``.
+
+    Returns:
+        ``(o, S_T)`` (``S_T`` is ``None`` unless ``output_final_state``); ``o`` is ``(B, T, H, D_v)`` in the dtype
+        of ``q``.
+
+    Raises:
+        TypeError: a non-tensor, an integer dtype, mixed dtypes of q, k, v.
+        ValueError: mismatched shapes (the message names the dims), different devices, a bad ``scale``,
+            ``chunk_size`` or ``check_stability``; with ``check_stability="raise"``, ``β ‖k‖² ∉ [0, 2]``.
+"""
+
+
+def gated_delta_rule_recurrent(
+    q, k, v, g, beta, scale=None, initial_state=None, output_final_state=False, check_stability="warn"
+):
+    """Recurrent form: decay, then the delta-rule correction against the decayed state; one token at a time.
+
+    Source: Yang, Kautz, Hatamizadeh 2025, eq. 10; fla ``naive_recurrent_gated_delta_rule``'s order of operations.
+    """
+    out_dtype = q.dtype if isinstance(q, torch.Tensor) else None
+    q, k, v, beta, g, S = prepare(q, k, v, beta, scale, initial_state, check_stability, g=g)
+    outputs = []
+    for t in range(q.shape[2]):
+        k_t, beta_t = k[:, :, t], beta[:, :, t, None]
+        S = torch.exp(g[:, :, t, None, None]) * S  # decay first (fla) ...
+        error = v[:, :, t] - torch.einsum("b h k v, b h k -> b h v", S, k_t)  # ... then the error
+        S = S + torch.einsum("b h k, b h v -> b h k v", k_t, beta_t * error)
+        outputs.append(torch.einsum("b h k v, b h k -> b h v", S, q[:, :, t]))
+    o = torch.stack(outputs, dim=2).transpose(1, 2).to(out_dtype)
+    return o, (S if output_final_state else None)
+
+
+def gated_delta_rule_chunk(
+    q,
+    k,
+    v,
+    g,
+    beta,
+    scale=None,
+    initial_state=None,
+    output_final_state=False,
+    chunk_size=64,
+    check_stability="warn",
+):
+    """Chunkwise form: the WY/UT transform with in-chunk decays (see :func:`ttr_edu.ops.delta_rule.chunk_forward`).
+
+    With ``G_i = Σ_{j≤i} g_j`` inside a chunk, ``γ = exp(G)``, ``Γ_ij = exp(G_i − G_j)``:
+    ``(I + tril(diag(β)(Γ ⊙ K Kᵀ), −1)) [W, U] = diag(β) [diag(γ) K, V]``, ``u = U − W S``,
+    ``O = diag(γ) Q S + (Q Kᵀ ⊙ Γ ⊙ M) u``, ``S ← γ_C S + (diag(γ_C / γ) K)ᵀ u``. Memory ``O(T C)``, nothing of
+    size T×T; any positive ``chunk_size``, any T.
+    """
+    out_dtype = q.dtype if isinstance(q, torch.Tensor) else None
+    check_positive_int("chunk_size", chunk_size)
+    q, k, v, beta, g, S = prepare(q, k, v, beta, scale, initial_state, check_stability, g=g)
+    o, S = chunk_forward(q, k, v, beta, S, chunk_size, g=g)
+    return o.transpose(1, 2).to(out_dtype), (S if output_final_state else None)
+
+
+for _fn in (gated_delta_rule_recurrent, gated_delta_rule_chunk):
+    _fn.__doc__ += _SHARED_DOC
+del _fn

@@ -1,0 +1,107 @@
+"""Gated linear attention with a scalar (per head, per token) log decay ``g``: recurrent and chunkwise forms.
+
+Linear attention that forgets at rate ``α_t = exp(g_t)`` (fla's ``g`` is a log decay, usually ``≤ 0``):
+
+    S_t = exp(g_t) S_{t-1} + k_t v_tᵀ,     o_t = S_tᵀ q_t          (q already scaled by ``scale``)
+
+This is weighted test-time regression with weights ``γ_i^{(t)} = Π_{j=i+1..t} α_j`` (Wang, Shi, Fox 2025, §3.2);
+with a scalar decay it is the head-wise gate of RetNet / Mamba-2 style layers (fla's ``simple_gla``).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ttr_edu._validation import check_positive_int
+
+from ._common import STATE, check_inputs, check_state, compute_dtype, resolve_scale, to_chunks, zero_state
+
+__all__ = ["gated_linear_attention_recurrent", "gated_linear_attention_chunk"]
+
+_SHARED_DOC = """
+    Args:
+        q: queries ``(B, T, H, D_k)``, floating (fp16/bf16/fp32 compute in fp32, fp64 in fp64).
+        k: keys ``(B, T, H, D_k)``, same dtype as ``q``.
+        v: values ``(B, T, H, D_v)``, same dtype as ``q``.
+        g: log decay ``(B, T, H)``, finite, any floating dtype; ``exp(g_t)`` multiplies the state before step t.
+        scale: multiplies ``q``; default ``D_k ** -0.5`` (fla).
+        initial_state: ``S_0`` ``(B, H, D_k, D_v)``; ``None`` means zero.
+        output_final_state: also return ``S_T`` (fp32, or fp64 for fp64 inputs).
+
+    Returns:
+        ``(o, S_T)`` (``S_T`` is ``None`` unless ``output_final_state``); ``o`` is ``(B, T, H, D_v)`` in the dtype
+        of ``q``.
+
+    Raises:
+        TypeError: a non-tensor, an integer dtype, mixed dtypes of q, k, v.
+        ValueError: mismatched shapes (the message names the dims), different devices, a bad ``scale`` or
+            ``chunk_size``.
+"""
+
+
+def _prepare(q, k, v, g, scale, initial_state):
+    dims = check_inputs(q, k, v, g=g)
+    scale = resolve_scale(scale, dims["D_k"])
+    dtype = compute_dtype(q.dtype)
+    if initial_state is not None:
+        check_state("initial_state", initial_state, dims, STATE, q.device)
+    S = zero_state(dims, dtype, q.device) if initial_state is None else initial_state.to(dtype)
+    q, k, v = (x.to(dtype).transpose(1, 2) for x in (q, k, v))  # (B, H, T, ·)
+    return q * scale, k, v, g.to(dtype).transpose(1, 2), S
+
+
+def gated_linear_attention_recurrent(q, k, v, g, scale=None, initial_state=None, output_final_state=False):
+    """Recurrent form: ``S_t = exp(g_t) S_{t-1} + k_t v_tᵀ``, ``o_t = S_tᵀ q_t``, one token at a time.
+
+    Source: Wang, Shi, Fox 2025, §3.2 (decay weights); fla ``naive_recurrent_simple_gla``'s convention.
+    """
+    out_dtype = q.dtype if isinstance(q, torch.Tensor) else None
+    q, k, v, g, S = _prepare(q, k, v, g, scale, initial_state)
+    outputs = []
+    for t in range(q.shape[2]):
+        decay = torch.exp(g[:, :, t, None, None])
+        S = decay * S + torch.einsum("b h k, b h v -> b h k v", k[:, :, t], v[:, :, t])
+        outputs.append(torch.einsum("b h k v, b h k -> b h v", S, q[:, :, t]))
+    o = torch.stack(outputs, dim=2).transpose(1, 2).to(out_dtype)
+    return o, (S if output_final_state else None)
+
+
+def gated_linear_attention_chunk(
+    q, k, v, g, scale=None, initial_state=None, output_final_state=False, chunk_size=64
+):
+    """Chunkwise form: decayed T×T attention inside chunks, the decayed state between chunks.
+
+    With the in-chunk cumulative log decay ``G_i = Σ_{j≤i} g_j`` and ``Γ_ij = exp(G_i − G_j)`` (i ≥ j):
+
+        O_n = diag(exp(G)) Q_n S_n + (Q_n K_nᵀ ⊙ Γ ⊙ M) V_n
+        S_{n+1} = exp(G_C) S_n + (diag(exp(G_C − G)) K_n)ᵀ V_n
+
+    (Yang et al. 2024, "Gated linear attention", chunkwise form, with a scalar gate). Memory ``O(T C)``, nothing of
+    size T×T; any positive ``chunk_size``, any T (the last chunk is zero-padded: ``g = 0`` keeps the state).
+    """
+    out_dtype = q.dtype if isinstance(q, torch.Tensor) else None
+    check_positive_int("chunk_size", chunk_size)
+    q, k, v, g, S = _prepare(q, k, v, g, scale, initial_state)
+    T, C = q.shape[2], chunk_size
+    qc, kc, vc = (to_chunks(x, C) for x in (q, k, v))  # (B, H, N, C, ·)
+    G = to_chunks(g, C).cumsum(-1)  # (B, H, N, C)
+    causal = torch.ones(C, C, dtype=torch.bool, device=q.device).tril()
+    # Γ_ij = exp(G_i − G_j) on and below the diagonal; masking before exp keeps the upper triangle finite.
+    Gamma = torch.exp((G.unsqueeze(-1) - G.unsqueeze(-2)).masked_fill(~causal, float("-inf")))
+    intra = ((qc @ kc.transpose(-1, -2)) * Gamma) @ vc  # (B, H, N, C, D_v)
+    q_decayed = qc * torch.exp(G).unsqueeze(-1)
+    k_to_end = kc * torch.exp(G[..., -1:] - G).unsqueeze(-1)
+    chunk_kv = k_to_end.transpose(-1, -2) @ vc  # (B, H, N, D_k, D_v): what each chunk writes, decayed to its end
+    chunk_decay = torch.exp(G[..., -1])[..., None, None]  # (B, H, N, 1, 1)
+
+    outputs = []
+    for n in range(qc.shape[2]):  # the only sequential part: one step per chunk
+        outputs.append(q_decayed[:, :, n] @ S + intra[:, :, n])
+        S = chunk_decay[:, :, n] * S + chunk_kv[:, :, n]
+    o = torch.stack(outputs, dim=2).flatten(2, 3)[:, :, :T]
+    return o.transpose(1, 2).to(out_dtype), (S if output_final_state else None)
+
+
+for _fn in (gated_linear_attention_recurrent, gated_linear_attention_chunk):
+    _fn.__doc__ += _SHARED_DOC
+del _fn

@@ -1,0 +1,183 @@
+"""Causal linear attention, three forms side by side: recurrent, parallel (T×T) and chunkwise.
+
+The layer is a fast weight memory (Katharopoulos et al. 2020; Schlag, Irie, Schmidhuber 2021, eqs. 11-13):
+
+    S_t = S_{t-1} + k_t v_tᵀ                 (S: (D_k, D_v); the papers' fast weight is W = Sᵀ)
+    o_t = S_tᵀ q_t                            (q already scaled by ``scale``)
+
+With ``normalize=True`` a second state ``z_t = z_{t-1} + k_t`` divides the output (Schlag et al. 2021, eq. 13;
+Katharopoulos et al. 2020, eq. 6):
+
+    o_t = S_tᵀ q_t / (z_tᵀ q_t + eps)
+
+State carried between calls: ``S`` of shape ``(B, H, D_k, D_v)``; with ``normalize=True`` the pair ``(S, z)`` with
+``z`` of shape ``(B, H, D_k)``, in ``initial_state`` and in the returned final state alike, so that a sequence split
+anywhere and run piece by piece with the state handed over gives the same output as one run.
+
+The inputs are the featurised queries and keys: apply a feature map (:mod:`ttr_edu.ops.feature_maps`) first.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ttr_edu._validation import check_positive_float, check_positive_int
+
+from ._common import STATE, check_inputs, check_state, compute_dtype, resolve_scale, to_chunks, zero_state
+
+__all__ = ["linear_attention_recurrent", "linear_attention_parallel", "linear_attention_chunk"]
+
+_SHARED_DOC = """
+    Args:
+        q: queries ``(B, T, H, D_k)``, floating (fp16/bf16/fp32 compute in fp32, fp64 in fp64).
+        k: keys ``(B, T, H, D_k)``, same dtype as ``q``.
+        v: values ``(B, T, H, D_v)``, same dtype as ``q``.
+        scale: multiplies ``q``; default ``D_k ** -0.5`` (fla). Chapters that follow a paper pass ``1.0``.
+        normalize: divide by ``z_tᵀ q_t + eps`` with ``z_t = Σ_{i≤t} k_i``; then the state is the pair ``(S, z)``.
+        eps: added to the normaliser (Schlag et al.'s code uses 1e-6); ignored without ``normalize``.
+        initial_state: ``S_0`` of shape ``(B, H, D_k, D_v)`` (with ``normalize``: a tuple ``(S_0, z_0)``, ``z_0`` of
+            shape ``(B, H, D_k)``); ``None`` means zero.
+        output_final_state: also return the final state (fp32, or fp64 for fp64 inputs).
+
+    Returns:
+        ``(o, final_state)``: ``o`` is ``(B, T, H, D_v)`` in the dtype of ``q``; ``final_state`` is ``S_T``
+        (or ``(S_T, z_T)`` with ``normalize``), or ``None`` unless ``output_final_state``.
+
+    Raises:
+        TypeError: a non-tensor, an integer dtype, mixed dtypes of q, k, v, or a wrongly typed ``initial_state``.
+        ValueError: mismatched shapes (named dims in the message), different devices, a bad ``scale``/``eps``.
+"""
+
+
+def _prepare(q, k, v, scale, normalize, eps, initial_state):
+    """Check everything, upcast, scale q; return heads-first tensors ``(B, H, T, ·)`` and the initial (S, z)."""
+    dims = check_inputs(q, k, v)
+    scale = resolve_scale(scale, dims["D_k"])
+    check_positive_float("eps", eps, allow_zero=True)
+    dtype = compute_dtype(q.dtype)
+    S0, z0 = _unpack_state(initial_state, normalize, dims, q.device)
+    S = zero_state(dims, dtype, q.device) if S0 is None else S0.to(dtype)
+    z = None
+    if normalize:
+        z = q.new_zeros(dims["B"], dims["H"], dims["D_k"], dtype=dtype) if z0 is None else z0.to(dtype)
+    q, k, v = (x.to(dtype).transpose(1, 2) for x in (q, k, v))
+    return q * scale, k, v, S, z
+
+
+def _unpack_state(initial_state, normalize, dims, device):
+    if initial_state is None:
+        return None, None
+    if normalize:
+        if not (isinstance(initial_state, (tuple, list)) and len(initial_state) == 2):
+            raise TypeError(
+                "initial_state: with normalize=True expected a tuple (S, z) of shapes (B, H, D_k, D_v) and "
+                f"(B, H, D_k), got {type(initial_state).__name__}"
+            )
+        S0, z0 = initial_state
+        check_state("initial_state[0] (S)", S0, dims, STATE, device)
+        check_state("initial_state[1] (z)", z0, dims, ("B", "H", "D_k"), device)
+        return S0, z0
+    if isinstance(initial_state, (tuple, list)):
+        raise TypeError(
+            "initial_state: with normalize=False expected the tensor S of shape (B, H, D_k, D_v), got a "
+            f"{type(initial_state).__name__} (the pair (S, z) is the state of normalize=True)"
+        )
+    check_state("initial_state", initial_state, dims, STATE, device)
+    return initial_state, None
+
+
+def _finish(o, normalizer, eps, S, z, out_dtype, output_final_state):
+    """Divide by the normaliser (if any), go back to ``(B, T, H, D_v)`` and the input dtype."""
+    if normalizer is not None:
+        o = o / (normalizer.unsqueeze(-1) + eps)
+    o = o.transpose(1, 2).to(out_dtype)
+    if not output_final_state:
+        return o, None
+    return o, ((S, z) if z is not None else S)
+
+
+def linear_attention_recurrent(
+    q, k, v, scale=None, normalize=False, initial_state=None, output_final_state=False, eps=1e-6
+):
+    """Recurrent form: one state update per token, ``S_t = S_{t-1} + k_t v_tᵀ``, ``o_t = S_tᵀ q_t``.
+
+    Cost ``O(T D_k D_v)``, memory ``O(D_k D_v)`` for the state. Source: Katharopoulos et al. 2020, eqs. 16-20;
+    Schlag et al. 2021, eqs. 11-13.
+    """
+    out_dtype = q.dtype if isinstance(q, torch.Tensor) else None
+    q, k, v, S, z = _prepare(q, k, v, scale, normalize, eps, initial_state)
+    outputs, normalizers = [], []
+    for t in range(q.shape[2]):
+        S = S + torch.einsum("b h k, b h v -> b h k v", k[:, :, t], v[:, :, t])
+        outputs.append(torch.einsum("b h k v, b h k -> b h v", S, q[:, :, t]))
+        if z is not None:
+            z = z + k[:, :, t]
+            normalizers.append(torch.einsum("b h k, b h k -> b h", z, q[:, :, t]))
+    o = torch.stack(outputs, dim=2)  # (B, H, T, D_v)
+    normalizer = torch.stack(normalizers, dim=2) if z is not None else None
+    return _finish(o, normalizer, eps, S, z, out_dtype, output_final_state)
+
+
+def linear_attention_parallel(
+    q, k, v, scale=None, normalize=False, initial_state=None, output_final_state=False, eps=1e-6
+):
+    """Parallel (T×T) form: ``O = Q S_0 + (Q Kᵀ ⊙ M) V`` with ``M`` the causal mask, diagonal included.
+
+    This is "attention without the softmax" (Katharopoulos et al. 2020, eq. 4 with φ applied outside).
+    Cost ``O(T² (D_k + D_v))``, memory ``O(T²)``.
+    """
+    out_dtype = q.dtype if isinstance(q, torch.Tensor) else None
+    q, k, v, S0, z0 = _prepare(q, k, v, scale, normalize, eps, initial_state)
+    T = q.shape[2]
+    causal = torch.ones(T, T, dtype=torch.bool, device=q.device).tril()
+    scores = (q @ k.transpose(-1, -2)).masked_fill(~causal, 0.0)  # (B, H, T, T)
+    o = torch.einsum("b h k v, b h t k -> b h t v", S0, q) + scores @ v
+    S = S0 + k.transpose(-1, -2) @ v
+    normalizer, z = None, None
+    if z0 is not None:
+        normalizer = scores.sum(-1) + torch.einsum("b h k, b h t k -> b h t", z0, q)
+        z = z0 + k.sum(2)
+    return _finish(o, normalizer, eps, S, z, out_dtype, output_final_state)
+
+
+def linear_attention_chunk(
+    q, k, v, scale=None, normalize=False, initial_state=None, output_final_state=False, chunk_size=64, eps=1e-6
+):
+    """Chunkwise form: T×T attention inside chunks of ``C = chunk_size`` tokens, the state between chunks.
+
+    For chunk ``n`` with state ``S_n`` at its start (Yang et al. 2024, "chunkwise parallel form"):
+
+        O_n = Q_n S_n + (Q_n K_nᵀ ⊙ M) V_n,      S_{n+1} = S_n + K_nᵀ V_n.
+
+    The chunk states are an exclusive prefix sum over chunks, so no Python loop over time is needed.
+    Cost ``O(T C (D_k + D_v) + T D_k D_v)``, memory ``O(T C + (T / C) D_k D_v)``: nothing of size T×T.
+    Any positive ``chunk_size`` works, and T need not be a multiple of it (the last chunk is zero-padded).
+    """
+    out_dtype = q.dtype if isinstance(q, torch.Tensor) else None
+    check_positive_int("chunk_size", chunk_size)
+    q, k, v, S0, z0 = _prepare(q, k, v, scale, normalize, eps, initial_state)
+    T, C = q.shape[2], chunk_size
+    qc, kc, vc = (to_chunks(x, C) for x in (q, k, v))  # (B, H, N, C, ·)
+    causal = torch.ones(C, C, dtype=torch.bool, device=q.device).tril()
+    scores = (qc @ kc.transpose(-1, -2)).masked_fill(~causal, 0.0)  # (B, H, N, C, C)
+
+    chunk_kv = kc.transpose(-1, -2) @ vc  # (B, H, N, D_k, D_v): what each chunk writes
+    S_after = S0.unsqueeze(2) + chunk_kv.cumsum(2)  # state after each chunk
+    S_before = torch.cat([S0.unsqueeze(2), S_after[:, :, :-1]], dim=2)  # state at each chunk's start
+    o = qc @ S_before + scores @ vc  # (B, H, N, C, D_v)
+    o = o.flatten(2, 3)[:, :, :T]
+    S = S_after[:, :, -1]
+
+    normalizer, z = None, None
+    if z0 is not None:
+        z_after = z0.unsqueeze(2) + kc.sum(3).cumsum(2)  # (B, H, N, D_k)
+        z_before = torch.cat([z0.unsqueeze(2), z_after[:, :, :-1]], dim=2)
+        normalizer = (qc * z_before.unsqueeze(3)).sum(-1) + scores.sum(-1)  # (B, H, N, C)
+        normalizer = normalizer.flatten(2, 3)[:, :, :T]
+        z = z_after[:, :, -1]
+    return _finish(o, normalizer, eps, S, z, out_dtype, output_final_state)
+
+
+for _fn in (linear_attention_recurrent, linear_attention_parallel, linear_attention_chunk):
+    _fn.__doc__ += _SHARED_DOC
+del _fn

@@ -1,0 +1,70 @@
+"""Local linear attention: the order-1 nonparametric regressor of test-time regression (Wang, Shi, Fox 2025, §4.2).
+
+Softmax attention fits a weighted *constant* around each query (Nadaraya–Watson); local linear attention fits a
+weighted *line*. With the causal softmax weights ``w_i = softmax_i(scale · q_t·k_i)`` (``i ≤ t``, ``Σ w_i = 1``):
+
+    k̄ = Σ w_i k_i,   v̄ = Σ w_i v_i,
+    Σ_kk = Σ w_i (k_i − k̄)(k_i − k̄)ᵀ + ridge · I,   Σ_vk = Σ w_i (v_i − v̄)(k_i − k̄)ᵀ,
+    ŷ_t = v̄ + Σ_vk Σ_kk⁻¹ (q_t − k̄).
+
+This is the weighted least-squares line ``v ≈ a + B (k − k̄)`` minimising ``Σ w_i ‖v_i − a − B (k_i − k̄)‖² +
+ridge ‖B‖²`` evaluated at ``q_t``; the ridge (on the slope only) keeps ``Σ_kk`` invertible when fewer tokens than
+key dimensions have been seen, e.g. at ``t = 1`` where ``ŷ_1 = v_1``.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ttr_edu._validation import check_positive_float
+
+from ._common import check_inputs, compute_dtype, resolve_scale
+from .feature_maps import l2_norm
+
+__all__ = ["local_linear_attention"]
+
+
+def local_linear_attention(q, k, v, scale=None, ridge=1e-2, qk_norm=False):
+    """Causal local linear attention, closed form ``ŷ_t = v̄ + Σ_vk Σ_kk⁻¹ (q_t − k̄)`` (Wang, Shi, Fox 2025, §4.2).
+
+    The ``Σ_vk Σ_kk⁻¹ (q − k̄)`` term is computed without forming ``Σ_vk``: with ``x = Σ_kk⁻¹ (q − k̄)``,
+    ``Σ_vk x = Σ_i w_i v_i (k_i·x) − v̄ (k̄·x)``. Memory ``O(T² + T D_k²)``.
+
+    Args:
+        q: queries ``(B, T, H, D_k)``, floating (fp16/bf16/fp32 compute in fp32, fp64 in fp64); the points where
+            the local line is evaluated.
+        k: keys ``(B, T, H, D_k)``, same dtype as ``q``.
+        v: values ``(B, T, H, D_v)``, same dtype as ``q``.
+        scale: the inverse temperature (bandwidth) of the softmax weights; default ``D_k ** -0.5``.
+        ridge: λ > 0 added to the weighted key covariance (whose weights sum to 1), in units of key variance.
+        qk_norm: L2-normalise q and k first (the regression then lives on the unit sphere).
+
+    Returns:
+        ``(o, None)``: ``o`` is ``(B, T, H, D_v)`` in the dtype of ``q``; no state.
+
+    Raises:
+        TypeError: a non-tensor, an integer dtype, mixed dtypes of q, k, v, a non-number ``ridge``.
+        ValueError: mismatched shapes (the message names the dims), different devices, ``ridge <= 0``
+            (the covariance has to be inverted), a bad ``scale``.
+    """
+    dims = check_inputs(q, k, v)
+    scale = resolve_scale(scale, dims["D_k"])
+    ridge = check_positive_float("ridge", ridge)
+    out_dtype, dtype = q.dtype, compute_dtype(q.dtype)
+    q, k, v = (x.to(dtype).transpose(1, 2) for x in (q, k, v))  # (B, H, T, ·)
+    if qk_norm:
+        q, k = l2_norm(q), l2_norm(k)
+    T, D_k = q.shape[2], q.shape[3]
+    causal = torch.ones(T, T, dtype=torch.bool, device=q.device).tril()
+    logits = (scale * q @ k.transpose(-1, -2)).masked_fill(~causal, float("-inf"))
+    w = torch.softmax(logits, dim=-1)  # (B, H, T, T), rows sum to 1
+
+    k_mean, v_mean = w @ k, w @ v  # (B, H, T, D_k), (B, H, T, D_v)
+    kk = (k.unsqueeze(-1) * k.unsqueeze(-2)).flatten(-2)  # (B, H, T, D_k²): k_i k_iᵀ
+    second_moment = (w @ kk).unflatten(-1, (D_k, D_k))  # (B, H, T, D_k, D_k): Σ w_i k_i k_iᵀ
+    eye = torch.eye(D_k, dtype=dtype, device=q.device)
+    cov_kk = second_moment - k_mean.unsqueeze(-1) * k_mean.unsqueeze(-2) + ridge * eye
+    x = torch.linalg.solve(cov_kk, (q - k_mean).unsqueeze(-1)).squeeze(-1)  # Σ_kk⁻¹ (q − k̄)
+    slope_term = (w * (x @ k.transpose(-1, -2))) @ v - v_mean * (k_mean * x).sum(-1, keepdim=True)  # Σ_vk x
+    o = v_mean + slope_term
+    return o.transpose(1, 2).to(out_dtype), None
