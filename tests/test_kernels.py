@@ -1,0 +1,302 @@
+"""The Triton kernels against the reference ops, under the interpreter on CPU (or compiled on a GPU).
+
+Sizes are small: the interpreter runs every tile operation in NumPy, one program at a time.
+"""
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+triton = pytest.importorskip("triton")
+
+from ttr_edu import kernels  # noqa: E402
+from ttr_edu.kernels import _dispatch, _triton_kernels  # noqa: E402
+from ttr_edu.ops.delta_rule import delta_rule_chunk, delta_rule_recurrent  # noqa: E402
+from ttr_edu.ops.gated_delta_rule import gated_delta_rule_chunk, gated_delta_rule_recurrent  # noqa: E402
+from ttr_edu.ops.linear_attention import linear_attention_chunk, linear_attention_recurrent  # noqa: E402
+
+DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+if DEVICE.type == "cpu" and not kernels.interpreter_active():
+    pytest.skip("CPU tensors need TRITON_INTERPRET=1 before triton is imported", allow_module_level=True)
+
+TOL = 1e-4  # relative error ‖a − b‖ / ‖b‖ in fp32 (issue 7)
+
+
+def rel_err(a, b):
+    return (torch.linalg.vector_norm((a - b).double()) / torch.linalg.vector_norm(b.double())).item()
+
+
+def make_inputs(B, T, H, d_k, d_v, seed=0, dtype=torch.float32, with_state=True):
+    gen = torch.Generator().manual_seed(seed)
+    rand = lambda *shape: torch.randn(*shape, generator=gen, dtype=torch.float64)  # noqa: E731
+    inputs = {
+        "q": rand(B, T, H, d_k),
+        "k": F.normalize(rand(B, T, H, d_k), dim=-1),  # β‖k‖² ∈ (0, 1): the delta rule stays stable
+        "v": rand(B, T, H, d_v),
+        "beta": torch.rand(B, T, H, generator=gen, dtype=torch.float64),
+        "g": -0.2 * torch.rand(B, T, H, generator=gen, dtype=torch.float64),
+        "initial_state": rand(B, H, d_k, d_v) if with_state else None,
+    }
+    return {name: None if x is None else x.to(DEVICE, dtype) for name, x in inputs.items()}
+
+
+# op name -> (kernel, reference chunk op, per-token recurrence, the inputs it takes)
+OPS = {
+    "linear_attention": (kernels.linear_attention_chunk, linear_attention_chunk, linear_attention_recurrent, "qkv"),
+    "delta_rule": (kernels.delta_rule_chunk, delta_rule_chunk, delta_rule_recurrent, "qkvb"),
+    "gated_delta_rule": (
+        kernels.gated_delta_rule_chunk, gated_delta_rule_chunk, gated_delta_rule_recurrent, "qkvgb"
+    ),
+}
+
+
+def positional(name, x):
+    """The positional tensors of op ``name`` in its order: (q, k, v), (q, k, v, beta) or (q, k, v, g, beta)."""
+    order = {"qkv": ("q", "k", "v"), "qkvb": ("q", "k", "v", "beta"), "qkvgb": ("q", "k", "v", "g", "beta")}
+    return [x[n] for n in order[OPS[name][3]]]
+
+
+def call(fn, name, x, **kwargs):
+    return fn(*positional(name, x), initial_state=x["initial_state"], output_final_state=True, **kwargs)
+
+
+SHAPES = [  # (B, T, H, D_k, D_v, chunk_size)
+    pytest.param(1, 1, 1, 16, 16, 16, id="T=1"),
+    pytest.param(2, 45, 2, 16, 24, 16, id="tail,H=2,Dk!=Dv"),
+    pytest.param(1, 40, 3, 8, 40, 32, id="Dk<16,Dv=40"),
+    pytest.param(1, 70, 1, 32, 16, 64, id="chunk64,tail"),
+]
+
+
+@pytest.mark.parametrize("name", OPS)
+@pytest.mark.parametrize("B, T, H, d_k, d_v, chunk_size", SHAPES)
+def test_kernel_matches_reference_and_recurrence(name, B, T, H, d_k, d_v, chunk_size):
+    kernel, reference, recurrence, _ = OPS[name]
+    x = make_inputs(B, T, H, d_k, d_v)
+    o, S = call(kernel, name, x, chunk_size=chunk_size)
+    o_ref, S_ref = call(reference, name, x, chunk_size=chunk_size)
+    o_rec, S_rec = call(recurrence, name, x)
+    assert o.dtype == torch.float32 and S.dtype == torch.float32
+    assert rel_err(o, o_ref) <= TOL and rel_err(S, S_ref) <= TOL
+    assert rel_err(o, o_rec) <= TOL and rel_err(S, S_rec) <= TOL
+
+
+@pytest.mark.parametrize("name", OPS)
+def test_large_heads_dk_dv_128(name):
+    kernel, reference, _, _ = OPS[name]
+    x = make_inputs(1, 20, 1, 128, 128, seed=3)
+    o, S = call(kernel, name, x, chunk_size=16)
+    o_ref, S_ref = call(reference, name, x, chunk_size=16)
+    assert rel_err(o, o_ref) <= TOL and rel_err(S, S_ref) <= TOL
+
+
+def test_normalised_linear_attention_carries_z():
+    x = make_inputs(2, 37, 2, 16, 8, seed=1)
+    q, k, v = x["q"].abs(), x["k"].abs(), x["v"]  # positive features keep the normaliser away from zero
+    state = (x["initial_state"], torch.rand(2, 2, 16, device=DEVICE))
+    o, (S, z) = kernels.linear_attention_chunk(q, k, v, normalize=True, initial_state=state, output_final_state=True,
+                                               chunk_size=16)
+    o_ref, (S_ref, z_ref) = linear_attention_chunk(q, k, v, normalize=True, initial_state=state,
+                                                   output_final_state=True, chunk_size=16)
+    assert rel_err(o, o_ref) <= TOL and rel_err(S, S_ref) <= TOL and rel_err(z, z_ref) <= TOL
+
+
+@pytest.mark.parametrize("name", OPS)
+def test_state_handed_over_equals_one_run(name):
+    kernel = OPS[name][0]
+    x = make_inputs(1, 50, 2, 16, 16, seed=2)
+    o_whole, S_whole = call(kernel, name, x, chunk_size=16)
+    first = {n: t if n == "initial_state" else t[:, :23] for n, t in x.items()}  # T is dim 1 of the rest
+    second = {n: t if n == "initial_state" else t[:, 23:] for n, t in x.items()}
+    o1, S1 = call(kernel, name, first, chunk_size=16)
+    o2, S2 = call(kernel, name, {**second, "initial_state": S1}, chunk_size=16)
+    assert rel_err(torch.cat([o1, o2], dim=1), o_whole) <= TOL and rel_err(S2, S_whole) <= TOL
+
+
+@pytest.mark.parametrize("name", OPS)
+def test_gradients_match_reference(name):
+    kernel, reference, _, _ = OPS[name]
+    x = make_inputs(1, 21, 2, 16, 8, seed=4)
+
+    def grads(fn):
+        leaves = {n: None if t is None else t.clone().requires_grad_() for n, t in x.items()}
+        o, S = call(fn, name, leaves, chunk_size=16)
+        (o.sin().sum() + (S * S).sum()).backward()
+        return {n: t.grad for n, t in leaves.items() if t is not None and t.grad is not None}
+
+    got, want = grads(kernel), grads(reference)
+    assert got.keys() == want.keys() and len(want) >= 4
+    for n in want:
+        assert rel_err(got[n], want[n]) <= TOL, n
+
+
+def _poisoned_empty(real_empty):
+    def empty(*size, **kwargs):
+        out = real_empty(*size, **kwargs)
+        return out.fill_(math.nan) if out.is_floating_point() else out
+
+    return empty
+
+
+@pytest.mark.parametrize("name", OPS)
+def test_every_output_element_is_written(name, monkeypatch):
+    """Outputs are allocated with torch.empty: poisoned with NaN, an element the kernel skips stays NaN."""
+    monkeypatch.setattr(torch, "empty", _poisoned_empty(torch.empty))
+    x = make_inputs(2, 45, 2, 8, 24, seed=5)
+    o, S = call(OPS[name][0], name, x, chunk_size=16)
+    assert torch.isfinite(o).all() and torch.isfinite(S).all()
+    o_ref, _ = call(OPS[name][1], name, x, chunk_size=16)
+    assert rel_err(o, o_ref) <= TOL
+
+
+def test_nan_poison_catches_a_kernel_that_skips_a_tile(monkeypatch):
+    """The poison test can fail: a grid one value tile short leaves NaN behind."""
+    monkeypatch.setattr(torch, "empty", _poisoned_empty(torch.empty))
+    B, T, H, d_k, d_v = 1, 20, 1, 16, 32
+    x = make_inputs(B, T, H, d_k, d_v, with_state=False)
+    o = torch.empty(B, T, H, d_v, device=DEVICE)
+    s_final = torch.empty(B, H, d_k, d_v, device=DEVICE)
+    _triton_kernels.linear_attention_fwd_kernel[(1, B * H)](  # two 16-wide value tiles are needed; launch one
+        x["q"], x["k"], x["v"], o, s_final, s_final, 0.25, T,
+        H=H, D_K=d_k, D_V=d_v, BT=16, BK=16, BV=16, HAS_S0=False, STORE_FINAL=True, PRECISION="ieee",
+    )
+    assert torch.isfinite(o[..., :16]).all() and torch.isnan(o[..., 16:]).all()
+
+
+@pytest.mark.parametrize("name", OPS)
+def test_non_contiguous_inputs_are_read_correctly(name):
+    kernel = OPS[name][0]
+    x = make_inputs(1, 30, 2, 16, 16, seed=6)
+    # (B, H, T, D) storage seen through a transpose: same values, other strides
+    strided = {n: t if t is None or n == "initial_state" else t.transpose(1, 2).contiguous().transpose(1, 2)
+               for n, t in x.items()}
+    assert not strided["q"].is_contiguous()
+    o, S = call(kernel, name, strided, chunk_size=16)
+    o_ref, S_ref = call(kernel, name, x, chunk_size=16)
+    assert torch.equal(o, o_ref) and torch.equal(S, S_ref)
+
+
+@pytest.mark.parametrize("name", OPS)
+def test_answer_does_not_depend_on_chunk_size(name):
+    kernel = OPS[name][0]
+    x = make_inputs(1, 40, 1, 16, 16, seed=7)
+    o16, S16 = call(kernel, name, x, chunk_size=16)
+    o32, S32 = call(kernel, name, x, chunk_size=32)
+    assert rel_err(o16, o32) <= TOL and rel_err(S16, S32) <= TOL
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float64])
+def test_dtypes_follow_the_reference_contract(dtype):
+    x = make_inputs(1, 20, 1, 16, 16, seed=8, dtype=dtype)
+    o, S = call(kernels.delta_rule_chunk, "delta_rule", x, chunk_size=16)
+    o_ref, S_ref = call(delta_rule_chunk, "delta_rule", x, chunk_size=16)
+    assert o.dtype == o_ref.dtype == dtype and S.dtype == S_ref.dtype
+    assert rel_err(o, o_ref) <= (2e-2 if dtype == torch.bfloat16 else TOL)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Bad input: the kernel and the reference op raise the same error for the same mistake.
+
+
+def _mistakes():
+    def shorter_k(x):
+        x["k"] = x["k"][:, :5]
+
+    def wrong_beta(x):
+        x["beta"] = x["beta"][..., None]
+
+    def wrong_g(x):
+        x["g"] = x["g"][:, :, :1]
+
+    def wrong_state(x):
+        x["initial_state"] = x["initial_state"][..., :3]
+
+    def integer_q(x):
+        x["q"] = x["q"].long()
+
+    def double_v(x):
+        x["v"] = x["v"].double()
+
+    def meta_v(x):
+        x["v"] = x["v"].to("meta")
+
+    return {
+        "k shorter in T": (shorter_k, {}),
+        "beta (B, T, H, 1)": (wrong_beta, {}),
+        "g (B, T, 1)": (wrong_g, {}),
+        "initial_state D_v": (wrong_state, {}),
+        "integer q": (integer_q, {}),
+        "v of another dtype": (double_v, {}),
+        "v on another device": (meta_v, {}),
+        "chunk_size 0": (None, {"chunk_size": 0}),
+        "chunk_size 1.5": (None, {"chunk_size": 1.5}),
+        "negative scale": (None, {"scale": -1.0}),
+    }
+
+
+MISTAKES = _mistakes()
+
+
+def _error_of(fn, *args, **kwargs):
+    with pytest.raises((TypeError, ValueError)) as info:
+        fn(*args, **kwargs)
+    return type(info.value), str(info.value)
+
+
+@pytest.mark.parametrize("name", OPS)
+@pytest.mark.parametrize("mistake", MISTAKES)
+def test_kernel_and_reference_reject_the_same_mistake_alike(name, mistake):
+    edit, kwargs = MISTAKES[mistake]
+    takes = OPS[name][3]
+    if mistake == "g (B, T, 1)" and "g" not in takes or mistake == "beta (B, T, H, 1)" and "b" not in takes:
+        pytest.skip("the op has no such argument")
+    x = make_inputs(1, 8, 2, 4, 6)
+    if edit is not None:
+        edit(x)
+    kernel, reference = OPS[name][:2]
+    options = {"chunk_size": 16, **kwargs}
+    assert _error_of(call, kernel, name, x, **options) == _error_of(call, reference, name, x, **options)
+
+
+def test_normalised_state_must_be_a_pair_in_both():
+    x = make_inputs(1, 8, 1, 4, 4)
+    args = (x["q"], x["k"], x["v"])
+    kw = {"normalize": True, "initial_state": x["initial_state"], "chunk_size": 16}
+    assert _error_of(kernels.linear_attention_chunk, *args, **kw) == _error_of(linear_attention_chunk, *args, **kw)
+
+
+def test_unstable_beta_warns_like_the_reference():
+    x = make_inputs(1, 8, 1, 4, 4)
+    x["beta"] = x["beta"] + 3.0  # β‖k‖² > 2
+    with pytest.warns(RuntimeWarning, match="beta"):
+        call(kernels.delta_rule_chunk, "delta_rule", x, chunk_size=16)
+    with pytest.raises(ValueError, match="beta"):
+        call(kernels.delta_rule_chunk, "delta_rule", x, chunk_size=16, check_stability="raise")
+
+
+@pytest.mark.parametrize("chunk_size", [8, 24])
+def test_kernel_tile_limits_are_explained(chunk_size):
+    x = make_inputs(1, 8, 1, 4, 4)
+    with pytest.raises(ValueError, match="chunk_size: the kernels need a power of two >= 16"):
+        call(kernels.delta_rule_chunk, "delta_rule", x, chunk_size=chunk_size)
+
+
+def test_too_large_d_k_is_explained():
+    x = make_inputs(1, 2, 1, 300, 4, with_state=False)
+    with pytest.raises(ValueError, match="D_k <= 256"):
+        call(kernels.linear_attention_chunk, "linear_attention", x, chunk_size=16)
+
+
+def test_cpu_without_interpreter_says_how_to_enable_it(monkeypatch):
+    monkeypatch.setattr(_dispatch, "interpreter_active", lambda: False)
+    x = {n: None if t is None else t.cpu() for n, t in make_inputs(1, 4, 1, 4, 4).items()}
+    with pytest.raises(RuntimeError, match="TRITON_INTERPRET=1.*ttr_edu.ops.delta_rule_chunk"):
+        call(kernels.delta_rule_chunk, "delta_rule", x, chunk_size=16)
+
+
+def test_other_devices_point_to_the_reference():
+    x = {n: None if t is None else t.to("meta") for n, t in make_inputs(1, 4, 1, 4, 4).items()}
+    with pytest.raises(RuntimeError, match="ttr_edu.ops.linear_attention_chunk"):
+        call(kernels.linear_attention_chunk, "linear_attention", x, chunk_size=16)

@@ -1,0 +1,122 @@
+"""Where a kernel may run, how big its tiles are, and the autograd wrapper every kernel shares.
+
+Dispatch (issue 7):
+
+* CUDA tensors run the compiled kernel;
+* CPU tensors run it under Triton's interpreter, which must be switched on with ``TRITON_INTERPRET=1`` *before*
+  Triton is imported (``@triton.jit`` reads the variable once, when the kernels are defined);
+* anything else raises a ``RuntimeError`` that says how to switch the interpreter on, or which reference op to use.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+import triton
+from triton.runtime.interpreter import InterpretedFunction
+
+from ttr_edu.kernels import _triton_kernels
+
+#: The largest D_k a kernel accepts: a program keeps a (D_k, BV) block of the state in registers.
+MAX_D_K = 256
+
+
+def interpreter_active() -> bool:
+    """True when the kernels were defined under ``TRITON_INTERPRET=1`` (they then run on CPU tensors)."""
+    return isinstance(_triton_kernels.delta_rule_fwd_kernel, InterpretedFunction)
+
+
+def check_runnable(device: torch.device, reference: str) -> None:
+    """Raise ``RuntimeError`` unless a kernel can run on tensors living on ``device``.
+
+    Args:
+        device: the inputs' device.
+        reference: the name of the reference op to suggest, e.g. ``"ttr_edu.ops.delta_rule_chunk"``.
+    """
+    if device.type == "cuda" or (device.type == "cpu" and interpreter_active()):
+        return
+    if device.type == "cpu":
+        raise RuntimeError(
+            "Triton kernels run on CPU tensors only in Triton's interpreter, which is off. Switch it on before "
+            "Triton is first imported: `TRITON_INTERPRET=1 python ...`, or `import os; "
+            "os.environ['TRITON_INTERPRET'] = '1'` in the first cell (in Jupyter, restart the kernel first). "
+            f"Or call the reference op {reference}, which computes the same function in PyTorch."
+        )
+    raise RuntimeError(
+        f"Triton kernels run on CUDA tensors (or on CPU tensors in Triton's interpreter), got tensors on "
+        f"{device}; call the reference op {reference} instead."
+    )
+
+
+def check_kernel_sizes(d_k: int, chunk_size: int, reference: str) -> None:
+    """Raise ``ValueError`` for sizes the reference op accepts but a kernel tile cannot hold."""
+    if chunk_size < 16 or chunk_size & (chunk_size - 1):
+        raise ValueError(
+            f"chunk_size: the kernels need a power of two >= 16 (a tl.dot tile side), got {chunk_size}; "
+            f"the answer does not depend on it, so pass 16, 32 or 64, or call {reference}"
+        )
+    if d_k > MAX_D_K:
+        raise ValueError(
+            f"q: the kernels hold a (D_k, BV) state block in registers and accept D_k <= {MAX_D_K}, got D_k = {d_k}; "
+            f"call {reference} instead"
+        )
+
+
+def tile_sizes(d_k: int, d_v: int, device: torch.device) -> tuple[int, int]:
+    """``(BK, BV)``: all of D_k in one tile; D_v split in tiles of 64 on a GPU (more programs in flight), whole
+    under the interpreter (each program costs Python time there)."""
+    block_k = max(16, triton.next_power_of_2(d_k))
+    block_v = max(16, triton.next_power_of_2(d_v))
+    if device.type == "cuda":
+        block_v = min(block_v, 64)
+    return block_k, block_v
+
+
+def dot_precision(dtype: torch.dtype, device: torch.device) -> str:
+    """``tl.dot``'s input precision: ``"ieee"`` for fp32/fp64 (parity with the references to ~1e-6),
+    ``"tf32"`` for fp16/bf16 inputs on a GPU, which carry fewer mantissa bits than tf32 anyway."""
+    if device.type == "cuda" and dtype in (torch.float16, torch.bfloat16):
+        return "tf32"
+    return "ieee"
+
+
+def kernel_input(x: torch.Tensor | None, device: torch.device) -> torch.Tensor | None:
+    """A contiguous tensor the kernel may read: strided views are copied, never misread; under the interpreter
+    low-precision floats become fp32 (the interpreter mishandles bf16)."""
+    if x is None:
+        return None
+    if device.type == "cpu" and x.dtype in (torch.float16, torch.bfloat16):
+        x = x.float()
+    return x.contiguous()
+
+
+class KernelFunction(torch.autograd.Function):
+    """Forward through a Triton kernel; backward by recomputation through the reference chunk op.
+
+    ``KernelFunction.apply(launch, reference, options, *inputs)`` returns the tuple of tensors
+    ``launch(*inputs, **options)`` (the output, then the parts of the final state). The backward pass re-runs
+    ``reference(*inputs, **options)``, which returns the same tuple computed in PyTorch, under autograd and hands
+    back its gradients: they are the reference's gradients exactly, at the reference's cost in time and memory.
+    ``inputs`` are tensors or None.
+    """
+
+    @staticmethod
+    def forward(ctx, launch: Callable, reference: Callable, options: dict, *inputs):
+        ctx.reference, ctx.options = reference, options
+        ctx.save_for_backward(*inputs)
+        return launch(*inputs, **options)
+
+    @staticmethod
+    def backward(ctx, *grad_outputs):
+        needs = ctx.needs_input_grad[3:]
+        with torch.enable_grad():
+            leaves = [
+                x.detach().requires_grad_(need) if x is not None else None
+                for x, need in zip(ctx.saved_tensors, needs)
+            ]
+            outputs = ctx.reference(*leaves, **ctx.options)
+            pairs = [(y, dy.to(y.dtype)) for y, dy in zip(outputs, grad_outputs) if dy is not None and y.requires_grad]
+            wanted = [x for x, need in zip(leaves, needs) if need]
+            found = iter(torch.autograd.grad([y for y, _ in pairs], wanted, [dy for _, dy in pairs], allow_unused=True))
+        return (None, None, None, *[next(found) if need else None for need in needs])

@@ -1,0 +1,158 @@
+"""The Triton kernels themselves: chunked linear attention and the chunked (gated) delta rule.
+
+One program handles one (batch, head) pair and one block of ``BV`` value columns. It walks the sequence chunk
+by chunk (``BT`` tokens each), keeps the state block ``S`` (``BK x BV``, fp32) in registers, and writes each
+chunk's output once. Every matrix product is a ``tl.dot`` on a ``BT``-sized tile: this is what makes the chunk
+form fast on matrix units (chapter 09).
+
+Layout (contiguous, as flash-linear-attention): ``q, k`` are ``(B, T, H, D_k)``, ``v, o`` are ``(B, T, H, D_v)``,
+``beta, g`` are ``(B, T, H)``, states are ``(B, H, D_k, D_v)`` fp32. The element ``(b, t, h, d)`` of a
+``(B, T, H, D)`` tensor sits at ``((b * T + t) * H + h) * D + d``.
+
+All arithmetic is fp32 whatever the input dtype; ``PRECISION`` is the ``tl.dot`` input precision
+(``"ieee"`` for fp32 parity with the references, ``"tf32"`` for speed on low-precision inputs).
+"""
+
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def linear_attention_fwd_kernel(
+    q, k, v, o, s0, s_final, scale, T,
+    H: tl.constexpr, D_K: tl.constexpr, D_V: tl.constexpr,
+    BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
+    HAS_S0: tl.constexpr, STORE_FINAL: tl.constexpr, PRECISION: tl.constexpr,
+):
+    """Chunked causal linear attention: per chunk ``O = Q S + (Q Kᵀ ⊙ M) V`` then ``S ← S + Kᵀ V``."""
+    i_v, i_bh = tl.program_id(0), tl.program_id(1)
+    i_b, i_h = (i_bh // H).to(tl.int64), (i_bh % H).to(tl.int64)
+    offs_t = tl.arange(0, BT)
+    offs_k = tl.arange(0, BK)
+    offs_v = i_v * BV + tl.arange(0, BV)
+    mask_k, mask_v = offs_k < D_K, offs_v < D_V
+    causal = offs_t[:, None] >= offs_t[None, :]  # M: lower triangle with the diagonal
+
+    # Pointers to token 0 of this (b, h); token t is t * H * D further on.
+    q_bh = q + (i_b * T * H + i_h) * D_K
+    k_bh = k + (i_b * T * H + i_h) * D_K
+    v_bh = v + (i_b * T * H + i_h) * D_V
+    o_bh = o + (i_b * T * H + i_h) * D_V
+    s_offs = i_bh.to(tl.int64) * D_K * D_V + offs_k[:, None] * D_V + offs_v[None, :]
+    s_mask = mask_k[:, None] & mask_v[None, :]
+
+    S = tl.zeros([BK, BV], dtype=tl.float32)
+    if HAS_S0:
+        S += tl.load(s0 + s_offs, mask=s_mask, other=0.0)
+
+    for t0 in range(0, T, BT):
+        rows = t0 + offs_t
+        mask_t = rows < T  # the tail chunk: rows past T load as zeros and are never stored
+        qk_mask = mask_t[:, None] & mask_k[None, :]
+        v_mask = mask_t[:, None] & mask_v[None, :]
+        q_c = tl.load(q_bh + rows[:, None] * H * D_K + offs_k[None, :], mask=qk_mask, other=0.0).to(tl.float32)
+        k_c = tl.load(k_bh + rows[:, None] * H * D_K + offs_k[None, :], mask=qk_mask, other=0.0).to(tl.float32)
+        v_c = tl.load(v_bh + rows[:, None] * H * D_V + offs_v[None, :], mask=v_mask, other=0.0).to(tl.float32)
+        q_c = q_c * scale
+
+        scores = tl.dot(q_c, tl.trans(k_c), input_precision=PRECISION)  # (BT, BT)
+        scores = tl.where(causal, scores, 0.0)
+        o_c = tl.dot(q_c, S, input_precision=PRECISION) + tl.dot(scores, v_c, input_precision=PRECISION)
+        tl.store(o_bh + rows[:, None] * H * D_V + offs_v[None, :], o_c.to(o.dtype.element_ty), mask=v_mask)
+
+        S += tl.dot(tl.trans(k_c), v_c, input_precision=PRECISION)
+
+    if STORE_FINAL:
+        tl.store(s_final + s_offs, S, mask=s_mask)
+
+
+@triton.jit
+def delta_rule_fwd_kernel(
+    q, k, v, beta, g, o, s0, s_final, scale, T,
+    H: tl.constexpr, D_K: tl.constexpr, D_V: tl.constexpr,
+    BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
+    USE_G: tl.constexpr, HAS_S0: tl.constexpr, STORE_FINAL: tl.constexpr, PRECISION: tl.constexpr,
+):
+    """Chunked (gated) delta rule in the WY/UT form (Yang et al. 2024; fla's chunk kernels).
+
+    Per chunk, with ``γ_i = exp(Σ_{s≤i} g_s)`` inside the chunk (``γ = 1`` without a gate) and ``Γ_ij = γ_i / γ_j``:
+        A = tril(diag(β) (K Kᵀ ⊙ Γ), −1)          strictly lower
+        T = (I + A)⁻¹ diag(β)                     forward substitution
+        W = T diag(γ) K,   U = T V − W S          the WY/UT pseudo-values
+        O = diag(γ) Q S + (Q Kᵀ ⊙ Γ ⊙ M) U
+        S ← γ_last S + (diag(γ_last / γ) K)ᵀ U
+    """
+    i_v, i_bh = tl.program_id(0), tl.program_id(1)
+    i_b, i_h = (i_bh // H).to(tl.int64), (i_bh % H).to(tl.int64)
+    offs_t = tl.arange(0, BT)
+    offs_k = tl.arange(0, BK)
+    offs_v = i_v * BV + tl.arange(0, BV)
+    mask_k, mask_v = offs_k < D_K, offs_v < D_V
+    causal = offs_t[:, None] >= offs_t[None, :]
+    strictly_lower = offs_t[:, None] > offs_t[None, :]
+    identity = tl.where(offs_t[:, None] == offs_t[None, :], 1.0, 0.0)
+
+    q_bh = q + (i_b * T * H + i_h) * D_K
+    k_bh = k + (i_b * T * H + i_h) * D_K
+    v_bh = v + (i_b * T * H + i_h) * D_V
+    o_bh = o + (i_b * T * H + i_h) * D_V
+    beta_bh = beta + i_b * T * H + i_h
+    g_bh = g + i_b * T * H + i_h
+    s_offs = i_bh.to(tl.int64) * D_K * D_V + offs_k[:, None] * D_V + offs_v[None, :]
+    s_mask = mask_k[:, None] & mask_v[None, :]
+
+    S = tl.zeros([BK, BV], dtype=tl.float32)
+    if HAS_S0:
+        S += tl.load(s0 + s_offs, mask=s_mask, other=0.0)
+
+    for t0 in range(0, T, BT):
+        rows = t0 + offs_t
+        mask_t = rows < T  # tail rows load k = v = β = g = 0: they add nothing to U, O or S
+        qk_mask = mask_t[:, None] & mask_k[None, :]
+        v_mask = mask_t[:, None] & mask_v[None, :]
+        q_c = tl.load(q_bh + rows[:, None] * H * D_K + offs_k[None, :], mask=qk_mask, other=0.0).to(tl.float32)
+        k_c = tl.load(k_bh + rows[:, None] * H * D_K + offs_k[None, :], mask=qk_mask, other=0.0).to(tl.float32)
+        v_c = tl.load(v_bh + rows[:, None] * H * D_V + offs_v[None, :], mask=v_mask, other=0.0).to(tl.float32)
+        b_c = tl.load(beta_bh + rows * H, mask=mask_t, other=0.0).to(tl.float32)
+        q_c = q_c * scale
+
+        kk = tl.dot(k_c, tl.trans(k_c), input_precision=PRECISION)
+        qk = tl.dot(q_c, tl.trans(k_c), input_precision=PRECISION)
+        if USE_G:
+            g_c = tl.load(g_bh + rows * H, mask=mask_t, other=0.0).to(tl.float32)
+            G = tl.cumsum(g_c, 0)  # log γ_i
+            G_last = tl.sum(g_c, 0)  # log γ of the last valid row (tail rows carry g = 0)
+            # Γ_ij = γ_i / γ_j ≤ 1 on and below the diagonal; the where() keeps exp() from overflowing above it.
+            decay = tl.exp(tl.where(causal, G[:, None] - G[None, :], 0.0))
+            kk = kk * decay
+            qk = qk * decay
+            k_decayed = k_c * tl.exp(G)[:, None]
+            q_c = q_c * tl.exp(G)[:, None]
+        else:
+            k_decayed = k_c
+
+        # T = (I + A)⁻¹ diag(β). (I + A) is unit lower triangular, so its inverse follows row by row:
+        # row i of the inverse is e_i − Σ_{j<i} A_ij (row j of the inverse), and rows j < i are already final.
+        A = tl.where(strictly_lower, b_c[:, None] * kk, 0.0)
+        inverse = identity
+        for i in range(1, BT):
+            a_i = tl.sum(tl.where(offs_t[:, None] == i, A, 0.0), 0)  # row i of A, indexed by j
+            update = tl.sum(a_i[:, None] * inverse, 0)
+            inverse = tl.where(offs_t[:, None] == i, inverse - update[None, :], inverse)
+        T_c = inverse * b_c[None, :]
+
+        W = tl.dot(T_c, k_decayed, input_precision=PRECISION)  # (BT, BK)
+        U = tl.dot(T_c, v_c, input_precision=PRECISION) - tl.dot(W, S, input_precision=PRECISION)  # (BT, BV)
+
+        scores = tl.where(causal, qk, 0.0)
+        o_c = tl.dot(q_c, S, input_precision=PRECISION) + tl.dot(scores, U, input_precision=PRECISION)
+        tl.store(o_bh + rows[:, None] * H * D_V + offs_v[None, :], o_c.to(o.dtype.element_ty), mask=v_mask)
+
+        if USE_G:
+            k_to_end = k_c * tl.exp(G_last - G)[:, None]
+            S = S * tl.exp(G_last) + tl.dot(tl.trans(k_to_end), U, input_precision=PRECISION)
+        else:
+            S += tl.dot(tl.trans(k_c), U, input_precision=PRECISION)
+
+    if STORE_FINAL:
+        tl.store(s_final + s_offs, S, mask=s_mask)
