@@ -117,13 +117,10 @@ def orthogonal_random_features(
     """
     check_positive_int("m", m)
     check_positive_int("d", d)
-    blocks = []
-    for _ in range(math.ceil(m / d)):
-        gaussian = torch.randn(d, d, generator=generator, dtype=torch.float64)
-        q, r = torch.linalg.qr(gaussian)
-        q = q * torch.sign(torch.diagonal(r))  # a Haar-distributed orthogonal matrix (sign fix of the QR)
-        blocks.append(q.T)
-    directions = torch.cat(blocks, dim=0)[:m]  # (m, d), unit rows
+    gaussian = torch.randn(math.ceil(m / d), d, d, generator=generator, dtype=torch.float64)
+    q, r = torch.linalg.qr(gaussian)  # one orthogonal block per draw, batched
+    q = q * torch.sign(torch.diagonal(r, dim1=-2, dim2=-1)).unsqueeze(-2)  # sign fix: Haar-distributed blocks
+    directions = q.transpose(-1, -2).reshape(-1, d)[:m]  # (m, d): the blocks' columns as rows, unit norm
     norms = torch.randn(m, d, generator=generator, dtype=torch.float64).norm(dim=-1, keepdim=True)
     return (directions * norms).to(dtype=dtype, device=device)
 
