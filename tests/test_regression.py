@@ -258,3 +258,16 @@ def test_singular_key_covariance_is_handled_by_the_ridge():
     k = k[:, :, :, :1].expand(B, T, H, D_K).contiguous()  # every key on one line: rank-1 covariance
     o = TestTimeRegression(Uniform(), Linear(), ExactSolve(ridge=1e-6))(q, k, v)[0]
     assert torch.isfinite(o).all()
+
+
+def test_readouts_across_chunk_boundaries_match_the_ops():
+    gen = torch.Generator().manual_seed(20)
+    q, k, v = (torch.randn(1, 150, 2, 4, generator=gen, dtype=torch.float64) for _ in range(3))
+    k = ops.l2_norm(k)
+    g = -0.2 * torch.rand(1, 150, 2, generator=gen, dtype=torch.float64)
+    close(named_layer("linear_attention")(q, k, v)[0], ops.linear_attention_recurrent(q, k, v)[0])
+    close(named_layer("gated_linear_attention")(q, k, v, g=g)[0], ops.gated_linear_attention_recurrent(q, k, v, g)[0])
+    exact = TestTimeRegression(Uniform(), Linear(), ExactSolve(ridge=0.5))(q, k, v, output_final_state=True)
+    o_op, (S_op, _) = ops.rls_recurrent(q, k, v, lam=0.5, output_final_state=True)
+    close(exact[0], o_op)
+    close(exact[1], S_op)

@@ -460,12 +460,44 @@ def _decay_from_start(g, like):
     return g.cumsum(-1).exp()
 
 
+def _weighted_readout(x, k, v, g, chunk_size: int = 64):
+    """``o_t = Σ_{i≤t} γ_i^{(t)} (x_t·k_i) v_i`` for every ``t``, and ``M_T = Σ_i γ_i^{(T)} k_i v_iᵀ``.
+
+    The weighted sum over stored pairs that every linear-class readout needs. It runs in chunks of ``C`` tokens:
+    inside a chunk with the dense weight block ``Γ``, across chunks through the weighted moment ``M`` at each chunk
+    boundary, so nothing of size ``T × T`` is formed. Shapes are heads-first: ``x, k`` ``(B, H, T, D_k)``, ``v``
+    ``(B, H, T, D_v)``, ``g`` ``(B, H, T)`` or ``None`` (uniform weights: no exponentials at all).
+    """
+    B, H, T, _ = k.shape
+    C = min(chunk_size, T)
+    pad = (-T) % C
+    if pad:  # zero keys write nothing and a zero log decay keeps the sum: the padding is inert
+        x, k, v = (torch.nn.functional.pad(y, (0, 0, 0, pad)) for y in (x, k, v))
+        g = None if g is None else torch.nn.functional.pad(g, (0, pad))
+    N = (T + pad) // C
+    xc, kc, vc = (y.reshape(B, H, N, C, -1) for y in (x, k, v))
+    causal = torch.ones(C, C, dtype=torch.bool, device=k.device).tril()
+    if g is None:
+        inside = (xc @ kc.transpose(-1, -2)).masked_fill(~causal, 0.0) @ vc  # (B, H, N, C, D_v)
+        moments = (kc.transpose(-1, -2) @ vc).cumsum(2)  # M after each chunk: (B, H, N, D_k, D_v)
+        decay_to_t = None
+    else:
+        G = g.reshape(B, H, N, C).cumsum(-1)  # log weight of the chunk start seen from each position
+        gamma = (G[..., :, None] - G[..., None, :]).masked_fill(~causal, -math.inf).exp()  # Γ inside each chunk
+        inside = ((xc @ kc.transpose(-1, -2)) * gamma) @ vc
+        writes = (kc * (G[..., -1:] - G).exp()[..., None]).transpose(-1, -2) @ vc  # each chunk's M at its end
+        moments = decayed_cumsum(writes, G[..., -1])
+        decay_to_t = G.exp()[..., None]
+    before = torch.cat([torch.zeros_like(moments[:, :, :1]), moments[:, :, :-1]], dim=2)
+    earlier = (xc if decay_to_t is None else xc * decay_to_t) @ before  # the pairs of earlier chunks
+    o = (inside + earlier).reshape(B, H, N * C, -1)[:, :, :T]
+    return o, moments[:, :, -1]
+
+
 def _gradient_step(opt: GradientStep, q, k, v, g, beta, S0):
-    """``S_t = lr Σ_i γ_i^{(t)} k_i v_iᵀ`` so ``o_t = lr Σ_i γ_i^{(t)} (q_t·k_i) v_i = lr ((Γ ⊙ Q Kᵀ) V)_t``."""
-    T = q.shape[2]
-    gamma = regression_weights(None, T).to(q) if g is None else regression_weights(g.transpose(1, 2)).to(q)
-    o = opt.lr * ((gamma * (q @ k.transpose(-1, -2))) @ v)
-    S = opt.lr * torch.einsum("bhi,bhik,bhiv->bhkv", gamma[..., -1, :].expand(q.shape[:3]), k, v)
+    """``S_t = lr Σ_i γ_i^{(t)} k_i v_iᵀ`` (the negative gradient at zero), so ``o_t = lr Σ_i γ_i^{(t)} (q_t·k_i) v_i``."""
+    o, S = _weighted_readout(q, k, v, g)
+    o, S = opt.lr * o, opt.lr * S
     if S0 is not None:
         carried = _decay_from_start(g, q)  # (B, H, T)
         o = o + carried[..., None] * (q @ S0)
@@ -474,19 +506,34 @@ def _gradient_step(opt: GradientStep, q, k, v, g, beta, S0):
 
 
 def _online_sgd(opt: OnlineSGD, q, k, v, g, beta, S0):
-    """``S_t = α_t S_{t−1} − β_t ∇_S ½‖v_t − Sᵀk_t‖² |_{S = α_t S_{t−1}}``, then ``o_t = S_tᵀ q_t``."""
+    """``S_t = α_t S_{t−1} − β_t ∇_S ½‖v_t − Sᵀk_t‖² |_{S = α_t S_{t−1}}``, then ``o_t = S_tᵀ q_t``.
+
+    The loop is the definition, one step per token. Each step decays the state, ``S̃ = α_t S_{t−1}``, reads it at
+    the key and at the query in one batched product, ``Z = [v_t − S̃ᵀ k_t ; v_t − S̃ᵀ q_t]``, and writes once; the
+    outputs follow after the loop from ``o_t = S̃ᵀ q_t + β_t (k_t·q_t) e_t`` with the error ``e_t = Z_0``.
+    """
     B, H, T, D_k = k.shape
-    S = k.new_zeros(B, H, D_k, v.shape[-1]) if S0 is None else S0.clone()
-    alpha = None if g is None else g.exp()
-    o = torch.empty_like(v)
+    D_v = v.shape[-1]
+    S = k.new_zeros(B * H, D_k, D_v) if S0 is None else S0.reshape(B * H, D_k, D_v)
+    step = beta[..., None] * k  # β_t k_t
+    read = torch.stack([k, q], dim=3)  # (B, H, T, 2, D_k): where the old state is read
+    # time first and contiguous, so that each step's slice is one dense block
+    read, step_t, two_v = (
+        x.permute(2, 0, 1, 3, 4).reshape(T, B * H, *x.shape[3:]).contiguous()
+        for x in (read, step[..., None, :], v[..., None, :].expand(B, H, T, 2, D_v))
+    )
+    alpha_t = None if g is None else g.exp().permute(2, 0, 1).reshape(T, B * H, 1, 1)  # α_t = exp(g_t)
+    Z = []
     for t in range(T):
-        if alpha is not None:
-            S = alpha[:, :, t, None, None] * S
-        k_t = k[:, :, t]
-        error = v[:, :, t] - (k_t[:, :, None, :] @ S)[:, :, 0]  # (B, H, D_v): the residual at the new pair
-        S = S + (beta[:, :, t, None] * k_t)[..., None] * error[:, :, None, :]  # minus the gradient, times β_t
-        o[:, :, t] = (q[:, :, t, None, :] @ S)[:, :, 0]
-    return o, S
+        if alpha_t is not None:
+            S = alpha_t[t] * S  # down-weight the past: γ_i^{(t)} = α_t γ_i^{(t−1)}
+        z = torch.baddbmm(two_v[t], read[t], S, alpha=-1.0)  # (B·H, 2, D_v)
+        S = torch.baddbmm(S, step_t[t].transpose(1, 2), z[:, :1])  # S + β_t k_t e_tᵀ: minus β_t × the gradient
+        Z.append(z)
+    Z = torch.stack(Z, dim=1).reshape(B, H, T, 2, D_v)  # (B·H, T, 2, D_v) -> heads-first
+    error, query_read = Z[..., 0, :], v - Z[..., 1, :]
+    o = query_read + (step * q).sum(-1, keepdim=True) * error
+    return o, S.reshape(B, H, D_k, D_v)
 
 
 def _multi_pass_sgd(opt: MultiPassSGD, q, k, v, g, beta, S0):
@@ -518,15 +565,13 @@ def _exact_solve(opt: ExactSolve, q, k, v, g, beta, S0):
 
     The readout never forms ``S_t``: one ``D_k × D_k`` Cholesky solve per step, then the weighted sum over pairs.
     """
-    T, D_k = q.shape[2], q.shape[3]
+    D_k = q.shape[3]
     eye = torch.eye(D_k, dtype=q.dtype, device=q.device)
     A = _covariances(k, g) + opt.ridge * eye  # positive definite since ridge > 0
     L, info = torch.linalg.cholesky_ex(A)
     _raise_if_not_factorised(info, "the key covariance plus ridge")
     x = torch.cholesky_solve(q[..., None], L)[..., 0]  # (B, H, T, D_k)
-    gamma = regression_weights(None, T).to(q) if g is None else regression_weights(g.transpose(1, 2)).to(q)
-    o = (gamma * (x @ k.transpose(-1, -2))) @ v
-    moment = torch.einsum("bhi,bhik,bhiv->bhkv", gamma[..., -1, :].expand(q.shape[:3]), k, v)
+    o, moment = _weighted_readout(x, k, v, g)
     S = torch.cholesky_solve(moment, L[:, :, -1])
     return o, S
 
@@ -534,21 +579,23 @@ def _exact_solve(opt: ExactSolve, q, k, v, g, beta, S0):
 def _recursive_least_squares(opt: RecursiveLeastSquares, q, k, v, g, beta, S0):
     """Sherman–Morrison: ``P̃ = P/α``, ``u = P̃ k``, ``P ← P̃ − u uᵀ/(1 + kᵀu)``, ``S ← S + (P k)(v − Sᵀk)ᵀ``."""
     B, H, T, D_k = k.shape
-    P = torch.eye(D_k, dtype=q.dtype, device=q.device).expand(B, H, D_k, D_k) / opt.ridge
-    S = k.new_zeros(B, H, D_k, v.shape[-1])
-    alpha = None if g is None else g.exp()
-    o = torch.empty_like(v)
+    D_v = v.shape[-1]
+    P = torch.eye(D_k, dtype=q.dtype, device=q.device).expand(B * H, D_k, D_k) / opt.ridge
+    S = k.new_zeros(B * H, D_k, D_v)
+    q_t, k_t, v_t = (x.permute(2, 0, 1, 3).reshape(T, B * H, 1, -1) for x in (q, k, v))  # (T, B·H, 1, D)
+    alpha = None if g is None else g.exp().permute(2, 0, 1).reshape(T, B * H, 1, 1)
+    o = []
     for t in range(T):
         if alpha is not None:
-            P = P / alpha[:, :, t, None, None]
-        k_t = k[:, :, t]
-        u = (P @ k_t[..., None])[..., 0]  # (B, H, D_k)
-        gain = u / (1 + (k_t * u).sum(-1, keepdim=True))  # = P_t k_t
-        P = P - gain[..., :, None] * u[..., None, :]
-        error = v[:, :, t] - (k_t[:, :, None, :] @ S)[:, :, 0]
-        S = S + gain[..., :, None] * error[:, :, None, :]
-        o[:, :, t] = (q[:, :, t, None, :] @ S)[:, :, 0]
-    return o, S
+            P = P / alpha[t]  # the old data (and the ridge) weigh α_t less: A_t = α_t A_{t−1} + k kᵀ
+        u = torch.bmm(k_t[t], P)  # (B·H, 1, D_k): (P̃ k)ᵀ, P̃ symmetric
+        gain = u / (1 + (k_t[t] * u).sum(-1, keepdim=True))  # (P_t k_t)ᵀ
+        P = torch.baddbmm(P, gain.transpose(1, 2), u, alpha=-1.0)
+        error = torch.baddbmm(v_t[t], k_t[t], S, alpha=-1.0)  # v_t − Sᵀ k_t
+        S = torch.baddbmm(S, gain.transpose(1, 2), error)
+        o.append(torch.bmm(q_t[t], S))
+    o = torch.cat(o, 1).reshape(B, H, T, D_v)
+    return o, S.reshape(B, H, D_k, D_v)
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -582,7 +629,7 @@ def _local_linear(q, k, v, g, scale, ridge):
     D_k = q.shape[-1]
     w = torch.softmax(_log_kernel_weights(q, k, g, scale, "softmax"), dim=-1)  # (B, H, T, T)
     k_mean, v_mean = w @ k, w @ v  # (B, H, T, D)
-    second = torch.einsum("bhti,bhik,bhil->bhtkl", w, k, k)  # Σ_i w_ti k_i k_iᵀ
+    second = (w @ (k[..., :, None] * k[..., None, :]).flatten(-2)).unflatten(-1, (D_k, D_k))  # Σ_i w_ti k_i k_iᵀ
     cov = second - k_mean[..., :, None] * k_mean[..., None, :]
     eye = torch.eye(D_k, dtype=q.dtype, device=q.device)
     L, info = torch.linalg.cholesky_ex(cov + ridge * eye)

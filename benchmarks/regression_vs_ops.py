@@ -1,0 +1,84 @@
+"""The framework's generic path against the specialised op of the same layer, side by side.
+
+``ttr_edu.regression`` computes each layer from the regression objective (weights × function class × optimiser);
+``ttr_edu.ops`` holds the hand-derived forms. This prints the time of each and their ratio (target: generic ≤ 3×).
+
+    python benchmarks/regression_vs_ops.py            # T = 1024, D = 64, B = 1, H = 2
+    python benchmarks/regression_vs_ops.py --T 256 --repeats 5 --threads 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import torch
+
+from ttr_edu import ops
+from ttr_edu.regression import named_layer
+
+
+def best_times(fns, repeats: int) -> list[float]:
+    """The fastest of ``repeats`` runs of each function, in seconds, the runs interleaved.
+
+    On a shared machine the minimum is the run least disturbed by other processes, and interleaving exposes both
+    functions to the same background load.
+    """
+    for fn in fns:
+        fn()  # warm-up
+    best = [float("inf")] * len(fns)
+    for _ in range(repeats):
+        for i, fn in enumerate(fns):
+            start = time.perf_counter()
+            fn()
+            best[i] = min(best[i], time.perf_counter() - start)
+    return best
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--T", type=int, default=1024)
+    parser.add_argument("--D", type=int, default=64)
+    parser.add_argument("--B", type=int, default=1)
+    parser.add_argument("--H", type=int, default=2)
+    parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--threads", type=int, default=1, help="torch threads (1: least sensitive to other load)")
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    B, T, H, D = args.B, args.T, args.H, args.D
+
+    gen = torch.Generator().manual_seed(0)
+    q = torch.randn(B, T, H, D, generator=gen)
+    k = torch.nn.functional.normalize(torch.randn(B, T, H, D, generator=gen), dim=-1)
+    v = torch.randn(B, T, H, D, generator=gen)
+    beta = torch.rand(B, T, H, generator=gen)
+    g = -0.1 * torch.rand(B, T, H, generator=gen)
+
+    cases = [  # (layer, generic call, specialised op, the op's name)
+        ("linear attention", lambda: named_layer("linear_attention")(q, k, v),
+         lambda: ops.linear_attention_chunk(q, k, v), "linear_attention_chunk"),
+        ("gated linear attention", lambda: named_layer("gated_linear_attention")(q, k, v, g=g),
+         lambda: ops.gated_linear_attention_chunk(q, k, v, g), "gated_linear_attention_chunk"),
+        ("DeltaNet", lambda: named_layer("deltanet")(q, k, v, beta=beta),
+         lambda: ops.delta_rule_chunk(q, k, v, beta), "delta_rule_chunk"),
+        ("DeltaNet", lambda: named_layer("deltanet")(q, k, v, beta=beta),
+         lambda: ops.delta_rule_recurrent(q, k, v, beta), "delta_rule_recurrent"),
+        ("gated DeltaNet", lambda: named_layer("gated_deltanet")(q, k, v, beta=beta, g=g),
+         lambda: ops.gated_delta_rule_chunk(q, k, v, g, beta), "gated_delta_rule_chunk"),
+        ("RLS / Mesa", lambda: named_layer("rls")(q, k, v),
+         lambda: ops.rls_recurrent(q, k, v, lam=1.0), "rls_recurrent"),
+        ("softmax attention", lambda: named_layer("softmax_attention")(q, k, v),
+         lambda: ops.softmax_attention(q, k, v), "softmax_attention"),
+        ("local linear attention", lambda: named_layer("local_linear_attention", ridge=1e-2)(q, k, v),
+         lambda: ops.local_linear_attention(q, k, v, ridge=1e-2), "local_linear_attention"),
+    ]
+    print(f"B={B} T={T} H={H} D_k=D_v={D}, fp32, {torch.get_num_threads()} threads, best of {args.repeats}")
+    print(f"{'layer':<24}{'specialised op':<30}{'op ms':>9}{'generic ms':>12}{'generic/op':>12}")
+    with torch.no_grad():
+        for layer, generic, specialised, name in cases:
+            t_op, t_gen = best_times([specialised, generic], args.repeats)
+            print(f"{layer:<24}{name:<30}{1e3 * t_op:>9.1f}{1e3 * t_gen:>12.1f}{t_gen / t_op:>11.2f}x")
+
+
+if __name__ == "__main__":
+    main()
