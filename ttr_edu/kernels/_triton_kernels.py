@@ -9,8 +9,8 @@ Layout (contiguous, as flash-linear-attention): ``q, k`` are ``(B, T, H, D_k)``,
 ``beta, g`` are ``(B, T, H)``, states are ``(B, H, D_k, D_v)`` fp32. The element ``(b, t, h, d)`` of a
 ``(B, T, H, D)`` tensor sits at ``((b * T + t) * H + h) * D + d``.
 
-All arithmetic is fp32 whatever the input dtype; ``PRECISION`` is the ``tl.dot`` input precision
-(``"ieee"`` for fp32 parity with the references, ``"tf32"`` for speed on low-precision inputs).
+All arithmetic is fp32 whatever the input dtype; ``PRECISION`` is the ``tl.dot`` input precision, chosen by
+:func:`ttr_edu.kernels._dispatch.dot_precision` (``"ieee"``, ``"tf32x3"`` or ``"tf32"``).
 """
 
 import triton

@@ -17,6 +17,7 @@ from ttr_edu.kernels._dispatch import (
     check_runnable,
     dot_precision,
     kernel_input,
+    warps_for,
     tile_sizes,
 )
 from ttr_edu._validation import check_positive_int
@@ -44,6 +45,7 @@ def _launch(q, k, v, beta, g, initial_state, *, scale: float, chunk_size: int):
         q, k, v, beta, beta if g is None else g, o, s_final if s0 is None else s0, s_final, scale, T,
         H=H, D_K=d_k, D_V=d_v, BT=chunk_size, BK=block_k, BV=block_v,
         USE_G=g is not None, HAS_S0=s0 is not None, STORE_FINAL=True, PRECISION=dot_precision(q.dtype, device),
+        num_warps=warps_for(block_k, block_v, device),
     )
     return o.to(out_dtype), s_final.to(compute_dtype(out_dtype))
 
@@ -109,8 +111,9 @@ def delta_rule_chunk(
         ``(o, final_state)``: ``o`` is ``(B, T, H, D_v)`` in q's dtype; ``final_state`` is ``(B, H, D_k, D_v)``
         fp32 (fp64 for fp64 inputs), or None unless ``output_final_state``.
 
-    The kernel computes in fp32 whatever the input dtype, with ``tl.dot`` in ieee precision for fp32/fp64 inputs
-    and tf32 for fp16/bf16 inputs on a GPU. Inputs that are not contiguous are copied, never misread.
+    The kernel computes in fp32 whatever the input dtype; ``tl.dot`` runs in ieee precision under the interpreter,
+    tf32x3 (≈ fp32) for fp32/fp64 inputs and tf32 for fp16/bf16 inputs on a GPU (see ``_dispatch.dot_precision``).
+    Inputs that are not contiguous are copied, never misread.
 
     Backward: by recomputation through :func:`ttr_edu.ops.delta_rule_chunk` (PyTorch), so gradients are the
     reference's exactly; only the forward pass is a Triton kernel.

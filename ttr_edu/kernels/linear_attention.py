@@ -17,6 +17,7 @@ from ttr_edu.kernels._dispatch import (
     check_runnable,
     dot_precision,
     kernel_input,
+    warps_for,
     tile_sizes,
 )
 from ttr_edu.ops._common import check_inputs, compute_dtype, resolve_scale
@@ -43,6 +44,7 @@ def _launch(q, k, v, initial_state, *, scale: float, chunk_size: int):
         q, k, v, o, s_final if s0 is None else s0, s_final, scale, T,
         H=H, D_K=d_k, D_V=d_v, BT=chunk_size, BK=block_k, BV=block_v,
         HAS_S0=s0 is not None, STORE_FINAL=True, PRECISION=dot_precision(q.dtype, device),
+        num_warps=warps_for(block_k, block_v, device),
     )
     return o.to(out_dtype), s_final.to(compute_dtype(out_dtype))
 
@@ -99,8 +101,9 @@ def linear_attention_chunk(
         ``(o, final_state)``: ``o`` ``(B, T, H, D_v)`` in q's dtype; ``final_state`` ``S_T`` (or ``(S_T, z_T)``)
         in fp32 (fp64 for fp64 inputs), or None unless ``output_final_state``.
 
-    The kernel computes in fp32 whatever the input dtype (``tl.dot`` in ieee precision for fp32/fp64, tf32 for
-    fp16/bf16 on a GPU). Inputs that are not contiguous are copied, never misread.
+    The kernel computes in fp32 whatever the input dtype; ``tl.dot`` runs in ieee precision under the interpreter,
+    tf32x3 (≈ fp32) for fp32/fp64 inputs and tf32 for fp16/bf16 inputs on a GPU (see ``_dispatch.dot_precision``).
+    Inputs that are not contiguous are copied, never misread.
 
     Backward: by recomputation through :func:`ttr_edu.ops.linear_attention_chunk` (PyTorch), so gradients are
     the reference's exactly; only the forward pass is a Triton kernel.
