@@ -1,6 +1,7 @@
 """benchmarks/kernels_gpu.py runs its plan without a GPU (--dry-run) and refuses a real run without CUDA."""
 
 import importlib.util
+import sys
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,7 @@ SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "kernels_gpu.py"
 def bench():
     spec = importlib.util.spec_from_file_location("kernels_gpu", SCRIPT)
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up there
     spec.loader.exec_module(module)
     return module
 
