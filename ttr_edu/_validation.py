@@ -29,8 +29,9 @@ __all__ = [
 
 
 def fmt_dims(dims: Sequence[str | int]) -> str:
-    """``("B", "T", 4)`` -> ``"(B, T, 4)"``."""
-    return "(" + ", ".join(str(d) for d in dims) + ")"
+    """``("B", "T", 4)`` -> ``"(B, T, 4)"``; one dim keeps Python's trailing comma: ``"(D_k,)"``."""
+    inner = ", ".join(str(d) for d in dims)
+    return f"({inner},)" if len(dims) == 1 else f"({inner})"
 
 
 def check_tensor(name: str, x, *, floating: bool = True, allow_none: bool = False) -> None:

@@ -112,6 +112,9 @@ def run_check(
         except NotImplementedError:
             print(f"[not attempted yet] {name}: fill in the function above, run its cell, then run this check again.")
             return False
+        except Exception as err:  # the student's own bug: show it with the case that triggered it
+            inputs = ", ".join(f"{k}={describe(v)}" for k, v in case.items())
+            raise CheckFailed(f"{name}: your function raised {type(err).__name__}: {err}\n  inputs: {inputs}") from err
         _compare(name, got, want, case, rtol, atol)
         n_cases += 1
     print(f"PASS {name}: your function agrees with the reference on {n_cases} random cases.")

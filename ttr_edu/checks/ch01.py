@@ -1,0 +1,70 @@
+"""Checks for chapter 01, Hebbian memory. Each compares the student's function with :mod:`ttr_edu.memory`."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+import torch
+
+from ttr_edu import memory
+from ttr_edu.checks._core import run_check
+
+__all__ = ["check_write", "check_store", "check_crosstalk_energy", "check_recall_accuracy"]
+
+# D_k ≠ D_v in most cases, so that a transposed outer product cannot pass by accident.
+SHAPES = [(1, 1, 1), (3, 5, 4), (7, 6, 2), (12, 8, 8)]  # (N, D_k, D_v)
+
+
+def _generator(seed: int) -> torch.Generator:
+    return torch.Generator().manual_seed(seed)
+
+
+def _write_cases() -> Iterator[dict]:
+    for i, (_, d_k, d_v) in enumerate(SHAPES):
+        g = _generator(100 + i)
+        yield {
+            "W": torch.randn(d_v, d_k, generator=g, dtype=torch.float64),
+            "k": torch.randn(d_k, generator=g, dtype=torch.float64),
+            "v": torch.randn(d_v, generator=g, dtype=torch.float64),
+        }
+
+
+def _store_cases() -> Iterator[dict]:
+    for i, (n, d_k, d_v) in enumerate(SHAPES):
+        g = _generator(200 + i)
+        yield {
+            "keys": torch.randn(n, d_k, generator=g, dtype=torch.float64),
+            "values": torch.randn(n, d_v, generator=g, dtype=torch.float64),
+        }
+
+
+def _key_cases() -> Iterator[dict]:
+    for i, (n, d_k, _) in enumerate(SHAPES + [(20, 8, 0)]):
+        yield {"keys": memory.random_unit_keys(n, d_k, seed=300 + i)}
+
+
+def _accuracy_cases() -> Iterator[dict]:
+    for i, (n, d_k, _) in enumerate([(4, 16, 0), (16, 16, 0), (40, 16, 0), (64, 32, 0)]):
+        keys = memory.random_unit_keys(n, d_k, seed=400 + i)
+        values = memory.random_unit_keys(n, d_k, seed=500 + i)  # random unit values: crosstalk can flip a recall
+        yield {"W": memory.store(keys, values), "keys": keys, "values": values}
+
+
+def check_write(write: Callable) -> bool:
+    """Check ``write(W, k, v) -> W + v kᵀ`` (shapes ``(D_v, D_k)``, ``(D_k,)``, ``(D_v,)``)."""
+    return run_check("write", write, memory.hebbian_write, _write_cases())
+
+
+def check_store(store: Callable) -> bool:
+    """Check ``store(keys, values) -> Σ_i v_i k_iᵀ`` (shapes ``(N, D_k)``, ``(N, D_v)`` -> ``(D_v, D_k)``)."""
+    return run_check("store", store, memory.store, _store_cases())
+
+
+def check_crosstalk_energy(crosstalk_energy: Callable) -> bool:
+    """Check ``crosstalk_energy(keys) -> mean_j Σ_{i≠j} (k_iᵀ k_j)²`` (a scalar)."""
+    return run_check("crosstalk_energy", crosstalk_energy, memory.crosstalk_energy, _key_cases())
+
+
+def check_recall_accuracy(recall_accuracy: Callable) -> bool:
+    """Check ``recall_accuracy(W, keys, values) -> fraction recalled after nearest-value clean-up``."""
+    return run_check("recall_accuracy", recall_accuracy, memory.recall_accuracy, _accuracy_cases(), atol=1e-12)
