@@ -254,15 +254,24 @@ def test_memory_cost_is_printed_up_front_and_fp16_keys_halve_it(capsys):
 
 
 def test_verify_catches_gradient_clipping_and_missing_zero_grad():
+    x, y = torch.randn(8, 6, dtype=torch.float64), torch.randint(0, 3, (8,))
     model = mlp()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     recorder = DualFormRecorder(model, optimizer, LAYERS, max_steps=5, patterns_per_step=8, verbose=False)
-    x, y = torch.randn(8, 6, dtype=torch.float64), torch.randint(0, 3, (8,))
+    for _ in range(2):
+        optimizer.zero_grad()
+        nn.functional.cross_entropy(model(x), y).backward()
+        optimizer.step()
+    recorder.check()  # two honest steps pass
+    optimizer.zero_grad()
     nn.functional.cross_entropy(model(x), y).backward()
     nn.utils.clip_grad_norm_(model.parameters(), 1e-3)
-    with pytest.raises(RuntimeError, match="gradient clipping"):
-        optimizer.step()
-    recorder.close()
+    optimizer.step()
+    with pytest.raises(RuntimeError, match="at step 3 the gradient.*gradient clipping"):
+        recorder.memory("0")
+    with pytest.raises(RuntimeError, match="at step 3"):
+        with recorder.dual():
+            pass
 
     model = mlp()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
@@ -270,8 +279,9 @@ def test_verify_catches_gradient_clipping_and_missing_zero_grad():
     nn.functional.cross_entropy(model(x), y).backward()
     optimizer.step()
     nn.functional.cross_entropy(model(x), y).backward()  # no zero_grad(): the old gradient is still in .grad
-    with pytest.raises(RuntimeError, match="zero_grad"):
-        optimizer.step()
+    optimizer.step()
+    with pytest.raises(RuntimeError, match="at step 2.*zero_grad"):
+        recorder.check()
 
 
 def test_sequences_and_repeated_calls_are_recorded():

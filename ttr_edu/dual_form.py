@@ -32,7 +32,7 @@ import contextlib
 import math
 import warnings
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 from torch import nn
@@ -195,7 +195,7 @@ class LinearMemory:
 
     Built and filled by :class:`DualFormRecorder`; read it with :func:`dual_linear`, :func:`spotlight_scores`,
     :func:`top_patterns`. Buffers are allocated once, for ``capacity`` patterns; the first ``num_patterns`` rows
-    are filled.
+    are filled, in step order.
 
     Attributes:
         name: the layer's name in the model. ``d_in``, ``d_out``: its widths.
@@ -204,8 +204,8 @@ class LinearMemory:
             naive SGD dual with the optimiser's learning rate, not the model's output.
     """
 
-    def __init__(self, name: str, layer: nn.Linear, optimizer_state: dict, capacity: int, key_dtype: torch.dtype,
-                 exact: bool) -> None:
+    def __init__(self, name: str, layer: nn.Linear, optimizer_state: dict, max_steps: int, capacity: int,
+                 key_dtype: torch.dtype, exact: bool, verify: bool) -> None:
         weight = layer.weight
         self.name, self.d_in, self.d_out, self.capacity, self.exact = name, layer.in_features, layer.out_features, \
             capacity, exact
@@ -217,19 +217,26 @@ class LinearMemory:
         device, dtype = weight.device, weight.dtype
         self.keys_buffer = torch.empty(capacity, self.d_in, dtype=key_dtype, device=device)  # (capacity, D_in)
         self.grads_buffer = torch.empty(capacity, self.d_out, dtype=dtype, device=device)  # (capacity, D_out): ∂L/∂y
-        self.steps_buffer = torch.empty(capacity, dtype=torch.int32, device=device)
-        self.labels_buffer = torch.empty(capacity, dtype=torch.int32, device=device)
-        self.sample_ids_buffer = torch.empty(capacity, dtype=torch.int64, device=device)
+        self.meta_buffer = torch.empty(3, capacity, dtype=torch.int64, device=device)  # rows: step, label, sample id
+        self.buffers = [self.keys_buffer, self.grads_buffer, self.meta_buffer]
+        if verify:  # what _verify_updates needs: x_tᵀr per pattern, and W.grad r, b.grad per update
+            self.probe = torch.randn(self.d_in, generator=torch.Generator().manual_seed(0), dtype=torch.float64
+                                     ).to(device=device, dtype=dtype)
+            self.probed_keys_buffer = torch.empty(capacity, dtype=dtype, device=device)
+            self.probed_grad_buffer = torch.empty(max_steps, 2, self.d_out, dtype=dtype, device=device)
+            self.buffers += [self.probed_keys_buffer, self.probed_grad_buffer]
+        self.verify = verify
         self.num_patterns = 0
         self.weight_updates: list[_Update] = []
         self.bias_updates: list[_Update] = []
-        self._cache: dict[int, tuple] = {}
+        self.update_ends: list[int] = []  # patterns of weight update i are rows [update_ends[i-1], update_ends[i])
+        self.verified_updates = 0
+        self._cache: dict[int, dict] = {}
 
     @property
     def nbytes(self) -> int:
         """Bytes held by the recording buffers (allocated once, at full capacity)."""
-        buffers = (self.keys_buffer, self.grads_buffer, self.steps_buffer, self.labels_buffer, self.sample_ids_buffer)
-        return sum(b.numel() * b.element_size() for b in buffers)
+        return sum(b.numel() * b.element_size() for b in self.buffers)
 
     @property
     def num_steps(self) -> int:
@@ -243,18 +250,18 @@ class LinearMemory:
 
     @property
     def steps(self) -> torch.Tensor:
-        """``(N,)`` int32: the optimiser step (1-based) each pattern was used in."""
-        return self.steps_buffer[: self.num_patterns]
+        """``(N,)`` int64: the optimiser step (1-based) each pattern was used in."""
+        return self.meta_buffer[0, : self.num_patterns]
 
     @property
     def labels(self) -> torch.Tensor:
-        """``(N,)`` int32: the label given to :meth:`DualFormRecorder.annotate`, −1 when none was given."""
-        return self.labels_buffer[: self.num_patterns]
+        """``(N,)`` int64: the label given to :meth:`DualFormRecorder.annotate`, −1 when none was given."""
+        return self.meta_buffer[1, : self.num_patterns]
 
     @property
     def sample_ids(self) -> torch.Tensor:
         """``(N,)`` int64: the sample id given to :meth:`DualFormRecorder.annotate`, −1 when none was given."""
-        return self.sample_ids_buffer[: self.num_patterns]
+        return self.meta_buffer[2, : self.num_patterns]
 
     def _resolve_step(self, at_step: int | None) -> int:
         if at_step is None:
@@ -291,15 +298,13 @@ class LinearMemory:
 
     def _per_pattern(self, rho: torch.Tensor, update_steps: torch.Tensor, n: int) -> torch.Tensor:
         """Spread per-update coefficients onto the first ``n`` patterns, by each pattern's step."""
-        steps = self.steps[:n].long().cpu()
-        index = torch.searchsorted(update_steps, steps)
+        index = torch.searchsorted(update_steps, self.steps[:n].cpu())
         return rho[index].to(device=self.grads_buffer.device, dtype=self.grads_buffer.dtype)  # (n,)
 
     def patterns_until(self, at_step: int | None = None) -> int:
         """How many stored patterns belong to steps ``≤ at_step`` (patterns are stored in step order)."""
         s = self._resolve_step(at_step)
-        return int(torch.searchsorted(self.steps.long(), torch.tensor(s, device=self.steps.device),
-                                      right=True).item())
+        return int(torch.searchsorted(self.steps, torch.tensor(s, device=self.steps.device), right=True).item())
 
     def values(self, at_step: int | None = None) -> torch.Tensor:
         """``(N_s, D_out)``: the values ``e_t = ρ_t ∂L/∂y_t`` of the patterns up to ``at_step``.
@@ -327,30 +332,107 @@ class LinearMemory:
         values_mb = self.grads_buffer.numel() * self.grads_buffer.element_size() / 1e6
         return (f"{self.name}: Linear({self.d_in}→{self.d_out}), {self.capacity:,} patterns: keys {keys_mb:.1f} MB "
                 f"({_dtype_name(self.keys_buffer.dtype)}), values {values_mb:.1f} MB "
-                f"({_dtype_name(self.grads_buffer.dtype)}), steps/labels/ids {self.nbytes / 1e6 - keys_mb - values_mb:.1f} MB")
+                f"({_dtype_name(self.grads_buffer.dtype)}), steps/labels/ids{' and checks' if self.verify else ''} "
+                f"{self.nbytes / 1e6 - keys_mb - values_mb:.1f} MB")
 
     def __repr__(self) -> str:
         return f"LinearMemory({self.name}, Linear({self.d_in}→{self.d_out}), {self.num_patterns:,} patterns, " \
                f"{self.num_steps} steps{'' if self.exact else ', INEXACT'})"
 
     # -- filled by the recorder --------------------------------------------------------------------------------
-    def _append(self, keys: torch.Tensor, grads: torch.Tensor, step: int, labels: torch.Tensor | None,
-                sample_ids: torch.Tensor | None) -> None:
-        n = keys.shape[0]
-        start, stop = self.num_patterns, self.num_patterns + n
+    def _write_keys(self, x: torch.Tensor, start: int) -> bool:
+        """Store the inputs of one forward call at rows ``start..`` (made final, or dropped, at the step).
+
+        Returns False, storing nothing, when they do not fit: that is an error only if the call gets a gradient
+        and so becomes part of a step (a forward pass for evaluation after training must not fail).
+        """
+        stop = start + x.shape[0]
         if stop > self.capacity:
-            raise RuntimeError(
-                f"{self.name}: the recording is full ({self.capacity:,} patterns = max_steps × patterns_per_step); "
-                f"step {step} brings {n} more. Recording stops here rather than grow without bound: create the "
-                "recorder with a larger max_steps or patterns_per_step, or close() it before training on."
-            )
-        self.keys_buffer[start:stop] = keys
-        self.grads_buffer[start:stop] = grads
-        self.steps_buffer[start:stop] = step
-        self.labels_buffer[start:stop] = -1 if labels is None else labels
-        self.sample_ids_buffer[start:stop] = -1 if sample_ids is None else sample_ids
-        self.num_patterns = stop
+            return False
+        self.keys_buffer[start:stop] = x
+        if self.verify:
+            torch.mv(x, self.probe, out=self.probed_keys_buffer[start:stop])
+        return True
+
+    def _commit(self, slots: list[list], weight: torch.Tensor, bias: torch.Tensor | None, meta: torch.Tensor | None,
+                weight_update: _Update | None, bias_update: _Update | None) -> None:
+        """Make the step's patterns final: drop forward calls that got no gradient, then write the step's record."""
+        write = self.num_patterns
+        for start, n, has_grad, _, stored in slots:
+            if not has_grad:
+                continue
+            if not stored:
+                step = "?" if weight_update is None else weight_update.step
+                raise RuntimeError(
+                    f"{self.name}: the recording is full ({self.capacity:,} patterns = max_steps × patterns_per_step);"
+                    f" step {step} brings {sum(s[1] for s in slots if s[2])} patterns, {self.capacity - self.num_patterns}"
+                    " fit. Recording stops here rather than grow without bound: create the recorder with a larger "
+                    "max_steps or patterns_per_step, or close() it before training on."
+                )
+            if start != write:  # an earlier call of this step got no gradient: close the gap
+                self.keys_buffer[write:write + n] = self.keys_buffer[start:start + n].clone()
+                self.grads_buffer[write:write + n] = self.grads_buffer[start:start + n].clone()
+                if self.verify:
+                    self.probed_keys_buffer[write:write + n] = self.probed_keys_buffer[start:start + n].clone()
+            write += n
+        n = write - self.num_patterns
+        if n:
+            if weight_update is None:
+                raise RuntimeError(f"{self.name}: {n} patterns got gradients but {self.name}.weight.grad is None")
+            if meta is None or meta.shape[1] != n:
+                meta = torch.tensor([[weight_update.step], [-1], [-1]], device=self.meta_buffer.device).expand(3, n)
+            self.meta_buffer[:, self.num_patterns:write] = meta
+        if weight_update is not None:
+            if self.verify:
+                probed = self.probed_grad_buffer[len(self.weight_updates)]
+                torch.mv(weight.grad, self.probe, out=probed[0])
+                if bias is not None and bias.grad is not None:
+                    probed[1] = bias.grad
+            self.weight_updates.append(weight_update)
+            self.update_ends.append(write)
+        if bias_update is not None:
+            self.bias_updates.append(bias_update)
+        self.num_patterns = write
         self._cache.clear()
+
+    def _verify_updates(self) -> None:
+        """Check every new update: ``W.grad r == Σ_t g_t (x_tᵀ r)`` for a fixed random r, ``b.grad == Σ_t g_t``.
+
+        Done in one vectorised pass when the record is read. The tolerance is ``sqrt(eps)`` of the weight's dtype
+        relative to Cauchy–Schwarz bounds of each side: rounding stays far below it, and any real change of the
+        gradient (clipping, accumulation over steps) goes far above.
+        """
+        first, last = self.verified_updates, len(self.weight_updates)
+        if not self.verify or first == last:
+            return
+        p0 = self.update_ends[first - 1] if first else 0
+        p1 = self.update_ends[last - 1]
+        ends = torch.tensor(self.update_ends[first:last], device=self.meta_buffer.device)
+        segment = torch.searchsorted(ends, torch.arange(p0, p1, device=ends.device), right=True)  # (n,) update index
+        grads, projected = self.grads_buffer[p0:p1], self.probed_keys_buffer[p0:p1]  # (n, D_out), (n,)
+        U, dtype = last - first, grads.dtype
+        want_w = grads.new_zeros(U, self.d_out).index_add_(0, segment, grads * projected[:, None])  # (U, D_out)
+        want_b = grads.new_zeros(U, self.d_out).index_add_(0, segment, grads)
+        grads_sq = grads.new_zeros(U).index_add_(0, segment, grads.pow(2).sum(1))
+        proj_sq = grads.new_zeros(U).index_add_(0, segment, projected.pow(2))
+        count = grads.new_zeros(U).index_add_(0, segment, torch.ones_like(projected))
+        got_w, got_b = self.probed_grad_buffer[first:last, 0], self.probed_grad_buffer[first:last, 1]
+        gaps = [(got_w - want_w).norm(dim=1) / (grads_sq.sqrt() * proj_sq.sqrt() + got_w.norm(dim=1) * self.probe.norm())]
+        if self.b0 is not None:
+            gaps.append((got_b - want_b).norm(dim=1) / (grads_sq.sqrt() * count.sqrt() + got_b.norm(dim=1)))
+        gap = torch.stack(gaps).nan_to_num(0.0).amax(0)  # (U,): 0/0 (no gradient at all) is agreement
+        tol = math.sqrt(torch.finfo(dtype).eps)
+        bad = (gap > tol).nonzero()
+        if len(bad):
+            i = bad[0].item()
+            raise RuntimeError(
+                f"{self.name}: at step {self.weight_updates[first + i].step} the gradient is not Σ_t ∂L/∂y_t x_tᵀ over "
+                f"the patterns recorded in that step (relative gap {gap[i].item():.3g} > {tol:.1g}), so the dual "
+                "form would be wrong. Common causes: gradient clipping or scaling, a missing optimizer.zero_grad(), "
+                "a weight shared with another module, or a layer whose weight is used without calling the module. "
+                "Pass verify=False to skip this check."
+            )
+        self.verified_updates = last
 
 
 def _momentum_buffer(state: dict, param: torch.Tensor) -> torch.Tensor:
@@ -490,14 +572,6 @@ def top_patterns(memory: LinearMemory, query: torch.Tensor, k: int, *, at_step: 
 # ----------------------------------------------------------------------------------------------------------------
 
 
-@dataclass
-class _Pending:
-    """One forward call of a recorded layer during the current step: its input, and its output gradient once known."""
-
-    keys: torch.Tensor
-    grad: torch.Tensor | None = field(default=None)
-
-
 class DualFormRecorder:
     """Record chosen ``nn.Linear`` layers of a model while it trains, to evaluate them in dual form.
 
@@ -579,16 +653,17 @@ class DualFormRecorder:
 
         capacity = max_steps * patterns_per_step
         self.max_steps, self.patterns_per_step = max_steps, patterns_per_step
-        self.memories = {
-            name: LinearMemory(name, layer, optimizer.state, capacity, key_dtype or layer.weight.dtype, self.exact)
+        self._memories = {
+            name: LinearMemory(name, layer, optimizer.state, max_steps, capacity, key_dtype or layer.weight.dtype,
+                               self.exact, verify)
             for name, layer in self.layers.items()
         }
         self.num_steps = 0
-        self._pending: dict[str, list[_Pending]] = {name: [] for name in self.layers}
+        # Forward calls of the current step, per layer: [first row, rows, got its gradient, still open, stored]. Keys
+        # and gradients are written straight into the buffers; the step keeps those that got a gradient.
+        self._slots: dict[str, list[list]] = {name: [] for name in self.layers}
         self._annotation: tuple[torch.Tensor | None, torch.Tensor | None] = (None, None)
-        generator = torch.Generator().manual_seed(0)
-        self._probes = {name: torch.randn(layer.in_features, generator=generator, dtype=torch.float64)
-                        .to(device=layer.weight.device, dtype=layer.weight.dtype) for name, layer in self.layers.items()}
+        self._groups: dict[int, dict] = {}
         self._recording = True
         self._handles = [layer.register_forward_hook(self._forward_hook(name)) for name, layer in self.layers.items()]
         self._handles.append(optimizer.register_step_pre_hook(self._step_hook))
@@ -629,10 +704,10 @@ class DualFormRecorder:
 
     def describe(self) -> str:
         """The memory cost of the recording, layer by layer (printed when the recorder is created)."""
-        total = sum(m.nbytes for m in self.memories.values())
-        lines = [f"DualFormRecorder: {len(self.memories)} layer(s) × up to {self.max_steps:,} steps × "
+        total = self.nbytes
+        lines = [f"DualFormRecorder: {len(self._memories)} layer(s) × up to {self.max_steps:,} steps × "
                  f"{self.patterns_per_step:,} patterns/step; buffers allocated now: {total / 1e6:.1f} MB"]
-        lines += ["  " + m.describe() for m in self.memories.values()]
+        lines += ["  " + m.describe() for m in self._memories.values()]
         if not self.exact:
             lines.append("  INEXACT: the optimiser is not SGD; the dual form will not equal the model's output")
         return "\n".join(lines)
@@ -640,18 +715,38 @@ class DualFormRecorder:
     @property
     def nbytes(self) -> int:
         """Bytes held by all recording buffers."""
-        return sum(m.nbytes for m in self.memories.values())
+        return sum(m.nbytes for m in self._memories.values())
+
+    @property
+    def memories(self) -> dict[str, LinearMemory]:
+        """Every recorded layer's record, by name (checked first: see :meth:`check`)."""
+        self.check()
+        return dict(self._memories)
 
     def memory(self, name: str) -> LinearMemory:
-        """The record of layer ``name``.
+        """The record of layer ``name``, checked first (see :meth:`check`).
 
         Raises:
             KeyError: ``name`` was not recorded (the message lists the recorded layers).
+            RuntimeError: a recorded gradient was not the sum over the recorded patterns (see :meth:`check`).
         """
-        if name not in self.memories:
-            raise KeyError(f"layer {name!r} was not recorded; recorded layers: {list(self.memories)}. Create the "
+        if name not in self._memories:
+            raise KeyError(f"layer {name!r} was not recorded; recorded layers: {list(self._memories)}. Create the "
                            "DualFormRecorder with it in `layers` before training to evaluate its dual form")
-        return self.memories[name]
+        self._memories[name]._verify_updates()
+        return self._memories[name]
+
+    def check(self) -> None:
+        """With ``verify``: check that every recorded step's weight gradient was ``Σ_t ∂L/∂y_t x_tᵀ``.
+
+        The inputs of the check are saved at every step (two small products); the check itself runs here, in one
+        vectorised pass over the steps not checked yet. Reading a record (:meth:`memory`, :meth:`dual`) calls it.
+
+        Raises:
+            RuntimeError: naming the layer and the first wrong step, and the likely causes.
+        """
+        for memory in self._memories.values():
+            memory._verify_updates()
 
     def annotate(self, labels: torch.Tensor | None = None, sample_ids: torch.Tensor | None = None) -> None:
         """Attach labels and/or sample ids to the patterns of the current step (call before ``optimizer.step()``).
@@ -671,17 +766,27 @@ class DualFormRecorder:
 
     # -- hooks -------------------------------------------------------------------------------------------------
     def _forward_hook(self, name: str):
+        memory = self._memories[name]
+        slots = self._slots[name]
+
         def hook(module: nn.Module, inputs: tuple, output: torch.Tensor) -> None:
             if not self._recording or not torch.is_grad_enabled() or not output.requires_grad:
                 return
-            pending = _Pending(inputs[0].detach().reshape(-1, module.in_features))  # (n, D_in)
+            x = inputs[0].detach().reshape(-1, module.in_features)  # (n, D_in)
+            start = slots[-1][0] + slots[-1][1] if slots else memory.num_patterns
+            slot = [start, x.shape[0], False, True, memory._write_keys(x, start)]
+            slots.append(slot)
 
             def save_grad(grad: torch.Tensor) -> None:
-                grad = grad.detach().reshape(-1, module.out_features)  # (n, D_out)
-                pending.grad = grad if pending.grad is None else pending.grad + grad
+                if not slot[3] or not slot[4]:  # after its step was committed, or not stored (buffers full)
+                    slot[2] = True
+                    return
+                rows = memory.grads_buffer[slot[0]:slot[0] + slot[1]]  # (n, D_out)
+                grad = grad.detach().reshape(-1, module.out_features)
+                rows.add_(grad) if slot[2] else rows.copy_(grad)  # a second backward through the graph accumulates
+                slot[2] = True
 
             output.register_hook(save_grad)
-            self._pending[name].append(pending)
 
         return hook
 
@@ -691,33 +796,40 @@ class DualFormRecorder:
             raise RuntimeError(f"DualFormRecorder: max_steps={self.max_steps} steps are recorded; step {step} would "
                                "make the record wrong. Create it with a larger max_steps, or close() it first.")
         labels, sample_ids = self._annotation
-        commits = []
-        for name, layer in self.layers.items():  # check every layer before writing any, so a failure leaves no trace
-            ready = [p for p in self._pending[name] if p.grad is not None]
-            keys = torch.cat([p.keys for p in ready]) if ready else layer.weight.new_zeros(0, layer.in_features)
-            grads = torch.cat([p.grad for p in ready]) if ready else layer.weight.new_zeros(0, layer.out_features)
-            n = keys.shape[0]
+        meta = None
+        for name, slots in self._slots.items():  # check every layer before writing any, so a failure leaves no trace
+            n = sum(slot[1] for slot in slots if slot[2])
             for arg, value in (("labels", labels), ("sample_ids", sample_ids)):
                 if value is not None and value.numel() != n:
                     raise ValueError(f"{arg}: annotate() was given {value.numel()} entries, but {name} saw {n} "
                                      "patterns this step; give one entry per pattern")
-            if self.verify:
-                self._verify(name, layer, keys, grads)
-            commits.append((name, layer, keys, grads))
-        for name, layer, keys, grads in commits:
-            memory = self.memories[name]
-            if layer.weight.grad is not None:  # SGD skips a parameter without grad: no update, no decay
-                memory.weight_updates.append(self._update(name, layer.weight, step, memory.weight_updates))
-            if layer.bias is not None and layer.bias.grad is not None:
-                memory.bias_updates.append(self._update(name, layer.bias, step, memory.bias_updates))
-            if keys.shape[0]:
-                memory._append(keys, grads, step, labels, sample_ids)
-            self._pending[name] = []
+            if meta is None and n:  # (3, n): step, label, sample id; shared by the layers (they see the same rows)
+                meta = torch.full((3, n), -1, dtype=torch.int64, device=self._memories[name].meta_buffer.device)
+                meta[0] = step
+                if labels is not None:
+                    meta[1] = labels
+                if sample_ids is not None:
+                    meta[2] = sample_ids
+        for name, layer in self.layers.items():
+            memory, slots = self._memories[name], self._slots[name]
+            bias = layer.bias
+            # SGD skips a parameter without grad: no update, no decay
+            weight_update = None if layer.weight.grad is None else self._update(name, layer.weight, step,
+                                                                                memory.weight_updates)
+            bias_update = None if bias is None or bias.grad is None else self._update(name, bias, step,
+                                                                                     memory.bias_updates)
+            memory._commit(slots, layer.weight, bias, meta, weight_update, bias_update)
+            for slot in slots:
+                slot[3] = False
+            slots.clear()
         self._annotation = (None, None)
         self.num_steps = step
 
     def _update(self, name: str, param: torch.Tensor, step: int, previous: list[_Update]) -> _Update:
-        group = next(g for g in self.optimizer.param_groups if any(p is param for p in g["params"]))
+        group = self._groups.get(id(param))
+        if group is None:
+            group = next(g for g in self.optimizer.param_groups if any(p is param for p in g["params"]))
+            self._groups[id(param)] = group
         if not self.exact:  # naive dual: treat the step as plain SGD with the optimiser's learning rate
             return _Update(step, float(group["lr"]), 0.0, 0.0, False)
         update = _Update(step, float(group["lr"]), float(group.get("momentum", 0.0)),
@@ -727,29 +839,6 @@ class DualFormRecorder:
                                "recording; PyTorch then restarts its buffer, which this recorder does not model")
         return update
 
-    def _verify(self, name: str, layer: nn.Linear, keys: torch.Tensor, grads: torch.Tensor) -> None:
-        """Check ``W.grad r == Σ_t g_t (x_tᵀ r)`` for a fixed random r, and ``b.grad == Σ_t g_t``."""
-        tol = math.sqrt(torch.finfo(layer.weight.dtype).eps)
-        probe = self._probes[name]
-        checks = []
-        if layer.weight.grad is not None:
-            projected = keys @ probe  # (n,)
-            scale = (grads.norm(dim=1) * projected.abs()).sum() + layer.weight.grad.norm() * probe.norm() * tol
-            checks.append(("weight", layer.weight.grad @ probe, grads.T @ projected, scale))
-        elif keys.shape[0]:
-            raise RuntimeError(f"{name}: {keys.shape[0]} patterns got gradients but {name}.weight.grad is None")
-        if layer.bias is not None and layer.bias.grad is not None:
-            checks.append(("bias", layer.bias.grad, grads.sum(0), grads.abs().sum(0).norm() + layer.bias.grad.norm() * tol))
-        for pname, got, want, scale in checks:
-            gap = (got - want).norm()
-            if gap > tol * scale:
-                raise RuntimeError(
-                    f"{name}.{pname}: its gradient is not Σ_t ∂L/∂y_t x_tᵀ over the patterns recorded this step "
-                    f"(gap {gap.item():.3g} vs scale {scale.item():.3g}), so the dual form would be wrong. Common causes: "
-                    "gradient clipping or scaling, a missing optimizer.zero_grad(), a weight shared with another "
-                    "module, or a layer whose weight is used without calling the module. Pass verify=False to skip."
-                )
-
     # -- reading -----------------------------------------------------------------------------------------------
     @contextlib.contextmanager
     def dual(self, *, at_step: int | None = None) -> Iterator[None]:
@@ -758,14 +847,15 @@ class DualFormRecorder:
         Layers that were not recorded keep their current weights. ``at_step`` evaluates the recorded layers as they
         were after that step. Runs under ``torch.no_grad()``; nothing is recorded meanwhile.
         """
-        for memory in self.memories.values():
+        self.check()
+        for memory in self._memories.values():
             memory._resolve_step(at_step)
 
         def make_hook(name: str):
             def hook(module: nn.Module, inputs: tuple, output: torch.Tensor) -> torch.Tensor:
                 x = inputs[0]
                 query = x.reshape(-1, module.in_features)  # (Q, D_in)
-                out = dual_linear(self.memories[name], query, at_step=at_step)
+                out = dual_linear(self._memories[name], query, at_step=at_step)
                 return out.to(output.dtype).reshape(*x.shape[:-1], module.out_features)
             return hook
 
@@ -804,6 +894,10 @@ class DualFormRecorder:
 
     def close(self) -> None:
         """Remove the recording hooks (the memories stay readable). Idempotent."""
+        for slots in self._slots.values():  # an unfinished step is not part of the record
+            for slot in slots:
+                slot[3] = False
+            slots.clear()
         for handle in self._handles:
             handle.remove()
         self._handles = []
@@ -816,4 +910,4 @@ class DualFormRecorder:
         self.close()
 
     def __repr__(self) -> str:
-        return f"DualFormRecorder({list(self.memories)}, {self.num_steps} steps recorded, {self.nbytes / 1e6:.1f} MB)"
+        return f"DualFormRecorder({list(self._memories)}, {self.num_steps} steps recorded, {self.nbytes / 1e6:.1f} MB)"
