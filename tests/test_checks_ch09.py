@@ -1,0 +1,78 @@
+"""Chapter 09's checks accept the solutions, reject plausible wrong answers and report unsolved stubs."""
+
+import pytest
+import torch
+
+from ttr_edu import ops
+from ttr_edu.checks import CheckFailed, ch09
+
+
+def chunk_linear_attention(q, k, v, S, chunk_size, include_diagonal=True, state_after=False):
+    outputs = []
+    for start in range(0, q.shape[0], chunk_size):
+        Q, K, V = q[start : start + chunk_size], k[start : start + chunk_size], v[start : start + chunk_size]
+        mask = torch.tril(torch.ones(len(Q), len(Q), dtype=torch.bool), diagonal=0 if include_diagonal else -1)
+        S_next = S + K.T @ V
+        outputs.append(Q @ (S_next if state_after else S) + ((Q @ K.T) * mask) @ V)
+        S = S_next
+    return torch.cat(outputs), S
+
+
+def ut_transform(k, beta, diagonal=-1, right_beta=True):
+    A = torch.tril(beta[:, None] * (k @ k.T), diagonal=diagonal)
+    inverse = torch.linalg.inv(torch.eye(len(k), dtype=k.dtype) + A)
+    return inverse @ torch.diag(beta) if right_beta else inverse
+
+
+def delta_rule_chunk_step(q, k, v, beta, S, subtract_ws=True):
+    T = ut_transform(k, beta)
+    W, U = T @ k, T @ v
+    pseudo = U - W @ S if subtract_ws else U
+    mask = torch.tril(torch.ones(len(q), len(q), dtype=torch.bool))
+    return q @ S + ((q @ k.T) * mask) @ pseudo, S + k.T @ pseudo
+
+
+def test_solutions_pass(capsys):
+    assert ch09.check_chunk_linear_attention(chunk_linear_attention)
+    assert ch09.check_ut_transform(ut_transform)
+    assert ch09.check_delta_rule_chunk_step(delta_rule_chunk_step)
+    assert capsys.readouterr().out.count("PASS") == 3
+
+
+@pytest.mark.parametrize(
+    "check, wrong, expected",
+    [
+        (ch09.check_chunk_linear_attention, lambda **c: chunk_linear_attention(**c, include_diagonal=False), "first wrong"),
+        (ch09.check_chunk_linear_attention, lambda **c: chunk_linear_attention(**c, state_after=True), "first wrong"),
+        (ch09.check_ut_transform, lambda **c: ut_transform(**c, diagonal=0), "first wrong element"),
+        (ch09.check_ut_transform, lambda **c: ut_transform(**c, right_beta=False), "first wrong element"),
+        (ch09.check_delta_rule_chunk_step, lambda **c: delta_rule_chunk_step(**c, subtract_ws=False), "first wrong"),
+    ],
+)
+def test_wrong_answers_are_rejected_with_the_first_wrong_element(check, wrong, expected):
+    with pytest.raises(CheckFailed, match=expected):
+        check(wrong)
+
+
+def test_unsolved_stub_is_reported_not_raised(capsys):
+    def stub(*args, **kwargs):
+        raise NotImplementedError()
+
+    assert ch09.check_ut_transform(stub) is False
+    assert "not attempted yet" in capsys.readouterr().out
+
+
+def test_ut_spec_reproduces_the_package_delta_rule():
+    """The spec T is the one the package's chunk form uses: a chunk step built on it matches ops.delta_rule."""
+    gen = torch.Generator().manual_seed(0)
+    C, d_k, d_v = 6, 4, 3
+    rand = lambda *shape: torch.randn(*shape, generator=gen, dtype=torch.float64)  # noqa: E731
+    q, v, S = rand(C, d_k), rand(C, d_v), rand(d_k, d_v)
+    k = torch.nn.functional.normalize(rand(C, d_k), dim=-1)
+    beta = torch.rand(C, generator=gen, dtype=torch.float64)
+    o, S_new = delta_rule_chunk_step(q, k, v, beta, S)
+    o_ref, S_ref = ops.delta_rule_recurrent(
+        q[None, :, None], k[None, :, None], v[None, :, None], beta[None, :, None], scale=1.0,
+        initial_state=S[None, None], output_final_state=True,
+    )
+    assert torch.allclose(o, o_ref[0, :, 0]) and torch.allclose(S_new, S_ref[0, 0])
