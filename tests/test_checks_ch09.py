@@ -39,19 +39,20 @@ def test_solutions_pass(capsys):
     assert capsys.readouterr().out.count("PASS") == 3
 
 
-@pytest.mark.parametrize(
-    "check, wrong, expected",
-    [
-        (ch09.check_chunk_linear_attention, lambda **c: chunk_linear_attention(**c, include_diagonal=False), "first wrong"),
-        (ch09.check_chunk_linear_attention, lambda **c: chunk_linear_attention(**c, state_after=True), "first wrong"),
-        (ch09.check_ut_transform, lambda **c: ut_transform(**c, diagonal=0), "first wrong element"),
-        (ch09.check_ut_transform, lambda **c: ut_transform(**c, right_beta=False), "first wrong element"),
-        (ch09.check_delta_rule_chunk_step, lambda **c: delta_rule_chunk_step(**c, subtract_ws=False), "first wrong"),
-    ],
-)
-def test_wrong_answers_are_rejected_with_the_first_wrong_element(check, wrong, expected):
-    with pytest.raises(CheckFailed, match=expected):
-        check(wrong)
+WRONG = {  # a plausible mistake for each exercise
+    "mask without its diagonal": (ch09.check_chunk_linear_attention, chunk_linear_attention, {"include_diagonal": False}),
+    "state after the chunk": (ch09.check_chunk_linear_attention, chunk_linear_attention, {"state_after": True}),
+    "tril with the diagonal": (ch09.check_ut_transform, ut_transform, {"diagonal": 0}),
+    "no diag(beta) on the right": (ch09.check_ut_transform, ut_transform, {"right_beta": False}),
+    "U instead of U - W S": (ch09.check_delta_rule_chunk_step, delta_rule_chunk_step, {"subtract_ws": False}),
+}
+
+
+@pytest.mark.parametrize("mistake", WRONG)
+def test_wrong_answers_are_rejected_with_the_first_wrong_element(mistake):
+    check, fn, options = WRONG[mistake]
+    with pytest.raises(CheckFailed, match="first wrong element"):
+        check(lambda **case: fn(**case, **options))
 
 
 def test_unsolved_stub_is_reported_not_raised(capsys):
