@@ -48,6 +48,10 @@ def _accuracy_cases() -> Iterator[dict]:
         keys = memory.random_unit_keys(n, d_k, seed=400 + i)
         values = memory.random_unit_keys(n, d_k, seed=500 + i)  # random unit values: crosstalk can flip a recall
         yield {"W": memory.store(keys, values), "keys": keys, "values": values}
+    # Identical values tie every score: a tie must count as a failure.
+    keys = memory.random_unit_keys(5, 8, seed=450)
+    values = torch.ones(5, 3, dtype=torch.float64)
+    yield {"W": memory.store(keys, values), "keys": keys, "values": values}
 
 
 def check_write(write: Callable) -> bool:

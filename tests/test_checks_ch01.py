@@ -1,0 +1,72 @@
+"""Chapter 01's checks accept the reference, report an unattempted stub, and reject plausible wrong answers."""
+
+import pytest
+import torch
+
+from ttr_edu import memory
+from ttr_edu.checks import CheckFailed, ch01
+
+
+def stub(*args, **kwargs):
+    raise NotImplementedError()
+
+
+CHECKS = [
+    (ch01.check_write, memory.hebbian_write),
+    (ch01.check_store, memory.store),
+    (ch01.check_crosstalk_energy, memory.crosstalk_energy),
+    (ch01.check_recall_accuracy, memory.recall_accuracy),
+]
+
+
+@pytest.mark.parametrize("check,reference", CHECKS)
+def test_reference_passes(check, reference, capsys):
+    assert check(reference) is True
+    assert capsys.readouterr().out.startswith("PASS")
+
+
+@pytest.mark.parametrize("check,reference", CHECKS)
+def test_stub_is_not_attempted(check, reference, capsys):
+    assert check(stub) is False
+    assert "not attempted yet" in capsys.readouterr().out
+
+
+def _crosstalk_with_diagonal(keys):
+    return ((keys @ keys.T) ** 2).sum(dim=0).mean()
+
+
+def _crosstalk_sum_not_mean(keys):
+    gram = keys @ keys.T
+    return ((gram - torch.diag(torch.diagonal(gram))) ** 2).sum()
+
+
+def _accuracy_ties_pass(W, keys, values):
+    scores = (keys @ W.T) @ values.T
+    return (scores.argmax(dim=1) == torch.arange(len(keys))).double().mean().item()
+
+
+def _accuracy_transposed_memory(W, keys, values):
+    return memory.recall_accuracy(W, keys, values @ torch.eye(values.shape[1], dtype=values.dtype).flip(0))
+
+
+WRONG = [
+    ("write: transposed outer product", ch01.check_write, lambda W, k, v: W + torch.outer(k, v).reshape(W.shape)),
+    ("write: forgets the old memory", ch01.check_write, lambda W, k, v: torch.outer(v, k)),
+    ("store: keys and values swapped", ch01.check_store, lambda keys, values: (keys.T @ values).reshape(values.shape[1], keys.shape[1])),
+    ("store: only the last pair", ch01.check_store, lambda keys, values: torch.outer(values[-1], keys[-1])),
+    ("crosstalk: keeps the diagonal", ch01.check_crosstalk_energy, _crosstalk_with_diagonal),
+    ("crosstalk: sum instead of mean", ch01.check_crosstalk_energy, _crosstalk_sum_not_mean),
+    ("accuracy: ties counted as success", ch01.check_recall_accuracy, _accuracy_ties_pass),
+    ("accuracy: wrong values", ch01.check_recall_accuracy, _accuracy_transposed_memory),
+]
+
+
+@pytest.mark.parametrize("label,check,wrong", WRONG, ids=[w[0] for w in WRONG])
+def test_wrong_answer_is_rejected_with_the_case(label, check, wrong):
+    with pytest.raises(CheckFailed, match=r"inputs: "):
+        check(wrong)
+
+
+def test_a_crashing_answer_is_reported_with_its_case():
+    with pytest.raises(CheckFailed, match=r"your function raised RuntimeError"):
+        ch01.check_write(lambda W, k, v: W + torch.outer(k, v))  # shapes (D_k, D_v) vs (D_v, D_k)

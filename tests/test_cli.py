@@ -1,0 +1,109 @@
+"""The ttr-edu command: list, copy (never overwriting edited work), generate --check, and its errors."""
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ttr_edu.cli import MANIFEST, main
+
+ROOT = Path(__file__).resolve().parents[1]
+FIRST = sorted((ROOT / "chapters").glob("*.ipynb"))[0]
+
+
+def run(*args):
+    return main(["--root", str(ROOT), *args])
+
+
+def test_list_prints_every_chapter(capsys):
+    assert run("list") == 0
+    out = capsys.readouterr().out
+    for path in (ROOT / "chapters").glob("*.ipynb"):
+        assert path.name[:2] in out
+
+
+def test_console_script_is_installed():
+    result = subprocess.run([sys.executable, "-m", "ttr_edu.cli", "--root", str(ROOT), "list"], capture_output=True, text=True)
+    assert result.returncode == 0 and "Hebbian" in result.stdout
+
+
+def test_copy_then_copy_again_is_a_no_op(tmp_path, capsys):
+    dest = tmp_path / "course"
+    assert run("copy", str(dest)) == 0
+    assert (dest / FIRST.name).read_bytes() == FIRST.read_bytes()
+    assert (dest / MANIFEST).exists()
+    capsys.readouterr()
+    assert run("copy", str(dest)) == 0
+    assert "0 notebook(s) written" in capsys.readouterr().out
+
+
+def test_copy_refuses_to_overwrite_an_edited_notebook(tmp_path, capsys):
+    dest = tmp_path / "course"
+    assert run("copy", str(dest), "1") == 0
+    edited = dest / FIRST.name
+    edited.write_text(edited.read_text() + " ", encoding="utf-8")
+    mine = edited.read_bytes()
+    # An older copy of another chapter would be refreshed, but the refusal must write nothing at all.
+    assert run("copy", str(dest)) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "refusing to overwrite" in err and FIRST.name in err
+    assert edited.read_bytes() == mine
+    assert sorted(p.name for p in dest.glob("*.ipynb")) == [FIRST.name]
+
+
+def test_copy_force_keeps_a_backup(tmp_path):
+    dest = tmp_path / "course"
+    assert run("copy", str(dest), "1") == 0
+    edited = dest / FIRST.name
+    edited.write_text("my work", encoding="utf-8")
+    assert run("copy", str(dest), "1", "--force") == 0
+    backups = list(dest.glob("*.backup-*.ipynb"))
+    assert len(backups) == 1 and backups[0].read_text() == "my work"
+    assert edited.read_bytes() == FIRST.read_bytes()
+
+
+def test_copy_refreshes_an_unedited_old_copy(tmp_path):
+    dest = tmp_path / "course"
+    dest.mkdir()
+    old = dest / FIRST.name
+    old.write_text("an older release", encoding="utf-8")
+    (dest / MANIFEST).write_text(json.dumps({FIRST.name: __import__("hashlib").sha256(b"an older release").hexdigest()}))
+    assert run("copy", str(dest), "1") == 0
+    assert old.read_bytes() == FIRST.read_bytes()
+    assert not list(dest.glob("*.backup-*"))
+
+
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["copy", "{tmp}/missing/parent/dest"], "its parent folder"),
+        (["copy", "{tmp}/dest", "99"], "unknown chapter '99'"),
+    ],
+)
+def test_copy_errors_are_one_line_and_write_nothing(tmp_path, capsys, args, message):
+    args = [a.format(tmp=tmp_path) for a in args]
+    assert run(*args) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1
+    assert not (tmp_path / "dest").exists() and not (tmp_path / "missing").exists()
+
+
+def test_missing_root_is_a_one_line_error(tmp_path, capsys):
+    assert main(["--root", str(tmp_path / "nowhere"), "list"]) == 2
+    assert "does not exist" in capsys.readouterr().err
+
+
+def test_generate_check_passes_here_and_fails_on_a_stale_copy(tmp_path, capsys):
+    assert run("generate", "--check") == 0
+    for name in ("solutions", "chapters", "book.yml"):
+        src = ROOT / name
+        (shutil.copytree if src.is_dir() else shutil.copy)(src, tmp_path / name)
+    stale = tmp_path / "chapters" / FIRST.name
+    stale.write_text(stale.read_text().replace("Hebbian", "Hebian"), encoding="utf-8")
+    assert main(["--root", str(tmp_path), "generate", "--check"]) == 1
+    assert stale.read_text().count("Hebian") > 0  # --check writes nothing
+    assert main(["--root", str(tmp_path), "generate"]) == 0
+    assert stale.read_bytes() == FIRST.read_bytes()

@@ -1,0 +1,96 @@
+"""ttr_edu.memory: the Hebbian memory's identities and its argument checks."""
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ttr_edu import memory
+
+
+def test_write_is_outer_product_and_leaves_input_untouched():
+    W = torch.randn(3, 5, dtype=torch.float64)
+    k, v = torch.randn(5, dtype=torch.float64), torch.randn(3, dtype=torch.float64)
+    before = W.clone()
+    new = memory.hebbian_write(W, k, v)
+    for i in range(3):
+        for j in range(5):
+            assert new[i, j].item() == pytest.approx((before[i, j] + v[i] * k[j]).item(), abs=1e-14)
+    assert torch.equal(W, before)
+
+
+@settings(max_examples=25, deadline=None)
+@given(n=st.integers(1, 12), d_k=st.integers(1, 9), d_v=st.integers(1, 9), seed=st.integers(0, 10_000))
+def test_store_equals_sequential_writes(n, d_k, d_v, seed):
+    g = torch.Generator().manual_seed(seed)
+    keys = torch.randn(n, d_k, generator=g, dtype=torch.float64)
+    values = torch.randn(n, d_v, generator=g, dtype=torch.float64)
+    W = torch.zeros(d_v, d_k, dtype=torch.float64)
+    for k, v in zip(keys, values):
+        W = memory.hebbian_write(W, k, v)
+    torch.testing.assert_close(memory.store(keys, values), W, rtol=1e-12, atol=1e-12)
+    reads = torch.stack([memory.hebbian_read(W, k) for k in keys])
+    torch.testing.assert_close(memory.recall(W, keys), reads, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("n,d", [(1, 1), (5, 8), (16, 16)])
+def test_orthonormal_keys_recall_exactly(n, d):
+    keys = memory.orthonormal_keys(n, d, seed=3)
+    torch.testing.assert_close(keys @ keys.T, torch.eye(n, dtype=torch.float64), rtol=0, atol=1e-12)
+    values = torch.randn(n, 4, dtype=torch.float64)
+    torch.testing.assert_close(memory.recall(memory.store(keys, values), keys), values, rtol=1e-12, atol=1e-12)
+    assert memory.crosstalk_energy(keys).item() < 1e-24
+
+
+def test_orthonormal_keys_refuse_more_than_d():
+    with pytest.raises(ValueError, match=r"n: at most d = 4"):
+        memory.orthonormal_keys(5, 4)
+
+
+def test_random_unit_keys_are_unit_and_seeded():
+    keys = memory.random_unit_keys(50, 7, seed=1)
+    torch.testing.assert_close(keys.norm(dim=1), torch.ones(50, dtype=torch.float64))
+    assert torch.equal(keys, memory.random_unit_keys(50, 7, seed=1))
+    assert not torch.equal(keys, memory.random_unit_keys(50, 7, seed=2))
+
+
+def test_crosstalk_energy_matches_definition_and_prediction():
+    keys = memory.random_unit_keys(6, 5, seed=0)
+    by_loop = sum(float(keys[i] @ keys[j]) ** 2 for j in range(6) for i in range(6) if i != j) / 6
+    assert memory.crosstalk_energy(keys).item() == pytest.approx(by_loop, rel=1e-12)
+    # The mean over many draws approaches (N - 1)/d (a loose statistical bound, fixed seeds).
+    draws = torch.stack([memory.crosstalk_energy(memory.random_unit_keys(40, 20, seed=s)) for s in range(200)])
+    assert draws.mean().item() == pytest.approx(memory.predicted_crosstalk_energy(40, 20), rel=0.05)
+
+
+def test_recall_accuracy_extremes_and_ties():
+    keys = memory.orthonormal_keys(8, 8, seed=0)
+    values = memory.random_unit_keys(8, 8, seed=1)
+    assert memory.recall_accuracy(memory.store(keys, values), keys, values) == 1.0
+    # Identical values make every score a tie: ties count as failures.
+    same = torch.ones(8, 3, dtype=torch.float64)
+    assert memory.recall_accuracy(memory.store(keys, same), keys, same) == 0.0
+    # Far too many random pairs for d = 4: most recalls fail.
+    keys, values = memory.random_unit_keys(200, 4, seed=2), memory.random_unit_keys(200, 4, seed=3)
+    assert memory.recall_accuracy(memory.store(keys, values), keys, values) < 0.2
+
+
+def test_bad_shapes_name_the_argument():
+    W = torch.zeros(3, 5)
+    with pytest.raises(ValueError, match=r"k: expected shape \(D_k,\) = \(5,\), got \(3,\)"):
+        memory.hebbian_write(W, torch.zeros(3), torch.zeros(3))
+    with pytest.raises(ValueError, match=r"values: expected shape \(N, D_v\).*N is 4, expected 2 \(set by keys\)"):
+        memory.store(torch.zeros(2, 5), torch.zeros(4, 3))
+    with pytest.raises(ValueError, match=r"W: expected 2 dims \(D_v, D_k\)"):
+        memory.hebbian_read(torch.zeros(3), torch.zeros(3))
+
+
+def test_bad_dtypes_and_devices():
+    with pytest.raises(TypeError, match=r"keys: expected a floating-point tensor.*int64"):
+        memory.store(torch.zeros(2, 5, dtype=torch.long), torch.zeros(2, 3))
+    with pytest.raises(TypeError, match=r"q: expected a torch.Tensor, got list"):
+        memory.hebbian_read(torch.zeros(3, 5), [0.0] * 5)
+    with pytest.raises(ValueError, match=r"all tensors must be on one device"):
+        memory.hebbian_read(torch.zeros(3, 5), torch.zeros(5, device="meta"))
+    with pytest.raises(ValueError, match=r"n: expected a positive int, got 0"):
+        memory.random_unit_keys(0, 3)
