@@ -38,7 +38,8 @@ def ridge_argmin_loop(q, k, v, lam, g, scale):
                 logs = log_alpha[b, : t + 1, h]
                 log_gamma = torch.cat([logs.flip(0).cumsum(0).flip(0), torch.zeros(1, dtype=torch.float64)])
                 rows = torch.sqrt(torch.exp(log_gamma[1:])).unsqueeze(-1)
-                design = torch.cat([rows * k[b, : t + 1, h], (lam * torch.exp(log_gamma[0])) ** 0.5 * torch.eye(D_k, dtype=torch.float64)])
+                ridge_rows = (lam * torch.exp(log_gamma[0])) ** 0.5 * torch.eye(D_k, dtype=torch.float64)
+                design = torch.cat([rows * k[b, : t + 1, h], ridge_rows])
                 target = torch.cat([rows * v[b, : t + 1, h], torch.zeros(D_k, v.shape[-1], dtype=torch.float64)])
                 S = torch.linalg.lstsq(design, target).solution  # (D_k, D_v), the ridge solution Mᵀ
                 y[b, t, h] = S.T @ (scale * q[b, t, h])
@@ -106,7 +107,9 @@ def test_split_with_state_equals_whole_run(form, decay, T, data):
     cut = lambda x, s: None if x is None else x[:, s]  # noqa: E731
     o_whole, (S_whole, P_whole) = FORMS[form](q, k, v, lam=0.7, g=g, output_final_state=True)
     first, second = slice(None, split), slice(split, None)
-    o_first, state = FORMS[form](q[:, first], k[:, first], v[:, first], lam=0.7, g=cut(g, first), output_final_state=True)
+    o_first, state = FORMS[form](
+        q[:, first], k[:, first], v[:, first], lam=0.7, g=cut(g, first), output_final_state=True
+    )
     o_second, (S_end, P_end) = FORMS[form](
         q[:, second], k[:, second], v[:, second], g=cut(g, second), initial_state=state, output_final_state=True
     )

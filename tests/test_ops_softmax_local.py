@@ -77,7 +77,7 @@ def test_softmax_matches_loop(case):
 
 
 def test_softmax_with_qk_norm_is_a_gaussian_kernel_smoother():
-    """With unit q, k: exp(s q·k) ∝ exp(−s ‖q − k‖² / 2), so softmax attention is Nadaraya–Watson with bandwidth 1/√s."""
+    """With unit q, k: exp(s q·k) ∝ exp(−s ‖q − k‖² / 2): softmax attention is Nadaraya–Watson, bandwidth 1/√s."""
     q, k, v = make_qkv(2, 9, 2, 4, 3, torch.float64, seed=2)
     o, _ = softmax_attention(q, k, v, scale=5.0, qk_norm=True)
     qn, kn = q / q.norm(dim=-1, keepdim=True), k / k.norm(dim=-1, keepdim=True)

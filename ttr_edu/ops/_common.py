@@ -109,7 +109,8 @@ def check_stability(beta: torch.Tensor, k: torch.Tensor, mode: str) -> None:
     if mode == "ignore" or beta.device.type == "meta":
         return
     with torch.no_grad():
-        step = beta.to(torch.float64) * k.to(torch.float64).pow(2).sum(-1)  # (B, T, H)
+        dtype = compute_dtype(k.dtype)
+        step = beta.to(dtype) * torch.linalg.vector_norm(k, dim=-1, dtype=dtype).square()  # (B, T, H)
         # A relative slack of 1e-5 forgives rounding: an fp32 unit key has ‖k‖² = 1 ± 1e-7, so β = 2 lands on 2 + ε.
         slack = 2e-5
         bad = (step < -slack) | (step > 2 + slack) | ~torch.isfinite(step)

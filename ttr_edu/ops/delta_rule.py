@@ -61,7 +61,7 @@ _SHARED_DOC = """
 
 
 def prepare(q, k, v, beta, scale, initial_state, check_stability, g=None):
-    """Check and upcast the inputs; return heads-first ``q·scale, k, v, beta, g`` and the initial state.
+    """Check and upcast the inputs; return heads-first ``q, k, v, beta, g``, the initial state and the scale.
 
     Shared with the gated delta rule (``g`` is its log decay).
     """
@@ -76,53 +76,57 @@ def prepare(q, k, v, beta, scale, initial_state, check_stability, g=None):
     q, k, v = (x.to(dtype).transpose(1, 2) for x in (q, k, v))  # (B, H, T, ·)
     beta = beta.to(dtype).transpose(1, 2)  # (B, H, T)
     g = None if g is None else g.to(dtype).transpose(1, 2)
-    return q * scale, k, v, beta, g, S
+    return q, k, v, beta, g, S, scale
 
 
-def chunk_forward(q, k, v, beta, S, chunk_size, g=None):
+def chunk_forward(q, k, v, beta, S, chunk_size, scale=1.0, g=None):
     """The WY/UT chunkwise delta rule on heads-first tensors; gated (fla's gated delta rule) when ``g`` is given.
 
     Inside a chunk with in-chunk cumulative log decay ``G_i = Σ_{j≤i} g_j``, ``γ_i = exp(G_i)`` and
     ``Γ_ij = exp(G_i − G_j)`` (i ≥ j), unrolling ``S_i = α_i (I − β_i k_i k_iᵀ) S_{i−1} + β_i k_i v_iᵀ`` gives
     ``S_i = γ_i S_0 + Σ_{j≤i} Γ_ij k_j u_jᵀ`` with pseudo-values ``u = U − W S_0``, where
 
-        (I + tril(diag(β) (Γ ⊙ K Kᵀ), −1)) [W, U] = diag(β) [diag(γ) K, V]        (the UT transform)
+        L = I + tril(diag(β) (Γ ⊙ K Kᵀ), −1),    W = L⁻¹ diag(β) diag(γ) K,    U = L⁻¹ diag(β) V    (UT transform)
         O = diag(γ) Q S_0 + (Q Kᵀ ⊙ Γ ⊙ M) u,     S_C = γ_C S_0 + (diag(γ_C / γ) K)ᵀ u.
 
-    Without decay, γ = Γ = 1 and this is fla's chunked delta rule. Returns ``o`` ``(B, H, T, D_v)`` and ``S_T``.
+    Without decay, γ = Γ = 1 and this is fla's chunked delta rule: ``O = Q S + (Q Kᵀ ⊙ M)(U − W S)``,
+    ``S' = S + Kᵀ (U − W S)``. The UT transforms and the masked scores of all chunks are computed at once; only the
+    three state-dependent products per chunk run in a loop. ``q`` enters only the output, linearly, so ``scale``
+    multiplies each chunk's output instead of a copy of ``q``. Returns ``o`` ``(B, H, T, D_v)`` and ``S_T``.
     """
     T, C = q.shape[2], chunk_size
     qc, kc, vc = (to_chunks(x, C) for x in (q, k, v))  # (B, H, N, C, ·)
     betac = to_chunks(beta, C).unsqueeze(-1)  # (B, H, N, C, 1)
-    strict = torch.ones(C, C, dtype=torch.bool, device=q.device).tril(-1)
-    causal = torch.ones(C, C, dtype=torch.bool, device=q.device).tril()
-    gram = kc @ kc.transpose(-1, -2)  # (B, H, N, C, C): k_i · k_j
+    k_beta, v_beta = betac * kc, betac * vc
+    gram = k_beta @ kc.transpose(-1, -2)  # (B, H, N, C, C): β_i k_i · k_j
     scores = qc @ kc.transpose(-1, -2)  # (B, H, N, C, C): q_i · k_j
     if g is None:
-        k_decayed, q_decayed, k_to_end, chunk_decay = kc, qc, kc, None
+        k_to_end, chunk_decay = kc, None
     else:
         G = to_chunks(g, C).cumsum(-1)  # (B, H, N, C), zero-padded g keeps the state
         # Γ_ij = exp(G_i − G_j) for i ≥ j; masking before exp keeps the upper triangle from overflowing.
+        causal = torch.ones(C, C, dtype=torch.bool, device=q.device).tril()
         Gamma = torch.exp((G.unsqueeze(-1) - G.unsqueeze(-2)).masked_fill(~causal, float("-inf")))
         gram, scores = gram * Gamma, scores * Gamma
         gamma = torch.exp(G).unsqueeze(-1)  # (B, H, N, C, 1)
-        k_decayed, q_decayed = kc * gamma, qc * gamma
+        k_beta, qc = k_beta * gamma, qc * gamma
         k_to_end = kc * torch.exp(G[..., -1:] - G).unsqueeze(-1)
-        chunk_decay = torch.exp(G[..., -1])  # (B, H, N)
+        chunk_decay = torch.exp(G[..., -1])[..., None, None]  # (B, H, N, 1, 1)
 
-    eye = torch.eye(C, dtype=q.dtype, device=q.device)
-    L = eye + (betac * gram).masked_fill(~strict, 0.0)  # unit lower-triangular (B, H, N, C, C)
-    rhs = betac * torch.cat([k_decayed, vc], dim=-1)  # (B, H, N, C, D_k + D_v)
-    WU = torch.linalg.solve_triangular(L, rhs, upper=False, unitriangular=True)
-    W, U = WU.split([k.shape[-1], v.shape[-1]], dim=-1)
-    scores = scores.masked_fill(~causal, 0.0)
+    # One triangular solve per chunk for [W, U] (never L⁻¹ itself: that would cost C³, i.e. T³ in the parallel form).
+    # unitriangular=True reads L's diagonal as ones, so its strict lower triangle is all we pass.
+    rhs = torch.cat([k_beta, v_beta], dim=-1)  # (B, H, N, C, D_k + D_v)
+    WU = torch.linalg.solve_triangular(gram.tril(-1), rhs, upper=False, unitriangular=True)
+    W, U = WU.split([k.shape[-1], v.shape[-1]], dim=-1)  # (B, H, N, C, D_k), (B, H, N, C, D_v)
+    A = scores.tril()  # causal mask M, diagonal included
+    k_to_end = k_to_end.transpose(-1, -2)  # (B, H, N, D_k, C)
 
     outputs = []
     for n in range(qc.shape[2]):  # the only sequential part: one step per chunk
         u = U[:, :, n] - W[:, :, n] @ S  # (B, H, C, D_v) pseudo-values
-        outputs.append(q_decayed[:, :, n] @ S + scores[:, :, n] @ u)
-        carried = S if chunk_decay is None else chunk_decay[:, :, n, None, None] * S
-        S = carried + k_to_end[:, :, n].transpose(-1, -2) @ u
+        outputs.append(scale * (qc[:, :, n] @ S + A[:, :, n] @ u))
+        carried = S if chunk_decay is None else chunk_decay[:, :, n] * S
+        S = carried + k_to_end[:, :, n] @ u
     o = torch.stack(outputs, dim=2).flatten(2, 3)[:, :, :T]
     return o, S
 
@@ -135,7 +139,8 @@ def delta_rule_recurrent(
     Source: Schlag, Irie, Schmidhuber 2021, eq. 29 (W = Sᵀ). Cost ``O(T D_k D_v)``, memory ``O(D_k D_v)``.
     """
     out_dtype = q.dtype if isinstance(q, torch.Tensor) else None
-    q, k, v, beta, _, S = prepare(q, k, v, beta, scale, initial_state, check_stability)
+    q, k, v, beta, _, S, scale = prepare(q, k, v, beta, scale, initial_state, check_stability)
+    q = q * scale
     outputs = []
     for t in range(q.shape[2]):
         k_t, beta_t = k[:, :, t], beta[:, :, t, None]
@@ -156,8 +161,8 @@ def delta_rule_parallel(
     (Yang et al. 2024, §3). Cost ``O(T² (D_k + D_v))``, memory ``O(T²)``.
     """
     out_dtype = q.dtype if isinstance(q, torch.Tensor) else None
-    q, k, v, beta, _, S = prepare(q, k, v, beta, scale, initial_state, check_stability)
-    o, S = chunk_forward(q, k, v, beta, S, chunk_size=q.shape[2])
+    q, k, v, beta, _, S, scale = prepare(q, k, v, beta, scale, initial_state, check_stability)
+    o, S = chunk_forward(q, k, v, beta, S, chunk_size=q.shape[2], scale=scale)
     return o.transpose(1, 2).to(out_dtype), (S if output_final_state else None)
 
 
@@ -168,14 +173,15 @@ def delta_rule_chunk(
 
     Per chunk (fla's convention, Yang et al. 2024): ``T = (I + tril(diag(β) K Kᵀ, −1))⁻¹ diag(β)``, ``W = T K``,
     ``U = T V``; ``O = Q S + (Q Kᵀ ⊙ M)(U − W S)``; ``S ← S + Kᵀ (U − W S)``. The UT transforms of all chunks are
-    computed at once; only the chunk-to-chunk state update is a loop (``ceil(T / C)`` steps).
+    computed at once; only the chunk-to-chunk state update is a loop (``ceil(T / C)`` steps, see
+    :func:`chunk_forward`).
     Cost ``O(T C (D_k + D_v) + T D_k D_v)``, memory ``O(T C + T (D_k + D_v))``: nothing of size T×T.
     Any positive ``chunk_size`` works, and T need not be a multiple of it.
     """
     out_dtype = q.dtype if isinstance(q, torch.Tensor) else None
     check_positive_int("chunk_size", chunk_size)
-    q, k, v, beta, _, S = prepare(q, k, v, beta, scale, initial_state, check_stability)
-    o, S = chunk_forward(q, k, v, beta, S, chunk_size)
+    q, k, v, beta, _, S, scale = prepare(q, k, v, beta, scale, initial_state, check_stability)
+    o, S = chunk_forward(q, k, v, beta, S, chunk_size, scale=scale)
     return o.transpose(1, 2).to(out_dtype), (S if output_final_state else None)
 
 

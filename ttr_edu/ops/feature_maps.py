@@ -57,7 +57,7 @@ def elu_plus_one(x: torch.Tensor) -> torch.Tensor:
 
 
 def relu_feature_map(x: torch.Tensor) -> torch.Tensor:
-    """``φ(x) = ReLU(x)``: non-negative, ``d_dot = d_k``. ``(..., D_k) -> (..., D_k)``; TypeError for non-float ``x``."""
+    """``φ(x) = ReLU(x)``: non-negative, ``d_dot = d_k``. ``(..., D_k) -> (..., D_k)``; TypeError if ``x`` not float."""
     check_tensor("x", x)
     return F.relu(x)
 

@@ -52,7 +52,8 @@ def gated_delta_rule_recurrent(
     Source: Yang, Kautz, Hatamizadeh 2025, eq. 10; fla ``naive_recurrent_gated_delta_rule``'s order of operations.
     """
     out_dtype = q.dtype if isinstance(q, torch.Tensor) else None
-    q, k, v, beta, g, S = prepare(q, k, v, beta, scale, initial_state, check_stability, g=g)
+    q, k, v, beta, g, S, scale = prepare(q, k, v, beta, scale, initial_state, check_stability, g=g)
+    q = q * scale
     outputs = []
     for t in range(q.shape[2]):
         k_t, beta_t = k[:, :, t], beta[:, :, t, None]
@@ -85,8 +86,8 @@ def gated_delta_rule_chunk(
     """
     out_dtype = q.dtype if isinstance(q, torch.Tensor) else None
     check_positive_int("chunk_size", chunk_size)
-    q, k, v, beta, g, S = prepare(q, k, v, beta, scale, initial_state, check_stability, g=g)
-    o, S = chunk_forward(q, k, v, beta, S, chunk_size, g=g)
+    q, k, v, beta, g, S, scale = prepare(q, k, v, beta, scale, initial_state, check_stability, g=g)
+    o, S = chunk_forward(q, k, v, beta, S, chunk_size, scale=scale, g=g)
     return o.transpose(1, 2).to(out_dtype), (S if output_final_state else None)
 
 
