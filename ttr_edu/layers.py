@@ -1,0 +1,282 @@
+"""Token mixers as ``torch.nn.Module``: each test-time-regression layer with its projections, heads and gates.
+
+Every mixer maps ``x`` of shape ``(B, T, hidden_size)`` to the same shape, in four steps that read top to bottom:
+
+1. project ``x`` to ``q, k, v`` (and the per-head ``beta`` and log decay ``g`` where the layer has them);
+2. optionally pass ``q, k, v`` through a causal depthwise *short convolution* (``use_short_conv``, ``conv_size``),
+   which lets a key see the previous token: the one-layer associative-recall circuit needs exactly that;
+3. mix with the reference op of :mod:`ttr_edu.ops` in the fla layout ``(B, T, H, D)``;
+4. normalise each head's output (RMSNorm, for the parametric layers) and project back.
+
+Constructor arguments are named as in flash-linear-attention's layers (``hidden_size``, ``num_heads``,
+``use_short_conv``, ``conv_size``, ``use_beta``, ``feature_map``, ``qk_norm``). The layers are the ones the MQAR
+models of chapter 8 use (:mod:`ttr_edu.models_mqar`); :data:`MIXERS` names them.
+
+Each layer's ``state_size(seq_len)`` counts the floats it keeps per sequence to produce the next output: the fixed
+``H · D_k · D_v`` of a parametric memory (plus ``H · D_k²`` for RLS's inverse covariance), or the key-value cache
+``2 · T · hidden_size`` of a nonparametric one.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ttr_edu._validation import Dims, check_positive_float, check_positive_int
+from ttr_edu.ops import (
+    delta_rule_chunk,
+    gated_delta_rule_chunk,
+    get_feature_map,
+    l2_norm,
+    linear_attention_chunk,
+    local_linear_attention,
+    rls_recurrent,
+    softmax_attention,
+)
+from ttr_edu.ops.feature_maps import d_dot
+
+__all__ = [
+    "ShortConvolution",
+    "LinearAttention",
+    "DeltaNet",
+    "GatedDeltaNet",
+    "MesaLayer",
+    "SoftmaxAttention",
+    "LocalLinearAttention",
+    "MIXERS",
+]
+
+
+class ShortConvolution(nn.Module):
+    """A causal depthwise convolution over time with a SiLU, ``(B, T, C) -> (B, T, C)`` (as fla's ``ShortConvolution``).
+
+    Each channel mixes its own last ``conv_size`` time steps, so a key can hold the previous token.
+    """
+
+    def __init__(self, hidden_size: int, conv_size: int = 4) -> None:
+        super().__init__()
+        self.conv_size = check_positive_int("conv_size", conv_size)
+        self.conv = nn.Conv1d(hidden_size, hidden_size, conv_size, groups=hidden_size, padding=conv_size - 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        T = x.shape[1]
+        y = self.conv(x.transpose(1, 2))[..., :T]  # (B, C, T); padding both sides, the right end cut: causal
+        return F.silu(y.contiguous()).transpose(1, 2)
+
+
+class _Mixer(nn.Module):
+    """What every mixer shares: q, k, v projections, optional short convolutions, heads, the output projection."""
+
+    parametric = True  # a fixed-size memory S (else: the key-value cache)
+
+    def __init__(self, hidden_size: int, num_heads: int, use_short_conv: bool, conv_size: int) -> None:
+        super().__init__()
+        self.hidden_size = check_positive_int("hidden_size", hidden_size)
+        self.num_heads = check_positive_int("num_heads", num_heads)
+        if hidden_size % num_heads:
+            raise ValueError(f"num_heads: must divide hidden_size={hidden_size}, got {num_heads}")
+        self.head_dim = hidden_size // num_heads
+        self.qkv_proj = nn.Linear(hidden_size, 3 * hidden_size, bias=False)  # q, k, v projections side by side
+        self.o_proj = nn.Linear(hidden_size, hidden_size, bias=False)
+        self.use_short_conv = bool(use_short_conv)
+        if self.use_short_conv:  # depthwise, so one convolution over the q, k, v channels is three of them
+            self.qkv_conv1d = ShortConvolution(3 * hidden_size, conv_size)
+
+    def _heads(self, x: torch.Tensor) -> torch.Tensor:
+        return x.unflatten(-1, (self.num_heads, self.head_dim))  # (B, T, hidden) -> (B, T, H, D)
+
+    def project(self, x: torch.Tensor) -> dict[str, torch.Tensor]:
+        """``x`` ``(B, T, hidden_size)`` -> the op's inputs: ``q, k, v`` ``(B, T, H, D)`` (+ ``beta``, ``g``)."""
+        Dims(hidden_size=self.hidden_size).bind("x", x, ("B", "T", "hidden_size"))
+        qkv = self.qkv_proj(x)
+        if self.use_short_conv:
+            qkv = self.qkv_conv1d(qkv)
+        q, k, v = qkv.chunk(3, dim=-1)
+        return {"q": self._heads(q), "k": self._heads(k), "v": self._heads(v)}
+
+    def mix(self, **inputs: torch.Tensor) -> torch.Tensor:
+        """The op: ``(B, T, H, D)`` inputs -> ``o`` ``(B, T, H, D_v)``."""
+        raise NotImplementedError
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """``(B, T, hidden_size) -> (B, T, hidden_size)``.
+
+        Raises:
+            TypeError: ``x`` not a floating tensor. ValueError: ``x`` not ``(B, T, hidden_size)``.
+        """
+        o = self.mix(**self.project(x))
+        return self.o_proj(o.flatten(-2))
+
+    def state_size(self, seq_len: int) -> int:
+        """Floats kept per sequence to produce the next output (see the module docstring)."""
+        check_positive_int("seq_len", seq_len)
+        return 2 * seq_len * self.hidden_size
+
+
+class LinearAttention(_Mixer):
+    """Linear attention (Katharopoulos et al. 2020; Schlag et al. 2021): ``S_t = S_{t−1} + φ(k_t) v_tᵀ``.
+
+    Test-time regression: uniform weights, linear class, one gradient step from zero (Wang et al. 2025 §3.1).
+
+    Args:
+        hidden_size, num_heads: model width and heads (``D = hidden_size / num_heads``).
+        feature_map: a name of :data:`ttr_edu.ops.FEATURE_MAPS` applied to q and k (``"elu_plus_one"``).
+        use_short_conv, conv_size: a causal depthwise convolution on q, k, v.
+        normalize: divide by ``z_tᵀ φ(q_t)`` (the kernel-smoother normalisation).
+    """
+
+    def __init__(self, hidden_size: int, num_heads: int = 1, feature_map: str = "elu_plus_one", *,
+                 use_short_conv: bool = True, conv_size: int = 4, normalize: bool = False) -> None:
+        super().__init__(hidden_size, num_heads, use_short_conv, conv_size)
+        self.feature_map = get_feature_map(feature_map)
+        self.d_k = d_dot(feature_map, self.head_dim)
+        self.normalize = bool(normalize)
+        self.o_norm = nn.RMSNorm(self.head_dim)
+
+    def mix(self, q, k, v):
+        q, k = self.feature_map(q), self.feature_map(k)
+        o, _ = linear_attention_chunk(q, k, v, normalize=self.normalize)
+        return self.o_norm(o)
+
+    def state_size(self, seq_len: int) -> int:
+        return self.num_heads * self.d_k * self.head_dim
+
+
+class DeltaNet(_Mixer):
+    """DeltaNet (Schlag et al. 2021; Yang et al. 2024): ``S_t = S_{t−1} + β_t k_t (v_t − S_{t−1}ᵀ k_t)ᵀ``.
+
+    As fla's ``DeltaNet``: SiLU then L2 norm on q and k (so ``β ‖k‖² = β`` and ``β = σ(W_β x) ∈ (0, 1)`` is stable).
+    Test-time regression: uniform weights, linear class, online SGD with step β (Wang et al. 2025 §3.3).
+
+    Args:
+        hidden_size, num_heads; use_beta: a learned β head (else β = 1); use_short_conv, conv_size.
+    """
+
+    def __init__(self, hidden_size: int, num_heads: int = 1, *, use_beta: bool = True,
+                 use_short_conv: bool = True, conv_size: int = 4) -> None:
+        super().__init__(hidden_size, num_heads, use_short_conv, conv_size)
+        self.use_beta = bool(use_beta)
+        if self.use_beta:
+            self.b_proj = nn.Linear(hidden_size, num_heads)
+        self.o_norm = nn.RMSNorm(self.head_dim)
+
+    def project(self, x):
+        inputs = super().project(x)
+        inputs["q"], inputs["k"] = l2_norm(F.silu(inputs["q"])), l2_norm(F.silu(inputs["k"]))
+        inputs["beta"] = torch.sigmoid(self.b_proj(x)) if self.use_beta else x.new_ones(x.shape[:2] + (self.num_heads,))
+        return inputs
+
+    def mix(self, q, k, v, beta):
+        return self.o_norm(delta_rule_chunk(q, k, v, beta, chunk_size=32, check_stability="ignore")[0])
+
+    def state_size(self, seq_len: int) -> int:
+        return self.num_heads * self.head_dim * self.head_dim
+
+
+class GatedDeltaNet(DeltaNet):
+    """Gated DeltaNet (Yang, Kautz, Hatamizadeh 2025): decay ``exp(g_t)``, then the delta-rule step.
+
+    ``g = −exp(A_log) · softplus(W_a x + dt_bias)`` per head (the Mamba-2 parametrisation fla uses), so ``g < 0``.
+    Test-time regression: data-dependent weights, linear class, online SGD.
+    """
+
+    def __init__(self, hidden_size: int, num_heads: int = 1, *, use_short_conv: bool = True,
+                 conv_size: int = 4) -> None:
+        super().__init__(hidden_size, num_heads, use_beta=True, use_short_conv=use_short_conv, conv_size=conv_size)
+        self.a_proj = nn.Linear(hidden_size, num_heads, bias=False)
+        self.A_log = nn.Parameter(torch.zeros(num_heads))
+        self.dt_bias = nn.Parameter(torch.full((num_heads,), -2.0))  # softplus(−2) ≈ 0.13: a slow decay at start
+
+    def project(self, x):
+        inputs = super().project(x)
+        inputs["g"] = -self.A_log.exp() * F.softplus(self.a_proj(x) + self.dt_bias)
+        return inputs
+
+    def mix(self, q, k, v, beta, g):
+        return self.o_norm(gated_delta_rule_chunk(q, k, v, g, beta, chunk_size=32, check_stability="ignore")[0])
+
+
+class MesaLayer(_Mixer):
+    """RLS / the Mesa layer (von Oswald et al. 2023): the exact ridge-regression memory, updated by Sherman–Morrison.
+
+    Test-time regression: (gated) weights, linear class, recursive least squares (Wang et al. 2025 §3.1).
+    q and k are L2-normalised so that the ridge ``lam`` is on the scale of one key.
+
+    Args:
+        hidden_size, num_heads; lam: the ridge λ > 0; use_gate: a learned forgetting gate ``g = logσ(W_a x + 4)``.
+    """
+
+    def __init__(self, hidden_size: int, num_heads: int = 1, *, lam: float = 1.0, use_gate: bool = False,
+                 use_short_conv: bool = True, conv_size: int = 4) -> None:
+        super().__init__(hidden_size, num_heads, use_short_conv, conv_size)
+        self.lam = check_positive_float("lam", lam)
+        self.use_gate = bool(use_gate)
+        if self.use_gate:
+            self.a_proj = nn.Linear(hidden_size, num_heads)
+            nn.init.constant_(self.a_proj.bias, 4.0)  # σ(4) ≈ 0.98: remember almost everything at start
+        self.o_norm = nn.RMSNorm(self.head_dim)
+
+    def project(self, x):
+        inputs = super().project(x)
+        inputs["q"], inputs["k"] = l2_norm(inputs["q"]), l2_norm(inputs["k"])
+        if self.use_gate:
+            inputs["g"] = F.logsigmoid(self.a_proj(x))
+        return inputs
+
+    def mix(self, q, k, v, g=None):
+        return self.o_norm(rls_recurrent(q, k, v, lam=self.lam, g=g)[0])
+
+    def state_size(self, seq_len: int) -> int:
+        return self.num_heads * self.head_dim * (2 * self.head_dim)  # S and the inverse covariance P
+
+
+class SoftmaxAttention(_Mixer):
+    """Causal softmax attention: the Nadaraya–Watson smoother with kernel ``exp(scale · q·k)`` (Wang et al. 2025 §4.1).
+
+    Args:
+        hidden_size, num_heads; qk_norm: L2-normalise q and k, with a learned ``scale`` (init ``qk_scale``), so the
+        kernel becomes a true Gaussian in ``‖q − k‖``; use_short_conv, conv_size.
+    """
+
+    parametric = False
+
+    def __init__(self, hidden_size: int, num_heads: int = 1, *, qk_norm: bool = False, qk_scale: float = 10.0,
+                 use_short_conv: bool = True, conv_size: int = 4) -> None:
+        super().__init__(hidden_size, num_heads, use_short_conv, conv_size)
+        self.qk_norm = bool(qk_norm)
+        self.qk_scale = check_positive_float("qk_scale", qk_scale)
+
+    def mix(self, q, k, v):
+        if self.qk_norm:  # the bandwidth 1/scale is fixed here; the projections can still learn norms before it
+            return softmax_attention(q, k, v, scale=self.qk_scale, qk_norm=True)[0]
+        return softmax_attention(q, k, v)[0]
+
+
+class LocalLinearAttention(_Mixer):
+    """Local linear attention (Wang et al. 2025 §4.2): a softmax-weighted line fitted around each query.
+
+    Args:
+        hidden_size, num_heads; ridge: λ > 0 on the local key covariance; use_short_conv, conv_size.
+    """
+
+    parametric = False
+
+    def __init__(self, hidden_size: int, num_heads: int = 1, *, ridge: float = 1e-2,
+                 use_short_conv: bool = True, conv_size: int = 4) -> None:
+        super().__init__(hidden_size, num_heads, use_short_conv, conv_size)
+        self.ridge = check_positive_float("ridge", ridge)
+
+    def mix(self, q, k, v):
+        return local_linear_attention(q, k, v, ridge=self.ridge)[0]
+
+
+#: name -> layer class; the names match :data:`ttr_edu.regression.NAMED_LAYERS` where the layer is one of them.
+MIXERS: dict[str, type[_Mixer]] = {
+    "linear_attention": LinearAttention,
+    "deltanet": DeltaNet,
+    "gated_deltanet": GatedDeltaNet,
+    "mesa": MesaLayer,
+    "softmax_attention": SoftmaxAttention,
+    "local_linear_attention": LocalLinearAttention,
+}
