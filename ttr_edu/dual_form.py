@@ -217,13 +217,15 @@ class LinearMemory:
         device, dtype = weight.device, weight.dtype
         self.keys_buffer = torch.empty(capacity, self.d_in, dtype=key_dtype, device=device)  # (capacity, D_in)
         self.grads_buffer = torch.empty(capacity, self.d_out, dtype=dtype, device=device)  # (capacity, D_out): ∂L/∂y
-        self.meta_buffer = torch.empty(3, capacity, dtype=torch.int64, device=device)  # rows: step, label, sample id
+        # rows: label, sample id; −1 until annotate() says otherwise (the step of a pattern follows from update_ends)
+        self.meta_buffer = torch.full((2, capacity), -1, dtype=torch.int64, device=device)
         self.buffers = [self.keys_buffer, self.grads_buffer, self.meta_buffer]
-        if verify:  # what _verify_updates needs: x_tᵀr per pattern, and W.grad r, b.grad per update
-            self.probe = torch.randn(self.d_in, generator=torch.Generator().manual_seed(0), dtype=torch.float64
-                                     ).to(device=device, dtype=dtype)
+        if verify:  # what _verify_updates needs: x_tᵀr per pattern, [W.grad b.grad] (r; r_b) per update
+            probe = torch.randn(self.d_in + 1, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+            self.probe, self.probe_bias = probe[:-1].to(device=device, dtype=dtype), probe[-1].item()
             self.probed_keys_buffer = torch.empty(capacity, dtype=dtype, device=device)
-            self.probed_grad_buffer = torch.empty(max_steps, 2, self.d_out, dtype=dtype, device=device)
+            self.probed_grad_buffer = torch.empty(max_steps, self.d_out, dtype=dtype, device=device)
+            self.probe_has_bias: list[bool] = []
             self.buffers += [self.probed_keys_buffer, self.probed_grad_buffer]
         self.verify = verify
         self.num_patterns = 0
@@ -231,7 +233,7 @@ class LinearMemory:
         self.bias_updates: list[_Update] = []
         self.update_ends: list[int] = []  # patterns of weight update i are rows [update_ends[i-1], update_ends[i])
         self.verified_updates = 0
-        self._cache: dict[int, dict] = {}
+        self._cache: dict = {}  # coefficients by step, and "steps"; cleared at every commit
 
     @property
     def nbytes(self) -> int:
@@ -251,17 +253,21 @@ class LinearMemory:
     @property
     def steps(self) -> torch.Tensor:
         """``(N,)`` int64: the optimiser step (1-based) each pattern was used in."""
-        return self.meta_buffer[0, : self.num_patterns]
+        if "steps" not in self._cache:
+            ends = torch.tensor([0] + self.update_ends, dtype=torch.int64)
+            numbers = torch.tensor([u.step for u in self.weight_updates], dtype=torch.int64)
+            self._cache["steps"] = numbers.repeat_interleave(ends.diff()).to(self.meta_buffer.device)
+        return self._cache["steps"]
 
     @property
     def labels(self) -> torch.Tensor:
         """``(N,)`` int64: the label given to :meth:`DualFormRecorder.annotate`, −1 when none was given."""
-        return self.meta_buffer[1, : self.num_patterns]
+        return self.meta_buffer[0, : self.num_patterns]
 
     @property
     def sample_ids(self) -> torch.Tensor:
         """``(N,)`` int64: the sample id given to :meth:`DualFormRecorder.annotate`, −1 when none was given."""
-        return self.meta_buffer[2, : self.num_patterns]
+        return self.meta_buffer[1, : self.num_patterns]
 
     def _resolve_step(self, at_step: int | None) -> int:
         if at_step is None:
@@ -354,7 +360,8 @@ class LinearMemory:
             torch.mv(x, self.probe, out=self.probed_keys_buffer[start:stop])
         return True
 
-    def _commit(self, slots: list[list], weight: torch.Tensor, bias: torch.Tensor | None, meta: torch.Tensor | None,
+    def _commit(self, slots: list[list], weight: torch.Tensor, bias: torch.Tensor | None,
+                labels: torch.Tensor | None, sample_ids: torch.Tensor | None,
                 weight_update: _Update | None, bias_update: _Update | None) -> None:
         """Make the step's patterns final: drop forward calls that got no gradient, then write the step's record."""
         write = self.num_patterns
@@ -379,15 +386,19 @@ class LinearMemory:
         if n:
             if weight_update is None:
                 raise RuntimeError(f"{self.name}: {n} patterns got gradients but {self.name}.weight.grad is None")
-            if meta is None or meta.shape[1] != n:
-                meta = torch.tensor([[weight_update.step], [-1], [-1]], device=self.meta_buffer.device).expand(3, n)
-            self.meta_buffer[:, self.num_patterns:write] = meta
+            if labels is not None:
+                self.meta_buffer[0, self.num_patterns:write] = labels
+            if sample_ids is not None:
+                self.meta_buffer[1, self.num_patterns:write] = sample_ids
         if weight_update is not None:
-            if self.verify:
+            if self.verify:  # [W.grad b.grad] (r; r_b): one product checks both
                 probed = self.probed_grad_buffer[len(self.weight_updates)]
-                torch.mv(weight.grad, self.probe, out=probed[0])
-                if bias is not None and bias.grad is not None:
-                    probed[1] = bias.grad
+                has_bias = bias is not None and bias.grad is not None
+                if has_bias:
+                    torch.addmv(bias.grad, weight.grad, self.probe, beta=self.probe_bias, out=probed)
+                else:
+                    torch.mv(weight.grad, self.probe, out=probed)
+                self.probe_has_bias.append(has_bias)
             self.weight_updates.append(weight_update)
             self.update_ends.append(write)
         if bias_update is not None:
@@ -396,7 +407,7 @@ class LinearMemory:
         self._cache.clear()
 
     def _verify_updates(self) -> None:
-        """Check every new update: ``W.grad r == Σ_t g_t (x_tᵀ r)`` for a fixed random r, ``b.grad == Σ_t g_t``.
+        """Check every new update: ``W.grad r + b.grad r_b == Σ_t g_t (x_tᵀ r + r_b)`` for a fixed random (r, r_b).
 
         Done in one vectorised pass when the record is read. The tolerance is ``sqrt(eps)`` of the weight's dtype
         relative to Cauchy–Schwarz bounds of each side: rounding stays far below it, and any real change of the
@@ -409,18 +420,18 @@ class LinearMemory:
         p1 = self.update_ends[last - 1]
         ends = torch.tensor(self.update_ends[first:last], device=self.meta_buffer.device)
         segment = torch.searchsorted(ends, torch.arange(p0, p1, device=ends.device), right=True)  # (n,) update index
-        grads, projected = self.grads_buffer[p0:p1], self.probed_keys_buffer[p0:p1]  # (n, D_out), (n,)
+        grads = self.grads_buffer[p0:p1]  # (n, D_out)
+        has_bias = torch.tensor(self.probe_has_bias[first:last], device=ends.device)  # (U,)
+        projected = self.probed_keys_buffer[p0:p1] + self.probe_bias * has_bias[segment]  # (n,): x_tᵀr + r_b
         U, dtype = last - first, grads.dtype
-        want_w = grads.new_zeros(U, self.d_out).index_add_(0, segment, grads * projected[:, None])  # (U, D_out)
-        want_b = grads.new_zeros(U, self.d_out).index_add_(0, segment, grads)
+        want = grads.new_zeros(U, self.d_out).index_add_(0, segment, grads * projected[:, None])  # (U, D_out)
         grads_sq = grads.new_zeros(U).index_add_(0, segment, grads.pow(2).sum(1))
         proj_sq = grads.new_zeros(U).index_add_(0, segment, projected.pow(2))
-        count = grads.new_zeros(U).index_add_(0, segment, torch.ones_like(projected))
-        got_w, got_b = self.probed_grad_buffer[first:last, 0], self.probed_grad_buffer[first:last, 1]
-        gaps = [(got_w - want_w).norm(dim=1) / (grads_sq.sqrt() * proj_sq.sqrt() + got_w.norm(dim=1) * self.probe.norm())]
-        if self.b0 is not None:
-            gaps.append((got_b - want_b).norm(dim=1) / (grads_sq.sqrt() * count.sqrt() + got_b.norm(dim=1)))
-        gap = torch.stack(gaps).nan_to_num(0.0).amax(0)  # (U,): 0/0 (no gradient at all) is agreement
+        got = self.probed_grad_buffer[first:last]  # (U, D_out)
+        probe_norm = (self.probe.norm() ** 2 + self.probe_bias ** 2).sqrt()
+        # relative to Cauchy–Schwarz bounds: ‖Σ_t g_t p_t‖ ≤ ‖G‖ ‖p‖ and ‖[W.grad b.grad] (r; r_b)‖ ≤ ‖...‖ ‖(r; r_b)‖
+        gap = (got - want).norm(dim=1) / (grads_sq.sqrt() * proj_sq.sqrt() + got.norm(dim=1) * probe_norm)
+        gap = gap.nan_to_num(0.0)  # (U,): 0/0 (no gradient at all) is agreement
         tol = math.sqrt(torch.finfo(dtype).eps)
         bad = (gap > tol).nonzero()
         if len(bad):
@@ -796,20 +807,12 @@ class DualFormRecorder:
             raise RuntimeError(f"DualFormRecorder: max_steps={self.max_steps} steps are recorded; step {step} would "
                                "make the record wrong. Create it with a larger max_steps, or close() it first.")
         labels, sample_ids = self._annotation
-        meta = None
         for name, slots in self._slots.items():  # check every layer before writing any, so a failure leaves no trace
             n = sum(slot[1] for slot in slots if slot[2])
             for arg, value in (("labels", labels), ("sample_ids", sample_ids)):
                 if value is not None and value.numel() != n:
                     raise ValueError(f"{arg}: annotate() was given {value.numel()} entries, but {name} saw {n} "
                                      "patterns this step; give one entry per pattern")
-            if meta is None and n:  # (3, n): step, label, sample id; shared by the layers (they see the same rows)
-                meta = torch.full((3, n), -1, dtype=torch.int64, device=self._memories[name].meta_buffer.device)
-                meta[0] = step
-                if labels is not None:
-                    meta[1] = labels
-                if sample_ids is not None:
-                    meta[2] = sample_ids
         for name, layer in self.layers.items():
             memory, slots = self._memories[name], self._slots[name]
             bias = layer.bias
@@ -818,7 +821,7 @@ class DualFormRecorder:
                                                                                 memory.weight_updates)
             bias_update = None if bias is None or bias.grad is None else self._update(name, bias, step,
                                                                                      memory.bias_updates)
-            memory._commit(slots, layer.weight, bias, meta, weight_update, bias_update)
+            memory._commit(slots, layer.weight, bias, labels, sample_ids, weight_update, bias_update)
             for slot in slots:
                 slot[3] = False
             slots.clear()

@@ -1,0 +1,86 @@
+"""Chapter 05's checks accept the reference, report an unattempted stub, and reject plausible wrong answers."""
+
+import pytest
+import torch
+
+from ttr_edu import dual_form
+from ttr_edu.checks import CheckFailed, ch05
+
+
+def stub(*args, **kwargs):
+    raise NotImplementedError()
+
+
+CHECKS = [
+    (ch05.check_dual_output, dual_form.dual_output),
+    (ch05.check_momentum_rescale, dual_form.momentum_rescale),
+    (ch05.check_class_votes, dual_form.class_votes),
+]
+
+
+@pytest.mark.parametrize("check,reference", CHECKS)
+def test_reference_passes(check, reference, capsys):
+    assert check(reference) is True
+    assert capsys.readouterr().out.startswith("PASS")
+
+
+@pytest.mark.parametrize("check,reference", CHECKS)
+def test_stub_is_not_attempted(check, reference, capsys):
+    assert check(stub) is False
+    assert "not attempted yet" in capsys.readouterr().out
+
+
+def _rescale_off_by_one(momentum, num_steps):
+    t = torch.arange(1, num_steps + 1, dtype=torch.float64)
+    return (1 - momentum ** (num_steps - t)) / (1 - momentum) if momentum else torch.ones(num_steps, dtype=torch.float64)
+
+
+def _rescale_reversed(momentum, num_steps):
+    return dual_form.momentum_rescale(momentum, num_steps).flip(0)
+
+
+def _rescale_geometric_weight(momentum, num_steps):  # only the last step's momentum weight μ^{T−t}
+    t = torch.arange(1, num_steps + 1, dtype=torch.float64)
+    return momentum ** (num_steps - t)
+
+
+def _votes_mean(scores, labels, num_classes):
+    votes = dual_form.class_votes(scores, labels, num_classes)
+    counts = torch.bincount(labels, minlength=num_classes).clamp(min=1)
+    return votes / counts
+
+
+def _votes_count_of_best(scores, labels, num_classes):  # nearest-neighbour count instead of a score sum
+    best = labels[scores.argmax(dim=1)]
+    return torch.nn.functional.one_hot(best, num_classes).to(scores.dtype)
+
+
+def _votes_normalised(scores, labels, num_classes):  # a softmax-like share: right argmax, wrong numbers
+    votes = dual_form.class_votes(scores, labels, num_classes)
+    return votes / votes.sum(dim=1, keepdim=True)
+
+
+WRONG = [
+    ("dual: forgets W0", ch05.check_dual_output, lambda W0, keys, values, query: (query @ keys.T) @ values),
+    ("dual: absolute scores (the spotlight, not the dual)", ch05.check_dual_output,
+     lambda W0, keys, values, query: query @ W0.T + (query @ keys.T).abs() @ values),
+    ("dual: normalised attention", ch05.check_dual_output,
+     lambda W0, keys, values, query: query @ W0.T + torch.softmax(query @ keys.T, dim=1) @ values),
+    ("rescale: exponent off by one", ch05.check_momentum_rescale, _rescale_off_by_one),
+    ("rescale: reversed in time", ch05.check_momentum_rescale, _rescale_reversed),
+    ("rescale: momentum weight only", ch05.check_momentum_rescale, _rescale_geometric_weight),
+    ("votes: mean instead of sum", ch05.check_class_votes, _votes_mean),
+    ("votes: count of the best match", ch05.check_class_votes, _votes_count_of_best),
+    ("votes: normalised to shares", ch05.check_class_votes, _votes_normalised),
+]
+
+
+@pytest.mark.parametrize("name,check,wrong", WRONG, ids=[w[0] for w in WRONG])
+def test_wrong_answer_is_rejected(name, check, wrong):
+    with pytest.raises(CheckFailed):
+        check(wrong)
+
+
+def test_failure_message_shows_the_case():
+    with pytest.raises(CheckFailed, match=r"(?s)dual_output: wrong values.*inputs: W0=tensor\(1, 1\).*first wrong element"):
+        ch05.check_dual_output(lambda W0, keys, values, query: (query @ keys.T) @ values)
