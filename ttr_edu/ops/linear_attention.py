@@ -128,9 +128,7 @@ def linear_attention_parallel(
     """
     out_dtype = q.dtype if isinstance(q, torch.Tensor) else None
     q, k, v, S0, z0 = _prepare(q, k, v, scale, normalize, eps, initial_state)
-    T = q.shape[2]
-    causal = torch.ones(T, T, dtype=torch.bool, device=q.device).tril()
-    scores = (q @ k.transpose(-1, -2)).masked_fill(~causal, 0.0)  # (B, H, T, T)
+    scores = (q @ k.transpose(-1, -2)).tril()  # (B, H, T, T), causal mask M with the diagonal
     o = torch.einsum("b h k v, b h t k -> b h t v", S0, q) + scores @ v
     S = S0 + k.transpose(-1, -2) @ v
     normalizer, z = None, None
@@ -158,8 +156,7 @@ def linear_attention_chunk(
     q, k, v, S0, z0 = _prepare(q, k, v, scale, normalize, eps, initial_state)
     T, C = q.shape[2], chunk_size
     qc, kc, vc = (to_chunks(x, C) for x in (q, k, v))  # (B, H, N, C, ·)
-    causal = torch.ones(C, C, dtype=torch.bool, device=q.device).tril()
-    scores = (qc @ kc.transpose(-1, -2)).masked_fill(~causal, 0.0)  # (B, H, N, C, C)
+    scores = (qc @ kc.transpose(-1, -2)).tril()  # (B, H, N, C, C), causal mask M with the diagonal
 
     chunk_kv = kc.transpose(-1, -2) @ vc  # (B, H, N, D_k, D_v): what each chunk writes
     S_after = S0.unsqueeze(2) + chunk_kv.cumsum(2)  # state after each chunk
