@@ -90,6 +90,7 @@ def test_unknown_mixer_is_named():
         MQARModel("mamba", 32, 8)
 
 
+@pytest.mark.slow  # the first Adam in a process imports torch._dynamo (~10 s here); the run itself is 2 steps
 def test_grid_writes_a_csv_that_reads_back(tmp_path):
     grid = MQARGrid(mixers=("softmax_attention",), num_pairs=(2,), d_models=(8,), seq_len=16, vocab_size=16,
                     batch_size=4, max_steps=2, eval_every=1, eval_examples=8)

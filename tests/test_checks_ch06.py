@@ -1,0 +1,80 @@
+"""Chapter 06's checks accept a correct answer, report an unattempted stub, and reject plausible wrong answers."""
+
+import pytest
+import torch
+
+from ttr_edu.checks import CheckFailed, ch06
+
+
+def stub(*args, **kwargs):
+    raise NotImplementedError()
+
+
+# Correct answers, written the way a student would (as in the solutions notebook).
+def decay_weights(g):
+    T = g.shape[0]
+    G = torch.cumsum(g, 0)
+    causal = torch.ones(T, T, dtype=torch.bool).tril()
+    return (G[:, None] - G[None, :]).masked_fill(~causal, float("-inf")).exp()
+
+
+def sgd_step(S, k, v, beta):
+    return S + beta * torch.outer(k, v - S.T @ k)
+
+
+def ridge_readout(q, k, v, ridge):
+    out = []
+    for t in range(k.shape[0]):
+        K, V = k[: t + 1], v[: t + 1]
+        S = torch.linalg.solve(K.T @ K + ridge * torch.eye(k.shape[1], dtype=k.dtype), K.T @ V)
+        out.append(S.T @ q[t])
+    return torch.stack(out)
+
+
+CHECKS = [
+    (ch06.check_decay_weights, decay_weights),
+    (ch06.check_sgd_step, sgd_step),
+    (ch06.check_ridge_readout, ridge_readout),
+]
+
+
+@pytest.mark.parametrize("check,answer", CHECKS)
+def test_a_correct_answer_passes(check, answer, capsys):
+    assert check(answer) is True
+    assert capsys.readouterr().out.startswith("PASS")
+
+
+@pytest.mark.parametrize("check,answer", CHECKS)
+def test_stub_is_not_attempted(check, answer, capsys):
+    assert check(stub) is False
+    assert "not attempted yet" in capsys.readouterr().out
+
+
+def decay_including_own_gate(g):  # Σ_{j=i..t} instead of Σ_{j=i+1..t}: the newest pair is already decayed
+    return decay_weights(g) * torch.exp(g)[None, :]
+
+
+def linear_attention_readout(q, k, v, ridge):  # the covariance dropped: what linear attention computes
+    return torch.stack([sum((q[t] @ k[i]) * v[i] for i in range(t + 1)) for t in range(k.shape[0])])
+
+
+def non_causal_readout(q, k, v, ridge):  # solved once with every pair, future ones included
+    S = torch.linalg.solve(k.T @ k + ridge * torch.eye(k.shape[1], dtype=k.dtype), k.T @ v)
+    return q @ S
+
+
+WRONG = [
+    ("decay: includes the pair's own gate", ch06.check_decay_weights, decay_including_own_gate),
+    ("decay: upper triangle not masked", ch06.check_decay_weights,
+     lambda g: (torch.cumsum(g, 0)[:, None] - torch.cumsum(g, 0)[None, :]).exp()),
+    ("sgd: Hebbian write, no error term", ch06.check_sgd_step, lambda S, k, v, beta: S + beta * torch.outer(k, v)),
+    ("sgd: gradient ascent", ch06.check_sgd_step, lambda S, k, v, beta: S - beta * torch.outer(k, v - S.T @ k)),
+    ("ridge: covariance ignored", ch06.check_ridge_readout, linear_attention_readout),
+    ("ridge: not causal", ch06.check_ridge_readout, non_causal_readout),
+]
+
+
+@pytest.mark.parametrize("label,check,wrong", WRONG, ids=[w[0] for w in WRONG])
+def test_plausible_wrong_answers_are_rejected(label, check, wrong):
+    with pytest.raises(CheckFailed):
+        check(wrong)

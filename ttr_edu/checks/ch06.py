@@ -1,0 +1,91 @@
+"""Checks for chapter 06, test-time regression (parametric). Each compares with :mod:`ttr_edu.regression`.
+
+The exercises use one sequence and one head: ``k, q`` are ``(T, D_k)``, ``v`` is ``(T, D_v)``, a log decay ``g`` is
+``(T,)`` and a memory ``S`` is ``(D_k, D_v)`` (read out as ``Sᵀ q``). The references run the package's framework on
+the same data in the fla layout ``(1, T, 1, D)``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+import torch
+
+from ttr_edu.checks._core import run_check
+from ttr_edu.regression import ExactSolve, Linear, OnlineSGD, TestTimeRegression, Uniform, regression_weights
+
+__all__ = ["check_decay_weights", "check_sgd_step", "check_ridge_readout"]
+
+# D_k ≠ D_v in most cases, so a transposed memory cannot pass by accident; T = 1 and T < D_k are included.
+SHAPES = [(1, 1, 1), (3, 5, 2), (8, 4, 3), (17, 6, 5)]  # (T, D_k, D_v)
+
+
+def _fla(x: torch.Tensor) -> torch.Tensor:
+    return x[None, :, None]  # (T, D) -> (1, T, 1, D); (T,) -> (1, T, 1)
+
+
+def reference_decay_weights(g: torch.Tensor) -> torch.Tensor:
+    """``Γ[t, i] = exp(Σ_{j=i+1..t} g_j)`` for ``i ≤ t``, else 0: ``(T,) -> (T, T)``."""
+    return regression_weights(_fla(g))[0, 0]
+
+
+def reference_sgd_step(S: torch.Tensor, k: torch.Tensor, v: torch.Tensor, beta: float) -> torch.Tensor:
+    """One SGD step on ``½‖v − Sᵀk‖²`` from ``S``: the framework's OnlineSGD on a one-token sequence."""
+    sgd = TestTimeRegression(Uniform(), Linear(), OnlineSGD())
+    beta_t = torch.full((1, 1, 1), float(beta), dtype=S.dtype)
+    _, S_new = sgd(k[None, None, None], k[None, None, None], v[None, None, None], beta=beta_t,
+                   initial_state=S[None, None], output_final_state=True)
+    return S_new[0, 0]
+
+
+def reference_ridge_readout(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, ridge: float) -> torch.Tensor:
+    """``o_t = S_tᵀ q_t`` with ``S_t = (Σ_{i≤t} k_i k_iᵀ + λI)⁻¹ Σ_{i≤t} k_i v_iᵀ``: ``(T, D_v)``."""
+    exact = TestTimeRegression(Uniform(), Linear(), ExactSolve(ridge=ridge))
+    return exact(_fla(q), _fla(k), _fla(v), scale=1.0)[0][0, :, 0]
+
+
+def _g(seed: int) -> torch.Generator:
+    return torch.Generator().manual_seed(seed)
+
+
+def _decay_cases() -> Iterator[dict]:
+    for i, (T, _, _) in enumerate(SHAPES):
+        yield {"g": -torch.rand(T, generator=_g(600 + i), dtype=torch.float64)}
+    yield {"g": torch.zeros(5, dtype=torch.float64)}  # no decay: the causal mask of ones
+
+
+def _sgd_cases() -> Iterator[dict]:
+    for i, (_, d_k, d_v) in enumerate(SHAPES):
+        gen = _g(610 + i)
+        yield {
+            "S": torch.randn(d_k, d_v, generator=gen, dtype=torch.float64),
+            "k": torch.randn(d_k, generator=gen, dtype=torch.float64),
+            "v": torch.randn(d_v, generator=gen, dtype=torch.float64),
+            "beta": [0.5, 0.1, 1.0, 0.7][i],
+        }
+
+
+def _ridge_cases() -> Iterator[dict]:
+    for i, (T, d_k, d_v) in enumerate(SHAPES):
+        gen = _g(620 + i)
+        yield {
+            "q": torch.randn(T, d_k, generator=gen, dtype=torch.float64),
+            "k": torch.randn(T, d_k, generator=gen, dtype=torch.float64),
+            "v": torch.randn(T, d_v, generator=gen, dtype=torch.float64),
+            "ridge": [1.0, 0.1, 0.01, 0.5][i],
+        }
+
+
+def check_decay_weights(decay_weights: Callable) -> bool:
+    """Check ``decay_weights(g) -> Γ``, ``Γ[t, i] = exp(g_{i+1} + … + g_t)`` below and on the diagonal, else 0."""
+    return run_check("decay_weights", decay_weights, reference_decay_weights, _decay_cases())
+
+
+def check_sgd_step(sgd_step: Callable) -> bool:
+    """Check ``sgd_step(S, k, v, beta) -> S + β k (v − Sᵀk)ᵀ`` (one DeltaNet step, ``S`` of shape ``(D_k, D_v)``)."""
+    return run_check("sgd_step", sgd_step, reference_sgd_step, _sgd_cases())
+
+
+def check_ridge_readout(ridge_readout: Callable) -> bool:
+    """Check ``ridge_readout(q, k, v, ridge) -> o``, the exact ridge-regression memory read out at every step."""
+    return run_check("ridge_readout", ridge_readout, reference_ridge_readout, _ridge_cases(), rtol=1e-6, atol=1e-9)
