@@ -69,6 +69,18 @@ def test_orthogonal_random_features_rows_and_reproducibility():
     assert torch.equal(omega, again) and not torch.equal(omega, other)
 
 
+def test_favor_plus_matches_its_definition():
+    """φ(x) = exp(−‖x‖²/2)/√(2m) · [exp(ω_1·x), …, exp(ω_m·x), exp(−ω_1·x), …] (Choromanski et al. 2021)."""
+    x = randn(3, 4, seed=8)
+    omega = randn(5, 4, seed=9)
+    phi = favor_plus(x, omega)
+    for row in range(3):
+        norm2 = float(sum(x[row, i] ** 2 for i in range(4)))
+        dots = [float(sum(omega[j, i] * x[row, i] for i in range(4))) for j in range(5)]
+        expected = [math.exp(sign * d - norm2 / 2) / math.sqrt(10) for sign in (1, -1) for d in dots]
+        assert torch.allclose(phi[row], torch.tensor(expected, dtype=torch.float64), rtol=1e-13, atol=0)
+
+
 def test_favor_plus_is_unbiased_for_the_softmax_kernel():
     """E[φ(q)·φ(k)] = exp(q·k): with m = 20000 orthogonal features the estimate is within a few percent."""
     d = 4

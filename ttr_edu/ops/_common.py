@@ -15,7 +15,7 @@ import warnings
 import torch
 import torch.nn.functional as F
 
-from ttr_edu._validation import Dims, check_positive_float, check_same_device, check_tensor
+from ttr_edu._validation import Dims, check_positive_float, check_same_device
 
 QK = ("B", "T", "H", "D_k")
 V = ("B", "T", "H", "D_v")
@@ -62,17 +62,8 @@ def check_state(name: str, state, dims: Dims, shape, device: torch.device) -> No
         raise ValueError(f"{name}: expected a tensor on {device} (the device of q), got one on {state.device}")
 
 
-def upcast(*xs: torch.Tensor, dtype: torch.dtype) -> list[torch.Tensor]:
-    return [x.to(dtype) for x in xs]
-
-
 def zero_state(dims: Dims, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
     return torch.zeros(dims["B"], dims["H"], dims["D_k"], dims["D_v"], dtype=dtype, device=device)
-
-
-def to_heads_first(*xs: torch.Tensor) -> list[torch.Tensor]:
-    """``(B, T, H, ...)`` -> ``(B, H, T, ...)``: the time axis next to the feature axis, so matmuls batch over B, H."""
-    return [x.transpose(1, 2) for x in xs]
 
 
 def pad_time(x: torch.Tensor, chunk_size: int) -> torch.Tensor:
@@ -125,7 +116,3 @@ def check_stability(beta: torch.Tensor, k: torch.Tensor, mode: str) -> None:
     if mode == "raise":
         raise ValueError(f"beta: {message}")
     warnings.warn(message, RuntimeWarning, stacklevel=4)  # at the caller of the op
-
-
-def check_tensor_or_none(name: str, x) -> None:
-    check_tensor(name, x, allow_none=True)

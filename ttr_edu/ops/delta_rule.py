@@ -46,6 +46,7 @@ _SHARED_DOC = """
         scale: multiplies ``q``; default ``D_k ** -0.5`` (fla). Chapters that follow a paper pass ``1.0``.
         initial_state: ``S_0`` ``(B, H, D_k, D_v)``; ``None`` means zero.
         output_final_state: also return ``S_T`` (fp32, or fp64 for fp64 inputs).
+        chunk_size: (``delta_rule_chunk`` only) tokens per chunk, any positive int; T need not be a multiple.
         check_stability: ``"warn"`` (default), ``"raise"`` or ``"ignore"`` when ``β ‖k‖²`` leaves ``[0, 2]``.
 
     Returns:

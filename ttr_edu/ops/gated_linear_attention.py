@@ -27,6 +27,8 @@ _SHARED_DOC = """
         scale: multiplies ``q``; default ``D_k ** -0.5`` (fla).
         initial_state: ``S_0`` ``(B, H, D_k, D_v)``; ``None`` means zero.
         output_final_state: also return ``S_T`` (fp32, or fp64 for fp64 inputs).
+        chunk_size: (``gated_linear_attention_chunk`` only) tokens per chunk, any positive int; T need not be a
+            multiple.
 
     Returns:
         ``(o, S_T)`` (``S_T`` is ``None`` unless ``output_final_state``); ``o`` is ``(B, T, H, D_v)`` in the dtype

@@ -38,6 +38,7 @@ _SHARED_DOC = """
         initial_state: ``S_0`` of shape ``(B, H, D_k, D_v)`` (with ``normalize``: a tuple ``(S_0, z_0)``, ``z_0`` of
             shape ``(B, H, D_k)``); ``None`` means zero.
         output_final_state: also return the final state (fp32, or fp64 for fp64 inputs).
+        chunk_size: (``linear_attention_chunk`` only) tokens per chunk, any positive int; T need not be a multiple.
 
     Returns:
         ``(o, final_state)``: ``o`` is ``(B, T, H, D_v)`` in the dtype of ``q``; ``final_state`` is ``S_T``
