@@ -271,3 +271,26 @@ def test_readouts_across_chunk_boundaries_match_the_ops():
     o_op, (S_op, _) = ops.rls_recurrent(q, k, v, lam=0.5, output_final_state=True)
     close(exact[0], o_op)
     close(exact[1], S_op)
+
+
+def test_predict_answers_queries_from_all_pairs_without_writing_them():
+    gen = torch.Generator().manual_seed(21)
+    k, v, queries = (torch.randn(n, d, generator=gen, dtype=torch.float64) for n, d in ((7, 4), (7, 3), (5, 4)))
+    rls = TestTimeRegression(Uniform(), Linear(), ExactSolve(ridge=0.1))
+    S = torch.linalg.solve(k.T @ k + 0.1 * torch.eye(4, dtype=torch.float64), k.T @ v)
+    close(rls.predict(k, v, queries, scale=1.0), queries @ S)
+    smoother = TestTimeRegression(Uniform(), LocalConstant("gaussian"), ExactSolve(ridge=0.0))
+    w = torch.softmax(-0.5 * torch.cdist(queries, k) ** 2, dim=-1)
+    close(smoother.predict(k, v, queries, scale=1.0), w @ v)
+    with pytest.raises(ValueError, match="queries"):
+        rls.predict(k, v, queries[:, :3])
+
+
+def test_local_linear_with_a_gaussian_kernel_recovers_a_line_exactly():
+    x = torch.linspace(0, 1, 20, dtype=torch.float64)[:, None]
+    y = 3 * x - 1  # a line: local linear regression has no bias on it, even at the edges
+    edge = torch.tensor([[0.0], [1.0], [1.2]], dtype=torch.float64)
+    local_linear = TestTimeRegression(Uniform(), LocalLinear("gaussian"), ExactSolve(ridge=1e-9))
+    close(local_linear.predict(x, y, edge, scale=100.0), 3 * edge - 1, tol=1e-6)
+    nadaraya_watson = TestTimeRegression(Uniform(), LocalConstant("gaussian"), ExactSolve(ridge=0.0))
+    assert relative_error(nadaraya_watson.predict(x, y, edge, scale=100.0), 3 * edge - 1) > 0.05  # biased at edges

@@ -151,11 +151,18 @@ class LocalConstant:
 
 @dataclass(frozen=True)
 class LocalLinear:
-    """Order-1 local regression with softmax weights: ``ŷ = v̄ + Σ_vk (Σ_kk + λI)⁻¹ (q − k̄)`` (Wang et al. 2025 §4.2).
+    """Order-1 local regression: ``ŷ = v̄ + Σ_vk (Σ_kk + λI)⁻¹ (q − k̄)`` (Wang et al. 2025 §4.2).
 
-    The means and covariances are weighted by ``softmax(scale · q·k_i + log γ_i)``. Fitting a slope removes the
-    first-order bias a kernel smoother has where the keys lie on one side of the query (a boundary).
+    The means and covariances are weighted by the normalised kernel ``γ_i κ(q, k_i)``, with ``kernel`` as in
+    :class:`LocalConstant` (``"softmax"``: local linear attention). Fitting a slope removes the first-order bias a
+    kernel smoother has where the keys lie on one side of the query (a boundary).
     """
+
+    kernel: str = "softmax"
+
+    def __post_init__(self):
+        if self.kernel not in ("softmax", "gaussian"):
+            raise ValueError(f"kernel: expected 'softmax' or 'gaussian', got {self.kernel!r}")
 
 
 FUNCTION_CLASSES = (Linear, LocalConstant, LocalLinear)
@@ -434,7 +441,7 @@ class TestTimeRegression:
         if isinstance(self.function_class, LocalConstant):
             o, S = _local_constant(q, k, v, g, scale, self.function_class.kernel), None
         elif isinstance(self.function_class, LocalLinear):
-            o, S = _local_linear(q, k, v, g, scale, self.optimizer.ridge), None
+            o, S = _local_linear(q, k, v, g, scale, self.optimizer.ridge, self.function_class.kernel), None
         else:
             solve = {
                 ExactSolve: _exact_solve,
@@ -446,6 +453,45 @@ class TestTimeRegression:
             o, S = solve(self.optimizer, scale * q, k, v, g, beta, S0)
         o = o.transpose(1, 2).to(out_dtype)
         return o, (S if output_final_state else None)
+
+    def predict(
+        self,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        queries: torch.Tensor,
+        *,
+        beta: torch.Tensor | None = None,
+        g: torch.Tensor | None = None,
+        scale: float | None = None,
+    ) -> torch.Tensor:
+        """Memorise all ``N`` pairs of one sequence, then answer each query from ``m_N`` without writing it.
+
+        ``y_j = m_N(q_j)``: the regression fitted to every pair, evaluated at the queries (a causal layer answers a
+        query only after it has written that position's pair; here the queries write nothing).
+
+        Args:
+            k: ``(N, D_k)``; v: ``(N, D_v)``; queries: ``(M, D_k)``; beta, g: ``(N,)`` where the choices need them.
+            scale: as in :meth:`__call__`.
+        Returns:
+            ``(M, D_v)`` in the dtype of ``queries``.
+        Raises:
+            TypeError / ValueError: as :meth:`__call__`, naming the argument and the dims.
+        """
+        dims = Dims()
+        dims.bind("k", k, ("N", "D_k"))
+        dims.bind("v", v, ("N", "D_v"))
+        dims.bind("queries", queries, ("M", "D_k"))
+        M, N = dims["M"], dims["N"]
+        # Each query gets its own copy of the sequence and is asked at the last position, which sees all N pairs.
+        per_token = {}
+        for name, x in (("beta", beta), ("g", g)):
+            if x is not None:
+                dims.bind(name, x, ("N",))
+                per_token[name] = x[None, :, None].expand(M, N, 1)
+        q = queries[:, None, None, :].expand(M, N, 1, dims["D_k"])
+        o, _ = self(q, k[None, :, None].expand(M, N, 1, -1), v[None, :, None].expand(M, N, 1, -1), scale=scale,
+                    **per_token)
+        return o[:, -1, 0]
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -620,14 +666,14 @@ def _local_constant(q, k, v, g, scale, kernel):
     return torch.softmax(_log_kernel_weights(q, k, g, scale, kernel), dim=-1) @ v
 
 
-def _local_linear(q, k, v, g, scale, ridge):
+def _local_linear(q, k, v, g, scale, ridge, kernel):
     """``ŷ_t = v̄_t + Σ_vk,t (Σ_kk,t + λI)⁻¹ (q_t − k̄_t)`` with softmax weights ``w_t`` (Wang et al. 2025 §4.2).
 
     ``Σ_vk x = Σ_i w_i v_i (k_i·x) − v̄ (k̄·x)``, so the ``D_v × D_k`` cross-covariance is never formed. The ridge
     keeps ``Σ_kk + λI`` positive definite when fewer than ``D_k`` keys carry weight (early steps, peaked weights).
     """
     D_k = q.shape[-1]
-    w = torch.softmax(_log_kernel_weights(q, k, g, scale, "softmax"), dim=-1)  # (B, H, T, T)
+    w = torch.softmax(_log_kernel_weights(q, k, g, scale, kernel), dim=-1)  # (B, H, T, T)
     k_mean, v_mean = w @ k, w @ v  # (B, H, T, D)
     second = (w @ (k[..., :, None] * k[..., None, :]).flatten(-2)).unflatten(-1, (D_k, D_k))  # Σ_i w_ti k_i k_iᵀ
     cov = second - k_mean[..., :, None] * k_mean[..., None, :]
