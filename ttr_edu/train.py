@@ -18,7 +18,7 @@ from tqdm.auto import tqdm
 
 from ttr_edu._validation import check_positive_float, check_positive_int
 
-__all__ = ["TrainResult", "train", "evaluate"]
+__all__ = ["TrainResult", "train", "evaluate", "progress_enabled"]
 
 
 @dataclass
@@ -44,8 +44,8 @@ def _default_loss(model: torch.nn.Module, batch: Any) -> torch.Tensor:
     return model.loss(batch)
 
 
-def _show_progress(progress: bool | None) -> bool:
-    """``None`` means: show a bar in a terminal or a Jupyter kernel, stay quiet in logs and pipes."""
+def progress_enabled(progress: bool | None) -> bool:
+    """Whether to draw a progress bar. ``None`` means: show a bar in a terminal or a Jupyter kernel, stay quiet in logs and pipes."""
     if progress is not None:
         return bool(progress)
     in_kernel = "ipykernel" in sys.modules
@@ -129,7 +129,7 @@ def train(
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         model.train()
-        bar = tqdm(total=max_steps, desc=desc, disable=not _show_progress(progress), leave=False)
+        bar = tqdm(total=max_steps, desc=desc, disable=not progress_enabled(progress), leave=False)
         with bar:
             while step < max_steps:
                 loss = loss_fn(model, sample_batch(train_gen))
