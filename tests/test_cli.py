@@ -107,3 +107,24 @@ def test_generate_check_passes_here_and_fails_on_a_stale_copy(tmp_path, capsys):
     assert stale.read_text().count("Hebian") > 0  # --check writes nothing
     assert main(["--root", str(tmp_path), "generate"]) == 0
     assert stale.read_bytes() == FIRST.read_bytes()
+
+
+def test_start_copies_then_opens_jupyterlab(tmp_path, monkeypatch, capsys):
+    import ttr_edu.cli as cli
+
+    launched = []
+    monkeypatch.setattr(cli.subprocess, "call", lambda command: launched.append(command) or 0)
+    monkeypatch.setattr(cli.shutil, "which", lambda name: f"/bin/{name}")
+    dest = tmp_path / "course"
+    assert run("start", str(dest)) == 0
+    assert (dest / FIRST.name).exists()
+    assert launched and launched[0][:3] == ["/bin/jupyter", "lab", str(dest)]
+
+
+def test_start_without_jupyterlab_says_how_to_install_and_copies_nothing(tmp_path, monkeypatch, capsys):
+    import ttr_edu.cli as cli
+
+    monkeypatch.setattr(cli.shutil, "which", lambda name: None)
+    assert run("start", str(tmp_path / "course")) == 2
+    assert "pip install 'ttr-edu[course]'" in capsys.readouterr().err
+    assert not (tmp_path / "course").exists()

@@ -1,4 +1,5 @@
-"""The ``ttr-edu`` command (DESIGN.md §5): list the chapters, copy them for a student, regenerate, build the book.
+"""The ``ttr-edu`` command (DESIGN.md §5): list the chapters, copy them for a student (and start JupyterLab on the
+copy), regenerate the student notebooks, build the book.
 
 Every failure prints one line starting with ``ttr-edu:`` and exits non-zero, having written nothing.
 """
@@ -8,6 +9,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -96,8 +98,30 @@ def cmd_copy(args: argparse.Namespace) -> int:
         print(f"{what:>8} {target}")
     manifest_path.write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
     print(f"{len(plan)} notebook(s) written to {dest}; {len(sources) - len(plan)} already up to date.")
-    print(f"Start the course with: jupyter lab {dest}")
+    if args.command == "copy":
+        print(f"Start the course with: ttr-edu start {dest}")
     return 0
+
+
+def lab_command(dest: Path) -> list[str]:
+    """The JupyterLab command for ``dest``; as root (containers, cloud notebooks) Jupyter needs ``--allow-root``."""
+    jupyter = shutil.which("jupyter")
+    if jupyter is None or shutil.which("jupyter-lab") is None:
+        raise UsageError("JupyterLab is not installed: pip install 'ttr-edu[course]'")
+    command = [jupyter, "lab", str(dest)]
+    if hasattr(os, "geteuid") and os.geteuid() == 0:
+        command.append("--allow-root")
+    return command
+
+
+def cmd_start(args: argparse.Namespace) -> int:
+    command = lab_command(Path(args.dest))  # fail before copying if JupyterLab is missing
+    status = cmd_copy(args)
+    if status != 0:
+        return status
+    print("running:", " ".join(command))
+    sys.stdout.flush()
+    return subprocess.call(command)
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
@@ -140,6 +164,12 @@ def build_parser() -> argparse.ArgumentParser:
     copy.add_argument("chapters", nargs="*", help="chapter numbers (default: all), e.g. 1 2")
     copy.add_argument("--force", action="store_true", help="replace edited notebooks, keeping a backup of each")
     copy.set_defaults(run=cmd_copy)
+
+    start = sub.add_parser("start", help="copy the notebooks (as copy does) and open them in JupyterLab")
+    start.add_argument("dest", nargs="?", default="my-course", help="your working folder (default: my-course)")
+    start.add_argument("chapters", nargs="*", help="chapter numbers (default: all)")
+    start.add_argument("--force", action="store_true", help="replace edited notebooks, keeping a backup of each")
+    start.set_defaults(run=cmd_start)
 
     gen = sub.add_parser("generate", help="build chapters/ from solutions/ (instructors)")
     gen.add_argument("--check", action="store_true", help="write nothing; fail if anything is out of date")
