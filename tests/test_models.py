@@ -110,3 +110,17 @@ def test_a_batch_from_other_vocabularies_is_rejected():
         model(capacity_batch(2, 8))
     with pytest.raises(TypeError, match="RetrievalBatch"):
         model(torch.zeros(2, 4))
+
+
+def test_retrieval_loss_is_half_the_squared_error_to_the_one_hot_target():
+    from ttr_edu.models import retrieval_loss
+
+    y = torch.tensor([[0.0, 0.0, 0.0], [0.0, 1.0, 0.0]])
+    target = torch.tensor([2, 1])
+    assert retrieval_loss(y, target).item() == pytest.approx(0.25)  # (0.5 + 0) / 2
+    with pytest.raises(ValueError, match="target"):
+        retrieval_loss(y, torch.tensor([0, 3]))
+    with pytest.raises(TypeError, match="target"):
+        retrieval_loss(y, torch.tensor([0.0, 1.0]))
+    with pytest.raises(ValueError, match="target"):
+        retrieval_loss(y, torch.tensor([0, 1, 2]))

@@ -26,15 +26,39 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ttr_edu._validation import check_positive_int
+from ttr_edu._validation import Dims, check_positive_int
 from ttr_edu.ops import delta_rule_chunk
 from ttr_edu.ops.feature_maps import FEATURE_MAPS, d_dot, get_feature_map, sum_norm
 from ttr_edu.tasks import RetrievalBatch
 
-__all__ = ["RetrievalModel", "UPDATE_RULES"]
+__all__ = ["RetrievalModel", "UPDATE_RULES", "retrieval_loss"]
 
 UPDATE_RULES = ("sum", "delta", "softmax")
 EPS = 1e-6  # the authors' normaliser epsilon
+
+
+def retrieval_loss(y: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """``½‖y − onehot(target)‖²`` averaged over the batch (Schlag et al. 2021, §6.1); 0.5 for ``y = 0``.
+
+    Args:
+        y: retrieved vectors ``(B, D_v)``, floating.
+        target: value symbols ``(B,)``, int64 in ``[0, D_v)``.
+    Returns:
+        A scalar tensor of the dtype of ``y``.
+    Raises:
+        TypeError: ``y`` not floating or ``target`` not an integer tensor.
+        ValueError: shapes that disagree, or a target outside ``[0, D_v)``.
+    """
+    dims = Dims()
+    dims.bind("y", y, ("B", "D_v"))
+    if not isinstance(target, torch.Tensor) or target.dtype != torch.int64:
+        raise TypeError(f"target: expected an int64 tensor of shape (B,), got {getattr(target, 'dtype', type(target))}")
+    if target.shape != (dims["B"],):
+        raise ValueError(f"target: expected shape (B,) = ({dims['B']},), got {tuple(target.shape)}")
+    if len(target) and (target.min() < 0 or target.max() >= dims["D_v"]):
+        raise ValueError(f"target: expected symbols in [0, D_v) = [0, {dims['D_v']}), got range "
+                         f"[{int(target.min())}, {int(target.max())}]")
+    return 0.5 * (y - F.one_hot(target, dims["D_v"]).to(y.dtype)).pow(2).sum(-1).mean()
 
 
 class RetrievalModel(nn.Module):
@@ -140,8 +164,7 @@ class RetrievalModel(nn.Module):
 
     def loss(self, batch: RetrievalBatch) -> torch.Tensor:
         """``½‖y − onehot(target)‖²`` averaged over the batch (0.5 for ``y = 0``); a scalar tensor."""
-        y = self(batch)
-        return 0.5 * (y - F.one_hot(batch.target, self.num_values).to(y.dtype)).pow(2).sum(-1).mean()
+        return retrieval_loss(self(batch), batch.target)
 
     @torch.no_grad()
     def accuracy(self, batch: RetrievalBatch) -> float:

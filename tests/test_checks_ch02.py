@@ -1,0 +1,87 @@
+"""Chapter 02's checks accept a right answer, report an unattempted stub, and reject plausible wrong answers."""
+
+import pytest
+import torch
+
+from ttr_edu.checks import CheckFailed, ch02
+
+
+def stub(q, k, v):
+    raise NotImplementedError()
+
+
+def recurrence(q, k, v):
+    S = torch.zeros(k.shape[1], v.shape[1], dtype=q.dtype)
+    out = []
+    for t in range(len(q)):
+        S = S + torch.outer(k[t], v[t])
+        out.append(S.T @ q[t])
+    return torch.stack(out)
+
+
+def read_before_write(q, k, v):  # o_t = S_{t-1}ᵀ q_t: the current pair is not seen yet
+    S = torch.zeros(k.shape[1], v.shape[1], dtype=q.dtype)
+    out = []
+    for t in range(len(q)):
+        out.append(S.T @ q[t])
+        S = S + torch.outer(k[t], v[t])
+    return torch.stack(out)
+
+
+def parallel(q, k, v):
+    return torch.tril(q @ k.T) @ v
+
+
+def no_mask(q, k, v):  # the future leaks in
+    return (q @ k.T) @ v
+
+
+def strict_mask(q, k, v):  # the diagonal is dropped
+    return torch.tril(q @ k.T, diagonal=-1) @ v
+
+
+def normalized(q, k, v):
+    scores = torch.tril(q @ k.T)
+    return (scores @ v) / (scores.sum(-1, keepdim=True) + 1e-6)
+
+
+def normalized_by_all_keys(q, k, v):  # z = Σ over the whole sequence, not the prefix
+    scores = torch.tril(q @ k.T)
+    return (scores @ v) / ((q @ k.sum(0))[:, None] + 1e-6)
+
+
+RIGHT = [
+    (ch02.check_fast_weight_recurrence, recurrence),
+    (ch02.check_causal_linear_attention, parallel),
+    (ch02.check_normalized_linear_attention, normalized),
+]
+WRONG = [
+    (ch02.check_fast_weight_recurrence, read_before_write),
+    (ch02.check_causal_linear_attention, no_mask),
+    (ch02.check_causal_linear_attention, strict_mask),
+    (ch02.check_normalized_linear_attention, normalized_by_all_keys),
+    (ch02.check_normalized_linear_attention, parallel),  # forgot the normaliser
+]
+
+
+@pytest.mark.parametrize("check,answer", RIGHT)
+def test_right_answer_passes(check, answer, capsys):
+    assert check(answer) is True
+    assert capsys.readouterr().out.startswith("PASS")
+
+
+@pytest.mark.parametrize("check,answer", RIGHT)
+def test_stub_is_not_attempted(check, answer, capsys):
+    assert check(stub) is False
+    assert "not attempted yet" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("check,answer", WRONG)
+def test_wrong_answer_is_rejected(check, answer):
+    with pytest.raises(CheckFailed, match="wrong values"):
+        check(answer)
+
+
+def test_the_recurrence_and_the_parallel_form_are_interchangeable():
+    # The chapter's claim, through the checks: each form passes the other's check.
+    assert ch02.check_fast_weight_recurrence(parallel) and ch02.check_causal_linear_attention(recurrence)

@@ -1,0 +1,83 @@
+"""Chapter 03's checks accept a right answer, report an unattempted stub, and reject plausible wrong answers."""
+
+import math
+
+import pytest
+import torch
+
+from ttr_edu.checks import CheckFailed, ch03
+
+
+def stub(*args, **kwargs):
+    raise NotImplementedError()
+
+
+def dpfp(x, nu):
+    r = torch.cat([torch.relu(x), torch.relu(-x)], dim=-1)
+    return torch.cat([r * torch.roll(r, j, dims=-1) for j in range(1, nu + 1)], dim=-1)
+
+
+def dpfp_from_zero(x, nu):  # j = 0..ν−1: the first block is r ⊙ r
+    r = torch.cat([torch.relu(x), torch.relu(-x)], dim=-1)
+    return torch.cat([r * torch.roll(r, j, dims=-1) for j in range(nu)], dim=-1)
+
+
+def dpfp_positive_half_only(x, nu):  # forgets ReLU(−x): half the features
+    r = torch.relu(x)
+    return torch.cat([r * torch.roll(r, j, dims=-1) for j in range(1, nu + 1)], dim=-1)
+
+
+def favor_plus(x, projection):
+    wx = x @ projection.T
+    scale = torch.exp(-0.5 * (x**2).sum(-1, keepdim=True)) / math.sqrt(2 * projection.shape[0])
+    return scale * torch.cat([torch.exp(wx), torch.exp(-wx)], dim=-1)
+
+
+def favor_plus_without_norm_term(x, projection):
+    wx = x @ projection.T
+    return torch.cat([torch.exp(wx), torch.exp(-wx)], dim=-1) / math.sqrt(2 * projection.shape[0])
+
+
+def favor_plus_sqrt_m(x, projection):  # √m instead of √(2m)
+    return favor_plus(x, projection) * math.sqrt(2)
+
+
+def loss(y, target):
+    return 0.5 * ((y - torch.nn.functional.one_hot(target, y.shape[1]).to(y.dtype)) ** 2).sum(-1).mean()
+
+
+def loss_mean_over_values(y, target):  # averages over D_v too
+    return 0.5 * ((y - torch.nn.functional.one_hot(target, y.shape[1]).to(y.dtype)) ** 2).mean()
+
+
+def loss_without_half(y, target):
+    return 2 * loss(y, target)
+
+
+RIGHT = [(ch03.check_dpfp, dpfp), (ch03.check_favor_plus, favor_plus), (ch03.check_retrieval_loss, loss)]
+WRONG = [
+    (ch03.check_dpfp, dpfp_from_zero, "wrong values"),
+    (ch03.check_dpfp, dpfp_positive_half_only, "wrong shape"),
+    (ch03.check_favor_plus, favor_plus_without_norm_term, "wrong values"),
+    (ch03.check_favor_plus, favor_plus_sqrt_m, "wrong values"),
+    (ch03.check_retrieval_loss, loss_mean_over_values, "got"),
+    (ch03.check_retrieval_loss, loss_without_half, "got"),
+]
+
+
+@pytest.mark.parametrize("check,answer", RIGHT)
+def test_right_answer_passes(check, answer, capsys):
+    assert check(answer) is True
+    assert capsys.readouterr().out.startswith("PASS")
+
+
+@pytest.mark.parametrize("check,answer", RIGHT)
+def test_stub_is_not_attempted(check, answer, capsys):
+    assert check(stub) is False
+    assert "not attempted yet" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("check,answer,words", WRONG)
+def test_wrong_answer_is_rejected(check, answer, words):
+    with pytest.raises(CheckFailed, match=words):
+        check(answer)

@@ -1,0 +1,86 @@
+"""Checks for chapter 04, the delta rule.
+
+The student's functions work on one head: the state ``S`` is ``(D_k, D_v)``, a key ``(D_k,)``, a sequence of keys
+``(T, D_k)``. The references are the package's :mod:`ttr_edu.ops.delta_rule` (with the batch and head axes added),
+and, for the eigenvalues, ``torch.linalg.eigvalsh`` of the update matrix itself.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+import torch
+
+from ttr_edu.checks._core import run_check
+from ttr_edu.ops import delta_rule_recurrent
+
+__all__ = ["check_delta_rule_step", "check_update_eigenvalues", "check_pseudo_values"]
+
+
+def _reference_step(S, k, v, beta):
+    """One token through the package's recurrent delta rule, starting from ``S``."""
+    one = (1, 1, 1)
+    _, S_next = delta_rule_recurrent(
+        k.view(*one, -1), k.view(*one, -1), v.view(*one, -1), torch.full(one, beta, dtype=S.dtype), scale=1.0,
+        initial_state=S[None, None], output_final_state=True, check_stability="ignore",
+    )
+    return S_next[0, 0]
+
+
+def _reference_eigenvalues(k, beta):
+    """The spec: eigenvalues of ``I − β k kᵀ`` (symmetric), ascending."""
+    return torch.linalg.eigvalsh(torch.eye(len(k), dtype=k.dtype) - beta * torch.outer(k, k))
+
+
+def _reference_pseudo_values(k, v, beta):
+    """``u_t = β_t (v_t − S_{t−1}ᵀ k_t)`` read off the package's delta rule.
+
+    The recurrent op returns ``o_t = S_tᵀ q_t``; with the queries set to the *next* keys, ``o_{t−1} = S_{t−1}ᵀ k_t``,
+    which is what the memory held for ``k_t`` just before writing it.
+    """
+    next_keys = torch.roll(k, -1, dims=0)
+    o, _ = delta_rule_recurrent(
+        next_keys[None, :, None], k[None, :, None], v[None, :, None], beta[None, :, None], scale=1.0,
+        check_stability="ignore",
+    )
+    before = torch.cat([torch.zeros_like(v[:1]), o[0, :-1, 0]])
+    return beta[:, None] * (v - before)
+
+
+def _step_cases() -> Iterator[dict]:
+    for i, (d_k, d_v, beta) in enumerate([(1, 1, 1.0), (3, 5, 0.5), (6, 4, 0.9), (8, 8, 1.7)]):
+        g = torch.Generator().manual_seed(100 + i)
+        yield {"S": torch.randn(d_k, d_v, generator=g, dtype=torch.float64),
+               "k": torch.randn(d_k, generator=g, dtype=torch.float64),
+               "v": torch.randn(d_v, generator=g, dtype=torch.float64), "beta": beta}
+
+
+def _eigen_cases() -> Iterator[dict]:
+    for i, (d_k, beta) in enumerate([(1, 0.5), (2, 1.0), (4, 0.3), (6, 1.9), (5, 2.5)]):
+        g = torch.Generator().manual_seed(200 + i)
+        yield {"k": 1.5 * torch.randn(d_k, generator=g, dtype=torch.float64), "beta": beta}
+
+
+def _sequence_cases() -> Iterator[dict]:
+    for i, (t, d_k, d_v) in enumerate([(1, 2, 3), (4, 3, 2), (9, 5, 4), (16, 8, 6)]):
+        g = torch.Generator().manual_seed(300 + i)
+        k = torch.nn.functional.normalize(torch.randn(t, d_k, generator=g, dtype=torch.float64), dim=-1)
+        yield {"k": k, "v": torch.randn(t, d_v, generator=g, dtype=torch.float64),
+               "beta": torch.rand(t, generator=g, dtype=torch.float64)}
+
+
+def check_delta_rule_step(delta_rule_step: Callable) -> bool:
+    """Check ``delta_rule_step(S, k, v, beta) = S + β k (v − Sᵀk)ᵀ`` (``S`` is ``(D_k, D_v)``)."""
+    return run_check("delta_rule_step", delta_rule_step, _reference_step, _step_cases())
+
+
+def check_update_eigenvalues(update_eigenvalues: Callable) -> bool:
+    """Check ``update_eigenvalues(k, beta)``: the eigenvalues of ``I − β k kᵀ`` in ascending order."""
+    return run_check("update_eigenvalues", update_eigenvalues, _reference_eigenvalues, _eigen_cases(), rtol=1e-9,
+                     atol=1e-9)
+
+
+def check_pseudo_values(pseudo_values: Callable) -> bool:
+    """Check ``pseudo_values(k, v, beta)``: ``u_t = β_t (v_t − S_{t−1}ᵀ k_t)`` along the delta-rule recurrence."""
+    return run_check("pseudo_values", pseudo_values, _reference_pseudo_values, _sequence_cases(), rtol=1e-9,
+                     atol=1e-10)
