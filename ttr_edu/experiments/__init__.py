@@ -1,0 +1,12 @@
+"""Experiments that reproduce papers' findings at CPU scale; each writes a CSV that a chapter plots.
+
+``python -m ttr_edu.experiments NAME [--quick] [--out PATH]`` with NAME one of:
+
+* ``capacity``: setting 1 of Schlag et al. (2021), capacity against d_dot (:mod:`.capacity`, chapter 03);
+* ``overwrite``: setting 2, sum rule against delta rule (:mod:`.overwrite`, chapter 04);
+* ``mqar``: multi-query associative recall (:mod:`.mqar`, chapter 08).
+
+The full-grid CSVs the chapters plot are shipped in ``ttr_edu/data`` (:func:`ttr_edu.experiments._grid.load_shipped`).
+"""
+
+EXPERIMENTS = ("capacity", "overwrite", "mqar")

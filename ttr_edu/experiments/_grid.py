@@ -1,0 +1,183 @@
+"""What the retrieval experiments share: one grid point's run, CSV in and out, and the cliff position.
+
+A grid point trains (or, for random keys, only evaluates) one :class:`ttr_edu.models.RetrievalModel` on one
+task and returns one CSV row. Rows are plain dicts, so the notebooks plot them with plotly and no data-frame
+library.
+"""
+
+from __future__ import annotations
+
+import csv
+import time
+from dataclasses import asdict, dataclass
+from importlib import resources
+from pathlib import Path
+
+import torch
+from tqdm.auto import tqdm
+
+from ttr_edu.models import RetrievalModel
+from ttr_edu.tasks import capacity_batch, overwrite_batch
+from ttr_edu.train import evaluate, progress_enabled, train
+
+__all__ = ["ModelSpec", "TrainingSpec", "run_point", "run_grid", "write_csv", "read_csv", "load_shipped", "cliff_positions"]
+
+TASKS = {"capacity": capacity_batch, "overwrite": overwrite_batch}
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """One curve of a figure: a label, the feature map and its parameters, the update rule, trained keys or not."""
+
+    label: str
+    feature_map: str | None
+    params: tuple[tuple[str, int], ...] = ()
+    update_rule: str = "sum"
+    trained_keys: bool = True
+
+    def build(self, num_keys: int, d_k: int) -> RetrievalModel:
+        return RetrievalModel(
+            num_keys, num_keys, d_k=d_k, feature_map=self.feature_map, feature_map_params=dict(self.params),
+            update_rule=self.update_rule, trained_keys=self.trained_keys,
+        )
+
+
+@dataclass(frozen=True)
+class TrainingSpec:
+    """Hyper-parameters shared by every point of a grid (the paper: Adam 1e-3, batch 32, stop at 1e-3)."""
+
+    d_k: int = 16
+    batch_size: int = 32
+    lr: float = 1e-2
+    max_steps: int = 3000
+    target_loss: float = 1e-3
+    eval_every: int = 100
+    eval_batches: int = 4
+    seed: int = 0
+
+
+def run_point(task: str, spec: ModelSpec, num_keys: int, training: TrainingSpec, *, progress: bool | None = False) -> dict:
+    """Train ``spec`` on ``task`` (``"capacity"`` or ``"overwrite"``) with ``S = num_keys``; return a CSV row.
+
+    Untrained-key models are only evaluated (on ``eval_batches`` batches): they have nothing to learn.
+    """
+    if task not in TASKS:
+        raise ValueError(f"task: unknown task {task!r}; valid tasks are {', '.join(TASKS)}")
+    make_batch = TASKS[task]
+
+    def sample(generator: torch.Generator):
+        return make_batch(training.batch_size, num_keys, generator=generator)
+
+    torch.manual_seed(training.seed)  # the model's initial weights
+    model = spec.build(num_keys, training.d_k)
+    start = time.perf_counter()
+    threads = torch.get_num_threads()
+    # The matrices are tiny: extra threads only fight over the cores (10x slower on a busy 2-core machine).
+    torch.set_num_threads(1)
+    try:
+        best, final, steps, reached = _fit(model, spec, sample, training, progress)
+    finally:
+        torch.set_num_threads(threads)
+    return {
+        "task": task,
+        "model": spec.label,
+        "feature_map": spec.feature_map or "softmax",
+        "update_rule": spec.update_rule,
+        "keys": "trained" if spec.trained_keys else "random",
+        "d_dot": "" if model.d_dot is None else model.d_dot,
+        "num_keys": num_keys,
+        "best_eval_loss": round(best, 6),
+        "final_eval_loss": round(final, 6),
+        "steps": steps,
+        "reached_target": reached,
+        "seconds": round(time.perf_counter() - start, 2),
+        **{f"train_{k}": v for k, v in asdict(training).items()},
+    }
+
+
+def _fit(model, spec: ModelSpec, sample, training: TrainingSpec, progress) -> tuple[float, float, int, bool]:
+    """Train (or only evaluate, for random keys); return best and final loss, steps and whether the target was hit."""
+    if spec.trained_keys:
+        result = train(
+            model, sample, max_steps=training.max_steps, lr=training.lr, target_loss=training.target_loss,
+            eval_every=training.eval_every, eval_batches=training.eval_batches, seed=training.seed,
+            progress=progress, desc=spec.label,
+        )
+        return result.best_eval_loss, result.final_eval_loss, result.steps, result.reached_target
+    generator = torch.Generator().manual_seed(training.seed + 1)
+    loss = evaluate(model, [sample(generator) for _ in range(training.eval_batches)])
+    return loss, loss, 0, loss <= training.target_loss
+
+
+def run_grid(task: str, points, training: TrainingSpec = TrainingSpec(), *, progress: bool | None = None) -> list[dict]:
+    """Run ``points`` (``(ModelSpec, S)`` pairs) on ``task``; one row per point, each also printed as it lands."""
+    rows = []
+    show = progress_enabled(progress)
+    for spec, num_keys in tqdm(points, desc=f"{task} grid", disable=not show):
+        row = run_point(task, spec, num_keys, training, progress=False)
+        rows.append(row)
+        if show:
+            tqdm.write(f"{row['model']:28s} S={num_keys:4d} best loss {row['best_eval_loss']:.4f} "
+                       f"steps {row['steps']:5d} ({row['seconds']:.0f} s)")
+    return rows
+
+
+_NUMERIC = {"d_dot", "num_keys", "steps", "train_d_k", "train_batch_size", "train_max_steps", "train_eval_every",
+            "train_eval_batches", "train_seed"}
+_FLOAT = {"best_eval_loss", "final_eval_loss", "seconds", "train_lr", "train_target_loss"}
+
+
+def write_csv(rows: list[dict], path: str | Path) -> Path:
+    """Write ``rows`` (dicts with the same keys) to ``path``; return the path."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    return path
+
+
+def read_csv(path: str | Path) -> list[dict]:
+    """Read a grid CSV back, with numbers as numbers and ``reached_target`` as a bool."""
+    with Path(path).open(newline="") as f:
+        rows = list(csv.DictReader(f))
+    for row in rows:
+        for key, value in row.items():
+            if key in _NUMERIC and value != "":
+                row[key] = int(value)
+            elif key in _FLOAT:
+                row[key] = float(value)
+            elif key == "reached_target":
+                row[key] = value == "True"
+    return rows
+
+
+def load_shipped(name: str) -> list[dict]:
+    """The full-grid CSV shipped with the package: ``"capacity"`` or ``"overwrite"`` (``ttr_edu/data/*_grid.csv``)."""
+    if name not in TASKS:
+        raise ValueError(f"name: unknown grid {name!r}; valid names are {', '.join(TASKS)}")
+    with resources.as_file(resources.files("ttr_edu") / "data" / f"{name}_grid.csv") as path:
+        return read_csv(path)
+
+
+def cliff_positions(rows: list[dict], threshold: float = 1e-2) -> dict[str, tuple[int | None, int | None]]:
+    """Per model: (largest S solved, smallest S failed), where "solved" means best loss ≤ ``threshold``.
+
+    The first entry is the last S before the first failure, so a lucky solve after a failure does not count.
+    """
+    by_model: dict[str, list[dict]] = {}
+    for row in rows:
+        by_model.setdefault(row["model"], []).append(row)
+    cliffs = {}
+    for model, points in by_model.items():
+        points.sort(key=lambda r: r["num_keys"])
+        solved, failed = None, None
+        for row in points:
+            if row["best_eval_loss"] <= threshold:
+                solved = row["num_keys"]
+            else:
+                failed = row["num_keys"]
+                break
+        cliffs[model] = (solved, failed)
+    return cliffs

@@ -1,0 +1,70 @@
+"""Setting 2 of Schlag, Irie and Schmidhuber (2021, §6.1, Figure 3): overwriting associations.
+
+Keys are drawn with replacement from ``S`` symbols over a sequence of length ``2 S`` and the query asks for the
+latest value of a key. The sum rule can only add, so an old value keeps interfering: it fails already at small
+``S``. The delta rule replaces the value stored under a key and solves the task up to about ``d_dot`` keys.
+With ``d_k = 16``: DPFP ν = 1 (``d_dot = 32``) for both rules, and DPFP ν = 2 (``d_dot = 64``) for the delta rule
+to show its limit move with ``d_dot``.
+
+Run the full grid (writes CSV, shows progress bars)::
+
+    python -m ttr_edu.experiments overwrite --out overwrite_grid.csv
+
+The paper's scale is ``d_k = 64`` (DPFP ν = 1, ``d_dot = 128``), ``S`` up to 200; ours is ``d_k = 16``, ``S`` up
+to 64, Adam 1e-2 for at most 3000 steps, so the grid fits in about 20 minutes on two CPU cores.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+from ttr_edu.experiments._grid import ModelSpec, TrainingSpec, cliff_positions, run_grid, write_csv
+
+__all__ = ["QUICK_STEPS", "MODELS", "D_DOT", "full_grid", "quick_grid", "main"]
+
+MODELS = {
+    "sum, DPFP ν=1": ModelSpec("sum, DPFP ν=1", "dpfp", (("nu", 1),), update_rule="sum"),
+    "delta, DPFP ν=1": ModelSpec("delta, DPFP ν=1", "dpfp", (("nu", 1),), update_rule="delta"),
+    "delta, DPFP ν=2": ModelSpec("delta, DPFP ν=2", "dpfp", (("nu", 2),), update_rule="delta"),
+}
+D_DOT = {"sum, DPFP ν=1": 32, "delta, DPFP ν=1": 32, "delta, DPFP ν=2": 64}
+S_VALUES = {
+    "sum, DPFP ν=1": (4, 8, 16, 24, 32, 48),
+    "delta, DPFP ν=1": (4, 8, 12, 16, 20, 24, 32, 40, 48),
+    "delta, DPFP ν=2": (16, 32, 48, 64),
+}
+
+
+#: Step budget of the quick subset (a notebook cell or a smoke test).
+QUICK_STEPS = 600
+
+
+def full_grid() -> list[tuple[ModelSpec, int]]:
+    """Every (model, S) point of the shipped CSV."""
+    return [(MODELS[label], s) for label, values in S_VALUES.items() for s in values]
+
+
+def quick_grid() -> list[tuple[ModelSpec, int]]:
+    """A subset for a notebook cell (with :data:`QUICK_STEPS`): both rules with DPFP ν=1 at S = 8."""
+    return [(MODELS["sum, DPFP ν=1"], 8), (MODELS["delta, DPFP ν=1"], 8)]
+
+
+def main(argv: list[str] | None = None) -> list[dict]:
+    parser = argparse.ArgumentParser(prog="python -m ttr_edu.experiments overwrite", description=__doc__.split("\n")[0])
+    parser.add_argument("--out", default="overwrite_grid.csv", help="CSV to write (default: %(default)s)")
+    parser.add_argument("--quick", action="store_true", help="run the small subset only")
+    parser.add_argument("--max-steps", type=int, default=None, help="default: 3000, or 600 with --quick")
+    parser.add_argument("--seed", type=int, default=TrainingSpec.seed)
+    parser.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
+                        help="progress bars and a line per point (default: only in a terminal)")
+    args = parser.parse_args(argv)
+    start = time.perf_counter()
+    points = quick_grid() if args.quick else full_grid()
+    max_steps = args.max_steps or (QUICK_STEPS if args.quick else TrainingSpec.max_steps)
+    rows = run_grid("overwrite", points, TrainingSpec(max_steps=max_steps, seed=args.seed), progress=args.progress)
+    path = write_csv(rows, args.out)
+    print(f"wrote {len(rows)} rows to {path} in {time.perf_counter() - start:.0f} s")
+    for model, (solved, failed) in cliff_positions(rows).items():
+        print(f"  {model:16s} d_dot={D_DOT[model]:>3}: loss <= 0.01 up to S={solved}, fails at S={failed}")
+    return rows
