@@ -7,6 +7,7 @@ Rows are appended to the CSV as cells finish, so an interrupted run keeps what i
 
     python -m ttr_edu.experiments mqar                       # the full grid -> mqar_grid.csv
     python -m ttr_edu.experiments mqar --quick --out q.csv   # the subset chapter 8 trains live
+    python -m ttr_edu.experiments mqar --resume              # finish an interrupted run
 
 The CSV shipped with the package (``ttr_edu/data/mqar_grid.csv``, read by :func:`load_results`) is the full grid.
 """
@@ -103,22 +104,32 @@ def train_cell(grid: MQARGrid, mixer: str, num_pairs: int, d_model: int, *, prog
     }
 
 
-def run_grid(grid: MQARGrid = FULL_GRID, out: str | Path | None = None, *, progress: bool | None = None) -> list[dict]:
+def run_grid(
+    grid: MQARGrid = FULL_GRID, out: str | Path | None = None, *, resume: bool = False, progress: bool | None = None
+) -> list[dict]:
     """Train every cell of ``grid``; append each row to the CSV ``out`` (if given) as soon as it is done.
+
+    Args:
+        resume: keep the rows already in ``out`` (cells with the same mixer, sequence length, pairs, width and seed)
+            and train only the missing cells, so an interrupted run can be finished.
 
     Returns:
         The rows, in the order of :meth:`MQARGrid.cells`.
     """
-    rows = []
-    writer = None
-    handle = None
+    done = {}
+    if resume and out is not None and Path(out).exists():
+        done = {_key(row): row for row in load_results(out)}
+    wanted = grid.cells()
+    handle = writer = None
     if out is not None:
         handle = open(out, "w", newline="")
         writer = csv.DictWriter(handle, fieldnames=FIELDS)
         writer.writeheader()
+    rows = []
     try:
-        for mixer, n, d in tqdm(grid.cells(), desc="MQAR grid", disable=progress is False):
-            row = train_cell(grid, mixer, n, d, progress=False)
+        for mixer, n, d in tqdm(wanted, desc="MQAR grid", disable=progress is False):
+            key = (mixer, grid.seq_len, n, d, grid.seed)
+            row = done[key] if key in done else train_cell(grid, mixer, n, d, progress=False)
             rows.append(row)
             if writer is not None:
                 writer.writerow(row)
@@ -127,6 +138,10 @@ def run_grid(grid: MQARGrid = FULL_GRID, out: str | Path | None = None, *, progr
         if handle is not None:
             handle.close()
     return rows
+
+
+def _key(row: dict) -> tuple:
+    return (row["mixer"], row["seq_len"], row["num_pairs"], row["d_model"], row["seed"])
 
 
 def load_results(path: str | Path | None = None) -> list[dict]:
@@ -148,13 +163,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", default="mqar_grid.csv", help="the CSV to write (default: mqar_grid.csv)")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (default 1: a shared machine)")
     parser.add_argument("--max-steps", type=int, default=None, help="override the grid's max_steps")
+    parser.add_argument("--resume", action="store_true", help="keep the cells already in --out, train the rest")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     grid = QUICK_GRID if args.quick else FULL_GRID
     if args.max_steps is not None:
         grid = replace(grid, max_steps=args.max_steps)
     start = time.perf_counter()
-    rows = run_grid(grid, args.out)
+    rows = run_grid(grid, args.out, resume=args.resume)
     print(f"{len(rows)} cells in {time.perf_counter() - start:.0f} s -> {args.out}")
     print(f"grid: {asdict(grid)}")
     for row in rows:
