@@ -32,7 +32,9 @@ def test_stub_is_not_attempted(check, reference, capsys):
 
 def _rescale_off_by_one(momentum, num_steps):
     t = torch.arange(1, num_steps + 1, dtype=torch.float64)
-    return (1 - momentum ** (num_steps - t)) / (1 - momentum) if momentum else torch.ones(num_steps, dtype=torch.float64)
+    if momentum == 0:
+        return torch.ones(num_steps, dtype=torch.float64)
+    return (1 - momentum ** (num_steps - t)) / (1 - momentum)
 
 
 def _rescale_reversed(momentum, num_steps):
@@ -82,5 +84,6 @@ def test_wrong_answer_is_rejected(name, check, wrong):
 
 
 def test_failure_message_shows_the_case():
-    with pytest.raises(CheckFailed, match=r"(?s)dual_output: wrong values.*inputs: W0=tensor\(1, 1\).*first wrong element"):
+    expected = r"(?s)dual_output: wrong values.*inputs: W0=tensor\(1, 1\).*first wrong element"
+    with pytest.raises(CheckFailed, match=expected):
         ch05.check_dual_output(lambda W0, keys, values, query: (query @ keys.T) @ values)

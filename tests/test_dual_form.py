@@ -355,7 +355,8 @@ def test_annotation_count_must_match_patterns():
     model = mlp()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     recorder = DualFormRecorder(model, optimizer, LAYERS, max_steps=5, patterns_per_step=8, verbose=False)
-    nn.functional.cross_entropy(model(torch.randn(8, 6, dtype=torch.float64)), torch.zeros(8, dtype=torch.long)).backward()
+    x, y = torch.randn(8, 6, dtype=torch.float64), torch.zeros(8, dtype=torch.long)
+    nn.functional.cross_entropy(model(x), y).backward()
     recorder.annotate(labels=torch.zeros(7, dtype=torch.long))
     with pytest.raises(ValueError, match="labels: annotate\\(\\) was given 7 entries, but 0 saw 8"):
         optimizer.step()
@@ -368,3 +369,40 @@ def test_momentum_rescale_bad_input():
         momentum_rescale(1.0, 5)
     with pytest.raises(TypeError, match="num_steps"):
         momentum_rescale(0.5, 2.0)
+
+
+def test_bias_in_its_own_group_and_steps_without_patterns():
+    # common practice: no weight decay on biases; and steps in which a layer gets a zero gradient
+    model = mlp()
+    weights = [p for n, p in model.named_parameters() if n.endswith("weight")]
+    biases = [p for n, p in model.named_parameters() if n.endswith("bias")]
+    optimizer = torch.optim.SGD([{"params": weights, "weight_decay": 0.05}, {"params": biases, "lr": 0.02}],
+                                lr=0.1, momentum=0.5)
+    recorder = DualFormRecorder(model, optimizer, LAYERS, max_steps=12, patterns_per_step=8, verbose=False)
+    train(model, optimizer, recorder, steps=5)
+    for _ in range(2):  # zero gradients, kept as tensors: momentum and weight decay still act
+        optimizer.zero_grad(set_to_none=False)
+        optimizer.step()
+    train(model, optimizer, recorder, steps=5, seed=3)
+    memory = recorder.memory("2")
+    assert memory.num_patterns == 10 * 8 and memory.num_steps == 12
+    assert memory.steps.unique().tolist() == [1, 2, 3, 4, 5, 8, 9, 10, 11, 12]
+    primal, dual = primal_and_dual(model, recorder, torch.randn(6, 6, dtype=torch.float64))
+    assert relative_error(dual, primal) <= 1e-10
+
+
+def test_spotlight_figures_build():
+    from ttr_edu import viz_dual_form
+
+    images = torch.rand(3, 64)
+    figure = viz_dual_form.spotlight_figure(torch.rand(64), {"layer 0": (images, ["a", "b", "c"]),
+                                                             "layer 2": (images, ["d", "e", "f"])}, image_shape=(8, 8))
+    assert len(figure.data) == 2 * 4
+    with pytest.raises(ValueError, match="expected 3 captions"):
+        viz_dual_form.spotlight_figure(torch.rand(64), {"layer 0": (images, ["a"])}, image_shape=(8, 8))
+    with pytest.raises(ValueError, match="expected 64 pixels"):
+        viz_dual_form.spotlight_figure(torch.rand(10), {"layer 0": (images, ["a", "b", "c"])}, image_shape=(8, 8))
+    scores_figure = viz_dual_form.sorted_scores_figure(torch.rand(20), torch.arange(20) % 3)
+    assert len(scores_figure.data) == 3
+    with pytest.raises(ValueError, match="expected 2 cells"):
+        viz_dual_form.table_figure(["a", "b"], [[1, 2], [3]])

@@ -372,8 +372,8 @@ class LinearMemory:
                 step = "?" if weight_update is None else weight_update.step
                 raise RuntimeError(
                     f"{self.name}: the recording is full ({self.capacity:,} patterns = max_steps × patterns_per_step);"
-                    f" step {step} brings {sum(s[1] for s in slots if s[2])} patterns, {self.capacity - self.num_patterns}"
-                    " fit. Recording stops here rather than grow without bound: create the recorder with a larger "
+                    f" step {step} brings {sum(s[1] for s in slots if s[2])} patterns, "
+                    f"{self.capacity - self.num_patterns} fit. Recording stops here rather than grow without bound: create the recorder with a larger "
                     "max_steps or patterns_per_step, or close() it before training on."
                 )
             if start != write:  # an earlier call of this step got no gradient: close the gap
@@ -590,7 +590,8 @@ class DualFormRecorder:
     (``∂L/∂y_t``, the value up to the step size) and the optimiser's ``step`` (which commits the step's patterns
     together with the learning rate, momentum and weight decay then in force). Buffers for
     ``max_steps × patterns_per_step`` patterns per layer are allocated at once and their size is printed, so that the
-    cost is known before training starts; a step that would overflow them raises.
+    cost is known before training starts; a step that would overflow them raises. Forward passes that get no
+    gradient before the step (evaluation) are not recorded.
 
     Use it around an ordinary loop::
 
@@ -615,9 +616,10 @@ class DualFormRecorder:
             the dual output is then approximate (relative error ~1e-3) and spotlights stay meaningful.
         allow_inexact: record under a non-SGD optimiser anyway, with an :class:`InexactDualWarning`, treating each
             update as an SGD step with the optimiser's learning rate (to measure how wrong that is).
-        verify: check at every step, from a random projection, that each recorded weight's gradient is
-            ``Σ_t ∂L/∂y_t x_tᵀ`` over the recorded patterns. It catches gradient clipping, a missing
-            ``zero_grad()``, shared weights and layers called around their hooks, which would make the dual wrong.
+        verify: check, for every step, that each recorded layer's gradient ``[W.grad b.grad]`` is
+            ``Σ_t ∂L/∂y_t [x_tᵀ 1]`` over the recorded patterns (through a fixed random projection saved at the
+            step; the comparison runs vectorised when the record is read, see :meth:`check`). It catches gradient
+            clipping, a missing ``zero_grad()``, shared weights and layers called around their hooks.
         verbose: print the memory cost when the buffers are allocated.
 
     Raises:
@@ -625,8 +627,8 @@ class DualFormRecorder:
             ``allow_inexact``; a non-floating ``key_dtype``.
         ValueError: an unknown layer name, a layer not optimised by ``optimizer`` or frozen, SGD with dampening or
             ``maximize``, a non-positive ``max_steps`` / ``patterns_per_step``.
-        RuntimeError (during training): the buffers are full; a gradient that is not the recorded sum (``verify``);
-            momentum changed during recording.
+        RuntimeError: during training, when the buffers are full or momentum changed; when a record is read, when
+            a step's gradient was not the recorded sum (``verify``).
 
     Source: Irie, Csordás, Schmidhuber 2022 [irie2022dual].
     """
@@ -771,7 +773,8 @@ class DualFormRecorder:
         for arg, value in (("labels", labels), ("sample_ids", sample_ids)):
             if value is not None and (not isinstance(value, torch.Tensor) or value.is_floating_point()
                                       or value.is_complex()):
-                raise TypeError(f"{arg}: expected an integer torch.Tensor, one entry per pattern, got {_describe(value)}")
+                raise TypeError(f"{arg}: expected an integer torch.Tensor, one entry per pattern, got "
+                                f"{_describe(value)}")
         self._annotation = (None if labels is None else labels.detach().reshape(-1),
                             None if sample_ids is None else sample_ids.detach().reshape(-1))
 
