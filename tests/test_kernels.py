@@ -300,3 +300,14 @@ def test_other_devices_point_to_the_reference():
     x = {n: None if t is None else t.to("meta") for n, t in make_inputs(1, 4, 1, 4, 4).items()}
     with pytest.raises(RuntimeError, match="ttr_edu.ops.linear_attention_chunk"):
         call(kernels.linear_attention_chunk, "linear_attention", x, chunk_size=16)
+
+
+def test_normalised_bf16_divides_before_rounding():
+    """Numerator and normaliser stay fp32 until the division, as in the reference: one bf16 rounding at the end."""
+    x = make_inputs(1, 40, 1, 16, 8, seed=9, dtype=torch.bfloat16)
+    q, k, v = x["q"].abs(), x["k"].abs(), x["v"]
+    o, _ = kernels.linear_attention_chunk(q, k, v, normalize=True, chunk_size=16)
+    o_ref, _ = linear_attention_chunk(q, k, v, normalize=True, chunk_size=16)
+    # in the interpreter the kernel's fp32 arithmetic matches the reference's, so the bf16 results agree (measured: 0);
+    # rounding numerator and normaliser to bf16 before dividing would put ~2e-3 here
+    assert o.dtype == torch.bfloat16 and rel_err(o, o_ref) <= (1e-3 if DEVICE.type == "cpu" else 1e-2)

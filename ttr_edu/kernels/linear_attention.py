@@ -29,14 +29,15 @@ __all__ = ["linear_attention_chunk"]
 _REFERENCE = "ttr_edu.ops.linear_attention_chunk"
 
 
-def _launch(q, k, v, initial_state, *, scale: float, chunk_size: int):
-    """Run the kernel on checked inputs; return ``(o, final_state)`` in the reference's dtypes."""
-    device, out_dtype = q.device, q.dtype
+def _launch(q, k, v, initial_state, *, scale: float, chunk_size: int, out_dtype: torch.dtype | None = None):
+    """Run the kernel on checked inputs; return ``(o, final_state)`` in the reference's dtypes (``o`` in
+    ``out_dtype`` when given, else in q's dtype)."""
+    device, state_dtype, out_dtype = q.device, compute_dtype(q.dtype), out_dtype or q.dtype
     B, T, H, d_k = q.shape
     d_v = v.shape[-1]
     q, k, v = (kernel_input(x, device) for x in (q, k, v))
     s0 = None if initial_state is None else initial_state.to(torch.float32).contiguous()
-    o = torch.empty(B, T, H, d_v, dtype=q.dtype, device=device)
+    o = torch.empty(B, T, H, d_v, dtype=out_dtype if device.type == "cuda" else torch.float32, device=device)
     s_final = torch.empty(B, H, d_k, d_v, dtype=torch.float32, device=device)
     block_k, block_v = tile_sizes(d_k, d_v, device)
     grid = (triton.cdiv(d_v, block_v), B * H)
@@ -46,7 +47,7 @@ def _launch(q, k, v, initial_state, *, scale: float, chunk_size: int):
         HAS_S0=s0 is not None, STORE_FINAL=True, PRECISION=dot_precision(q.dtype, device),
         num_warps=warps_for(block_k, block_v, device),
     )
-    return o.to(out_dtype), s_final.to(compute_dtype(out_dtype))
+    return o.to(out_dtype), s_final.to(state_dtype)
 
 
 def _kernel(q, k, v, S0, z0, *, normalize: bool, eps: float, scale: float, chunk_size: int):
@@ -61,8 +62,8 @@ def _kernel(q, k, v, S0, z0, *, normalize: bool, eps: float, scale: float, chunk
     v_ones = torch.cat([v, v.new_ones(B, T, H, 1)], dim=-1)
     # The reference's _unpack_state guarantees S0 and z0 are both given or both None.
     state = None if S0 is None else torch.cat([S0.float(), z0.float().unsqueeze(-1)], dim=-1)
-    o_ext, S_ext = _launch(q, k, v_ones, state, scale=scale, chunk_size=chunk_size)
-    o_ext = o_ext.to(compute_dtype(q.dtype))
+    # numerator and normaliser stay in fp32 (fp64 for fp64 inputs) until the division, as in the reference
+    o_ext, S_ext = _launch(q, k, v_ones, state, scale=scale, chunk_size=chunk_size, out_dtype=compute_dtype(q.dtype))
     o = (o_ext[..., :-1] / (o_ext[..., -1:] + eps)).to(q.dtype)
     return o, S_ext[..., :-1].contiguous(), S_ext[..., -1].contiguous()
 
