@@ -14,6 +14,7 @@ import textwrap
 import pytest
 
 pytest.importorskip("triton")
+pytest.importorskip("triton.backends.nvidia", reason="needs Triton's CUDA backend (ptxas ships with it)")
 
 COMPILE = textwrap.dedent(
     """
