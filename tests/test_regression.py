@@ -294,3 +294,11 @@ def test_local_linear_with_a_gaussian_kernel_recovers_a_line_exactly():
     close(local_linear.predict(x, y, edge, scale=100.0), 3 * edge - 1, tol=1e-6)
     nadaraya_watson = TestTimeRegression(Uniform(), LocalConstant("gaussian"), ExactSolve(ridge=0.0))
     assert relative_error(nadaraya_watson.predict(x, y, edge, scale=100.0), 3 * edge - 1) > 0.05  # biased at edges
+
+
+def test_initial_state_fades_alike_in_one_online_pass_and_one_multi_pass():
+    q, k, v, beta, _ = inputs(22)
+    S0 = torch.randn(B, H, D_K, D_V, dtype=torch.float64)
+    online = TestTimeRegression(Uniform(), Linear(), OnlineSGD())(q, k, v, beta=beta, initial_state=S0)[0]
+    one_pass = TestTimeRegression(Uniform(), Linear(), MultiPassSGD(1))(q, k, v, beta=beta, initial_state=S0)[0]
+    close(one_pass, online)

@@ -482,6 +482,11 @@ class TestTimeRegression:
         dims.bind("v", v, ("N", "D_v"))
         dims.bind("queries", queries, ("M", "D_k"))
         M, N = dims["M"], dims["N"]
+        if isinstance(self.function_class, Linear):  # a parametric memory: fit once, read S_N at every query
+            kw = {name: x[None, :, None] for name, x in (("beta", beta), ("g", g)) if x is not None}
+            _, S = self(k[None, :, None], k[None, :, None], v[None, :, None], scale=1.0, output_final_state=True, **kw)
+            scale = dims["D_k"] ** -0.5 if scale is None else check_positive_float("scale", scale)
+            return (scale * queries.to(S.dtype) @ S[0, 0]).to(queries.dtype)
         # Each query gets its own copy of the sequence and is asked at the last position, which sees all N pairs.
         per_token = {}
         for name, x in (("beta", beta), ("g", g)):
@@ -541,7 +546,7 @@ def _weighted_readout(x, k, v, g, chunk_size: int = 64):
 
 
 def _gradient_step(opt: GradientStep, q, k, v, g, beta, S0):
-    """``S_t = lr Σ_i γ_i^{(t)} k_i v_iᵀ`` (the negative gradient at zero), so ``o_t = lr Σ_i γ_i^{(t)} (q_t·k_i) v_i``."""
+    """``S_t = lr Σ_i γ_i^{(t)} k_i v_iᵀ`` (minus the gradient at zero): ``o_t = lr Σ_i γ_i^{(t)} (q_t·k_i) v_i``."""
     o, S = _weighted_readout(q, k, v, g)
     o, S = opt.lr * o, opt.lr * S
     if S0 is not None:
@@ -585,12 +590,13 @@ def _online_sgd(opt: OnlineSGD, q, k, v, g, beta, S0):
 def _multi_pass_sgd(opt: MultiPassSGD, q, k, v, g, beta, S0):
     """For every prefix ``t`` at once: ``passes`` cyclic SGD passes over ``i = 1..t``, step ``β_i Γ[t, i]``."""
     B, H, T, D_k = k.shape
-    gamma = regression_weights(None, T).to(q).expand(B, H, T, T) if g is None else regression_weights(
-        g.transpose(1, 2)
-    ).to(q)
+    if g is None:
+        gamma = regression_weights(None, T).to(q).expand(B, H, T, T)
+    else:
+        gamma = regression_weights(g.transpose(1, 2)).to(q)  # (B, H, T, T)
     S = k.new_zeros(B, H, T, D_k, v.shape[-1])  # one state per prefix t
-    if S0 is not None:
-        S = S + S0[:, :, None]
+    if S0 is not None:  # the prior memory, faded to each prefix as in the other optimisers
+        S = S + _decay_from_start(g, q)[..., None, None] * S0[:, :, None]
     for _ in range(opt.passes):
         for i in range(T):
             k_i = k[:, :, i]  # (B, H, D_k)
@@ -607,7 +613,7 @@ def _covariances(k, g):
 
 
 def _exact_solve(opt: ExactSolve, q, k, v, g, beta, S0):
-    """``S_t = (A_t + λI)⁻¹ Σ γ k vᵀ``, read out as ``o_t = Σ_i γ_i^{(t)} (k_i·x_t) v_i`` with ``x_t = (A_t + λI)⁻¹ q_t``.
+    """``S_t = (A_t + λI)⁻¹ Σ γ k vᵀ``, read as ``o_t = Σ_i γ_i^{(t)} (k_i·x_t) v_i`` with ``x_t = (A_t + λI)⁻¹ q_t``.
 
     The readout never forms ``S_t``: one ``D_k × D_k`` Cholesky solve per step, then the weighted sum over pairs.
     """
