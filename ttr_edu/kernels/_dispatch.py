@@ -20,6 +20,8 @@ from ttr_edu.kernels import _triton_kernels
 
 #: The largest D_k a kernel accepts: a program keeps a (D_k, BV) block of the state in registers.
 MAX_D_K = 256
+#: The largest chunk: a program keeps (C, C) tiles (scores, the UT inverse) in registers.
+MAX_CHUNK = 128
 
 
 def interpreter_active() -> bool:
@@ -51,10 +53,11 @@ def check_runnable(device: torch.device, reference: str) -> None:
 
 def check_kernel_sizes(d_k: int, chunk_size: int, reference: str) -> None:
     """Raise ``ValueError`` for sizes the reference op accepts but a kernel tile cannot hold."""
-    if chunk_size < 16 or chunk_size & (chunk_size - 1):
+    if chunk_size < 16 or chunk_size > MAX_CHUNK or chunk_size & (chunk_size - 1):
         raise ValueError(
-            f"chunk_size: the kernels need a power of two >= 16 (a tl.dot tile side), got {chunk_size}; "
-            f"the answer does not depend on it, so pass 16, 32 or 64, or call {reference}"
+            f"chunk_size: the kernels need a power of two from 16 (a tl.dot tile side) to {MAX_CHUNK} (C x C tiles "
+            f"live in registers), got {chunk_size}; the answer does not depend on it, so pass 16, 32, 64 or 128, "
+            f"or call {reference}"
         )
     if d_k > MAX_D_K:
         raise ValueError(

@@ -104,7 +104,7 @@ def delta_rule_chunk(
         scale: multiplies q; ``D_k ** -0.5`` when None.
         initial_state: ``(B, H, D_k, D_v)`` or None (zeros).
         output_final_state: also return the state after the last token.
-        chunk_size: tokens per chunk, a power of two ≥ 16 (the answer does not depend on it).
+        chunk_size: tokens per chunk, a power of two from 16 to 128 (the answer does not depend on it).
         check_stability: ``"warn"`` (default), ``"raise"`` or ``"ignore"`` when ``β ‖k‖²`` leaves ``[0, 2]``.
 
     Returns:
@@ -120,7 +120,7 @@ def delta_rule_chunk(
 
     Raises:
         TypeError, ValueError: as :func:`ttr_edu.ops.delta_rule_chunk`, for the same mistakes.
-        ValueError: ``chunk_size`` not a power of two ≥ 16, or D_k > 256 (kernel limits).
+        ValueError: ``chunk_size`` not a power of two in [16, 128], or D_k > 256 (kernel limits).
         RuntimeError: CPU tensors without Triton's interpreter (the message says how to switch it on), or a
             device that is neither CUDA nor CPU.
     """
@@ -157,7 +157,7 @@ def gated_delta_rule_chunk(
 
     Raises:
         TypeError, ValueError: as :func:`ttr_edu.ops.gated_delta_rule_chunk`, for the same mistakes.
-        ValueError: ``chunk_size`` not a power of two ≥ 16, or D_k > 256 (kernel limits).
+        ValueError: ``chunk_size`` not a power of two in [16, 128], or D_k > 256 (kernel limits).
         RuntimeError: CPU tensors without Triton's interpreter, or a device that is neither CUDA nor CPU.
     """
     reference = "ttr_edu.ops.gated_delta_rule_chunk"

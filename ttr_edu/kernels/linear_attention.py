@@ -95,7 +95,7 @@ def linear_attention_chunk(
         normalize: divide by ``z_tᵀ q_t + eps``; the state is then the pair ``(S, z)``, ``z`` ``(B, H, D_k)``.
         initial_state: ``S_0`` ``(B, H, D_k, D_v)`` (with ``normalize``, the pair ``(S_0, z_0)``) or None.
         output_final_state: also return the state after the last token.
-        chunk_size: tokens per chunk, a power of two ≥ 16 (the answer does not depend on it).
+        chunk_size: tokens per chunk, a power of two from 16 to 128 (the answer does not depend on it).
         eps: added to the normaliser; ignored without ``normalize``.
 
     Returns:
@@ -111,7 +111,7 @@ def linear_attention_chunk(
 
     Raises:
         TypeError, ValueError: as :func:`ttr_edu.ops.linear_attention_chunk`, for the same mistakes.
-        ValueError: ``chunk_size`` not a power of two ≥ 16, or D_k > 256 (kernel limits).
+        ValueError: ``chunk_size`` not a power of two in [16, 128], or D_k > 256 (kernel limits).
         RuntimeError: CPU tensors without Triton's interpreter (the message says how to switch it on), or a
             device that is neither CUDA nor CPU.
     """
