@@ -1,6 +1,14 @@
-"""Collection rules for the whole repository (tests/, chapters/ and solutions/)."""
+"""Test-session setup for the whole repository (tests/, chapters/ and solutions/)."""
 
 import importlib.util
+import os
+
+import torch
+
+# Triton kernels run on CPU tensors only through the interpreter, which must be chosen before triton is imported.
+# Notebook kernels started by nbval inherit this environment.
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
 
 # Triton has wheels for Linux only; elsewhere the kernel chapter is skipped rather than failed.
 collect_ignore_glob = [] if importlib.util.find_spec("triton") else ["*/10_triton_kernels.ipynb"]
