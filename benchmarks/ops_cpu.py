@@ -17,6 +17,12 @@ Usage::
 
     python benchmarks/ops_cpu.py                 # the full table (a few minutes on 2 busy cores)
     python benchmarks/ops_cpu.py --T 256 1024 --repeats 3 --layers delta_rule linear_attention
+    python benchmarks/ops_cpu.py --T 4096 --layers delta_rule --chunk-size 32   # another chunk size
+
+One thread by default: on a shared machine several threads per process contend and the timings swing by 10x or
+more (``--threads`` to change it). Note that on a CPU the chunk forms win by replacing thousands of small per-token
+ops with a few large matmuls, not by doing less arithmetic (they do about twice the FLOPs of the recurrence), so
+their speedup grows with the number of cores the matmuls can use.
 
 Local linear attention costs O(T² D_k²) (≈ 1.1 TFLOP per call at T = 4096); it is skipped above ``--max-T-lla``
 (default 1024) and the table says so.
@@ -51,32 +57,32 @@ def _qkv(x):
     return x["q"], x["k"], x["v"]
 
 
-#: layer -> form -> call(inputs). The first form listed is the baseline of the speedup column.
+#: layer -> form -> call(inputs, chunk_size). The recurrent form is the baseline of the speedup column.
 LAYERS: dict[str, dict[str, Callable]] = {
     "linear_attention": {
-        "recurrent": lambda x: ops.linear_attention_recurrent(*_qkv(x)),
-        "parallel": lambda x: ops.linear_attention_parallel(*_qkv(x)),
-        "chunk": lambda x: ops.linear_attention_chunk(*_qkv(x)),
+        "recurrent": lambda x, C: ops.linear_attention_recurrent(*_qkv(x)),
+        "parallel": lambda x, C: ops.linear_attention_parallel(*_qkv(x)),
+        "chunk": lambda x, C: ops.linear_attention_chunk(*_qkv(x), chunk_size=C),
     },
     "delta_rule": {
-        "recurrent": lambda x: ops.delta_rule_recurrent(*_qkv(x), x["beta"]),
-        "parallel": lambda x: ops.delta_rule_parallel(*_qkv(x), x["beta"]),
-        "chunk": lambda x: ops.delta_rule_chunk(*_qkv(x), x["beta"]),
+        "recurrent": lambda x, C: ops.delta_rule_recurrent(*_qkv(x), x["beta"]),
+        "parallel": lambda x, C: ops.delta_rule_parallel(*_qkv(x), x["beta"]),
+        "chunk": lambda x, C: ops.delta_rule_chunk(*_qkv(x), x["beta"], chunk_size=C),
     },
     "gated_linear_attention": {
-        "recurrent": lambda x: ops.gated_linear_attention_recurrent(*_qkv(x), x["g"]),
-        "chunk": lambda x: ops.gated_linear_attention_chunk(*_qkv(x), x["g"]),
+        "recurrent": lambda x, C: ops.gated_linear_attention_recurrent(*_qkv(x), x["g"]),
+        "chunk": lambda x, C: ops.gated_linear_attention_chunk(*_qkv(x), x["g"], chunk_size=C),
     },
     "gated_delta_rule": {
-        "recurrent": lambda x: ops.gated_delta_rule_recurrent(*_qkv(x), x["g"], x["beta"]),
-        "chunk": lambda x: ops.gated_delta_rule_chunk(*_qkv(x), x["g"], x["beta"]),
+        "recurrent": lambda x, C: ops.gated_delta_rule_recurrent(*_qkv(x), x["g"], x["beta"]),
+        "chunk": lambda x, C: ops.gated_delta_rule_chunk(*_qkv(x), x["g"], x["beta"], chunk_size=C),
     },
     "rls": {
-        "recurrent": lambda x: ops.rls_recurrent(*_qkv(x)),
-        "exact": lambda x: ops.rls_exact(*_qkv(x)),
+        "recurrent": lambda x, C: ops.rls_recurrent(*_qkv(x)),
+        "exact": lambda x, C: ops.rls_exact(*_qkv(x)),
     },
-    "softmax_attention": {"parallel": lambda x: ops.softmax_attention(*_qkv(x))},
-    "local_linear_attention": {"parallel": lambda x: ops.local_linear_attention(*_qkv(x))},
+    "softmax_attention": {"parallel": lambda x, C: ops.softmax_attention(*_qkv(x))},
+    "local_linear_attention": {"parallel": lambda x, C: ops.local_linear_attention(*_qkv(x))},
 }
 
 
@@ -98,15 +104,15 @@ def peak_memory_bytes(fn: Callable[[], object]) -> int:
     return peak
 
 
-def time_layer(forms: dict[str, Callable], inputs: dict, repeats: int) -> dict[str, float]:
+def time_layer(forms: dict[str, Callable], inputs: dict, chunk_size: int, repeats: int) -> dict[str, float]:
     """Median seconds per form; each round runs every form once, in turn (side by side)."""
     for fn in forms.values():  # warm-up: first-call allocations and dispatch caches
-        fn(inputs)
+        fn(inputs, chunk_size)
     samples: dict[str, list[float]] = {name: [] for name in forms}
     for _ in range(repeats):
         for name, fn in forms.items():
             start = time.perf_counter()
-            fn(inputs)
+            fn(inputs, chunk_size)
             samples[name].append(time.perf_counter() - start)
     return {name: statistics.median(times) for name, times in samples.items()}
 
@@ -120,13 +126,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--T", type=int, nargs="+", default=[256, 1024, 4096], help="sequence lengths")
     parser.add_argument("--repeats", type=int, default=5, help="timed rounds per T (the median is printed)")
     parser.add_argument("--layers", nargs="+", default=list(LAYERS), choices=list(LAYERS))
+    parser.add_argument("--chunk-size", type=int, default=64, help="chunk_size of the chunk forms (fla's 64)")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (1: stable on a shared machine)")
     parser.add_argument("--max-T-lla", type=int, default=1024, help="largest T for local linear attention")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     print(
         f"ttr_edu.ops on CPU: B={B}, H={H}, D_k=D_v={D}, fp32, forward only; torch {torch.__version__}, "
-        f"{torch.get_num_threads()} thread(s); median of {args.repeats} rounds; default chunk_size (64)\n"
+        f"{torch.get_num_threads()} thread(s); median of {args.repeats} rounds; chunk_size {args.chunk_size}\n"
     )
     header = f"{'layer':<24} {'form':<10} {'T':>5} {'median ms':>11} {'speedup':>9} {'peak MiB':>9}"
     print(header)
@@ -140,10 +147,10 @@ def main(argv: list[str] | None = None) -> None:
                     print(f"{layer:<24} {'parallel':<10} {T:>5}   skipped: O(T² D_k²), raise --max-T-lla to run")
                     continue
                 inputs = make_inputs(T)
-                medians = time_layer(forms, inputs, args.repeats)
+                medians = time_layer(forms, inputs, args.chunk_size, args.repeats)
                 baseline = medians.get("recurrent")
                 for name, fn in forms.items():
-                    peak = peak_memory_bytes(lambda: fn(inputs))
+                    peak = peak_memory_bytes(lambda: fn(inputs, args.chunk_size))
                     results[layer, name, T] = (medians[name], peak)
                     speedup = f"{baseline / medians[name]:8.1f}x" if baseline else f"{'—':>9}"
                     print(f"{layer:<24} {name:<10} {T:>5} {medians[name] * 1e3:11.2f} {speedup} {fmt_bytes(peak)}")
