@@ -97,3 +97,20 @@ def test_grid_writes_a_csv_that_reads_back(tmp_path):
     rows = run_grid(grid, tmp_path / "g.csv", progress=False)
     back = load_results(tmp_path / "g.csv")
     assert back == rows and back[0]["steps"] <= 2 and back[0]["state_size"] == 2 * 16 * 8
+
+
+@pytest.mark.slow  # two tiny trainings; the first Adam of a process imports torch._dynamo
+def test_resume_trains_only_the_missing_cells(tmp_path):
+    grid = MQARGrid(mixers=("softmax_attention", "linear_attention"), num_pairs=(2,), d_models=(8,), seq_len=16,
+                    vocab_size=16, batch_size=4, max_steps=2, eval_every=1, eval_examples=8)
+    out = tmp_path / "g.csv"
+    first = run_grid(grid, out, progress=False)
+    out.write_text("\n".join(out.read_text().splitlines()[:2]) + "\n")  # as if stopped after the first cell
+    marker = dict(load_results(out)[0], accuracy=0.123)  # a kept row is read back, not retrained
+    out.write_text(out.read_text().replace(str(first[0]["accuracy"]), "0.123"))
+    rows = run_grid(grid, out, resume=True, progress=False)
+    def timeless(row):  # the retrained cell repeats its numbers; only its wall time differs
+        return {k: v for k, v in row.items() if k != "train_seconds"}
+
+    assert rows[0] == marker and timeless(rows[1]) == timeless(first[1])
+    assert load_results(out) == rows

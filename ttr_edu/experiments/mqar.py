@@ -120,17 +120,20 @@ def run_grid(
     done = {}
     if resume and out is not None and Path(out).exists():
         done = {_key(row): row for row in load_results(out)}
-    wanted = grid.cells()
     handle = writer = None
-    if out is not None:
-        handle = open(out, "w", newline="")
+    if out is not None:  # resuming appends to the rows already there, so nothing done is ever rewritten
+        handle = open(out, "a" if done else "w", newline="")
         writer = csv.DictWriter(handle, fieldnames=FIELDS)
-        writer.writeheader()
+        if not done:
+            writer.writeheader()
     rows = []
     try:
-        for mixer, n, d in tqdm(wanted, desc="MQAR grid", disable=progress is False):
+        for mixer, n, d in tqdm(grid.cells(), desc="MQAR grid", disable=progress is False):
             key = (mixer, grid.seq_len, n, d, grid.seed)
-            row = done[key] if key in done else train_cell(grid, mixer, n, d, progress=False)
+            if key in done:
+                rows.append(done[key])
+                continue
+            row = train_cell(grid, mixer, n, d, progress=False)
             rows.append(row)
             if writer is not None:
                 writer.writerow(row)
