@@ -8,8 +8,9 @@ The memory is the exact (optionally exponentially weighted) ridge-regression sol
     S_t = A_t⁻¹ b_t = argmin_S Σ_{i≤t} γ_i^{(t)} ‖v_i − Sᵀ k_i‖² + γ_0^{(t)} λ ‖S‖²,    o_t = S_tᵀ q_t
 
 with ``γ_i^{(t)} = Π_{j=i+1..t} α_j``. Note that the ridge term decays with the data (it acts as a pseudo-observation
-at time 0), which is what keeps the Sherman–Morrison recursion exact; fla's Mesa layer instead keeps the ridge
-constant, ``(Σ γ k kᵀ + λ I)``, and solves it numerically. Without decay both are the same ridge regression.
+at time 0), which is what keeps the Sherman–Morrison recursion exact. A constant ridge, ``Σ γ k kᵀ + λ I``, would
+break the rank-one recursion and need a numerical solve per step (fla's Mesa layer solves with conjugate gradients).
+Without decay the two are the same ridge regression.
 
 State carried between calls (``initial_state`` and the returned final state): the pair ``(S, P)`` with
 ``S = A⁻¹ b`` of shape ``(B, H, D_k, D_v)`` (the current solution; ``o_t = S_tᵀ q_t`` as in every layer here) and
