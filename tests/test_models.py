@@ -81,6 +81,19 @@ def test_favor_plus_redraws_its_features_unless_told_not_to():
     assert torch.equal(fixed(batch), fixed(batch))
 
 
+def test_favor_plus_keys_and_query_share_one_draw_per_forward_pass():
+    # φ(q)·φ(k) estimates exp(q·k) only if keys and query see the same Ω.
+    model = RetrievalModel(5, 5, feature_map="favor_plus", feature_map_params={"m": 8})
+    seen = []
+    model.feature_map.register_forward_pre_hook(lambda module, args: seen.append(module.projection.clone()))
+    batch = capacity_batch(2, 5)
+    model(batch)
+    model(batch)
+    assert len(seen) == 4  # keys and query, twice
+    assert torch.equal(seen[0], seen[1]) and torch.equal(seen[2], seen[3])
+    assert not torch.equal(seen[0], seen[2])
+
+
 def test_gradients_reach_the_key_projection_and_beta():
     model = RetrievalModel(8, 8, feature_map="dpfp", update_rule="delta")
     model.loss(overwrite_batch(4, 8)).backward()

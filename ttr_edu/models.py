@@ -71,8 +71,8 @@ class RetrievalModel(nn.Module):
         feature_map: a name from :data:`ttr_edu.ops.feature_maps.FEATURE_MAPS` (``"dpfp"``, ``"elu_plus_one"``,
             ``"favor_plus"``, ...); must be ``None`` for ``update_rule="softmax"``.
         feature_map_params: its parameters, e.g. ``{"nu": 2}`` for DPFP or ``{"m": 32}`` for FAVOR+ (``d_k`` is
-            filled in; FAVOR+ redraws its random features on every call, as the authors' synthetic code, unless
-            ``{"redraw": False}``).
+            filled in; FAVOR+ draws fresh random features on every forward pass, shared by the keys and the query
+            of that pass, as the authors' synthetic code, unless ``{"redraw": False}``).
         update_rule: ``"sum"``, ``"delta"`` or ``"softmax"``.
         trained_keys: learn the embedding and the key/query projections (``True``), or use fixed random keys
             with the query equal to its key, ``β = 1`` and nothing trainable (``False``).
@@ -110,8 +110,11 @@ class RetrievalModel(nn.Module):
         else:
             if feature_map is None:
                 raise ValueError(f"feature_map: update_rule={update_rule!r} needs one of {', '.join(FEATURE_MAPS)}")
+            self.redraw_features = False
             if feature_map == "favor_plus":
-                params = {"d_k": d_k, "redraw": True, **params}
+                # Redraw once per forward pass (below), not once per call: keys and query must share Ω.
+                self.redraw_features = bool(params.pop("redraw", True))
+                params = {"d_k": d_k, **params, "redraw": False}
             self.feature_map = get_feature_map(feature_map, **params)  # ValueError lists the valid names
             self.d_dot = d_dot(feature_map, d_k, **{k: v for k, v in params.items() if k in ("nu", "m")})
         self.feature_map_name = feature_map
@@ -142,6 +145,8 @@ class RetrievalModel(nn.Module):
             weights = torch.softmax(torch.einsum("b t d, b d -> b t", k, q) * self.d_k**-0.5, dim=-1)
             return torch.einsum("b t, b t v -> b v", weights, v)
 
+        if self.redraw_features:
+            self.feature_map.draw()
         phi_k, phi_q = self.feature_map(k), self.feature_map(q)  # (B, T, d_dot), (B, d_dot)
         if self.update_rule == "sum":
             # The sum rule's final state is a plain sum: S = Σ_t φ(k_t) v_tᵀ, z = Σ_t φ(k_t). It equals the final

@@ -14,7 +14,7 @@ import torch
 from ttr_edu.checks._core import run_check
 from ttr_edu.ops import delta_rule_recurrent
 
-__all__ = ["check_delta_rule_step", "check_update_eigenvalues", "check_pseudo_values"]
+__all__ = ["check_delta_rule_step", "check_update_eigenvalues", "check_pseudo_values", "reference_pseudo_values"]
 
 
 def _reference_step(S, k, v, beta):
@@ -32,7 +32,7 @@ def _reference_eigenvalues(k, beta):
     return torch.linalg.eigvalsh(torch.eye(len(k), dtype=k.dtype) - beta * torch.outer(k, k))
 
 
-def _reference_pseudo_values(k, v, beta):
+def reference_pseudo_values(k: torch.Tensor, v: torch.Tensor, beta: torch.Tensor) -> torch.Tensor:
     """``u_t = β_t (v_t − S_{t−1}ᵀ k_t)`` read off the package's delta rule.
 
     The recurrent op returns ``o_t = S_tᵀ q_t``; with the queries set to the *next* keys, ``o_{t−1} = S_{t−1}ᵀ k_t``,
@@ -82,5 +82,5 @@ def check_update_eigenvalues(update_eigenvalues: Callable) -> bool:
 
 def check_pseudo_values(pseudo_values: Callable) -> bool:
     """Check ``pseudo_values(k, v, beta)``: ``u_t = β_t (v_t − S_{t−1}ᵀ k_t)`` along the delta-rule recurrence."""
-    return run_check("pseudo_values", pseudo_values, _reference_pseudo_values, _sequence_cases(), rtol=1e-9,
+    return run_check("pseudo_values", pseudo_values, reference_pseudo_values, _sequence_cases(), rtol=1e-9,
                      atol=1e-10)

@@ -6,7 +6,7 @@
 * ``overwrite``: setting 2, sum rule against delta rule (:mod:`.overwrite`, chapter 04);
 * ``mqar``: multi-query associative recall (:mod:`.mqar`, chapter 08).
 
-The full-grid CSVs the chapters plot are shipped in ``ttr_edu/data`` (:func:`ttr_edu.experiments._grid.load_shipped`).
+The full-grid CSVs the chapters plot are shipped in ``ttr_edu/data`` (:func:`ttr_edu.experiments.grid.load_shipped`).
 """
 
 EXPERIMENTS = ("capacity", "overwrite", "mqar")

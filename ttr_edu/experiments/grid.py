@@ -13,14 +13,19 @@ from dataclasses import asdict, dataclass
 from importlib import resources
 from pathlib import Path
 
+import plotly.graph_objects as go
 import torch
 from tqdm.auto import tqdm
 
 from ttr_edu.models import RetrievalModel
 from ttr_edu.tasks import capacity_batch, overwrite_batch
 from ttr_edu.train import evaluate, progress_enabled, train
+from ttr_edu.viz import TEMPLATE
 
-__all__ = ["ModelSpec", "TrainingSpec", "run_point", "run_grid", "write_csv", "read_csv", "load_shipped", "cliff_positions"]
+__all__ = [
+    "ModelSpec", "TrainingSpec", "run_point", "run_grid", "write_csv", "read_csv", "load_shipped", "cliff_positions",
+    "loss_figure",
+]
 
 TASKS = {"capacity": capacity_batch, "overwrite": overwrite_batch}
 
@@ -181,3 +186,34 @@ def cliff_positions(rows: list[dict], threshold: float = 1e-2) -> dict[str, tupl
                 break
         cliffs[model] = (solved, failed)
     return cliffs
+
+
+def loss_figure(rows: list[dict], *, title: str, per_d_dot: bool = False, d_dot_marks: bool = True) -> go.Figure:
+    """Best evaluation loss against S, one line per model (log y); optionally against S / d_dot.
+
+    ``d_dot_marks`` draws a dotted vertical line at each model's d_dot, in the model's colour.
+    """
+    figure = go.Figure()
+    colours = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f"]
+    by_model: dict[str, list[dict]] = {}
+    for row in rows:
+        by_model.setdefault(row["model"], []).append(row)
+    for i, (model, points) in enumerate(by_model.items()):
+        points = sorted(points, key=lambda r: r["num_keys"])
+        colour = colours[i % len(colours)]
+        d_dot = points[0]["d_dot"]
+        scale = d_dot if per_d_dot and d_dot != "" else 1
+        if per_d_dot and d_dot == "":
+            continue  # softmax has no d_dot
+        x = [r["num_keys"] / scale for r in points]
+        # A loss of exactly 0 cannot sit on a log axis; the target loss is the floor that matters here.
+        y = [max(r["best_eval_loss"], 1e-5) for r in points]
+        figure.add_trace(go.Scatter(x=x, y=y, name=model, mode="lines+markers", line={"color": colour}))
+        if d_dot_marks and d_dot != "":
+            figure.add_vline(x=d_dot / scale, line={"color": colour, "dash": "dot", "width": 1})
+    figure.add_hline(y=1e-3, line={"color": "grey", "dash": "dash", "width": 1},
+                     annotation_text="target 1e-3", annotation_position="bottom right")
+    figure.update_layout(title=title, xaxis_title="S / d_dot" if per_d_dot else "number of keys S",
+                         yaxis_title="best evaluation loss", template=TEMPLATE)
+    figure.update_yaxes(type="log")
+    return figure

@@ -19,7 +19,7 @@ from __future__ import annotations
 import argparse
 import time
 
-from ttr_edu.experiments._grid import ModelSpec, TrainingSpec, cliff_positions, run_grid, write_csv
+from ttr_edu.experiments.grid import ModelSpec, TrainingSpec, cliff_positions, run_grid, write_csv
 
 __all__ = ["QUICK_STEPS", "MODELS", "D_DOT", "full_grid", "quick_grid", "main"]
 
