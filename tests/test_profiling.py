@@ -1,0 +1,75 @@
+"""ttr_edu.profiling: the memory counters count exactly the storages a computation creates."""
+
+import pytest
+import torch
+
+from ttr_edu import profiling
+
+MIB = 2**20
+
+
+def test_peak_memory_counts_tensors_alive_together():
+    def two_at_once():
+        a = torch.empty(MIB, dtype=torch.uint8)
+        b = torch.empty(2 * MIB, dtype=torch.uint8)
+        return a, b
+
+    assert profiling.peak_memory(two_at_once) == 3 * MIB
+
+
+def test_peak_memory_forgets_freed_temporaries():
+    def one_after_another():
+        for _ in range(3):
+            torch.empty(MIB, dtype=torch.uint8)  # dropped at once
+
+    assert profiling.peak_memory(one_after_another) == MIB
+
+
+def test_views_inputs_and_in_place_results_are_not_allocations():
+    x = torch.zeros(1024, 256)  # 1 MiB, created before the call
+
+    def views_and_in_place():
+        x.t()[:10], x.reshape(-1)  # views of the input
+        x.add_(1.0)  # in place: returns x
+        torch.add(x, 1.0, out=x)
+
+    assert profiling.peak_memory(views_and_in_place) == 0
+    assert profiling.bytes_created(views_and_in_place) == 0
+    # ...but a copy is one
+    assert profiling.bytes_created(lambda: x.t().contiguous()) == MIB
+
+
+def test_bytes_created_sums_every_tensor_even_when_freed():
+    def one_after_another():
+        for _ in range(3):
+            torch.empty(MIB, dtype=torch.uint8)
+
+    assert profiling.bytes_created(one_after_another) == 3 * MIB
+
+
+def test_quadratic_parallel_form_shows_in_the_peak():
+    """The T x T score matrix of a parallel form: the peak grows ~4x when T doubles."""
+    def scores(T):
+        q = torch.randn(T, 8)
+        return lambda: (q @ q.T).tril() @ q
+
+    ratio = profiling.peak_memory(scores(512)) / profiling.peak_memory(scores(256))
+    assert 3.5 < ratio <= 4.0
+
+
+def test_best_seconds_is_the_minimum_of_the_runs():
+    calls = []
+    assert profiling.best_seconds(lambda: calls.append(1), repeats=3) >= 0.0
+    assert len(calls) == 3
+
+
+@pytest.mark.parametrize("measure", [profiling.peak_memory, profiling.bytes_created, profiling.best_seconds])
+def test_a_non_callable_is_refused(measure):
+    with pytest.raises(TypeError, match="fn: expected a callable"):
+        measure(torch.zeros(3))
+
+
+@pytest.mark.parametrize("repeats, error", [(0, ValueError), (1.5, TypeError)])
+def test_best_seconds_checks_repeats(repeats, error):
+    with pytest.raises(error, match="repeats"):
+        profiling.best_seconds(lambda: None, repeats=repeats)

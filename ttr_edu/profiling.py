@@ -1,0 +1,176 @@
+"""Measure what a PyTorch computation costs: best-of-n time, peak tensor memory, bytes of tensors created.
+
+The memory counters watch every PyTorch operation through a ``TorchDispatchMode``, so they work on any device (CPU
+included, where there is no allocator statistic) and count exactly the tensors the computation creates:
+
+* a **new storage** is the storage of an operation's output that no input of that operation shares: views
+  (``transpose``, ``reshape`` of a contiguous tensor) and in-place or ``out=`` results create nothing;
+* the tensors that exist before the call (the inputs) are not counted;
+* what a Triton kernel does with registers or shared memory is invisible here (it is not a PyTorch operation),
+  but its output buffers, allocated with ``torch.empty``, are counted.
+
+Used by chapter 09 (memory against ``T`` and the chunk size) and chapter 10 (the reference's memory traffic)::
+
+    from ttr_edu import profiling
+    profiling.peak_memory(lambda: ops.delta_rule_chunk(q, k, v, beta))     # bytes
+    profiling.bytes_created(lambda: ops.delta_rule_chunk(q, k, v, beta))   # bytes
+    profiling.best_seconds(lambda: ops.delta_rule_chunk(q, k, v, beta))    # seconds
+"""
+
+from __future__ import annotations
+
+import time
+import weakref
+from collections.abc import Callable
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves
+
+from ttr_edu._validation import check_positive_int
+
+__all__ = ["PeakMemory", "BytesCreated", "peak_memory", "bytes_created", "best_seconds"]
+
+
+def _storages(tree) -> dict[int, int]:
+    """``{data_ptr: nbytes}`` of the storages of the (non-empty) tensors found in a nested structure."""
+    found = {}
+    for x in tree_leaves(tree):
+        if isinstance(x, torch.Tensor) and x.device.type != "meta":
+            storage = x.untyped_storage()
+            if storage.nbytes() > 0:
+                found[storage.data_ptr()] = storage.nbytes()
+    return found
+
+
+def _new_storages(inputs, outputs) -> list[torch.UntypedStorage]:
+    """The storages of ``outputs`` that none of ``inputs`` shares (each once)."""
+    shared = _storages(inputs)
+    new = {}
+    for x in tree_leaves(outputs):
+        if isinstance(x, torch.Tensor) and x.device.type != "meta":
+            storage = x.untyped_storage()
+            if storage.nbytes() > 0 and storage.data_ptr() not in shared:
+                new[storage.data_ptr()] = storage
+    return list(new.values())
+
+
+class BytesCreated(TorchDispatchMode):
+    """Context manager: ``total`` is the bytes of all storages created by PyTorch operations inside the block.
+
+    A lower bound on the memory traffic of the block: every created tensor is written at least once. Views and
+    in-place results create nothing and are not counted (see the module docstring).
+
+    Example::
+
+        with BytesCreated() as created:
+            ops.delta_rule_chunk(q, k, v, beta)
+        created.total  # int, bytes
+    """
+
+    def __enter__(self):
+        self.total = 0
+        return super().__enter__()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        self.total += sum(storage.nbytes() for storage in _new_storages((args, kwargs), out))
+        return out
+
+
+class PeakMemory(TorchDispatchMode):
+    """Context manager: ``peak`` is the largest number of bytes held at one time by storages created inside the block.
+
+    A storage counts from the operation that creates it until Python frees it (a ``weakref.finalize`` on the
+    storage), so temporaries freed early lower ``live`` again. ``live`` is what is still held when read.
+
+    Example::
+
+        with PeakMemory() as tracker:
+            ops.delta_rule_parallel(q, k, v, beta)
+        tracker.peak  # int, bytes
+    """
+
+    def __enter__(self):
+        self.live, self.peak, self._held = 0, 0, set()
+        return super().__enter__()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        for storage in _new_storages((args, kwargs), out):
+            pointer, nbytes = storage.data_ptr(), storage.nbytes()
+            if pointer in self._held:  # already counted (an op that returns a storage created earlier)
+                continue
+            self._held.add(pointer)
+            self.live += nbytes
+            self.peak = max(self.peak, self.live)
+            weakref.finalize(storage, self._free, pointer, nbytes)
+        return out
+
+    def _free(self, pointer: int, nbytes: int) -> None:
+        if pointer in self._held:
+            self._held.discard(pointer)
+            self.live -= nbytes
+
+
+def _check_callable(fn) -> None:
+    if not callable(fn):
+        raise TypeError(f"fn: expected a callable taking no arguments (e.g. a lambda), got {type(fn).__name__}")
+
+
+def peak_memory(fn: Callable[[], object]) -> int:
+    """Peak bytes held by the tensors that ``fn()`` creates (its result included while it is alive).
+
+    Args:
+        fn: a callable with no arguments, e.g. ``lambda: ops.delta_rule_chunk(q, k, v, beta)``.
+
+    Returns:
+        int, bytes; 0 when ``fn`` creates no tensor.
+
+    Raises:
+        TypeError: ``fn`` is not callable.
+    """
+    _check_callable(fn)
+    with PeakMemory() as tracker:
+        fn()
+    return tracker.peak
+
+
+def bytes_created(fn: Callable[[], object]) -> int:
+    """Total bytes of all tensors that ``fn()`` creates, each counted once (views and in-place results excluded).
+
+    Args:
+        fn: a callable with no arguments.
+
+    Returns:
+        int, bytes.
+
+    Raises:
+        TypeError: ``fn`` is not callable.
+    """
+    _check_callable(fn)
+    with BytesCreated() as created:
+        fn()
+    return created.total
+
+
+def best_seconds(fn: Callable[[], object], repeats: int = 5) -> float:
+    """The shortest wall-clock time of ``repeats`` calls of ``fn()``, in seconds.
+
+    The minimum, as :mod:`timeit` advises: other programs can only slow a run down, never speed it up. On a GPU,
+    synchronise inside ``fn`` (``torch.cuda.synchronize()``), or the time is only the launch.
+
+    Raises:
+        TypeError: ``fn`` is not callable, or ``repeats`` is not an int.
+        ValueError: ``repeats`` < 1.
+    """
+    _check_callable(fn)
+    check_positive_int("repeats", repeats)
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return min(times)
