@@ -94,3 +94,46 @@ def test_bad_dtypes_and_devices():
         memory.hebbian_read(torch.zeros(3, 5), torch.zeros(5, device="meta"))
     with pytest.raises(ValueError, match=r"n: expected a positive int, got 0"):
         memory.random_unit_keys(0, 3)
+
+
+# -- bad input found in review: each used to give a raw torch error, a silent promotion or a silent NaN / 0 --------
+
+
+@pytest.mark.parametrize(
+    "call,match",
+    [
+        (lambda: memory.hebbian_read(torch.zeros(3, 4), torch.zeros(4, dtype=torch.float64)), r"q: expected dtype torch.float32"),
+        (lambda: memory.hebbian_write(torch.zeros(3, 4), torch.zeros(4, dtype=torch.float64), torch.zeros(3)), r"k: expected dtype"),
+        (lambda: memory.store(torch.zeros(2, 4), torch.zeros(2, 3, dtype=torch.float64)), r"values: expected dtype"),
+        (lambda: memory.recall(torch.zeros(3, 4), torch.zeros(2, 4, dtype=torch.float64)), r"queries: expected dtype"),
+        (lambda: memory.recall_accuracy(torch.zeros(3, 4), torch.zeros(2, 4), torch.zeros(2, 3, dtype=torch.float64)), r"values: expected dtype"),
+        (lambda: memory.random_unit_keys(3, 4, dtype=torch.int64), r"dtype: expected a floating torch.dtype"),
+        (lambda: memory.orthonormal_keys(3, 4, dtype=torch.int32), r"dtype: expected a floating torch.dtype"),
+        (lambda: memory.random_unit_keys(3, 4, seed=1.5), r"seed: expected an int or None, got float"),
+    ],
+)
+def test_mixed_or_wrong_dtypes_raise_type_error_naming_the_argument(call, match):
+    with pytest.raises(TypeError, match=match):
+        call()
+
+
+def test_empty_key_sets_are_refused_instead_of_nan():
+    with pytest.raises(ValueError, match=r"keys: expected at least one pair.*N = 0"):
+        memory.crosstalk_energy(torch.zeros(0, 4))
+    with pytest.raises(ValueError, match=r"keys: expected at least one pair"):
+        memory.recall_accuracy(torch.zeros(3, 4), torch.zeros(0, 4), torch.zeros(0, 3))
+
+
+def test_recall_accuracy_refuses_values_on_another_device_and_nan():
+    with pytest.raises(ValueError, match=r"values on meta"):
+        memory.recall_accuracy(torch.zeros(3, 4), torch.zeros(2, 4), torch.zeros(2, 3, device="meta"))
+    with pytest.raises(ValueError, match=r"W: expected finite entries"):
+        memory.recall_accuracy(torch.full((3, 4), float("nan")), torch.randn(2, 4), torch.randn(2, 3))
+
+
+def test_key_generators_give_the_same_keys_in_every_floating_dtype():
+    keys16 = memory.orthonormal_keys(3, 4, seed=0, dtype=torch.float16)  # QR has no float16 kernel: drawn in float64
+    assert keys16.dtype == torch.float16
+    torch.testing.assert_close(keys16.double(), memory.orthonormal_keys(3, 4, seed=0), rtol=0, atol=1e-3)
+    torch.testing.assert_close(memory.random_unit_keys(5, 3, seed=2, dtype=torch.float32).double(),
+                               memory.random_unit_keys(5, 3, seed=2), rtol=0, atol=1e-7)

@@ -13,7 +13,8 @@ Orthonormal keys cancel the crosstalk exactly, so at most ``N = D_k`` pairs are 
 random unit keys in ``D_k`` dimensions, ``E[(k_iᵀ k_j)²] = 1/D_k``, so the crosstalk energy
 ``Σ_{i≠j} (k_iᵀ k_j)²`` grows like ``(N − 1) / D_k``.
 
-All functions take float tensors (any floating dtype) on any device and return the input's dtype.
+All functions take float tensors of one floating dtype, on one device, and return that dtype; mixing dtypes
+raises ``TypeError`` rather than promoting silently.
 """
 
 from __future__ import annotations
@@ -35,6 +36,24 @@ __all__ = [
 ]
 
 
+def _check_same_dtype(**tensors: torch.Tensor) -> None:
+    """Raise ``TypeError`` unless all tensors share one dtype (``W @ q`` would fail inside torch, ``W + v kᵀ`` promote)."""
+    (first_name, first), *rest = tensors.items()
+    for name, tensor in rest:
+        if tensor.dtype != first.dtype:
+            raise TypeError(f"{name}: expected dtype {first.dtype} (the dtype of {first_name}), got {tensor.dtype}")
+
+
+def _check_not_empty(name: str, dims: Dims) -> None:
+    if dims["N"] == 0:
+        raise ValueError(f"{name}: expected at least one pair, N >= 1 in (N, D_k), got N = 0")
+
+
+def _check_dtype(dtype) -> None:
+    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+        raise TypeError(f"dtype: expected a floating torch.dtype such as torch.float64, got {dtype!r}")
+
+
 def hebbian_write(W: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
     """One Hebbian write: ``W + v kᵀ`` (a new tensor; ``W`` is not modified).
 
@@ -47,7 +66,7 @@ def hebbian_write(W: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Te
         The new memory, shape ``(D_v, D_k)``.
 
     Raises:
-        TypeError: an argument is not a floating tensor.
+        TypeError: an argument is not a floating tensor, or the dtypes differ.
         ValueError: shapes disagree, or tensors are on different devices.
 
     Source: Hebbian outer-product learning [Hopfield 1982]; the fast-weight write of Schlag et al. (2021), eq. 3.
@@ -57,6 +76,7 @@ def hebbian_write(W: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Te
     dims.bind("k", k, ("D_k",))
     dims.bind("v", v, ("D_v",))
     check_same_device(W=W, k=k, v=v)
+    _check_same_dtype(W=W, k=k, v=v)
     return W + torch.outer(v, k)
 
 
@@ -77,6 +97,7 @@ def hebbian_read(W: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
     dims.bind("W", W, ("D_v", "D_k"))
     dims.bind("q", q, ("D_k",))
     check_same_device(W=W, q=q)
+    _check_same_dtype(W=W, q=q)
     return W @ q
 
 
@@ -97,6 +118,7 @@ def store(keys: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
     dims.bind("keys", keys, ("N", "D_k"))
     dims.bind("values", values, ("N", "D_v"))
     check_same_device(keys=keys, values=values)
+    _check_same_dtype(keys=keys, values=values)
     return values.transpose(0, 1) @ keys  # (D_v, N) @ (N, D_k)
 
 
@@ -109,15 +131,21 @@ def recall(W: torch.Tensor, queries: torch.Tensor) -> torch.Tensor:
 
     Returns:
         Retrieved values, shape ``(N, D_v)``.
+
+    Raises:
+        TypeError, ValueError: as :func:`hebbian_write`.
     """
     dims = Dims()
     dims.bind("W", W, ("D_v", "D_k"))
     dims.bind("queries", queries, ("N", "D_k"))
     check_same_device(W=W, queries=queries)
+    _check_same_dtype(W=W, queries=queries)
     return queries @ W.transpose(0, 1)  # (N, D_k) @ (D_k, D_v)
 
 
 def _generator(seed: int | None) -> torch.Generator:
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
+        raise TypeError(f"seed: expected an int or None, got {type(seed).__name__} {seed!r}")
     generator = torch.Generator()
     if seed is not None:
         generator.manual_seed(seed)
@@ -129,28 +157,37 @@ def _generator(seed: int | None) -> torch.Generator:
 def random_unit_keys(n: int, d: int, *, seed: int | None = None, dtype: torch.dtype = torch.float64) -> torch.Tensor:
     """``n`` keys drawn uniformly on the unit sphere of ``R^d`` (normalised Gaussians), shape ``(n, d)``.
 
+    Drawn in float64 and then cast to ``dtype``, so a seed gives the same keys in every dtype.
+
     Raises:
-        TypeError, ValueError: ``n`` or ``d`` is not a positive int.
+        TypeError: ``n`` or ``d`` is not an int, ``seed`` not an int or None, ``dtype`` not a floating dtype.
+        ValueError: ``n`` or ``d`` is not positive.
     """
     check_positive_int("n", n)
     check_positive_int("d", d)
-    keys = torch.randn(n, d, generator=_generator(seed), dtype=dtype)
-    return keys / keys.norm(dim=1, keepdim=True)
+    _check_dtype(dtype)
+    keys = torch.randn(n, d, generator=_generator(seed), dtype=torch.float64)
+    return (keys / keys.norm(dim=1, keepdim=True)).to(dtype)
 
 
 def orthonormal_keys(n: int, d: int, *, seed: int | None = None, dtype: torch.dtype = torch.float64) -> torch.Tensor:
     """``n`` random orthonormal keys in ``R^d`` (rows of a random orthogonal matrix), shape ``(n, d)``.
 
+    Computed in float64 (QR has no float16 kernel) and then cast to ``dtype``.
+
     Raises:
-        ValueError: ``n > d``: at most ``d`` vectors of ``R^d`` can be mutually orthogonal.
+        TypeError: as :func:`random_unit_keys`.
+        ValueError: ``n`` or ``d`` not positive; ``n > d``: at most ``d`` vectors of ``R^d`` can be mutually
+            orthogonal.
     """
     check_positive_int("n", n)
     check_positive_int("d", d)
+    _check_dtype(dtype)
     if n > d:
         raise ValueError(f"n: at most d = {d} keys of R^{d} can be orthonormal, got n = {n}")
-    gaussian = torch.randn(d, d, generator=_generator(seed), dtype=dtype)
+    gaussian = torch.randn(d, d, generator=_generator(seed), dtype=torch.float64)
     basis, _ = torch.linalg.qr(gaussian)  # columns are orthonormal
-    return basis.transpose(0, 1)[:n].contiguous()
+    return basis.transpose(0, 1)[:n].contiguous().to(dtype)
 
 
 def crosstalk_energy(keys: torch.Tensor) -> torch.Tensor:
@@ -164,8 +201,13 @@ def crosstalk_energy(keys: torch.Tensor) -> torch.Tensor:
 
     Returns:
         A 0-dim tensor of the keys' dtype.
+
+    Raises:
+        TypeError: ``keys`` is not a floating tensor. ValueError: not ``(N, D_k)``, or ``N = 0`` (no mean to take).
     """
-    Dims().bind("keys", keys, ("N", "D_k"))
+    dims = Dims()
+    dims.bind("keys", keys, ("N", "D_k"))
+    _check_not_empty("keys", dims)
     gram = keys @ keys.transpose(0, 1)  # (N, N): entry (i, j) = k_iᵀ k_j
     off_diagonal = gram - torch.diag_embed(torch.diagonal(gram))
     return (off_diagonal**2).sum(dim=0).mean()
@@ -194,11 +236,21 @@ def recall_accuracy(W: torch.Tensor, keys: torch.Tensor, values: torch.Tensor) -
 
     Returns:
         A float in ``[0, 1]``.
+
+    Raises:
+        TypeError: as :func:`hebbian_write`. ValueError: shapes disagree, different devices, ``N = 0``, or a
+        NaN / infinite entry (it would make every comparison false and report 0 silently).
     """
     dims = Dims()
     dims.bind("W", W, ("D_v", "D_k"))
     dims.bind("keys", keys, ("N", "D_k"))
     dims.bind("values", values, ("N", "D_v"))
+    _check_not_empty("keys", dims)
+    check_same_device(W=W, keys=keys, values=values)
+    _check_same_dtype(W=W, keys=keys, values=values)
+    for name, tensor in (("W", W), ("keys", keys), ("values", values)):
+        if not torch.isfinite(tensor).all():
+            raise ValueError(f"{name}: expected finite entries, got NaN or infinity")
     scores = recall(W, keys) @ values.transpose(0, 1)  # (N, N): retrieved j against stored i
     target = torch.diagonal(scores)
     rivals = scores.clone()
