@@ -128,3 +128,74 @@ def test_start_without_jupyterlab_says_how_to_install_and_copies_nothing(tmp_pat
     assert run("start", str(tmp_path / "course")) == 2
     assert "pip install 'ttr-edu[course]'" in capsys.readouterr().err
     assert not (tmp_path / "course").exists()
+
+
+# -- odd paths and damaged files found in review: each used to end in a traceback (or used another course) -----------
+
+
+def _course_copy(tmp_path):
+    for name in ("solutions", "chapters", "book.yml"):
+        src = ROOT / name
+        (shutil.copytree if src.is_dir() else shutil.copy)(src, tmp_path / name)
+    return tmp_path
+
+
+def test_copy_under_a_file_is_a_one_line_error(tmp_path, capsys):
+    (tmp_path / "afile").write_text("x")
+    assert run("copy", str(tmp_path / "afile" / "sub"), "1") == 2
+    err = capsys.readouterr().err
+    assert "is a file, not a folder" in err and err.count("\n") == 1
+
+
+def test_copy_refuses_a_folder_where_a_notebook_should_go(tmp_path, capsys):
+    (tmp_path / "dest" / FIRST.name).mkdir(parents=True)
+    assert run("copy", str(tmp_path / "dest"), "1") == 2
+    assert "exists and is not a file" in capsys.readouterr().err
+    assert (tmp_path / "dest" / FIRST.name).is_dir()
+
+
+def test_a_damaged_manifest_keeps_edited_work_safe(tmp_path, capsys):
+    dest = tmp_path / "dest"
+    assert run("copy", str(dest), "1") == 0
+    (dest / MANIFEST).write_text("{not json", encoding="utf-8")
+    (dest / FIRST.name).write_text("my work", encoding="utf-8")
+    assert run("copy", str(dest), "1") == 2  # no manifest to prove it untouched: it counts as edited
+    assert "refusing to overwrite" in capsys.readouterr().err
+    assert (dest / FIRST.name).read_text() == "my work"
+
+
+@pytest.mark.parametrize("spelling", ["001", "01_hebbian_memory.ipynb", "chapters/01_hebbian_memory.ipynb"])
+def test_chapter_spellings_are_accepted(tmp_path, spelling):
+    assert run("copy", str(tmp_path / "dest"), spelling) == 0
+    assert (tmp_path / "dest" / "01_hebbian_memory.ipynb").exists()
+
+
+def test_an_explicit_root_that_is_not_a_course_is_an_error(tmp_path, capsys):
+    assert main(["--root", str(tmp_path), "list"]) == 2  # used to fall back to the installed course silently
+    assert "no course found at" in capsys.readouterr().err
+    assert main(["--root", str(ROOT / "book.yml"), "list"]) == 2
+    assert "is a file" in capsys.readouterr().err
+
+
+def test_generate_reports_a_broken_notebook_in_one_line(tmp_path, capsys):
+    root = _course_copy(tmp_path)
+    (root / "solutions" / "99_broken.ipynb").write_text("not json", encoding="utf-8")
+    assert main(["--root", str(root), "generate"]) == 2
+    err = capsys.readouterr().err
+    assert "99_broken.ipynb: not a readable notebook" in err and err.count("\n") == 1
+
+
+def test_generate_check_counts_a_garbled_chapter_as_out_of_date_and_writes_nothing(tmp_path, capsys):
+    root = _course_copy(tmp_path)
+    (root / "chapters" / FIRST.name).write_text("garbage", encoding="utf-8")
+    assert main(["--root", str(root), "generate", "--check"]) == 1
+    assert f"would write chapters/{FIRST.name}" in capsys.readouterr().out
+    assert (root / "chapters" / FIRST.name).read_text() == "garbage"
+
+
+def test_generate_with_chapters_as_a_file_is_a_one_line_error(tmp_path, capsys):
+    root = _course_copy(tmp_path)
+    shutil.rmtree(root / "chapters")
+    (root / "chapters").write_text("oops")
+    assert main(["--root", str(root), "generate"]) == 2
+    assert "chapters/ must be a folder" in capsys.readouterr().err

@@ -16,7 +16,7 @@ import sys
 from datetime import datetime
 from pathlib import Path
 
-from ttr_edu.notebooks import CourseLayoutError, course_root, generate, list_chapters
+from ttr_edu.notebooks import CourseLayoutError, NotebookError, course_root, generate, list_chapters
 
 MANIFEST = ".ttr-edu-copy.json"  # hashes of the notebooks as copied: tells an edited notebook from an old one
 
@@ -47,11 +47,29 @@ def _select(root: Path, wanted: list[str] | None) -> list[Path]:
         return list(available.values())
     chosen = []
     for item in wanted:
-        number = item.zfill(2) if item.isdigit() else item.split("_")[0]
+        prefix = Path(item).name.split("_")[0]  # "1", "01", "001", "01_hebbian_memory.ipynb" all name chapter 01
+        number = f"{int(prefix):02d}" if prefix.isascii() and prefix.isdigit() else prefix
         if number not in available:
             raise UsageError(f"unknown chapter {item!r}; choose from {', '.join(sorted(available))}")
         chosen.append(available[number])
     return chosen
+
+
+def _read_manifest(path: Path) -> dict[str, str]:
+    """The hashes of the notebooks as last copied; a missing or damaged manifest counts as empty.
+
+    Empty is the safe side: every notebook that differs from the course's then counts as edited and is kept.
+    """
+    if not path.is_file():
+        return {}
+    try:
+        manifest = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        manifest = None
+    if not isinstance(manifest, dict):
+        print(f"note: {path} is damaged; treating every changed notebook as edited", file=sys.stderr)
+        return {}
+    return manifest
 
 
 def cmd_copy(args: argparse.Namespace) -> int:
@@ -60,15 +78,19 @@ def cmd_copy(args: argparse.Namespace) -> int:
     dest = Path(args.dest)
     if not dest.parent.exists():
         raise UsageError(f"cannot copy to {dest}: its parent folder {dest.parent} does not exist")
+    if not dest.parent.is_dir():
+        raise UsageError(f"cannot copy to {dest}: {dest.parent} is a file, not a folder")
     if dest.exists() and not dest.is_dir():
         raise UsageError(f"cannot copy to {dest}: it is a file, not a folder")
+    manifest = _read_manifest(dest / MANIFEST)
     manifest_path = dest / MANIFEST
-    manifest = json.loads(manifest_path.read_text()) if manifest_path.exists() else {}
 
     # Decide everything first, so that a refusal writes nothing.
     plan, edited = [], []
     for source in sources:
         target = dest / source.name
+        if target.exists() and not target.is_file():
+            raise UsageError(f"cannot copy {source.name}: {target} exists and is not a file; move it away first")
         if not target.exists():
             plan.append((source, target, "new"))
             continue
@@ -188,8 +210,11 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.run(args)
-    except (UsageError, CourseLayoutError) as err:
+    except (UsageError, CourseLayoutError, NotebookError) as err:
         print(f"ttr-edu: {err}", file=sys.stderr)
+        return 2
+    except OSError as err:  # permissions, a full disk, ...: one line, not a traceback
+        print(f"ttr-edu: {err.strerror or err}: {err.filename}", file=sys.stderr)
         return 2
 
 

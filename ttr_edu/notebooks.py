@@ -18,6 +18,7 @@ import nbformat
 __all__ = [
     "SOLUTION_MARKERS",
     "CourseLayoutError",
+    "NotebookError",
     "Chapter",
     "course_root",
     "list_chapters",
@@ -32,6 +33,10 @@ CHAPTER_NAME = re.compile(r"^(\d\d)_([a-z0-9_]+)\.ipynb$")
 
 class CourseLayoutError(FileNotFoundError):
     """The course folders (``solutions/``, ``chapters/``, ``book.yml``) are not where they should be."""
+
+
+class NotebookError(ValueError):
+    """A notebook in the course cannot be read or converted; the message names the file."""
 
 
 @dataclass(frozen=True)
@@ -51,34 +56,41 @@ class Chapter:
 def course_root(start: str | Path | None = None) -> Path:
     """Find the course checkout: the first folder holding ``book.yml`` and ``solutions/``.
 
-    Looks at ``start`` (default: the current folder) and its parents, then at the folder this package was
+    With ``start`` (``--root``), only that folder is accepted: a wrong root is an error, not a reason to use
+    another course. Without it, looks at the current folder and its parents, then at the folder this package was
     installed from (an editable install of a clone).
 
     Raises:
-        CourseLayoutError: no such folder was found; the message says where it looked.
+        CourseLayoutError: no such folder was found (or ``start`` is a file); the message says where it looked.
     """
-    candidates = []
-    if start is not None:
+    if start is not None:  # an explicit root is used as given, never replaced by another course found elsewhere
         start = Path(start)
         if not start.exists():
             raise CourseLayoutError(f"root: {start} does not exist")
-        candidates.append(start.resolve())
+        if not start.is_dir():
+            raise CourseLayoutError(f"root: {start} is a file; pass the course folder (it holds book.yml and solutions/)")
+        candidates = [start.resolve()]
     else:
         here = Path.cwd().resolve()
-        candidates.extend([here, *here.parents])
-    candidates.append(Path(__file__).resolve().parents[1])
+        candidates = [here, *here.parents, Path(__file__).resolve().parents[1]]
     for folder in candidates:
         if (folder / "book.yml").is_file() and (folder / "solutions").is_dir():
             return folder
-    looked = start if start is not None else Path.cwd()
+    where = f"at {start}" if start is not None else f"at {Path.cwd()} or above"
     raise CourseLayoutError(
-        f"root: no course found at {looked} or above (a course folder holds book.yml and solutions/); "
+        f"root: no course found {where} (a course folder holds book.yml and solutions/); "
         "run from a clone of ttr-edu or pass --root"
     )
 
 
 def _read(path: Path) -> nbformat.NotebookNode:
-    return nbformat.read(path, as_version=4)
+    """Read a notebook; a file that is not a valid notebook raises :class:`NotebookError` naming it."""
+    try:
+        return nbformat.read(path, as_version=4)
+    except OSError:
+        raise
+    except Exception as err:  # NotJSONError, JSONDecodeError, UnicodeDecodeError, schema errors
+        raise NotebookError(f"{path}: not a readable notebook ({type(err).__name__}: {str(err).splitlines()[0][:120]})") from err
 
 
 def _exercise_count(nb: nbformat.NotebookNode) -> int:
@@ -134,6 +146,14 @@ def _serialise(nb: nbformat.NotebookNode) -> str:
     return nbformat.writes(nb) + "\n"
 
 
+def _same_notebook(path: Path, text: str) -> bool:
+    """Whether ``path`` already holds ``text`` as JSON; a missing, unreadable or broken file is simply out of date."""
+    try:
+        return json.loads(path.read_text(encoding="utf-8")) == json.loads(text)
+    except (OSError, ValueError):
+        return False
+
+
 def generate(root: Path, check: bool = False) -> list[str]:
     """Regenerate ``chapters/`` from ``solutions/`` (and store ``solutions/`` clean).
 
@@ -143,27 +163,34 @@ def generate(root: Path, check: bool = False) -> list[str]:
 
     Returns:
         One line per file that is (or, with ``check``, would be) written or removed; empty when in sync.
+
+    Raises:
+        CourseLayoutError: ``chapters`` exists but is not a folder.
+        NotebookError: a solution notebook cannot be read, or holds a solution region outside a solution cell.
     """
     chapters_dir = root / "chapters"
-    chapters_dir.mkdir(exist_ok=True)
+    if chapters_dir.exists() and not chapters_dir.is_dir():
+        raise CourseLayoutError(f"{chapters_dir} is a file; chapters/ must be a folder (move the file away)")
+    if not check:
+        chapters_dir.mkdir(exist_ok=True)
     problems = []
     expected = set()
     for source in sorted((root / "solutions").glob("*.ipynb")):
         solved = _read(source)
-        targets = {
-            source: _serialise(clean_notebook(solved)),
-            chapters_dir / source.name: _serialise(student_notebook(solved)),
-        }
+        try:
+            student = student_notebook(solved)
+        except RuntimeError as err:  # nbgrader: a solution region in a cell without solution metadata
+            raise NotebookError(f"{source}: {err}") from err
+        targets = {source: _serialise(clean_notebook(solved)), chapters_dir / source.name: _serialise(student)}
         expected.add(source.name)
         for path, text in targets.items():
-            current = path.read_text(encoding="utf-8") if path.exists() else None
-            if current is not None and json.loads(current) == json.loads(text):
+            if _same_notebook(path, text):
                 continue
             verb = "would write" if check else "wrote"
             problems.append(f"{verb} {path.relative_to(root)}")
             if not check:
                 path.write_text(text, encoding="utf-8")
-    for stale in sorted(chapters_dir.glob("*.ipynb")):
+    for stale in sorted(chapters_dir.glob("*.ipynb")) if chapters_dir.is_dir() else []:
         if stale.name not in expected:
             problems.append(f"{'would remove' if check else 'removed'} {stale.relative_to(root)} (no solution source)")
             if not check:
