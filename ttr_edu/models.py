@@ -13,7 +13,7 @@ memory; then it reads the memory with the query:
 
 The delta rule's memory is computed by the package's chunkwise op :func:`ttr_edu.ops.delta_rule_chunk` (final
 state ``S`` of shape ``(B, H=1, d_dot, D_v)``); the sum rule's is the plain sum ``φ(K)ᵀV``, which equals the final
-state of :func:`ttr_edu.ops.linear_attention_chunk` (a test checks it).
+state of the ``linear_attention_*`` ops with ``normalize=True`` (a test checks it).
 The loss is ``½‖y − onehot(target)‖²`` (0.5 for the all-zero answer, the paper's "chance").
 
 With ``trained_keys=False`` the keys are fixed random Gaussian vectors, the query is the stored key itself and
@@ -103,6 +103,7 @@ class RetrievalModel(nn.Module):
         self.update_rule = update_rule
         self.trained_keys = bool(trained_keys)
         params = dict(feature_map_params or {})
+        self.redraw_features = False
         if update_rule == "softmax":
             if feature_map is not None:
                 raise ValueError(f"feature_map: update_rule='softmax' uses no feature map; pass None, got {feature_map!r}")
@@ -110,7 +111,6 @@ class RetrievalModel(nn.Module):
         else:
             if feature_map is None:
                 raise ValueError(f"feature_map: update_rule={update_rule!r} needs one of {', '.join(FEATURE_MAPS)}")
-            self.redraw_features = False
             if feature_map == "favor_plus":
                 # Redraw once per forward pass (below), not once per call: keys and query must share Ω.
                 self.redraw_features = bool(params.pop("redraw", True))
