@@ -70,3 +70,50 @@ def test_wrong_answer_is_rejected_with_the_case(label, check, wrong):
 def test_a_crashing_answer_is_reported_with_its_case():
     with pytest.raises(CheckFailed, match=r"your function raised RuntimeError"):
         ch01.check_write(lambda W, k, v: W + torch.outer(k, v))  # shapes (D_k, D_v) vs (D_v, D_k)
+
+
+def _write_in_place(W, k, v):
+    W += torch.outer(v, k)  # right values, but the exercise says: do not modify W
+    return W
+
+
+MORE_WRONG = [
+    ("write: modifies W in place", ch01.check_write, _write_in_place),
+    ("store: mean instead of sum", ch01.check_store, lambda keys, values: values.T @ keys / len(keys)),
+    ("crosstalk: absolute values, not squares", ch01.check_crosstalk_energy,
+     lambda keys: ((keys @ keys.T) - torch.eye(len(keys), dtype=keys.dtype)).abs().sum(dim=0).mean()),
+    ("crosstalk: mean over N - 1 others", ch01.check_crosstalk_energy,
+     lambda keys: memory.crosstalk_energy(keys) * len(keys) / max(len(keys) - 1, 1)),
+    ("accuracy: a tensor of per-pair hits, not the fraction", ch01.check_recall_accuracy,
+     lambda W, keys, values: ((keys @ W.T) @ values.T).argmax(dim=1) == torch.arange(len(keys))),
+]
+
+
+@pytest.mark.parametrize("label,check,wrong", MORE_WRONG, ids=[w[0] for w in MORE_WRONG])
+def test_more_plausible_wrong_answers_are_rejected(label, check, wrong):
+    with pytest.raises(CheckFailed):
+        check(wrong)
+
+
+def test_in_place_write_is_named_as_such():
+    with pytest.raises(CheckFailed, match=r"modified its input W in place"):
+        ch01.check_write(_write_in_place)
+
+
+def test_renamed_parameters_get_a_hint():
+    with pytest.raises(CheckFailed, match=r"hint: keep the stub's parameter names.*write\(W, k, v\)"):
+        ch01.check_write(lambda memory, key, value: memory + torch.outer(value, key))
+
+
+def test_a_check_without_cases_cannot_pass():
+    from ttr_edu.checks import run_check
+
+    with pytest.raises(ValueError, match="no cases"):
+        run_check("empty", memory.store, memory.store, [])
+
+
+def test_a_tensor_where_a_number_is_expected_is_a_clear_failure():
+    with pytest.raises(CheckFailed, match=r"expected a single number like .*, got a tensor of shape \(4,\)"):
+        ch01.check_recall_accuracy(
+            lambda W, keys, values: ((keys @ W.T) @ values.T).argmax(dim=1) == torch.arange(len(keys))
+        )

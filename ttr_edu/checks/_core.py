@@ -69,6 +69,11 @@ def _compare(name: str, got: Any, want: Any, case: dict, rtol: float, atol: floa
         for i, (g, w) in enumerate(zip(got, want)):
             _compare(f"{name}[{i}]", g, w, case, rtol, atol)
     else:
+        if isinstance(got, torch.Tensor) and got.numel() != 1:
+            raise CheckFailed(
+                f"{name}: expected a single number like {want!r}, got a tensor of shape {tuple(got.shape)}\n"
+                f"  inputs: {inputs}"
+            )
         try:
             ok = abs(float(got) - float(want)) <= atol + rtol * abs(float(want))
         except (TypeError, ValueError):
@@ -85,6 +90,7 @@ def run_check(
     *,
     rtol: float = 1e-6,
     atol: float = 1e-8,
+    inputs_unchanged: bool = False,
 ) -> bool:
     """Compare ``student_fn(**case)`` with ``reference_fn(**case)`` on every case.
 
@@ -95,28 +101,46 @@ def run_check(
         cases: keyword-argument dicts; tensors are cloned before each call, so an in-place edit by
             the student cannot change what the reference sees.
         rtol, atol: tolerances of ``torch.allclose`` (floats compare the same way).
+        inputs_unchanged: also fail when the student's function modifies an input tensor in place (for exercises
+            whose text says "do not modify ... in place"; the copy it was given is compared with the case).
 
     Returns:
         ``True`` when every case agrees, ``False`` when the student's function is not written yet.
 
     Raises:
         CheckFailed: on the first disagreeing case, with the case and the first wrong element.
+        ValueError: ``cases`` is empty (a check with no case could not fail).
     """
     if not callable(student_fn):
         raise TypeError(f"{name}: expected your function, got {type(student_fn).__name__}")
     n_cases = 0
     for case in cases:
         want = reference_fn(**_cloned(case))
+        given = _cloned(case)
         try:
-            got = student_fn(**_cloned(case))
+            got = student_fn(**given)
         except NotImplementedError:
             print(f"[not attempted yet] {name}: fill in the function above, run its cell, then run this check again.")
             return False
         except Exception as err:  # the student's own bug: show it with the case that triggered it
             inputs = ", ".join(f"{k}={describe(v)}" for k, v in case.items())
-            raise CheckFailed(f"{name}: your function raised {type(err).__name__}: {err}\n  inputs: {inputs}") from err
+            hint = ""
+            if isinstance(err, TypeError) and "argument" in str(err):  # e.g. a renamed parameter
+                hint = f"\n  hint: keep the stub's parameter names, the check calls it as {name}({', '.join(case)})"
+            raise CheckFailed(
+                f"{name}: your function raised {type(err).__name__}: {err}\n  inputs: {inputs}{hint}"
+            ) from err
+        if inputs_unchanged:
+            for key, value in case.items():
+                if isinstance(value, torch.Tensor) and not torch.equal(given[key], value):
+                    raise CheckFailed(
+                        f"{name}: your function modified its input {key} in place; return a new tensor instead\n"
+                        f"  inputs: {', '.join(f'{k}={describe(v)}' for k, v in case.items())}"
+                    )
         _compare(name, got, want, case, rtol, atol)
         n_cases += 1
+    if n_cases == 0:
+        raise ValueError(f"{name}: the check has no cases, so it could not fail")
     print(f"PASS {name}: your function agrees with the reference on {n_cases} random cases.")
     return True
 

@@ -55,8 +55,8 @@ def _accuracy_cases() -> Iterator[dict]:
 
 
 def check_write(write: Callable) -> bool:
-    """Check ``write(W, k, v) -> W + v kᵀ`` (shapes ``(D_v, D_k)``, ``(D_k,)``, ``(D_v,)``)."""
-    return run_check("write", write, memory.hebbian_write, _write_cases())
+    """Check ``write(W, k, v) -> W + v kᵀ`` (shapes ``(D_v, D_k)``, ``(D_k,)``, ``(D_v,)``), leaving ``W`` unchanged."""
+    return run_check("write", write, memory.hebbian_write, _write_cases(), inputs_unchanged=True)
 
 
 def check_store(store: Callable) -> bool:
