@@ -87,3 +87,25 @@ def test_failure_message_shows_the_case():
     expected = r"(?s)dual_output: wrong values.*inputs: W0=tensor\(1, 1\).*first wrong element"
     with pytest.raises(CheckFailed, match=expected):
         ch05.check_dual_output(lambda W0, keys, values, query: (query @ keys.T) @ values)
+
+
+def _votes_without_empty_class(scores, labels, num_classes):  # bincount-style: classes up to the largest label seen
+    one_hot = torch.nn.functional.one_hot(labels).to(scores.dtype)
+    return scores @ one_hot
+
+
+MORE_WRONG = [
+    ("dual: averaged over the N patterns", ch05.check_dual_output,
+     lambda W0, keys, values, query: query @ W0.T + (query @ keys.T) @ values / len(keys)),
+    ("rescale: float32 instead of float64", ch05.check_momentum_rescale,
+     lambda momentum, num_steps: dual_form.momentum_rescale(momentum, num_steps).float()),
+    ("rescale: 1/(1 - mu) for every step", ch05.check_momentum_rescale,
+     lambda momentum, num_steps: torch.full((num_steps,), 1 / (1 - momentum), dtype=torch.float64)),
+    ("votes: the empty class is dropped", ch05.check_class_votes, _votes_without_empty_class),
+]
+
+
+@pytest.mark.parametrize("name,check,wrong", MORE_WRONG, ids=[w[0] for w in MORE_WRONG])
+def test_more_plausible_wrong_answers_are_rejected(name, check, wrong):
+    with pytest.raises(CheckFailed):
+        check(wrong)

@@ -349,6 +349,8 @@ def test_class_votes_bad_input():
         class_votes(scores, torch.zeros(5), 3)
     with pytest.raises(ValueError, match=r"labels: expected shape \(N,\) = \(5,\)"):
         class_votes(scores, torch.zeros(4, dtype=torch.long), 3)
+    with pytest.raises(TypeError, match="labels: expected an integer"):  # a mask would vote for classes 0 and 1
+        class_votes(scores, torch.tensor([True, False, True, True, False]), 3)
 
 
 def test_annotation_count_must_match_patterns():
@@ -362,6 +364,8 @@ def test_annotation_count_must_match_patterns():
         optimizer.step()
     with pytest.raises(TypeError, match="labels: expected an integer"):
         recorder.annotate(labels=torch.zeros(8))
+    with pytest.raises(TypeError, match="sample_ids: expected an integer"):
+        recorder.annotate(sample_ids=torch.ones(8, dtype=torch.bool))
 
 
 def test_momentum_rescale_bad_input():

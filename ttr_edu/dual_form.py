@@ -140,7 +140,7 @@ def class_votes(scores: torch.Tensor, labels: torch.Tensor, num_classes: int) ->
     dims = Dims()
     dims.bind("scores", scores, ("Q", "N"))
     check_positive_int("num_classes", num_classes)
-    if not isinstance(labels, torch.Tensor) or labels.is_floating_point() or labels.is_complex():
+    if not _is_integer_tensor(labels):
         raise TypeError(f"labels: expected an integer torch.Tensor of shape (N,), got {_describe(labels)}")
     if labels.shape != (dims["N"],):
         raise ValueError(f"labels: expected shape (N,) = ({dims['N']},), got {tuple(labels.shape)}")
@@ -449,6 +449,11 @@ class LinearMemory:
 def _momentum_buffer(state: dict, param: torch.Tensor) -> torch.Tensor:
     buf = state.get("momentum_buffer")
     return torch.zeros_like(param.detach()) if buf is None else buf.detach().clone()
+
+
+def _is_integer_tensor(x) -> bool:
+    """An integer tensor; bool is refused: a True/False mask passed as labels would vote for classes 0 and 1."""
+    return isinstance(x, torch.Tensor) and not (x.is_floating_point() or x.is_complex() or x.dtype == torch.bool)
 
 
 def _dtype_name(dtype: torch.dtype) -> str:
@@ -771,8 +776,7 @@ class DualFormRecorder:
             TypeError: not an integer tensor. ValueError (at the step): the count differs from a layer's patterns.
         """
         for arg, value in (("labels", labels), ("sample_ids", sample_ids)):
-            if value is not None and (not isinstance(value, torch.Tensor) or value.is_floating_point()
-                                      or value.is_complex()):
+            if value is not None and not _is_integer_tensor(value):
                 raise TypeError(f"{arg}: expected an integer torch.Tensor, one entry per pattern, got "
                                 f"{_describe(value)}")
         self._annotation = (None if labels is None else labels.detach().reshape(-1),
