@@ -58,3 +58,9 @@ def test_load_mnist_reads_the_saved_file(tmp_path, monkeypatch):
     assert data.x_train.shape == (5, 784) and data.x_test.shape == (3, 784)
     assert torch.equal(data.y_test, torch.tensor([5, 6, 7]))
     assert torch.allclose(data.x_test[0], torch.tensor(images[5] / 255.0, dtype=torch.float32))
+
+
+@pytest.mark.parametrize("fraction", [0.001, 0.999])
+def test_a_split_too_small_for_every_class_names_test_fraction(fraction):
+    with pytest.raises(ValueError, match=r"test_fraction: .* at least 10 on each side"):
+        datasets.load_digits(test_fraction=fraction)

@@ -10,6 +10,7 @@ Synthetic tasks live in :mod:`ttr_edu.tasks`; this module only loads real data s
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -75,7 +76,8 @@ def load_digits(test_fraction: float = 0.2, seed: int = 0) -> ImageDataset:
         :class:`ImageDataset` with ``D = 64``.
 
     Raises:
-        TypeError / ValueError: ``test_fraction`` is not a number in ``(0, 1)``; ``seed`` not an int.
+        TypeError / ValueError: ``test_fraction`` is not a number in ``(0, 1)`` or leaves fewer images than classes
+        on one side of the split; ``seed`` not an int.
     """
     from sklearn.datasets import load_digits as sklearn_load_digits
     from sklearn.model_selection import train_test_split
@@ -86,6 +88,10 @@ def load_digits(test_fraction: float = 0.2, seed: int = 0) -> ImageDataset:
     if isinstance(seed, bool) or not isinstance(seed, int):
         raise TypeError(f"seed: expected an int, got {type(seed).__name__} {seed!r}")
     images, labels = sklearn_load_digits(return_X_y=True)
+    n_classes, n_test = len(np.unique(labels)), math.ceil(test_fraction * len(labels))
+    if n_test < n_classes or len(labels) - n_test < n_classes:  # a stratified split needs each class on both sides
+        raise ValueError(f"test_fraction: {test_fraction} puts {n_test} of {len(labels)} images in the test set; a "
+                         f"stratified split needs at least {n_classes} on each side")
     x_train, x_test, y_train, y_test = train_test_split(
         images / 16.0, labels, test_size=test_fraction, random_state=seed, stratify=labels
     )
