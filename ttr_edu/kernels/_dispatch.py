@@ -114,6 +114,10 @@ class KernelFunction(torch.autograd.Function):
     ``reference(*inputs, **options)``, which returns the same tuple computed in PyTorch, under autograd and hands
     back its gradients: they are the reference's gradients exactly, at the reference's cost in time and memory.
     ``inputs`` are tensors or None.
+
+    Second derivatives (``create_graph=True``, e.g. a gradient penalty) also come from the reference: the
+    recomputation then runs on the saved inputs themselves, inside the caller's graph, so its gradients are
+    differentiable again.
     """
 
     @staticmethod
@@ -125,13 +129,19 @@ class KernelFunction(torch.autograd.Function):
     @staticmethod
     def backward(ctx, *grad_outputs):
         needs = ctx.needs_input_grad[3:]
+        # Grad mode is on in a backward pass exactly when the caller asked for create_graph=True.
+        create_graph = torch.is_grad_enabled()
         with torch.enable_grad():
-            leaves = [
-                x.detach().requires_grad_(need) if x is not None else None
-                for x, need in zip(ctx.saved_tensors, needs)
-            ]
+            if create_graph:  # recompute inside the caller's graph, so that these gradients can be differentiated
+                leaves = list(ctx.saved_tensors)
+            else:  # a private graph, freed when this pass returns
+                leaves = [
+                    x.detach().requires_grad_(need) if x is not None else None
+                    for x, need in zip(ctx.saved_tensors, needs)
+                ]
             outputs = ctx.reference(*leaves, **ctx.options)
             pairs = [(y, dy.to(y.dtype)) for y, dy in zip(outputs, grad_outputs) if dy is not None and y.requires_grad]
             wanted = [x for x, need in zip(leaves, needs) if need]
-            found = iter(torch.autograd.grad([y for y, _ in pairs], wanted, [dy for _, dy in pairs], allow_unused=True))
+            found = iter(torch.autograd.grad([y for y, _ in pairs], wanted, [dy for _, dy in pairs],
+                                             allow_unused=True, create_graph=create_graph))
         return (None, None, None, *[next(found) if need else None for need in needs])
