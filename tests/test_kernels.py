@@ -92,6 +92,15 @@ def test_large_heads_dk_dv_128(name):
     assert rel_err(o, o_ref) <= TOL and rel_err(S, S_ref) <= TOL
 
 
+@pytest.mark.parametrize("name", OPS)
+def test_d_k_256_the_documented_limit(name):
+    kernel, reference, _, _ = OPS[name]
+    x = make_inputs(1, 5, 1, 256, 16, seed=11)
+    o, S = call(kernel, name, x, chunk_size=16)
+    o_ref, S_ref = call(reference, name, x, chunk_size=16)
+    assert rel_err(o, o_ref) <= TOL and rel_err(S, S_ref) <= TOL
+
+
 def test_normalised_linear_attention_carries_z():
     x = make_inputs(2, 37, 2, 16, 8, seed=1)
     q, k, v = x["q"].abs(), x["k"].abs(), x["v"]  # positive features keep the normaliser away from zero
@@ -304,6 +313,18 @@ def test_too_large_d_k_is_explained():
     x = make_inputs(1, 2, 1, 300, 4, with_state=False)
     with pytest.raises(ValueError, match="D_k <= 256"):
         call(kernels.linear_attention_chunk, "linear_attention", x, chunk_size=16)
+
+
+@pytest.mark.parametrize("normalize, d_v", [(False, 2**10), (True, 2**10 - 1)])
+def test_slices_beyond_32_bit_offsets_are_refused(normalize, d_v):
+    """T * H * D >= 2**30 would overflow the kernels' 32-bit offsets: refused before anything is allocated (the
+    inputs are expanded views of one number). The normaliser's column of ones counts in D_v."""
+    T, H = 2**19, 2**1
+    one = torch.ones(1, 1, 1, 1, device=DEVICE)
+    q = k = one.expand(1, T, H, 16)
+    v = one.expand(1, T, H, d_v)
+    with pytest.raises(ValueError, match=r"q: .*32-bit offsets.*T = 524288, H = 2, max\(D_k, D_v\) = 1024"):
+        kernels.linear_attention_chunk(q, k, v, normalize=normalize, chunk_size=16)
 
 
 def test_cpu_without_interpreter_says_how_to_enable_it(monkeypatch):

@@ -51,8 +51,22 @@ def check_runnable(device: torch.device, reference: str) -> None:
     )
 
 
-def check_kernel_sizes(d_k: int, chunk_size: int, reference: str) -> None:
-    """Raise ``ValueError`` for sizes the reference op accepts but a kernel tile cannot hold."""
+#: Offsets inside one batch element's (T, H, D) slice are 32-bit in the kernels (int64 only per batch element);
+#: 2**30 leaves room below 2**31 for the padded lanes of the last chunk and of the D tiles.
+MAX_SLICE = 2**30
+
+
+def check_kernel_sizes(d_k: int, chunk_size: int, reference: str, *, T: int = 1, H: int = 1, d_v: int = 1) -> None:
+    """Raise ``ValueError`` for sizes the reference op accepts but a kernel cannot handle: a tile that does not fit
+    the registers, or a ``(T, H, D)`` slice too long for the kernels' 32-bit offsets (``d_v`` counts the column of
+    ones the normalised linear attention appends)."""
+    width = max(d_k, d_v)
+    if T * H * width >= MAX_SLICE:
+        raise ValueError(
+            f"q: the kernels address one batch element's (T, H, D) slice with 32-bit offsets and need "
+            f"T * H * max(D_k, D_v) < 2**30, got T = {T}, H = {H}, max(D_k, D_v) = {width}; split the sequence "
+            f"into pieces and carry the state with initial_state/output_final_state, or call {reference}"
+        )
     if chunk_size < 16 or chunk_size > MAX_CHUNK or chunk_size & (chunk_size - 1):
         raise ValueError(
             f"chunk_size: the kernels need a power of two from 16 (a tl.dot tile side) to {MAX_CHUNK} (C x C tiles "

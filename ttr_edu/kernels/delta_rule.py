@@ -82,7 +82,7 @@ def _check(q, k, v, beta, scale, initial_state, chunk_size, check_stability, ref
         check_state("initial_state", initial_state, dims, STATE, q.device)
     check_stability_of(beta, k, check_stability)
     check_runnable(q.device, reference)
-    check_kernel_sizes(dims["D_k"], chunk_size, reference)
+    check_kernel_sizes(dims["D_k"], chunk_size, reference, T=dims["T"], H=dims["H"], d_v=dims["D_v"])
     return scale
 
 
@@ -120,7 +120,8 @@ def delta_rule_chunk(
 
     Raises:
         TypeError, ValueError: as :func:`ttr_edu.ops.delta_rule_chunk`, for the same mistakes.
-        ValueError: ``chunk_size`` not a power of two in [16, 128], or D_k > 256 (kernel limits).
+        ValueError: ``chunk_size`` not a power of two in [16, 128], D_k > 256, or ``T·H·max(D_k, D_v) ≥ 2³⁰``
+            (kernel limits).
         RuntimeError: CPU tensors without Triton's interpreter (the message says how to switch it on), or a
             device that is neither CUDA nor CPU.
     """
@@ -157,7 +158,8 @@ def gated_delta_rule_chunk(
 
     Raises:
         TypeError, ValueError: as :func:`ttr_edu.ops.gated_delta_rule_chunk`, for the same mistakes.
-        ValueError: ``chunk_size`` not a power of two in [16, 128], or D_k > 256 (kernel limits).
+        ValueError: ``chunk_size`` not a power of two in [16, 128], D_k > 256, or ``T·H·max(D_k, D_v) ≥ 2³⁰``
+            (kernel limits).
         RuntimeError: CPU tensors without Triton's interpreter, or a device that is neither CUDA nor CPU.
     """
     reference = "ttr_edu.ops.gated_delta_rule_chunk"

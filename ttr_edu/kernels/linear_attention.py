@@ -111,7 +111,8 @@ def linear_attention_chunk(
 
     Raises:
         TypeError, ValueError: as :func:`ttr_edu.ops.linear_attention_chunk`, for the same mistakes.
-        ValueError: ``chunk_size`` not a power of two in [16, 128], or D_k > 256 (kernel limits).
+        ValueError: ``chunk_size`` not a power of two in [16, 128], D_k > 256, or ``T·H·max(D_k, D_v) ≥ 2³⁰``
+            (kernel limits).
         RuntimeError: CPU tensors without Triton's interpreter (the message says how to switch it on), or a
             device that is neither CUDA nor CPU.
     """
@@ -122,7 +123,8 @@ def linear_attention_chunk(
     check_positive_float("eps", eps, allow_zero=True)
     S0, z0 = _unpack_state(initial_state, normalize, dims, q.device)
     check_runnable(q.device, _REFERENCE)
-    check_kernel_sizes(dims["D_k"], chunk_size, _REFERENCE)
+    check_kernel_sizes(dims["D_k"], chunk_size, _REFERENCE, T=dims["T"], H=dims["H"],
+                       d_v=dims["D_v"] + bool(normalize))
 
     options = {"normalize": bool(normalize), "eps": eps, "scale": scale, "chunk_size": chunk_size}
     if normalize:
