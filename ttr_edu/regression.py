@@ -568,18 +568,18 @@ def _online_sgd(opt: OnlineSGD, q, k, v, g, beta, S0):
     S = k.new_zeros(B * H, D_k, D_v) if S0 is None else S0.reshape(B * H, D_k, D_v)
     step = beta[..., None] * k  # β_t k_t
     read = torch.stack([k, q], dim=3)  # (B, H, T, 2, D_k): where the old state is read
-    # time first and contiguous, so that each step's slice is one dense block
+    # time first and contiguous, so that each step's slice is one dense block; unbind makes all the slices at once
     read, step_t, two_v = (
-        x.permute(2, 0, 1, 3, 4).reshape(T, B * H, *x.shape[3:]).contiguous()
-        for x in (read, step[..., None, :], v[..., None, :].expand(B, H, T, 2, D_v))
+        x.permute(2, 0, 1, 3, 4).reshape(T, B * H, *x.shape[3:]).contiguous().unbind(0)
+        for x in (read, step[..., :, None], v[..., None, :].expand(B, H, T, 2, D_v))
     )
-    alpha_t = None if g is None else g.exp().permute(2, 0, 1).reshape(T, B * H, 1, 1)  # α_t = exp(g_t)
+    alpha = [None] * T if g is None else g.exp().permute(2, 0, 1).reshape(T, B * H, 1, 1).unbind(0)  # α_t = e^{g_t}
     Z = []
-    for t in range(T):
+    for read_t, step_column, two_v_t, alpha_t in zip(read, step_t, two_v, alpha):
         if alpha_t is not None:
-            S = alpha_t[t] * S  # down-weight the past: γ_i^{(t)} = α_t γ_i^{(t−1)}
-        z = torch.baddbmm(two_v[t], read[t], S, alpha=-1.0)  # (B·H, 2, D_v)
-        S = torch.baddbmm(S, step_t[t].transpose(1, 2), z[:, :1])  # S + β_t k_t e_tᵀ: minus β_t × the gradient
+            S = alpha_t * S  # down-weight the past: γ_i^{(t)} = α_t γ_i^{(t−1)}
+        z = torch.baddbmm(two_v_t, read_t, S, alpha=-1.0)  # (B·H, 2, D_v)
+        S = torch.baddbmm(S, step_column, z[:, :1])  # S + β_t k_t e_tᵀ: minus β_t × the gradient
         Z.append(z)
     Z = torch.stack(Z, dim=1).reshape(B, H, T, 2, D_v)  # (B·H, T, 2, D_v) -> heads-first
     error, query_read = Z[..., 0, :], v - Z[..., 1, :]
