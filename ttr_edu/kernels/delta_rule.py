@@ -113,7 +113,9 @@ def delta_rule_chunk(
 
     The kernel computes in fp32 whatever the input dtype; ``tl.dot`` runs in ieee precision under the interpreter,
     tf32x3 (≈ fp32) for fp32/fp64 inputs and tf32 for fp16/bf16 inputs on a GPU (see ``_dispatch.dot_precision``).
-    Inputs that are not contiguous are copied, never misread.
+    Under the interpreter (CPU), fp16/bf16 inputs are converted to fp32 before the launch, since the interpreter
+    mishandles bf16, and ``o`` is rounded to the input dtype once at the end. Inputs that are not contiguous are
+    copied, never misread.
 
     Backward: by recomputation through :func:`ttr_edu.ops.delta_rule_chunk` (PyTorch), so gradients are the
     reference's exactly; only the forward pass is a Triton kernel.
@@ -153,6 +155,8 @@ def gated_delta_rule_chunk(
 
     Returns:
         ``(o, final_state)`` as :func:`delta_rule_chunk`.
+
+    Precision, fp16/bf16 under the interpreter and strided inputs: as :func:`delta_rule_chunk`.
 
     Backward: by recomputation through :func:`ttr_edu.ops.gated_delta_rule_chunk` (PyTorch).
 
