@@ -410,3 +410,40 @@ def test_spotlight_figures_build():
     assert len(scores_figure.data) == 3
     with pytest.raises(ValueError, match="expected 2 cells"):
         viz_dual_form.table_figure(["a", "b"], [[1, 2], [3]])
+
+
+def test_top_patterns_distinct_samples_shows_each_image_once():
+    # A linear layer sees the same input every time the sampler draws it: its key, and so its score, repeat exactly.
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(3, 2)).double()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    recorder = DualFormRecorder(model, optimizer, ["0"], max_steps=6, patterns_per_step=2, verbose=False)
+    images = torch.randn(4, 3, dtype=torch.float64)
+    for ids in ([0, 1], [0, 2], [0, 3], [1, 0], [2, 3], [0, 0]):
+        ids = torch.tensor(ids)
+        optimizer.zero_grad()
+        model(images[ids]).sum().backward()
+        recorder.annotate(labels=ids % 2, sample_ids=ids)
+        optimizer.step()
+    memory, query = recorder.memory("0"), images[:1]  # image 0 is its own best match, stored 6 times
+    plain = top_patterns(memory, query, 3)
+    assert plain.sample_id[0].tolist() == [0, 0, 0]
+    distinct = top_patterns(memory, query, 3, distinct_samples=True)
+    assert len(set(distinct.sample_id[0].tolist())) == 3 and distinct.sample_id[0, 0].item() == 0
+    want = spotlight_scores(memory, query)[0]
+    best_by_sample = {i: max(want[j].item() for j in range(len(want)) if memory.sample_ids[j] == i) for i in range(4)}
+    top3 = sorted(best_by_sample.values(), reverse=True)[:3]
+    assert distinct.score[0].tolist() == pytest.approx(top3, rel=1e-12)
+    assert distinct.step[0, 0].item() == 1  # ties of one sample keep the earliest pattern
+    with pytest.raises(ValueError, match=r"k: expected at most 4 \(distinct samples"):
+        top_patterns(memory, query, 5, distinct_samples=True)
+
+
+def test_distinct_samples_needs_sample_ids():
+    model = nn.Sequential(nn.Linear(3, 2)).double()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    recorder = DualFormRecorder(model, optimizer, ["0"], max_steps=1, patterns_per_step=2, verbose=False)
+    model(torch.randn(2, 3, dtype=torch.float64)).sum().backward()
+    optimizer.step()
+    with pytest.raises(ValueError, match="distinct_samples: some patterns of 0 have no sample id"):
+        top_patterns(recorder.memory("0"), torch.randn(1, 3, dtype=torch.float64), 1, distinct_samples=True)

@@ -559,18 +559,26 @@ class TopPatterns:
     sample_id: torch.Tensor
 
 
-def top_patterns(memory: LinearMemory, query: torch.Tensor, k: int, *, at_step: int | None = None) -> TopPatterns:
+def top_patterns(memory: LinearMemory, query: torch.Tensor, k: int, *, at_step: int | None = None,
+                 distinct_samples: bool = False) -> TopPatterns:
     """The top-k training patterns of a layer for each test input, by spotlight score, with labels and steps.
+
+    SGD sees a training image many times, and every time is its own pattern (for the first layer even with the
+    same key, so the same score). ``distinct_samples=True`` keeps only the best-scoring pattern of each sample id,
+    so that a gallery shows k different training images.
 
     Args:
         memory: the layer's record. query: ``(Q, D_in)``. k: how many, ``1 <= k <= N``.
         at_step: only patterns of steps up to this one (default: all).
+        distinct_samples: at most one pattern per sample id (needs ``annotate(sample_ids=...)``); among patterns of
+            one sample with equal scores, the earliest is kept.
 
     Returns:
         :class:`TopPatterns`, each field ``(Q, k)``, highest score first.
 
     Raises:
-        TypeError / ValueError: as :func:`spotlight_scores`; ``k`` not a positive int or larger than N.
+        TypeError / ValueError: as :func:`spotlight_scores`; ``k`` not a positive int or larger than N (or than the
+        number of distinct samples); ``distinct_samples`` with patterns that have no sample id.
 
     Source: Irie, Csordás, Schmidhuber 2022 [irie2022dual], the spotlight figures.
     """
@@ -578,9 +586,30 @@ def top_patterns(memory: LinearMemory, query: torch.Tensor, k: int, *, at_step: 
     check_positive_int("k", k)
     if k > scores.shape[1]:
         raise ValueError(f"k: expected at most N = {scores.shape[1]} (patterns stored for {memory.name}), got {k}")
-    score, index = scores.topk(k, dim=1)  # (Q, k)
+    if not distinct_samples:
+        score, index = scores.topk(k, dim=1)  # (Q, k)
+    else:
+        score, index = _top_distinct(scores, memory.sample_ids[: scores.shape[1]], k, memory.name)
     return TopPatterns(score=score, index=index, step=memory.steps[index], label=memory.labels[index],
                        sample_id=memory.sample_ids[index])
+
+
+def _top_distinct(scores: torch.Tensor, sample_ids: torch.Tensor, k: int, name: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """Top-k of each row of ``scores`` (Q, N) keeping the first pattern of each sample id in score order."""
+    if sample_ids.numel() and sample_ids.min() < 0:
+        raise ValueError(f"distinct_samples: some patterns of {name} have no sample id; pass sample_ids to "
+                         "DualFormRecorder.annotate() while training, or use distinct_samples=False")
+    _, inverse = torch.unique(sample_ids, return_inverse=True)  # (N,): sample id -> 0..S-1
+    n_samples = int(inverse.max().item()) + 1 if inverse.numel() else 0
+    if k > n_samples:
+        raise ValueError(f"k: expected at most {n_samples} (distinct samples stored for {name}), got {k}")
+    order = scores.argsort(dim=1, descending=True, stable=True)  # (Q, N)
+    positions = torch.arange(order.shape[1], device=order.device).expand_as(order)
+    first = torch.full((order.shape[0], n_samples), order.shape[1], device=order.device, dtype=order.dtype)
+    first.scatter_reduce_(1, inverse[order], positions, reduce="amin")  # (Q, S): rank of each sample's best pattern
+    best_ranks = first.sort(dim=1).values[:, :k]  # (Q, k)
+    index = order.gather(1, best_ranks)
+    return scores.gather(1, index), index
 
 
 # ----------------------------------------------------------------------------------------------------------------
