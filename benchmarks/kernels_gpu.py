@@ -122,8 +122,11 @@ def median_ms(fn) -> float:
 
 
 def device_ceilings(dtype: torch.dtype) -> tuple[float, float]:
-    """Measured ceilings: TFLOP/s of an 8192² matmul in ``dtype`` (fp32 in ieee precision, as our fp32 kernels
-    compute), and GB/s of copying 1 GiB (read + write)."""
+    """Measured ceilings: TFLOP/s of an 8192² matmul in ``dtype`` (fp32 without tf32: cuBLAS's fp32 rate), and GB/s
+    of copying 1 GiB (read + write).
+
+    Our fp32 kernels multiply in tf32x3 (three tf32 tensor-core products, see ``_dispatch.dot_precision``), so they
+    can exceed this fp32 ceiling; the bf16 ceiling is the tensor cores' bf16 rate."""
     n = 8192
     a, b = torch.randn(n, n, device="cuda", dtype=dtype), torch.randn(n, n, device="cuda", dtype=dtype)
     tf32 = torch.backends.cuda.matmul.allow_tf32
