@@ -236,6 +236,8 @@ def test_shape_errors_name_the_argument_and_dims():
         named_layer("deltanet")(q, k, v, beta=beta[:, :, :1])
     with pytest.raises(TypeError, match="v: expected the dtype of q"):
         named_layer("linear_attention")(q, k, v.float())
+    with pytest.raises(TypeError, match="beta: expected a torch.Tensor"):
+        named_layer("deltanet")(q, k, v, beta=0.5)
 
 
 def test_states_a_class_does_not_keep_are_refused_with_the_reason():

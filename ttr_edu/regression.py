@@ -45,7 +45,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ttr_edu._validation import Dims, check_positive_float, check_positive_int, check_same_device
+from ttr_edu._validation import Dims, check_positive_float, check_positive_int, check_same_device, check_tensor
 
 __all__ = [
     "Uniform",
@@ -406,6 +406,8 @@ class TestTimeRegression:
         for name, x in (("k", k), ("v", v)):
             if x.dtype != q.dtype:
                 raise TypeError(f"{name}: expected the dtype of q ({q.dtype}), got {x.dtype}")
+        for name, x in (("beta", beta), ("g", g), ("initial_state", initial_state)):
+            check_tensor(name, x, allow_none=True)
         check_same_device(q=q, k=k, v=v, beta=beta, g=g, initial_state=initial_state)
         dtype = torch.float64 if q.dtype == torch.float64 else torch.float32
         scale = dims["D_k"] ** -0.5 if scale is None else check_positive_float("scale", scale)
