@@ -199,3 +199,20 @@ def test_generate_with_chapters_as_a_file_is_a_one_line_error(tmp_path, capsys):
     (root / "chapters").write_text("oops")
     assert main(["--root", str(root), "generate"]) == 2
     assert "chapters/ must be a folder" in capsys.readouterr().err
+
+
+def test_two_forced_copies_in_one_second_keep_both_backups(tmp_path, monkeypatch):
+    import ttr_edu.cli as cli
+
+    class FrozenClock:
+        @staticmethod
+        def now():
+            return __import__("datetime").datetime(2026, 1, 1, 12, 0, 0)
+
+    monkeypatch.setattr(cli, "datetime", FrozenClock)
+    dest = tmp_path / "course"
+    assert run("copy", str(dest), "1") == 0
+    for work in ("first edit", "second edit"):
+        (dest / FIRST.name).write_text(work, encoding="utf-8")
+        assert run("copy", str(dest), "1", "--force") == 0
+    assert sorted(p.read_text() for p in dest.glob("*.backup-*.ipynb")) == ["first edit", "second edit"]

@@ -113,6 +113,10 @@ def cmd_copy(args: argparse.Namespace) -> int:
     for source, target, what in plan:
         if what == "replaced":
             backup = target.with_name(f"{target.stem}.backup-{stamp}.ipynb")
+            n = 1
+            while backup.exists():  # two --force runs in one second must not overwrite the first backup
+                n += 1
+                backup = target.with_name(f"{target.stem}.backup-{stamp}-{n}.ipynb")
             shutil.copy2(target, backup)
             print(f"backed up {target.name} -> {backup.name}")
         shutil.copyfile(source, target)
