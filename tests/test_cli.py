@@ -216,3 +216,10 @@ def test_two_forced_copies_in_one_second_keep_both_backups(tmp_path, monkeypatch
         (dest / FIRST.name).write_text(work, encoding="utf-8")
         assert run("copy", str(dest), "1", "--force") == 0
     assert sorted(p.read_text() for p in dest.glob("*.backup-*.ipynb")) == ["first edit", "second edit"]
+
+
+def test_list_shows_whole_titles_without_the_repeated_number(capsys):
+    assert run("list") == 0
+    out = capsys.readouterr().out
+    assert "01  Hebbian outer-product memory" in out and "01 · " not in out
+    assert "attention over its training patterns" in out  # chapter 05's title used to be cut at 40 characters

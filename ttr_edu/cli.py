@@ -33,10 +33,21 @@ def cmd_list(args: argparse.Namespace) -> int:
     chapters = list_chapters(course_root(args.root), "chapters")
     if not chapters:
         raise UsageError("no chapters found; instructors run `ttr-edu generate` first")
-    print(f"{'#':>2}  {'chapter':<40} exercises")
-    for chapter in chapters:
-        print(f"{chapter.number:>2}  {chapter.title[:40]:<40} {chapter.n_exercises}")
+    titles = [_short_title(chapter.title, chapter.number) for chapter in chapters]
+    width = max(len("chapter"), *(len(t) for t in titles))
+    print(f"{'#':>2}  {'chapter':<{width}}  exercises")
+    for chapter, title in zip(chapters, titles):
+        print(f"{chapter.number:>2}  {title:<{width}}  {chapter.n_exercises:>9}")
     return 0
+
+
+def _short_title(title: str, number: str) -> str:
+    """The title without its leading "NN · " (the number has its own column), cut at 70 characters."""
+    for prefix in (f"{number} · ", f"{number} - ", f"{number}. ", f"{number} "):
+        if title.startswith(prefix):
+            title = title[len(prefix):]
+            break
+    return title if len(title) <= 70 else title[:69] + "…"
 
 
 def _select(root: Path, wanted: list[str] | None) -> list[Path]:
