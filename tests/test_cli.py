@@ -223,3 +223,12 @@ def test_list_shows_whole_titles_without_the_repeated_number(capsys):
     out = capsys.readouterr().out
     assert "01  Hebbian outer-product memory" in out and "01 · " not in out
     assert "attention over its training patterns" in out  # chapter 05's title used to be cut at 40 characters
+
+
+@pytest.mark.parametrize("folder", ["chapters", "solutions"])
+def test_copy_into_the_course_itself_is_refused(tmp_path, capsys, folder):
+    root = _course_copy(tmp_path)
+    before = sorted((p.name, p.read_bytes()) for p in (root / folder).iterdir())
+    assert main(["--root", str(root), "copy", str(root / folder), "1", "--force"]) == 2
+    assert "course's own" in capsys.readouterr().err
+    assert sorted((p.name, p.read_bytes()) for p in (root / folder).iterdir()) == before

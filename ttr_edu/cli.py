@@ -93,6 +93,8 @@ def cmd_copy(args: argparse.Namespace) -> int:
         raise UsageError(f"cannot copy to {dest}: {dest.parent} is a file, not a folder")
     if dest.exists() and not dest.is_dir():
         raise UsageError(f"cannot copy to {dest}: it is a file, not a folder")
+    if dest.resolve() in {(root / "chapters").resolve(), (root / "solutions").resolve()}:
+        raise UsageError(f"cannot copy into the course's own {dest.resolve().name}/ folder; choose a folder of yours")
     manifest = _read_manifest(dest / MANIFEST)
     manifest_path = dest / MANIFEST
 
