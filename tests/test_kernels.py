@@ -184,11 +184,35 @@ def test_nan_poison_catches_a_kernel_that_skips_a_tile(monkeypatch):
     x = make_inputs(B, T, H, d_k, d_v, with_state=False)
     o = torch.empty(B, T, H, d_v, device=DEVICE)
     s_final = torch.empty(B, H, d_k, d_v, device=DEVICE)
-    _triton_kernels.linear_attention_fwd_kernel[(1, B * H)](  # two 16-wide value tiles are needed; launch one
+    _triton_kernels.linear_attention_fwd_kernel[(B * H, 1)](  # two 16-wide value tiles are needed; launch one
         x["q"], x["k"], x["v"], o, s_final, s_final, 0.25, T,
         H=H, D_K=d_k, D_V=d_v, BT=16, BK=16, BV=16, HAS_S0=False, STORE_FINAL=True, PRECISION="ieee",
     )
     assert torch.isfinite(o[..., :16]).all() and torch.isnan(o[..., 16:]).all()
+
+
+class _GridRecorder:
+    """Stands in for a Triton kernel: records the launch grid and runs nothing."""
+
+    def __init__(self):
+        self.grids = []
+
+    def __getitem__(self, grid):
+        self.grids.append(grid)
+        return lambda *args, **kwargs: None
+
+
+@pytest.mark.parametrize("name", OPS)
+def test_many_heads_go_on_the_long_grid_axis(name, monkeypatch):
+    """CUDA launches at most 65 535 programs on grid axes 1 and 2: B * H must sit on axis 0."""
+    recorder = _GridRecorder()
+    kernel_name = "linear_attention_fwd_kernel" if name == "linear_attention" else "delta_rule_fwd_kernel"
+    monkeypatch.setattr(_triton_kernels, kernel_name, recorder)
+    monkeypatch.setattr(_dispatch, "interpreter_active", lambda: True)  # it looks at the kernel object
+    x = make_inputs(70_000, 1, 1, 4, 4, with_state=False)
+    call(OPS[name][0], name, x, chunk_size=16)
+    (grid,) = recorder.grids
+    assert grid[0] == 70_000 and all(n <= 65_535 for n in grid[1:])
 
 
 @pytest.mark.parametrize("name", OPS)

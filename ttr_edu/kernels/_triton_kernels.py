@@ -1,8 +1,9 @@
 """The Triton kernels themselves: chunked linear attention and the chunked (gated) delta rule.
 
-One program handles one (batch, head) pair and one block of ``BV`` value columns. It walks the sequence chunk
-by chunk (``BT`` tokens each), keeps the state block ``S`` (``BK x BV``, fp32) in registers, and writes each
-chunk's output once. Every matrix product is a ``tl.dot`` on a ``BT``-sized tile: this is what makes the chunk
+One program handles one (batch, head) pair and one block of ``BV`` value columns; the grid is
+``(B * H, cdiv(D_v, BV))``, with ``B * H`` on axis 0 because CUDA allows 2**31 - 1 programs there but only 65 535
+on axes 1 and 2. It walks the sequence chunk by chunk (``BT`` tokens each), keeps the state block ``S``
+(``BK x BV``, fp32) in registers, and writes each chunk's output once. Every matrix product is a ``tl.dot`` on a ``BT``-sized tile: this is what makes the chunk
 form fast on matrix units (chapter 09).
 
 Layout (contiguous, as flash-linear-attention): ``q, k`` are ``(B, T, H, D_k)``, ``v, o`` are ``(B, T, H, D_v)``,
@@ -25,7 +26,7 @@ def linear_attention_fwd_kernel(
     HAS_S0: tl.constexpr, STORE_FINAL: tl.constexpr, PRECISION: tl.constexpr,
 ):
     """Chunked causal linear attention: per chunk ``O = Q S + (Q Kᵀ ⊙ M) V`` then ``S ← S + Kᵀ V``."""
-    i_v, i_bh = tl.program_id(0), tl.program_id(1)
+    i_bh, i_v = tl.program_id(0), tl.program_id(1)  # (batch, head) on axis 0: up to 2**31 - 1 programs
     i_b, i_h = (i_bh // H).to(tl.int64), (i_bh % H).to(tl.int64)
     offs_t = tl.arange(0, BT)
     offs_k = tl.arange(0, BK)
@@ -82,7 +83,7 @@ def delta_rule_fwd_kernel(
         O = diag(γ) Q S + (Q Kᵀ ⊙ Γ ⊙ M) U
         S ← γ_last S + (diag(γ_last / γ) K)ᵀ U
     """
-    i_v, i_bh = tl.program_id(0), tl.program_id(1)
+    i_bh, i_v = tl.program_id(0), tl.program_id(1)  # (batch, head) on axis 0: up to 2**31 - 1 programs
     i_b, i_h = (i_bh // H).to(tl.int64), (i_bh % H).to(tl.int64)
     offs_t = tl.arange(0, BT)
     offs_k = tl.arange(0, BK)

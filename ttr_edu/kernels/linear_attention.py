@@ -40,7 +40,7 @@ def _launch(q, k, v, initial_state, *, scale: float, chunk_size: int, out_dtype:
     o = torch.empty(B, T, H, d_v, dtype=out_dtype if device.type == "cuda" else torch.float32, device=device)
     s_final = torch.empty(B, H, d_k, d_v, dtype=torch.float32, device=device)
     block_k, block_v = tile_sizes(d_k, d_v, device)
-    grid = (triton.cdiv(d_v, block_v), B * H)
+    grid = (B * H, triton.cdiv(d_v, block_v))  # B * H on axis 0: CUDA caps axes 1 and 2 at 65 535 programs
     _triton_kernels.linear_attention_fwd_kernel[grid](
         q, k, v, o, s_final if s0 is None else s0, s_final, scale, T,
         H=H, D_K=d_k, D_V=d_v, BT=chunk_size, BK=block_k, BV=block_v,
