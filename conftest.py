@@ -12,3 +12,12 @@ if not torch.cuda.is_available():
 
 # Triton has wheels for Linux only; elsewhere the kernel chapter is skipped rather than failed.
 collect_ignore_glob = [] if importlib.util.find_spec("triton") else ["*/10_triton_kernels.ipynb"]
+
+
+def pytest_collection_modifyitems(items):
+    """Mark every notebook cell (collected by nbval) as ``notebook``, so ``-m "not notebook"`` skips them."""
+    import pytest
+
+    for item in items:
+        if str(item.path).endswith(".ipynb"):
+            item.add_marker(pytest.mark.notebook)
