@@ -64,7 +64,11 @@ def line_figure(
 
 
 def heatmap(matrix: torch.Tensor, *, title: str = "", x_title: str = "", y_title: str = "", zmid: float = 0.0) -> go.Heatmap:
-    """A diverging heatmap trace of a 2-D tensor (row 0 at the top), centred on ``zmid``."""
+    """A diverging heatmap trace of a 2-D tensor, centred on ``zmid``.
+
+    Plotly draws row 0 at the bottom; set ``yaxis_autorange="reversed"`` on the figure to put it at the top, as
+    :func:`recall_scores_figure` does.
+    """
     if not isinstance(matrix, torch.Tensor) or matrix.dim() != 2:
         shape = tuple(matrix.shape) if isinstance(matrix, torch.Tensor) else type(matrix).__name__
         raise ValueError(f"matrix: expected a 2-D tensor (rows, cols), got {shape}")
