@@ -137,3 +137,11 @@ def test_key_generators_give_the_same_keys_in_every_floating_dtype():
     torch.testing.assert_close(keys16.double(), memory.orthonormal_keys(3, 4, seed=0), rtol=0, atol=1e-3)
     torch.testing.assert_close(memory.random_unit_keys(5, 3, seed=2, dtype=torch.float32).double(),
                                memory.random_unit_keys(5, 3, seed=2), rtol=0, atol=1e-7)
+
+
+def test_heatmap_axis_names_reach_the_hover_label():
+    # A go.Heatmap trace has no axes of its own: x_title / y_title used to be accepted and silently dropped.
+    from ttr_edu import viz
+
+    trace = viz.heatmap(torch.zeros(2, 3), title="Γ", x_title="pair i", y_title="step t")
+    assert "pair i %{x}" in trace.hovertemplate and "step t %{y}" in trace.hovertemplate

@@ -66,13 +66,17 @@ def line_figure(
 def heatmap(matrix: torch.Tensor, *, title: str = "", x_title: str = "", y_title: str = "", zmid: float = 0.0) -> go.Heatmap:
     """A diverging heatmap trace of a 2-D tensor, centred on ``zmid``.
 
-    Plotly draws row 0 at the bottom; set ``yaxis_autorange="reversed"`` on the figure to put it at the top, as
+    A trace has no axes: ``x_title`` and ``y_title`` name the coordinates in the hover label only; give the
+    figure its axis titles with ``figure.update_layout(xaxis_title=..., yaxis_title=...)``. Plotly draws row 0 at
+    the bottom; set ``yaxis_autorange="reversed"`` on the figure to put it at the top, as
     :func:`recall_scores_figure` does.
     """
     if not isinstance(matrix, torch.Tensor) or matrix.dim() != 2:
         shape = tuple(matrix.shape) if isinstance(matrix, torch.Tensor) else type(matrix).__name__
         raise ValueError(f"matrix: expected a 2-D tensor (rows, cols), got {shape}")
-    return go.Heatmap(z=matrix.detach().cpu().double().round(decimals=4).tolist(), colorscale="RdBu", reversescale=True, zmid=zmid, name=title)
+    hover = f"{x_title or 'column'} %{{x}}<br>{y_title or 'row'} %{{y}}<br>value %{{z}}<extra>{title}</extra>"
+    return go.Heatmap(z=matrix.detach().cpu().double().round(decimals=4).tolist(), colorscale="RdBu", reversescale=True,
+                      zmid=zmid, name=title, hovertemplate=hover)
 
 
 def slider_figure(
@@ -140,7 +144,7 @@ def recall_scores_figure(n: int, d: int, *, seed: int = 0) -> go.Figure:
     W = memory.store(keys, values)
     scores = memory.recall(W, keys) @ values.T  # (N, N): row j = retrieved value j against every stored value
     accuracy = memory.recall_accuracy(W, keys, values)
-    figure = go.Figure(heatmap(scores.T, title="score"))
+    figure = go.Figure(heatmap(scores.T, title="score", x_title="query j", y_title="stored value i"))
     figure.update_layout(
         title=f"N = {n} pairs in d = {d}: recall accuracy {accuracy:.0%}",
         xaxis_title="query j (stored key)",
