@@ -12,6 +12,10 @@ values, so the loss ``½‖y − onehot(target)‖²`` is 0.5 for the all-zero a
   values at random; the length is ``2 S``. The query is a key that occurs in the sequence and the target is the
   *latest* value written under it, so a memory must replace old associations instead of adding to them.
 
+A third generator, :func:`switching_regression`, is a continuous regression stream whose rule changes every few
+steps (Wang, Shi and Fox 2025 motivate forgetting with such nonstationary streams); chapter 07 compares the
+test-time-regression layers on it.
+
 Generators are seeded by a ``torch.Generator`` (drawn on the CPU, then moved to ``device``), so a batch is the
 same on every device for a given seed.
 """
@@ -22,9 +26,9 @@ from dataclasses import dataclass
 
 import torch
 
-from ttr_edu._validation import check_positive_int
+from ttr_edu._validation import check_positive_float, check_positive_int
 
-__all__ = ["RetrievalBatch", "capacity_batch", "overwrite_batch"]
+__all__ = ["RetrievalBatch", "capacity_batch", "overwrite_batch", "SwitchingStream", "switching_regression"]
 
 
 @dataclass(frozen=True)
@@ -150,3 +154,108 @@ def overwrite_batch(
     last = torch.where(keys == query[:, None], positions, -1).amax(dim=1)
     batch = RetrievalBatch(keys, values, query, values[rows, last], num_keys, num_values)
     return batch.to(device)
+
+
+@dataclass(frozen=True)
+class SwitchingStream:
+    """A regression stream ``v = W_r^T k + noise`` whose map ``W_r`` is redrawn every ``switch_every`` steps.
+
+    Tensors follow the fla layout ``(B, T, H, D)``. Step ``t`` stores the pair ``(k[:, t], v[:, t])``; the query
+    ``q[:, t]`` is the *next* key and ``target[:, t]`` the *next* value, so a causal layer that answers
+    ``y_t = m_t(q_t)`` from the pairs ``0..t`` makes a one-step-ahead prediction of ``target[:, t]``.
+
+    Attributes:
+        q: ``(B, T, H, D_k)`` the next key, ``q[:, t] = k[:, t + 1]`` (and a fresh key at ``t = T − 1``).
+        k: ``(B, T, H, D_k)`` unit-norm keys.
+        v: ``(B, T, H, D_v)`` values ``W_{r(t)}^T k_t + noise``.
+        target: ``(B, T, H, D_v)`` the next value, ``target[:, t] = v[:, t + 1]``.
+        regime: ``(T,)`` int64, the index ``r`` of the map that drew ``target[:, t]``; it is the same for every
+            sequence and head. ``regime[t] = (t + 1) // switch_every``.
+        switch_steps: ``(R − 1,)`` int64, the steps ``t`` where ``target[:, t]`` is the first value of a new map
+            (``t = r · switch_every − 1`` for ``r = 1 … R − 1``): the predictions right after a switch.
+        maps: ``(B, R, H, D_k, D_v)`` the maps ``W_r``, with standard normal entries.
+    """
+
+    q: torch.Tensor
+    k: torch.Tensor
+    v: torch.Tensor
+    target: torch.Tensor
+    regime: torch.Tensor
+    switch_steps: torch.Tensor
+    maps: torch.Tensor
+
+
+def switching_regression(
+    batch_size: int,
+    seq_len: int,
+    d_k: int,
+    d_v: int | None = None,
+    *,
+    switch_every: int,
+    num_heads: int = 1,
+    noise: float = 0.05,
+    generator: torch.Generator | None = None,
+    device: torch.device | str = "cpu",
+    dtype: torch.dtype = torch.float32,
+) -> SwitchingStream:
+    """A nonstationary regression stream for one-step-ahead prediction (chapter 07, §4).
+
+    Keys are uniform on the unit sphere of ``R^{D_k}``; the value of step ``s`` (counting the ``T + 1`` drawn
+    pairs) is ``v_s = W_{r(s)}^T k_s + noise · ε_s`` with ``r(s) = s // switch_every``, a fresh standard normal map
+    ``W_r`` per regime, sequence and head, and ``ε_s`` standard normal. The first ``T`` pairs are the stream;
+    queries and targets are the pairs shifted by one step. Random numbers are drawn in float64 on the CPU, then
+    cast to ``dtype`` and moved to ``device``, so a seed gives the same stream everywhere.
+
+    Args:
+        batch_size: ``B``.
+        seq_len: ``T``, the number of stored pairs (and of predictions).
+        d_k: ``D_k``, the key dimension.
+        d_v: ``D_v``, the value dimension (default ``d_k``).
+        switch_every: steps per regime; a value ``> T`` gives one stationary regime.
+        num_heads: ``H``, independent streams per sequence.
+        noise: standard deviation of the value noise, ``>= 0``.
+        generator: CPU ``torch.Generator`` for reproducible streams (default: the global RNG).
+        device: where the returned tensors live.
+        dtype: floating dtype of ``q, k, v, target, maps``.
+
+    Returns:
+        A :class:`SwitchingStream`.
+
+    Raises:
+        TypeError: a size is not an int, ``noise`` is not a number, ``dtype`` is not a floating dtype, or
+            ``generator`` is not a ``torch.Generator``.
+        ValueError: a size is < 1, or ``noise`` is negative or not finite.
+    """
+    check_positive_int("batch_size", batch_size)
+    check_positive_int("seq_len", seq_len)
+    check_positive_int("d_k", d_k)
+    d_v = d_k if d_v is None else check_positive_int("d_v", d_v)
+    check_positive_int("switch_every", switch_every)
+    check_positive_int("num_heads", num_heads)
+    noise = check_positive_float("noise", noise, allow_zero=True)
+    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+        raise TypeError(f"dtype: expected a floating torch.dtype such as torch.float32, got {dtype!r}")
+    if generator is not None and not isinstance(generator, torch.Generator):
+        raise TypeError(f"generator: expected a torch.Generator or None, got {type(generator).__name__}")
+
+    B, H, steps = batch_size, num_heads, seq_len + 1  # one extra pair: the last query and target
+    num_regimes = seq_len // switch_every + 1  # the regime of the last drawn pair, seq_len // switch_every, plus one
+    keys = torch.randn(B, steps, H, d_k, generator=generator, dtype=torch.float64)
+    keys = keys / keys.norm(dim=-1, keepdim=True)  # unit keys: a Gaussian vector's direction is uniform
+    maps = torch.randn(B, num_regimes, H, d_k, d_v, generator=generator, dtype=torch.float64)
+    regime_of_pair = torch.arange(steps) // switch_every
+    values = torch.einsum("bshd,bshde->bshe", keys, maps[:, regime_of_pair])  # v = W^T k
+    values = values + noise * torch.randn(B, steps, H, d_v, generator=generator, dtype=torch.float64)
+
+    def out(x: torch.Tensor) -> torch.Tensor:
+        return x.to(device=device, dtype=dtype)
+
+    return SwitchingStream(
+        q=out(keys[:, 1:]),
+        k=out(keys[:, :-1]),
+        v=out(values[:, :-1]),
+        target=out(values[:, 1:]),
+        regime=regime_of_pair[1:].to(device),
+        switch_steps=(torch.arange(1, num_regimes) * switch_every - 1).to(device),
+        maps=out(maps),
+    )
