@@ -44,10 +44,52 @@ def check_inputs(q, k, v, **per_token) -> Dims:
     if dims["T"] == 0:
         raise ValueError(f"q: expected at least one token, got shape {tuple(q.shape)} with T = 0")
     check_same_device(q=q, k=k, v=v, **per_token)
+    if "g" in per_token:
+        check_log_decay(per_token["g"])
     for name, x in (("k", k), ("v", v)):
         if x.dtype != q.dtype:
             raise TypeError(f"{name}: expected the dtype of q ({q.dtype}), got {x.dtype}")
     return dims
+
+
+def check_log_decay(g: torch.Tensor, allow_reset: bool = True) -> None:
+    """Refuse a ``g`` that is not a log decay: NaN, ``+inf`` or ``g > 0`` (``exp(g) > 1`` would grow the state).
+
+    ``g = −inf`` (``exp(g) = 0``, a full reset of the memory) is allowed unless ``allow_reset=False``. Called by
+    :func:`check_inputs` for a per-token tensor named ``g``.
+
+    Raises:
+        ValueError: naming ``g``, how many ``(B, T, H)`` entries are bad and the first one.
+    """
+    if g.device.type == "meta":
+        return
+    with torch.no_grad():
+        bad = torch.isnan(g) | (g > 0)  # +inf > 0
+        if not allow_reset:
+            bad = bad | torch.isneginf(g)
+        n_bad = int(bad.sum())
+    if n_bad == 0:
+        return
+    allowed = "[-inf, 0]" if allow_reset else "(-inf, 0] (finite)"
+    raise ValueError(
+        f"g: expected a log decay in {allowed}, so that exp(g) is a decay factor; got {n_bad} of {g.numel()} "
+        f"(B, T, H) entries outside it (the first: {g[bad][0].item()})"
+    )
+
+
+def decay_matrix(g: torch.Tensor) -> torch.Tensor:
+    """Within-chunk decays ``Γ_ij = exp(Σ_{l=j+1..i} g_l)`` for ``i ≥ j`` and ``0`` above the diagonal.
+
+    ``g`` is ``(..., C)`` (one chunk per row), the result ``(..., C, C)``. Each segment is summed directly instead of
+    taking differences ``G_i − G_j`` of one cumulative sum: that is exact for ``g = −inf`` (a full reset, where the
+    difference would be ``−inf − (−inf) = NaN``) and loses no precision when ``|G|`` grows large.
+    """
+    C = g.shape[-1]
+    causal = torch.ones(C, C, dtype=torch.bool, device=g.device).tril()
+    terms = g.unsqueeze(-1).expand(*g.shape, C).masked_fill(~causal.tril(-1), 0.0)  # [i, j] = g_i where i > j
+    log_decay = terms.cumsum(-2)  # [i, j] = Σ_{j<l≤i} g_l on and below the diagonal
+    # −inf above the diagonal: exp gives 0 there, where exp of the (positive) sums could overflow.
+    return torch.exp(log_decay.masked_fill(~causal, float("-inf")))
 
 
 def resolve_scale(scale, d_k: int) -> float:

@@ -30,6 +30,7 @@ from ._common import (
     check_stability as _check_stability,
     check_state,
     compute_dtype,
+    decay_matrix,
     resolve_scale,
     to_chunks,
     zero_state,
@@ -104,15 +105,13 @@ def chunk_forward(q, k, v, beta, S, chunk_size, scale=1.0, g=None):
     if g is None:
         k_to_end, chunk_decay = kc, None
     else:
-        G = to_chunks(g, C).cumsum(-1)  # (B, H, N, C), zero-padded g keeps the state
-        # Γ_ij = exp(G_i − G_j) for i ≥ j; masking before exp keeps the upper triangle from overflowing.
-        causal = torch.ones(C, C, dtype=torch.bool, device=q.device).tril()
-        Gamma = torch.exp((G.unsqueeze(-1) - G.unsqueeze(-2)).masked_fill(~causal, float("-inf")))
+        gc = to_chunks(g, C)  # (B, H, N, C), zero-padded g keeps the state
+        Gamma = decay_matrix(gc)  # (B, H, N, C, C): Γ_ij, exact also for g = −inf (a full reset)
         gram, scores = gram * Gamma, scores * Gamma
-        gamma = torch.exp(G).unsqueeze(-1)  # (B, H, N, C, 1)
+        gamma = torch.exp(gc.cumsum(-1)).unsqueeze(-1)  # (B, H, N, C, 1): γ_i
         k_beta, qc = k_beta * gamma, qc * gamma
-        k_to_end = kc * torch.exp(G[..., -1:] - G).unsqueeze(-1)
-        chunk_decay = torch.exp(G[..., -1])[..., None, None]  # (B, H, N, 1, 1)
+        k_to_end = kc * Gamma[..., -1, :].unsqueeze(-1)  # γ_C / γ_j = Γ_Cj, without dividing by a γ_j that may be 0
+        chunk_decay = gamma[..., -1:, :]  # (B, H, N, 1, 1): γ_C
 
     # One triangular solve per chunk for [W, U] (never L⁻¹ itself: that would cost C³, i.e. T³ in the parallel form).
     # unitriangular=True reads L's diagonal as ones, so its strict lower triangle is all we pass.

@@ -26,7 +26,8 @@ _SHARED_DOC = """
         q: queries ``(B, T, H, D_k)``, floating (fp16/bf16/fp32 compute in fp32, fp64 in fp64).
         k: keys ``(B, T, H, D_k)``, same dtype as ``q`` (usually L2-normalised).
         v: values ``(B, T, H, D_v)``, same dtype as ``q``.
-        g: log decay ``(B, T, H)``, finite, any floating dtype; ``exp(g_t)`` multiplies the state before the error.
+        g: log decay ``(B, T, H)`` in ``[−inf, 0]``, any floating dtype; ``exp(g_t)`` multiplies the state before
+            the error. ``g_t = −inf`` is a full reset (``S`` is forgotten before token t), exact in both forms.
         beta: learning rate β ``(B, T, H)``, any floating dtype.
         scale: multiplies ``q``; default ``D_k ** -0.5`` (fla).
         initial_state: ``S_0`` ``(B, H, D_k, D_v)``; ``None`` means zero.
@@ -40,7 +41,8 @@ _SHARED_DOC = """
 
     Raises:
         TypeError: a non-tensor, an integer dtype, mixed dtypes of q, k, v.
-        ValueError: mismatched shapes (the message names the dims), different devices, a bad ``scale``,
+        ValueError: a ``g`` that is NaN, ``+inf`` or ``> 0``; mismatched shapes (the message names the dims),
+            different devices, a bad ``scale``,
             ``chunk_size`` or ``check_stability``; with ``check_stability="raise"``, ``β ‖k‖² ∉ [0, 2]``.
 """
 

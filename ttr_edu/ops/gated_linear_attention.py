@@ -14,7 +14,16 @@ import torch
 
 from ttr_edu._validation import check_positive_int
 
-from ._common import STATE, check_inputs, check_state, compute_dtype, resolve_scale, to_chunks, zero_state
+from ._common import (
+    STATE,
+    check_inputs,
+    check_state,
+    compute_dtype,
+    decay_matrix,
+    resolve_scale,
+    to_chunks,
+    zero_state,
+)
 
 __all__ = ["gated_linear_attention_recurrent", "gated_linear_attention_chunk"]
 
@@ -23,7 +32,8 @@ _SHARED_DOC = """
         q: queries ``(B, T, H, D_k)``, floating (fp16/bf16/fp32 compute in fp32, fp64 in fp64).
         k: keys ``(B, T, H, D_k)``, same dtype as ``q``.
         v: values ``(B, T, H, D_v)``, same dtype as ``q``.
-        g: log decay ``(B, T, H)``, finite, any floating dtype; ``exp(g_t)`` multiplies the state before step t.
+        g: log decay ``(B, T, H)`` in ``[−inf, 0]``, any floating dtype; ``exp(g_t)`` multiplies the state before
+            step t. ``g_t = −inf`` is a full reset (``S`` is forgotten before token t), exact in both forms.
         scale: multiplies ``q``; default ``D_k ** -0.5`` (fla).
         initial_state: ``S_0`` ``(B, H, D_k, D_v)``; ``None`` means zero.
         output_final_state: also return ``S_T`` (fp32, or fp64 for fp64 inputs).
@@ -36,7 +46,8 @@ _SHARED_DOC = """
 
     Raises:
         TypeError: a non-tensor, an integer dtype, mixed dtypes of q, k, v.
-        ValueError: mismatched shapes (the message names the dims), different devices, a bad ``scale`` or
+        ValueError: a ``g`` that is NaN, ``+inf`` or ``> 0``; mismatched shapes (the message names the dims),
+            different devices, a bad ``scale`` or
             ``chunk_size``.
 """
 
@@ -86,15 +97,14 @@ def gated_linear_attention_chunk(
     q, k, v, g, S = _prepare(q, k, v, g, scale, initial_state)
     T, C = q.shape[2], chunk_size
     qc, kc, vc = (to_chunks(x, C) for x in (q, k, v))  # (B, H, N, C, ·)
-    G = to_chunks(g, C).cumsum(-1)  # (B, H, N, C)
-    causal = torch.ones(C, C, dtype=torch.bool, device=q.device).tril()
-    # Γ_ij = exp(G_i − G_j) on and below the diagonal; masking before exp keeps the upper triangle finite.
-    Gamma = torch.exp((G.unsqueeze(-1) - G.unsqueeze(-2)).masked_fill(~causal, float("-inf")))
+    gc = to_chunks(g, C)  # (B, H, N, C)
+    Gamma = decay_matrix(gc)  # (B, H, N, C, C): Γ_ij, exact also for g = −inf (a full reset)
     intra = ((qc @ kc.transpose(-1, -2)) * Gamma) @ vc  # (B, H, N, C, D_v)
-    q_decayed = qc * torch.exp(G).unsqueeze(-1)
-    k_to_end = kc * torch.exp(G[..., -1:] - G).unsqueeze(-1)
+    gamma = torch.exp(gc.cumsum(-1)).unsqueeze(-1)  # (B, H, N, C, 1): exp(G_i)
+    q_decayed = qc * gamma
+    k_to_end = kc * Gamma[..., -1, :].unsqueeze(-1)  # exp(G_C − G_j) = Γ_Cj
     chunk_kv = k_to_end.transpose(-1, -2) @ vc  # (B, H, N, D_k, D_v): what each chunk writes, decayed to its end
-    chunk_decay = torch.exp(G[..., -1])[..., None, None]  # (B, H, N, 1, 1)
+    chunk_decay = gamma[..., -1:, :]  # (B, H, N, 1, 1): exp(G_C)
 
     outputs = []
     for n in range(qc.shape[2]):  # the only sequential part: one step per chunk

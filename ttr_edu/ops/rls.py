@@ -24,7 +24,7 @@ import torch
 
 from ttr_edu._validation import check_positive_float
 
-from ._common import STATE, check_inputs, check_state, compute_dtype, resolve_scale
+from ._common import STATE, check_inputs, check_log_decay, check_state, compute_dtype, resolve_scale
 
 __all__ = ["rls_recurrent", "rls_exact"]
 
@@ -34,7 +34,9 @@ _SHARED_DOC = """
         k: keys ``(B, T, H, D_k)``, same dtype as ``q``.
         v: values ``(B, T, H, D_v)``, same dtype as ``q``.
         lam: ridge λ > 0 (``A_0 = λ I``); unused when ``initial_state`` is given.
-        g: optional log decay ``(B, T, H)`` (forgetting factor ``α_t = exp(g_t)``), any floating dtype.
+        g: optional log decay ``(B, T, H)`` in ``(−inf, 0]`` (forgetting factor ``α_t = exp(g_t)``), any floating
+            dtype. ``−inf`` is refused: the ridge decays with the data, so a full reset would leave ``A_t``
+            singular (no unique solution); to restart, split the sequence and pass no ``initial_state``.
         scale: multiplies ``q``; default ``D_k ** -0.5`` (fla convention; pass ``1.0`` for the plain regression).
         initial_state: a tuple ``(S_0, P_0)`` of shapes ``(B, H, D_k, D_v)`` and ``(B, H, D_k, D_k)``, ``P_0``
             symmetric positive definite; ``None`` means ``(0, I / lam)``.
@@ -46,13 +48,16 @@ _SHARED_DOC = """
 
     Raises:
         TypeError: a non-tensor, an integer dtype, mixed dtypes of q, k, v, an ``initial_state`` that is no pair.
-        ValueError: mismatched shapes (the message names the dims), different devices, ``lam <= 0``, a bad ``scale``.
+        ValueError: a ``g`` that is NaN, ``±inf`` or ``> 0``; mismatched shapes (the message names the dims),
+            different devices, ``lam <= 0``, a bad ``scale``.
 """
 
 
 def _prepare(q, k, v, lam, g, scale, initial_state):
     per_token = {} if g is None else {"g": g}
     dims = check_inputs(q, k, v, **per_token)
+    if g is not None:
+        check_log_decay(g, allow_reset=False)  # a reset would also erase the ridge: A_t singular
     scale = resolve_scale(scale, dims["D_k"])
     dtype = compute_dtype(q.dtype)
     if initial_state is None:
