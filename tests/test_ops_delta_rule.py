@@ -8,7 +8,16 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from ttr_edu.checks._core import relative_error
-from ttr_edu.ops import delta_rule_chunk, delta_rule_parallel, delta_rule_recurrent, l2_norm, sum_norm
+from ttr_edu.ops import (
+    delta_rule_chunk,
+    delta_rule_parallel,
+    delta_rule_pseudo_values,
+    delta_rule_recurrent,
+    l2_norm,
+    linear_attention_chunk,
+    linear_attention_recurrent,
+    sum_norm,
+)
 
 FORMS = {"recurrent": delta_rule_recurrent, "parallel": delta_rule_parallel, "chunk": delta_rule_chunk}
 TOL = {torch.float64: 1e-10, torch.float32: 1e-5}
@@ -180,3 +189,50 @@ def test_unstable_update_really_grows():
     S0 = torch.eye(2, dtype=torch.float64).expand(1, 1, 2, 2)
     _, S = delta_rule_recurrent(k, k, v, beta, initial_state=S0, output_final_state=True, check_stability="ignore")
     assert S[0, 0, 0, 0].abs().item() == pytest.approx(2.0**20)
+
+
+# --- pseudo-values: the delta rule is linear attention over u_t = β_t (v_t − S_{t−1}ᵀ k_t) --------------------------
+
+
+@given(case=shapes, dtype=st.sampled_from([torch.float32, torch.float64]), scale=st.sampled_from([None, 1.0, 0.3]))
+@FAST
+def test_delta_rule_is_linear_attention_over_its_pseudo_values(case, dtype, scale):
+    q, k, v, beta = make_inputs(case["B"], case["T"], case["H"], case["D_k"], case["D_v"], dtype, case["seed"])
+    S0 = torch.randn(case["B"], case["H"], case["D_k"], case["D_v"], dtype=torch.float64).to(dtype)
+    u = delta_rule_pseudo_values(k, v, beta, initial_state=S0)
+    assert u.shape == v.shape and u.dtype == dtype
+    o_delta, S_delta = delta_rule_recurrent(q, k, v, beta, scale=scale, initial_state=S0, output_final_state=True)
+    for linear in (linear_attention_recurrent, lambda *a, **kw: linear_attention_chunk(*a, chunk_size=5, **kw)):
+        o_lin, S_lin = linear(q, k, u, scale=scale, initial_state=S0, output_final_state=True)
+        assert relative_error(o_lin, o_delta) <= TOL[dtype]
+        assert relative_error(S_lin, S_delta) <= TOL[dtype]
+
+
+def test_pseudo_values_transcribe_the_definition():
+    """``u_t = β_t (v_t − S_{t−1}ᵀ k_t)`` with ``S_t = S_{t−1} + k_t u_tᵀ``, one head at a time, written out here."""
+    q, k, v, beta = make_inputs(2, 9, 2, 4, 3, torch.float64, seed=5)
+    u = delta_rule_pseudo_values(k, v, beta)
+    for b in range(2):
+        for h in range(2):
+            S = torch.zeros(4, 3, dtype=torch.float64)
+            for t in range(9):
+                expected = beta[b, t, h] * (v[b, t, h] - S.T @ k[b, t, h])
+                assert torch.allclose(u[b, t, h], expected, rtol=1e-12, atol=1e-12)
+                S = S + torch.outer(k[b, t, h], expected)
+    assert relative_error(u, v * beta[..., None]) > 0.1  # not just β v: the correction matters here
+
+
+def test_pseudo_values_refuse_bad_input():
+    q, k, v, beta = make_inputs(1, 4, 2, 3, 2, torch.float64, seed=0)
+    with pytest.raises(ValueError, match="beta"):
+        delta_rule_pseudo_values(k, v, beta[:, :3])
+    with pytest.raises(ValueError, match="v"):
+        delta_rule_pseudo_values(k, v[:, :3], beta)
+    with pytest.raises(ValueError, match="initial_state"):
+        delta_rule_pseudo_values(k, v, beta, initial_state=torch.zeros(1, 2, 2, 3, dtype=torch.float64))
+    with pytest.raises(TypeError, match="v"):
+        delta_rule_pseudo_values(k, v.float(), beta)
+    with pytest.raises(TypeError, match="k"):
+        delta_rule_pseudo_values(k.long(), v, beta)
+    with pytest.raises(ValueError, match="beta"):
+        delta_rule_pseudo_values(k, v, 3 * beta, check_stability="raise")

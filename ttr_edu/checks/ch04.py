@@ -1,8 +1,9 @@
 """Checks for chapter 04, the delta rule.
 
 The student's functions work on one head: the state ``S`` is ``(D_k, D_v)``, a key ``(D_k,)``, a sequence of keys
-``(T, D_k)``. The references are the package's :mod:`ttr_edu.ops.delta_rule` (with the batch and head axes added),
-and, for the eigenvalues, ``torch.linalg.eigvalsh`` of the update matrix itself.
+``(T, D_k)``. The references are the package's :mod:`ttr_edu.ops.delta_rule` (with the batch and head axes added;
+:func:`ttr_edu.ops.delta_rule_pseudo_values` for the pseudo-values) and, for the eigenvalues,
+``torch.linalg.eigvalsh`` of the update matrix itself.
 """
 
 from __future__ import annotations
@@ -12,9 +13,9 @@ from collections.abc import Callable, Iterator
 import torch
 
 from ttr_edu.checks._core import run_check
-from ttr_edu.ops import delta_rule_recurrent
+from ttr_edu.ops import delta_rule_pseudo_values, delta_rule_recurrent
 
-__all__ = ["check_delta_rule_step", "check_update_eigenvalues", "check_pseudo_values", "reference_pseudo_values"]
+__all__ = ["check_delta_rule_step", "check_update_eigenvalues", "check_pseudo_values"]
 
 
 def _reference_step(S, k, v, beta):
@@ -32,19 +33,10 @@ def _reference_eigenvalues(k, beta):
     return torch.linalg.eigvalsh(torch.eye(len(k), dtype=k.dtype) - beta * torch.outer(k, k))
 
 
-def reference_pseudo_values(k: torch.Tensor, v: torch.Tensor, beta: torch.Tensor) -> torch.Tensor:
-    """``u_t = β_t (v_t − S_{t−1}ᵀ k_t)`` read off the package's delta rule.
-
-    The recurrent op returns ``o_t = S_tᵀ q_t``; with the queries set to the *next* keys, ``o_{t−1} = S_{t−1}ᵀ k_t``,
-    which is what the memory held for ``k_t`` just before writing it.
-    """
-    next_keys = torch.roll(k, -1, dims=0)
-    o, _ = delta_rule_recurrent(
-        next_keys[None, :, None], k[None, :, None], v[None, :, None], beta[None, :, None], scale=1.0,
-        check_stability="ignore",
-    )
-    before = torch.cat([torch.zeros_like(v[:1]), o[0, :-1, 0]])
-    return beta[:, None] * (v - before)
+def _reference_pseudo_values(k, v, beta):
+    """``u_t = β_t (v_t − S_{t−1}ᵀ k_t)`` from the package's :func:`ttr_edu.ops.delta_rule_pseudo_values` (one head)."""
+    u = delta_rule_pseudo_values(k[None, :, None], v[None, :, None], beta[None, :, None], check_stability="ignore")
+    return u[0, :, 0]
 
 
 def _step_cases() -> Iterator[dict]:
@@ -82,5 +74,5 @@ def check_update_eigenvalues(update_eigenvalues: Callable) -> bool:
 
 def check_pseudo_values(pseudo_values: Callable) -> bool:
     """Check ``pseudo_values(k, v, beta)``: ``u_t = β_t (v_t − S_{t−1}ᵀ k_t)`` along the delta-rule recurrence."""
-    return run_check("pseudo_values", pseudo_values, reference_pseudo_values, _sequence_cases(), rtol=1e-9,
+    return run_check("pseudo_values", pseudo_values, _reference_pseudo_values, _sequence_cases(), rtol=1e-9,
                      atol=1e-10)

@@ -9,7 +9,7 @@ States that are more than ``S``: normalised linear attention carries ``(S, z)``,
 are passed in ``initial_state`` and returned in the same form.
 """
 
-from .delta_rule import delta_rule_chunk, delta_rule_parallel, delta_rule_recurrent
+from .delta_rule import delta_rule_chunk, delta_rule_parallel, delta_rule_pseudo_values, delta_rule_recurrent
 from .feature_maps import (
     FEATURE_MAPS,
     FavorPlus,
@@ -52,6 +52,7 @@ __all__ = [
     "delta_rule_recurrent",
     "delta_rule_parallel",
     "delta_rule_chunk",
+    "delta_rule_pseudo_values",
     "gated_linear_attention_recurrent",
     "gated_linear_attention_chunk",
     "gated_delta_rule_recurrent",

@@ -22,10 +22,13 @@ from __future__ import annotations
 
 import torch
 
-from ttr_edu._validation import check_positive_int
+from ttr_edu._validation import Dims, check_positive_int, check_same_device
 
 from ._common import (
+    PER_TOKEN,
+    QK,
     STATE,
+    V,
     check_inputs,
     check_stability as _check_stability,
     check_state,
@@ -36,7 +39,7 @@ from ._common import (
     zero_state,
 )
 
-__all__ = ["delta_rule_recurrent", "delta_rule_parallel", "delta_rule_chunk"]
+__all__ = ["delta_rule_recurrent", "delta_rule_parallel", "delta_rule_chunk", "delta_rule_pseudo_values"]
 
 _SHARED_DOC = """
     Args:
@@ -183,6 +186,59 @@ def delta_rule_chunk(
     q, k, v, beta, _, S, scale = prepare(q, k, v, beta, scale, initial_state, check_stability)
     o, S = chunk_forward(q, k, v, beta, S, chunk_size, scale=scale)
     return o.transpose(1, 2).to(out_dtype), (S if output_final_state else None)
+
+
+def delta_rule_pseudo_values(k, v, beta, initial_state=None, check_stability="warn"):
+    """The delta rule's pseudo-values ``u_t = β_t (v_t − S_{t-1}ᵀ k_t)``: the corrected values it actually writes.
+
+    With them the delta-rule update becomes the sum rule, ``S_t = S_{t-1} + k_t u_tᵀ``, so
+    ``S_t = S_0 + Σ_{i≤t} k_i u_iᵀ`` and the delta rule's outputs are causal linear attention over ``(q, k, u)``
+    started from ``S_0``: ``delta_rule_*(q, k, v, beta, scale=s, initial_state=S_0)`` equals
+    ``linear_attention_*(q, k, u, scale=s, initial_state=S_0)`` (Schlag, Irie, Schmidhuber 2021, eq. 29 rewritten;
+    Yang et al. 2024, §3, where ``u`` is what the WY/UT transform computes per chunk: ``U − W S``).
+
+    A plain per-token loop, the reference; :func:`chunk_forward` computes the same ``u`` chunk by chunk.
+
+    Args:
+        k: keys ``(B, T, H, D_k)``, floating (fp16/bf16/fp32 compute in fp32, fp64 in fp64).
+        v: values ``(B, T, H, D_v)``, same dtype as ``k``.
+        beta: the per-token learning rate β ``(B, T, H)``, any floating dtype.
+        initial_state: ``S_0`` ``(B, H, D_k, D_v)``; ``None`` means zero.
+        check_stability: ``"warn"`` (default), ``"raise"`` or ``"ignore"`` when ``β ‖k‖²`` leaves ``[0, 2]``.
+
+    Returns:
+        ``u`` ``(B, T, H, D_v)`` in the dtype of ``v``.
+
+    Raises:
+        TypeError: a non-tensor, an integer dtype, ``k`` and ``v`` of different dtypes.
+        ValueError: mismatched shapes (the message names the dims), T = 0, different devices, a bad
+            ``check_stability``; with ``check_stability="raise"``, ``β ‖k‖² ∉ [0, 2]``.
+        RuntimeWarning: with ``check_stability="warn"``, ``β ‖k‖² ∉ [0, 2]``.
+    """
+    dims = Dims()
+    dims.bind("k", k, QK)
+    dims.bind("v", v, V)
+    dims.bind("beta", beta, PER_TOKEN)
+    if dims["T"] == 0:
+        raise ValueError(f"k: expected at least one token, got shape {tuple(k.shape)} with T = 0")
+    check_same_device(k=k, v=v, beta=beta)
+    if v.dtype != k.dtype:
+        raise TypeError(f"v: expected the dtype of k ({k.dtype}), got {v.dtype}")
+    if initial_state is not None:
+        check_state("initial_state", initial_state, dims, STATE, k.device)
+    _check_stability(beta, k, check_stability)
+    dtype = compute_dtype(k.dtype)
+    S = zero_state(dims, dtype, k.device) if initial_state is None else initial_state.to(dtype)
+    out_dtype = v.dtype
+    k, v = (x.to(dtype).transpose(1, 2) for x in (k, v))  # (B, H, T, ·)
+    beta = beta.to(dtype).transpose(1, 2)  # (B, H, T)
+    u = []
+    for t in range(k.shape[2]):
+        k_t = k[:, :, t]
+        read = torch.einsum("b h k v, b h k -> b h v", S, k_t)  # S_{t−1}ᵀ k_t, what the memory holds for k_t
+        u.append(beta[:, :, t, None] * (v[:, :, t] - read))
+        S = S + torch.einsum("b h k, b h v -> b h k v", k_t, u[-1])  # the sum rule over pseudo-values
+    return torch.stack(u, dim=2).transpose(1, 2).to(out_dtype)
 
 
 for _fn in (delta_rule_recurrent, delta_rule_parallel, delta_rule_chunk):
