@@ -101,6 +101,23 @@ def test_favor_plus_module_fixed_or_redrawn():
     assert torch.equal(fixed(x), FavorPlus(6, 16, seed=0)(x))  # the seed fixes Ω
     redrawn = FavorPlus(6, 16, redraw=True, seed=0)
     assert not torch.equal(redrawn(x), redrawn(x))
+
+
+def test_favor_plus_shared_draw_uses_one_omega_per_block():
+    """``redraw=True`` redraws per call; inside ``shared_draw`` keys and queries share one fresh Ω."""
+    x = torch.randn(5, 6, dtype=torch.float64)
+    fmap = FavorPlus(6, 16, redraw=True, seed=0)
+    before = fmap.projection.clone()
+    with fmap.shared_draw():
+        first, second = fmap(x), fmap(x)
+        omega = fmap.projection.clone()
+    assert torch.equal(first, second)  # one Ω inside the block ...
+    assert not torch.equal(omega, before)  # ... freshly drawn on entry
+    assert fmap.redraw and not torch.equal(fmap(x), first)  # redraw restored: the next call draws again
+    fixed = FavorPlus(6, 16, seed=1)
+    with fixed.shared_draw():
+        inside = fixed(x)
+    assert torch.equal(inside, fixed(x)) and not fixed.redraw  # a fixed Ω stays fixed
     with pytest.raises(ValueError, match="projection"):
         favor_plus(x, torch.randn(16, 5))
 

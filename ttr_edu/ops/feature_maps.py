@@ -18,7 +18,8 @@ Every map acts on the last axis, so ``(B, T, H, D_k)`` becomes ``(B, T, H, d_dot
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from functools import partial
 
 import torch
@@ -162,10 +163,22 @@ class FavorPlus(torch.nn.Module):
     Schlag et al.'s synthetic code redraws Ω on every forward pass; a fixed Ω makes the map deterministic.
     Ω is a buffer, so ``.to(device)`` moves it.
 
+    Caution: ``redraw=True`` redraws on every *call*, not every forward pass. Keys and queries featurised in two
+    calls, ``fmap(k)`` then ``fmap(q)``, then use different random features, and ``φ(q) · φ(k)`` no longer
+    estimates ``exp(q · k)``: retrieval is noise. For one Ω per forward pass, featurise inside
+    :meth:`shared_draw` (one fresh draw for the whole block), or keep ``redraw=False`` and call :meth:`draw` once
+    at the start of each pass (as :class:`ttr_edu.models` does).
+
     Args:
         d_k: input dimension. m: number of random features (``d_dot = 2m``).
         redraw: draw a fresh Ω on every call (from ``generator``).
         generator: a ``torch.Generator`` for reproducible draws; ``seed`` makes one if none is given.
+
+    Example::
+
+        fmap = FavorPlus(d_k, m, redraw=True, seed=0)
+        with fmap.shared_draw():  # one Ω for both
+            phi_q, phi_k = fmap(q), fmap(k)
     """
 
     def __init__(
@@ -195,8 +208,22 @@ class FavorPlus(torch.nn.Module):
             self.m, self.d_k, generator=self.generator, dtype=self.projection.dtype, device=self.projection.device
         )
 
+    @contextmanager
+    def shared_draw(self) -> Iterator[FavorPlus]:
+        """Inside the block, every call uses the same Ω: drawn once on entry if ``redraw``, else the fixed one.
+
+        ``redraw`` is restored on exit, so the next call (or block) draws again.
+        """
+        if self.redraw:
+            self.draw()
+        redraw, self.redraw = self.redraw, False
+        try:
+            yield self
+        finally:
+            self.redraw = redraw
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """``(..., d_k) -> (..., 2m)``; see :func:`favor_plus`."""
+        """``(..., d_k) -> (..., 2m)``; see :func:`favor_plus`. Draws a fresh Ω first if ``redraw`` (see above)."""
         if self.redraw:
             self.draw()
         return favor_plus(x, self.projection.to(dtype=x.dtype))
