@@ -56,9 +56,14 @@ def test_every_solution_region_sits_inside_a_marked_cell_and_a_function(path):
             assert "def " in before, "a solution region must sit inside a function body"
 
 
-def test_most_chapters_have_exercises():
-    with_exercises = [p for p in SOLUTIONS if "BEGIN SOLUTION" in p.read_text(encoding="utf-8")]
-    assert len(with_exercises) >= len(SOLUTIONS) - 1, "every chapter but the experiment-only one has exercises"
+@pytest.mark.parametrize("path", SOLUTIONS, ids=lambda p: p.name)
+def test_every_chapter_has_an_exercise_and_a_check_after_it(path):
+    nb = nbformat.read(path, as_version=4)
+    sources = [cell.source for cell in nb.cells]
+    exercises = [i for i, source in enumerate(sources) if "BEGIN SOLUTION" in source]
+    assert exercises, "every chapter has at least one exercise"
+    for i in exercises:
+        assert any(".check_" in source for source in sources[i + 1 : i + 4]), f"cell {i}: no check follows"
 
 
 def test_generator_replaces_solutions_and_refuses_unmarked_regions():
