@@ -16,10 +16,7 @@ The paper's scale is ``d_k = 64``, ``S`` up to 600, Adam 1e-3 until the loss is 
 
 from __future__ import annotations
 
-import argparse
-import time
-
-from ttr_edu.experiments.grid import ModelSpec, TrainingSpec, cliff_positions, run_grid, write_csv
+from ttr_edu.experiments.grid import ModelSpec, grid_main
 
 __all__ = ["QUICK_STEPS", "MODELS", "S_VALUES", "D_DOT", "TRAINED_S", "full_grid", "quick_grid", "main"]
 
@@ -69,21 +66,13 @@ def quick_grid() -> list[tuple[ModelSpec, int]]:
 
 
 def main(argv: list[str] | None = None) -> list[dict]:
-    parser = argparse.ArgumentParser(prog="python -m ttr_edu.experiments capacity", description=__doc__.split("\n")[0])
-    parser.add_argument("--out", default="capacity_grid.csv", help="CSV to write (default: %(default)s)")
-    parser.add_argument("--quick", action="store_true", help="run the small subset only")
-    parser.add_argument("--max-steps", type=int, default=None, help="default: 3000, or 600 with --quick")
-    parser.add_argument("--seed", type=int, default=TrainingSpec.seed)
-    parser.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
-                        help="progress bars and a line per point (default: only in a terminal)")
-    args = parser.parse_args(argv)
-    start = time.perf_counter()
-    points = quick_grid() if args.quick else full_grid()
-    max_steps = args.max_steps or (QUICK_STEPS if args.quick else TrainingSpec.max_steps)
-    rows = run_grid("capacity", points, TrainingSpec(max_steps=max_steps, seed=args.seed), progress=args.progress)
-    path = write_csv(rows, args.out)
-    print(f"wrote {len(rows)} rows to {path} in {time.perf_counter() - start:.0f} s")
-    trained = [r for r in rows if r["keys"] == "trained"]
-    for model, (solved, failed) in cliff_positions(trained).items():
-        print(f"  {model:12s} d_dot={D_DOT.get(model, '-')!s:>3}: loss <= 0.01 up to S={solved}, fails at S={failed}")
-    return rows
+    return grid_main(
+        "capacity",
+        __doc__.split("\n")[0],
+        quick_grid=quick_grid,
+        full_grid=full_grid,
+        quick_steps=QUICK_STEPS,
+        d_dot=D_DOT,
+        cliff_rows=lambda rows: [r for r in rows if r["keys"] == "trained"],
+        argv=argv,
+    )

@@ -7,8 +7,10 @@ library.
 
 from __future__ import annotations
 
+import argparse
 import csv
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from importlib import resources
 from pathlib import Path
@@ -217,3 +219,40 @@ def loss_figure(rows: list[dict], *, title: str, per_d_dot: bool = False, d_dot_
                          yaxis_title="best evaluation loss", template=TEMPLATE)
     figure.update_yaxes(type="log")
     return figure
+
+
+def grid_main(
+    task: str,
+    description: str,
+    *,
+    quick_grid: Callable[[], list],
+    full_grid: Callable[[], list],
+    quick_steps: int,
+    d_dot: dict[str, int],
+    cliff_rows: Callable[[list[dict]], list[dict]] = lambda rows: rows,
+    argv: list[str] | None = None,
+) -> list[dict]:
+    """The command line shared by ``python -m ttr_edu.experiments capacity|overwrite``.
+
+    Runs the quick or the full grid, writes the CSV, and prints where each model's loss first exceeds 0.01
+    (:func:`cliff_positions` over ``cliff_rows(rows)``) next to its ``d_dot``.
+    """
+    parser = argparse.ArgumentParser(prog=f"python -m ttr_edu.experiments {task}", description=description)
+    parser.add_argument("--out", default=f"{task}_grid.csv", help="CSV to write (default: %(default)s)")
+    parser.add_argument("--quick", action="store_true", help="run the small subset only")
+    parser.add_argument(
+        "--max-steps", type=int, default=None, help=f"default: {TrainingSpec.max_steps}, or {quick_steps} with --quick"
+    )
+    parser.add_argument("--seed", type=int, default=TrainingSpec.seed)
+    parser.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
+                        help="progress bars and a line per point (default: only in a terminal)")
+    args = parser.parse_args(argv)
+    start = time.perf_counter()
+    points = quick_grid() if args.quick else full_grid()
+    max_steps = args.max_steps or (quick_steps if args.quick else TrainingSpec.max_steps)
+    rows = run_grid(task, points, TrainingSpec(max_steps=max_steps, seed=args.seed), progress=args.progress)
+    path = write_csv(rows, args.out)
+    print(f"wrote {len(rows)} rows to {path} in {time.perf_counter() - start:.0f} s")
+    for model, (solved, failed) in cliff_positions(cliff_rows(rows)).items():
+        print(f"  {model:16s} d_dot={d_dot.get(model, '-')!s:>3}: loss <= 0.01 up to S={solved}, fails at S={failed}")
+    return rows
