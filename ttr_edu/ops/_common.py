@@ -123,10 +123,14 @@ def pad_time(x: torch.Tensor, chunk_size: int) -> torch.Tensor:
 
 
 def to_chunks(x: torch.Tensor, chunk_size: int) -> torch.Tensor:
-    """``(B, H, T, ...)`` -> ``(B, H, N, C, ...)`` with ``N = ceil(T / C)``, zero-padded at the end."""
+    """``(B, H, T, ...)`` -> ``(B, H, N, C, ...)`` with ``N = ceil(T / C)``, zero-padded at the end, contiguous.
+
+    Contiguous because the inputs usually arrive as transposed views of fla's ``(B, T, H, ·)``: copied once here,
+    each chunk is a dense matrix, where a strided view would be copied again by every matrix product that reads it.
+    """
     x = pad_time(x, chunk_size)
     B, H, T = x.shape[:3]
-    return x.reshape(B, H, T // chunk_size, chunk_size, *x.shape[3:])
+    return x.reshape(B, H, T // chunk_size, chunk_size, *x.shape[3:]).contiguous()
 
 
 def check_stability(beta: torch.Tensor, k: torch.Tensor, mode: str) -> None:

@@ -95,9 +95,14 @@ def chunk_forward(q, k, v, beta, S, chunk_size, scale=1.0, g=None):
         O = diag(γ) Q S_0 + (Q Kᵀ ⊙ Γ ⊙ M) u,     S_C = γ_C S_0 + (diag(γ_C / γ) K)ᵀ u.
 
     Without decay, γ = Γ = 1 and this is fla's chunked delta rule: ``O = Q S + (Q Kᵀ ⊙ M)(U − W S)``,
-    ``S' = S + Kᵀ (U − W S)``. The UT transforms and the masked scores of all chunks are computed at once; only the
-    three state-dependent products per chunk run in a loop. ``q`` enters only the output, linearly, so ``scale``
-    multiplies each chunk's output instead of a copy of ``q``. Returns ``o`` ``(B, H, T, D_v)`` and ``S_T``.
+    ``S' = S + Kᵀ (U − W S)``.
+
+    Three stages, as fla's kernels do it: (1) the UT transforms and masked scores of all chunks at once; (2) a loop
+    over chunks for what is truly sequential, the pseudo-values ``u`` and the state each chunk starts from (two fused
+    products per chunk); (3) the outputs of all chunks at once from those states. Computing each chunk's output
+    inside the loop would add two small products per step, which on a CPU run several times slower per FLOP than
+    one batched product. ``q`` enters only the output, linearly, so ``scale`` multiplies ``O`` once at the end.
+    Returns ``o`` ``(B, H, T, D_v)`` and ``S_T``.
     """
     T, C = q.shape[2], chunk_size
     qc, kc, vc = (to_chunks(x, C) for x in (q, k, v))  # (B, H, N, C, ·)
@@ -107,31 +112,48 @@ def chunk_forward(q, k, v, beta, S, chunk_size, scale=1.0, g=None):
     scores = qc @ kc.transpose(-1, -2)  # (B, H, N, C, C): q_i · k_j
     if g is None:
         k_to_end, chunk_decay = kc, None
+        scores = scores.tril()  # causal mask M, diagonal included
     else:
         gc = to_chunks(g, C)  # (B, H, N, C), zero-padded g keeps the state
-        Gamma = decay_matrix(gc)  # (B, H, N, C, C): Γ_ij, exact also for g = −inf (a full reset)
+        Gamma = decay_matrix(gc)  # (B, H, N, C, C): Γ_ij, 0 above the diagonal (so Γ ⊙ M = Γ)
         gram, scores = gram * Gamma, scores * Gamma
         gamma = torch.exp(gc.cumsum(-1)).unsqueeze(-1)  # (B, H, N, C, 1): γ_i
         k_beta, qc = k_beta * gamma, qc * gamma
         k_to_end = kc * Gamma[..., -1, :].unsqueeze(-1)  # γ_C / γ_j = Γ_Cj, without dividing by a γ_j that may be 0
         chunk_decay = gamma[..., -1:, :]  # (B, H, N, 1, 1): γ_C
 
-    # One triangular solve per chunk for [W, U] (never L⁻¹ itself: that would cost C³, i.e. T³ in the parallel form).
-    # unitriangular=True reads L's diagonal as ones, so its strict lower triangle is all we pass.
-    rhs = torch.cat([k_beta, v_beta], dim=-1)  # (B, H, N, C, D_k + D_v)
-    WU = torch.linalg.solve_triangular(gram.tril(-1), rhs, upper=False, unitriangular=True)
-    W, U = WU.split([k.shape[-1], v.shape[-1]], dim=-1)  # (B, H, N, C, D_k), (B, H, N, C, D_v)
-    A = scores.tril()  # causal mask M, diagonal included
+    # (1) The UT transform: triangular solves for W and U (never L⁻¹ itself: that would cost C³, i.e. T³ in the
+    # parallel form). solve_triangular reads only the strict lower triangle of `gram` (upper=False) and takes the
+    # diagonal as ones (unitriangular=True): that is L, with no masked copy.
+    W = torch.linalg.solve_triangular(gram, k_beta, upper=False, unitriangular=True)  # (B, H, N, C, D_k)
+    U = torch.linalg.solve_triangular(gram, v_beta, upper=False, unitriangular=True)  # (B, H, N, C, D_v)
     k_to_end = k_to_end.transpose(-1, -2)  # (B, H, N, D_k, C)
 
-    outputs = []
-    for n in range(qc.shape[2]):  # the only sequential part: one step per chunk
-        u = U[:, :, n] - W[:, :, n] @ S  # (B, H, C, D_v) pseudo-values
-        outputs.append(scale * (qc[:, :, n] @ S + A[:, :, n] @ u))
+    # (2) The only sequential part: per chunk, the pseudo-values u = U − W S and the next state S ← γ_C S + K̃ᵀ u.
+    starts, pseudo_values = [], []
+    for n in range(qc.shape[2]):
+        starts.append(S)
+        u = _add_product(U[:, :, n], W[:, :, n], S, alpha=-1.0)  # (B, H, C, D_v)
+        pseudo_values.append(u)
         carried = S if chunk_decay is None else chunk_decay[:, :, n] * S
-        S = carried + k_to_end[:, :, n] @ u
-    o = torch.stack(outputs, dim=2).flatten(2, 3)[:, :, :T]
-    return o, S
+        S = _add_product(carried, k_to_end[:, :, n], u)
+    starts = torch.stack(starts, dim=2)  # (B, H, N, D_k, D_v)
+    u = torch.stack(pseudo_values, dim=2)  # (B, H, N, C, D_v)
+
+    # (3) All outputs at once: O = scale (Q S_start + (Q Kᵀ ⊙ Γ ⊙ M) u).
+    o = _add_product(scores @ u, qc, starts, alpha=scale, beta=scale)
+    return o.flatten(2, 3)[:, :, :T], S
+
+
+def _add_product(c, a, b, alpha=1.0, beta=1.0):
+    """``beta · c + alpha · (a @ b)`` over all leading axes in one fused pass (``torch.baddbmm``).
+
+    Equal to the expression, without the temporaries of a separate product, sum and scaling (on a CPU, each
+    temporary of a chunk-sized product costs about as much time as the product).
+    """
+    batch = a.shape[:-2]
+    c = c.expand(*batch, *c.shape[-2:]).flatten(0, -3)
+    return torch.baddbmm(c, a.flatten(0, -3), b.flatten(0, -3), beta=beta, alpha=alpha).unflatten(0, batch)
 
 
 def delta_rule_recurrent(
@@ -175,10 +197,11 @@ def delta_rule_chunk(
     """Chunkwise form (WY/UT representation): C tokens at a time, the state handed from chunk to chunk.
 
     Per chunk (fla's convention, Yang et al. 2024): ``T = (I + tril(diag(β) K Kᵀ, −1))⁻¹ diag(β)``, ``W = T K``,
-    ``U = T V``; ``O = Q S + (Q Kᵀ ⊙ M)(U − W S)``; ``S ← S + Kᵀ (U − W S)``. The UT transforms of all chunks are
-    computed at once; only the chunk-to-chunk state update is a loop (``ceil(T / C)`` steps, see
+    ``U = T V``; ``O = Q S + (Q Kᵀ ⊙ M)(U − W S)``; ``S ← S + Kᵀ (U − W S)``. Everything but the chunk-to-chunk
+    state update is computed for all chunks at once; the update is a loop of ``ceil(T / C)`` steps (see
     :func:`chunk_forward`).
-    Cost ``O(T C (D_k + D_v) + T D_k D_v)``, memory ``O(T C + T (D_k + D_v))``: nothing of size T×T.
+    Cost ``O(T C (D_k + D_v) + T D_k D_v)``, memory ``O(T C + T (D_k + D_v) + T D_k D_v / C)``: nothing of size
+    T×T.
     Any positive ``chunk_size`` works, and T need not be a multiple of it.
     """
     out_dtype = q.dtype if isinstance(q, torch.Tensor) else None
