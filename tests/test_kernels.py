@@ -373,3 +373,18 @@ def test_normalised_bf16_divides_before_rounding():
     # in the interpreter the kernel's fp32 arithmetic matches the reference's, so the bf16 results agree (measured: 0);
     # rounding numerator and normaliser to bf16 before dividing would put ~2e-3 here
     assert o.dtype == torch.bfloat16 and rel_err(o, o_ref) <= (1e-3 if DEVICE.type == "cpu" else 1e-2)
+
+
+def test_gated_kernel_refuses_a_full_reset_rather_than_returning_nan():
+    """g = -inf: the reference op is exact, the kernel (running-sum decays) would give NaN, so it refuses."""
+    from ttr_edu import kernels, ops
+
+    torch.manual_seed(0)
+    q, k, v = torch.randn(3, 1, 20, 1, 16)
+    k = torch.nn.functional.normalize(k, dim=-1)
+    beta = torch.rand(1, 20, 1)
+    g = torch.full((1, 20, 1), -0.1)
+    g[0, 7, 0] = float("-inf")
+    assert torch.isfinite(ops.gated_delta_rule_chunk(q, k, v, g, beta, chunk_size=16)[0]).all()
+    with pytest.raises(ValueError, match=r"g: expected a log decay in \(-inf, 0\] \(finite\)"):
+        kernels.gated_delta_rule_chunk(q, k, v, g, beta, chunk_size=16)

@@ -21,7 +21,7 @@ from ttr_edu.kernels._dispatch import (
     tile_sizes,
 )
 from ttr_edu._validation import check_positive_int
-from ttr_edu.ops._common import STATE, check_inputs, check_state, compute_dtype, resolve_scale
+from ttr_edu.ops._common import STATE, check_inputs, check_log_decay, check_state, compute_dtype, resolve_scale
 from ttr_edu.ops._common import check_stability as check_stability_of
 from ttr_edu.ops.delta_rule import delta_rule_chunk as _reference_delta
 from ttr_edu.ops.gated_delta_rule import gated_delta_rule_chunk as _reference_gated
@@ -81,6 +81,10 @@ def _check(q, k, v, beta, scale, initial_state, chunk_size, check_stability, ref
     if initial_state is not None:
         check_state("initial_state", initial_state, dims, STATE, q.device)
     check_stability_of(beta, k, check_stability)
+    if g is not None:
+        # The kernel forms in-chunk decays as differences of one running sum: a reset (g = -inf) would give
+        # -inf - (-inf) = NaN. The reference op handles resets exactly; the kernel refuses them.
+        check_log_decay(g, allow_reset=False)
     check_runnable(q.device, reference)
     check_kernel_sizes(dims["D_k"], chunk_size, reference, T=dims["T"], H=dims["H"], d_v=dims["D_v"])
     return scale
@@ -163,7 +167,7 @@ def gated_delta_rule_chunk(
     Raises:
         TypeError, ValueError: as :func:`ttr_edu.ops.gated_delta_rule_chunk`, for the same mistakes.
         ValueError: ``chunk_size`` not a power of two in [16, 128], D_k > 256, or ``T·H·max(D_k, D_v) ≥ 2³⁰``
-            (kernel limits).
+            (kernel limits); ``g = −inf`` (a full reset: use the reference op, which handles it exactly).
         RuntimeError: CPU tensors without Triton's interpreter, or a device that is neither CUDA nor CPU.
     """
     reference = "ttr_edu.ops.gated_delta_rule_chunk"
