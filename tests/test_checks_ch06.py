@@ -63,7 +63,13 @@ def non_causal_readout(q, k, v, ridge):  # solved once with every pair, future o
     return q @ S
 
 
+def pseudo_inverse_readout(q, k, v, ridge):  # the ridge ignored: minimum-norm fit by the pseudo-inverse
+    return torch.stack([(torch.linalg.pinv(k[: t + 1]) @ v[: t + 1]).T @ q[t] for t in range(k.shape[0])])
+
+
 WRONG = [
+    ("sgd: S k instead of Sᵀ k", ch06.check_sgd_step, lambda S, k, v, beta: S + beta * torch.outer(k, v - S @ k)),
+    ("ridge: ridge ignored (pseudo-inverse)", ch06.check_ridge_readout, pseudo_inverse_readout),
     ("decay: includes the pair's own gate", ch06.check_decay_weights, decay_including_own_gate),
     ("decay: upper triangle not masked", ch06.check_decay_weights,
      lambda g: (torch.cumsum(g, 0)[:, None] - torch.cumsum(g, 0)[None, :]).exp()),

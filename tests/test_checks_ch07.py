@@ -78,7 +78,13 @@ def uncentred_moments(q, k, v, scale, ridge):  # Σ w k kᵀ and Σ w v kᵀ wit
     return torch.stack(out)
 
 
+def bandwidth_without_half(q, k, v, bandwidth):  # exp(-‖q - k‖² / h²): the ½ of the Gaussian forgotten
+    squared_distance = ((q[:, None, :] - k[None, :, :]) ** 2).sum(-1)
+    return causal_softmax(-squared_distance / bandwidth**2) @ v
+
+
 WRONG = [
+    ("NW: the ½ in exp(-d²/2h²) forgotten", ch07.check_nadaraya_watson, bandwidth_without_half),
     ("NW: dot-product (softmax) kernel", ch07.check_nadaraya_watson, softmax_attention_as_smoother),
     ("NW: not causal", ch07.check_nadaraya_watson, non_causal_smoother),
     ("local linear: slope forgotten", ch07.check_local_linear_readout, local_constant),
