@@ -50,6 +50,11 @@ def normalized_by_all_keys(q, k, v):  # z = Σ over the whole sequence, not the 
     return (scores @ v) / ((q @ k.sum(0))[:, None] + 1e-6)
 
 
+def normalized_by_column_sums(q, k, v):  # sums the masked scores over the wrong axis (over queries, not keys)
+    scores = torch.tril(q @ k.T)
+    return (scores @ v) / (scores.sum(0, keepdim=True).T + 1e-6)
+
+
 RIGHT = [
     (ch02.check_fast_weight_recurrence, recurrence),
     (ch02.check_causal_linear_attention, parallel),
@@ -60,6 +65,7 @@ WRONG = [
     (ch02.check_causal_linear_attention, no_mask),
     (ch02.check_causal_linear_attention, strict_mask),
     (ch02.check_normalized_linear_attention, normalized_by_all_keys),
+    (ch02.check_normalized_linear_attention, normalized_by_column_sums),
     (ch02.check_normalized_linear_attention, parallel),  # forgot the normaliser
 ]
 

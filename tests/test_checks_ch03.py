@@ -27,6 +27,11 @@ def dpfp_positive_half_only(x, nu):  # forgets ReLU(−x): half the features
     return torch.cat([r * torch.roll(r, j, dims=-1) for j in range(1, nu + 1)], dim=-1)
 
 
+def dpfp_roll_without_dims(x, nu):  # torch.roll without dims=-1 rolls the flattened tensor across rows
+    r = torch.cat([torch.relu(x), torch.relu(-x)], dim=-1)
+    return torch.cat([r * torch.roll(r, j) for j in range(1, nu + 1)], dim=-1)
+
+
 def favor_plus(x, projection):
     wx = x @ projection.T
     scale = torch.exp(-0.5 * (x**2).sum(-1, keepdim=True)) / math.sqrt(2 * projection.shape[0])
@@ -58,6 +63,7 @@ RIGHT = [(ch03.check_dpfp, dpfp), (ch03.check_favor_plus, favor_plus), (ch03.che
 WRONG = [
     (ch03.check_dpfp, dpfp_from_zero, "wrong values"),
     (ch03.check_dpfp, dpfp_positive_half_only, "wrong shape"),
+    (ch03.check_dpfp, dpfp_roll_without_dims, "wrong values"),
     (ch03.check_favor_plus, favor_plus_without_norm_term, "wrong values"),
     (ch03.check_favor_plus, favor_plus_sqrt_m, "wrong values"),
     (ch03.check_retrieval_loss, loss_mean_over_values, "got"),
