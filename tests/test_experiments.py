@@ -84,3 +84,13 @@ def test_unknown_task_and_grid_names():
         run_point("copy", capacity.MODELS["ELU+1"], 4, SMALL)
     with pytest.raises(ValueError, match="valid names are capacity, overwrite"):
         load_shipped("mqar")
+
+
+def test_loss_figure_says_best_loss_only_for_trained_keys():
+    from ttr_edu.experiments.grid import load_shipped, loss_figure
+
+    rows = load_shipped("capacity")
+    random_rows = [r for r in rows if r["keys"] == "random"]
+    trained_rows = [r for r in rows if r["keys"] == "trained"]
+    assert loss_figure(random_rows, title="random").layout.yaxis.title.text == "evaluation loss"
+    assert loss_figure(trained_rows, title="trained").layout.yaxis.title.text == "best evaluation loss"

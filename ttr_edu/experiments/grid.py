@@ -215,8 +215,9 @@ def loss_figure(rows: list[dict], *, title: str, per_d_dot: bool = False, d_dot_
             figure.add_vline(x=d_dot / scale, line={"color": colour, "dash": "dot", "width": 1})
     figure.add_hline(y=1e-3, line={"color": "grey", "dash": "dash", "width": 1},
                      annotation_text="target 1e-3", annotation_position="bottom right")
+    any_trained = any(row["keys"] == "trained" for row in rows)  # random keys are only evaluated: no "best"
     figure.update_layout(title=title, xaxis_title="S / d_dot" if per_d_dot else "number of keys S",
-                         yaxis_title="best evaluation loss", template=TEMPLATE)
+                         yaxis_title="best evaluation loss" if any_trained else "evaluation loss", template=TEMPLATE)
     figure.update_yaxes(type="log")
     return figure
 
