@@ -9,6 +9,7 @@ States that are more than ``S``: normalised linear attention carries ``(S, z)``,
 are passed in ``initial_state`` and returned in the same form.
 """
 
+from . import feature_maps
 from .delta_rule import delta_rule_chunk, delta_rule_parallel, delta_rule_pseudo_values, delta_rule_recurrent
 from .feature_maps import (
     FEATURE_MAPS,
@@ -32,19 +33,7 @@ from .rls import rls_exact, rls_recurrent
 from .softmax_attention import softmax_attention
 
 __all__ = [
-    # feature maps and normalisations
-    "elu_plus_one",
-    "relu_feature_map",
-    "identity_feature_map",
-    "dpfp",
-    "favor_plus",
-    "orthogonal_random_features",
-    "FavorPlus",
-    "sum_norm",
-    "l2_norm",
-    "d_dot",
-    "get_feature_map",
-    "FEATURE_MAPS",
+    *feature_maps.__all__,  # feature maps and normalisations
     # layers
     "linear_attention_recurrent",
     "linear_attention_parallel",
