@@ -8,6 +8,8 @@ from hypothesis import strategies as st
 
 from ttr_edu.checks._core import relative_error
 from ttr_edu.ops import (
+    delta_rule,
+    delta_rule_chunk,
     delta_rule_recurrent,
     gated_delta_rule_chunk,
     gated_delta_rule_recurrent,
@@ -197,3 +199,25 @@ def test_gated_delta_warns_when_unstable(form):
     q, k, v, g, beta = make_inputs(1, 6, 1, 3, 2, torch.float64, seed=6)
     with pytest.warns(RuntimeWarning, match="leaves"):
         GATED[form](q, k, v, g, 3.0 * torch.ones_like(beta))
+
+
+@pytest.mark.parametrize("block_rows", [1, 72])
+@pytest.mark.parametrize("gated", [False, True])
+def test_chunk_forward_is_the_same_for_any_block_split(monkeypatch, block_rows, gated):
+    """The chunk forms take their chunks a block at a time; one chunk per block, or ragged blocks of 3, 3, 3 and 1
+    chunks (B·H·C = 24 rows per chunk), give the recurrence's outputs, state and gradients."""
+    monkeypatch.setattr(delta_rule, "_BLOCK_ROWS", block_rows)
+    q, k, v, g, beta = make_inputs(2, 37, 3, 5, 4, torch.float64, seed=5)
+    S0 = torch.randn(2, 3, 5, 4, dtype=torch.float64)
+    inputs = [x.requires_grad_() for x in ((q, k, v, g, beta) if gated else (q, k, v, beta))]
+    chunk = gated_delta_rule_chunk if gated else delta_rule_chunk
+    recurrent = gated_delta_rule_recurrent if gated else delta_rule_recurrent
+    o, S = chunk(*inputs, initial_state=S0, output_final_state=True, chunk_size=4)
+    o_ref, S_ref = recurrent(*inputs, initial_state=S0, output_final_state=True)
+    assert relative_error(o, o_ref) <= 1e-10
+    assert relative_error(S, S_ref) <= 1e-10
+    probe = torch.randn_like(o)
+    grads = torch.autograd.grad((o * probe).sum() + S.sum(), inputs)
+    grads_ref = torch.autograd.grad((o_ref * probe).sum() + S_ref.sum(), inputs)
+    for a, b in zip(grads, grads_ref):
+        assert relative_error(a, b) <= 1e-10

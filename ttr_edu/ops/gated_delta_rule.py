@@ -91,7 +91,7 @@ def gated_delta_rule_chunk(
     check_positive_int("chunk_size", chunk_size)
     q, k, v, beta, g, S, scale = prepare(q, k, v, beta, scale, initial_state, check_stability, g=g)
     o, S = chunk_forward(q, k, v, beta, S, chunk_size, scale=scale, g=g)
-    return o.transpose(1, 2).to(out_dtype), (S if output_final_state else None)
+    return o.to(out_dtype), (S if output_final_state else None)
 
 
 for _fn in (gated_delta_rule_recurrent, gated_delta_rule_chunk):
