@@ -304,3 +304,30 @@ def test_initial_state_fades_alike_in_one_online_pass_and_one_multi_pass():
     online = TestTimeRegression(Uniform(), Linear(), OnlineSGD())(q, k, v, beta=beta, initial_state=S0)[0]
     one_pass = TestTimeRegression(Uniform(), Linear(), MultiPassSGD(1))(q, k, v, beta=beta, initial_state=S0)[0]
     close(one_pass, online)
+
+
+@pytest.mark.parametrize("chunk_size", [1, 3, 64])
+def test_online_sgd_in_chunks_equals_the_step_by_step_delta_rule(chunk_size):
+    """The chunk's errors from one triangular solve equal the steps taken one by one (the recurrent ops), for a
+    chunk of one step, ragged chunks (T = 11) and one chunk longer than T; with gates, including a full reset."""
+    q, k, v, beta, g = inputs(23)
+    g = g.clone()
+    g[:, 5] = -math.inf  # α = 0 at t = 5: everything written before is forgotten
+    S0 = torch.randn(B, H, D_K, D_V, dtype=torch.float64)
+    plain = TestTimeRegression(Uniform(), Linear(), OnlineSGD(chunk_size))
+    gated = TestTimeRegression(Gates(), Linear(), OnlineSGD(chunk_size))
+    o, S = plain(q, k, v, beta=beta, initial_state=S0, output_final_state=True)
+    o_ref, S_ref = ops.delta_rule_recurrent(q, k, v, beta, initial_state=S0, output_final_state=True)
+    close(o, o_ref)
+    close(S, S_ref)
+    o, S = gated(q, k, v, beta=beta, g=g, initial_state=S0, output_final_state=True)
+    o_ref, S_ref = ops.gated_delta_rule_recurrent(q, k, v, g, beta, initial_state=S0, output_final_state=True)
+    assert torch.isfinite(o).all()
+    close(o, o_ref)
+    close(S, S_ref)
+
+
+@pytest.mark.parametrize("chunk_size", [0, -1, 2.5])
+def test_online_sgd_refuses_a_bad_chunk_size(chunk_size):
+    with pytest.raises((ValueError, TypeError), match="chunk_size"):
+        OnlineSGD(chunk_size)

@@ -46,6 +46,7 @@ from dataclasses import dataclass
 import torch
 
 from ttr_edu._validation import Dims, check_positive_float, check_positive_int, check_same_device, check_tensor
+from ttr_edu.ops._common import decay_matrix
 
 __all__ = [
     "Uniform",
@@ -223,7 +224,16 @@ class OnlineSGD:
 
     ``S_t = α_t S_{t−1} + β_t k_t (v_t − α_t S_{t−1}ᵀ k_t)ᵀ``: the old state is first down-weighted by the decay
     ``α_t = exp(g_t)`` of the weights, then stepped (gated DeltaNet; Wang et al. 2025 §3.3).
+
+    The steps are computed ``chunk_size`` pairs at a time, whose errors solve one triangular system (see
+    ``_online_sgd``); ``chunk_size=1`` takes them one by one. Raises ``ValueError`` unless ``chunk_size`` is a
+    positive int.
     """
+
+    chunk_size: int = 64
+
+    def __post_init__(self):
+        check_positive_int("chunk_size", self.chunk_size)
 
 
 @dataclass(frozen=True)
@@ -559,34 +569,40 @@ def _gradient_step(opt: GradientStep, q, k, v, g, beta, S0):
 
 
 def _online_sgd(opt: OnlineSGD, q, k, v, g, beta, S0):
-    """``S_t = α_t S_{t−1} − β_t ∇_S ½‖v_t − Sᵀk_t‖² |_{S = α_t S_{t−1}}``, then ``o_t = S_tᵀ q_t``.
+    """``S_t = α_t S_{t−1} + k_t e_tᵀ`` with the step's error ``e_t = β_t (v_t − α_t S_{t−1}ᵀ k_t)``; ``o_t = S_tᵀ q_t``.
 
-    The loop is the definition, one step per token. Each step decays the state, ``S̃ = α_t S_{t−1}``, reads it at
-    the key and at the query in one batched product, ``Z = [v_t − S̃ᵀ k_t ; v_t − S̃ᵀ q_t]``, and writes once; the
-    outputs follow after the loop from ``o_t = S̃ᵀ q_t + β_t (k_t·q_t) e_t`` with the error ``e_t = Z_0``.
+    One step per pair is the definition, and a loop over pairs would take it literally. But steps on a linear
+    regressor compose. In a chunk of C pairs that starts from ``S_0``, with ``Γ_ij`` the weight the decays leave from
+    step j to step i and ``γ_i`` the one left on ``S_0``, the state before step i is read as
+    ``α_i S_{i−1} = γ_i S_0 + Σ_{j<i} Γ_ij k_j e_jᵀ``. So the chunk's errors solve one unit lower-triangular system,
+
+        e_i + β_i Σ_{j<i} Γ_ij (k_i·k_j) e_j = β_i (v_i − γ_i S_0ᵀ k_i),
+
+    (each error corrected for the steps before it in the chunk), and then
+
+        o_i = γ_i S_0ᵀ q_i + Σ_{j≤i} Γ_ij (q_i·k_j) e_j,      S_C = γ_C S_0 + Σ_j Γ_Cj k_j e_jᵀ.
+
+    The solve stays inside the loop over chunks, since its right side needs ``S_0``. The ops of chapter 09 hoist it
+    out of the loop instead (the WY/UT form: ``e = U − W S_0``), which is faster but further from the objective.
     """
     B, H, T, D_k = k.shape
-    D_v = v.shape[-1]
-    S = k.new_zeros(B * H, D_k, D_v) if S0 is None else S0.reshape(B * H, D_k, D_v)
-    step = beta[..., None] * k  # β_t k_t
-    read = torch.stack([k, q], dim=3)  # (B, H, T, 2, D_k): where the old state is read
-    # time first and contiguous, so that each step's slice is one dense block; unbind makes all the slices at once
-    read, step_t, two_v = (
-        x.permute(2, 0, 1, 3, 4).reshape(T, B * H, *x.shape[3:]).contiguous().unbind(0)
-        for x in (read, step[..., :, None], v[..., None, :].expand(B, H, T, 2, D_v))
-    )
-    alpha = [None] * T if g is None else g.exp().permute(2, 0, 1).reshape(T, B * H, 1, 1).unbind(0)  # α_t = e^{g_t}
-    Z = []
-    for read_t, step_column, two_v_t, alpha_t in zip(read, step_t, two_v, alpha):
-        if alpha_t is not None:
-            S = alpha_t * S  # down-weight the past: γ_i^{(t)} = α_t γ_i^{(t−1)}
-        z = torch.baddbmm(two_v_t, read_t, S, alpha=-1.0)  # (B·H, 2, D_v)
-        S = torch.baddbmm(S, step_column, z[:, :1])  # S + β_t k_t e_tᵀ: minus β_t × the gradient
-        Z.append(z)
-    Z = torch.stack(Z, dim=1).reshape(B, H, T, 2, D_v)  # (B·H, T, 2, D_v) -> heads-first
-    error, query_read = Z[..., 0, :], v - Z[..., 1, :]
-    o = query_read + (step * q).sum(-1, keepdim=True) * error
-    return o, S.reshape(B, H, D_k, D_v)
+    S = k.new_zeros(B, H, D_k, v.shape[-1]) if S0 is None else S0
+    outputs = []
+    for start in range(0, T, opt.chunk_size):
+        chunk = slice(start, start + opt.chunk_size)
+        q_c, k_c, v_c, beta_c = q[:, :, chunk], k[:, :, chunk], v[:, :, chunk], beta[:, :, chunk, None]
+        if g is None:  # uniform weights: Γ is the causal mask, γ = 1
+            Gamma = torch.ones(k_c.shape[2], k_c.shape[2], dtype=k.dtype, device=k.device).tril()
+            gamma = torch.ones_like(k_c[..., :1])
+        else:
+            Gamma = decay_matrix(g[:, :, chunk])  # (B, H, C, C): Γ_ij = exp(Σ_{l=j+1..i} g_l), 0 above the diagonal
+            gamma = g[:, :, chunk].cumsum(-1).exp()[..., None]  # (B, H, C, 1): γ_i = exp(Σ_{l≤i} g_l)
+        system = beta_c * (k_c @ k_c.mT) * Gamma  # its strict lower triangle; the diagonal is taken as ones
+        right = beta_c * (v_c - gamma * (k_c @ S))
+        errors = torch.linalg.solve_triangular(system, right, upper=False, unitriangular=True)  # (B, H, C, D_v)
+        outputs.append(gamma * (q_c @ S) + ((q_c @ k_c.mT) * Gamma) @ errors)
+        S = gamma[..., -1:, :] * S + (Gamma[..., -1, :, None] * k_c).mT @ errors
+    return torch.cat(outputs, dim=2), S
 
 
 def _multi_pass_sgd(opt: MultiPassSGD, q, k, v, g, beta, S0):
