@@ -327,7 +327,14 @@ def test_online_sgd_in_chunks_equals_the_step_by_step_delta_rule(chunk_size):
     close(S, S_ref)
 
 
-@pytest.mark.parametrize("chunk_size", [0, -1, 2.5])
-def test_online_sgd_refuses_a_bad_chunk_size(chunk_size):
-    with pytest.raises((ValueError, TypeError), match="chunk_size"):
+@pytest.mark.parametrize(("chunk_size", "error"), [(0, ValueError), (-1, ValueError), (2.5, TypeError), (True, TypeError)])
+def test_online_sgd_refuses_a_bad_chunk_size(chunk_size, error):
+    with pytest.raises(error, match="chunk_size"):
         OnlineSGD(chunk_size)
+
+
+@pytest.mark.parametrize("optimizer", [OnlineSGD(), GradientStep(), ExactSolve()])
+def test_an_empty_sequence_is_refused_by_name(optimizer):
+    q, k, v, beta, _ = inputs(24, t=0)
+    with pytest.raises(ValueError, match="q: expected at least one token"):
+        TestTimeRegression(Uniform(), Linear(), optimizer)(q, k, v, beta=beta)

@@ -225,9 +225,14 @@ class OnlineSGD:
     ``S_t = α_t S_{t−1} + β_t k_t (v_t − α_t S_{t−1}ᵀ k_t)ᵀ``: the old state is first down-weighted by the decay
     ``α_t = exp(g_t)`` of the weights, then stepped (gated DeltaNet; Wang et al. 2025 §3.3).
 
-    The steps are computed ``chunk_size`` pairs at a time, whose errors solve one triangular system (see
-    ``_online_sgd``); ``chunk_size=1`` takes them one by one. Raises ``ValueError`` unless ``chunk_size`` is a
-    positive int.
+    Args:
+        chunk_size: how many steps are computed together: their errors solve one triangular system (see
+            ``_online_sgd``); ``1`` takes the steps one by one. A speed setting only: every ``chunk_size`` gives
+            the same result up to rounding (it is not mini-batch SGD).
+
+    Raises:
+        TypeError: ``chunk_size`` not an int (bools included).
+        ValueError: ``chunk_size`` ≤ 0.
     """
 
     chunk_size: int = 64
@@ -406,13 +411,15 @@ class TestTimeRegression:
 
         Raises:
             TypeError: non-tensors, integer dtypes, or ``k``/``v`` of another dtype than ``q``.
-            ValueError: shapes that disagree (the message names the argument and the dims), tensors on different
-                devices, a missing or superfluous ``beta``/``g``, or a state the chosen class does not keep.
+            ValueError: shapes that disagree (the message names the argument and the dims), T = 0, tensors on
+                different devices, a missing or superfluous ``beta``/``g``, or a state the chosen class does not keep.
         """
         dims = Dims()
         dims.bind("q", q, ("B", "T", "H", "D_k"))
         dims.bind("k", k, ("B", "T", "H", "D_k"))
         dims.bind("v", v, ("B", "T", "H", "D_v"))
+        if dims["T"] == 0:
+            raise ValueError(f"q: expected at least one token, got shape {tuple(q.shape)} with T = 0")
         for name, x in (("k", k), ("v", v)):
             if x.dtype != q.dtype:
                 raise TypeError(f"{name}: expected the dtype of q ({q.dtype}), got {x.dtype}")
