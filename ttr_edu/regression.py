@@ -598,12 +598,12 @@ def _online_sgd(opt: OnlineSGD, q, k, v, g, beta, S0):
     for start in range(0, T, opt.chunk_size):
         chunk = slice(start, start + opt.chunk_size)
         q_c, k_c, v_c, beta_c = q[:, :, chunk], k[:, :, chunk], v[:, :, chunk], beta[:, :, chunk, None]
-        if g is None:  # uniform weights: Γ is the causal mask, γ = 1
+        g_c = None if g is None else g[:, :, chunk]
+        gamma = _decay_from_start(g_c, k_c)[..., None]  # (B, H, C, 1): γ_i = exp(Σ_{l≤i} g_l), the weight on S_0
+        if g is None:  # uniform weights: Γ is the causal mask
             Gamma = torch.ones(k_c.shape[2], k_c.shape[2], dtype=k.dtype, device=k.device).tril()
-            gamma = torch.ones_like(k_c[..., :1])
         else:
-            Gamma = decay_matrix(g[:, :, chunk])  # (B, H, C, C): Γ_ij = exp(Σ_{l=j+1..i} g_l), 0 above the diagonal
-            gamma = g[:, :, chunk].cumsum(-1).exp()[..., None]  # (B, H, C, 1): γ_i = exp(Σ_{l≤i} g_l)
+            Gamma = decay_matrix(g_c)  # (B, H, C, C): Γ_ij = exp(Σ_{l=j+1..i} g_l), 0 above the diagonal
         system = beta_c * (k_c @ k_c.mT) * Gamma  # its strict lower triangle; the diagonal is taken as ones
         right = beta_c * (v_c - gamma * (k_c @ S))
         errors = torch.linalg.solve_triangular(system, right, upper=False, unitriangular=True)  # (B, H, C, D_v)

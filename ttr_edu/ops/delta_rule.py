@@ -111,7 +111,7 @@ def chunk_forward(q, k, v, beta, S, chunk_size, scale=1.0, g=None):
     Takes ``q, k, v`` ``(B, H, T, ·)``, ``beta`` and ``g`` ``(B, H, T)`` and ``S`` ``(B, H, D_k, D_v)``; returns
     ``o`` ``(B, T, H, D_v)`` (fla's layout) and ``S_T``.
     """
-    B, H, T, D_k = q.shape
+    B, H, T = q.shape[:3]
     inputs = [pad_time(x, chunk_size) for x in ((q, k, v, beta) if g is None else (q, k, v, beta, g))]
     n_chunks = inputs[0].shape[2] // chunk_size
     per_block = max(1, _BLOCK_ROWS // (B * H * chunk_size))
