@@ -11,7 +11,7 @@ if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
 # Triton has wheels for Linux only; elsewhere the kernel chapter is skipped rather than failed.
-collect_ignore_glob = [] if importlib.util.find_spec("triton") else ["*/10_triton_kernels.ipynb"]
+collect_ignore_glob = [] if importlib.util.find_spec("triton") else ["*/12_triton_kernels.ipynb"]
 
 
 def pytest_collection_modifyitems(items):

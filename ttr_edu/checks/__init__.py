@@ -1,4 +1,4 @@
-"""Exercise checks, one module per chapter (``ttr_edu.checks.ch01`` ...). See :mod:`ttr_edu.checks._core`."""
+"""Exercise checks, one module per chapter (``ttr_edu.checks.hebbian_memory`` ...). See :mod:`ttr_edu.checks._core`."""
 
 from ttr_edu.checks._core import CheckFailed, run_check
 

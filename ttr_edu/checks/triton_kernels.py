@@ -22,7 +22,7 @@ import torch
 
 from ttr_edu import ops
 from ttr_edu.checks._core import CheckFailed, run_check
-from ttr_edu.checks.ch09 import ut_transform_spec
+from ttr_edu.checks.chunkwise_algorithms import ut_transform_spec
 
 __all__ = [
     "check_scale_tile",
@@ -191,7 +191,7 @@ def check_chunk_linear_attention(kernel) -> bool:
 
 def check_ut_transform(kernel) -> bool:
     """Check ``kernel(k_ptr, beta_ptr, out_ptr, C, D_k, BLOCK_C, BLOCK_K)`` against
-    :func:`ttr_edu.checks.ch09.ut_transform_spec`: ``out`` ``(C, C)`` is ``(I + tril(diag(β) K Kᵀ, −1))⁻¹ diag(β)``.
+    :func:`ttr_edu.checks.chunkwise_algorithms.ut_transform_spec`: ``out`` ``(C, C)`` is ``(I + tril(diag(β) K Kᵀ, −1))⁻¹ diag(β)``.
 
     One program (grid ``(1,)``), ``C ≤ BLOCK_C = 16``.
     """

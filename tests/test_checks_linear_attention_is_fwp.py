@@ -6,7 +6,8 @@ That an unattempted stub is reported is tested for every check at once in test_c
 import pytest
 import torch
 
-from ttr_edu.checks import CheckFailed, ch02
+from ttr_edu.checks import CheckFailed
+from ttr_edu.checks import linear_attention_is_fwp as checks
 
 
 
@@ -56,17 +57,17 @@ def normalized_by_column_sums(q, k, v):  # sums the masked scores over the wrong
 
 
 RIGHT = [
-    (ch02.check_fast_weight_recurrence, recurrence),
-    (ch02.check_causal_linear_attention, parallel),
-    (ch02.check_normalized_linear_attention, normalized),
+    (checks.check_fast_weight_recurrence, recurrence),
+    (checks.check_causal_linear_attention, parallel),
+    (checks.check_normalized_linear_attention, normalized),
 ]
 WRONG = [
-    (ch02.check_fast_weight_recurrence, read_before_write),
-    (ch02.check_causal_linear_attention, no_mask),
-    (ch02.check_causal_linear_attention, strict_mask),
-    (ch02.check_normalized_linear_attention, normalized_by_all_keys),
-    (ch02.check_normalized_linear_attention, normalized_by_column_sums),
-    (ch02.check_normalized_linear_attention, parallel),  # forgot the normaliser
+    (checks.check_fast_weight_recurrence, read_before_write),
+    (checks.check_causal_linear_attention, no_mask),
+    (checks.check_causal_linear_attention, strict_mask),
+    (checks.check_normalized_linear_attention, normalized_by_all_keys),
+    (checks.check_normalized_linear_attention, normalized_by_column_sums),
+    (checks.check_normalized_linear_attention, parallel),  # forgot the normaliser
 ]
 
 
@@ -85,4 +86,4 @@ def test_wrong_answer_is_rejected(check, answer):
 
 def test_the_recurrence_and_the_parallel_form_are_interchangeable():
     # The chapter's claim, through the checks: each form passes the other's check.
-    assert ch02.check_fast_weight_recurrence(parallel) and ch02.check_causal_linear_attention(recurrence)
+    assert checks.check_fast_weight_recurrence(parallel) and checks.check_causal_linear_attention(recurrence)

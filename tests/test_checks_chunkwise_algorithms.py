@@ -4,7 +4,8 @@ import pytest
 import torch
 
 from ttr_edu import ops
-from ttr_edu.checks import CheckFailed, ch09
+from ttr_edu.checks import CheckFailed
+from ttr_edu.checks import chunkwise_algorithms as checks
 
 
 def chunk_linear_attention(q, k, v, S, chunk_size, include_diagonal=True, state_after=False):
@@ -33,18 +34,18 @@ def delta_rule_chunk_step(q, k, v, beta, S, subtract_ws=True):
 
 
 def test_solutions_pass(capsys):
-    assert ch09.check_chunk_linear_attention(chunk_linear_attention)
-    assert ch09.check_ut_transform(ut_transform)
-    assert ch09.check_delta_rule_chunk_step(delta_rule_chunk_step)
+    assert checks.check_chunk_linear_attention(chunk_linear_attention)
+    assert checks.check_ut_transform(ut_transform)
+    assert checks.check_delta_rule_chunk_step(delta_rule_chunk_step)
     assert capsys.readouterr().out.count("PASS") == 3
 
 
 WRONG = {  # a plausible mistake for each exercise
-    "mask without its diagonal": (ch09.check_chunk_linear_attention, chunk_linear_attention, {"include_diagonal": False}),
-    "state after the chunk": (ch09.check_chunk_linear_attention, chunk_linear_attention, {"state_after": True}),
-    "tril with the diagonal": (ch09.check_ut_transform, ut_transform, {"diagonal": 0}),
-    "no diag(beta) on the right": (ch09.check_ut_transform, ut_transform, {"right_beta": False}),
-    "U instead of U - W S": (ch09.check_delta_rule_chunk_step, delta_rule_chunk_step, {"subtract_ws": False}),
+    "mask without its diagonal": (checks.check_chunk_linear_attention, chunk_linear_attention, {"include_diagonal": False}),
+    "state after the chunk": (checks.check_chunk_linear_attention, chunk_linear_attention, {"state_after": True}),
+    "tril with the diagonal": (checks.check_ut_transform, ut_transform, {"diagonal": 0}),
+    "no diag(beta) on the right": (checks.check_ut_transform, ut_transform, {"right_beta": False}),
+    "U instead of U - W S": (checks.check_delta_rule_chunk_step, delta_rule_chunk_step, {"subtract_ws": False}),
 }
 
 
@@ -59,7 +60,7 @@ def test_unsolved_stub_is_reported_not_raised(capsys):
     def stub(*args, **kwargs):
         raise NotImplementedError()
 
-    assert ch09.check_ut_transform(stub) is False
+    assert checks.check_ut_transform(stub) is False
     assert "not attempted yet" in capsys.readouterr().out
 
 

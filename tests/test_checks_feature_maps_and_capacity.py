@@ -8,7 +8,8 @@ import math
 import pytest
 import torch
 
-from ttr_edu.checks import CheckFailed, ch03
+from ttr_edu.checks import CheckFailed
+from ttr_edu.checks import feature_maps_and_capacity as checks
 
 
 
@@ -59,15 +60,15 @@ def loss_without_half(y, target):
     return 2 * loss(y, target)
 
 
-RIGHT = [(ch03.check_dpfp, dpfp), (ch03.check_favor_plus, favor_plus), (ch03.check_retrieval_loss, loss)]
+RIGHT = [(checks.check_dpfp, dpfp), (checks.check_favor_plus, favor_plus), (checks.check_retrieval_loss, loss)]
 WRONG = [
-    (ch03.check_dpfp, dpfp_from_zero, "wrong values"),
-    (ch03.check_dpfp, dpfp_positive_half_only, "wrong shape"),
-    (ch03.check_dpfp, dpfp_roll_without_dims, "wrong values"),
-    (ch03.check_favor_plus, favor_plus_without_norm_term, "wrong values"),
-    (ch03.check_favor_plus, favor_plus_sqrt_m, "wrong values"),
-    (ch03.check_retrieval_loss, loss_mean_over_values, "got"),
-    (ch03.check_retrieval_loss, loss_without_half, "got"),
+    (checks.check_dpfp, dpfp_from_zero, "wrong values"),
+    (checks.check_dpfp, dpfp_positive_half_only, "wrong shape"),
+    (checks.check_dpfp, dpfp_roll_without_dims, "wrong values"),
+    (checks.check_favor_plus, favor_plus_without_norm_term, "wrong values"),
+    (checks.check_favor_plus, favor_plus_sqrt_m, "wrong values"),
+    (checks.check_retrieval_loss, loss_mean_over_values, "got"),
+    (checks.check_retrieval_loss, loss_without_half, "got"),
 ]
 
 

@@ -6,7 +6,8 @@ That an unattempted stub is reported is tested for every check at once in test_c
 import pytest
 import torch
 
-from ttr_edu.checks import CheckFailed, ch06
+from ttr_edu.checks import CheckFailed
+from ttr_edu.checks import test_time_regression_parametric as checks
 
 
 
@@ -32,9 +33,9 @@ def ridge_readout(q, k, v, ridge):
 
 
 CHECKS = [
-    (ch06.check_decay_weights, decay_weights),
-    (ch06.check_sgd_step, sgd_step),
-    (ch06.check_ridge_readout, ridge_readout),
+    (checks.check_decay_weights, decay_weights),
+    (checks.check_sgd_step, sgd_step),
+    (checks.check_ridge_readout, ridge_readout),
 ]
 
 
@@ -63,15 +64,15 @@ def pseudo_inverse_readout(q, k, v, ridge):  # the ridge ignored: minimum-norm f
 
 
 WRONG = [
-    ("sgd: S k instead of Sᵀ k", ch06.check_sgd_step, lambda S, k, v, beta: S + beta * torch.outer(k, v - S @ k)),
-    ("ridge: ridge ignored (pseudo-inverse)", ch06.check_ridge_readout, pseudo_inverse_readout),
-    ("decay: includes the pair's own gate", ch06.check_decay_weights, decay_including_own_gate),
-    ("decay: upper triangle not masked", ch06.check_decay_weights,
+    ("sgd: S k instead of Sᵀ k", checks.check_sgd_step, lambda S, k, v, beta: S + beta * torch.outer(k, v - S @ k)),
+    ("ridge: ridge ignored (pseudo-inverse)", checks.check_ridge_readout, pseudo_inverse_readout),
+    ("decay: includes the pair's own gate", checks.check_decay_weights, decay_including_own_gate),
+    ("decay: upper triangle not masked", checks.check_decay_weights,
      lambda g: (torch.cumsum(g, 0)[:, None] - torch.cumsum(g, 0)[None, :]).exp()),
-    ("sgd: Hebbian write, no error term", ch06.check_sgd_step, lambda S, k, v, beta: S + beta * torch.outer(k, v)),
-    ("sgd: gradient ascent", ch06.check_sgd_step, lambda S, k, v, beta: S - beta * torch.outer(k, v - S.T @ k)),
-    ("ridge: covariance ignored", ch06.check_ridge_readout, linear_attention_readout),
-    ("ridge: not causal", ch06.check_ridge_readout, non_causal_readout),
+    ("sgd: Hebbian write, no error term", checks.check_sgd_step, lambda S, k, v, beta: S + beta * torch.outer(k, v)),
+    ("sgd: gradient ascent", checks.check_sgd_step, lambda S, k, v, beta: S - beta * torch.outer(k, v - S.T @ k)),
+    ("ridge: covariance ignored", checks.check_ridge_readout, linear_attention_readout),
+    ("ridge: not causal", checks.check_ridge_readout, non_causal_readout),
 ]
 
 

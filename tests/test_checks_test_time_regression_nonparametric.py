@@ -6,7 +6,8 @@ That an unattempted stub is reported is tested for every check at once in test_c
 import pytest
 import torch
 
-from ttr_edu.checks import CheckFailed, ch07
+from ttr_edu.checks import CheckFailed
+from ttr_edu.checks import test_time_regression_nonparametric as checks
 
 
 
@@ -36,8 +37,8 @@ def local_linear_readout(q, k, v, scale, ridge):
 
 
 CHECKS = [
-    (ch07.check_nadaraya_watson, nadaraya_watson),
-    (ch07.check_local_linear_readout, local_linear_readout),
+    (checks.check_nadaraya_watson, nadaraya_watson),
+    (checks.check_local_linear_readout, local_linear_readout),
 ]
 
 
@@ -79,11 +80,11 @@ def bandwidth_without_half(q, k, v, bandwidth):  # exp(-‖q - k‖² / h²): th
 
 
 WRONG = [
-    ("NW: the ½ in exp(-d²/2h²) forgotten", ch07.check_nadaraya_watson, bandwidth_without_half),
-    ("NW: dot-product (softmax) kernel", ch07.check_nadaraya_watson, softmax_attention_as_smoother),
-    ("NW: not causal", ch07.check_nadaraya_watson, non_causal_smoother),
-    ("local linear: slope forgotten", ch07.check_local_linear_readout, local_constant),
-    ("local linear: moments not centred", ch07.check_local_linear_readout, uncentred_moments),
+    ("NW: the ½ in exp(-d²/2h²) forgotten", checks.check_nadaraya_watson, bandwidth_without_half),
+    ("NW: dot-product (softmax) kernel", checks.check_nadaraya_watson, softmax_attention_as_smoother),
+    ("NW: not causal", checks.check_nadaraya_watson, non_causal_smoother),
+    ("local linear: slope forgotten", checks.check_local_linear_readout, local_constant),
+    ("local linear: moments not centred", checks.check_local_linear_readout, uncentred_moments),
 ]
 
 

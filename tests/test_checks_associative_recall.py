@@ -3,7 +3,8 @@
 import pytest
 import torch
 
-from ttr_edu.checks import CheckFailed, ch08
+from ttr_edu.checks import CheckFailed
+from ttr_edu.checks import associative_recall as checks
 
 
 def stub(logits, labels):
@@ -21,13 +22,13 @@ def returns_a_tensor(logits, labels):  # a 0-dim tensor is an acceptable number
 
 
 def test_a_correct_answer_passes(capsys):
-    assert ch08.check_mqar_accuracy(mqar_accuracy) is True
-    assert ch08.check_mqar_accuracy(returns_a_tensor) is True
+    assert checks.check_mqar_accuracy(mqar_accuracy) is True
+    assert checks.check_mqar_accuracy(returns_a_tensor) is True
     assert capsys.readouterr().out.startswith("PASS")
 
 
 def test_stub_is_not_attempted(capsys):
-    assert ch08.check_mqar_accuracy(stub) is False
+    assert checks.check_mqar_accuracy(stub) is False
     assert "not attempted yet" in capsys.readouterr().out
 
 
@@ -57,11 +58,11 @@ def masks_in_place(logits, labels):  # right number, but it overwrites the calle
 )
 def test_plausible_wrong_answers_are_rejected(wrong):
     with pytest.raises(CheckFailed):
-        ch08.check_mqar_accuracy(wrong)
+        checks.check_mqar_accuracy(wrong)
 
 
 def test_cases_are_neither_trivial_nor_perfect():
     # The wrong answers above are only told apart if the accuracies are strictly between chance and 1.
-    accuracies = [ch08.mqar_accuracy(**case) for case in ch08._accuracy_cases()]
+    accuracies = [checks.mqar_accuracy(**case) for case in checks._accuracy_cases()]
     assert accuracies[0] == 1.0 and all(0.1 < a < 0.95 for a in accuracies[1:])
-    assert all(case["labels"].dtype == torch.int64 for case in ch08._accuracy_cases())
+    assert all(case["labels"].dtype == torch.int64 for case in checks._accuracy_cases())

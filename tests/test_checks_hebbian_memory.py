@@ -7,15 +7,16 @@ import pytest
 import torch
 
 from ttr_edu import memory
-from ttr_edu.checks import CheckFailed, ch01
+from ttr_edu.checks import CheckFailed
+from ttr_edu.checks import hebbian_memory as checks
 
 
 
 CHECKS = [
-    (ch01.check_write, memory.hebbian_write),
-    (ch01.check_store, memory.store),
-    (ch01.check_crosstalk_energy, memory.crosstalk_energy),
-    (ch01.check_recall_accuracy, memory.recall_accuracy),
+    (checks.check_write, memory.hebbian_write),
+    (checks.check_store, memory.store),
+    (checks.check_crosstalk_energy, memory.crosstalk_energy),
+    (checks.check_recall_accuracy, memory.recall_accuracy),
 ]
 
 
@@ -45,14 +46,14 @@ def _accuracy_transposed_memory(W, keys, values):
 
 
 WRONG = [
-    ("write: transposed outer product", ch01.check_write, lambda W, k, v: W + torch.outer(k, v).reshape(W.shape)),
-    ("write: forgets the old memory", ch01.check_write, lambda W, k, v: torch.outer(v, k)),
-    ("store: keys and values swapped", ch01.check_store, lambda keys, values: (keys.T @ values).reshape(values.shape[1], keys.shape[1])),
-    ("store: only the last pair", ch01.check_store, lambda keys, values: torch.outer(values[-1], keys[-1])),
-    ("crosstalk: keeps the diagonal", ch01.check_crosstalk_energy, _crosstalk_with_diagonal),
-    ("crosstalk: sum instead of mean", ch01.check_crosstalk_energy, _crosstalk_sum_not_mean),
-    ("accuracy: ties counted as success", ch01.check_recall_accuracy, _accuracy_ties_pass),
-    ("accuracy: wrong values", ch01.check_recall_accuracy, _accuracy_transposed_memory),
+    ("write: transposed outer product", checks.check_write, lambda W, k, v: W + torch.outer(k, v).reshape(W.shape)),
+    ("write: forgets the old memory", checks.check_write, lambda W, k, v: torch.outer(v, k)),
+    ("store: keys and values swapped", checks.check_store, lambda keys, values: (keys.T @ values).reshape(values.shape[1], keys.shape[1])),
+    ("store: only the last pair", checks.check_store, lambda keys, values: torch.outer(values[-1], keys[-1])),
+    ("crosstalk: keeps the diagonal", checks.check_crosstalk_energy, _crosstalk_with_diagonal),
+    ("crosstalk: sum instead of mean", checks.check_crosstalk_energy, _crosstalk_sum_not_mean),
+    ("accuracy: ties counted as success", checks.check_recall_accuracy, _accuracy_ties_pass),
+    ("accuracy: wrong values", checks.check_recall_accuracy, _accuracy_transposed_memory),
 ]
 
 
@@ -64,7 +65,7 @@ def test_wrong_answer_is_rejected_with_the_case(label, check, wrong):
 
 def test_a_crashing_answer_is_reported_with_its_case():
     with pytest.raises(CheckFailed, match=r"your function raised RuntimeError"):
-        ch01.check_write(lambda W, k, v: W + torch.outer(k, v))  # shapes (D_k, D_v) vs (D_v, D_k)
+        checks.check_write(lambda W, k, v: W + torch.outer(k, v))  # shapes (D_k, D_v) vs (D_v, D_k)
 
 
 def _write_in_place(W, k, v):
@@ -73,13 +74,13 @@ def _write_in_place(W, k, v):
 
 
 MORE_WRONG = [
-    ("write: modifies W in place", ch01.check_write, _write_in_place),
-    ("store: mean instead of sum", ch01.check_store, lambda keys, values: values.T @ keys / len(keys)),
-    ("crosstalk: absolute values, not squares", ch01.check_crosstalk_energy,
+    ("write: modifies W in place", checks.check_write, _write_in_place),
+    ("store: mean instead of sum", checks.check_store, lambda keys, values: values.T @ keys / len(keys)),
+    ("crosstalk: absolute values, not squares", checks.check_crosstalk_energy,
      lambda keys: ((keys @ keys.T) - torch.eye(len(keys), dtype=keys.dtype)).abs().sum(dim=0).mean()),
-    ("crosstalk: mean over N - 1 others", ch01.check_crosstalk_energy,
+    ("crosstalk: mean over N - 1 others", checks.check_crosstalk_energy,
      lambda keys: memory.crosstalk_energy(keys) * len(keys) / max(len(keys) - 1, 1)),
-    ("accuracy: a tensor of per-pair hits, not the fraction", ch01.check_recall_accuracy,
+    ("accuracy: a tensor of per-pair hits, not the fraction", checks.check_recall_accuracy,
      lambda W, keys, values: ((keys @ W.T) @ values.T).argmax(dim=1) == torch.arange(len(keys))),
 ]
 
@@ -92,12 +93,12 @@ def test_more_plausible_wrong_answers_are_rejected(label, check, wrong):
 
 def test_in_place_write_is_named_as_such():
     with pytest.raises(CheckFailed, match=r"modified its input W in place"):
-        ch01.check_write(_write_in_place)
+        checks.check_write(_write_in_place)
 
 
 def test_renamed_parameters_get_a_hint():
     with pytest.raises(CheckFailed, match=r"hint: keep the stub's parameter names.*write\(W, k, v\)"):
-        ch01.check_write(lambda memory, key, value: memory + torch.outer(value, key))
+        checks.check_write(lambda memory, key, value: memory + torch.outer(value, key))
 
 
 def test_a_check_without_cases_cannot_pass():
@@ -109,6 +110,6 @@ def test_a_check_without_cases_cannot_pass():
 
 def test_a_tensor_where_a_number_is_expected_is_a_clear_failure():
     with pytest.raises(CheckFailed, match=r"expected a single number like .*, got a tensor of shape \(4,\)"):
-        ch01.check_recall_accuracy(
+        checks.check_recall_accuracy(
             lambda W, keys, values: ((keys @ W.T) @ values.T).argmax(dim=1) == torch.arange(len(keys))
         )

@@ -5,7 +5,8 @@ import pytest
 triton = pytest.importorskip("triton")
 import triton.language as tl  # noqa: E402
 
-from ttr_edu.checks import CheckFailed, ch10  # noqa: E402
+from ttr_edu.checks import CheckFailed
+from ttr_edu.checks import triton_kernels as checks  # noqa: E402
 
 if type(triton.jit(lambda: None)).__name__ != "InterpretedFunction":
     pytest.skip("the puzzles run in Triton's interpreter (TRITON_INTERPRET=1)", allow_module_level=True)
@@ -109,10 +110,10 @@ def ut_transform(k_ptr, beta_ptr, out_ptr, C, D_k, BLOCK_C: tl.constexpr, BLOCK_
 
 
 def test_solutions_pass(capsys):
-    assert ch10.check_scale_tile(scale_tile)
-    assert ch10.check_causal_chunk(causal_chunk)
-    assert ch10.check_chunk_linear_attention(chunk_linear_attention)
-    assert ch10.check_ut_transform(ut_transform)
+    assert checks.check_scale_tile(scale_tile)
+    assert checks.check_causal_chunk(causal_chunk)
+    assert checks.check_chunk_linear_attention(chunk_linear_attention)
+    assert checks.check_ut_transform(ut_transform)
     assert capsys.readouterr().out.count("PASS") == 4
 
 
@@ -132,16 +133,16 @@ Bound.__name__ = "InterpretedFunction"  # the checks refuse compiled kernels by 
 @pytest.mark.parametrize("wrong", [scale_tile_store_unmasked, scale_tile_row_stride_block])
 def test_write_outside_the_output_is_reported(wrong):
     with pytest.raises(CheckFailed, match="wrote .* outside `out`"):
-        ch10.check_scale_tile(wrong)
+        checks.check_scale_tile(wrong)
 
 
 @pytest.mark.parametrize(
     "check, wrong",
     [
-        (ch10.check_scale_tile, scale_tile_first_rows_only),
-        (ch10.check_causal_chunk, Bound(causal_chunk, STRICT=True)),
-        (ch10.check_chunk_linear_attention, Bound(chunk_linear_attention, STATE_FIRST=True)),
-        (ch10.check_ut_transform, Bound(ut_transform, FORGET_BETA=True)),
+        (checks.check_scale_tile, scale_tile_first_rows_only),
+        (checks.check_causal_chunk, Bound(causal_chunk, STRICT=True)),
+        (checks.check_chunk_linear_attention, Bound(chunk_linear_attention, STATE_FIRST=True)),
+        (checks.check_ut_transform, Bound(ut_transform, FORGET_BETA=True)),
     ],
     ids=["rows not offset by program", "strict mask", "state updated first", "no diag(beta)"],
 )
@@ -155,5 +156,5 @@ def test_unsolved_kernel_is_reported_not_raised(capsys):
     def stub(x_ptr, out_ptr, T, D, scale, BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr):
         raise NotImplementedError()
 
-    assert ch10.check_scale_tile(stub) is False
+    assert checks.check_scale_tile(stub) is False
     assert "not attempted yet" in capsys.readouterr().out

@@ -7,14 +7,15 @@ import pytest
 import torch
 
 from ttr_edu import dual_form
-from ttr_edu.checks import CheckFailed, ch05
+from ttr_edu.checks import CheckFailed
+from ttr_edu.checks import dual_form as checks
 
 
 
 CHECKS = [
-    (ch05.check_dual_output, dual_form.dual_output),
-    (ch05.check_momentum_rescale, dual_form.momentum_rescale),
-    (ch05.check_class_votes, dual_form.class_votes),
+    (checks.check_dual_output, dual_form.dual_output),
+    (checks.check_momentum_rescale, dual_form.momentum_rescale),
+    (checks.check_class_votes, dual_form.class_votes),
 ]
 
 
@@ -58,17 +59,17 @@ def _votes_normalised(scores, labels, num_classes):  # a softmax-like share: rig
 
 
 WRONG = [
-    ("dual: forgets W0", ch05.check_dual_output, lambda W0, keys, values, query: (query @ keys.T) @ values),
-    ("dual: absolute scores (the spotlight, not the dual)", ch05.check_dual_output,
+    ("dual: forgets W0", checks.check_dual_output, lambda W0, keys, values, query: (query @ keys.T) @ values),
+    ("dual: absolute scores (the spotlight, not the dual)", checks.check_dual_output,
      lambda W0, keys, values, query: query @ W0.T + (query @ keys.T).abs() @ values),
-    ("dual: normalised attention", ch05.check_dual_output,
+    ("dual: normalised attention", checks.check_dual_output,
      lambda W0, keys, values, query: query @ W0.T + torch.softmax(query @ keys.T, dim=1) @ values),
-    ("rescale: exponent off by one", ch05.check_momentum_rescale, _rescale_off_by_one),
-    ("rescale: reversed in time", ch05.check_momentum_rescale, _rescale_reversed),
-    ("rescale: momentum weight only", ch05.check_momentum_rescale, _rescale_geometric_weight),
-    ("votes: mean instead of sum", ch05.check_class_votes, _votes_mean),
-    ("votes: count of the best match", ch05.check_class_votes, _votes_count_of_best),
-    ("votes: normalised to shares", ch05.check_class_votes, _votes_normalised),
+    ("rescale: exponent off by one", checks.check_momentum_rescale, _rescale_off_by_one),
+    ("rescale: reversed in time", checks.check_momentum_rescale, _rescale_reversed),
+    ("rescale: momentum weight only", checks.check_momentum_rescale, _rescale_geometric_weight),
+    ("votes: mean instead of sum", checks.check_class_votes, _votes_mean),
+    ("votes: count of the best match", checks.check_class_votes, _votes_count_of_best),
+    ("votes: normalised to shares", checks.check_class_votes, _votes_normalised),
 ]
 
 
@@ -81,7 +82,7 @@ def test_wrong_answer_is_rejected(name, check, wrong):
 def test_failure_message_shows_the_case():
     expected = r"(?s)dual_output: wrong values.*inputs: W0=tensor\(1, 1\).*first wrong element"
     with pytest.raises(CheckFailed, match=expected):
-        ch05.check_dual_output(lambda W0, keys, values, query: (query @ keys.T) @ values)
+        checks.check_dual_output(lambda W0, keys, values, query: (query @ keys.T) @ values)
 
 
 def _votes_without_empty_class(scores, labels, num_classes):  # bincount-style: classes up to the largest label seen
@@ -90,13 +91,13 @@ def _votes_without_empty_class(scores, labels, num_classes):  # bincount-style: 
 
 
 MORE_WRONG = [
-    ("dual: averaged over the N patterns", ch05.check_dual_output,
+    ("dual: averaged over the N patterns", checks.check_dual_output,
      lambda W0, keys, values, query: query @ W0.T + (query @ keys.T) @ values / len(keys)),
-    ("rescale: float32 instead of float64", ch05.check_momentum_rescale,
+    ("rescale: float32 instead of float64", checks.check_momentum_rescale,
      lambda momentum, num_steps: dual_form.momentum_rescale(momentum, num_steps).float()),
-    ("rescale: 1/(1 - mu) for every step", ch05.check_momentum_rescale,
+    ("rescale: 1/(1 - mu) for every step", checks.check_momentum_rescale,
      lambda momentum, num_steps: torch.full((num_steps,), 1 / (1 - momentum), dtype=torch.float64)),
-    ("votes: the empty class is dropped", ch05.check_class_votes, _votes_without_empty_class),
+    ("votes: the empty class is dropped", checks.check_class_votes, _votes_without_empty_class),
 ]
 
 

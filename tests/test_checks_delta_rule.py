@@ -6,7 +6,8 @@ That an unattempted stub is reported is tested for every check at once in test_c
 import pytest
 import torch
 
-from ttr_edu.checks import CheckFailed, ch04
+from ttr_edu.checks import CheckFailed
+from ttr_edu.checks import delta_rule as checks
 from ttr_edu.ops import delta_rule_recurrent, linear_attention_recurrent
 
 
@@ -58,17 +59,17 @@ def raw_errors(k, v, beta):  # forgets β
 
 
 RIGHT = [
-    (ch04.check_delta_rule_step, step),
-    (ch04.check_update_eigenvalues, eigenvalues),
-    (ch04.check_pseudo_values, pseudo_values),
+    (checks.check_delta_rule_step, step),
+    (checks.check_update_eigenvalues, eigenvalues),
+    (checks.check_pseudo_values, pseudo_values),
 ]
 WRONG = [
-    (ch04.check_delta_rule_step, sum_rule_step),
-    (ch04.check_delta_rule_step, step_without_beta_on_the_old_value),
-    (ch04.check_update_eigenvalues, eigenvalues_forgetting_the_norm),
-    (ch04.check_update_eigenvalues, eigenvalues_of_the_write),
-    (ch04.check_pseudo_values, pseudo_values_after_the_write),
-    (ch04.check_pseudo_values, raw_errors),
+    (checks.check_delta_rule_step, sum_rule_step),
+    (checks.check_delta_rule_step, step_without_beta_on_the_old_value),
+    (checks.check_update_eigenvalues, eigenvalues_forgetting_the_norm),
+    (checks.check_update_eigenvalues, eigenvalues_of_the_write),
+    (checks.check_pseudo_values, pseudo_values_after_the_write),
+    (checks.check_pseudo_values, raw_errors),
 ]
 
 
