@@ -6,7 +6,7 @@ from ttr_edu import claims
 
 
 def test_check_passes_and_shows_the_claim(capsys):
-    assert claims.check("two is more than one", 2 > 1, "2 > 1") is True
+    assert claims.check("two is more than one", 2 > 1, "2 > 1") is None  # a cell ending on a claim shows the badge only
     assert "✔ claim checked: two is more than one (2 > 1)" in capsys.readouterr().out
 
 
@@ -48,5 +48,7 @@ def test_bad_arguments_are_refused_by_name():
 
 
 def test_say_renders_numbers_from_values(capsys):
-    text = claims.say("error {err}, exact {n} keys, {p:.1f}", err=0.000123456, n=16, p=1.234)
-    assert text == "error 1.23e-04, exact 16 keys, 1.2"
+    assert claims.render("error {err}, exact {n} keys, {p:.1f}", err=0.000123456, n=16, p=1.234) == \
+        "error 1.23e-04, exact 16 keys, 1.2"
+    assert claims.say("{x} and {y}", x=0.5, y="text") is None
+    assert capsys.readouterr().out == "0.5 and text\n"

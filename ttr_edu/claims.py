@@ -21,7 +21,7 @@ import html
 import math
 from collections.abc import Mapping, Sequence
 
-__all__ = ["ClaimFailed", "check", "between", "close", "less", "ordered", "slope", "say", "count"]
+__all__ = ["ClaimFailed", "check", "between", "close", "less", "ordered", "slope", "say", "render", "count"]
 
 
 class ClaimFailed(AssertionError):
@@ -51,7 +51,7 @@ def _fmt(value: float) -> str:
     return f"{value:.3g}" if 1e-3 <= abs(value) < 1e4 else f"{value:.2e}"
 
 
-def check(statement: str, holds: bool, evidence: str) -> bool:
+def check(statement: str, holds: bool, evidence: str) -> None:
     """Assert one claim of the prose and show it as checked.
 
     Args:
@@ -59,8 +59,7 @@ def check(statement: str, holds: bool, evidence: str) -> bool:
         holds: whether the computed evidence supports it (a Python or NumPy/torch boolean).
         evidence: the numbers it rests on, e.g. ``"loss 0.003 ≤ 0.01"``.
 
-    Returns:
-        ``True``.
+    Returns ``None``, so that a cell ending with a claim shows only the badge.
 
     Raises:
         TypeError: ``statement`` or ``evidence`` is not a string.
@@ -78,7 +77,6 @@ def check(statement: str, holds: bool, evidence: str) -> bool:
         f'<span style="color:#57606a">({html.escape(evidence)})</span></p>',
         f"✔ claim checked: {statement} ({evidence})",
     )
-    return True
 
 
 def between(statement: str, value: float, low: float, high: float) -> float:
@@ -141,28 +139,30 @@ def slope(statement: str, x: Sequence[float], y: Sequence[float], low: float, hi
     return p
 
 
-def say(template: str, **values) -> str:
+def say(template: str, **values) -> None:
     """Render a sentence whose numbers come from the computation, and show it as Markdown.
 
     ``template`` uses ``str.format`` fields, e.g. ``say("Recall is exact up to N = {n}.", n=n_max)``; floats are
     formatted to 3 significant digits unless the field gives its own format (``{err:.1e}``).
 
-    Returns:
-        The rendered text.
+    Returns ``None`` (the text is shown, not echoed again as a cell's value); :func:`render` gives the string.
     """
-    shown = {k: (_Number(v) if isinstance(v, float) else v) for k, v in values.items()}
-    text = template.format(**shown)
+    text = render(template, **values)
     try:
         from IPython import get_ipython
         from IPython.display import Markdown, display
     except ImportError:
         print(text)
-        return text
+        return
     if get_ipython() is None:
         print(text)
     else:
         display(Markdown(text))
-    return text
+
+
+def render(template: str, **values) -> str:
+    """The text :func:`say` shows: ``template.format(**values)`` with floats to 3 significant digits by default."""
+    return template.format(**{k: (_Number(v) if isinstance(v, float) else v) for k, v in values.items()})
 
 
 class _Number(float):
