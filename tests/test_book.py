@@ -22,7 +22,7 @@ def toc_files() -> list[str]:
 
 def test_toc_has_the_landing_page_and_every_chapter_in_order():
     chapters = [f"chapters/{p.name}" for p in sorted((ROOT / "chapters").glob("*.ipynb"))]
-    assert toc_files() == ["intro.md", *chapters]
+    assert toc_files() == ["intro.md", "notation.md", *chapters]
 
 
 def test_every_citation_key_is_in_the_bibliography():

@@ -39,7 +39,11 @@ def first_mismatch(got: torch.Tensor, want: torch.Tensor, rtol: float, atol: flo
     if len(bad) == 0:
         return "all elements agree"
     index = tuple(bad[0].tolist())
-    return f"first wrong element at index {index}: got {got[index].item():.6g}, expected {want[index].item():.6g}"
+    g, w = got[index].item(), want[index].item()
+    digits = 6
+    while f"{g:.{digits}g}" == f"{w:.{digits}g}" and digits < 17:  # show the digits where they differ
+        digits += 1
+    return f"first wrong element at index {index}: got {g:.{digits}g}, expected {w:.{digits}g}"
 
 
 def describe(value: Any) -> str:
@@ -47,6 +51,19 @@ def describe(value: Any) -> str:
     if isinstance(value, torch.Tensor):
         return f"tensor{tuple(value.shape)} {str(value.dtype).replace('torch.', '')}"
     return repr(value)
+
+
+def _dtype_note(got: torch.Tensor, want: torch.Tensor) -> str:
+    """Name the dtypes when they differ: a float32 answer to a float64 check fails by rounding alone."""
+    if got.dtype == want.dtype:
+        return ""
+    g, w = (str(t.dtype).replace("torch.", "") for t in (got, want))
+    if got.is_floating_point() and want.is_floating_point():
+        eps = torch.finfo(got.dtype).eps
+        if torch.allclose(got.double(), want.double(), rtol=100 * eps, atol=100 * eps):
+            return (f"\n  only the dtype differs: your result is {g}, the reference {w}; the values agree to {g}'s "
+                    f"rounding. Compute in {w} (e.g. pass dtype=torch.{w} to torch.arange / torch.tensor).")
+    return f"\n  note: your result is {g}, the reference {w}"
 
 
 def _compare(name: str, got: Any, want: Any, case: dict, rtol: float, atol: float) -> None:
@@ -61,7 +78,7 @@ def _compare(name: str, got: Any, want: Any, case: dict, rtol: float, atol: floa
         if not torch.allclose(got.double(), want.double(), rtol=rtol, atol=atol):
             raise CheckFailed(
                 f"{name}: wrong values (relative error {relative_error(got, want):.3g})\n"
-                f"  inputs: {inputs}\n  {first_mismatch(got, want, rtol, atol)}"
+                f"  inputs: {inputs}\n  {first_mismatch(got, want, rtol, atol)}{_dtype_note(got, want)}"
             )
     elif isinstance(want, (tuple, list)):
         if not isinstance(got, (tuple, list)) or len(got) != len(want):
