@@ -113,3 +113,40 @@ def test_a_tensor_where_a_number_is_expected_is_a_clear_failure():
         checks.check_recall_accuracy(
             lambda W, keys, values: ((keys @ W.T) @ values.T).argmax(dim=1) == torch.arange(len(keys))
         )
+
+
+def test_new_checks_pass_the_reference(capsys):
+    assert checks.check_cleanup_scores(memory.cleanup_scores) is True
+    assert checks.check_rival_score_variance(memory.rival_score_variance) is True
+    assert capsys.readouterr().out.count("PASS") == 2
+
+
+SCORES_WRONG = [
+    ("scores: transposed (row = stored value)", lambda keys, values: memory.cleanup_scores(keys, values).transpose(1, 2)),
+    ("scores: keys against keys", lambda keys, values: keys @ keys.transpose(1, 2)),
+    ("scores: memories mixed across r", lambda keys, values:
+        (keys @ (values.transpose(1, 2) @ keys).sum(0).T) @ values.transpose(1, 2)),
+]
+VARIANCE_WRONG = [
+    ("variance: the old √N/d argument", lambda n, d: n / d**2),
+    ("variance: 2/d + N/d² (N − 2 not taken)", lambda n, d: 2 / d + n / d**2),
+    ("variance: one 1/d term only", lambda n, d: 1 / d + (n - 2) / d**2),
+    ("variance: the own score's (N − 1)/d²", lambda n, d: (n - 1) / d**2),
+]
+
+
+@pytest.mark.parametrize("label,wrong", SCORES_WRONG, ids=[w[0] for w in SCORES_WRONG])
+def test_wrong_scores_are_rejected(label, wrong):
+    with pytest.raises(CheckFailed, match="cleanup_scores"):
+        checks.check_cleanup_scores(wrong)
+
+
+@pytest.mark.parametrize("label,wrong", VARIANCE_WRONG, ids=[w[0] for w in VARIANCE_WRONG])
+def test_wrong_variance_is_rejected(label, wrong):
+    with pytest.raises(CheckFailed, match="rival_score_variance"):
+        checks.check_rival_score_variance(wrong)
+
+
+def test_the_tie_case_says_why_it_is_special():
+    with pytest.raises(CheckFailed, match="every score ties"):
+        checks.check_recall_accuracy(_accuracy_ties_pass)

@@ -145,3 +145,34 @@ def test_heatmap_axis_names_reach_the_hover_label():
 
     trace = viz.heatmap(torch.zeros(2, 3), title="Γ", x_title="pair i", y_title="step t")
     assert "pair i %{x}" in trace.hovertemplate and "step t %{y}" in trace.hovertemplate
+
+
+def test_cleanup_scores_equal_the_scores_of_each_memory():
+    keys = memory.random_unit_keys(3 * 7, 5, seed=1).view(3, 7, 5)
+    values = memory.random_unit_keys(3 * 7, 4, seed=2).view(3, 7, 4)
+    scores = memory.cleanup_scores(keys, values)
+    assert scores.shape == (3, 7, 7)
+    for r in range(3):
+        expected = memory.recall(memory.store(keys[r], values[r]), keys[r]) @ values[r].T
+        torch.testing.assert_close(scores[r], expected)
+
+
+def test_cleanup_scores_refuses_mismatched_shapes():
+    with pytest.raises(ValueError, match="N"):
+        memory.cleanup_scores(torch.zeros(2, 3, 4, dtype=torch.float64), torch.zeros(2, 5, 4, dtype=torch.float64))
+
+
+def test_rival_score_variance_matches_a_monte_carlo_estimate():
+    d, n, draws = 16, 12, 400
+    keys = memory.random_unit_keys(draws * n, d, seed=3).view(draws, n, d)
+    values = memory.random_unit_keys(draws * n, d, seed=4).view(draws, n, d)
+    scores = memory.cleanup_scores(keys, values)
+    rivals = scores[:, ~torch.eye(n, dtype=torch.bool)]
+    # 400 draws × 132 rivals: the estimate's spread is a few percent; a formula missing a 1/d term is off by 40%+
+    assert rivals.var().item() == pytest.approx(memory.rival_score_variance(n, d), rel=0.08)
+    assert memory.rival_score_variance(n, d) == pytest.approx(2 / d + (n - 2) / d**2)
+
+
+def test_rival_score_variance_needs_a_rival():
+    with pytest.raises(ValueError, match="n"):
+        memory.rival_score_variance(1, 8)

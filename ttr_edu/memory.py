@@ -1,7 +1,8 @@
 """Hebbian outer-product memory: the associative memory every later layer refines (chapter 01).
 
 Notation. The papers write the memory as a fast weight matrix ``W`` of shape ``(D_v, D_k)``: write ``W += v kᵀ``,
-read ``W q`` [Hopfield 1982; Schlag et al. 2021, eq. 3]. The layers in :mod:`ttr_edu.ops` keep the transposed state
+read ``W q``, the correlation-matrix memory [Steinbuch 1961; Anderson 1972; Kohonen 1972]
+(Schlag et al. 2021 call it a fast weight, after Schmidhuber 1992). The layers in :mod:`ttr_edu.ops` keep the transposed state
 ``S = Wᵀ`` of shape ``(D_k, D_v)`` as flash-linear-attention does; chapter 02 makes the switch.
 
 Why it works and when it fails. Reading with a stored key ``k_j`` gives
@@ -33,6 +34,8 @@ __all__ = [
     "crosstalk_energy",
     "predicted_crosstalk_energy",
     "recall_accuracy",
+    "cleanup_scores",
+    "rival_score_variance",
 ]
 
 
@@ -256,3 +259,46 @@ def recall_accuracy(W: torch.Tensor, keys: torch.Tensor, values: torch.Tensor) -
     rivals = scores.clone()
     rivals.fill_diagonal_(-torch.inf)
     return (target > rivals.max(dim=1).values).double().mean().item()
+
+
+def cleanup_scores(keys: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
+    """The clean-up scores of ``R`` memories at once: entry ``[r, j, i] = v_iᵀ (W_r k_j)``, ``W_r = Σ_l v_l k_lᵀ``.
+
+    Row ``j`` of memory ``r`` compares the value retrieved with key ``j`` against every stored value ``i``; recall of
+    ``j`` succeeds when the diagonal entry ``[r, j, j]`` beats the rest of the row (:func:`recall_accuracy`).
+
+    Args:
+        keys: ``(R, N, D_k)``, floating.
+        values: ``(R, N, D_v)``, the same dtype.
+
+    Returns:
+        ``(R, N, N)`` in the dtype of ``keys``.
+
+    Raises:
+        TypeError: not floating tensors of one dtype. ValueError: shapes that disagree, or a different device.
+    """
+    dims = Dims()
+    dims.bind("keys", keys, ("R", "N", "D_k"))
+    dims.bind("values", values, ("R", "N", "D_v"))
+    check_same_device(keys=keys, values=values)
+    _check_same_dtype(keys=keys, values=values)
+    W = values.transpose(1, 2) @ keys  # (R, D_v, D_k): each memory's Σ v_l k_lᵀ
+    return (keys @ W.transpose(1, 2)) @ values.transpose(1, 2)  # (R, N, D_v) @ (R, D_v, N)
+
+
+def rival_score_variance(n: int, d: int) -> float:
+    """``2/d + (N − 2)/d²``: the variance of a rival's score ``v_iᵀ (W k_j)``, ``i ≠ j``, for random unit pairs.
+
+    The score is ``Σ_l (v_iᵀ v_l)(k_lᵀ k_j)``. The term ``l = i`` is ``k_iᵀ k_j`` and the term ``l = j`` is
+    ``v_iᵀ v_j``: each has variance ``1/d``. Each of the other ``N − 2`` terms is a product of two independent
+    dot products of variance ``1/d``, so ``1/d²``. All terms have mean 0 and are uncorrelated, so the variances add.
+    The own score ``v_jᵀ (W k_j)`` is ``1`` plus ``N − 1`` such products: variance ``(N − 1)/d²``.
+
+    Raises:
+        TypeError, ValueError: ``n`` or ``d`` not a positive int; ``n < 2`` (no rival).
+    """
+    check_positive_int("n", n)
+    check_positive_int("d", d)
+    if n < 2:
+        raise ValueError(f"n: a rival needs at least 2 stored pairs, got n = {n}")
+    return 2 / d + (n - 2) / d**2

@@ -9,7 +9,10 @@ import torch
 from ttr_edu import memory
 from ttr_edu.checks._core import CheckFailed, run_check
 
-__all__ = ["check_write", "check_store", "check_crosstalk_energy", "check_recall_accuracy"]
+__all__ = [
+    "check_write", "check_store", "check_crosstalk_energy", "check_recall_accuracy", "check_cleanup_scores",
+    "check_rival_score_variance",
+]
 
 # D_k ≠ D_v in most cases, so that a transposed outer product cannot pass by accident.
 SHAPES = [(1, 1, 1), (3, 5, 4), (7, 6, 2), (12, 8, 8)]  # (N, D_k, D_v)
@@ -87,3 +90,29 @@ def check_recall_accuracy(recall_accuracy: Callable) -> bool:
         if "values=tensor(5, 3)" in str(err):  # the tie case, the only one with 3-dim values
             raise CheckFailed(str(err) + _TIE_NOTE) from None
         raise
+
+
+def _scores_cases() -> Iterator[dict]:
+    # (R, N, D_k, D_v); D_k ≠ D_v so that a transposed product cannot pass by accident, R = 1 and N = 1 included.
+    for i, (r, n, d_k, d_v) in enumerate([(1, 1, 3, 2), (1, 4, 5, 3), (3, 6, 4, 7), (5, 9, 8, 6)]):
+        g = _generator(600 + i)
+        yield {"keys": torch.randn(r, n, d_k, generator=g, dtype=torch.float64),
+               "values": torch.randn(r, n, d_v, generator=g, dtype=torch.float64)}
+
+
+def _variance_cases() -> Iterator[dict]:
+    # N = 2 (no third pair: only the two 1/d terms), N < d, N = d, N > d, N ≫ d.
+    for n, d in [(2, 8), (3, 16), (16, 16), (40, 8), (1000, 32)]:
+        yield {"n": n, "d": d}
+
+
+def check_cleanup_scores(cleanup_scores: Callable) -> bool:
+    """Check ``cleanup_scores(keys, values)`` (``(R, N, D_k)``, ``(R, N, D_v)``) ``-> (R, N, N)``, entry
+    ``[r, j, i] = v_iᵀ (W_r k_j)``."""
+    return run_check("cleanup_scores", cleanup_scores, memory.cleanup_scores, _scores_cases())
+
+
+def check_rival_score_variance(rival_score_variance: Callable) -> bool:
+    """Check ``rival_score_variance(n, d)``: the exact variance of a rival's clean-up score for random unit pairs."""
+    return run_check("rival_score_variance", rival_score_variance, memory.rival_score_variance, _variance_cases(),
+                     rtol=1e-9, atol=0.0)
