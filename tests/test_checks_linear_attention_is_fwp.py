@@ -87,3 +87,60 @@ def test_wrong_answer_is_rejected(check, answer):
 def test_the_recurrence_and_the_parallel_form_are_interchangeable():
     # The chapter's claim, through the checks: each form passes the other's check.
     assert checks.check_fast_weight_recurrence(parallel) and checks.check_causal_linear_attention(recurrence)
+
+
+def _chunk_reference(q, k, v, chunk_size):
+    S = torch.zeros(k.shape[1], v.shape[1], dtype=q.dtype)
+    outputs = []
+    for start in range(0, len(q), chunk_size):
+        qc, kc, vc = q[start:start + chunk_size], k[start:start + chunk_size], v[start:start + chunk_size]
+        outputs.append(qc @ S + torch.tril(qc @ kc.T) @ vc)
+        S = S + kc.T @ vc
+    return torch.cat(outputs)
+
+
+def _chunk_state_after(q, k, v, chunk_size):  # reads the state *after* its own chunk: sees the future
+    S, outputs = torch.zeros(k.shape[1], v.shape[1], dtype=q.dtype), []
+    for start in range(0, len(q), chunk_size):
+        qc, kc, vc = q[start:start + chunk_size], k[start:start + chunk_size], v[start:start + chunk_size]
+        S = S + kc.T @ vc
+        outputs.append(qc @ S)
+    return torch.cat(outputs)
+
+
+def _chunk_no_state(q, k, v, chunk_size):  # forgets the chunks before
+    return torch.cat([torch.tril(q[s:s + chunk_size] @ k[s:s + chunk_size].T) @ v[s:s + chunk_size]
+                      for s in range(0, len(q), chunk_size)])
+
+
+def _chunk_strict_mask(q, k, v, chunk_size):  # drops the diagonal inside a chunk
+    S, outputs = torch.zeros(k.shape[1], v.shape[1], dtype=q.dtype), []
+    for start in range(0, len(q), chunk_size):
+        qc, kc, vc = q[start:start + chunk_size], k[start:start + chunk_size], v[start:start + chunk_size]
+        outputs.append(qc @ S + torch.tril(qc @ kc.T, -1) @ vc)
+        S = S + kc.T @ vc
+    return torch.cat(outputs)
+
+
+def _chunk_drops_the_tail(q, k, v, chunk_size):  # only whole chunks: T not a multiple of C loses the last tokens
+    n = len(q) // chunk_size * chunk_size
+    return _chunk_reference(q[:n], k[:n], v[:n], chunk_size) if n else q.new_zeros(0, v.shape[1])
+
+
+def test_chunk_check_passes_a_loop_over_chunks(capsys):
+    assert checks.check_chunk_linear_attention(_chunk_reference) is True
+    assert capsys.readouterr().out.startswith("PASS")
+
+
+@pytest.mark.parametrize("wrong", [_chunk_state_after, _chunk_no_state, _chunk_strict_mask, _chunk_drops_the_tail])
+def test_chunk_check_rejects_plausible_wrong_answers(wrong):
+    with pytest.raises(CheckFailed, match="chunk_linear_attention"):
+        checks.check_chunk_linear_attention(wrong)
+
+
+def test_a_float32_answer_is_told_that_only_the_dtype_differs():
+    def in_float32(q, k, v):
+        return torch.tril(q.float() @ k.float().T) @ v.float()
+
+    with pytest.raises(CheckFailed, match="only the dtype differs: your result is float32, the reference float64"):
+        checks.check_causal_linear_attention(in_float32)

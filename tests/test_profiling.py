@@ -73,3 +73,14 @@ def test_a_non_callable_is_refused(measure):
 def test_best_seconds_checks_repeats(repeats, error):
     with pytest.raises(error, match="repeats"):
         profiling.best_seconds(lambda: None, repeats=repeats)
+
+
+def test_matmul_flops_counts_two_per_multiply_add():
+    a, b = torch.randn(3, 5), torch.randn(5, 7)
+    assert profiling.matmul_flops(lambda: a @ b) == 2 * 3 * 5 * 7
+    assert profiling.matmul_flops(lambda: a * 2) == 0  # elementwise work is not a matrix product
+
+
+def test_matmul_flops_refuses_a_non_callable():
+    with pytest.raises(TypeError, match="fn"):
+        profiling.matmul_flops(3)

@@ -29,7 +29,7 @@ from torch.utils._pytree import tree_leaves
 
 from ttr_edu._validation import check_positive_int
 
-__all__ = ["PeakMemory", "BytesCreated", "peak_memory", "bytes_created", "best_seconds"]
+__all__ = ["PeakMemory", "BytesCreated", "peak_memory", "bytes_created", "matmul_flops", "best_seconds"]
 
 
 def _storages(tree) -> dict[int, int]:
@@ -154,6 +154,24 @@ def bytes_created(fn: Callable[[], object]) -> int:
     with BytesCreated() as created:
         fn()
     return created.total
+
+
+def matmul_flops(fn: Callable[[], object]) -> int:
+    """Floating-point operations of the matrix products that ``fn()`` runs, counted by torch's ``FlopCounterMode``.
+
+    Deterministic, unlike a timing: it depends only on the shapes. It counts matrix products (``mm``, ``bmm``,
+    ``einsum`` contractions, ``@``), 2 operations per multiply-add; elementwise work (an outer product written as a
+    broadcast, a mask, a sum) is not counted, which is fine for comparing how forms of one layer scale.
+
+    Raises:
+        TypeError: ``fn`` is not callable.
+    """
+    from torch.utils.flop_counter import FlopCounterMode
+
+    _check_callable(fn)
+    with FlopCounterMode(display=False) as counter:
+        fn()
+    return int(counter.get_total_flops())
 
 
 def best_seconds(fn: Callable[[], object], repeats: int = 5) -> float:

@@ -12,10 +12,13 @@ from collections.abc import Callable, Iterator
 import torch
 
 from ttr_edu.checks._core import run_check
-from ttr_edu.ops import linear_attention_parallel, linear_attention_recurrent
+from ttr_edu.ops import linear_attention_chunk, linear_attention_parallel, linear_attention_recurrent
 from ttr_edu.ops.feature_maps import elu_plus_one
 
-__all__ = ["check_fast_weight_recurrence", "check_causal_linear_attention", "check_normalized_linear_attention"]
+__all__ = [
+    "check_fast_weight_recurrence", "check_causal_linear_attention", "check_normalized_linear_attention",
+    "check_chunk_linear_attention",
+]
 
 SHAPES = [(1, 3, 2), (5, 4, 3), (9, 6, 7), (16, 8, 5)]  # (T, D_k, D_v)
 
@@ -23,8 +26,8 @@ SHAPES = [(1, 3, 2), (5, 4, 3), (9, 6, 7), (16, 8, 5)]  # (T, D_k, D_v)
 def _one_head(op: Callable, **options) -> Callable:
     """Run a fla-layout op on ``(T, D)`` tensors: add and remove the batch and head axes."""
 
-    def reference(q, k, v):
-        o, _ = op(q[None, :, None], k[None, :, None], v[None, :, None], scale=1.0, **options)
+    def reference(q, k, v, **more):
+        o, _ = op(q[None, :, None], k[None, :, None], v[None, :, None], scale=1.0, **options, **more)
         return o[0, :, 0]
 
     return reference
@@ -60,4 +63,21 @@ def check_normalized_linear_attention(normalized_linear_attention: Callable) -> 
         normalized_linear_attention,
         _one_head(linear_attention_parallel, normalize=True, eps=1e-6),
         _cases(300, positive=True),
+    )
+
+
+def _chunk_cases() -> Iterator[dict]:
+    # (T, D_k, D_v, C): T a multiple of C, T not a multiple (a short last chunk), C = 1 (the recurrence), C ≥ T (the
+    # parallel form), and several chunks with D_k ≠ D_v.
+    for i, (t, d_k, d_v, c) in enumerate([(8, 3, 2, 4), (10, 4, 3, 4), (5, 3, 4, 1), (6, 2, 3, 16), (33, 6, 5, 8)]):
+        g = torch.Generator().manual_seed(400 + i)
+        q, k = (torch.randn(t, d_k, generator=g, dtype=torch.float64) for _ in range(2))
+        yield {"q": q, "k": k, "v": torch.randn(t, d_v, generator=g, dtype=torch.float64), "chunk_size": c}
+
+
+def check_chunk_linear_attention(chunk_linear_attention: Callable) -> bool:
+    """Check ``chunk_linear_attention(q, k, v, chunk_size)``: per chunk ``O_n = Q_n S_n + (Q_n K_nᵀ ⊙ M) V_n``,
+    ``S_{n+1} = S_n + K_nᵀ V_n``; any ``T`` (the last chunk may be short)."""
+    return run_check(
+        "chunk_linear_attention", chunk_linear_attention, _one_head(linear_attention_chunk), _chunk_cases()
     )
