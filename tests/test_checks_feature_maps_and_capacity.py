@@ -83,3 +83,41 @@ def test_right_answer_passes(check, answer, capsys):
 def test_wrong_answer_is_rejected(check, answer, words):
     with pytest.raises(CheckFailed, match=words):
         check(answer)
+
+
+def test_sum_rule_check_passes_the_reference(capsys):
+    from ttr_edu.models import sum_rule_retrieve
+
+    assert checks.check_sum_rule_retrieve(sum_rule_retrieve) is True
+    assert capsys.readouterr().out.startswith("PASS")
+
+
+def _no_normaliser(phi_k, v, phi_q):
+    return torch.einsum("btk,btv,bk->bv", phi_k, v, phi_q)
+
+
+def _normaliser_without_eps(phi_k, v, phi_q):  # harmless ε forgotten? no: 1e-6 is above this check's tolerance
+    return _no_normaliser(phi_k, v, phi_q) / torch.einsum("btk,bk->b", phi_k, phi_q)[:, None]
+
+
+def _mean_not_sum(phi_k, v, phi_q):
+    return torch.einsum("btk,btv,bk->bv", phi_k, v, phi_q) / phi_k.shape[1]
+
+
+def _read_with_the_last_key(phi_k, v, phi_q):
+    return _no_normaliser(phi_k, v, phi_k[:, -1]) / (torch.einsum("btk,bk->b", phi_k, phi_k[:, -1])[:, None] + 1e-6)
+
+
+@pytest.mark.parametrize("wrong", [_no_normaliser, _normaliser_without_eps, _mean_not_sum, _read_with_the_last_key])
+def test_sum_rule_check_rejects_plausible_wrong_answers(wrong):
+    with pytest.raises(CheckFailed, match="sum_rule_retrieve"):
+        checks.check_sum_rule_retrieve(wrong)
+
+
+def test_dpfp_rolled_the_other_way_is_told_so():
+    def rolled_back(x, nu):
+        r = torch.cat([torch.relu(x), torch.relu(-x)], dim=-1)
+        return torch.cat([r * torch.roll(r, -j, dims=-1) for j in range(1, nu + 1)], dim=-1)
+
+    with pytest.raises(CheckFailed, match="the same products in another order"):
+        checks.check_dpfp(rolled_back)

@@ -137,3 +137,30 @@ def test_retrieval_loss_is_half_the_squared_error_to_the_one_hot_target():
         retrieval_loss(y, torch.tensor([0.0, 1.0]))
     with pytest.raises(ValueError, match="target"):
         retrieval_loss(y, torch.tensor([0, 1, 2]))
+
+
+def test_a_custom_read_out_drives_the_sum_rule_model():
+    from ttr_edu.models import sum_rule_retrieve
+
+    calls = []
+
+    def read_out(phi_k, v, phi_q):
+        calls.append(phi_k.shape)
+        return sum_rule_retrieve(phi_k, v, phi_q)
+
+    torch.manual_seed(0)
+    default = RetrievalModel(8, 8, feature_map="elu_plus_one")
+    torch.manual_seed(0)
+    custom = RetrievalModel(8, 8, feature_map="elu_plus_one", read_out=read_out)
+    batch = capacity_batch(3, 8, generator=torch.Generator().manual_seed(0))
+    torch.testing.assert_close(custom(batch), default(batch))
+    assert calls == [(3, 8, 16)]
+    with pytest.raises(TypeError, match="read_out"):
+        RetrievalModel(8, 8, feature_map="elu_plus_one", read_out=3)
+
+
+def test_sum_rule_retrieve_names_a_mismatched_shape():
+    from ttr_edu.models import sum_rule_retrieve
+
+    with pytest.raises(ValueError, match="phi_q"):
+        sum_rule_retrieve(torch.rand(2, 5, 8), torch.rand(2, 5, 3), torch.rand(2, 7))
