@@ -1,4 +1,5 @@
-"""Chapter 10's puzzle checks accept correct kernels, reject plausible wrong ones and report unsolved stubs."""
+"""The Triton chapter's puzzle checks accept correct kernels, reject plausible wrong ones (including the GPU-only bugs
+the interpreter hides: plain-tf32 products, masked loads without ``other=``, wild addresses) and report unsolved stubs."""
 
 import pytest
 
@@ -109,12 +110,128 @@ def ut_transform(k_ptr, beta_ptr, out_ptr, C, D_k, BLOCK_C: tl.constexpr, BLOCK_
     tl.store(out_ptr + t[:, None] * C + t[None, :], inverse, mask=(t[:, None] < C) & (t[None, :] < C))
 
 
+@triton.jit
+def running_sum(x_ptr, out_ptr, T, H, D, BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr,
+                TIME_STRIDE_D: tl.constexpr = False, NO_CARRY: tl.constexpr = False, WILD: tl.constexpr = False):
+    i_bh, i_d = tl.program_id(0), tl.program_id(1)
+    i_b, i_h = (i_bh // H).to(tl.int64), (i_bh % H).to(tl.int64)
+    cols = i_d * BLOCK_D + tl.arange(0, BLOCK_D)
+    t = tl.arange(0, BLOCK_T)
+    base = (i_b * T * H + i_h) * D
+    if WILD:  # wrong: the batch stride counted in bytes-like units, thousands of elements too far
+        base = (i_b * T * H * 4096 + i_h) * D
+    row_stride = H * D
+    if TIME_STRIDE_D:  # wrong: rows of one head are H * D apart, not D
+        row_stride = D
+    carry = tl.zeros([BLOCK_D], dtype=tl.float32)
+    for start in range(0, T, BLOCK_T):
+        rows = start + t
+        mask = (rows[:, None] < T) & (cols[None, :] < D)
+        offsets = base + rows[:, None] * row_stride + cols[None, :]
+        x = tl.load(x_ptr + offsets, mask=mask, other=0.0)
+        total = tl.cumsum(x, 0) + carry[None, :]
+        tl.store(out_ptr + offsets, total, mask=mask)
+        if not NO_CARRY:
+            carry += tl.sum(x, 0)
+
+
+@triton.jit
+def delta_rule_chunk(q_ptr, k_ptr, v_ptr, beta_ptr, o_ptr, s0_ptr, s_ptr, T, H, D_k, D_v,
+                     BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_V: tl.constexpr,
+                     NO_WS: tl.constexpr = False, NO_S0: tl.constexpr = False, FIRST_BLOCK: tl.constexpr = False,
+                     PRECISION: tl.constexpr = "ieee"):
+    i_bh, i_v = tl.program_id(0), tl.program_id(1)
+    if FIRST_BLOCK:  # wrong: every program takes the first block of value columns
+        i_v = 0
+    i_b, i_h = (i_bh // H).to(tl.int64), (i_bh % H).to(tl.int64)
+    t = tl.arange(0, BLOCK_T)
+    dk = tl.arange(0, BLOCK_K)
+    dv = i_v * BLOCK_V + tl.arange(0, BLOCK_V)
+    s_offsets = i_bh.to(tl.int64) * D_k * D_v + dk[:, None] * D_v + dv[None, :]
+    s_mask = (dk[:, None] < D_k) & (dv[None, :] < D_v)
+    S = tl.zeros([BLOCK_K, BLOCK_V], dtype=tl.float32)
+    if not NO_S0:
+        S += tl.load(s0_ptr + s_offsets, mask=s_mask, other=0.0)
+    for start in range(0, T, BLOCK_T):
+        rows = start + t
+        qk_mask = (rows[:, None] < T) & (dk[None, :] < D_k)
+        v_mask = (rows[:, None] < T) & (dv[None, :] < D_v)
+        qk_offsets = ((i_b * T + rows[:, None]) * H + i_h) * D_k + dk[None, :]
+        v_offsets = ((i_b * T + rows[:, None]) * H + i_h) * D_v + dv[None, :]
+        q = tl.load(q_ptr + qk_offsets, mask=qk_mask, other=0.0)
+        k = tl.load(k_ptr + qk_offsets, mask=qk_mask, other=0.0)
+        v = tl.load(v_ptr + v_offsets, mask=v_mask, other=0.0)
+        beta = tl.load(beta_ptr + (i_b * T + rows) * H + i_h, mask=rows < T, other=0.0)
+        A = tl.where(t[:, None] > t[None, :], beta[:, None] * tl.dot(k, tl.trans(k), input_precision=PRECISION), 0.0)
+        inverse = tl.where(t[:, None] == t[None, :], 1.0, 0.0)
+        for i in range(1, BLOCK_T):
+            a_i = tl.sum(tl.where(t[:, None] == i, A, 0.0), 0)
+            inverse = tl.where(t[:, None] == i, inverse - tl.sum(a_i[:, None] * inverse, 0)[None, :], inverse)
+        ut = inverse * beta[None, :]
+        U = tl.dot(ut, v, input_precision=PRECISION)
+        if not NO_WS:  # wrong without it: the pseudo-values ignore what the state already predicts
+            U -= tl.dot(tl.dot(ut, k, input_precision=PRECISION), S, input_precision=PRECISION)
+        scores = tl.where(t[:, None] >= t[None, :], tl.dot(q, tl.trans(k), input_precision=PRECISION), 0.0)
+        o = tl.dot(q, S, input_precision=PRECISION) + tl.dot(scores, U, input_precision=PRECISION)
+        tl.store(o_ptr + v_offsets, o, mask=v_mask)
+        S += tl.dot(tl.trans(k), U, input_precision=PRECISION)
+    tl.store(s_ptr + s_offsets, S, mask=s_mask)
+
+
+@triton.jit
+def causal_chunk_default_precision(q_ptr, k_ptr, v_ptr, out_ptr, C, D_k, D_v,
+                                   BLOCK_C: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_V: tl.constexpr):
+    t = tl.arange(0, BLOCK_C)
+    dk = tl.arange(0, BLOCK_K)
+    dv = tl.arange(0, BLOCK_V)
+    qk_mask = (t[:, None] < C) & (dk[None, :] < D_k)
+    v_mask = (t[:, None] < C) & (dv[None, :] < D_v)
+    q = tl.load(q_ptr + t[:, None] * D_k + dk[None, :], mask=qk_mask, other=0.0)
+    k = tl.load(k_ptr + t[:, None] * D_k + dk[None, :], mask=qk_mask, other=0.0)
+    v = tl.load(v_ptr + t[:, None] * D_v + dv[None, :], mask=v_mask, other=0.0)
+    scores = tl.where(t[:, None] >= t[None, :], tl.dot(q, tl.trans(k)), 0.0)  # wrong on a GPU: tf32 products
+    tl.store(out_ptr + t[:, None] * D_v + dv[None, :], tl.dot(scores, v), mask=v_mask)
+
+
+@triton.jit
+def causal_chunk_no_other(q_ptr, k_ptr, v_ptr, out_ptr, C, D_k, D_v,
+                          BLOCK_C: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_V: tl.constexpr):
+    t = tl.arange(0, BLOCK_C)
+    dk = tl.arange(0, BLOCK_K)
+    dv = tl.arange(0, BLOCK_V)
+    qk_mask = (t[:, None] < C) & (dk[None, :] < D_k)
+    v_mask = (t[:, None] < C) & (dv[None, :] < D_v)
+    q = tl.load(q_ptr + t[:, None] * D_k + dk[None, :], mask=qk_mask)  # wrong on a GPU: padded lanes undefined
+    k = tl.load(k_ptr + t[:, None] * D_k + dk[None, :], mask=qk_mask)
+    v = tl.load(v_ptr + t[:, None] * D_v + dv[None, :], mask=v_mask)
+    scores = tl.where(t[:, None] >= t[None, :], tl.dot(q, tl.trans(k), input_precision="ieee"), 0.0)
+    tl.store(out_ptr + t[:, None] * D_v + dv[None, :], tl.dot(scores, v, input_precision="ieee"), mask=v_mask)
+
+
+@triton.jit
+def scale_tile_row_loop(x_ptr, out_ptr, T, D, scale, BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr):
+    cols = tl.arange(0, BLOCK_D)
+    for r in range(BLOCK_T):
+        row = tl.program_id(0) * BLOCK_T + r
+        mask = (cols < D) & (row < T)  # a block mask and a scalar one: valid Triton
+        x = tl.load(x_ptr + row * D + cols, mask=mask, other=0.0)
+        tl.store(out_ptr + row * D + cols, scale * x, mask=mask)
+
+
+@triton.jit
+def scale_tile_not_power_of_two(x_ptr, out_ptr, T, D, scale, BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr):
+    cols = tl.arange(0, 3)  # wrong: tl.arange needs a power-of-two length
+    tl.store(out_ptr + cols, tl.load(x_ptr + cols))
+
+
 def test_solutions_pass(capsys):
     assert checks.check_scale_tile(scale_tile)
     assert checks.check_causal_chunk(causal_chunk)
     assert checks.check_chunk_linear_attention(chunk_linear_attention)
     assert checks.check_ut_transform(ut_transform)
-    assert capsys.readouterr().out.count("PASS") == 4
+    assert checks.check_running_sum(running_sum)
+    assert checks.check_delta_rule_chunk(delta_rule_chunk)
+    assert capsys.readouterr().out.count("PASS") == 6
 
 
 class Bound:
@@ -143,8 +260,12 @@ def test_write_outside_the_output_is_reported(wrong):
         (checks.check_causal_chunk, Bound(causal_chunk, STRICT=True)),
         (checks.check_chunk_linear_attention, Bound(chunk_linear_attention, STATE_FIRST=True)),
         (checks.check_ut_transform, Bound(ut_transform, FORGET_BETA=True)),
+        (checks.check_running_sum, Bound(running_sum, NO_CARRY=True)),
+        (checks.check_delta_rule_chunk, Bound(delta_rule_chunk, NO_WS=True)),
+        (checks.check_delta_rule_chunk, Bound(delta_rule_chunk, NO_S0=True)),
     ],
-    ids=["rows not offset by program", "strict mask", "state updated first", "no diag(beta)"],
+    ids=["rows not offset by program", "strict mask", "state updated first", "no diag(beta)", "no carry",
+         "pseudo-values without -WS", "initial state ignored"],
 )
 def test_wrong_kernels_show_the_first_wrong_element(check, wrong):
     with pytest.raises(CheckFailed, match="first wrong element"):
@@ -158,3 +279,75 @@ def test_unsolved_kernel_is_reported_not_raised(capsys):
 
     assert checks.check_scale_tile(stub) is False
     assert "not attempted yet" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    "check, wrong, message",
+    [
+        (checks.check_running_sum, Bound(running_sum, TIME_STRIDE_D=True), "first wrong element|outside"),
+        (checks.check_delta_rule_chunk, Bound(delta_rule_chunk, FIRST_BLOCK=True), "first wrong element"),
+    ],
+    ids=["time stride D instead of H*D", "second grid axis ignored"],
+)
+def test_wrong_strides_and_grids_are_rejected(check, wrong, message):
+    with pytest.raises(CheckFailed, match=message):
+        check(wrong)
+
+
+def test_wild_stride_is_stopped_before_the_access_and_named():
+    # Without the bounds check this kernel reads and writes megabytes past its tensors: garbage, or a dead process.
+    with pytest.raises(CheckFailed, match="outside every tensor it was given.*`x`|outside every tensor.*`out`"):
+        checks.check_running_sum(Bound(running_sum, WILD=True))
+
+
+@pytest.mark.parametrize(
+    "check, wrong",
+    [
+        (checks.check_causal_chunk, Bound(causal_chunk_default_precision)),
+        (checks.check_delta_rule_chunk, Bound(delta_rule_chunk, PRECISION="tf32")),
+    ],
+    ids=["causal chunk", "delta rule"],
+)
+def test_plain_tf32_dot_fails_as_on_a_gpu(check, wrong):
+    with pytest.raises(CheckFailed, match="wrong values"):
+        check(wrong)
+
+
+def test_tf32x3_dot_passes(capsys):
+    assert checks.check_delta_rule_chunk(Bound(delta_rule_chunk, PRECISION="tf32x3"))
+
+
+def test_masked_load_without_other_fails_when_the_lanes_enter_a_product():
+    with pytest.raises(CheckFailed, match="wrong values"):
+        checks.check_causal_chunk(causal_chunk_no_other)
+
+
+def test_masked_load_without_other_passes_when_the_lanes_are_never_used():
+    # scale_tile loads without other= and stores with the same mask: correct on a GPU, so it must pass here too
+    assert checks.check_scale_tile(scale_tile)
+
+
+def test_scalar_mask_kernel_passes():
+    # a block mask combined with a scalar comparison compiles for a GPU; the bare interpreter refuses it
+    assert checks.check_scale_tile(scale_tile_row_loop)
+
+
+def test_other_interpreter_errors_become_an_actionable_check_failure():
+    with pytest.raises(CheckFailed, match="interpreter stopped your kernel.*line of your kernel"):
+        checks.check_scale_tile(scale_tile_not_power_of_two)
+
+
+def test_a_compiled_kernel_without_a_gpu_says_how_to_turn_on_the_interpreter(monkeypatch):
+    class Compiled:  # what @triton.jit returns without TRITON_INTERPRET
+        pass
+
+    monkeypatch.setattr(checks.torch.cuda, "is_available", lambda: False)
+    with pytest.raises(CheckFailed, match="TRITON_INTERPRET.*re-run the cell that defines the kernel"):
+        checks.check_scale_tile(Compiled())
+
+
+def test_the_interpreter_is_restored_after_a_check():
+    from triton.runtime import interpreter
+
+    checks.check_scale_tile(scale_tile)
+    assert not {"create_masked_load", "create_masked_store", "create_dot"} & set(vars(interpreter.interpreter_builder))

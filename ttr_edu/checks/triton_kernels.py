@@ -1,16 +1,24 @@
-"""Checks for chapter 10, Triton kernels, puzzle style (after Triton-Puzzles).
+"""Checks for the Triton kernels chapter (12_triton_kernels), puzzle style (after Triton-Puzzles).
 
-The student writes a ``@triton.jit`` kernel; its check launches it on seeded random inputs (CPU tensors, in Triton's
-interpreter) and compares the result with a plain PyTorch **spec**, reporting the first wrong element.
+The student writes a ``@triton.jit`` kernel; its check launches it on seeded random inputs and compares the result
+with a plain PyTorch **spec**, reporting the first wrong element. Where the kernel runs:
 
-Two guards make the usual kernel bugs visible:
+* defined with ``TRITON_INTERPRET=1`` set (``@triton.jit`` reads the variable when it decorates the function), it is
+  an interpreted function and runs on CPU tensors in Triton's interpreter, made GPU-honest by
+  :mod:`ttr_edu.checks._triton_sanitizer`: plain-tf32 ``tl.dot`` products are rounded to tf32, masked-off lanes of a
+  load without ``other=`` are NaN, and an address outside every tensor is refused before the access;
+* defined without it, on a machine with CUDA, it is compiled and runs on CUDA tensors (the GPU itself then shows
+  tf32 and undefined lanes);
+* defined without it and without CUDA, the check says how to turn the interpreter on.
 
-* every input and output sits inside a band of NaN in memory, so an unmasked read past the end turns into NaN in the
-  result (a wrong element), and a write past the end of an output is reported by name (inputs and outputs use NaNs
-  with different bit patterns, so even copying an input's NaN into an output's band is seen);
+Two guards make the usual kernel bugs visible in both cases:
+
+* every input and output sits inside a band of NaN in memory, so an unmasked read just past the end turns into NaN
+  in the result (a wrong element), and a write past the end of an output is reported by name (inputs and outputs use
+  NaNs with different bit patterns, so even copying an input's NaN into an output's band is seen);
 * outputs start as NaN, so an element the kernel never writes is a wrong element too.
 
-No Triton import happens here: launching a kernel needs only the kernel object.
+No Triton import happens at import time: launching a kernel needs only the kernel object.
 """
 
 from __future__ import annotations
@@ -22,6 +30,7 @@ import torch
 
 from ttr_edu import ops
 from ttr_edu.checks._core import CheckFailed, run_check
+from ttr_edu.checks._triton_sanitizer import KernelMemoryError, sanitized
 from ttr_edu.checks.chunkwise_algorithms import ut_transform_spec
 
 __all__ = [
@@ -29,9 +38,13 @@ __all__ = [
     "check_causal_chunk",
     "check_chunk_linear_attention",
     "check_ut_transform",
+    "check_running_sum",
+    "check_delta_rule_chunk",
     "scale_tile_spec",
     "causal_chunk_spec",
     "chunk_linear_attention_spec",
+    "running_sum_spec",
+    "delta_rule_chunk_spec",
 ]
 
 GUARD = 4096  # NaN elements on each side of every tensor handed to a kernel
@@ -39,21 +52,50 @@ INPUT_NAN, OUTPUT_NAN = 0x7FC01111, 0x7FC02222  # two quiet-NaN bit patterns (as
 
 
 def _pow2(n: int, least: int = 16) -> int:
-    """The smallest power of two ≥ max(n, least): tile sides must be powers of two, and tl.dot needs ≥ 16."""
+    """The smallest power of two ≥ max(n, least). Tile sides must be powers of two; ``least = 16`` keeps every
+    ``tl.dot`` side at 16 or more, which any GPU target accepts (Triton 3.9 needs only K ≥ 8 for fp32 on NVIDIA)."""
     return max(least, 1 << max(0, math.ceil(math.log2(max(n, 1)))))
 
 
-class _Guarded:
-    """A tensor living in the middle of a NaN-filled buffer; ``.tensor`` is the (contiguous) view."""
+def _is_interpreted(kernel) -> bool:
+    return type(kernel).__name__ == "InterpretedFunction"
 
-    def __init__(self, name: str, shape, values: torch.Tensor | None = None):
+
+def _device_for(kernel) -> torch.device:
+    """Where the check runs ``kernel``: the interpreter on CPU tensors, or the compiled kernel on a CUDA device."""
+    if _is_interpreted(kernel):
+        return torch.device("cpu")
+    if torch.cuda.is_available():
+        return torch.device("cuda")
+    raise RuntimeError(
+        "your kernel is compiled for a GPU, and there is none here: run os.environ['TRITON_INTERPRET'] = '1' "
+        "(the first code cell does), then re-run the cell that defines the kernel. @triton.jit reads the variable "
+        "when it decorates the function, so only the definition has to run again."
+    )
+
+
+class _Guarded:
+    """A tensor living in the middle of a NaN-filled buffer on ``device``; ``.tensor`` is the (contiguous) view."""
+
+    def __init__(self, name: str, shape, values: torch.Tensor | None = None, device: torch.device | str = "cpu"):
         n = math.prod(shape)
         self.name = name
         self.pattern = OUTPUT_NAN if values is None else INPUT_NAN
-        self.bits = torch.full((n + 2 * GUARD,), self.pattern, dtype=torch.int32)
+        self.bits = torch.full((n + 2 * GUARD,), self.pattern, dtype=torch.int32, device=device)
         self.tensor = self.bits.view(torch.float32)[GUARD : GUARD + n].view(*shape)
         if values is not None:
             self.tensor.copy_(values)
+
+    @property
+    def address_range(self) -> tuple[str, int, int]:
+        """``(name, first byte, one past the last byte)`` of the whole buffer, guard bands included."""
+        start = self.bits.data_ptr()
+        return self.name, start, start + self.bits.numel() * self.bits.element_size()
+
+    def result(self) -> torch.Tensor:
+        """The output, checked for writes into its bands, as a CPU tensor."""
+        self.check_untouched()
+        return self.tensor.detach().cpu().clone()
 
     def check_untouched(self) -> None:
         bands = torch.cat([self.bits[:GUARD], self.bits[-GUARD:]])
@@ -65,18 +107,34 @@ class _Guarded:
             )
 
 
-def _launch(kernel, grid, *args, **constants) -> None:
-    """Launch ``kernel[grid](*args, **constants)``; an unsolved stub surfaces as ``NotImplementedError``."""
-    if type(kernel).__name__ != "InterpretedFunction":
-        raise RuntimeError(
-            "these puzzles run in Triton's interpreter on CPU tensors: set os.environ['TRITON_INTERPRET'] = '1' "
-            "before the first `import triton`, then restart the kernel and run the notebook from the top"
-        )
+def _launch(kernel, grid, buffers: list[_Guarded], *scalars, **constants) -> None:
+    """Launch ``kernel[grid](*tensors, *scalars, **constants)``, the tensors being the views of ``buffers``.
+
+    Interpreted kernels run under :func:`sanitized` with the buffers as the only memory they may touch. An unsolved
+    stub surfaces as ``NotImplementedError``; an access outside every buffer and any other error the interpreter
+    reports become a :class:`CheckFailed` that says what to look at.
+    """
+    tensors = [b.tensor for b in buffers]
+    if not _is_interpreted(kernel):  # compiled, on CUDA (see _device_for): the GPU is the judge
+        kernel[grid](*tensors, *scalars, **constants)
+        torch.cuda.synchronize()
+        return
     try:
-        kernel[grid](*args, **constants)
-    except Exception as error:  # the interpreter wraps what the kernel body raised
-        if isinstance(error, NotImplementedError) or isinstance(error.__cause__, NotImplementedError):
+        with sanitized([b.address_range for b in buffers]):
+            kernel[grid](*tensors, *scalars, **constants)
+    except Exception as error:  # the interpreter wraps what the kernel body raised in an InterpreterError
+        cause = error.__cause__ or error
+        if isinstance(error, NotImplementedError) or isinstance(cause, NotImplementedError):
             raise NotImplementedError() from error
+        if isinstance(cause, KernelMemoryError):
+            raise CheckFailed(str(cause)) from None
+        if type(error).__name__ == "InterpreterError":
+            raise CheckFailed(
+                f"Triton's interpreter stopped your kernel: {type(cause).__name__}: {cause}. The traceback above "
+                "this message (scroll up) points at the line of your kernel. The interpreter runs a subset of "
+                "Triton: tile sides must be powers of two, `tl.constexpr` parameters must be passed by name, and "
+                "shapes must broadcast as in NumPy."
+            ) from error
         raise
 
 
@@ -102,10 +160,10 @@ def check_scale_tile(kernel) -> bool:
 
     def launch(x, scale):
         T, D = x.shape
-        x_in, out = _Guarded("x", (T, D), x), _Guarded("out", (T, D))
-        _launch(kernel, (math.ceil(T / 4),), x_in.tensor, out.tensor, T, D, scale, BLOCK_T=4, BLOCK_D=_pow2(D, 1))
-        out.check_untouched()
-        return out.tensor.clone()
+        device = _device_for(kernel)
+        x_in, out = _Guarded("x", (T, D), x, device), _Guarded("out", (T, D), device=device)
+        _launch(kernel, (math.ceil(T / 4),), [x_in, out], T, D, scale, BLOCK_T=4, BLOCK_D=_pow2(D, 1))
+        return out.result()
 
     def cases() -> Iterator[dict]:
         for i, (T, D) in enumerate([(4, 4), (5, 3), (9, 16), (1, 1), (13, 7)]):
@@ -127,17 +185,17 @@ def causal_chunk_spec(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torc
 def check_causal_chunk(kernel) -> bool:
     """Check ``kernel(q_ptr, k_ptr, v_ptr, out_ptr, C, D_k, D_v, BLOCK_C, BLOCK_K, BLOCK_V)`` (block sizes constexpr).
 
-    One program (grid ``(1,)``); ``C ≤ BLOCK_C``; it must write ``out = (Q Kᵀ ⊙ M) V``.
+    One program (grid ``(1,)``); ``C ≤ BLOCK_C``; it must write ``out = (Q Kᵀ ⊙ M) V`` to fp32 accuracy, so its
+    products need ``input_precision="ieee"`` (or ``"tf32x3"``): a plain-tf32 ``tl.dot`` fails, as it would on a GPU.
     """
 
     def launch(q, k, v):
         (C, d_k), d_v = q.shape, v.shape[1]
-        guarded = [_Guarded(n, t.shape, t) for n, t in (("q", q), ("k", k), ("v", v))]
-        out = _Guarded("out", (C, d_v))
-        _launch(kernel, (1,), *(g.tensor for g in guarded), out.tensor, C, d_k, d_v,
-                BLOCK_C=16, BLOCK_K=_pow2(d_k), BLOCK_V=_pow2(d_v))
-        out.check_untouched()
-        return out.tensor.clone()
+        device = _device_for(kernel)
+        inputs = [_Guarded(n, t.shape, t, device) for n, t in (("q", q), ("k", k), ("v", v))]
+        out = _Guarded("out", (C, d_v), device=device)
+        _launch(kernel, (1,), inputs + [out], C, d_k, d_v, BLOCK_C=16, BLOCK_K=_pow2(d_k), BLOCK_V=_pow2(d_v))
+        return out.result()
 
     def cases() -> Iterator[dict]:
         for i, (C, d_k, d_v) in enumerate([(16, 16, 16), (10, 5, 7), (16, 32, 8), (1, 3, 2), (13, 20, 24)]):
@@ -168,13 +226,11 @@ def check_chunk_linear_attention(kernel) -> bool:
 
     def launch(q, k, v):
         (T, d_k), d_v = q.shape, v.shape[1]
-        guarded = [_Guarded(n, t.shape, t) for n, t in (("q", q), ("k", k), ("v", v))]
-        o, S = _Guarded("o", (T, d_v)), _Guarded("s", (d_k, d_v))
-        _launch(kernel, (1,), *(g.tensor for g in guarded), o.tensor, S.tensor, T, d_k, d_v,
-                BLOCK_T=16, BLOCK_K=_pow2(d_k), BLOCK_V=_pow2(d_v))
-        for out in (o, S):
-            out.check_untouched()
-        return o.tensor.clone(), S.tensor.clone()
+        device = _device_for(kernel)
+        inputs = [_Guarded(n, t.shape, t, device) for n, t in (("q", q), ("k", k), ("v", v))]
+        o, S = _Guarded("o", (T, d_v), device=device), _Guarded("s", (d_k, d_v), device=device)
+        _launch(kernel, (1,), inputs + [o, S], T, d_k, d_v, BLOCK_T=16, BLOCK_K=_pow2(d_k), BLOCK_V=_pow2(d_v))
+        return o.result(), S.result()
 
     def cases() -> Iterator[dict]:
         for i, (T, d_k, d_v) in enumerate([(16, 16, 16), (37, 8, 12), (1, 4, 4), (50, 16, 20)]):
@@ -191,17 +247,19 @@ def check_chunk_linear_attention(kernel) -> bool:
 
 def check_ut_transform(kernel) -> bool:
     """Check ``kernel(k_ptr, beta_ptr, out_ptr, C, D_k, BLOCK_C, BLOCK_K)`` against
-    :func:`ttr_edu.checks.chunkwise_algorithms.ut_transform_spec`: ``out`` ``(C, C)`` is ``(I + tril(diag(β) K Kᵀ, −1))⁻¹ diag(β)``.
+    :func:`ttr_edu.checks.chunkwise_algorithms.ut_transform_spec`: ``out`` ``(C, C)`` is the UT matrix
+    ``𝒯 = (I + tril(diag(β) K Kᵀ, −1))⁻¹ diag(β)``.
 
     One program (grid ``(1,)``), ``C ≤ BLOCK_C = 16``.
     """
 
     def launch(k, beta):
         C, d_k = k.shape
-        k_in, beta_in, out = _Guarded("k", k.shape, k), _Guarded("beta", beta.shape, beta), _Guarded("out", (C, C))
-        _launch(kernel, (1,), k_in.tensor, beta_in.tensor, out.tensor, C, d_k, BLOCK_C=16, BLOCK_K=_pow2(d_k))
-        out.check_untouched()
-        return out.tensor.clone()
+        device = _device_for(kernel)
+        k_in, beta_in = _Guarded("k", k.shape, k, device), _Guarded("beta", beta.shape, beta, device)
+        out = _Guarded("out", (C, C), device=device)
+        _launch(kernel, (1,), [k_in, beta_in, out], C, d_k, BLOCK_C=16, BLOCK_K=_pow2(d_k))
+        return out.result()
 
     def cases() -> Iterator[dict]:
         for i, (C, d_k) in enumerate([(16, 16), (5, 3), (1, 4), (12, 20)]):
@@ -210,3 +268,86 @@ def check_ut_transform(kernel) -> bool:
             yield {"k": k / k.norm(dim=-1, keepdim=True), "beta": torch.rand(C, generator=g)}
 
     return run_check("ut_transform", launch, ut_transform_spec, cases(), rtol=1e-4, atol=1e-5)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Puzzle 5: the (B, T, H, D) layout, head strides and a 2-D grid.
+
+
+def running_sum_spec(x: torch.Tensor) -> torch.Tensor:
+    """``out[b, t, h, d] = Σ_{s ≤ t} x[b, s, h, d]`` for ``x`` of shape ``(B, T, H, D)``."""
+    return torch.cumsum(x, dim=1)
+
+
+def check_running_sum(kernel) -> bool:
+    """Check ``kernel(x_ptr, out_ptr, T, H, D, BLOCK_T, BLOCK_D)`` on contiguous ``(B, T, H, D)`` tensors.
+
+    Grid ``(B·H, cdiv(D, BLOCK_D))`` with ``BLOCK_T = BLOCK_D = 16``: program ``(i_bh, i_d)`` owns head
+    ``i_bh % H`` of batch ``i_bh // H`` and columns ``[i_d·BLOCK_D, (i_d+1)·BLOCK_D)``, and walks the sequence in
+    chunks of ``BLOCK_T`` rows. Element ``(b, t, h, d)`` sits at ``((b·T + t)·H + h)·D + d``.
+    """
+
+    def launch(x):
+        B, T, H, D = x.shape
+        device = _device_for(kernel)
+        x_in, out = _Guarded("x", x.shape, x, device), _Guarded("out", x.shape, device=device)
+        _launch(kernel, (B * H, math.ceil(D / 16)), [x_in, out], T, H, D, BLOCK_T=16, BLOCK_D=16)
+        return out.result()
+
+    def cases() -> Iterator[dict]:
+        # several heads and batches (the strides), D > BLOCK_D (the second grid axis), T not a multiple of BLOCK_T
+        for i, shape in enumerate([(1, 16, 1, 16), (2, 37, 3, 20), (3, 5, 2, 40), (1, 1, 1, 1), (2, 20, 4, 7)]):
+            yield {"x": torch.randn(*shape, generator=_generator(1400 + i))}
+
+    return run_check("running_sum", launch, running_sum_spec, cases(), rtol=1e-5, atol=1e-5)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Puzzle 6: the chunked delta-rule kernel, assembled.
+
+
+def delta_rule_chunk_spec(q, k, v, beta, initial_state):
+    """The package's chunked delta rule, ``scale = 1``: ``q, k`` ``(B, T, H, D_k)``, ``v`` ``(B, T, H, D_v)``,
+    ``beta`` ``(B, T, H)``, ``initial_state`` ``(B, H, D_k, D_v)``; returns ``(o, final_state)``."""
+    return ops.delta_rule_chunk(q, k, v, beta, scale=1.0, initial_state=initial_state, output_final_state=True,
+                                chunk_size=16)
+
+
+def check_delta_rule_chunk(kernel) -> bool:
+    """Check ``kernel(q_ptr, k_ptr, v_ptr, beta_ptr, o_ptr, s0_ptr, s_ptr, T, H, D_k, D_v, BLOCK_T, BLOCK_K,
+    BLOCK_V)``: the chunked delta rule (Yang et al. 2024, WY/UT form) on contiguous ``(B, T, H, D)`` tensors.
+
+    Grid ``(B·H, cdiv(D_v, BLOCK_V))`` with ``BLOCK_T = 16``, ``BLOCK_V = 16`` and ``BLOCK_K`` the next power of two
+    ≥ ``D_k``: program ``(i_bh, i_v)`` owns one head and one block of value columns, starts from its block of
+    ``s0`` ``(B, H, D_k, D_v)``, writes ``o`` and stores its block of the final state at ``s_ptr``. Products must be
+    fp32-accurate (``input_precision="ieee"``).
+    """
+
+    def launch(q, k, v, beta, initial_state):
+        B, T, H, d_k = q.shape
+        d_v = v.shape[-1]
+        device = _device_for(kernel)
+        named = (("q", q), ("k", k), ("v", v), ("beta", beta))
+        inputs = [_Guarded(n, t.shape, t, device) for n, t in named]
+        o = _Guarded("o", v.shape, device=device)
+        s0 = _Guarded("s0", initial_state.shape, initial_state, device)
+        s = _Guarded("s", initial_state.shape, device=device)
+        _launch(kernel, (B * H, math.ceil(d_v / 16)), inputs + [o, s0, s], T, H, d_k, d_v,
+                BLOCK_T=16, BLOCK_K=_pow2(d_k), BLOCK_V=16)
+        return o.result(), s.result()
+
+    def cases() -> Iterator[dict]:
+        # (B, T, H, D_k, D_v): one chunk; tail chunks with several heads and two value blocks; D_v not a multiple of 16
+        for i, (B, T, H, d_k, d_v) in enumerate([(1, 16, 1, 16, 16), (2, 37, 3, 8, 20), (1, 50, 2, 16, 24),
+                                                 (2, 5, 1, 4, 3)]):
+            g = _generator(1500 + i)
+            k = torch.randn(B, T, H, d_k, generator=g)
+            yield {
+                "q": torch.randn(B, T, H, d_k, generator=g),
+                "k": k / k.norm(dim=-1, keepdim=True),
+                "v": torch.randn(B, T, H, d_v, generator=g),
+                "beta": torch.rand(B, T, H, generator=g),
+                "initial_state": torch.randn(B, H, d_k, d_v, generator=g),  # nonzero: U − W S matters
+            }
+
+    return run_check("delta_rule_chunk", launch, delta_rule_chunk_spec, cases(), rtol=1e-4, atol=1e-4)

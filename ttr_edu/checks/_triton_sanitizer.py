@@ -1,0 +1,134 @@
+"""Make Triton's interpreter behave like a GPU where the difference hides bugs, while a puzzle check runs.
+
+Triton's interpreter (``TRITON_INTERPRET=1``, triton 3.9) executes a kernel's tile operations with NumPy. Three of its
+behaviours differ from a compiled kernel on a GPU, and each lets a kernel pass on a CPU that is wrong on a GPU:
+
+* ``tl.dot`` ignores ``input_precision``: on a GPU an fp32 product without ``input_precision="ieee"`` (or
+  ``"tf32x3"``) runs in **tf32** (inputs rounded to 10 mantissa bits). Here, such a product has its inputs rounded to
+  tf32, as the tensor cores would (round to nearest even, as Triton's own TF32 conversion does);
+* a masked ``tl.load`` without ``other=`` returns zeros in the masked-off lanes; on a GPU those lanes hold whatever
+  the registers held. Here they are **NaN**, so a masked-off lane that reaches a product or a sum shows up;
+* a load or store at an address outside every tensor reads or writes this process's memory, and a wild stride can
+  kill the Python process (the student's Jupyter kernel). Here every unmasked address is checked against the tensors
+  the check handed to the kernel **before** the access, and an address outside all of them raises
+  :class:`KernelMemoryError` naming the nearest tensor.
+
+It also accepts a mask whose NumPy dtype is not bool (a block mask combined with a scalar comparison, e.g.
+``(cols < D) & (row < T)``), which compiles for a GPU but which the interpreter's loader refuses with
+"mask has unsupported dtype".
+
+Only the check's launches are affected: :func:`sanitized` patches the interpreter's builder for the duration of a
+``with`` block and restores it afterwards.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator, Sequence
+
+import numpy as np
+
+__all__ = ["KernelMemoryError", "sanitized", "round_to_tf32"]
+
+
+class KernelMemoryError(RuntimeError):
+    """A kernel addressed memory outside every tensor it was given (found before the access was made)."""
+
+
+def round_to_tf32(x: np.ndarray) -> np.ndarray:
+    """Round fp32 values to tf32 (10 explicit mantissa bits), to nearest with ties to even; inf and NaN unchanged.
+
+    tf32 keeps fp32's 8-bit exponent and the top 10 of its 23 mantissa bits (NVIDIA Ampere whitepaper, "TF32").
+    """
+    bits = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32)
+    dropped = np.uint32(13)  # 23 − 10 mantissa bits go
+    odd = (bits >> dropped) & np.uint32(1)  # ties go to the even neighbour
+    rounded = (bits + np.uint32(0x0FFF) + odd) & np.uint32(0xFFFFE000)
+    finite = (bits & np.uint32(0x7F800000)) != np.uint32(0x7F800000)
+    return np.where(finite, rounded, bits).view(np.float32)
+
+
+def _is_plain_tf32(precision) -> bool:
+    # the interpreter passes ir.INPUT_PRECISION.<name>; "TF32x3" (and IEEE) keep near-fp32 accuracy
+    return str(precision).rsplit(".", 1)[-1].upper() == "TF32"
+
+
+class _Ranges:
+    """The byte ranges ``[start, end)`` of the tensors a check handed to a kernel, with their names."""
+
+    def __init__(self, buffers: Sequence[tuple[str, int, int]]):
+        self.buffers = list(buffers)
+
+    def check(self, addresses: np.ndarray, mask: np.ndarray, itemsize: int, action: str) -> None:
+        wanted = np.asarray(addresses, dtype=np.uint64)[mask]
+        if wanted.size == 0:
+            return
+        inside = np.zeros(wanted.shape, dtype=bool)
+        hits = []
+        for _, start, end in self.buffers:
+            here = (wanted >= start) & (wanted + np.uint64(itemsize) <= end)
+            hits.append(int(here.sum()))
+            inside |= here
+        if inside.all():
+            return
+        bad = int(wanted[~inside][0])
+        if max(hits) > 0:  # the pointer most likely derives from the tensor that holds the rest of its block
+            name, start, end = self.buffers[int(np.argmax(hits))]
+        else:
+            name, start, end = min(self.buffers, key=lambda b: min(abs(bad - b[1]), abs(bad - b[2])))
+        where = f"{(bad - end) // itemsize} element(s) past the end" if bad >= end else \
+            f"{(start - bad) // itemsize} element(s) before the start"
+        raise KernelMemoryError(
+            f"your kernel tried to {action} {int((~inside).sum())} address(es) outside every tensor it was given; "
+            f"the first is {where} of the memory around `{name}` (the tensor this pointer most likely starts from). The check stopped it before the access (on a GPU "
+            "this reads garbage or crashes). Look at the strides and offsets of that pointer, and at its mask."
+        )
+
+
+@contextlib.contextmanager
+def sanitized(buffers: Sequence[tuple[str, int, int]]) -> Iterator[None]:
+    """Patch the interpreter's loads, stores and ``tl.dot`` while the block runs (see the module docstring).
+
+    Args:
+        buffers: ``(name, first byte address, one past the last byte address)`` of every tensor the kernel may touch.
+    """
+    import triton.language as tl  # imported here: the checks module must import without Triton
+    from triton.runtime import interpreter
+
+    builder = interpreter.interpreter_builder
+    ranges = _Ranges(buffers)
+    original_load, original_store, original_dot = (
+        builder.create_masked_load, builder.create_masked_store, builder.create_dot)
+
+    def as_mask(mask, ptrs) -> np.ndarray:
+        return np.broadcast_to(np.asarray(mask.data).astype(bool), np.shape(ptrs.data))
+
+    def masked_load(ptrs, mask, other, cache_policy, is_volatile):
+        element = ptrs.get_element_ty()
+        mask_data = as_mask(mask, ptrs)
+        ranges.check(ptrs.data, mask_data, element.primitive_bitwidth // 8, "read")
+        if other is None and element.is_floating():  # a GPU leaves these lanes undefined: make that visible
+            dtype = interpreter._get_np_dtype(element)
+            other = interpreter.TensorHandle(np.full(np.shape(ptrs.data), np.nan, dtype=dtype), element)
+        mask = interpreter.TensorHandle(np.ascontiguousarray(mask_data), tl.int1)
+        return original_load(ptrs, mask, other, cache_policy, is_volatile)
+
+    def masked_store(ptrs, value, mask, cache_policy):
+        element = ptrs.get_element_ty()
+        mask_data = as_mask(mask, ptrs)
+        ranges.check(ptrs.data, mask_data, element.primitive_bitwidth // 8, "write")
+        mask = interpreter.TensorHandle(np.ascontiguousarray(mask_data), tl.int1)
+        return original_store(ptrs, value, mask, cache_policy)
+
+    def dot(a, b, d, input_precision, max_num_imprecise_acc):
+        if _is_plain_tf32(input_precision) and a.data.dtype == np.float32 and b.data.dtype == np.float32:
+            a = interpreter.TensorHandle(round_to_tf32(a.data), a.dtype)
+            b = interpreter.TensorHandle(round_to_tf32(b.data), b.dtype)
+        return original_dot(a, b, d, input_precision, max_num_imprecise_acc)
+
+    builder.create_masked_load, builder.create_masked_store, builder.create_dot = masked_load, masked_store, dot
+    try:
+        yield
+    finally:  # instance attributes shadowed the class's methods: removing them restores the interpreter
+        for name in ("create_masked_load", "create_masked_store", "create_dot"):
+            builder.__dict__.pop(name, None)
