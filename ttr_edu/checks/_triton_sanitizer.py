@@ -74,13 +74,15 @@ class _Ranges:
         bad = int(wanted[~inside][0])
         if max(hits) > 0:  # the pointer most likely derives from the tensor that holds the rest of its block
             name, start, end = self.buffers[int(np.argmax(hits))]
+            which = "the tensor that holds the rest of this block"
         else:
             name, start, end = min(self.buffers, key=lambda b: min(abs(bad - b[1]), abs(bad - b[2])))
+            which = "the nearest tensor in memory"
         where = f"{(bad - end) // itemsize} element(s) past the end" if bad >= end else \
             f"{(start - bad) // itemsize} element(s) before the start"
         raise KernelMemoryError(
             f"your kernel tried to {action} {int((~inside).sum())} address(es) outside every tensor it was given; "
-            f"the first is {where} of the memory around `{name}` (the tensor this pointer most likely starts from). The check stopped it before the access (on a GPU "
+            f"the first is {where} of `{name}` ({which}, NaN guard bands included). The check stopped it before the access (on a GPU "
             "this reads garbage or crashes). Look at the strides and offsets of that pointer, and at its mask."
         )
 
