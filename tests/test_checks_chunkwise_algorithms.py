@@ -1,4 +1,5 @@
-"""The chunkwise algorithms chapter's checks accept the solutions, reject plausible wrong answers and report unsolved stubs."""
+"""The chunkwise algorithms chapter's checks accept the solutions, reject plausible wrong answers and report
+unsolved stubs."""
 
 import pytest
 import torch

@@ -15,6 +15,7 @@ CHAPTER = "solutions/12_triton_kernels.ipynb"
 def test_reread_claim_fails_when_one_value_block_covers_the_head():
     # With BV = D_v = 128 each head has one program, which reads q, k and β once: the prose's "moves more bytes than
     # one read of each input would" (true for BV = 64) must then stop the run.
-    error = run_mutated(CHAPTER, "kernel_bytes(B, T, H, 128, 128, block_v=64)", "kernel_bytes(B, T, H, 128, 128, block_v=128)")
+    error = run_mutated(CHAPTER, "kernel_bytes(B, T, H, 128, 128, block_v=64)",
+                        "kernel_bytes(B, T, H, 128, 128, block_v=128)")
     assert error is not None and "ClaimFailed" in error
     assert "the kernel moves more bytes than one read of each input would" in error

@@ -82,7 +82,8 @@ class _Ranges:
             f"{(start - bad) // itemsize} element(s) before the start"
         raise KernelMemoryError(
             f"your kernel tried to {action} {int((~inside).sum())} address(es) outside every tensor it was given; "
-            f"the first is {where} of `{name}` ({which}, NaN guard bands included). The check stopped it before the access (on a GPU "
+            f"the first is {where} of `{name}` ({which}, NaN guard bands included). "
+            "The check stopped it before the access (on a GPU "
             "this reads garbage or crashes). Look at the strides and offsets of that pointer, and at its mask."
         )
 
