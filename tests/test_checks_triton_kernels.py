@@ -89,7 +89,7 @@ def test_wild_stride_is_stopped_before_the_access_and_named():
 @pytest.mark.parametrize(
     "check, wrong",
     [
-        (checks.check_causal_chunk, Bound(causal_chunk_default_precision)),
+        (checks.check_causal_chunk, Bound(causal_chunk, DEFAULT_PRECISION=True)),
         (checks.check_delta_rule_chunk, Bound(delta_rule_chunk, PRECISION="tf32")),
     ],
     ids=["causal chunk", "delta rule"],
@@ -105,7 +105,7 @@ def test_tf32x3_dot_passes(capsys):
 
 def test_masked_load_without_other_fails_when_the_lanes_enter_a_product():
     with pytest.raises(CheckFailed, match="wrong values"):
-        checks.check_causal_chunk(causal_chunk_no_other)
+        checks.check_causal_chunk(Bound(causal_chunk, NO_OTHER=True))
 
 
 def test_masked_load_without_other_passes_when_the_lanes_are_never_used():

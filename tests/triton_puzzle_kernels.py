@@ -56,21 +56,34 @@ def scale_tile_first_rows_only(x_ptr, out_ptr, T, D, scale, BLOCK_T: tl.constexp
 
 @triton.jit
 def causal_chunk(q_ptr, k_ptr, v_ptr, out_ptr, C, D_k, D_v,
-                 BLOCK_C: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_V: tl.constexpr, STRICT: tl.constexpr = False):
+                 BLOCK_C: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_V: tl.constexpr, STRICT: tl.constexpr = False,
+                 NO_OTHER: tl.constexpr = False, DEFAULT_PRECISION: tl.constexpr = False):
     t = tl.arange(0, BLOCK_C)
     dk = tl.arange(0, BLOCK_K)
     dv = tl.arange(0, BLOCK_V)
     qk_mask = (t[:, None] < C) & (dk[None, :] < D_k)
     v_mask = (t[:, None] < C) & (dv[None, :] < D_v)
-    q = tl.load(q_ptr + t[:, None] * D_k + dk[None, :], mask=qk_mask, other=0.0)
-    k = tl.load(k_ptr + t[:, None] * D_k + dk[None, :], mask=qk_mask, other=0.0)
-    v = tl.load(v_ptr + t[:, None] * D_v + dv[None, :], mask=v_mask, other=0.0)
-    scores = tl.dot(q, tl.trans(k), input_precision="ieee")
+    if NO_OTHER:  # wrong on a GPU: the padded lanes are undefined, and they enter the products
+        q = tl.load(q_ptr + t[:, None] * D_k + dk[None, :], mask=qk_mask)
+        k = tl.load(k_ptr + t[:, None] * D_k + dk[None, :], mask=qk_mask)
+        v = tl.load(v_ptr + t[:, None] * D_v + dv[None, :], mask=v_mask)
+    else:
+        q = tl.load(q_ptr + t[:, None] * D_k + dk[None, :], mask=qk_mask, other=0.0)
+        k = tl.load(k_ptr + t[:, None] * D_k + dk[None, :], mask=qk_mask, other=0.0)
+        v = tl.load(v_ptr + t[:, None] * D_v + dv[None, :], mask=v_mask, other=0.0)
+    if DEFAULT_PRECISION:  # wrong on a GPU: tl.dot without input_precision multiplies fp32 tiles in tf32
+        scores = tl.dot(q, tl.trans(k))
+    else:
+        scores = tl.dot(q, tl.trans(k), input_precision="ieee")
     if STRICT:
         scores = tl.where(t[:, None] > t[None, :], scores, 0.0)
     else:
         scores = tl.where(t[:, None] >= t[None, :], scores, 0.0)
-    tl.store(out_ptr + t[:, None] * D_v + dv[None, :], tl.dot(scores, v, input_precision="ieee"), mask=v_mask)
+    if DEFAULT_PRECISION:
+        out = tl.dot(scores, v)
+    else:
+        out = tl.dot(scores, v, input_precision="ieee")
+    tl.store(out_ptr + t[:, None] * D_v + dv[None, :], out, mask=v_mask)
 
 
 @triton.jit
@@ -181,36 +194,6 @@ def delta_rule_chunk(q_ptr, k_ptr, v_ptr, beta_ptr, o_ptr, s0_ptr, s_ptr, T, H, 
         tl.store(o_ptr + v_offsets, o, mask=v_mask)
         S += tl.dot(tl.trans(k), U, input_precision=PRECISION)
     tl.store(s_ptr + s_offsets, S, mask=s_mask)
-
-
-@triton.jit
-def causal_chunk_default_precision(q_ptr, k_ptr, v_ptr, out_ptr, C, D_k, D_v,
-                                   BLOCK_C: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_V: tl.constexpr):
-    t = tl.arange(0, BLOCK_C)
-    dk = tl.arange(0, BLOCK_K)
-    dv = tl.arange(0, BLOCK_V)
-    qk_mask = (t[:, None] < C) & (dk[None, :] < D_k)
-    v_mask = (t[:, None] < C) & (dv[None, :] < D_v)
-    q = tl.load(q_ptr + t[:, None] * D_k + dk[None, :], mask=qk_mask, other=0.0)
-    k = tl.load(k_ptr + t[:, None] * D_k + dk[None, :], mask=qk_mask, other=0.0)
-    v = tl.load(v_ptr + t[:, None] * D_v + dv[None, :], mask=v_mask, other=0.0)
-    scores = tl.where(t[:, None] >= t[None, :], tl.dot(q, tl.trans(k)), 0.0)  # wrong on a GPU: tf32 products
-    tl.store(out_ptr + t[:, None] * D_v + dv[None, :], tl.dot(scores, v), mask=v_mask)
-
-
-@triton.jit
-def causal_chunk_no_other(q_ptr, k_ptr, v_ptr, out_ptr, C, D_k, D_v,
-                          BLOCK_C: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_V: tl.constexpr):
-    t = tl.arange(0, BLOCK_C)
-    dk = tl.arange(0, BLOCK_K)
-    dv = tl.arange(0, BLOCK_V)
-    qk_mask = (t[:, None] < C) & (dk[None, :] < D_k)
-    v_mask = (t[:, None] < C) & (dv[None, :] < D_v)
-    q = tl.load(q_ptr + t[:, None] * D_k + dk[None, :], mask=qk_mask)  # wrong on a GPU: padded lanes undefined
-    k = tl.load(k_ptr + t[:, None] * D_k + dk[None, :], mask=qk_mask)
-    v = tl.load(v_ptr + t[:, None] * D_v + dv[None, :], mask=v_mask)
-    scores = tl.where(t[:, None] >= t[None, :], tl.dot(q, tl.trans(k), input_precision="ieee"), 0.0)
-    tl.store(out_ptr + t[:, None] * D_v + dv[None, :], tl.dot(scores, v, input_precision="ieee"), mask=v_mask)
 
 
 @triton.jit
