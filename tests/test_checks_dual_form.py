@@ -105,3 +105,85 @@ MORE_WRONG = [
 def test_more_plausible_wrong_answers_are_rejected(name, check, wrong):
     with pytest.raises(CheckFailed):
         check(wrong)
+
+
+def test_a_float32_momentum_rescale_is_told_its_dtype():
+    def float32_answer(momentum, num_steps):  # the formula right, but t = torch.arange(1, T + 1) without a dtype
+        t = torch.arange(1, num_steps + 1)
+        return (1 - momentum ** (num_steps - t + 1)) / (1 - momentum) if momentum else torch.ones(num_steps)
+
+    with pytest.raises(CheckFailed, match=r"returns float32, the exercise asks for float64"):
+        checks.check_momentum_rescale(float32_answer)
+
+
+# --- the hook-based recorder -----------------------------------------------------------------------------------
+
+def record_training(model, layer_name, optimizer, batches):  # the solution, written as a student would
+    layer = model.get_submodule(layer_name)
+    W0 = layer.weight.detach().clone()
+    keys, grads, lrs = [], [], []
+    handles = [
+        layer.register_forward_hook(lambda module, inputs, output: keys.append(inputs[0].detach().clone())),
+        layer.register_full_backward_hook(lambda module, grad_in, grad_out: grads.append(grad_out[0].detach().clone())),
+    ]
+    try:
+        for x, y in batches:
+            optimizer.zero_grad()
+            torch.nn.functional.cross_entropy(model(x), y).backward()
+            lrs.append(optimizer.param_groups[0]["lr"])
+            optimizer.step()
+    finally:
+        for handle in handles:
+            handle.remove()
+    values = torch.cat([-lr * g for lr, g in zip(lrs, grads)])
+    return W0, torch.cat(keys), values
+
+
+def test_record_training_reference_and_solution_pass(capsys):
+    assert checks.check_record_training(checks.reference_record_training) is True
+    assert checks.check_record_training(record_training) is True
+    assert capsys.readouterr().out.count("PASS") == 2
+
+
+def _values_without_lr(model, layer_name, optimizer, batches):
+    W0, keys, values = record_training(model, layer_name, optimizer, batches)
+    return W0, keys, values / -optimizer.param_groups[0]["lr"]  # the raw gradients ∂L/∂y
+
+
+def _values_sign_flipped(model, layer_name, optimizer, batches):
+    W0, keys, values = record_training(model, layer_name, optimizer, batches)
+    return W0, keys, -values
+
+
+def _W0_after_training(model, layer_name, optimizer, batches):
+    _, keys, values = record_training(model, layer_name, optimizer, batches)
+    return model.get_submodule(layer_name).weight.detach().clone(), keys, values
+
+
+def _keys_are_model_inputs(model, layer_name, optimizer, batches):  # the network's input, not the layer's
+    W0, _, values = record_training(model, layer_name, optimizer, batches)
+    return W0, torch.cat([x for x, _ in batches]), values
+
+
+def _hooks_left_attached(model, layer_name, optimizer, batches):
+    layer = model.get_submodule(layer_name)
+    keys = []
+    layer.register_forward_hook(lambda module, inputs, output: keys.append(inputs[0].detach().clone()))
+    W0, _, values = record_training(model, layer_name, optimizer, batches)
+    return W0, torch.cat(keys), values
+
+
+def _gradient_summed_over_the_batch(model, layer_name, optimizer, batches):  # one value per step, not per pattern
+    W0, keys, values = record_training(model, layer_name, optimizer, batches)
+    n = len(batches[0][0])
+    return W0, keys, values.view(-1, n, values.shape[-1]).sum(1).repeat_interleave(n, 0) / n
+
+
+WRONG_RECORDERS = [_values_without_lr, _values_sign_flipped, _W0_after_training, _keys_are_model_inputs,
+                   _hooks_left_attached, _gradient_summed_over_the_batch]
+
+
+@pytest.mark.parametrize("wrong", WRONG_RECORDERS, ids=[w.__name__ for w in WRONG_RECORDERS])
+def test_wrong_recorders_are_rejected(wrong):
+    with pytest.raises(CheckFailed):
+        checks.check_record_training(wrong)

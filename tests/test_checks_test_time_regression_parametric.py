@@ -80,3 +80,27 @@ WRONG = [
 def test_plausible_wrong_answers_are_rejected(label, check, wrong):
     with pytest.raises(CheckFailed):
         check(wrong)
+
+
+def decay_masked_after_exp(g):  # the exponential first, then the mask: inf · 0 = NaN under a strong decay
+    T = g.shape[0]
+    G = torch.cumsum(g, 0)
+    return (G[:, None] - G[None, :]).exp() * torch.ones(T, T, dtype=g.dtype).tril()
+
+
+def test_masking_after_the_exponential_is_caught_with_the_reason():
+    with pytest.raises(CheckFailed, match=r"strong decay.*inf · 0 = NaN"):
+        checks.check_decay_weights(decay_masked_after_exp)
+
+
+def test_the_strong_decay_case_really_makes_the_mask_after_exp_nan():
+    assert torch.isnan(decay_masked_after_exp(torch.full((30,), -50.0, dtype=torch.float64))).any()
+
+
+def test_torch_where_after_exp_passes():  # masking after exp without multiplying keeps zeros: a correct answer
+    def answer(g):
+        T = g.shape[0]
+        G = torch.cumsum(g, 0)
+        causal = torch.ones(T, T, dtype=torch.bool).tril()
+        return torch.where(causal, (G[:, None] - G[None, :]).exp(), torch.zeros(()))
+    assert checks.check_decay_weights(answer) is True

@@ -7,9 +7,11 @@ from collections.abc import Callable, Iterator
 import torch
 
 from ttr_edu import dual_form
-from ttr_edu.checks._core import run_check
+from torch import nn
 
-__all__ = ["check_dual_output", "check_momentum_rescale", "check_class_votes"]
+from ttr_edu.checks._core import CheckFailed, run_check
+
+__all__ = ["check_dual_output", "check_momentum_rescale", "check_class_votes", "check_record_training"]
 
 # D_in ≠ D_out in most cases, so that a transposed product cannot pass by accident.
 SHAPES = [(1, 1, 1, 1), (5, 4, 3, 2), (9, 6, 2, 4), (20, 8, 5, 7)]  # (N, D_in, D_out, Q)
@@ -57,11 +59,82 @@ def check_dual_output(dual_output: Callable) -> bool:
 
 
 def check_momentum_rescale(momentum_rescale: Callable) -> bool:
-    """Check ``momentum_rescale(momentum, num_steps) -> (T,)`` with entry t−1 equal to ``(1 − μ^{T−t+1})/(1 − μ)``."""
-    return run_check("momentum_rescale", momentum_rescale, dual_form.momentum_rescale, _momentum_cases(),
-                     rtol=1e-10, atol=1e-12)
+    """Check ``momentum_rescale(momentum, num_steps) -> (T,)`` with entry t−1 equal to ``(1 − μ^{T−t+1})/(1 − μ)``.
+
+    The exercise asks for float64; a float32 answer fails with a message that names the dtype (its values agree to
+    float32 rounding only, so "got 9.2821, expected 9.2821" would not say what is wrong).
+    """
+    try:
+        return run_check("momentum_rescale", momentum_rescale, dual_form.momentum_rescale, _momentum_cases(),
+                         rtol=1e-10, atol=1e-12)
+    except CheckFailed:
+        try:
+            dtype = momentum_rescale(momentum=0.5, num_steps=6).dtype
+        except Exception:  # the student's function fails differently: the original message says how
+            raise
+        if dtype != torch.float64:
+            raise CheckFailed(
+                f"momentum_rescale: your function returns {str(dtype).replace('torch.', '')}, the exercise asks for "
+                "float64 (its values then agree only to float32 rounding). Create t with "
+                "torch.arange(1, num_steps + 1, dtype=torch.float64)."
+            ) from None
+        raise
 
 
 def check_class_votes(class_votes: Callable) -> bool:
     """Check ``class_votes(scores, labels, num_classes) -> (Q, C)``, the per-class sum of the scores."""
     return run_check("class_votes", class_votes, dual_form.class_votes, _vote_cases(), rtol=1e-10, atol=1e-12)
+
+
+# --- exercise: a hook-based recorder ---------------------------------------------------------------------------
+
+def _recording_setup(seed: int, layer_name: str):
+    """A small float64 MLP, plain SGD and four batches of (x, label); the same for student and reference."""
+    g = _generator(900 + seed)
+    torch.manual_seed(900 + seed)
+    model = nn.Sequential(nn.Linear(5, 6, bias=False), nn.ReLU(), nn.Linear(6, 3, bias=False)).double()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.3 + 0.1 * seed)
+    batches = [(torch.randn(4, 5, generator=g, dtype=torch.float64), torch.randint(0, 3, (4,), generator=g))
+               for _ in range(4)]
+    return model, layer_name, optimizer, batches
+
+
+def reference_record_training(model: nn.Module, layer_name: str, optimizer: torch.optim.Optimizer,
+                              batches) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Train ``model`` with cross-entropy on ``batches`` and return the memory of ``layer_name``: ``(W0, keys, values)``.
+
+    Shapes: ``W0 (D_out, D_in)``, ``keys (N, D_in)``, ``values (N, D_out)`` with ``N`` the patterns seen, in order.
+    The package's :class:`ttr_edu.dual_form.DualFormRecorder` does the recording.
+    """
+    recorder = dual_form.DualFormRecorder(model, optimizer, [layer_name], max_steps=len(batches),
+                                          patterns_per_step=len(batches[0][0]), verbose=False)
+    for x, y in batches:
+        optimizer.zero_grad()
+        nn.functional.cross_entropy(model(x), y).backward()
+        optimizer.step()
+    recorder.close()
+    memory = recorder.memory(layer_name)
+    return memory.W0, memory.keys, memory.values()
+
+
+def _on_fresh_setup(record_training: Callable) -> Callable:
+    def run(seed: int, layer_name: str):
+        model, name, optimizer, batches = _recording_setup(seed, layer_name)
+        result = record_training(model, name, optimizer, batches)
+        left = [n for n, m in model.named_modules() if m._forward_hooks or m._backward_hooks or m._forward_pre_hooks]
+        if left:
+            raise CheckFailed(f"hooks are still attached to {left} after your function returned; keep the handles "
+                              "that register_*_hook returns and call handle.remove() on each")
+        return result
+    return run
+
+
+def check_record_training(record_training: Callable) -> bool:
+    """Check ``record_training(model, layer_name, optimizer, batches) -> (W0, keys, values)`` on a fresh small MLP.
+
+    Each case builds the same seeded model, SGD optimiser and batches for your function and for the reference, so
+    your function may train the model it is given. Cases record the first and the last layer.
+    """
+    cases = [{"seed": 0, "layer_name": "0"}, {"seed": 1, "layer_name": "2"}, {"seed": 2, "layer_name": "2"}]
+    return run_check("record_training", _on_fresh_setup(record_training),
+                     _on_fresh_setup(reference_record_training), cases, rtol=1e-9, atol=1e-12)

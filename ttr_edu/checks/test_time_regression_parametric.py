@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterator
 
 import torch
 
-from ttr_edu.checks._core import run_check
+from ttr_edu.checks._core import CheckFailed, run_check
 from ttr_edu.regression import ExactSolve, Linear, OnlineSGD, TestTimeRegression, Uniform, regression_weights
 
 __all__ = ["check_decay_weights", "check_sgd_step", "check_ridge_readout"]
@@ -76,9 +76,34 @@ def _ridge_cases() -> Iterator[dict]:
         }
 
 
+def _strong_decay_case() -> dict:
+    # g = −50 over T = 30: above the diagonal G_t − G_i reaches +1450, so exp(…) overflows to inf, and an answer that
+    # masks *after* the exponential computes inf · 0 = NaN there. The reference masks before, as the hint says.
+    return {"g": torch.full((30,), -50.0, dtype=torch.float64)}
+
+
 def check_decay_weights(decay_weights: Callable) -> bool:
-    """Check ``decay_weights(g) -> Γ``, ``Γ[t, i] = exp(g_{i+1} + … + g_t)`` below and on the diagonal, else 0."""
-    return run_check("decay_weights", decay_weights, reference_decay_weights, _decay_cases())
+    """Check ``decay_weights(g) -> Γ``, ``Γ[t, i] = exp(g_{i+1} + … + g_t)`` below and on the diagonal, else 0.
+
+    A last case has a strong decay (g = −50, T = 30), where masking after the exponential gives NaN above the
+    diagonal; the failure message says so.
+    """
+    if not run_check("decay_weights", decay_weights, reference_decay_weights, _decay_cases()):
+        return False
+    case = _strong_decay_case()
+    try:
+        got = decay_weights(**{k: v.clone() for k, v in case.items()})
+    except Exception as err:
+        raise CheckFailed(f"decay_weights: your function raised {type(err).__name__}: {err}\n"
+                          "  inputs: g=tensor(30,) float64, every g_t = −50 (a strong decay)") from err
+    if isinstance(got, torch.Tensor) and not torch.isfinite(got).all():
+        bad = (~torch.isfinite(got)).nonzero()[0].tolist()
+        raise CheckFailed(
+            f"decay_weights: with a strong decay (g = −50, T = 30) your answer holds {got[bad[0], bad[1]].item()} at "
+            f"index {tuple(bad)}, above the diagonal. There G_t − G_i is large and positive, exp overflows to inf and "
+            "inf · 0 = NaN: mask with −inf *before* the exponential (masked_fill), not by multiplying after it."
+        )
+    return run_check("decay_weights (strong decay)", decay_weights, reference_decay_weights, [case])
 
 
 def check_sgd_step(sgd_step: Callable) -> bool:
