@@ -5,11 +5,13 @@ All follow the flash-linear-attention convention (DESIGN.md §3): ``q, k`` are `
 fp32 (fp64 for fp64 inputs), ``o_t = S_tᵀ q_t``, ``scale`` defaults to ``D_k ** -0.5`` and every op returns
 ``(o, final_state)`` (``final_state`` is ``None`` unless ``output_final_state=True``).
 
-States that are more than ``S``: normalised linear attention carries ``(S, z)``, RLS carries ``(S, P)``; both
-are passed in ``initial_state`` and returned in the same form.
+States that are more than ``S``: normalised linear attention carries ``(S, z)``, RLS carries ``(S, P)``, the MLP
+memories of TTT-MLP and Titans carry ``(W1, W2)`` (Titans adds its momentum, :class:`TitansState`); each is passed in
+``initial_state`` and returned in the same form.
 """
 
 from . import feature_maps
+from .delta_product import delta_product_chunk, delta_product_recurrent
 from .delta_rule import delta_rule_chunk, delta_rule_parallel, delta_rule_pseudo_values, delta_rule_recurrent
 from .feature_maps import (
     FEATURE_MAPS,
@@ -29,8 +31,11 @@ from .gated_delta_rule import gated_delta_rule_chunk, gated_delta_rule_recurrent
 from .gated_linear_attention import gated_linear_attention_chunk, gated_linear_attention_recurrent
 from .linear_attention import linear_attention_chunk, linear_attention_parallel, linear_attention_recurrent
 from .local_linear_attention import local_linear_attention
+from .longhorn import longhorn_chunk, longhorn_diagonal_recurrent, longhorn_recurrent, longhorn_step_size
 from .rls import rls_exact, rls_recurrent
 from .softmax_attention import softmax_attention
+from .titans import TitansState, titans_recurrent
+from .ttt import ttt_linear_chunk, ttt_linear_recurrent, ttt_mlp_chunk, ttt_mlp_recurrent
 
 __all__ = [
     *feature_maps.__all__,  # feature maps and normalisations
@@ -50,4 +55,17 @@ __all__ = [
     "rls_exact",
     "softmax_attention",
     "local_linear_attention",
+    # adaptive steps and deep memories (chapter adaptive_and_deep_memories)
+    "longhorn_recurrent",
+    "longhorn_chunk",
+    "longhorn_diagonal_recurrent",
+    "longhorn_step_size",
+    "delta_product_recurrent",
+    "delta_product_chunk",
+    "ttt_linear_recurrent",
+    "ttt_linear_chunk",
+    "ttt_mlp_recurrent",
+    "ttt_mlp_chunk",
+    "titans_recurrent",
+    "TitansState",
 ]
