@@ -224,7 +224,7 @@ def test_missing_or_superfluous_beta_and_g_are_named():
         named_layer("gated_deltanet")(q, k, v, beta=beta)
     with pytest.raises(ValueError, match="g: weights=Uniform"):
         named_layer("deltanet")(q, k, v, beta=beta, g=g)
-    with pytest.raises(ValueError, match="log decay <= 0"):
+    with pytest.raises(ValueError, match="g: expected a log decay in"):
         named_layer("gated_linear_attention")(q, k, v, g=-g)
 
 

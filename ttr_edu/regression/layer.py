@@ -1,0 +1,358 @@
+"""The layer: :class:`TestTimeRegression` takes the three choices; :data:`NAMED_LAYERS` places the field's layers."""
+
+from __future__ import annotations
+
+import torch
+
+from ttr_edu._validation import Dims, check_positive_float, check_same_device, check_tensor
+
+from ttr_edu.ops._memory import check_mlp_state
+
+from .deep import mini_batch_gd, momentum_sgd
+from .function_classes import FUNCTION_CLASSES, MLP, KernelRidge, Linear, LocalConstant, LocalLinear
+from .linear import (
+    _conjugate_gradient,
+    _exact_solve,
+    _gradient_step,
+    _implicit_step,
+    _multi_pass_sgd,
+    _online_sgd,
+    _recursive_least_squares,
+    _steps_per_token,
+)
+from .local import _kernel_ridge, _local_constant, _local_linear
+from .optimizers import (
+    OPTIMIZERS,
+    ConjugateGradient,
+    ExactSolve,
+    GradientStep,
+    ImplicitStep,
+    MiniBatchGD,
+    MomentumSGD,
+    MultiPassSGD,
+    OnlineSGD,
+    RecursiveLeastSquares,
+    StepsPerToken,
+)
+from .weights import WEIGHTS, ExponentialDecay, Gates, Uniform
+
+#: optimisers that take the call's step sizes ``beta``
+STEPPED = (OnlineSGD, MultiPassSGD, ImplicitStep, StepsPerToken, MiniBatchGD, MomentumSGD)
+#: optimisers that start from the call's ``initial_state``
+WARM_STARTED = (GradientStep, OnlineSGD, MultiPassSGD, ImplicitStep, StepsPerToken, MiniBatchGD, MomentumSGD)
+
+# --------------------------------------------------------------------------------------------------------------
+# The framework.
+# --------------------------------------------------------------------------------------------------------------
+
+
+class TestTimeRegression:
+    """A sequence layer given by its three design choices (Wang, Shi, Fox 2025).
+
+    Args:
+        weights: :class:`Uniform`, :class:`ExponentialDecay` or :class:`Gates`.
+        function_class: :class:`Linear`, :class:`MLP` (parametric), :class:`LocalConstant`, :class:`LocalLinear`
+            or :class:`KernelRidge` (nonparametric).
+        optimizer: :class:`ExactSolve`, :class:`RecursiveLeastSquares`, :class:`ConjugateGradient`,
+            :class:`GradientStep`, :class:`OnlineSGD`, :class:`ImplicitStep`, :class:`StepsPerToken`,
+            :class:`MiniBatchGD`, :class:`MomentumSGD` or :class:`MultiPassSGD`.
+
+    Raises:
+        TypeError: a choice of the wrong kind (the message lists the valid ones).
+        ValueError: an invalid combination, with the reason: a local (nonparametric) class is refitted at every
+            query and has only its closed form, so it needs :class:`ExactSolve`; an inverse needs ``ridge > 0``.
+
+    Example::
+
+        deltanet = TestTimeRegression(weights=Uniform(), function_class=Linear(), optimizer=OnlineSGD())
+        o, S = deltanet(q, k, v, beta=beta, output_final_state=True)
+    """
+
+    __test__ = False  # not a pytest test class, despite the name
+
+    def __init__(self, weights, function_class, optimizer) -> None:
+        for name, value, kinds in (
+            ("weights", weights, WEIGHTS),
+            ("function_class", function_class, FUNCTION_CLASSES),
+            ("optimizer", optimizer, OPTIMIZERS),
+        ):
+            if not isinstance(value, kinds):
+                valid = ", ".join(f"{kind.__name__}()" for kind in kinds)
+                raise TypeError(f"{name}: expected one of {valid}, got {value!r}")
+        local = isinstance(function_class, (LocalConstant, LocalLinear, KernelRidge))
+        if local and not isinstance(optimizer, ExactSolve):
+            raise ValueError(
+                f"optimizer: {type(function_class).__name__} is a local (nonparametric) fit redone at every query "
+                f"from all stored pairs; it has no parameter carried from step to step for "
+                f"{type(optimizer).__name__} to update, only its closed form: use optimizer=ExactSolve()"
+            )
+        deep_ok = (OnlineSGD, MiniBatchGD, MomentumSGD)
+        if isinstance(function_class, MLP) and not isinstance(optimizer, deep_ok):
+            raise ValueError(
+                f"optimizer: the MLP memory has no closed form and no rank-one recursion; fit it with a gradient "
+                f"method (OnlineSGD, MiniBatchGD or MomentumSGD), got {type(optimizer).__name__}"
+            )
+        if isinstance(optimizer, (MiniBatchGD, MomentumSGD)) and not isinstance(weights, Uniform):
+            raise ValueError(
+                f"weights: {type(optimizer).__name__} is written for uniform weights (MomentumSGD forgets through its "
+                f"own weight decay alpha); got {type(weights).__name__}()"
+            )
+        if isinstance(function_class, MLP) and not isinstance(weights, Uniform):
+            raise ValueError(f"weights: the MLP memory is written for Uniform() weights, got {type(weights).__name__}()")
+        needs_inverse = isinstance(function_class, (Linear, LocalLinear, KernelRidge)) and isinstance(
+            optimizer, ExactSolve
+        )
+        if needs_inverse and optimizer.ridge <= 0:
+            raise ValueError(
+                f"optimizer: ExactSolve(ridge={optimizer.ridge}) with {type(function_class).__name__} inverts the key "
+                "covariance, which is singular while fewer than D_k keys are seen; use a ridge > 0 (e.g. 1e-3)"
+            )
+        self.weights, self.function_class, self.optimizer = weights, function_class, optimizer
+
+    def __repr__(self) -> str:
+        return (
+            f"TestTimeRegression(weights={self.weights!r}, function_class={self.function_class!r}, "
+            f"optimizer={self.optimizer!r})"
+        )
+
+    def __call__(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        *,
+        beta: torch.Tensor | None = None,
+        g: torch.Tensor | None = None,
+        scale: float | None = None,
+        initial_state: torch.Tensor | None = None,
+        output_final_state: bool = False,
+        eta: torch.Tensor | None = None,
+        alpha: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Memorise ``(k_i, v_i)`` and retrieve ``y_t = m_t(q_t)`` for every ``t`` (causal).
+
+        Args:
+            q, k: ``(B, T, H, D_k)`` floating tensors; v: ``(B, T, H, D_v)``, the same dtype and device.
+            beta: ``(B, T, H)`` step sizes, required by the stepped optimisers (:class:`OnlineSGD`,
+                :class:`MultiPassSGD`, :class:`ImplicitStep`, :class:`StepsPerToken` with ``T·steps`` rows,
+                :class:`MiniBatchGD`, :class:`MomentumSGD`) only.
+            g: ``(B, T, H)`` log decays ``≤ 0``, required by :class:`Gates` only.
+            scale: the query scale (``D_k ** -0.5`` by default). Linear class: ``y = m(scale · q)``;
+                local classes: the kernel's inverse squared bandwidth, ``κ = exp(scale · q·k)``.
+            initial_state: ``(B, H, D_k, D_v)``, a starting ``S`` for the warm-started optimisers (it decays with
+                the weights); for :class:`MLP` the required weights ``(W1, W2)``.
+            output_final_state: also return ``S_T`` (``(W1, W2)`` for :class:`MLP`; parametric classes only).
+            eta, alpha: ``(B, T, H)`` momentum and weight decay per token, :class:`MomentumSGD` only.
+
+        Returns:
+            ``(o, S_T)`` with ``o`` ``(B, T, H, D_v)`` in the dtype of ``q`` and ``S_T`` ``(B, H, D_k, D_v)`` in the
+            compute dtype (fp32, or fp64 for fp64 inputs), or ``(o, None)``.
+
+        Raises:
+            TypeError: non-tensors, integer dtypes, or ``k``/``v`` of another dtype than ``q``.
+            ValueError: shapes that disagree (the message names the argument and the dims), T = 0, tensors on
+                different devices, a missing or superfluous ``beta``/``g``, or a state the chosen class does not keep.
+        """
+        dims = Dims()
+        dims.bind("q", q, ("B", "T", "H", "D_k"))
+        if dims["T"] == 0:
+            raise ValueError(f"q: expected at least one token, got shape {tuple(q.shape)} with T = 0")
+        pairs = "T"  # the rows of k, v and beta: T, or T·steps for StepsPerToken (DeltaProduct)
+        if isinstance(self.optimizer, StepsPerToken):
+            pairs = "T·steps"
+            dims.sizes[pairs], dims.owner[pairs] = dims["T"] * self.optimizer.steps, "q and optimizer.steps"
+        dims.bind("k", k, ("B", pairs, "H", "D_k"))
+        dims.bind("v", v, ("B", pairs, "H", "D_v"))
+        for name, x in (("k", k), ("v", v)):
+            if x.dtype != q.dtype:
+                raise TypeError(f"{name}: expected the dtype of q ({q.dtype}), got {x.dtype}")
+        mlp = isinstance(self.function_class, MLP)
+        for name, x in (("beta", beta), ("g", g), ("eta", eta), ("alpha", alpha)):
+            check_tensor(name, x, allow_none=True)
+        if not mlp:
+            check_tensor("initial_state", initial_state, allow_none=True)
+        check_same_device(q=q, k=k, v=v, beta=beta, g=g, eta=eta, alpha=alpha)
+        dtype = torch.float64 if q.dtype == torch.float64 else torch.float32
+        scale = dims["D_k"] ** -0.5 if scale is None else check_positive_float("scale", scale)
+
+        stepped = isinstance(self.optimizer, STEPPED)
+        if stepped and beta is None:
+            raise ValueError(f"beta: optimizer={type(self.optimizer).__name__}() needs step sizes beta, (B, T, H)")
+        if not stepped and beta is not None:
+            raise ValueError(f"beta: optimizer={type(self.optimizer).__name__}() takes no step sizes beta")
+        if beta is not None:
+            dims.bind("beta", beta, ("B", pairs, "H"))
+        for name, x in (("eta", eta), ("alpha", alpha)):
+            if x is None:
+                continue
+            if not isinstance(self.optimizer, MomentumSGD):
+                raise ValueError(f"{name}: only optimizer=MomentumSGD() takes a per-token {name}")
+            dims.bind(name, x, ("B", "T", "H"))
+            if not bool(((x >= 0) & (x <= 1)).all()):
+                raise ValueError(f"{name}: expected values in [0, 1] (NaN refused), got min {x.min().item():.4g}, "
+                                 f"max {x.max().item():.4g}")
+        parametric = isinstance(self.function_class, (Linear, MLP))
+        if not parametric and output_final_state:
+            raise ValueError(
+                f"output_final_state: {type(self.function_class).__name__} keeps every pair (its state is the "
+                "key-value cache), not a fixed-size S"
+            )
+        if mlp:
+            if initial_state is None:
+                raise ValueError(
+                    "initial_state: the MLP memory needs its starting weights (W1, W2), shapes (B, H, D_k, D_h) and "
+                    "(B, H, D_h, D_v): at W1 = W2 = 0 every gradient is zero"
+                )
+            params = check_mlp_state("initial_state", initial_state, dims, q.device)
+            if self.function_class.residual and dims["D_k"] != dims["D_v"]:
+                raise ValueError(f"function_class: MLP(residual=True) needs D_k == D_v, got {dims['D_k']}, {dims['D_v']}")
+        elif initial_state is not None:
+            if not isinstance(self.optimizer, WARM_STARTED):
+                raise ValueError(
+                    f"initial_state: {type(self.optimizer).__name__} solves from the pairs alone (RLS would also "
+                    "need the inverse covariance P); pass the earlier pairs instead"
+                )
+            dims.bind("initial_state", initial_state, ("B", "H", "D_k", "D_v"))
+
+        g = self.weights.log_decay(g, dims, dtype, q.device)
+        if g is not None and isinstance(self.optimizer, RecursiveLeastSquares) and bool(torch.isneginf(g).any()):
+            raise ValueError(
+                "g: RecursiveLeastSquares decays its ridge with the data, so a reset g = -inf would leave the "
+                "covariance singular; use ExactSolve or ConjugateGradient (a constant ridge), or split the sequence"
+            )
+        out_dtype = q.dtype
+        q, k, v = (x.to(dtype).transpose(1, 2) for x in (q, k, v))  # (B, H, T, D): time next to features
+        g = None if g is None else g.transpose(1, 2)  # (B, H, T)
+        beta = None if beta is None else beta.to(dtype).transpose(1, 2)
+        S0 = None if initial_state is None or mlp else initial_state.to(dtype)
+
+        if isinstance(self.function_class, LocalConstant):
+            o, S = _local_constant(q, k, v, g, scale, self.function_class.kernel), None
+        elif isinstance(self.function_class, LocalLinear):
+            o, S = _local_linear(q, k, v, g, scale, self.optimizer.ridge, self.function_class.kernel), None
+        elif isinstance(self.function_class, KernelRidge):
+            o, S = _kernel_ridge(q, k, v, g, scale, self.optimizer.ridge, self.function_class.kernel), None
+        elif mlp or isinstance(self.optimizer, (MiniBatchGD, MomentumSGD)):
+            start = tuple(W.to(dtype) for W in params) if mlp else (
+                (q.new_zeros(dims["B"], dims["H"], dims["D_k"], dims["D_v"]) if S0 is None else S0),
+            )
+            if isinstance(self.optimizer, MomentumSGD):
+                gates = [None if x is None else x.to(dtype).transpose(1, 2) for x in (eta, alpha)]
+                o, S = momentum_sgd(self.optimizer, self.function_class, start, scale * q, k, v, beta, *gates)
+            else:
+                o, S = mini_batch_gd(self.optimizer, self.function_class, start, scale * q, k, v, beta)
+            S = S if mlp else S[0]
+        else:
+            solve = {
+                ExactSolve: _exact_solve,
+                RecursiveLeastSquares: _recursive_least_squares,
+                GradientStep: _gradient_step,
+                OnlineSGD: _online_sgd,
+                MultiPassSGD: _multi_pass_sgd,
+                ImplicitStep: _implicit_step,
+                StepsPerToken: _steps_per_token,
+                ConjugateGradient: _conjugate_gradient,
+            }[type(self.optimizer)]
+            o, S = solve(self.optimizer, scale * q, k, v, g, beta, S0)
+        o = o.transpose(1, 2).to(out_dtype)
+        return o, (S if output_final_state else None)
+
+    def predict(
+        self,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        queries: torch.Tensor,
+        *,
+        beta: torch.Tensor | None = None,
+        g: torch.Tensor | None = None,
+        scale: float | None = None,
+    ) -> torch.Tensor:
+        """Memorise all ``N`` pairs of one sequence, then answer each query from ``m_N`` without writing it.
+
+        ``y_j = m_N(q_j)``: the regression fitted to every pair, evaluated at the queries (a causal layer answers a
+        query only after it has written that position's pair; here the queries write nothing).
+
+        Args:
+            k: ``(N, D_k)``; v: ``(N, D_v)``; queries: ``(M, D_k)``; beta, g: ``(N,)`` where the choices need them.
+            scale: as in :meth:`__call__`.
+        Returns:
+            ``(M, D_v)`` in the dtype of ``queries``.
+        Raises:
+            TypeError / ValueError: as :meth:`__call__`, naming the argument and the dims.
+        """
+        dims = Dims()
+        dims.bind("k", k, ("N", "D_k"))
+        dims.bind("v", v, ("N", "D_v"))
+        dims.bind("queries", queries, ("M", "D_k"))
+        M, N = dims["M"], dims["N"]
+        if isinstance(self.function_class, Linear):  # a parametric memory: fit once, read S_N at every query
+            kw = {name: x[None, :, None] for name, x in (("beta", beta), ("g", g)) if x is not None}
+            _, S = self(k[None, :, None], k[None, :, None], v[None, :, None], scale=1.0, output_final_state=True, **kw)
+            scale = dims["D_k"] ** -0.5 if scale is None else check_positive_float("scale", scale)
+            return (scale * queries.to(S.dtype) @ S[0, 0]).to(queries.dtype)
+        # Each query gets its own copy of the sequence and is asked at the last position, which sees all N pairs.
+        per_token = {}
+        for name, x in (("beta", beta), ("g", g)):
+            if x is not None:
+                dims.bind(name, x, ("N",))
+                per_token[name] = x[None, :, None].expand(M, N, 1)
+        q = queries[:, None, None, :].expand(M, N, 1, dims["D_k"])
+        o, _ = self(q, k[None, :, None].expand(M, N, 1, -1), v[None, :, None].expand(M, N, 1, -1), scale=scale,
+                    **per_token)
+        return o[:, -1, 0]
+
+
+# --------------------------------------------------------------------------------------------------------------
+# The named layers of the field.
+# --------------------------------------------------------------------------------------------------------------
+
+#: The field's layers placed by their three choices. In this project "rls" is the ungated exact ridge regression and
+#: "mesa" the gated one (the Mesa layer / MesaNet; Sherman–Morrison here, so its ridge decays with the data), and
+#: "mesa_cg" MesaNet's own solver: a constant ridge, conjugate gradients towards the exact solve.
+NAMED_LAYERS: dict[str, tuple] = {
+    "linear_attention": (Uniform, Linear, GradientStep),
+    "gated_linear_attention": (Gates, Linear, GradientStep),
+    "deltanet": (Uniform, Linear, OnlineSGD),
+    "gated_deltanet": (Gates, Linear, OnlineSGD),
+    "longhorn": (Uniform, Linear, ImplicitStep),
+    "deltaproduct": (Uniform, Linear, StepsPerToken),
+    "gated_deltaproduct": (Gates, Linear, StepsPerToken),
+    "ttt_linear": (Uniform, Linear, MiniBatchGD),
+    "ttt_mlp": (Uniform, MLP, MiniBatchGD),
+    "titans": (Uniform, MLP, MomentumSGD),
+    "rls": (Uniform, Linear, RecursiveLeastSquares),
+    "mesa": (Gates, Linear, RecursiveLeastSquares),
+    "mesa_cg": (Gates, Linear, ConjugateGradient),
+    "softmax_attention": (Uniform, LocalConstant, ExactSolve),
+    "local_linear_attention": (Uniform, LocalLinear, ExactSolve),
+    "kernel_ridge": (Uniform, KernelRidge, ExactSolve),
+}
+
+
+def named_layer(name: str, *, ridge: float | None = None, **options) -> TestTimeRegression:
+    """The layer called ``name`` as a :class:`TestTimeRegression` (see :data:`NAMED_LAYERS`).
+
+    Args:
+        name: one of ``NAMED_LAYERS``.
+        ridge: the ridge of RLS / Mesa (default 1.0), of mesa_cg, local linear attention and kernel ridge
+            (default 1e-3).
+        options: passed to the optimiser, e.g. ``steps=3`` (deltaproduct, mesa_cg), ``batch_size=4`` (TTT).
+    Raises:
+        ValueError: an unknown name (the message lists the valid ones) or a ridge on a layer that has none.
+        TypeError: an option the optimiser does not take.
+    """
+    if name not in NAMED_LAYERS:
+        raise ValueError(f"name: unknown layer {name!r}; valid names are {', '.join(NAMED_LAYERS)}")
+    weights, function_class, optimizer = NAMED_LAYERS[name]
+    if optimizer is ExactSolve and function_class is LocalConstant:
+        if ridge is not None:
+            raise ValueError(f"ridge: {name} inverts nothing, so it takes no ridge")
+        opt = ExactSolve(ridge=0.0, **options)
+    elif optimizer in (ExactSolve, RecursiveLeastSquares, ConjugateGradient):
+        default = 1.0 if optimizer is RecursiveLeastSquares else 1e-3
+        opt = optimizer(ridge=default if ridge is None else ridge, **options)
+    else:
+        if ridge is not None:
+            raise ValueError(f"ridge: {name} inverts nothing, so it takes no ridge")
+        opt = optimizer(**options)
+    return TestTimeRegression(weights=weights(), function_class=function_class(), optimizer=opt)

@@ -1,0 +1,147 @@
+"""Choice 1 of a test-time regression layer: the regression weights ``γ_i^{(t)}``, as matrices and as sums.
+
+All three kinds have the recursive form ``γ_i^{(t)} = exp(g_t) γ_i^{(t−1)}``, ``γ_t^{(t)} = 1``, so each is described by
+a per-token log decay ``g`` (``None``: no decay). Every sum over a segment of ``g`` is taken directly (never as a
+difference of one cumulative sum): a reset ``g = −inf`` is then exact, and a very negative ``g`` loses no precision.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+from ttr_edu._validation import Dims, check_positive_float, check_positive_int, check_tensor
+from ttr_edu.ops._common import check_log_decay, decay_matrix
+
+
+@dataclass(frozen=True)
+class Uniform:
+    """``γ_i^{(t)} = 1``: every pair seen so far counts equally (linear attention, DeltaNet, softmax attention)."""
+
+    def log_decay(self, g, dims: Dims, dtype, device):
+        if g is not None:
+            raise ValueError("g: weights=Uniform() has no decay, so it takes no g; use weights=Gates() for gates")
+        return None
+
+
+@dataclass(frozen=True)
+class ExponentialDecay:
+    """``γ_i^{(t)} = gamma^{t−i}`` with a fixed ``gamma ∈ (0, 1]`` (RetNet-style decay; Wang et al. 2025 §3.2).
+
+    Raises:
+        ValueError: ``gamma`` outside ``(0, 1]``.
+    """
+
+    gamma: float
+
+    def __post_init__(self):
+        check_positive_float("gamma", self.gamma)
+        if self.gamma > 1:
+            raise ValueError(f"gamma: expected a decay in (0, 1], got {self.gamma}")
+
+    def log_decay(self, g, dims: Dims, dtype, device):
+        if g is not None:
+            raise ValueError("g: weights=ExponentialDecay(gamma) fixes the decay, so it takes no g; use Gates()")
+        return torch.full((dims["B"], dims["T"], dims["H"]), math.log(self.gamma), dtype=dtype, device=device)
+
+
+@dataclass(frozen=True)
+class Gates:
+    """Data-dependent weights ``γ_i^{(t)} = Π_{j=i+1..t} exp(g_j)`` from the call's log decay ``g ≤ 0``, ``(B, T, H)``.
+
+    This is the weighting behind gated linear attention and gated DeltaNet (Wang et al. 2025 §3.2; Yang et al.
+    2024). ``g = −inf`` is a full reset (``γ = 0`` for every earlier pair), exact in every optimiser that allows it.
+    Raises ``ValueError`` at the call, naming ``g``, when it is missing, NaN, ``+inf`` or positive somewhere.
+    """
+
+    def log_decay(self, g, dims: Dims, dtype, device):
+        if g is None:
+            raise ValueError("g: weights=Gates() needs the log decay g, shaped (B, T, H), at the call")
+        dims.bind("g", g, ("B", "T", "H"))
+        check_log_decay(g)  # NaN, +inf and g > 0 refused by name, as the ops do; −inf (a reset) is allowed
+        return g.to(dtype)
+
+
+WEIGHTS = (Uniform, ExponentialDecay, Gates)
+
+# --------------------------------------------------------------------------------------------------------------
+
+
+def regression_weights(g: torch.Tensor | None, T: int | None = None) -> torch.Tensor:
+    """The weight matrix ``Γ[t, i] = γ_i^{(t)} = exp(Σ_{j=i+1..t} g_j)`` for ``i ≤ t`` and 0 above the diagonal.
+
+    Args:
+        g: log decays ``(B, T, H)``, or ``None`` for uniform weights (then ``T`` is needed).
+        T: the sequence length when ``g`` is ``None``.
+    Returns:
+        ``Γ`` of shape ``(B, H, T, T)`` (``(1, 1, T, T)`` when ``g`` is ``None``), the dtype of ``g`` (fp32 if None).
+    Raises:
+        ValueError: ``g`` not ``(B, T, H)``, or neither ``g`` nor ``T`` given.
+
+    Each entry sums its own segment of ``g`` (:func:`ttr_edu.ops._common.decay_matrix`), instead of taking
+    differences ``G_t − G_i`` of one cumulative sum: a reset ``g = −inf`` gives exact zeros (the difference would be
+    ``−inf − (−inf) = NaN``), and a very negative ``g`` loses no precision to a large ``|G|``.
+    """
+    if g is None:
+        if T is None:
+            raise ValueError("T: needed when g is None (uniform weights)")
+        check_positive_int("T", T)
+        return torch.ones(T, T).tril()[None, None]
+    Dims().bind("g", g, ("B", "T", "H"))
+    check_log_decay(g)
+    return decay_matrix(g.transpose(1, 2))  # (B, H, T, T)
+
+
+def decayed_cumsum(x: torch.Tensor, g: torch.Tensor | None, chunk_size: int = 64) -> torch.Tensor:
+    """``y_t = exp(g_t) y_{t−1} + x_t``, i.e. ``y_t = Σ_{i≤t} γ_i^{(t)} x_i``, along the time axis.
+
+    Args:
+        x: ``(B, H, T, *F)`` (heads-first), any trailing feature shape.
+        g: ``(B, H, T)`` log decays, or ``None`` for a plain cumulative sum.
+        chunk_size: the sum runs as dense ``C × C`` weight blocks within chunks and a carry between them, so the
+            cost is ``O(T · C · |F|)`` instead of the ``O(T² |F|)`` of a full weight matrix.
+    Returns:
+        ``y``, the shape and dtype of ``x``.
+    Raises:
+        TypeError / ValueError: ``x`` or ``g`` not floating tensors of the shapes above, a bad ``g`` or ``chunk_size``.
+    """
+    check_tensor("x", x)
+    if x.dim() < 3:
+        raise ValueError(f"x: expected (B, H, T, *F) with at least 3 dims, got shape {tuple(x.shape)}")
+    check_positive_int("chunk_size", chunk_size)
+    if g is not None:
+        Dims().bind("g", g, tuple(x.shape[:3]))
+        check_log_decay(g)
+    if g is None:
+        return x.cumsum(2)
+    B, H, T = x.shape[:3]
+    C = min(chunk_size, T)
+    pad = (-T) % C
+    flat = x.reshape(B, H, T, -1)
+    if pad:  # a zero input with a zero log decay changes nothing; the padded rows are cut off below
+        flat = torch.nn.functional.pad(flat, (0, 0, 0, pad))
+        g = torch.nn.functional.pad(g, (0, pad))
+    N = flat.shape[2] // C
+    xc = flat.reshape(B, H, N, C, -1)
+    Gc = g.reshape(B, H, N, C).cumsum(-1)  # log decay from the chunk start (a sum from the start: no difference)
+    local = decay_matrix(g.reshape(B, H, N, C))  # (B, H, N, C, C): segment sums, exact for g = −inf
+    inner = local @ xc  # the sums within each chunk
+    carry = torch.zeros_like(xc[:, :, 0, 0])  # (B, H, F): the sum up to the end of the previous chunk
+    chunks = []
+    for n in range(N):
+        y = inner[:, :, n] + Gc[:, :, n, :, None].exp() * carry[:, :, None]
+        chunks.append(y)
+        carry = y[:, :, -1]
+    return torch.stack(chunks, 2).reshape(B, H, N * C, *x.shape[3:])[:, :, :T]
+
+
+
+def _decay_from_start(g, like):
+    """``γ_0^{(t)} = exp(Σ_{j≤t} g_j)``, ``(B, H, T)``: the weight left on an initial state at step ``t``."""
+    if g is None:
+        return torch.ones_like(like[..., 0])
+    return g.cumsum(-1).exp()
+
+
