@@ -53,6 +53,11 @@ def main() -> None:
     v = torch.randn(B, T, H, D, generator=gen)
     beta = torch.rand(B, T, H, generator=gen)
     g = -0.1 * torch.rand(B, T, H, generator=gen)
+    # DeltaProduct: two pairs per token; the MLP memories: D_h = D; Titans: per-token momentum and forgetting
+    k2 = torch.nn.functional.normalize(torch.randn(B, 2 * T, H, D, generator=gen), dim=-1)
+    v2, beta2 = torch.randn(B, 2 * T, H, D, generator=gen), torch.rand(B, 2 * T, H, generator=gen)
+    W = (torch.randn(B, H, D, D, generator=gen) / D**0.5, torch.randn(B, H, D, D, generator=gen) / D**0.5)
+    eta, alpha = 0.9 * torch.rand(B, T, H, generator=gen), 0.1 * torch.rand(B, T, H, generator=gen)
 
     cases = [  # (layer, generic call, specialised op, the op's name)
         ("linear attention", lambda: named_layer("linear_attention")(q, k, v),
@@ -71,6 +76,16 @@ def main() -> None:
          lambda: ops.softmax_attention(q, k, v), "softmax_attention"),
         ("local linear attention", lambda: named_layer("local_linear_attention", ridge=1e-2)(q, k, v),
          lambda: ops.local_linear_attention(q, k, v, ridge=1e-2), "local_linear_attention"),
+        ("Longhorn", lambda: named_layer("longhorn")(q, k, v, beta=beta),
+         lambda: ops.longhorn_chunk(q, k, v, beta), "longhorn_chunk"),
+        ("DeltaProduct (n_h = 2)", lambda: named_layer("deltaproduct", steps=2)(q, k2, v2, beta=beta2),
+         lambda: ops.delta_product_chunk(q, k2, v2, beta2, 2), "delta_product_chunk"),
+        ("TTT-Linear (b = 16)", lambda: named_layer("ttt_linear")(q, k, v, beta=beta),
+         lambda: ops.ttt_linear_chunk(q, k, v, beta), "ttt_linear_chunk"),
+        ("TTT-MLP (b = 16)", lambda: named_layer("ttt_mlp")(q, k, v, beta=beta, initial_state=W),
+         lambda: ops.ttt_mlp_chunk(q, k, v, beta, initial_state=W), "ttt_mlp_chunk"),
+        ("Titans (MLP)", lambda: named_layer("titans")(q, k, v, beta=beta, eta=eta, alpha=alpha, initial_state=W),
+         lambda: ops.titans_recurrent(q, k, v, beta, eta, alpha, initial_state=W), "titans_recurrent"),
     ]
     print(f"B={B} T={T} H={H} D_k=D_v={D}, fp32, {torch.get_num_threads()} threads, best of {args.repeats}")
     print(f"{'layer':<24}{'specialised op':<30}{'op ms':>9}{'generic ms':>12}{'generic/op':>12}")

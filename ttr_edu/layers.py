@@ -287,3 +287,10 @@ MIXERS: dict[str, type[_Mixer]] = {
     "softmax_attention": SoftmaxAttention,
     "local_linear_attention": LocalLinearAttention,
 }
+
+
+# Adaptive steps and deep memories (chapter adaptive_and_deep_memories) live in their own module, named in its
+# MEMORY_MIXERS (kept out of MIXERS, whose every entry the main MQAR grid trains).
+from ttr_edu.layers_memory import MEMORY_MIXERS, TTTMLP, DeltaProduct, Longhorn, TitansMemory, TTTLinear  # noqa: E402
+
+__all__ += ["Longhorn", "DeltaProduct", "TTTLinear", "TTTMLP", "TitansMemory", "MEMORY_MIXERS"]

@@ -15,6 +15,7 @@ from .linear import (
     _exact_solve,
     _gradient_step,
     _implicit_step,
+    _mini_batch_gd,
     _multi_pass_sgd,
     _online_sgd,
     _recursive_least_squares,
@@ -232,7 +233,7 @@ class TestTimeRegression:
             o, S = _local_linear(q, k, v, g, scale, self.optimizer.ridge, self.function_class.kernel), None
         elif isinstance(self.function_class, KernelRidge):
             o, S = _kernel_ridge(q, k, v, g, scale, self.optimizer.ridge, self.function_class.kernel), None
-        elif mlp or isinstance(self.optimizer, (MiniBatchGD, MomentumSGD)):
+        elif mlp or isinstance(self.optimizer, MomentumSGD):
             start = tuple(W.to(dtype) for W in params) if mlp else (
                 (q.new_zeros(dims["B"], dims["H"], dims["D_k"], dims["D_v"]) if S0 is None else S0),
             )
@@ -252,6 +253,7 @@ class TestTimeRegression:
                 ImplicitStep: _implicit_step,
                 StepsPerToken: _steps_per_token,
                 ConjugateGradient: _conjugate_gradient,
+                MiniBatchGD: _mini_batch_gd,
             }[type(self.optimizer)]
             o, S = solve(self.optimizer, scale * q, k, v, g, beta, S0)
         o = o.transpose(1, 2).to(out_dtype)

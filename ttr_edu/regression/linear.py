@@ -216,3 +216,21 @@ def _conjugate_gradient(opt, q, k, v, g, beta, S0):
     o, moment = _weighted_readout(x, k, v, g)
     S = conjugate_gradient(A[:, :, -1, None], moment.mT, opt.steps).mT  # each column of S: (A_T + λI) s = m
     return o, S
+
+
+def _mini_batch_gd(opt, q, k, v, g, beta, S0):
+    """TTT-Linear from its objective: in the mini-batch from ``S_s``, every gradient ``k_i (S_sᵀk_i − v_i)ᵀ`` is taken
+    at ``S_s``, so ``S_t = S_s − Σ_{s<i≤t} β_i k_i e_iᵀ`` with ``e = K S_s − V``, and ``o_t = S_tᵀ q_t``.
+
+    The gradient of the linear class written out (as :func:`_online_sgd` does); other classes take it by autodiff
+    (:mod:`ttr_edu.regression.deep`)."""
+    B, H, T, D_k = k.shape
+    S = k.new_zeros(B, H, D_k, v.shape[-1]) if S0 is None else S0
+    outputs = []
+    for start in range(0, T, opt.batch_size):
+        batch = slice(start, start + opt.batch_size)
+        q_b, k_b = q[:, :, batch], k[:, :, batch]
+        steps = beta[:, :, batch, None] * (k_b @ S - v[:, :, batch])  # β_i e_i, each at the mini-batch's start
+        outputs.append(q_b @ S - (q_b @ k_b.mT).tril() @ steps)
+        S = S - k_b.mT @ steps
+    return torch.cat(outputs, dim=2), S
