@@ -1,0 +1,128 @@
+"""Chapter 08's checks accept a correct answer and reject plausible wrong answers.
+
+That an unattempted stub is reported is tested for every check at once in test_checks_contract.py.
+"""
+
+import pytest
+import torch
+from torch.func import grad
+
+from ttr_edu.checks import CheckFailed
+from ttr_edu.checks import adaptive_and_deep_memories as checks
+
+
+# Correct answers, written the way a student would (as in the solutions notebook).
+def longhorn_step(S, k, v, beta):
+    eps = beta / (1 + beta * (k @ k))
+    return S + eps * torch.outer(k, v - S.T @ k)
+
+
+def momentum_step(S, U, k, v, theta, eta, alpha):
+    U_new = eta * U - theta * torch.outer(k, S.T @ k - v)
+    return (1 - alpha) * S + U_new, U_new
+
+
+def mlp_loss(W1, W2, k, v):
+    return 0.5 * ((torch.nn.functional.gelu(k @ W1) @ W2 - v) ** 2).sum()
+
+
+def mlp_gradient_step(W1, W2, k, v, lr):
+    g1, g2 = grad(mlp_loss, argnums=(0, 1))(W1, W2, k, v)
+    return W1 - lr * g1, W2 - lr * g2
+
+
+CHECKS = [
+    (checks.check_longhorn_step, longhorn_step),
+    (checks.check_momentum_step, momentum_step),
+    (checks.check_mlp_gradient_step, mlp_gradient_step),
+]
+
+
+@pytest.mark.parametrize("check,answer", CHECKS)
+def test_a_correct_answer_passes(check, answer, capsys):
+    assert check(answer) is True
+    assert capsys.readouterr().out.startswith("PASS")
+
+
+# Plausible wrong answers.
+def explicit_step(S, k, v, beta):  # the delta rule's step β, not the implicit ε
+    return S + beta * torch.outer(k, v - S.T @ k)
+
+
+def step_without_key_norm(S, k, v, beta):  # ε = β / (1 + β): right only for unit keys
+    return S + beta / (1 + beta) * torch.outer(k, v - S.T @ k)
+
+
+def diagonal_longhorn(S, k, v, beta):  # the published layer's diagonal approximation, not the exact step
+    eps = beta / (1 + beta * (k @ k))
+    return (1 - eps * k[:, None] ** 2) * S + eps * torch.outer(k, v)
+
+
+def in_place_longhorn(S, k, v, beta):  # right value, but the caller's S is overwritten
+    S += beta / (1 + beta * (k @ k)) * torch.outer(k, v - S.T @ k)
+    return S
+
+
+def decay_after_momentum(S, U, k, v, theta, eta, alpha):  # (1 − α) also shrinks the new step
+    U_new = eta * U - theta * torch.outer(k, S.T @ k - v)
+    return (1 - alpha) * (S + U_new), U_new
+
+
+def alpha_as_keep(S, U, k, v, theta, eta, alpha):  # α read as the fraction kept
+    U_new = eta * U - theta * torch.outer(k, S.T @ k - v)
+    return alpha * S + U_new, U_new
+
+
+def gradient_ascent(S, U, k, v, theta, eta, alpha):  # the sign of the gradient flipped
+    U_new = eta * U + theta * torch.outer(k, S.T @ k - v)
+    return (1 - alpha) * S + U_new, U_new
+
+
+def momentum_after_gradient(S, U, k, v, theta, eta, alpha):  # η multiplies the new gradient too
+    U_new = eta * (U - theta * torch.outer(k, S.T @ k - v))
+    return (1 - alpha) * S + U_new, U_new
+
+
+def loss_without_half(W1, W2, k, v, lr):  # ‖·‖² without ½: twice the step
+    g1, g2 = grad(lambda a, b: 2 * mlp_loss(a, b, k, v), argnums=(0, 1))(W1, W2)
+    return W1 - lr * g1, W2 - lr * g2
+
+
+def tanh_gelu(W1, W2, k, v, lr):  # the tanh approximation of GELU
+    loss = lambda a, b: 0.5 * ((torch.nn.functional.gelu(k @ a, approximate="tanh") @ b - v) ** 2).sum()  # noqa: E731
+    g1, g2 = grad(loss, argnums=(0, 1))(W1, W2)
+    return W1 - lr * g1, W2 - lr * g2
+
+
+def only_last_layer(W1, W2, k, v, lr):  # W1 left untouched
+    g2 = grad(mlp_loss, argnums=1)(W1, W2, k, v)
+    return W1, W2 - lr * g2
+
+
+def second_layer_at_new_first(W1, W2, k, v, lr):  # layers updated one after the other, not at the same point
+    g1 = grad(mlp_loss, argnums=0)(W1, W2, k, v)
+    W1 = W1 - lr * g1
+    g2 = grad(mlp_loss, argnums=1)(W1, W2, k, v)
+    return W1, W2 - lr * g2
+
+
+WRONG = [
+    ("Longhorn: explicit step β", checks.check_longhorn_step, explicit_step),
+    ("Longhorn: ‖k‖² forgotten", checks.check_longhorn_step, step_without_key_norm),
+    ("Longhorn: diagonal approximation", checks.check_longhorn_step, diagonal_longhorn),
+    ("Longhorn: S modified in place", checks.check_longhorn_step, in_place_longhorn),
+    ("momentum: decay after the step", checks.check_momentum_step, decay_after_momentum),
+    ("momentum: alpha as the kept fraction", checks.check_momentum_step, alpha_as_keep),
+    ("momentum: gradient ascent", checks.check_momentum_step, gradient_ascent),
+    ("momentum: eta on the new gradient", checks.check_momentum_step, momentum_after_gradient),
+    ("MLP: loss without ½", checks.check_mlp_gradient_step, loss_without_half),
+    ("MLP: tanh GELU", checks.check_mlp_gradient_step, tanh_gelu),
+    ("MLP: last layer only", checks.check_mlp_gradient_step, only_last_layer),
+    ("MLP: layers updated in turn", checks.check_mlp_gradient_step, second_layer_at_new_first),
+]
+
+
+@pytest.mark.parametrize("label,check,wrong", WRONG, ids=[w[0] for w in WRONG])
+def test_plausible_wrong_answers_are_rejected(label, check, wrong):
+    with pytest.raises(CheckFailed):
+        check(wrong)
