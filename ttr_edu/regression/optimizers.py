@@ -133,8 +133,8 @@ class MiniBatchGD:
     """Mini-batch gradient descent, the gradients of a mini-batch all taken at its starting state: TTT.
 
     ``W_t = W_s − Σ_{s<i≤t} β_i ∇ℓ(W_s; k_i, v_i)`` inside the mini-batch of ``batch_size`` tokens that starts at
-    ``W_s`` (Sun et al. 2024, §2.4). ``batch_size = 1`` is online SGD (DeltaNet for the linear class). The
-    gradients come from autodiff (``torch.func``), so any function class with a forward works.
+    ``W_s`` (Sun et al. 2024, §2.4). ``batch_size = 1`` is online SGD (DeltaNet for the linear class). The linear
+    class's gradient is written out; other classes (:class:`MLP`) take theirs by autodiff.
     """
 
     batch_size: int = 16

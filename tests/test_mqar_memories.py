@@ -1,0 +1,28 @@
+"""The small MQAR grid of the adaptive-step and deep-memory mixers builds its models and trains a cell."""
+
+from dataclasses import replace
+
+import pytest
+import torch
+
+from ttr_edu.experiments.mqar_memories import MEMORY_GRID, build_model, train_cell
+from ttr_edu.mqar import mqar_batch
+
+
+@pytest.mark.parametrize("mixer", MEMORY_GRID.mixers)
+def test_each_mixer_builds_a_model_that_reads_mqar(mixer):
+    model = build_model(mixer, 32, 8)
+    batch = mqar_batch(2, 16, 2, 32, generator=torch.Generator().manual_seed(0))
+    assert model(batch.inputs).shape == (2, 16, 32)
+    assert torch.isfinite(model.loss(batch))
+
+
+def test_unknown_mixer_is_named():
+    with pytest.raises(ValueError, match="mixer: unknown name 'titanic'"):
+        build_model("titanic", 32, 8)
+
+
+def test_a_cell_trains_and_reports_its_row():
+    grid = replace(MEMORY_GRID, max_steps=3, eval_every=3, eval_examples=8, batch_size=4)
+    row = train_cell(grid, "longhorn", 2, 8)
+    assert row["mixer"] == "longhorn" and row["steps"] == 3 and 0.0 <= row["accuracy"] <= 1.0
