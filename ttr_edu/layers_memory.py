@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ttr_edu._validation import check_positive_int
-from ttr_edu.layers import _Mixer
+from ttr_edu.layers import ShortConvolution, _Mixer
 from ttr_edu.ops import (
     delta_product_chunk,
     l2_norm,
@@ -78,8 +78,8 @@ class Longhorn(_NormedQK):
 class DeltaProduct(_NormedQK):
     """DeltaProduct (Siems et al. 2025): ``num_householder`` delta-rule steps per token, each its own k, v, β.
 
-    The first key and value come from the shared q, k, v projection (and its short convolution); the other
-    ``n_h − 1`` from one more projection. Test-time regression: uniform weights, linear class, several SGD steps
+    The first key and value come from the shared q, k, v projection; the other ``n_h − 1`` from one more projection,
+    each with its short convolution. Test-time regression: uniform weights, linear class, several SGD steps
     per token.
 
     Args:
@@ -94,13 +94,18 @@ class DeltaProduct(_NormedQK):
         self.b_proj = nn.Linear(hidden_size, n * num_heads)
         if n > 1:
             self.extra_kv_proj = nn.Linear(hidden_size, 2 * (n - 1) * hidden_size, bias=False)
+            if self.use_short_conv:  # the extra keys need the previous token as much as the first (MQAR's shift)
+                self.extra_kv_conv1d = ShortConvolution(2 * (n - 1) * hidden_size, conv_size)
 
     def project(self, x):
         inputs = super().project(x)
         n, (B, T) = self.num_householder, x.shape[:2]
         k, v = inputs["k"][:, :, None], inputs["v"][:, :, None]  # (B, T, 1, H, D)
         if n > 1:
-            extra_k, extra_v = self.extra_kv_proj(x).chunk(2, dim=-1)
+            extra = self.extra_kv_proj(x)
+            if self.use_short_conv:
+                extra = self.extra_kv_conv1d(extra)
+            extra_k, extra_v = extra.chunk(2, dim=-1)
             extra_k = l2_norm(F.silu(extra_k.unflatten(-1, (n - 1, self.num_heads, self.head_dim))))
             k = torch.cat([k, extra_k], dim=2)
             v = torch.cat([v, extra_v.unflatten(-1, (n - 1, self.num_heads, self.head_dim))], dim=2)
