@@ -9,6 +9,8 @@ States that are more than ``S``: normalised linear attention carries ``(S, z)``,
 are passed in ``initial_state`` and returned in the same form.
 """
 
+from ttr_edu._validation import guarded
+
 from . import feature_maps
 from .delta_rule import delta_rule_chunk, delta_rule_parallel, delta_rule_pseudo_values, delta_rule_recurrent
 from .feature_maps import (
@@ -51,3 +53,10 @@ __all__ = [
     "softmax_attention",
     "local_linear_attention",
 ]
+
+# The input policy (ttr_edu._validation: bool flags, scalars that fit the dtype, finite inputs and outputs) wraps
+# every public name here once, so the ops themselves keep only their shape checks.
+for _name in __all__:
+    if callable(globals()[_name]) and not isinstance(globals()[_name], type):
+        globals()[_name] = guarded(globals()[_name])
+del _name
