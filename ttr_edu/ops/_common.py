@@ -179,4 +179,4 @@ def check_stability(beta: torch.Tensor, k: torch.Tensor, mode: str) -> None:
     )
     if mode == "raise":
         raise ValueError(f"beta: {message}")
-    warnings.warn(message, RuntimeWarning, stacklevel=4)  # at the caller of the op
+    warnings.warn(message, RuntimeWarning, stacklevel=5)  # at the caller of the (guarded) public op

@@ -110,7 +110,7 @@ def _prior(S, P, lam):
     return A0 - lam * eye, A0 @ S
 
 
-def _factorise(A, lam, where: str):
+def _factorise(A, lam, where: str, depth: int = 5):
     """Cholesky factors of the ridge systems ``A`` (``(..., D_k, D_k)``), or a ``ValueError`` naming ``lam``.
 
     Warns when the condition number (estimated from the factor's diagonal, a lower bound) times the dtype's rounding
@@ -123,7 +123,7 @@ def _factorise(A, lam, where: str):
             "for the scale of the keys (collinear or huge keys): raise lam or compute in float64"
         )
     pivots = torch.diagonal(L, dim1=-2, dim2=-1).square()
-    _warn_if_ill_conditioned(pivots.amax(-1) / pivots.amin(-1), lam, A.dtype)
+    _warn_if_ill_conditioned(pivots.amax(-1) / pivots.amin(-1), lam, A.dtype, depth)
     return L
 
 
@@ -146,11 +146,12 @@ def _check_inverse(P, lam, k, fresh: bool) -> None:
         kappa = eig[..., -1] / eig[..., 0]
         if fresh:
             kappa = torch.maximum(kappa, 1.0 / (lam * eig[..., 0]))  # λ_max(A_T) / λ
-    _warn_if_ill_conditioned(kappa, lam, P.dtype)
+    _warn_if_ill_conditioned(kappa, lam, P.dtype, 5)
 
 
-def _warn_if_ill_conditioned(kappa, lam, dtype) -> None:
-    """``kappa``: estimates of the condition numbers of the ridge systems (any shape)."""
+def _warn_if_ill_conditioned(kappa, lam, dtype, depth: int) -> None:
+    """``kappa``: estimates of the condition numbers of the ridge systems (any shape); ``depth``: the frames from
+    here to the caller of the public (guarded) op, so the warning points at the user's line."""
     if kappa.numel() == 0 or kappa.device.type == "meta":
         return
     with torch.no_grad():
@@ -162,7 +163,7 @@ def _warn_if_ill_conditioned(kappa, lam, dtype) -> None:
             f"{kappa:.2g}): expect relative errors up to about {error:.1g}; raise lam (now {lam:.3g}) or use "
             "float64 inputs",
             RuntimeWarning,
-            stacklevel=4,
+            stacklevel=depth,
         )
 
 
@@ -205,7 +206,7 @@ def _gated_recurrent(q, k, v, log_decay, S, P, lam, out_dtype, output_final_stat
         alpha = torch.exp(log_decay[:, :, t, None, None])  # exp(−inf) = 0: a reset forgets H and b exactly
         H_t = alpha * H_t + torch.einsum("b h i, b h j -> b h i j", k[:, :, t], k[:, :, t])
         b = alpha * b + torch.einsum("b h k, b h v -> b h k v", k[:, :, t], v[:, :, t])
-        L = _factorise(H_t + eye, lam, f"token {t}")
+        L = _factorise(H_t + eye, lam, f"token {t}", depth=6)
         x = torch.cholesky_solve(q[:, :, t].unsqueeze(-1), L)  # (B, H, D_k, 1)
         outputs.append((b.transpose(-1, -2) @ x).squeeze(-1))
     o = torch.stack(outputs, dim=2).transpose(1, 2).to(out_dtype)
