@@ -144,8 +144,9 @@ def _check_inverse(P, lam, k, fresh: bool) -> None:
                 "too small for the scale of the keys (collinear or huge keys): raise lam or compute in float64"
             )
         kappa = eig[..., -1] / eig[..., 0]
-        if fresh:
-            kappa = torch.maximum(kappa, 1.0 / (lam * eig[..., 0]))  # λ_max(A_T) / λ
+        if fresh:  # λ_max(A_T) / λ, and cond(A_t) ≥ 1 + ‖k_t‖² / λ at every t (exact for t = 1)
+            kappa = torch.maximum(kappa, 1.0 / (lam * eig[..., 0]))
+            kappa = torch.maximum(kappa, 1.0 + k.square().sum(-1).amax(-1) / lam)
     _warn_if_ill_conditioned(kappa, lam, P.dtype, 5)
 
 
@@ -158,10 +159,10 @@ def _warn_if_ill_conditioned(kappa, lam, dtype, depth: int) -> None:
         kappa = kappa.max().item()
     error = kappa * torch.finfo(dtype).eps
     if error > 1e-3:
+        expect = f"relative errors up to about {error:.1g}" if error < 0.1 else "a result with no correct digit"
         warnings.warn(
-            f"lam: the ridge system A_t = H_t + lam * I is ill-conditioned in {dtype} (condition number >= "
-            f"{kappa:.2g}): expect relative errors up to about {error:.1g}; raise lam (now {lam:.3g}) or use "
-            "float64 inputs",
+            f"lam: the ridge system A_t = H_t + lam * I is ill-conditioned in {dtype} (condition number about "
+            f"{kappa:.2g}): expect {expect}; raise lam (now {lam:.3g}) or use float64 inputs",
             RuntimeWarning,
             stacklevel=depth,
         )
