@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import torch
 
-from ttr_edu._validation import Dims, check_chunk_size, check_positive_int, check_same_device
+from ttr_edu._validation import Dims, check_chunk_size, check_same_device
 
 from ._common import (
     PER_TOKEN,

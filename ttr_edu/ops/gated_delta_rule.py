@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import torch
 
-from ttr_edu._validation import check_chunk_size, check_positive_int
+from ttr_edu._validation import check_chunk_size
 
 from ._common import require_tensor
 from .delta_rule import chunk_forward, prepare

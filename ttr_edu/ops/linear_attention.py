@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import torch
 
-from ttr_edu._validation import check_chunk_size, check_positive_float, check_positive_int
+from ttr_edu._validation import check_chunk_size, check_positive_float
 
 from ._common import STATE, check_inputs, check_state, compute_dtype, resolve_scale, to_chunks, zero_state
 
