@@ -368,3 +368,23 @@ def test_a_wrong_answer_shows_the_message_without_the_package_traceback():
         assert info.value.__cause__ is None and info.value.__suppress_context__
         rendered = info.value._render_traceback_()  # what Jupyter shows
         assert rendered[0].startswith("CheckFailed: double: ") and "Traceback" not in "\n".join(rendered)
+
+
+def test_decayed_cumsum_validates_its_inputs():
+    """decayed_cumsum_unchecked: int x -> a torch RuntimeError, chunk_size=0 -> ZeroDivisionError, a T mismatch ->
+    a reshape error."""
+    from ttr_edu.regression import decayed_cumsum
+
+    g = -torch.rand(1, 1, 5)
+    with pytest.raises(TypeError, match=r"^x: expected a floating-point tensor"):
+        decayed_cumsum(torch.ones(1, 1, 5, dtype=torch.int64), g)
+    with pytest.raises(ValueError, match=r"^chunk_size: "):
+        decayed_cumsum(torch.ones(1, 1, 5), g, chunk_size=0)
+    with pytest.raises(ValueError, match=r"^g: expected shape \(B, H, T\) = \(1, 1, 6\)"):
+        decayed_cumsum(torch.ones(1, 1, 6), g)
+    with pytest.raises(ValueError, match=r"^g: expected a log decay"):
+        decayed_cumsum(torch.ones(1, 1, 5), -g)
+    x = torch.randn(1, 1, 5, 2)
+    want = torch.stack([sum(torch.exp(g[0, 0, i + 1 : t + 1].sum()) * x[0, 0, i] for i in range(t + 1))
+                        for t in range(5)])
+    assert relative_error(decayed_cumsum(x, g, chunk_size=2)[0, 0], want) < 1e-6

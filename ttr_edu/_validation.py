@@ -51,6 +51,7 @@ __all__ = [
     "check_scalar_fits",
     "check_chunk_size",
     "guarded",
+    "check_decayed_sum_args",
 ]
 
 # The switch of the non-finite scans (module-level, so torch.compile guards on it like any global).
@@ -254,6 +255,30 @@ def check_positive_float(name: str, value, *, allow_zero: bool = False) -> float
         raise ValueError(f"{name}: expected a finite number {bound}, got {value}")
     return value
 
+
+
+def check_decayed_sum_args(x, g, chunk_size) -> None:
+    """The arguments of ``regression.decayed_cumsum``: ``x`` a finite floating ``(B, H, T, *F)`` tensor, ``g`` a
+    ``(B, H, T)`` log decay in ``[−inf, 0]`` (or ``None``) on its device, ``chunk_size`` a positive int.
+
+    Raises:
+        TypeError: a non-tensor or integer ``x``/``g``, a non-int ``chunk_size``.
+        ValueError: too few dims, ``g`` not ``(B, H, T)`` of ``x``, another device, NaN/inf values, ``g > 0``.
+    """
+    check_positive_int("chunk_size", chunk_size)
+    check_tensor("x", x)
+    if x.dim() < 3:
+        raise ValueError(f"x: expected at least 3 dims (B, H, T, *F), got shape {tuple(x.shape)}")
+    check_finite("x", x)
+    if g is None:
+        return
+    check_tensor("g", g)
+    if tuple(g.shape) != tuple(x.shape[:3]):
+        raise ValueError(f"g: expected shape (B, H, T) = {tuple(x.shape[:3])} (the first dims of x), got {tuple(g.shape)}")
+    check_same_device(x=x, g=g)
+    check_finite("g", g, allow_neginf=True)
+    if _FINITE_CHECKS and g.device.type != "meta" and bool((g > 0).any()):
+        raise ValueError(f"g: expected a log decay <= 0 (exp(g) a decay factor), got max {g.max().item():.4g}")
 
 
 #: Argument names that :func:`guarded` treats as boolean flags, and as scalars that must fit the compute dtype.

@@ -46,6 +46,7 @@ from dataclasses import dataclass
 import torch
 
 from ttr_edu._validation import Dims, check_positive_float, check_positive_int, check_same_device, check_tensor
+from ttr_edu._validation import check_decayed_sum_args
 from ttr_edu.ops._common import decay_matrix
 
 __all__ = [
@@ -300,6 +301,7 @@ def decayed_cumsum(x: torch.Tensor, g: torch.Tensor | None, chunk_size: int = 64
     Returns:
         ``y``, the shape and dtype of ``x``.
     """
+    check_decayed_sum_args(x, g, chunk_size)  # the input policy of ttr_edu._validation
     if g is None:
         return x.cumsum(2)
     B, H, T = x.shape[:3]
