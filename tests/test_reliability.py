@@ -388,3 +388,14 @@ def test_decayed_cumsum_validates_its_inputs():
     want = torch.stack([sum(torch.exp(g[0, 0, i + 1 : t + 1].sum()) * x[0, 0, i] for i in range(t + 1))
                         for t in range(5)])
     assert relative_error(decayed_cumsum(x, g, chunk_size=2)[0, 0], want) < 1e-6
+
+
+def test_a_lower_precision_answer_is_told_about_its_dtype():
+    """check_fp32_message: 'wrong values ... got 0.104377, expected 0.104377' never mentioned float32."""
+
+    def in_float32(x):
+        return (2 * x.float() + 1e-3).to(torch.float32)
+
+    cases = [{"x": torch.rand(3, dtype=torch.float64)}]
+    with pytest.raises(CheckFailed, match=r"note: your result is float32, the reference float64"):
+        run_check("double", in_float32, _reference, cases)
