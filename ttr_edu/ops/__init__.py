@@ -5,7 +5,9 @@ All follow the flash-linear-attention convention (DESIGN.md §3): ``q, k`` are `
 fp32 (fp64 for fp64 inputs), ``o_t = S_tᵀ q_t``, ``scale`` defaults to ``D_k ** -0.5`` and every op returns
 ``(o, final_state)`` (``final_state`` is ``None`` unless ``output_final_state=True``).
 
-States that are more than ``S``: normalised linear attention carries ``(S, z)``, RLS carries ``(S, P)``; both
+Every public name here follows the input policy of :mod:`ttr_edu._validation` (NaN/inf inputs and overflowing
+outputs refused by name, bool flags, scalars that fit the dtype; ``ttr_edu.finite_checks(False)`` turns the scans
+off). States that are more than ``S``: normalised linear attention carries ``(S, z)``, RLS carries ``(S, P)``; both
 are passed in ``initial_state`` and returned in the same form.
 """
 

@@ -31,9 +31,13 @@ def compute_dtype(dtype: torch.dtype) -> torch.dtype:
 def check_inputs(q, k, v, **per_token) -> Dims:
     """Check ``q, k, v`` (and the per-token ``(B, T, H)`` tensors given by keyword, e.g. ``beta=beta``).
 
+    Non-finite values are refused by :func:`ttr_edu._validation.guarded`, which wraps every public op (the log
+    decay ``g`` here, by :func:`check_log_decay`).
+
     Raises:
         TypeError: a non-tensor, an integer dtype, or ``q, k, v`` of different dtypes.
-        ValueError: a shape that disagrees with the fla layout, or tensors on different devices.
+        ValueError: a shape that disagrees with the fla layout, ``T``, ``B``, ``H``, ``D_k`` or ``D_v`` of 0, or
+            tensors on different devices.
     """
     dims = Dims()
     dims.bind("q", q, QK)
