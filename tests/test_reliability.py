@@ -399,3 +399,14 @@ def test_a_lower_precision_answer_is_told_about_its_dtype():
     cases = [{"x": torch.rand(3, dtype=torch.float64)}]
     with pytest.raises(CheckFailed, match=r"note: your result is float32, the reference float64"):
         run_check("double", in_float32, _reference, cases)
+
+
+def test_a_singular_rls_state_is_named_not_a_linalg_error():
+    q, k, v = qkv()
+    state = (torch.zeros(1, 1, 4, 4), torch.zeros(1, 1, 4, 4))
+    for form in (ops.rls_recurrent, ops.rls_exact):
+        with pytest.raises(ValueError, match=r"^initial_state\[1\] \(P\): "):
+            form(q, k, v, g=torch.full((1, 8, 1), -0.1), initial_state=state)
+    for form in (ops.rls_recurrent, ops.rls_exact):
+        with pytest.raises(ValueError, match=r"^initial_state\[1\] \(P\): "):
+            form(q, k, v, initial_state=state)

@@ -105,7 +105,10 @@ def _prepare(q, k, v, lam, g, scale, initial_state):
 
 def _prior(S, P, lam):
     """``(H_0, b_0)`` from a state ``(S, P)``: ``A_0 = P⁻¹``, ``H_0 = A_0 − λI``, ``b_0 = A_0 S``."""
-    A0 = torch.linalg.inv(P)
+    A0, info = torch.linalg.inv_ex(P)
+    if (info != 0).any():
+        raise ValueError("initial_state[1] (P): expected an invertible (symmetric positive definite) P = A⁻¹, got a "
+                         "singular one")
     eye = torch.eye(P.shape[-1], dtype=P.dtype, device=P.device)
     return A0 - lam * eye, A0 @ S
 
@@ -139,6 +142,9 @@ def _check_inverse(P, lam, k, fresh: bool) -> None:
     with torch.no_grad():
         eig = torch.linalg.eigvalsh(P)  # ascending: 1/λ_max(A_T) first
         if not (torch.isfinite(eig).all() and (eig[..., 0] > 0).all()):
+            if not fresh:
+                raise ValueError("initial_state[1] (P): the inverse covariance P = A⁻¹ is not positive definite after "
+                                 f"the update in {P.dtype}; pass a symmetric positive definite P")
             raise ValueError(
                 f"lam: the inverse covariance P = A_T⁻¹ lost positive definiteness in {P.dtype}; lam = {lam:.3g} is "
                 "too small for the scale of the keys (collinear or huge keys): raise lam or compute in float64"
