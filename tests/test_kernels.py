@@ -12,6 +12,7 @@ import torch.nn.functional as F
 triton = pytest.importorskip("triton")
 
 from ttr_edu import kernels  # noqa: E402
+from ttr_edu._validation import finite_checks  # noqa: E402
 from ttr_edu.kernels import _dispatch, _triton_kernels  # noqa: E402
 from ttr_edu.ops.delta_rule import delta_rule_chunk, delta_rule_recurrent  # noqa: E402
 from ttr_edu.ops.gated_delta_rule import gated_delta_rule_chunk, gated_delta_rule_recurrent  # noqa: E402
@@ -210,7 +211,8 @@ def test_many_heads_go_on_the_long_grid_axis(name, monkeypatch):
     monkeypatch.setattr(_triton_kernels, kernel_name, recorder)
     monkeypatch.setattr(_dispatch, "interpreter_active", lambda: True)  # it looks at the kernel object
     x = make_inputs(70_000, 1, 1, 4, 4, with_state=False)
-    call(OPS[name][0], name, x, chunk_size=16)
+    with finite_checks(False):  # the recorder never writes o, so its uninitialised memory may hold NaN
+        call(OPS[name][0], name, x, chunk_size=16)
     (grid,) = recorder.grids
     assert grid[0] == 70_000 and all(n <= 65_535 for n in grid[1:])
 

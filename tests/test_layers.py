@@ -6,7 +6,8 @@ import torch
 from ttr_edu.checks._core import relative_error
 from ttr_edu.layers import MIXERS, DeltaNet, GatedDeltaNet, LinearAttention, LocalLinearAttention, MesaLayer
 from ttr_edu.layers import SoftmaxAttention
-from ttr_edu.regression import ExactSolve, LocalLinear, TestTimeRegression, Uniform, named_layer
+from ttr_edu import ops
+from ttr_edu.regression import ExactSolve, Gates, Linear, LocalLinear, TestTimeRegression, Uniform, named_layer
 
 
 def x(seed=0, T=12, hidden=16):
@@ -60,7 +61,10 @@ def test_each_layer_mixes_as_its_point_of_the_framework():
     mixes_like(DeltaNet(16, 2), named_layer("deltanet"))
     mixes_like(GatedDeltaNet(16, 2), named_layer("gated_deltanet"))
     mixes_like(MesaLayer(16, 2, lam=0.5), named_layer("rls", ridge=0.5))
-    mixes_like(MesaLayer(16, 2, lam=0.5, use_gate=True), named_layer("mesa", ridge=0.5))
+    # Mesa with gates: the constant ridge of MesaNet (ops.rls_recurrent with g), i.e. ExactSolve under Gates.
+    mixes_like(MesaLayer(16, 2, lam=0.5, use_gate=True), TestTimeRegression(Gates(), Linear(), ExactSolve(ridge=0.5)))
+    mixes_like(MesaLayer(16, 2, lam=0.5, use_gate=True),
+               lambda q, k, v, g: ops.rls_recurrent(q, k, v, lam=0.5, g=g))
     mixes_like(SoftmaxAttention(16, 2), named_layer("softmax_attention"))
     mixes_like(LocalLinearAttention(16, 2, ridge=0.1),
                TestTimeRegression(Uniform(), LocalLinear(), ExactSolve(ridge=0.1)))

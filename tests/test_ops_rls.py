@@ -26,7 +26,8 @@ def make_inputs(B, T, H, D_k, D_v, dtype, seed, max_decay=0.2):
 def ridge_argmin_loop(q, k, v, lam, g, scale):
     """For each t, solve argmin_M Σ_{i≤t} γ_i ‖v_i − M k_i‖² + γ_0 λ ‖M‖² as a least-squares problem.
 
-    γ_i = Π_{j=i+1..t} α_j (Wang, Shi, Fox 2025 §3.1-3.2); the ridge is the pseudo-observation √(γ_0 λ) I.
+    γ_i = Π_{j=i+1..t} α_j (Wang, Shi, Fox 2025 §3.1-3.2); the ridge is the pseudo-observation √λ I, which does
+    not decay (MesaNet's constant ridge).
     """
     B, T, H, D_k = q.shape
     y = torch.zeros(B, T, H, v.shape[-1], dtype=torch.float64)
@@ -38,7 +39,7 @@ def ridge_argmin_loop(q, k, v, lam, g, scale):
                 logs = log_alpha[b, : t + 1, h]
                 log_gamma = torch.cat([logs.flip(0).cumsum(0).flip(0), torch.zeros(1, dtype=torch.float64)])
                 rows = torch.sqrt(torch.exp(log_gamma[1:])).unsqueeze(-1)
-                ridge_rows = (lam * torch.exp(log_gamma[0])) ** 0.5 * torch.eye(D_k, dtype=torch.float64)
+                ridge_rows = lam**0.5 * torch.eye(D_k, dtype=torch.float64)
                 design = torch.cat([rows * k[b, : t + 1, h], ridge_rows])
                 target = torch.cat([rows * v[b, : t + 1, h], torch.zeros(D_k, v.shape[-1], dtype=torch.float64)])
                 S = torch.linalg.lstsq(design, target).solution  # (D_k, D_v), the ridge solution Mᵀ
@@ -111,7 +112,8 @@ def test_split_with_state_equals_whole_run(form, decay, T, data):
         q[:, first], k[:, first], v[:, first], lam=0.7, g=cut(g, first), output_final_state=True
     )
     o_second, (S_end, P_end) = FORMS[form](
-        q[:, second], k[:, second], v[:, second], g=cut(g, second), initial_state=state, output_final_state=True
+        q[:, second], k[:, second], v[:, second], lam=0.7, g=cut(g, second), initial_state=state,
+        output_final_state=True,
     )
     assert relative_error(torch.cat([o_first, o_second], dim=1), o_whole) <= 1e-10
     assert relative_error(S_end, S_whole) <= 1e-10

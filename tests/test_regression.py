@@ -90,9 +90,11 @@ def test_rls_and_exact_solve_equal_the_rls_ops():
     close(ops.rls_exact(q, k, v, lam=0.3)[0], o_op)
 
 
-def test_mesa_is_rls_with_forgetting():
+def test_the_gated_rls_ops_are_the_constant_ridge_exact_solve():
+    """ops.rls_* with g keep the ridge constant (MesaNet): the framework's ExactSolve under Gates, not the
+    forgetting-factor RecursiveLeastSquares whose ridge decays with the data."""
     q, k, v, _, g = inputs(5)
-    o, S = named_layer("mesa", ridge=0.3)(q, k, v, g=g, output_final_state=True)
+    o, S = TestTimeRegression(Gates(), Linear(), ExactSolve(ridge=0.3))(q, k, v, g=g, output_final_state=True)
     o_op, (S_op, _) = ops.rls_recurrent(q, k, v, lam=0.3, g=g, output_final_state=True)
     close(o, o_op)
     close(S, S_op)

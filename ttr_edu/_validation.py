@@ -9,12 +9,31 @@ sight, so a later tensor that disagrees is reported against the tensor that fixe
     dims = Dims()
     dims.bind("q", q, ("B", "T", "H", "D_k"))
     dims.bind("k", k, ("B", "T", "H", "D_k"))   # ValueError naming k, T and q on a mismatch
+
+The input policy (the same for every public op, kernel wrapper and layer; CONTRIBUTING.md "Input policy"):
+
+* **Non-finite values are refused by name.** NaN or ±inf in ``q, k, v, beta``, a state or a layer's ``x`` raises
+  ``ValueError`` naming the argument and counting the bad entries; the log decay ``g`` may be ``−inf`` (a full
+  reset) where the op says so, never NaN or ``+inf``. An output that is not finite although its inputs are (an
+  overflow of the dtype, e.g. fp16) is refused the same way, naming ``o``. Each scan costs one reduction and, on a
+  GPU, one synchronisation; :func:`finite_checks` (exported as ``ttr_edu.finite_checks``) switches them off for
+  speed in a training loop whose inputs you trust: then NaN in means NaN out and a ``g > 0`` goes unnoticed.
+* **Scalars must fit the dtype the maths runs in** (fp32, or fp64 for fp64 inputs): ``scale=1e300`` or
+  ``ridge=1e-300`` in fp32 is a ``ValueError`` (:func:`check_scalar_fits`), not a silent ``inf`` or ``0``.
+* **Boolean flags take booleans only** (:func:`check_bool`): ``normalize="false"`` is a ``TypeError``.
+* **Sizes:** zero-size ``B, H, D_k, D_v`` or ``T`` raise ``ValueError``; a ``chunk_size`` larger than ``T`` is
+  capped at ``T`` (:func:`check_chunk_size`), so nothing is allocated for it.
+* **Ill-posed solves** (a ridge too small for the keys) raise a ``ValueError`` naming the ridge when a
+  factorisation fails, and warn (``RuntimeWarning``) when the system is too ill-conditioned for the dtype.
 """
 
 from __future__ import annotations
 
+import contextlib
+import functools
+import inspect
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 import torch
 
@@ -25,7 +44,116 @@ __all__ = [
     "check_positive_int",
     "check_positive_float",
     "fmt_dims",
+    "finite_checks",
+    "finite_checks_enabled",
+    "check_finite",
+    "check_bool",
+    "check_scalar_fits",
+    "check_chunk_size",
+    "guarded",
+    "check_decayed_sum_args",
 ]
+
+# The switch of the non-finite scans (module-level, so torch.compile guards on it like any global).
+_FINITE_CHECKS = True
+
+
+def finite_checks_enabled() -> bool:
+    """Whether the non-finite scans of the input policy run (the default: yes)."""
+    return _FINITE_CHECKS
+
+
+@contextlib.contextmanager
+def finite_checks(enabled: bool) -> Iterator[None]:
+    """Switch the scans for NaN/inf inputs and outputs on or off inside a ``with`` block (restored on exit).
+
+    Each scan is a reduction over the tensor and, on a GPU, a host synchronisation; turn them off in a training
+    loop whose inputs are known to be finite::
+
+        with ttr_edu.finite_checks(False):
+            for batch in loader:
+                loss = model(batch).sum()
+
+    With the scans off, NaN in means NaN out, and a log decay ``g > 0`` is no longer refused. Shape, dtype, flag
+    and scalar checks stay on (they cost no synchronisation).
+
+    Raises:
+        TypeError: ``enabled`` is not a bool.
+    """
+    global _FINITE_CHECKS
+    check_bool("enabled", enabled)
+    before = _FINITE_CHECKS
+    _FINITE_CHECKS = enabled
+    try:
+        yield
+    finally:
+        _FINITE_CHECKS = before
+
+
+def check_finite(name: str, x, *, allow_neginf: bool = False) -> None:
+    """Raise ``ValueError`` naming ``name`` when the tensor ``x`` holds NaN or ±inf (``−inf`` allowed if asked).
+
+    Does nothing for non-tensors (their type is checked elsewhere), meta tensors, integer tensors, or when the
+    scans are switched off (:func:`finite_checks`).
+    """
+    if not (_FINITE_CHECKS and isinstance(x, torch.Tensor)) or x.device.type == "meta":
+        return
+    if not (x.is_floating_point() or x.is_complex()):
+        return
+    with torch.no_grad():
+        bad = ~torch.isfinite(x)
+        if allow_neginf:
+            bad = bad & ~torch.isneginf(x)
+        n_bad = int(bad.sum())
+    if n_bad:
+        n_nan = int(torch.isnan(x).sum())
+        raise ValueError(
+            f"{name}: expected finite values, got {n_bad} of {x.numel()} entries NaN or inf ({n_nan} NaN); "
+            f"the first at index {tuple(int(i) for i in bad.nonzero()[0])}. (ttr_edu.finite_checks(False) turns "
+            "this check off.)"
+        )
+
+
+def check_bool(name: str, value) -> bool:
+    """Raise ``TypeError`` unless ``value`` is a bool (a string such as ``"false"`` is truthy: never guess)."""
+    if not isinstance(value, bool):
+        raise TypeError(f"{name}: expected True or False, got {type(value).__name__} {value!r}")
+    return value
+
+
+def _compute_dtype(dtype) -> torch.dtype:
+    return torch.float64 if dtype == torch.float64 else torch.float32
+
+
+def check_scalar_fits(name: str, value, dtype: torch.dtype) -> None:
+    """Raise ``ValueError`` when the nonzero number ``value`` overflows or underflows the compute dtype.
+
+    The compute dtype is fp64 for fp64 inputs and fp32 otherwise (``dtype`` is the inputs' dtype): ``1e300``
+    would become ``inf`` and ``1e-300`` would become ``0`` there, turning a finite request into NaN output or a
+    division by zero. Non-numbers are left to the caller's type check.
+    """
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value == 0 or not math.isfinite(value):
+        return
+    info = torch.finfo(_compute_dtype(dtype))
+    if abs(value) > info.max or abs(value) < info.tiny:
+        raise ValueError(
+            f"{name}: {value!r} does not fit {info.dtype} (|{name}| must lie in [{info.tiny:.3g}, {info.max:.3g}]), "
+            f"the dtype the computation runs in for {dtype} inputs; use a moderate value or float64 inputs"
+        )
+
+
+def check_chunk_size(chunk_size, q) -> int:
+    """A positive int ``chunk_size``, capped at ``T = q.shape[1]``: a longer chunk would only allocate padding.
+
+    ``q`` is the op's ``(B, T, H, D_k)`` input (not capped when it is no such tensor: the op's own checks refuse it).
+
+    Raises:
+        TypeError / ValueError: ``chunk_size`` is not a positive int.
+    """
+    check_positive_int("chunk_size", chunk_size)
+    if isinstance(q, torch.Tensor) and q.dim() >= 2 and q.shape[1] > 0:
+        return min(chunk_size, q.shape[1])
+    return chunk_size
 
 
 def fmt_dims(dims: Sequence[str | int]) -> str:
@@ -126,3 +254,83 @@ def check_positive_float(name: str, value, *, allow_zero: bool = False) -> float
         bound = ">= 0" if allow_zero else "> 0"
         raise ValueError(f"{name}: expected a finite number {bound}, got {value}")
     return value
+
+
+
+def check_decayed_sum_args(x, g, chunk_size) -> None:
+    """The arguments of ``regression.decayed_cumsum``: ``x`` a finite floating ``(B, H, T, *F)`` tensor, ``g`` a
+    ``(B, H, T)`` log decay in ``[−inf, 0]`` (or ``None``) on its device, ``chunk_size`` a positive int.
+
+    Raises:
+        TypeError: a non-tensor or integer ``x``/``g``, a non-int ``chunk_size``.
+        ValueError: too few dims, ``g`` not ``(B, H, T)`` of ``x``, another device, NaN/inf values, ``g > 0``.
+    """
+    check_positive_int("chunk_size", chunk_size)
+    check_tensor("x", x)
+    if x.dim() < 3:
+        raise ValueError(f"x: expected at least 3 dims (B, H, T, *F), got shape {tuple(x.shape)}")
+    check_finite("x", x)
+    if g is None:
+        return
+    check_tensor("g", g)
+    if tuple(g.shape) != tuple(x.shape[:3]):
+        raise ValueError(f"g: expected shape (B, H, T) = {tuple(x.shape[:3])} (the first dims of x), got {tuple(g.shape)}")
+    check_same_device(x=x, g=g)
+    check_finite("g", g, allow_neginf=True)
+    if _FINITE_CHECKS and g.device.type != "meta" and bool((g > 0).any()):
+        raise ValueError(f"g: expected a log decay <= 0 (exp(g) a decay factor), got max {g.max().item():.4g}")
+
+
+#: Argument names that :func:`guarded` treats as boolean flags, and as scalars that must fit the compute dtype.
+BOOL_ARGS = frozenset({"output_final_state", "normalize", "qk_norm", "redraw"})
+SCALAR_ARGS = frozenset({"scale", "lam", "ridge", "eps"})
+#: A log decay may be −inf (a reset); its own check (``ops._common.check_log_decay``) refuses NaN and +inf.
+LOG_DECAY_ARGS = frozenset({"g"})
+
+
+def _check_finite_tree(name: str, value) -> None:
+    if isinstance(value, (tuple, list)):
+        for i, item in enumerate(value):
+            _check_finite_tree(f"{name}[{i}]", item)
+    else:
+        check_finite(name, value)
+
+
+def guarded(fn):
+    """Wrap a public op with the input policy of this module, keyed on its argument names.
+
+    Before the call: flags named in :data:`BOOL_ARGS` must be bools; numbers named in :data:`SCALAR_ARGS` must fit
+    the compute dtype of the first tensor argument; every other tensor argument (and each tensor of a tuple, such
+    as ``initial_state``) must be finite, except the log decay ``g``. After the call: a non-finite output ``o``
+    (the first returned tensor) from finite inputs is an overflow of its dtype and raises ``ValueError`` naming
+    ``o``. Shapes and dtypes stay with the op itself. The scans follow :func:`finite_checks`.
+    """
+    params = list(inspect.signature(fn).parameters)
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        named = dict(zip(params, args))
+        named.update(kwargs)
+        first = next((x for x in named.values() if isinstance(x, torch.Tensor)), None)
+        dtype = first.dtype if first is not None else torch.float32
+        for name, value in named.items():
+            if name in BOOL_ARGS:
+                check_bool(name, value)
+            elif name in SCALAR_ARGS:
+                check_scalar_fits(name, value, dtype)
+            elif name not in LOG_DECAY_ARGS:
+                _check_finite_tree(name, value)
+        out = fn(*args, **kwargs)
+        o = out[0] if isinstance(out, tuple) else out
+        if _FINITE_CHECKS and isinstance(o, torch.Tensor) and o.device.type != "meta" and o.is_floating_point():
+            with torch.no_grad():
+                n_bad = int((~torch.isfinite(o)).sum())
+            if n_bad:
+                raise ValueError(
+                    f"o: {n_bad} of {o.numel()} outputs are NaN or inf although every input is finite: the result "
+                    f"overflows {o.dtype} (largest finite {torch.finfo(o.dtype).max:.3g}); lower scale, normalise q "
+                    "and k (l2_norm) or the values, or compute in float32/float64"
+                )
+        return out
+
+    return wrapper

@@ -87,6 +87,8 @@ def load_digits(test_fraction: float = 0.2, seed: int = 0) -> ImageDataset:
         raise ValueError(f"test_fraction: expected a number in (0, 1), got {test_fraction}")
     if isinstance(seed, bool) or not isinstance(seed, int):
         raise TypeError(f"seed: expected an int, got {type(seed).__name__} {seed!r}")
+    if not 0 <= seed < 2**32:  # scikit-learn's random_state range, reported under this function's name
+        raise ValueError(f"seed: expected an int in [0, 2**32 - 1], got {seed}")
     images, labels = sklearn_load_digits(return_X_y=True)
     n_classes, n_test = len(np.unique(labels)), math.ceil(test_fraction * len(labels))
     if n_test < n_classes or len(labels) - n_test < n_classes:  # a stratified split needs each class on both sides

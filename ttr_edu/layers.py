@@ -25,7 +25,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ttr_edu._validation import Dims, check_positive_float, check_positive_int
+from ttr_edu._validation import Dims, check_bool, check_finite, check_positive_float, check_positive_int
 from ttr_edu.ops import (
     delta_rule_chunk,
     gated_delta_rule_chunk,
@@ -36,7 +36,7 @@ from ttr_edu.ops import (
     softmax_attention,
 )
 from ttr_edu.ops.feature_maps import d_dot
-from ttr_edu.regression import Gates, Linear, RecursiveLeastSquares, TestTimeRegression, Uniform
+from ttr_edu.regression import ExactSolve, Gates, Linear, RecursiveLeastSquares, TestTimeRegression, Uniform
 
 __all__ = [
     "ShortConvolution",
@@ -58,13 +58,48 @@ class ShortConvolution(nn.Module):
 
     def __init__(self, hidden_size: int, conv_size: int = 4) -> None:
         super().__init__()
+        self.hidden_size = check_positive_int("hidden_size", hidden_size)
         self.conv_size = check_positive_int("conv_size", conv_size)
+        if conv_size > MAX_CONV_SIZE:
+            raise ValueError(
+                f"conv_size: a short convolution mixes a few neighbouring tokens; expected 1 to {MAX_CONV_SIZE}, "
+                f"got {conv_size}"
+            )
         self.conv = nn.Conv1d(hidden_size, hidden_size, conv_size, groups=hidden_size, padding=conv_size - 1)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """``(B, T, hidden_size) -> (B, T, hidden_size)``. Raises as :func:`check_layer_input`."""
+        check_layer_input(self, x)
         T = x.shape[1]
         y = self.conv(x.transpose(1, 2))[..., :T]  # (B, C, T); padding both sides, the right end cut: causal
         return F.silu(y.contiguous()).transpose(1, 2)
+
+
+#: The longest short convolution: fla's layers use 4; a huge kernel would only run (for minutes) over padding.
+MAX_CONV_SIZE = 64
+
+
+def check_layer_input(module: nn.Module, x) -> None:
+    """The input policy for a layer's ``x`` (``ttr_edu._validation``): a floating ``(B, T, hidden_size)`` tensor
+    with ``B, T ≥ 1``, finite, and of the dtype and device of the module's parameters.
+
+    Raises:
+        TypeError: not a floating tensor, or a dtype other than the module's (``module.to(dtype)`` converts it).
+        ValueError: a wrong shape, an empty batch or sequence, NaN/inf entries, another device.
+    """
+    dims = Dims(hidden_size=module.hidden_size)
+    dims.bind("x", x, ("B", "T", "hidden_size"))
+    if dims["B"] == 0 or dims["T"] == 0:
+        raise ValueError(f"x: expected B >= 1 and T >= 1, got shape {tuple(x.shape)}")
+    weight = next(module.parameters(), None)
+    if weight is not None and x.dtype != weight.dtype:
+        raise TypeError(
+            f"x: expected the dtype of the module's parameters ({weight.dtype}), got {x.dtype}; convert one of them "
+            f"(x.to({weight.dtype}) or module.to({x.dtype}))"
+        )
+    if weight is not None and x.device != weight.device:
+        raise ValueError(f"x: expected a tensor on {weight.device} (the module's device), got one on {x.device}")
+    check_finite("x", x)
 
 
 class _Mixer(nn.Module):
@@ -81,7 +116,7 @@ class _Mixer(nn.Module):
         self.head_dim = hidden_size // num_heads
         self.qkv_proj = nn.Linear(hidden_size, 3 * hidden_size, bias=False)  # q, k, v projections side by side
         self.o_proj = nn.Linear(hidden_size, hidden_size, bias=False)
-        self.use_short_conv = bool(use_short_conv)
+        self.use_short_conv = check_bool("use_short_conv", use_short_conv)
         if self.use_short_conv:  # depthwise, so one convolution over the q, k, v channels is three of them
             self.qkv_conv1d = ShortConvolution(3 * hidden_size, conv_size)
 
@@ -90,7 +125,7 @@ class _Mixer(nn.Module):
 
     def project(self, x: torch.Tensor) -> dict[str, torch.Tensor]:
         """``x`` ``(B, T, hidden_size)`` -> the op's inputs: ``q, k, v`` ``(B, T, H, D)`` (+ ``beta``, ``g``)."""
-        Dims(hidden_size=self.hidden_size).bind("x", x, ("B", "T", "hidden_size"))
+        check_layer_input(self, x)
         qkv = self.qkv_proj(x)
         if self.use_short_conv:
             qkv = self.qkv_conv1d(qkv)
@@ -105,7 +140,8 @@ class _Mixer(nn.Module):
         """``(B, T, hidden_size) -> (B, T, hidden_size)``.
 
         Raises:
-            TypeError: ``x`` not a floating tensor. ValueError: ``x`` not ``(B, T, hidden_size)``.
+            TypeError: ``x`` not a floating tensor, or not of the module's dtype.
+            ValueError: ``x`` not ``(B, T, hidden_size)`` with ``B, T ≥ 1``, not finite, or on another device.
         """
         o = self.mix(**self.project(x))
         return self.o_proj(o.flatten(-2))
@@ -124,16 +160,22 @@ class LinearAttention(_Mixer):
     Args:
         hidden_size, num_heads: model width and heads (``D = hidden_size / num_heads``).
         feature_map: a name of :data:`ttr_edu.ops.FEATURE_MAPS` applied to q and k (``"elu_plus_one"``).
+        feature_map_params: the map's parameters (``{"nu": 2}`` for ``"dpfp"``); ``"favor_plus"`` defaults to
+            ``d_k = m = D`` (its random projection becomes a buffer of the layer).
         use_short_conv, conv_size: a causal depthwise convolution on q, k, v.
         normalize: divide by ``z_tᵀ φ(q_t)`` (the kernel-smoother normalisation).
     """
 
     def __init__(self, hidden_size: int, num_heads: int = 1, feature_map: str = "elu_plus_one", *,
-                 use_short_conv: bool = True, conv_size: int = 4, normalize: bool = False) -> None:
+                 use_short_conv: bool = True, conv_size: int = 4, normalize: bool = False,
+                 feature_map_params: dict | None = None) -> None:
         super().__init__(hidden_size, num_heads, use_short_conv, conv_size)
-        self.feature_map = get_feature_map(feature_map)
-        self.d_k = d_dot(feature_map, self.head_dim)
-        self.normalize = bool(normalize)
+        params = dict(feature_map_params or {})
+        if feature_map == "favor_plus":
+            params = {"d_k": self.head_dim, "m": self.head_dim, **params}
+        self.feature_map = get_feature_map(feature_map, **params)
+        self.d_k = d_dot(feature_map, self.head_dim, **{n: p for n, p in params.items() if n != "d_k"})
+        self.normalize = check_bool("normalize", normalize)
         self.o_norm = nn.RMSNorm(self.head_dim)
 
     def mix(self, q, k, v):
@@ -158,7 +200,7 @@ class DeltaNet(_Mixer):
     def __init__(self, hidden_size: int, num_heads: int = 1, *, use_beta: bool = True,
                  use_short_conv: bool = True, conv_size: int = 4) -> None:
         super().__init__(hidden_size, num_heads, use_short_conv, conv_size)
-        self.use_beta = bool(use_beta)
+        self.use_beta = check_bool("use_beta", use_beta)
         if self.use_beta:
             self.b_proj = nn.Linear(hidden_size, num_heads)
         self.o_norm = nn.RMSNorm(self.head_dim)
@@ -202,12 +244,18 @@ class GatedDeltaNet(DeltaNet):
 
 
 class MesaLayer(_Mixer):
-    """RLS / the Mesa layer (von Oswald et al. 2023): the exact ridge-regression memory, updated by Sherman–Morrison.
+    """RLS / the Mesa layer (von Oswald et al. 2023; MesaNet, von Oswald et al. 2025): the exact ridge-regression
+    memory ``S_t = (Σ γ k kᵀ + λI)⁻¹ Σ γ k vᵀ``.
 
-    Test-time regression: (gated) weights, linear class, recursive least squares (Wang et al. 2025 §3.1).
-    q and k are L2-normalised so that the ridge ``lam`` is on the scale of one key. The recursion runs through
-    :class:`ttr_edu.regression.TestTimeRegression`, whose Sherman–Morrison loop is built from batched matrix products
-    (the tests prove it equal to ``ops.rls_recurrent``); it trains 1.5–2× faster than the op's einsum loop.
+    Test-time regression: (gated) weights, linear class, the exact solve (Wang et al. 2025 §3.1). q and k are
+    L2-normalised so that the ridge ``lam`` is on the scale of one key. The ridge is constant in time, as in
+    :func:`ttr_edu.ops.rls_recurrent` (whose module docstring explains the choice): with gates a decaying ridge
+    made ``A_t`` singular (NaN outputs at ordinary gates), a constant one keeps ``A_t ⪰ λI``.
+
+    * Without gates it runs :class:`ttr_edu.regression.RecursiveLeastSquares` (Sherman–Morrison, built from
+      batched matrix products: 1.5–2× faster to train than the op's einsum loop);
+    * with gates, :class:`ttr_edu.regression.ExactSolve` (one Cholesky solve per token, all tokens in one batch).
+      The tests prove both equal to ``ops.rls_recurrent``.
 
     Args:
         hidden_size, num_heads; lam: the ridge λ > 0; use_gate: a learned forgetting gate ``g = logσ(W_a x + 4)``.
@@ -217,11 +265,13 @@ class MesaLayer(_Mixer):
                  use_short_conv: bool = True, conv_size: int = 4) -> None:
         super().__init__(hidden_size, num_heads, use_short_conv, conv_size)
         self.lam = check_positive_float("lam", lam)
-        self.use_gate = bool(use_gate)
+        self.use_gate = check_bool("use_gate", use_gate)
         if self.use_gate:
             self.a_proj = nn.Linear(hidden_size, num_heads)
             nn.init.constant_(self.a_proj.bias, 4.0)  # σ(4) ≈ 0.98: remember almost everything at start
-        self.rls = TestTimeRegression(Gates() if self.use_gate else Uniform(), Linear(), RecursiveLeastSquares(lam))
+            self.rls = TestTimeRegression(Gates(), Linear(), ExactSolve(lam))
+        else:
+            self.rls = TestTimeRegression(Uniform(), Linear(), RecursiveLeastSquares(lam))
         self.o_norm = nn.RMSNorm(self.head_dim)
 
     def project(self, x):
@@ -235,7 +285,7 @@ class MesaLayer(_Mixer):
         return self.o_norm(self.rls(q, k, v, g=g)[0])
 
     def state_size(self, seq_len: int) -> int:
-        return self.num_heads * self.head_dim * (2 * self.head_dim)  # S and the inverse covariance P
+        return self.num_heads * self.head_dim * (2 * self.head_dim)  # S and the (inverse) covariance
 
 
 class SoftmaxAttention(_Mixer):
@@ -251,7 +301,7 @@ class SoftmaxAttention(_Mixer):
     def __init__(self, hidden_size: int, num_heads: int = 1, *, qk_norm: bool = False, qk_scale: float = 10.0,
                  use_short_conv: bool = True, conv_size: int = 4) -> None:
         super().__init__(hidden_size, num_heads, use_short_conv, conv_size)
-        self.qk_norm = bool(qk_norm)
+        self.qk_norm = check_bool("qk_norm", qk_norm)
         self.qk_scale = check_positive_float("qk_scale", qk_scale)
 
     def mix(self, q, k, v):

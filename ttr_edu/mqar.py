@@ -138,7 +138,7 @@ def mqar_accuracy(logits: torch.Tensor, labels: torch.Tensor) -> float:
     """
     if not isinstance(logits, torch.Tensor) or not logits.is_floating_point():
         raise TypeError(f"logits: expected a floating-point tensor, got {getattr(logits, 'dtype', type(logits))}")
-    if not isinstance(labels, torch.Tensor) or labels.is_floating_point():
+    if not isinstance(labels, torch.Tensor) or labels.is_floating_point() or labels.is_complex() or labels.dtype == torch.bool:
         raise TypeError(f"labels: expected an int64 tensor, got {getattr(labels, 'dtype', type(labels))}")
     if logits.shape[:-1] != labels.shape:
         raise ValueError(

@@ -4,15 +4,21 @@ A check calls the student's function on seeded random cases and compares it with
 It has exactly three outcomes:
 
 * pass: prints one line starting with ``PASS`` and returns ``True``;
-* not attempted (the stub still raises ``NotImplementedError``): prints a friendly line and returns ``False``,
-  so an unsolved notebook still runs top to bottom;
+* not attempted (the untouched stub: ``raise NotImplementedError()`` is the first statement of the function that
+  raised it, as nbgrader leaves it): prints a friendly line and returns ``False``, so an unsolved notebook still
+  runs top to bottom. A ``NotImplementedError`` raised anywhere else (a partly written function) is a wrong answer;
 * wrong: raises :class:`CheckFailed` (an ``AssertionError``) that shows the failing case: its inputs' shapes,
-  the first wrong element, the expected and the received value.
+  the first wrong element, the expected and the received value. In Jupyter only this message is shown, not a
+  traceback through the package (``CheckFailed._render_traceback_``); when the student's function raised, the
+  message names the line of the student's code where it did.
 """
 
 from __future__ import annotations
 
+import dis
+import traceback
 from collections.abc import Callable, Iterable
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -22,6 +28,78 @@ __all__ = ["CheckFailed", "run_check", "relative_error", "first_mismatch", "desc
 
 class CheckFailed(AssertionError):
     """A student's answer disagrees with the reference; the message shows the failing case."""
+
+    def _render_traceback_(self) -> list[str]:
+        """IPython shows these lines instead of the traceback: the message is the whole story for a student."""
+        return [f"CheckFailed: {line}" if i == 0 else line for i, line in enumerate(str(self).splitlines())]
+
+
+#: Frames in these folders are the package's or torch's, not the student's.
+_LIBRARY_DIRS = tuple(str(Path(m.__file__).resolve().parent) for m in (torch,)) + (
+    str(Path(__file__).resolve().parents[1]),
+)
+#: Bytecode a function runs before its first statement (not a statement of the body).
+_PROLOGUE = {"RESUME", "NOP", "COPY_FREE_VARS", "MAKE_CELL", "RETURN_GENERATOR", "POP_TOP", "CACHE"}
+
+
+def _is_library(filename: str) -> bool:
+    return str(Path(filename).resolve()).startswith(_LIBRARY_DIRS)
+
+
+def _is_untouched_stub(err: NotImplementedError) -> bool:
+    """True when ``err`` was raised by the first statement of the student's function that raised it (the stub
+    nbgrader leaves: ``raise NotImplementedError()`` and nothing before it), False for a partly written one.
+
+    A ``NotImplementedError`` re-raised by the package (the Triton puzzles re-raise what the interpreter wrapped)
+    is traced back through ``__cause__``/``__context__`` to the one the student's code raised.
+    """
+    seen = set()
+    while err is not None and id(err) not in seen:
+        seen.add(id(err))
+        tb = err.__traceback__
+        while tb is not None and tb.tb_next is not None:
+            tb = tb.tb_next
+        if isinstance(err, NotImplementedError) and tb is not None and not _is_library(tb.tb_frame.f_code.co_filename):
+            return tb.tb_lineno == _first_statement_line(tb.tb_frame.f_code)
+        err = err.__cause__ or err.__context__
+    return False  # raised inside torch or the package: the student's code called something unfinished
+
+
+def _first_statement_line(code) -> int | None:
+    return next(
+        (ins.positions.lineno for ins in dis.get_instructions(code)
+         if ins.opname not in _PROLOGUE and ins.positions is not None and ins.positions.lineno is not None),
+        None,
+    )
+
+
+def _where(err: BaseException) -> str:
+    """``"\n  at line N of your code: <source>"`` for the last frame of ``err`` outside the package and torch."""
+    frames = [f for f in traceback.extract_tb(err.__traceback__) if not _is_library(f.filename)]
+    if not frames:
+        return ""
+    frame = frames[-1]
+    source = f": {frame.line.strip()}" if frame.line else ""
+    return f"\n  at line {frame.lineno} of your code ({frame.name}){source}"
+
+
+def _call_student(student_fn: Callable, kwargs: dict):
+    """Call the student's function; a ``NotImplementedError`` other than the untouched stub's is a wrong answer."""
+    try:
+        return student_fn(**kwargs)
+    except NotImplementedError as err:
+        if _is_untouched_stub(err):
+            raise
+        raise _PartlyWritten(err) from None
+
+
+class _PartlyWritten(Exception):
+    """A ``NotImplementedError`` raised after the student's function began its work (reported as a failure)."""
+
+    def __init__(self, err: NotImplementedError) -> None:
+        super().__init__(str(err))
+        self.original = err
+        self.__traceback__ = err.__traceback__
 
 
 def relative_error(a: torch.Tensor, b: torch.Tensor) -> float:
@@ -135,7 +213,7 @@ def run_check(
         want = reference_fn(**_cloned(case))
         given = _cloned(case)
         try:
-            got = student_fn(**given)
+            got = _call_student(student_fn, given)
         except NotImplementedError:
             print(f"[not attempted yet] {name}: fill in the function above, run its cell, then run this check again.")
             return False
@@ -144,9 +222,12 @@ def run_check(
             hint = ""
             if isinstance(err, TypeError) and "argument" in str(err):  # e.g. a renamed parameter
                 hint = f"\n  hint: keep the stub's parameter names, the check calls it as {name}({', '.join(case)})"
+            if isinstance(err, _PartlyWritten):
+                err = err.original
+                hint += "\n  (only the untouched stub counts as not attempted: finish the function)"
             raise CheckFailed(
-                f"{name}: your function raised {type(err).__name__}: {err}\n  inputs: {inputs}{hint}"
-            ) from err
+                f"{name}: your function raised {type(err).__name__}: {err}{_where(err)}\n  inputs: {inputs}{hint}"
+            ) from None
         if inputs_unchanged:
             for key, value in case.items():
                 if isinstance(value, torch.Tensor) and not torch.equal(given[key], value):
@@ -154,7 +235,10 @@ def run_check(
                         f"{name}: your function modified its input {key} in place; return a new tensor instead\n"
                         f"  inputs: {', '.join(f'{k}={describe(v)}' for k, v in case.items())}"
                     )
-        _compare(name, got, want, case, rtol, atol)
+        try:
+            _compare(name, got, want, case, rtol, atol)
+        except CheckFailed as failure:  # a short traceback: the check's frames below here tell a student nothing
+            raise failure.with_traceback(None) from None
         n_cases += 1
     if n_cases == 0:
         raise ValueError(f"{name}: the check has no cases, so it could not fail")

@@ -29,3 +29,9 @@ from ttr_edu.kernels.delta_rule import delta_rule_chunk, gated_delta_rule_chunk
 from ttr_edu.kernels.linear_attention import linear_attention_chunk
 
 __all__ = ["linear_attention_chunk", "delta_rule_chunk", "gated_delta_rule_chunk", "interpreter_active"]
+
+from ttr_edu._validation import guarded  # noqa: E402  (the input policy, as for ttr_edu.ops)
+
+linear_attention_chunk = guarded(linear_attention_chunk)
+delta_rule_chunk = guarded(delta_rule_chunk)
+gated_delta_rule_chunk = guarded(gated_delta_rule_chunk)

@@ -5,10 +5,14 @@ All follow the flash-linear-attention convention (DESIGN.md §3): ``q, k`` are `
 fp32 (fp64 for fp64 inputs), ``o_t = S_tᵀ q_t``, ``scale`` defaults to ``D_k ** -0.5`` and every op returns
 ``(o, final_state)`` (``final_state`` is ``None`` unless ``output_final_state=True``).
 
-States that are more than ``S``: normalised linear attention carries ``(S, z)``, RLS carries ``(S, P)``, the MLP
-memories of TTT-MLP and Titans carry ``(W1, W2)`` (Titans adds its momentum, :class:`TitansState`); each is passed in
-``initial_state`` and returned in the same form.
+Every public name here follows the input policy of :mod:`ttr_edu._validation` (NaN/inf inputs and overflowing
+outputs refused by name, bool flags, scalars that fit the dtype; ``ttr_edu.finite_checks(False)`` turns the scans
+off). States that are more than ``S``: normalised linear attention carries ``(S, z)``, RLS carries ``(S, P)``, the
+MLP memories of TTT-MLP and Titans carry ``(W1, W2)`` (Titans adds its momentum, :class:`TitansState`); each is passed
+in ``initial_state`` and returned in the same form.
 """
+
+from ttr_edu._validation import guarded
 
 from . import feature_maps
 from .delta_product import delta_product_chunk, delta_product_recurrent
@@ -69,3 +73,10 @@ __all__ = [
     "titans_recurrent",
     "TitansState",
 ]
+
+# The input policy (ttr_edu._validation: bool flags, scalars that fit the dtype, finite inputs and outputs) wraps
+# every public name here once, so the ops themselves keep only their shape checks.
+for _name in __all__:
+    if callable(globals()[_name]) and not isinstance(globals()[_name], type):
+        globals()[_name] = guarded(globals()[_name])
+del _name

@@ -15,7 +15,7 @@ import warnings
 import torch
 import torch.nn.functional as F
 
-from ttr_edu._validation import Dims, check_positive_float, check_same_device
+from ttr_edu._validation import Dims, check_positive_float, check_same_device, finite_checks_enabled
 
 QK = ("B", "T", "H", "D_k")
 V = ("B", "T", "H", "D_v")
@@ -31,9 +31,13 @@ def compute_dtype(dtype: torch.dtype) -> torch.dtype:
 def check_inputs(q, k, v, **per_token) -> Dims:
     """Check ``q, k, v`` (and the per-token ``(B, T, H)`` tensors given by keyword, e.g. ``beta=beta``).
 
+    Non-finite values are refused by :func:`ttr_edu._validation.guarded`, which wraps every public op (the log
+    decay ``g`` here, by :func:`check_log_decay`).
+
     Raises:
         TypeError: a non-tensor, an integer dtype, or ``q, k, v`` of different dtypes.
-        ValueError: a shape that disagrees with the fla layout, or tensors on different devices.
+        ValueError: a shape that disagrees with the fla layout, ``T``, ``B``, ``H``, ``D_k`` or ``D_v`` of 0, or
+            tensors on different devices.
     """
     dims = Dims()
     dims.bind("q", q, QK)
@@ -43,6 +47,7 @@ def check_inputs(q, k, v, **per_token) -> Dims:
         dims.bind(name, x, PER_TOKEN)
     if dims["T"] == 0:
         raise ValueError(f"q: expected at least one token, got shape {tuple(q.shape)} with T = 0")
+    check_nonempty(dims, q=("B", "H", "D_k"), v=("D_v",))
     check_same_device(q=q, k=k, v=v, **per_token)
     if "g" in per_token:
         check_log_decay(per_token["g"])
@@ -50,6 +55,23 @@ def check_inputs(q, k, v, **per_token) -> Dims:
         if x.dtype != q.dtype:
             raise TypeError(f"{name}: expected the dtype of q ({q.dtype}), got {x.dtype}")
     return dims
+
+
+def require_tensor(name: str, x):
+    """``x`` itself, after a ``TypeError`` naming ``name`` unless it is a tensor (e.g. a gated op's ``g=None``,
+    which would otherwise run the ungated rule in one form and crash in the other)."""
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"{name}: expected a torch.Tensor, got {type(x).__name__}")
+    return x
+
+
+def check_nonempty(dims: Dims, **named: tuple[str, ...]) -> None:
+    """Raise ``ValueError`` naming the argument when one of its named dims is 0 (an empty batch, head or feature
+    axis has no meaningful output here, and would otherwise fail deep inside, e.g. as a ``ZeroDivisionError``)."""
+    for name, dim_names in named.items():
+        empty = [d for d in dim_names if dims.sizes.get(d) == 0]
+        if empty:
+            raise ValueError(f"{name}: expected {', '.join(empty)} >= 1, got {', '.join(f'{d} = 0' for d in empty)}")
 
 
 def check_log_decay(g: torch.Tensor, allow_reset: bool = True) -> None:
@@ -61,7 +83,7 @@ def check_log_decay(g: torch.Tensor, allow_reset: bool = True) -> None:
     Raises:
         ValueError: naming ``g``, how many ``(B, T, H)`` entries are bad and the first one.
     """
-    if g.device.type == "meta":
+    if g.device.type == "meta" or not finite_checks_enabled():
         return
     with torch.no_grad():
         bad = torch.isnan(g) | (g > 0)  # +inf > 0
@@ -161,4 +183,4 @@ def check_stability(beta: torch.Tensor, k: torch.Tensor, mode: str) -> None:
     )
     if mode == "raise":
         raise ValueError(f"beta: {message}")
-    warnings.warn(message, RuntimeWarning, stacklevel=4)  # at the caller of the op
+    warnings.warn(message, RuntimeWarning, stacklevel=5)  # at the caller of the (guarded) public op

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import torch
 
-from ttr_edu._validation import Dims, check_positive_int, check_same_device
+from ttr_edu._validation import Dims, check_chunk_size, check_same_device
 
 from ._common import (
     PER_TOKEN,
@@ -229,7 +229,7 @@ def delta_rule_chunk(
     Any positive ``chunk_size`` works, and T need not be a multiple of it.
     """
     out_dtype = q.dtype if isinstance(q, torch.Tensor) else None
-    check_positive_int("chunk_size", chunk_size)
+    chunk_size = check_chunk_size(chunk_size, q)  # capped at T
     q, k, v, beta, _, S, scale = prepare(q, k, v, beta, scale, initial_state, check_stability)
     o, S = chunk_forward(q, k, v, beta, S, chunk_size, scale=scale)
     return o.to(out_dtype), (S if output_final_state else None)

@@ -25,7 +25,7 @@ from functools import partial
 import torch
 import torch.nn.functional as F
 
-from ttr_edu._validation import check_positive_float, check_positive_int, check_tensor
+from ttr_edu._validation import check_bool, check_positive_float, check_positive_int, check_tensor
 
 __all__ = [
     "elu_plus_one",
@@ -192,7 +192,9 @@ class FavorPlus(torch.nn.Module):
     ) -> None:
         super().__init__()
         self.d_k, self.m = check_positive_int("d_k", d_k), check_positive_int("m", m)
-        self.redraw = bool(redraw)
+        self.redraw = check_bool("redraw", redraw)
+        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
+            raise TypeError(f"seed: expected an int or None, got {type(seed).__name__} {seed!r}")
         if generator is None and seed is not None:
             generator = torch.Generator().manual_seed(seed)
         self.generator = generator
@@ -224,6 +226,7 @@ class FavorPlus(torch.nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """``(..., d_k) -> (..., 2m)``; see :func:`favor_plus`. Draws a fresh Ω first if ``redraw`` (see above)."""
+        check_tensor("x", x)
         if self.redraw:
             self.draw()
         return favor_plus(x, self.projection.to(dtype=x.dtype))
@@ -265,9 +268,17 @@ FEATURE_MAPS: dict[str, tuple[Callable[..., Callable], Callable[..., int]]] = {
     "elu_plus_one": (lambda: elu_plus_one, lambda d_k: d_k),
     "relu": (lambda: relu_feature_map, lambda d_k: d_k),
     "identity": (lambda: identity_feature_map, lambda d_k: d_k),
-    "dpfp": (lambda nu=1: partial(dpfp, nu=nu), lambda d_k, nu=1: 2 * d_k * nu),
-    "favor_plus": (_favor_plus_from_params, lambda d_k, m, **_: 2 * m),
+    "dpfp": (lambda nu=1: partial(dpfp, nu=check_positive_int("nu", nu)), lambda d_k, nu=1: 2 * d_k * _dpfp_nu(nu, d_k)),
+    "favor_plus": (_favor_plus_from_params, lambda d_k, m, **_: 2 * check_positive_int("m", m)),
 }
+
+
+def _dpfp_nu(nu, d_k: int) -> int:
+    """DPFP's ``nu`` as :func:`dpfp` accepts it: an int in ``[1, 2 d_k − 1]``."""
+    check_positive_int("nu", nu)
+    if nu >= 2 * d_k:
+        raise ValueError(f"nu: expected an int in [1, 2 * D_k - 1] = [1, {2 * d_k - 1}], got {nu}")
+    return nu
 
 
 def _lookup(name: str):

@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import torch
 
-from ttr_edu._validation import check_positive_int
+from ttr_edu._validation import check_chunk_size
 
+from ._common import require_tensor
 from .delta_rule import chunk_forward, prepare
 
 __all__ = ["gated_delta_rule_recurrent", "gated_delta_rule_chunk"]
@@ -55,7 +56,7 @@ def gated_delta_rule_recurrent(
     Source: Yang, Kautz, Hatamizadeh 2025, eq. 10; fla ``naive_recurrent_gated_delta_rule``'s order of operations.
     """
     out_dtype = q.dtype if isinstance(q, torch.Tensor) else None
-    q, k, v, beta, g, S, scale = prepare(q, k, v, beta, scale, initial_state, check_stability, g=g)
+    q, k, v, beta, g, S, scale = prepare(q, k, v, beta, scale, initial_state, check_stability, g=require_tensor("g", g))
     q = q * scale
     outputs = []
     for t in range(q.shape[2]):
@@ -88,8 +89,8 @@ def gated_delta_rule_chunk(
     size T×T; any positive ``chunk_size``, any T.
     """
     out_dtype = q.dtype if isinstance(q, torch.Tensor) else None
-    check_positive_int("chunk_size", chunk_size)
-    q, k, v, beta, g, S, scale = prepare(q, k, v, beta, scale, initial_state, check_stability, g=g)
+    chunk_size = check_chunk_size(chunk_size, q)  # capped at T
+    q, k, v, beta, g, S, scale = prepare(q, k, v, beta, scale, initial_state, check_stability, g=require_tensor("g", g))
     o, S = chunk_forward(q, k, v, beta, S, chunk_size, scale=scale, g=g)
     return o.to(out_dtype), (S if output_final_state else None)
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import torch
 
-from ttr_edu._validation import check_positive_int
+from ttr_edu._validation import check_chunk_size
 
 from ._common import (
     STATE,
@@ -93,7 +93,7 @@ def gated_linear_attention_chunk(
     size T×T; any positive ``chunk_size``, any T (the last chunk is zero-padded: ``g = 0`` keeps the state).
     """
     out_dtype = q.dtype if isinstance(q, torch.Tensor) else None
-    check_positive_int("chunk_size", chunk_size)
+    chunk_size = check_chunk_size(chunk_size, q)  # capped at T
     q, k, v, g, S = _prepare(q, k, v, g, scale, initial_state)
     T, C = q.shape[2], chunk_size
     qc, kc, vc = (to_chunks(x, C) for x in (q, k, v))  # (B, H, N, C, ·)

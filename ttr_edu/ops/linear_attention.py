@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import torch
 
-from ttr_edu._validation import check_positive_float, check_positive_int
+from ttr_edu._validation import check_chunk_size, check_positive_float
 
 from ._common import STATE, check_inputs, check_state, compute_dtype, resolve_scale, to_chunks, zero_state
 
@@ -153,7 +153,7 @@ def linear_attention_chunk(
     Any positive ``chunk_size`` works, and T need not be a multiple of it (the last chunk is zero-padded).
     """
     out_dtype = q.dtype if isinstance(q, torch.Tensor) else None
-    check_positive_int("chunk_size", chunk_size)
+    chunk_size = check_chunk_size(chunk_size, q)  # capped at T
     q, k, v, S0, z0 = _prepare(q, k, v, scale, normalize, eps, initial_state)
     T, C = q.shape[2], chunk_size
     qc, kc, vc = (to_chunks(x, C) for x in (q, k, v))  # (B, H, N, C, ·)

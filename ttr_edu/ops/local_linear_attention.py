@@ -14,6 +14,8 @@ key dimensions have been seen, e.g. at ``t = 1`` where ``ŷ_1 = v_1``.
 
 from __future__ import annotations
 
+import warnings
+
 import torch
 
 from ttr_edu._validation import check_positive_float
@@ -45,7 +47,11 @@ def local_linear_attention(q, k, v, scale=None, ridge=1e-2, qk_norm=False):
     Raises:
         TypeError: a non-tensor, an integer dtype, mixed dtypes of q, k, v, a non-number ``ridge``.
         ValueError: mismatched shapes (the message names the dims), different devices, ``ridge <= 0``
-            (the covariance has to be inverted), a bad ``scale``.
+            (the covariance has to be inverted) or outside the compute dtype's range, a bad ``scale``, non-finite
+            inputs; a covariance plus ridge that is not positive definite in floating point (naming ``ridge``).
+
+    Warns:
+        RuntimeWarning: ``ridge`` is below the rounding error of the key covariance, so the slope is noise.
     """
     dims = check_inputs(q, k, v)
     scale = resolve_scale(scale, dims["D_k"])
@@ -58,13 +64,45 @@ def local_linear_attention(q, k, v, scale=None, ridge=1e-2, qk_norm=False):
     causal = torch.ones(T, T, dtype=torch.bool, device=q.device).tril()
     logits = (scale * q @ k.transpose(-1, -2)).masked_fill(~causal, float("-inf"))
     w = torch.softmax(logits, dim=-1)  # (B, H, T, T), rows sum to 1
+    # The fit is shift-invariant, so measure keys and queries from the first key: the covariance below is then a
+    # difference of small numbers, not of large ones (identical keys give exactly 0 instead of rounding noise that
+    # a small ridge would turn into a wrong slope). The first key is causal: every output may depend on it.
+    origin = k[:, :, :1]
+    q, k = q - origin, k - origin
 
     k_mean, v_mean = w @ k, w @ v  # (B, H, T, D_k), (B, H, T, D_v)
     kk = (k.unsqueeze(-1) * k.unsqueeze(-2)).flatten(-2)  # (B, H, T, D_k²): k_i k_iᵀ
     second_moment = (w @ kk).unflatten(-1, (D_k, D_k))  # (B, H, T, D_k, D_k): Σ w_i k_i k_iᵀ
     eye = torch.eye(D_k, dtype=dtype, device=q.device)
     cov_kk = second_moment - k_mean.unsqueeze(-1) * k_mean.unsqueeze(-2) + ridge * eye
-    x = torch.linalg.solve(cov_kk, (q - k_mean).unsqueeze(-1)).squeeze(-1)  # Σ_kk⁻¹ (q − k̄)
+    L = _factorise(cov_kk, ridge, second_moment)
+    x = torch.cholesky_solve((q - k_mean).unsqueeze(-1), L).squeeze(-1)  # Σ_kk⁻¹ (q − k̄)
     slope_term = (w * (x @ k.transpose(-1, -2))) @ v - v_mean * (k_mean * x).sum(-1, keepdim=True)  # Σ_vk x
     o = v_mean + slope_term
     return o.transpose(1, 2).to(out_dtype), None
+
+
+def _factorise(cov_kk, ridge, second_moment):
+    """Cholesky factor of ``Σ_kk + ridge·I`` (``(B, H, T, D_k, D_k)``), or a ``ValueError`` naming ``ridge``.
+
+    Warns when ``ridge`` is below the rounding error of ``Σ_kk`` (about ``eps · tr Σ w k kᵀ`` for the shifted keys):
+    the slope along directions the keys do not span is then set by rounding noise, not by the ridge.
+    """
+    L, info = torch.linalg.cholesky_ex(cov_kk)
+    if (info != 0).any():
+        raise ValueError(
+            f"ridge: the local key covariance plus ridge is not positive definite in {cov_kk.dtype}; ridge = "
+            f"{ridge:.3g} is too small for the scale of the keys: raise it or compute in float64"
+        )
+    if cov_kk.device.type != "meta" and cov_kk.numel():
+        with torch.no_grad():
+            noise = torch.finfo(cov_kk.dtype).eps * torch.diagonal(second_moment, dim1=-2, dim2=-1).sum(-1).max()
+            too_small = bool(ridge < 10 * noise)
+        if too_small:
+            warnings.warn(
+                f"ridge: {ridge:.3g} is below the rounding error of the key covariance in {cov_kk.dtype} (about "
+                f"{noise.item():.2g}): the fitted slope is rounding noise; raise ridge or compute in float64",
+                RuntimeWarning,
+                stacklevel=4,
+            )
+    return L

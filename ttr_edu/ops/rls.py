@@ -1,30 +1,48 @@
-"""Recursive least squares (the Mesa layer): exact online ridge regression, two forms side by side.
+"""Recursive least squares and the Mesa layer: exact online ridge regression, two forms side by side.
 
-The memory is the exact (optionally exponentially weighted) ridge-regression solution over the tokens so far
-(Wang, Shi, Fox 2025, §3.1; von Oswald et al. 2023, the Mesa layer):
+The memory is the exact (optionally gated) ridge-regression solution over the tokens so far (Wang, Shi, Fox 2025,
+§3.1; von Oswald et al. 2023; MesaNet, von Oswald et al. 2025, eq. 6 with a constant ridge):
 
-    A_t = α_t A_{t-1} + k_t k_tᵀ,   A_0 = λ I          (α_t = exp(g_t), or 1 without ``g``)
+    H_t = α_t H_{t-1} + k_t k_tᵀ,   H_0 = 0            (α_t = exp(g_t), or 1 without ``g``)
     b_t = α_t b_{t-1} + k_t v_tᵀ,   b_0 = 0
-    S_t = A_t⁻¹ b_t = argmin_S Σ_{i≤t} γ_i^{(t)} ‖v_i − Sᵀ k_i‖² + γ_0^{(t)} λ ‖S‖²,    o_t = S_tᵀ q_t
+    A_t = H_t + λ I
+    S_t = A_t⁻¹ b_t = argmin_S Σ_{i≤t} γ_i^{(t)} ‖v_i − Sᵀ k_i‖² + λ ‖S‖²,    o_t = S_tᵀ q_t
 
-with ``γ_i^{(t)} = Π_{j=i+1..t} α_j``. Note that the ridge term decays with the data (it acts as a pseudo-observation
-at time 0), which is what keeps the Sherman–Morrison recursion exact. A constant ridge, ``Σ γ k kᵀ + λ I``, would
-break the rank-one recursion and need a numerical solve per step (fla's Mesa layer solves with conjugate gradients).
-Without decay the two are the same ridge regression.
+with ``γ_i^{(t)} = Π_{j=i+1..t} α_j``. **The ridge λ does not decay** (the choice of MesaNet and of
+:class:`ttr_edu.regression.ExactSolve`): ``A_t ⪰ λ I`` at every step, so the solve stays well posed and the output
+finite for any gate, including a full reset ``g = −inf``. Classical forgetting-factor RLS instead decays the prior
+with the data (``A_t = α_t A_{t−1} + k kᵀ``, ``A_0 = λ I``), which keeps the Sherman–Morrison recursion exact but
+lets ``A_t`` become singular once the memory ``1/(1 − α)`` is shorter than ``D_k``: at ``g = −1`` in fp32 it
+returned NaN after about 100 tokens. Without gates the two definitions are the same ridge regression.
+
+The forms:
+
+* without ``g``: :func:`rls_recurrent` runs the Sherman–Morrison recursion on ``P = A⁻¹`` (rank-one updates,
+  ``O(D_k (D_k + D_v))`` per token); with ``g`` the constant ridge makes each step a rank-``D_k`` change of ``A``,
+  so it carries ``(H, b)`` and solves ``A_t x = q_t`` by Cholesky per token (``O(D_k³)``; MesaNet uses conjugate
+  gradients for the same solve);
+* :func:`rls_exact` writes ``A_t`` and ``b_t`` for all ``t`` at once from the definition (weights summed segment
+  by segment, so a reset ``g = −inf`` is exact) and solves them in one batch: a reference, ``O(T² D_k²)``.
 
 State carried between calls (``initial_state`` and the returned final state): the pair ``(S, P)`` with
-``S = A⁻¹ b`` of shape ``(B, H, D_k, D_v)`` (the current solution; ``o_t = S_tᵀ q_t`` as in every layer here) and
-the inverse covariance ``P = A⁻¹`` of shape ``(B, H, D_k, D_k)``. When ``initial_state`` is given, ``P`` already holds
-the ridge and ``lam`` is not used.
+``S = A⁻¹ b`` of shape ``(B, H, D_k, D_v)`` and the inverse ``P = A⁻¹`` of shape ``(B, H, D_k, D_k)``. Without
+``g``, ``P`` holds the ridge and ``lam`` is not used; with ``g`` the ops read ``H_0 = P⁻¹ − λ I``, so pass the
+``lam`` the state was built with.
+
+Ill-posed problems are reported, never returned silently: a ridge too small for the keys makes ``A_t`` singular in
+floating point (a ``ValueError`` naming ``lam``), and an ``A_t`` whose condition number times the dtype's rounding
+error exceeds 1e-3 gives a ``RuntimeWarning`` (e.g. collinear keys with ``lam = 1e-8`` in fp32).
 """
 
 from __future__ import annotations
 
+import warnings
+
 import torch
 
-from ttr_edu._validation import check_positive_float
+from ttr_edu._validation import check_positive_float, check_scalar_fits
 
-from ._common import STATE, check_inputs, check_log_decay, check_state, compute_dtype, resolve_scale
+from ._common import STATE, check_inputs, check_state, compute_dtype, decay_matrix, resolve_scale
 
 __all__ = ["rls_recurrent", "rls_exact"]
 
@@ -33,10 +51,11 @@ _SHARED_DOC = """
         q: queries ``(B, T, H, D_k)``, floating (fp16/bf16/fp32 compute in fp32, fp64 in fp64).
         k: keys ``(B, T, H, D_k)``, same dtype as ``q``.
         v: values ``(B, T, H, D_v)``, same dtype as ``q``.
-        lam: ridge λ > 0 (``A_0 = λ I``); unused when ``initial_state`` is given.
-        g: optional log decay ``(B, T, H)`` in ``(−inf, 0]`` (forgetting factor ``α_t = exp(g_t)``), any floating
-            dtype. ``−inf`` is refused: the ridge decays with the data, so a full reset would leave ``A_t``
-            singular (no unique solution); to restart, split the sequence and pass no ``initial_state``.
+        lam: the ridge λ > 0, constant in time (``A_t = H_t + λ I``), a number that fits the compute dtype.
+            Without ``g`` it is unused when ``initial_state`` is given (``P_0`` holds it); with ``g`` pass the λ
+            the state was built with.
+        g: optional log decay ``(B, T, H)`` in ``[−inf, 0]`` (forgetting factor ``α_t = exp(g_t)``), any floating
+            dtype; ``−inf`` is a full reset (the data so far is forgotten, the ridge stays).
         scale: multiplies ``q``; default ``D_k ** -0.5`` (fla convention; pass ``1.0`` for the plain regression).
         initial_state: a tuple ``(S_0, P_0)`` of shapes ``(B, H, D_k, D_v)`` and ``(B, H, D_k, D_k)``, ``P_0``
             symmetric positive definite; ``None`` means ``(0, I / lam)``.
@@ -48,21 +67,25 @@ _SHARED_DOC = """
 
     Raises:
         TypeError: a non-tensor, an integer dtype, mixed dtypes of q, k, v, an ``initial_state`` that is no pair.
-        ValueError: a ``g`` that is NaN, ``±inf`` or ``> 0``; mismatched shapes (the message names the dims),
-            different devices, ``lam <= 0``, a bad ``scale``.
+        ValueError: a ``g`` that is NaN, ``+inf`` or ``> 0``; non-finite q, k, v or state; mismatched shapes (the
+            message names the dims), different devices, ``lam <= 0`` or outside the compute dtype's range, a bad
+            ``scale``; a ridge system that is not positive definite in floating point (naming ``lam``).
+
+    Warns:
+        RuntimeWarning: the ridge system is so ill-conditioned that rounding alone may cost more than 1e-3
+            relative error (a larger ``lam`` or fp64 inputs fix it).
 """
 
 
 def _prepare(q, k, v, lam, g, scale, initial_state):
     per_token = {} if g is None else {"g": g}
     dims = check_inputs(q, k, v, **per_token)
-    if g is not None:
-        check_log_decay(g, allow_reset=False)  # a reset would also erase the ridge: A_t singular
     scale = resolve_scale(scale, dims["D_k"])
     dtype = compute_dtype(q.dtype)
+    lam = check_positive_float("lam", lam)
+    check_scalar_fits("lam", lam, q.dtype)
+    B, H, D_k, D_v = dims["B"], dims["H"], dims["D_k"], dims["D_v"]
     if initial_state is None:
-        lam = check_positive_float("lam", lam)
-        B, H, D_k, D_v = dims["B"], dims["H"], dims["D_k"], dims["D_v"]
         S = torch.zeros(B, H, D_k, D_v, dtype=dtype, device=q.device)
         P = torch.eye(D_k, dtype=dtype, device=q.device).expand(B, H, D_k, D_k) / lam
     else:
@@ -77,60 +100,157 @@ def _prepare(q, k, v, lam, g, scale, initial_state):
         S, P = S.to(dtype), P.to(dtype)
     q, k, v = (x.to(dtype).transpose(1, 2) for x in (q, k, v))  # (B, H, T, ·)
     log_decay = None if g is None else g.to(dtype).transpose(1, 2)  # (B, H, T)
-    return q * scale, k, v, log_decay, S, P
+    return q * scale, k, v, log_decay, S, P, lam
+
+
+def _prior(S, P, lam):
+    """``(H_0, b_0)`` from a state ``(S, P)``: ``A_0 = P⁻¹``, ``H_0 = A_0 − λI``, ``b_0 = A_0 S``."""
+    A0, info = torch.linalg.inv_ex(P)
+    if (info != 0).any():
+        raise ValueError("initial_state[1] (P): expected an invertible (symmetric positive definite) P = A⁻¹, got a "
+                         "singular one")
+    eye = torch.eye(P.shape[-1], dtype=P.dtype, device=P.device)
+    return A0 - lam * eye, A0 @ S
+
+
+def _factorise(A, lam, where: str, depth: int = 5):
+    """Cholesky factors of the ridge systems ``A`` (``(..., D_k, D_k)``), or a ``ValueError`` naming ``lam``.
+
+    Warns when the condition number (estimated from the factor's diagonal, a lower bound) times the dtype's rounding
+    error exceeds 1e-3: the answer then carries that relative error, and a larger ``lam`` or fp64 is needed.
+    """
+    L, info = torch.linalg.cholesky_ex(A)
+    if (info != 0).any():
+        raise ValueError(
+            f"lam: A_t = H_t + lam * I is not positive definite in {A.dtype} ({where}); lam = {lam:.3g} is too small "
+            "for the scale of the keys (collinear or huge keys): raise lam or compute in float64"
+        )
+    pivots = torch.diagonal(L, dim1=-2, dim2=-1).square()
+    _warn_if_ill_conditioned(pivots.amax(-1) / pivots.amin(-1), lam, A.dtype, depth)
+    return L
+
+
+def _check_inverse(P, lam, k, fresh: bool) -> None:
+    """After Sherman–Morrison: ``P_T = A_T⁻¹`` must still be positive definite; warn when ``A_t`` is ill-conditioned.
+
+    ``A_t`` only grows without gates, so its condition number is at most ``λ_max(A_T) / λ_min(A_1)``; from a fresh
+    state ``λ_min(A_t) ≥ λ`` and ``A_1 = λI + k_1 k_1ᵀ`` already has ``1 + ‖k_1‖² / λ``. The largest of those
+    (and the final ``cond(P_T)``) is the estimate.
+    """
+    if P.device.type == "meta":
+        return
+    with torch.no_grad():
+        eig = torch.linalg.eigvalsh(P)  # ascending: 1/λ_max(A_T) first
+        if not (torch.isfinite(eig).all() and (eig[..., 0] > 0).all()):
+            if not fresh:
+                raise ValueError("initial_state[1] (P): the inverse covariance P = A⁻¹ is not positive definite after "
+                                 f"the update in {P.dtype}; pass a symmetric positive definite P")
+            raise ValueError(
+                f"lam: the inverse covariance P = A_T⁻¹ lost positive definiteness in {P.dtype}; lam = {lam:.3g} is "
+                "too small for the scale of the keys (collinear or huge keys): raise lam or compute in float64"
+            )
+        kappa = eig[..., -1] / eig[..., 0]
+        if fresh:  # λ_max(A_T) / λ, and cond(A_t) ≥ 1 + ‖k_t‖² / λ at every t (exact for t = 1)
+            kappa = torch.maximum(kappa, 1.0 / (lam * eig[..., 0]))
+            kappa = torch.maximum(kappa, 1.0 + k.square().sum(-1).amax(-1) / lam)
+    _warn_if_ill_conditioned(kappa, lam, P.dtype, 5)
+
+
+def _warn_if_ill_conditioned(kappa, lam, dtype, depth: int) -> None:
+    """``kappa``: estimates of the condition numbers of the ridge systems (any shape); ``depth``: the frames from
+    here to the caller of the public (guarded) op, so the warning points at the user's line."""
+    if kappa.numel() == 0 or kappa.device.type == "meta":
+        return
+    with torch.no_grad():
+        kappa = kappa.max().item()
+    error = kappa * torch.finfo(dtype).eps
+    if error > 1e-3:
+        expect = f"relative errors up to about {error:.1g}" if error < 0.1 else "a result with no correct digit"
+        warnings.warn(
+            f"lam: the ridge system A_t = H_t + lam * I is ill-conditioned in {dtype} (condition number about "
+            f"{kappa:.2g}): expect {expect}; raise lam (now {lam:.3g}) or use float64 inputs",
+            RuntimeWarning,
+            stacklevel=depth,
+        )
 
 
 def rls_recurrent(q, k, v, lam=1.0, g=None, scale=None, initial_state=None, output_final_state=False):
-    """Recurrent form: Sherman–Morrison updates of ``P = A⁻¹``, then a delta-rule step with learning rate ``P_t``.
+    """Recurrent form: one token at a time.
 
-        P̃ = P_{t-1} / α_t,       P_t = P̃ − (P̃ k_t)(P̃ k_t)ᵀ / (1 + k_tᵀ P̃ k_t)
+    Without ``g``: Sherman–Morrison updates of ``P = A⁻¹``, then a delta-rule step with learning rate ``P_t``,
+
+        P_t = P_{t-1} − (P_{t-1} k_t)(P_{t-1} k_t)ᵀ / (1 + k_tᵀ P_{t-1} k_t)
         S_t = S_{t-1} + P_t k_t (v_t − S_{t-1}ᵀ k_t)ᵀ,     o_t = S_tᵀ q_t
 
-    (the second line follows from ``b_t = A_t S_{t-1} − k_t k_tᵀ S_{t-1} + k_t v_tᵀ``). It is the delta rule with
-    the matrix learning rate ``P_t`` in place of β (Wang, Shi, Fox 2025, §3.1; von Oswald et al. 2023).
-    Cost ``O(T D_k (D_k + D_v))``, memory ``O(D_k (D_k + D_v))``.
+    (the delta rule with the matrix learning rate ``P_t`` in place of β; Wang, Shi, Fox 2025, §3.1; von Oswald
+    et al. 2023), cost ``O(T D_k (D_k + D_v))``. With ``g``: ``H_t = α_t H_{t−1} + k kᵀ``, ``b_t = α_t b_{t−1} +
+    k vᵀ`` and ``o_t = b_tᵀ (H_t + λI)⁻¹ q_t`` by a Cholesky solve per token (MesaNet, von Oswald et al. 2025,
+    eq. 6), cost ``O(T D_k² (D_k + D_v))``.
     """
     out_dtype = q.dtype if isinstance(q, torch.Tensor) else None
-    q, k, v, log_decay, S, P = _prepare(q, k, v, lam, g, scale, initial_state)
+    q, k, v, log_decay, S, P, lam = _prepare(q, k, v, lam, g, scale, initial_state)
+    if log_decay is not None:
+        return _gated_recurrent(q, k, v, log_decay, S, P, lam, out_dtype, output_final_state)
     outputs = []
     for t in range(q.shape[2]):
         k_t = k[:, :, t]
-        if log_decay is not None:
-            P = P * torch.exp(-log_decay[:, :, t, None, None])
         Pk = torch.einsum("b h i j, b h j -> b h i", P, k_t)
         gain = Pk / (1.0 + (k_t * Pk).sum(-1, keepdim=True))  # P_t k_t (Sherman–Morrison)
         P = P - torch.einsum("b h i, b h j -> b h i j", gain, Pk)
         error = v[:, :, t] - torch.einsum("b h k v, b h k -> b h v", S, k_t)
         S = S + torch.einsum("b h k, b h v -> b h k v", gain, error)
         outputs.append(torch.einsum("b h k v, b h k -> b h v", S, q[:, :, t]))
+    _check_inverse(P, lam, k, fresh=initial_state is None)
     o = torch.stack(outputs, dim=2).transpose(1, 2).to(out_dtype)
     return o, ((S, P) if output_final_state else None)
 
 
-def rls_exact(q, k, v, lam=1.0, g=None, scale=None, initial_state=None, output_final_state=False):
-    """Exact form: accumulate ``A_t`` and ``b_t`` and solve ``A_t x = q_t`` at every step; ``o_t = b_tᵀ x``.
-
-    The definition itself, with no Sherman–Morrison algebra (Wang, Shi, Fox 2025, §3.1, the closed-form linear
-    regression ``M_t = (Σ v_i k_iᵀ)(Σ k_i k_iᵀ + λ I)⁻¹``). From a given ``(S_0, P_0)`` it starts at
-    ``A_0 = P_0⁻¹``, ``b_0 = A_0 S_0``. Cost ``O(T D_k² (D_k + D_v))``: a reference, not a fast path.
-    """
-    out_dtype = q.dtype if isinstance(q, torch.Tensor) else None
-    q, k, v, log_decay, S, P = _prepare(q, k, v, lam, g, scale, initial_state)
-    A = torch.linalg.inv(P)
-    b = A @ S
+def _gated_recurrent(q, k, v, log_decay, S, P, lam, out_dtype, output_final_state):
+    H_t, b = _prior(S, P, lam)
+    eye = lam * torch.eye(q.shape[-1], dtype=q.dtype, device=q.device)
     outputs = []
     for t in range(q.shape[2]):
-        if log_decay is not None:
-            alpha = torch.exp(log_decay[:, :, t, None, None])
-            A, b = alpha * A, alpha * b
-        A = A + torch.einsum("b h i, b h j -> b h i j", k[:, :, t], k[:, :, t])
-        b = b + torch.einsum("b h k, b h v -> b h k v", k[:, :, t], v[:, :, t])
-        x = torch.linalg.solve(A, q[:, :, t].unsqueeze(-1))  # (B, H, D_k, 1)
+        alpha = torch.exp(log_decay[:, :, t, None, None])  # exp(−inf) = 0: a reset forgets H and b exactly
+        H_t = alpha * H_t + torch.einsum("b h i, b h j -> b h i j", k[:, :, t], k[:, :, t])
+        b = alpha * b + torch.einsum("b h k, b h v -> b h k v", k[:, :, t], v[:, :, t])
+        L = _factorise(H_t + eye, lam, f"token {t}", depth=6)
+        x = torch.cholesky_solve(q[:, :, t].unsqueeze(-1), L)  # (B, H, D_k, 1)
         outputs.append((b.transpose(-1, -2) @ x).squeeze(-1))
     o = torch.stack(outputs, dim=2).transpose(1, 2).to(out_dtype)
     if not output_final_state:
         return o, None
-    return o, (torch.linalg.solve(A, b), torch.linalg.inv(A))
+    return o, (torch.cholesky_solve(b, L), torch.cholesky_inverse(L))
+
+
+def rls_exact(q, k, v, lam=1.0, g=None, scale=None, initial_state=None, output_final_state=False):
+    """Exact form: ``A_t`` and ``b_t`` for every ``t`` from the definition, then one batched Cholesky solve.
+
+    ``A_t = γ_0^{(t)} H_0 + Σ_{i≤t} γ_i^{(t)} k_i k_iᵀ + λI``, ``b_t = γ_0^{(t)} b_0 + Σ_{i≤t} γ_i^{(t)} k_i v_iᵀ``,
+    ``o_t = b_tᵀ A_t⁻¹ q_t``: the closed-form regression ``M_t = (Σ γ v kᵀ)(Σ γ k kᵀ + λI)⁻¹`` itself, with no
+    recursion (Wang, Shi, Fox 2025, §3.1). The weights ``γ_i^{(t)}`` are summed segment by segment
+    (:func:`ttr_edu.ops._common.decay_matrix`), exact for ``g = −inf``. From a state ``(S_0, P_0)`` it starts at
+    ``A_0 = P_0⁻¹``, ``b_0 = A_0 S_0``. Cost ``O(T² D_k (D_k + D_v))``, memory ``O(T² + T D_k (D_k + D_v))``.
+    """
+    out_dtype = q.dtype if isinstance(q, torch.Tensor) else None
+    q, k, v, log_decay, S, P, lam = _prepare(q, k, v, lam, g, scale, initial_state)
+    B, H, T, D_k = q.shape
+    H0, b0 = _prior(S, P, lam)
+    if log_decay is None:
+        weights = torch.ones(T + 1, T + 1, dtype=q.dtype, device=q.device).tril().expand(B, H, T + 1, T + 1)
+    else:  # step 0 is the prior: [t, 0] = γ_0^{(t)}, [t, i] = γ_i^{(t)}
+        weights = decay_matrix(torch.nn.functional.pad(log_decay, (1, 0)))
+    prior_weight, weights = weights[..., 1:, 0], weights[..., 1:, 1:]  # (B, H, T), (B, H, T, T)
+    kk = k.unsqueeze(-1) * k.unsqueeze(-2)  # (B, H, T, D_k, D_k)
+    A = torch.einsum("b h t i, b h i j l -> b h t j l", weights, kk) + prior_weight[..., None, None] * H0.unsqueeze(2)
+    A = A + lam * torch.eye(D_k, dtype=q.dtype, device=q.device)
+    b = torch.einsum("b h t i, b h i j, b h i l -> b h t j l", weights, k, v)
+    b = b + prior_weight[..., None, None] * b0.unsqueeze(2)  # (B, H, T, D_k, D_v)
+    L = _factorise(A, lam, "for some token")
+    x = torch.cholesky_solve(q.unsqueeze(-1), L)  # (B, H, T, D_k, 1)
+    o = (b.transpose(-1, -2) @ x).squeeze(-1).transpose(1, 2).to(out_dtype)
+    if not output_final_state:
+        return o, None
+    return o, (torch.cholesky_solve(b[:, :, -1], L[:, :, -1]), torch.cholesky_inverse(L[:, :, -1]))
 
 
 for _fn in (rls_recurrent, rls_exact):

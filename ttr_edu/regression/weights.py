@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ttr_edu._validation import Dims, check_positive_float, check_positive_int, check_tensor
+from ttr_edu._validation import Dims, check_decayed_sum_args, check_positive_float, check_positive_int, check_tensor
 from ttr_edu.ops._common import check_log_decay, decay_matrix
 
 
@@ -107,13 +107,7 @@ def decayed_cumsum(x: torch.Tensor, g: torch.Tensor | None, chunk_size: int = 64
     Raises:
         TypeError / ValueError: ``x`` or ``g`` not floating tensors of the shapes above, a bad ``g`` or ``chunk_size``.
     """
-    check_tensor("x", x)
-    if x.dim() < 3:
-        raise ValueError(f"x: expected (B, H, T, *F) with at least 3 dims, got shape {tuple(x.shape)}")
-    check_positive_int("chunk_size", chunk_size)
-    if g is not None:
-        Dims().bind("g", g, tuple(x.shape[:3]))
-        check_log_decay(g)
+    check_decayed_sum_args(x, g, chunk_size)  # the input policy of ttr_edu._validation
     if g is None:
         return x.cumsum(2)
     B, H, T = x.shape[:3]

@@ -1,0 +1,291 @@
+"""A public-API fuzz under the input policy (``ttr_edu/_validation.py``, CONTRIBUTING.md): no outcome is silent
+(NaN/inf or any output for a bad input, a wrong output for a good one) or obscure (an exception other than a
+``ValueError``/``TypeError`` whose message starts with the name of what was wrong).
+
+Each example takes one public callable, builds valid small inputs for it, and applies one mutation to one argument.
+Valid mutations must compute the right thing (finite, and equal in fp32 to the fp64 reference form where the op
+has one); bad mutations must be refused by name or announced by a warning.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import warnings
+
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from ttr_edu import layers, ops
+from ttr_edu.checks._core import relative_error
+
+# ------------------------------------------------------------------------------------------------------------------
+# Targets: name -> (callable, the per-token tensors it takes, its scalars, its bool flags, its fp64 reference).
+# ------------------------------------------------------------------------------------------------------------------
+
+OPS = {
+    "linear_attention_recurrent": ((), ("scale", "eps"), ("normalize", "output_final_state"), None),
+    "linear_attention_parallel": ((), ("scale", "eps"), ("normalize", "output_final_state"), "linear_attention_recurrent"),
+    "linear_attention_chunk": ((), ("scale", "eps", "chunk_size"), ("normalize", "output_final_state"),
+                               "linear_attention_recurrent"),
+    "delta_rule_recurrent": (("beta",), ("scale",), ("output_final_state",), None),
+    "delta_rule_parallel": (("beta",), ("scale",), ("output_final_state",), "delta_rule_recurrent"),
+    "delta_rule_chunk": (("beta",), ("scale", "chunk_size"), ("output_final_state",), "delta_rule_recurrent"),
+    "gated_linear_attention_recurrent": (("g",), ("scale",), ("output_final_state",), None),
+    "gated_linear_attention_chunk": (("g",), ("scale", "chunk_size"), ("output_final_state",),
+                                     "gated_linear_attention_recurrent"),
+    "gated_delta_rule_recurrent": (("g", "beta"), ("scale",), ("output_final_state",), None),
+    "gated_delta_rule_chunk": (("g", "beta"), ("scale", "chunk_size"), ("output_final_state",),
+                               "gated_delta_rule_recurrent"),
+    "rls_recurrent": (("g",), ("scale", "lam"), ("output_final_state",), "rls_exact"),
+    "rls_exact": (("g",), ("scale", "lam"), ("output_final_state",), "rls_recurrent"),
+    "softmax_attention": ((), ("scale",), ("qk_norm",), None),
+    "local_linear_attention": ((), ("scale", "ridge"), ("qk_norm",), None),
+}
+FEATURE_MAPS = {"elu_plus_one": (), "l2_norm": ("eps",), "sum_norm": ("eps",), "dpfp": ("nu",)}
+LAYERS = list(layers.MIXERS)
+
+BAD_SCALARS = [-1.0, math.nan, math.inf, 1e300, "1", True, [1.0]]
+BAD_CHUNKS = [0, -4, 2.5, True, "8"]
+BAD_FLAGS = ["false", 1, None, 0.0]
+MUTATIONS = ["valid", "reset", "nan", "posinf", "neginf", "int_dtype", "not_tensor", "drop_dim", "mismatch_T",
+             "other_dtype", "empty_B", "empty_H", "empty_D", "empty_T", "scalar", "flag", "chunk_huge",
+             "state_nan", "state_shape"]
+
+
+def make_inputs(name, per_token, B, T, H, D_k, D_v, seed, dtype=torch.float32):
+    gen = torch.Generator().manual_seed(seed)
+    q = torch.randn(B, T, H, D_k, generator=gen, dtype=torch.float64)
+    k = ops.l2_norm(torch.randn(B, T, H, D_k, generator=gen, dtype=torch.float64))  # β‖k‖² = β: stable
+    v = torch.randn(B, T, H, D_v, generator=gen, dtype=torch.float64)
+    args = {"q": q, "k": k, "v": v}
+    if "g" in per_token:
+        args["g"] = -0.5 * torch.rand(B, T, H, generator=gen, dtype=torch.float64)
+    if "beta" in per_token:
+        args["beta"] = torch.rand(B, T, H, generator=gen, dtype=torch.float64)
+    return {n: x.to(dtype) for n, x in args.items()}
+
+
+def positive_features(args):
+    """Normalised linear attention divides by z·q: keep features positive so the valid case is well posed."""
+    args["q"], args["k"] = ops.elu_plus_one(args["q"]), ops.elu_plus_one(args["k"])
+
+
+def mutate_tensor(x, mutation, T):
+    if mutation in ("nan", "posinf", "neginf"):
+        x = x.clone()
+        x.view(-1)[x.numel() // 2] = {"nan": math.nan, "posinf": math.inf, "neginf": -math.inf}[mutation]
+        return x
+    if mutation == "int_dtype":
+        return x.to(torch.int64)
+    if mutation == "not_tensor":
+        return x.tolist()
+    if mutation == "drop_dim":
+        return x[..., 0]
+    if mutation == "mismatch_T":
+        return torch.cat([x, x[:, :1]], dim=1)
+    if mutation == "other_dtype":
+        return x.double()
+    raise AssertionError(mutation)
+
+
+def apply_mutation(draw, mutation, args, kwargs, per_token, scalars, flags, T):
+    """Change one argument; return (is_valid, the argument's name)."""
+    tensors = ["q", "k", "v", *per_token]
+    if mutation == "valid":
+        return True, None
+    if mutation == "reset":
+        if "g" not in args:
+            return True, None
+        g = args["g"].clone()
+        g[:, draw(st.integers(0, T - 1))] = -math.inf
+        args["g"] = g
+        return True, "g"
+    if mutation in ("nan", "posinf", "neginf", "int_dtype", "not_tensor", "drop_dim", "mismatch_T", "other_dtype"):
+        target = draw(st.sampled_from(tensors), label="tensor")
+        args[target] = mutate_tensor(args[target], mutation, T)
+        # g = −inf is a reset; beta and g may have any floating dtype (they are upcast with the rest)
+        valid = (mutation == "neginf" and target == "g") or (mutation == "other_dtype" and target in ("g", "beta"))
+        return valid, target
+    if mutation == "scalar":
+        names = [s for s in scalars if s != "chunk_size"]
+        if not names:
+            return True, None
+        target = draw(st.sampled_from(names), label="scalar")
+        kwargs[target] = draw(st.sampled_from(BAD_SCALARS), label="value")
+        return False, target
+    if mutation == "chunk_huge":
+        if "chunk_size" not in scalars:
+            return True, None
+        kwargs["chunk_size"] = 10**12  # capped at T: valid, and must allocate nothing for it
+        return True, None
+    if mutation == "flag":
+        if not flags:
+            return True, None
+        target = draw(st.sampled_from(list(flags)), label="flag")
+        kwargs[target] = draw(st.sampled_from(BAD_FLAGS), label="value")
+        return False, target
+    if mutation in ("state_nan", "state_shape"):
+        if "output_final_state" not in flags:
+            return True, None
+        return None, "initial_state"  # built by the caller, which knows the state's form
+    if mutation.startswith("empty_"):
+        return None, mutation
+    if mutation == "chunk":
+        if "chunk_size" not in scalars:
+            return True, None
+        kwargs["chunk_size"] = draw(st.sampled_from(BAD_CHUNKS))
+        return False, "chunk_size"
+    raise AssertionError(mutation)
+
+
+NAMED = re.compile(r"^([A-Za-z_][A-Za-z_0-9]*)(\[\d\])*( \([A-Za-z]\))?: ")
+
+
+def classify(call, valid, allowed_names):
+    """Run ``call``; return ("clear" | "ok" | "announced", output) or fail the test for silent/obscure outcomes."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            out = call()
+        except (ValueError, TypeError) as error:
+            match = NAMED.match(str(error))
+            assert match and match.group(1) in allowed_names, f"obscure message: {type(error).__name__}: {error}"
+            assert not valid, f"a valid input was refused: {type(error).__name__}: {error}"
+            return "clear", None
+        except Exception as error:  # noqa: BLE001 - anything else is obscure by definition
+            pytest.fail(f"obscure: {type(error).__name__}: {error}")
+    announced = [w for w in caught if issubclass(w.category, (RuntimeWarning, UserWarning))]
+    if not valid:
+        assert announced, "silent: a bad input was accepted without a word"
+        return "announced", out
+    return "ok", out
+
+
+def first_tensor(out):
+    return out[0] if isinstance(out, tuple) else out
+
+
+#: ``TTR_FUZZ_SCALE=10 pytest tests/test_fuzz_public_api.py -s`` runs ten times the CI examples and prints the tally.
+SCALE = int(os.environ.get("TTR_FUZZ_SCALE", "1"))
+SIZES = dict(B=st.integers(1, 2), T=st.integers(1, 6), H=st.integers(1, 2), D_k=st.integers(1, 4),
+             D_v=st.integers(1, 3), seed=st.integers(0, 2**16))
+COUNTS: dict[str, int] = {}
+
+
+def _record(kind):
+    COUNTS[kind] = COUNTS.get(kind, 0) + 1
+
+
+@settings(max_examples=250 * SCALE, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(name=st.sampled_from(sorted(OPS)), mutation=st.sampled_from(MUTATIONS + ["chunk"]), data=st.data(), **SIZES)
+def test_ops_are_never_silent_or_obscure(name, mutation, data, B, T, H, D_k, D_v, seed):
+    per_token, scalars, flags, reference = OPS[name]
+    fn = getattr(ops, name)
+    if mutation.startswith("empty_"):
+        B, T, H, D_k = (0 if mutation == f"empty_{d}" else n for d, n in zip("BTHD", (B, T, H, D_k)))
+    args = make_inputs(name, per_token, B, T, H, D_k, D_v, seed)
+    normalize = data.draw(st.booleans(), label="normalize") if "normalize" in flags else False
+    if normalize and B * T * H * D_k:
+        positive_features(args)
+    kwargs = {"normalize": True} if normalize else {}
+    if mutation.startswith("empty_"):
+        valid, target = False, None
+    else:
+        valid, target = apply_mutation(data.draw, mutation, args, kwargs, per_token, scalars, flags, T)
+    if target == "initial_state":
+        state = (torch.zeros(B, H, D_k, D_v),)
+        if name.startswith("rls"):
+            state = (torch.zeros(B, H, D_k, D_v), torch.eye(D_k).expand(B, H, D_k, D_k).clone())
+        elif normalize:
+            state = (torch.zeros(B, H, D_k, D_v), torch.zeros(B, H, D_k))
+        if mutation == "state_nan":
+            state[0][..., 0, 0] = math.nan
+        else:
+            state = tuple(s[..., :-1] if i == 0 else s for i, s in enumerate(state))
+        kwargs["initial_state"] = state if len(state) > 1 else state[0]
+        valid = False
+    allowed = {"q", "k", "v", "g", "beta", "o", "initial_state", "scale", "lam", "ridge", "eps", "chunk_size",
+               "normalize", "output_final_state", "qk_norm"}
+    ordered = [args.pop(n) for n in ("q", "k", "v")]
+    positional = ordered + [args[n] for n in ("g", "beta") if n in per_token and n in args and not name.startswith("rls")]
+    if name.startswith("rls") and "g" in args:
+        kwargs["g"] = args["g"]
+    kind, out = classify(lambda: fn(*positional, **kwargs), valid, allowed)
+    _record(kind)
+    if kind != "ok":
+        return
+    o = first_tensor(out)
+    assert torch.isfinite(o).all(), "silent: NaN/inf output for a valid input"
+    if reference is not None:  # the same input in fp64 through the reference form: no wrong output
+        up = lambda x: x.double() if isinstance(x, torch.Tensor) else x  # noqa: E731
+        ref_kwargs = {n: up(x) for n, x in kwargs.items() if n not in ("chunk_size",)}
+        ref = first_tensor(getattr(ops, reference)(*[up(x) for x in positional], **ref_kwargs))
+        assert relative_error(o, ref) < 1e-3, f"wrong output: relative error {relative_error(o, ref):.2g}"
+
+
+_LAYER_CACHE: dict[str, torch.nn.Module] = {}
+
+
+def _layer(name):
+    if name not in _LAYER_CACHE:
+        torch.manual_seed(0)
+        _LAYER_CACHE[name] = layers.MIXERS[name](8, 2)
+    return _LAYER_CACHE[name]
+
+
+@settings(max_examples=80 * SCALE, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(name=st.sampled_from(LAYERS), data=st.data(),
+       mutation=st.sampled_from(["valid", "nan", "posinf", "int_dtype", "not_tensor", "drop_dim", "other_dtype",
+                                 "empty_B", "empty_T", "wide", "scale_up"]),
+       B=st.integers(1, 2), T=st.integers(1, 7), seed=st.integers(0, 2**16))
+def test_layers_are_never_silent_or_obscure(name, data, mutation, B, T, seed):
+    layer = _layer(name)
+    x = torch.randn(B, T, 8, generator=torch.Generator().manual_seed(seed))
+    valid = mutation in ("valid", "scale_up")
+    if mutation == "scale_up":
+        x = x * 100.0  # large but valid activations
+    elif mutation == "empty_B":
+        x = x[:0]
+    elif mutation == "empty_T":
+        x = x[:, :0]
+    elif mutation == "wide":
+        x = torch.cat([x, x], dim=-1)
+    elif mutation != "valid":
+        x = mutate_tensor(x, mutation, T)
+    kind, out = classify(lambda: layer(x), valid, {"x"})
+    _record(f"layer {kind}")
+    if kind == "ok":
+        assert out.shape == (B, T, 8) and torch.isfinite(out).all()
+
+
+@settings(max_examples=60 * SCALE, deadline=None)
+@given(name=st.sampled_from(sorted(FEATURE_MAPS)), data=st.data(),
+       mutation=st.sampled_from(["valid", "nan", "int_dtype", "not_tensor", "scalar"]),
+       shape=st.lists(st.integers(1, 4), min_size=1, max_size=3), seed=st.integers(0, 2**16))
+def test_feature_maps_are_never_silent_or_obscure(name, data, mutation, shape, seed):
+    x = torch.randn(*shape, generator=torch.Generator().manual_seed(seed))
+    kwargs = {}
+    valid = mutation == "valid"
+    if mutation == "scalar":
+        if not FEATURE_MAPS[name]:
+            valid = True
+        else:
+            param = FEATURE_MAPS[name][0]
+            kwargs[param] = data.draw(st.sampled_from([-1, 0, 1e300, math.nan, "2", True] if param == "nu"
+                                                      else [-1.0, math.nan, 1e300, "1", True]))
+    elif mutation != "valid":
+        x = mutate_tensor(x, mutation, 1)
+    if name == "dpfp" and "nu" not in kwargs and valid:
+        kwargs["nu"] = 1
+    kind, out = classify(lambda: getattr(ops, name)(x, **kwargs), valid, {"x", "nu", "eps", "o"})
+    _record(f"feature map {kind}")
+    if kind == "ok":
+        assert torch.isfinite(out).all()
+
+
+def teardown_module():
+    print(f"\nfuzz outcomes: {dict(sorted(COUNTS.items()))}")
