@@ -152,6 +152,16 @@ class _Mixer(nn.Module):
         return 2 * seq_len * self.hidden_size
 
 
+def _same_width_feature_map(feature_map: str | None, head_dim: int):
+    """``feature_map`` by name for a layer whose state is ``D × D`` (``None``: fla's SiLU); ``dpfp`` etc. refused."""
+    if feature_map is None:
+        return F.silu
+    if d_dot(feature_map, head_dim) != head_dim:
+        raise ValueError(f"feature_map: this layer needs a map that keeps the head width {head_dim}, "
+                         f"got {feature_map!r} with d_dot {d_dot(feature_map, head_dim)}")
+    return get_feature_map(feature_map)
+
+
 class LinearAttention(_Mixer):
     """Linear attention (Katharopoulos et al. 2020; Schlag et al. 2021): ``S_t = S_{t−1} + φ(k_t) v_tᵀ``.
 
@@ -164,11 +174,13 @@ class LinearAttention(_Mixer):
             ``d_k = m = D`` (its random projection becomes a buffer of the layer).
         use_short_conv, conv_size: a causal depthwise convolution on q, k, v.
         normalize: divide by ``z_tᵀ φ(q_t)`` (the kernel-smoother normalisation).
+        qk_norm: L2-normalise ``φ(q)`` and ``φ(k)``, as DeltaNet and the RLS layer do, so that a comparison between
+            them changes the optimiser only.
     """
 
     def __init__(self, hidden_size: int, num_heads: int = 1, feature_map: str = "elu_plus_one", *,
                  use_short_conv: bool = True, conv_size: int = 4, normalize: bool = False,
-                 feature_map_params: dict | None = None) -> None:
+                 feature_map_params: dict | None = None, qk_norm: bool = False) -> None:
         super().__init__(hidden_size, num_heads, use_short_conv, conv_size)
         params = dict(feature_map_params or {})
         if feature_map == "favor_plus":
@@ -176,10 +188,13 @@ class LinearAttention(_Mixer):
         self.feature_map = get_feature_map(feature_map, **params)
         self.d_k = d_dot(feature_map, self.head_dim, **{n: p for n, p in params.items() if n != "d_k"})
         self.normalize = check_bool("normalize", normalize)
+        self.qk_norm = check_bool("qk_norm", qk_norm)
         self.o_norm = nn.RMSNorm(self.head_dim)
 
     def mix(self, q, k, v):
         q, k = self.feature_map(q), self.feature_map(k)
+        if self.qk_norm:
+            q, k = l2_norm(q), l2_norm(k)
         o, _ = linear_attention_chunk(q, k, v, normalize=self.normalize)
         return self.o_norm(o)
 
@@ -194,12 +209,15 @@ class DeltaNet(_Mixer):
     Test-time regression: uniform weights, linear class, online SGD with step β (Wang et al. 2025 §3.3).
 
     Args:
-        hidden_size, num_heads; use_beta: a learned β head (else β = 1); use_short_conv, conv_size.
+        hidden_size, num_heads; use_beta: a learned β head (else β = 1); use_short_conv, conv_size;
+        feature_map: a name of :data:`ttr_edu.ops.FEATURE_MAPS` that keeps the width (``"identity"``,
+            ``"elu_plus_one"``, ``"relu"``), applied before the L2 norm instead of the SiLU (``None``).
     """
 
     def __init__(self, hidden_size: int, num_heads: int = 1, *, use_beta: bool = True,
-                 use_short_conv: bool = True, conv_size: int = 4) -> None:
+                 use_short_conv: bool = True, conv_size: int = 4, feature_map: str | None = None) -> None:
         super().__init__(hidden_size, num_heads, use_short_conv, conv_size)
+        self.feature_map = _same_width_feature_map(feature_map, self.head_dim)
         self.use_beta = check_bool("use_beta", use_beta)
         if self.use_beta:
             self.b_proj = nn.Linear(hidden_size, num_heads)
@@ -207,7 +225,7 @@ class DeltaNet(_Mixer):
 
     def project(self, x):
         inputs = super().project(x)
-        inputs["q"], inputs["k"] = l2_norm(F.silu(inputs["q"])), l2_norm(F.silu(inputs["k"]))
+        inputs["q"], inputs["k"] = l2_norm(self.feature_map(inputs["q"])), l2_norm(self.feature_map(inputs["k"]))
         inputs["beta"] = torch.sigmoid(self.b_proj(x)) if self.use_beta else x.new_ones(x.shape[:2] + (self.num_heads,))
         return inputs
 
@@ -226,8 +244,9 @@ class GatedDeltaNet(DeltaNet):
     """
 
     def __init__(self, hidden_size: int, num_heads: int = 1, *, use_short_conv: bool = True,
-                 conv_size: int = 4) -> None:
-        super().__init__(hidden_size, num_heads, use_beta=True, use_short_conv=use_short_conv, conv_size=conv_size)
+                 conv_size: int = 4, feature_map: str | None = None) -> None:
+        super().__init__(hidden_size, num_heads, use_beta=True, use_short_conv=use_short_conv, conv_size=conv_size,
+                         feature_map=feature_map)
         self.a_proj = nn.Linear(hidden_size, num_heads, bias=False)
         self.A_log = nn.Parameter(torch.zeros(num_heads))
         # softplus(dt_bias) = 0.01 at start: α = exp(g) ≈ 0.99, a memory of ~100 tokens. A faster initial decay
@@ -258,25 +277,32 @@ class MesaLayer(_Mixer):
       The tests prove both equal to ``ops.rls_recurrent``.
 
     Args:
-        hidden_size, num_heads; lam: the ridge λ > 0; use_gate: a learned forgetting gate ``g = logσ(W_a x + 4)``.
+        hidden_size, num_heads; lam: the ridge λ > 0; use_gate: a learned forgetting gate ``g = logσ(W_a x + 4)``;
+        feature_map: a width-keeping name of :data:`ttr_edu.ops.FEATURE_MAPS` applied before the L2 norm.
+        solver: ``"auto"`` (as above) or ``"exact"``: the exact solve without gates too, the same function
+            computed for every prefix at once (2–3× faster to train at ``D = 16``; the MQAR grid uses it).
     """
 
     def __init__(self, hidden_size: int, num_heads: int = 1, *, lam: float = 1.0, use_gate: bool = False,
-                 use_short_conv: bool = True, conv_size: int = 4) -> None:
+                 use_short_conv: bool = True, conv_size: int = 4, feature_map: str = "identity",
+                 solver: str = "auto") -> None:
         super().__init__(hidden_size, num_heads, use_short_conv, conv_size)
+        self.feature_map = _same_width_feature_map(feature_map, self.head_dim)
+        if solver not in ("auto", "exact"):
+            raise ValueError(f"solver: expected 'auto' or 'exact', got {solver!r}")
         self.lam = check_positive_float("lam", lam)
         self.use_gate = check_bool("use_gate", use_gate)
         if self.use_gate:
             self.a_proj = nn.Linear(hidden_size, num_heads)
             nn.init.constant_(self.a_proj.bias, 4.0)  # σ(4) ≈ 0.98: remember almost everything at start
-            self.rls = TestTimeRegression(Gates(), Linear(), ExactSolve(lam))
-        else:
-            self.rls = TestTimeRegression(Uniform(), Linear(), RecursiveLeastSquares(lam))
+        # Sherman–Morrison without gates; with them the exact solve (a constant ridge is no rank-one update)
+        optimizer = ExactSolve(lam) if self.use_gate or solver == "exact" else RecursiveLeastSquares(lam)
+        self.rls = TestTimeRegression(Gates() if self.use_gate else Uniform(), Linear(), optimizer)
         self.o_norm = nn.RMSNorm(self.head_dim)
 
     def project(self, x):
         inputs = super().project(x)
-        inputs["q"], inputs["k"] = l2_norm(inputs["q"]), l2_norm(inputs["k"])
+        inputs["q"], inputs["k"] = l2_norm(self.feature_map(inputs["q"])), l2_norm(self.feature_map(inputs["k"]))
         if self.use_gate:
             inputs["g"] = F.logsigmoid(self.a_proj(x))
         return inputs

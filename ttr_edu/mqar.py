@@ -14,6 +14,12 @@ An example shows ``num_pairs`` key-value pairs, then asks for every key again, l
   ``torch.nn.functional.cross_entropy``) everywhere else; accuracy is ``argmax == label`` over labelled positions;
 * the other positions hold filler tokens, drawn uniformly from the vocabulary (Zoology's ``random_non_queries``).
 
+The sequence must leave room. After the context there are ``(T − 2N) / 2`` query slots (:func:`query_slots`) for
+``N`` queries. At ``T = 4N`` every slot is filled: the queries are then a random permutation of the keys, with no
+gaps to draw and no filler, which is not the task Zoology studies (its grids use ``T = 16 N``, e.g. 256 tokens for
+16 pairs). :func:`mqar_batch` accepts it (Zoology does too), but an experiment should keep
+:func:`free_slot_fraction` well above zero; the course's grid requires at least half of the slots free.
+
 This is our own generator written from that description (paper_facts.md). Batches are drawn on the CPU from a
 ``torch.Generator``, so a seed gives the same batch everywhere.
 """
@@ -26,7 +32,7 @@ import torch
 
 from ttr_edu._validation import check_positive_float, check_positive_int
 
-__all__ = ["MQARBatch", "mqar_batch", "mqar_accuracy", "IGNORE_INDEX"]
+__all__ = ["MQARBatch", "mqar_batch", "mqar_accuracy", "query_slots", "free_slot_fraction", "IGNORE_INDEX"]
 
 IGNORE_INDEX = -100  # the label of every position that is not a query (cross_entropy's default ignore_index)
 
@@ -50,6 +56,29 @@ class MQARBatch:
     def to(self, device: torch.device | str) -> MQARBatch:
         """The same batch on ``device``."""
         return MQARBatch(self.inputs.to(device), self.labels.to(device), self.num_pairs, self.vocab_size)
+
+
+def query_slots(seq_len: int, num_pairs: int) -> int:
+    """The query slots after the context of ``num_pairs`` pairs: ``(seq_len − 2 · num_pairs) // 2``.
+
+    Raises:
+        TypeError / ValueError: a size that is not a positive int.
+    """
+    check_positive_int("seq_len", seq_len)
+    check_positive_int("num_pairs", num_pairs)
+    return max(0, (seq_len - 2 * num_pairs) // 2)
+
+
+def free_slot_fraction(seq_len: int, num_pairs: int) -> float:
+    """The fraction of query slots that hold filler, not a query: 0 when every slot is asked (``T = 4N``).
+
+    Raises:
+        ValueError: fewer slots than pairs (``seq_len < 4 · num_pairs``).
+    """
+    slots = query_slots(seq_len, num_pairs)
+    if slots < num_pairs:
+        raise ValueError(f"seq_len: {num_pairs} pairs need seq_len >= 4 * num_pairs = {4 * num_pairs}, got {seq_len}")
+    return 1 - num_pairs / slots
 
 
 def mqar_batch(
@@ -95,7 +124,7 @@ def mqar_batch(
             f"got vocab_size={vocab_size} (keys come from [1, V/2))"
         )
     context = 2 * num_pairs
-    slots = (seq_len - context) // 2  # query slots at even offsets after the context
+    slots = query_slots(seq_len, num_pairs)  # query slots at even offsets after the context
     if slots < num_pairs:
         raise ValueError(
             f"seq_len: {num_pairs} pairs need seq_len >= 4 * num_pairs = {4 * num_pairs} (the context and one query "

@@ -1,13 +1,24 @@
 """``python -m ttr_edu.experiments mqar``: train tiny one-layer models on MQAR over a grid and write a CSV.
 
-The grid crosses every mixer of :data:`ttr_edu.layers.MIXERS` with the number of key-value pairs and the model
-width (which sets the state size). Each cell trains a fresh :class:`ttr_edu.models_mqar.MQARModel` with Adam on
-fresh batches, stops early once the evaluation loss is small, and reports the accuracy on a held-out batch.
-Rows are appended to the CSV as cells finish, so an interrupted run keeps what it has.
+The grid is a union of :class:`Block` s, each a product of settings in which one thing varies at a time:
 
-    python -m ttr_edu.experiments mqar                       # the full grid -> mqar_grid.csv
-    python -m ttr_edu.experiments mqar --quick --out q.csv   # the subset chapter 8 trains live
-    python -m ttr_edu.experiments mqar --resume              # finish an interrupted run
+* ``matched``: linear attention, DeltaNet and RLS with the *same* feature map and L2 key normalisation, for two
+  feature maps (``identity``: signed features; ``elu_plus_one``: non-negative ones), against the number of pairs;
+* ``gated``: gated DeltaNet and Mesa (gated RLS), identity features (compare with DeltaNet and RLS);
+* ``attention``: softmax and local linear attention (their state is the key-value cache);
+* ``no_conv``: the ablation without the short convolution on ``q, k, v``.
+
+Every cell uses the same recipe (:class:`MQARGrid`): one sequence length that leaves at least half of the query
+slots free at every ``N`` (so the task keeps its power-law gaps and filler), the same number of labelled queries per
+step at every ``N`` (the batch holds ``labels_per_step / N`` examples), Adam on fresh batches, an early stop at a
+small evaluation loss, and the accuracy on held-out examples. Three seeds per cell (model, data and held-out set).
+
+Rows are appended to the CSV as cells finish, under a few ``#`` lines that record the command, the date and the git
+commit, so an interrupted run keeps what it has and can be finished with ``--resume``::
+
+    python -m ttr_edu.experiments mqar --jobs 2                      # the full grid -> mqar_grid.csv
+    python -m ttr_edu.experiments mqar --quick --out q.csv           # the cells chapter 09 trains live
+    python -m ttr_edu.experiments mqar --jobs 2 --resume             # finish an interrupted run
 
 The CSV shipped with the package (``ttr_edu/data/mqar_grid.csv``, read by :func:`load_results`) is the full grid.
 """
@@ -16,170 +27,311 @@ from __future__ import annotations
 
 import argparse
 import csv
+import io
+import json
+import subprocess
+import sys
 import time
 from dataclasses import asdict, dataclass, replace
+from datetime import datetime, timezone
 from importlib import resources
 from pathlib import Path
 
 import torch
 from tqdm.auto import tqdm
 
-from ttr_edu.layers import MIXERS
-from ttr_edu.models_mqar import MQARModel
-from ttr_edu.mqar import mqar_batch
+from ttr_edu.models_mqar import MODELS, MQARModel
+from ttr_edu.mqar import free_slot_fraction, mqar_batch
 from ttr_edu.train import train
 
-__all__ = ["MQARGrid", "FULL_GRID", "QUICK_GRID", "train_cell", "run_grid", "load_results", "main"]
+__all__ = ["Block", "Cell", "MQARGrid", "FULL_GRID", "QUICK_GRID", "train_cell", "run_grid", "load_results",
+           "summarise", "main"]
 
 FIELDS = [
-    "mixer", "seq_len", "num_pairs", "d_model", "state_size", "steps", "final_eval_loss", "accuracy",
-    "train_seconds", "seed",
+    "model", "feature_map", "short_conv", "seq_len", "num_pairs", "d_model", "batch_size", "state_size", "steps",
+    "final_eval_loss", "accuracy", "train_seconds", "cpu_seconds", "seed",
 ]
+_TYPES = {"short_conv": lambda s: s == "True", "seq_len": int, "num_pairs": int, "d_model": int, "batch_size": int,
+          "state_size": int, "steps": int, "final_eval_loss": float, "accuracy": float, "train_seconds": float,
+          "cpu_seconds": float, "seed": int}
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One trained model: the layer, its feature map (``""`` for softmax / local linear), the convolution, N, seed."""
+
+    model: str
+    feature_map: str
+    short_conv: bool
+    num_pairs: int
+    seed: int
+
+
+@dataclass(frozen=True)
+class Block:
+    """A product of settings: every model × feature map × convolution setting × number of pairs × seed.
+
+    The feature maps apply to the linear memories (:data:`ttr_edu.models_mqar.LINEAR_MEMORIES`); softmax and local
+    linear attention get one cell per remaining setting, with feature map ``""``.
+    """
+
+    name: str
+    models: tuple[str, ...]
+    num_pairs: tuple[int, ...]
+    feature_maps: tuple[str, ...] = ("identity",)
+    short_conv: tuple[bool, ...] = (True,)
+    seeds: tuple[int, ...] = (0, 1, 2)
+
+    def cells(self) -> list[Cell]:
+        out = []
+        for model in self.models:
+            if model not in MODELS:
+                raise ValueError(f"models: unknown name {model!r} in block {self.name!r}; valid: {', '.join(MODELS)}")
+            maps = self.feature_maps if MODELS[model].linear_memory else ("",)
+            out += [Cell(model, fm, conv, n, seed) for fm in maps for conv in self.short_conv
+                    for n in self.num_pairs for seed in self.seeds]
+        return out
 
 
 @dataclass(frozen=True)
 class MQARGrid:
-    """The grid and the training recipe (every default is the full grid's).
+    """The blocks and the training recipe every cell shares.
 
     Attributes:
-        mixers: layer names from :data:`ttr_edu.layers.MIXERS`.
-        num_pairs: key-value pairs per example (each is queried once).
-        d_models: model widths; with one head a parametric layer's state is ``d_model²`` floats.
-        seq_len: tokens per example; at least ``4 · max(num_pairs)``.
-        vocab_size: kept small (Zoology uses 8192) so that a CPU run fits in minutes.
-        batch_size, max_steps, lr: Adam on fresh batches; training stops once the evaluation loss is
+        blocks: the :class:`Block` s; a cell in two blocks is trained once.
+        seq_len: tokens per example, the same at every ``N``; at least half of the query slots must stay free
+            (``ttr_edu.mqar.free_slot_fraction ≥ 0.5``), so that no cell degenerates into "every slot is a query".
+        d_model: the width; with one head a linear memory keeps ``d_model²`` floats (RLS and Mesa twice that).
+        vocab_size: kept small (Zoology uses 8192) so that a CPU run fits in minutes; keys come from ``V/2``
+            tokens, more than ``d_model``, so the keys of an example can never all be orthogonal.
+        labels_per_step: labelled queries per training batch; the batch holds ``labels_per_step / N`` examples, so
+            every ``N`` gets the same training signal per step.
+        max_steps, lr, target_loss, eval_every: Adam on fresh batches, stopped once the evaluation loss is
             ``<= target_loss`` (checked every ``eval_every`` steps).
         eval_examples: held-out examples for the reported accuracy.
-        seed: seeds the model, the training batches and the held-out batch of every cell.
+
+    Raises:
+        ValueError: a sequence that fills more than half of the query slots, or ``labels_per_step`` not a multiple
+            of some ``N``.
     """
 
-    mixers: tuple[str, ...] = tuple(MIXERS)
-    num_pairs: tuple[int, ...] = (4, 8, 16)
-    d_models: tuple[int, ...] = (16, 32)
-    seq_len: int = 64
+    blocks: tuple[Block, ...]
+    seq_len: int = 96
+    d_model: int = 16
     vocab_size: int = 128
-    batch_size: int = 32
+    labels_per_step: int = 128
     max_steps: int = 600
     lr: float = 1e-2
     target_loss: float = 0.05
     eval_every: int = 100
     eval_examples: int = 256
-    seed: int = 0
 
-    def cells(self) -> list[tuple[str, int, int]]:
-        return [(m, n, d) for m in self.mixers for n in self.num_pairs for d in self.d_models]
+    def __post_init__(self):
+        for n in sorted({c.num_pairs for c in self.cells()}):
+            if free_slot_fraction(self.seq_len, n) < 0.5:
+                raise ValueError(
+                    f"seq_len: {n} pairs in {self.seq_len} tokens leave {free_slot_fraction(self.seq_len, n):.0%} of "
+                    f"the query slots free; MQAR needs room between the queries, use seq_len >= {6 * n}")
+            if self.labels_per_step % n:
+                raise ValueError(f"labels_per_step: {self.labels_per_step} is not a multiple of num_pairs={n}")
+
+    def cells(self) -> list[Cell]:
+        """Every cell once, in block order."""
+        return list(dict.fromkeys(c for block in self.blocks for c in block.cells()))
+
+    def recipe(self) -> dict:
+        """The shared settings (everything but the blocks), as recorded in the CSV's header."""
+        return {k: v for k, v in asdict(self).items() if k != "blocks"}
 
 
-FULL_GRID = MQARGrid()
-#: the subset chapter 8 trains live: three layers, one small cell (T = 32, 4 pairs, d = 16), 200 steps, ~15 s
-QUICK_GRID = MQARGrid(
-    mixers=("linear_attention", "deltanet", "softmax_attention"), num_pairs=(4,), d_models=(16,), seq_len=32,
-    vocab_size=64, max_steps=200, eval_every=50,
-)
+ALL_N = (4, 8, 16)
+FULL_GRID = MQARGrid(blocks=(
+    Block("matched", ("linear_attention", "deltanet", "rls"), ALL_N, feature_maps=("identity", "elu_plus_one")),
+    Block("gated", ("gated_deltanet", "mesa"), ALL_N),
+    Block("attention", ("softmax_attention", "local_linear_attention"), ALL_N),
+    Block("no_conv", ("linear_attention", "deltanet", "rls", "softmax_attention"), (8,), short_conv=(False,)),
+))
+#: the cells chapter 09 trains live (a few seconds): DeltaNet with and without its short convolution, on a small task
+QUICK_GRID = MQARGrid(blocks=(Block("quick", ("deltanet",), (4,), short_conv=(True, False), seeds=(0,)),),
+                      seq_len=32, vocab_size=64, max_steps=250, eval_every=50, eval_examples=128)
 
 
-def train_cell(grid: MQARGrid, mixer: str, num_pairs: int, d_model: int, *, progress: bool | None = None) -> dict:
+def train_cell(grid: MQARGrid, cell: Cell, *, progress: bool | None = False) -> dict:
     """Train one model of the grid and return its CSV row (a dict keyed by ``FIELDS``).
 
+    Runs on one thread: the matrices are tiny, and extra threads only fight over a shared CPU.
+
     Raises:
-        ValueError: an unknown mixer, or a ``seq_len`` / ``vocab_size`` too small for ``num_pairs``.
+        ValueError: an unknown model, or a feature map the model refuses.
     """
-    g = grid
+    g, n = grid, cell.num_pairs
+    batch_size = g.labels_per_step // n
 
     def sample(generator: torch.Generator):
-        return mqar_batch(g.batch_size, g.seq_len, num_pairs, g.vocab_size, generator=generator)
+        return mqar_batch(batch_size, g.seq_len, n, g.vocab_size, generator=generator)
 
-    held_out = mqar_batch(g.eval_examples, g.seq_len, num_pairs, g.vocab_size,
-                          generator=torch.Generator().manual_seed(10_000 + g.seed))
-    torch.manual_seed(g.seed)
-    model = MQARModel(mixer, g.vocab_size, d_model)
-    start = time.perf_counter()
-    result = train(model, sample, max_steps=g.max_steps, lr=g.lr, target_loss=g.target_loss, eval_every=g.eval_every,
-                   eval_batches=2, seed=g.seed, progress=progress, desc=f"{mixer} N={num_pairs} d={d_model}")
-    seconds = time.perf_counter() - start
+    held_out = mqar_batch(g.eval_examples, g.seq_len, n, g.vocab_size,
+                          generator=torch.Generator().manual_seed(10_000 + cell.seed))
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        torch.manual_seed(cell.seed)
+        model = MQARModel(cell.model, g.vocab_size, g.d_model, feature_map=cell.feature_map or None,
+                          use_short_conv=cell.short_conv)
+        start, cpu_start = time.perf_counter(), time.process_time()
+        result = train(model, sample, max_steps=g.max_steps, lr=g.lr, target_loss=g.target_loss,
+                       eval_every=g.eval_every, eval_batches=2, seed=cell.seed, progress=progress,
+                       desc=f"{cell.model} {cell.feature_map} N={n}")
+        seconds, cpu_seconds = time.perf_counter() - start, time.process_time() - cpu_start
+        accuracy = model.accuracy(held_out)
+    finally:
+        torch.set_num_threads(threads)
     return {
-        "mixer": mixer, "seq_len": g.seq_len, "num_pairs": num_pairs, "d_model": d_model,
-        "state_size": model.state_size(g.seq_len), "steps": result.steps,
-        "final_eval_loss": round(result.final_eval_loss, 5), "accuracy": round(model.accuracy(held_out), 4),
-        "train_seconds": round(seconds, 1), "seed": g.seed,
+        "model": cell.model, "feature_map": cell.feature_map, "short_conv": cell.short_conv, "seq_len": g.seq_len,
+        "num_pairs": n, "d_model": g.d_model, "batch_size": batch_size, "state_size": model.state_size(g.seq_len),
+        "steps": result.steps, "final_eval_loss": round(result.final_eval_loss, 5), "accuracy": round(accuracy, 4),
+        "train_seconds": round(seconds, 2), "cpu_seconds": round(cpu_seconds, 2), "seed": cell.seed,
     }
 
 
-def run_grid(
-    grid: MQARGrid = FULL_GRID, out: str | Path | None = None, *, resume: bool = False, progress: bool | None = None
-) -> list[dict]:
+def _key(row: dict) -> tuple:
+    return (row["model"], row["feature_map"], row["short_conv"], row["seq_len"], row["num_pairs"], row["d_model"],
+            row["seed"])
+
+
+def _cell_key(grid: MQARGrid, cell: Cell) -> tuple:
+    return (cell.model, cell.feature_map, cell.short_conv, grid.seq_len, cell.num_pairs, grid.d_model, cell.seed)
+
+
+def _git_commit() -> str:
+    root = Path(__file__).resolve().parents[2]
+    try:
+        commit = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=root, capture_output=True, text=True,
+                                timeout=10).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
+                               capture_output=True, text=True, timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return f"{commit}{' (uncommitted changes)' if dirty else ''}" if commit else "unknown"
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+
+
+def run_grid(grid: MQARGrid = FULL_GRID, out: str | Path | None = None, *, resume: bool = False, jobs: int = 1,
+             command: str | None = None, progress: bool | None = None) -> list[dict]:
     """Train every cell of ``grid``; append each row to the CSV ``out`` (if given) as soon as it is done.
 
     Args:
-        resume: keep the rows already in ``out`` (cells with the same mixer, sequence length, pairs, width and seed)
-            and train only the missing cells, so an interrupted run can be finished.
+        resume: keep the rows already in ``out`` and train only the missing cells.
+        jobs: cells trained at once, in worker processes (joblib); each uses one thread.
+        command: recorded in the CSV's header (default: this process's command line).
 
     Returns:
         The rows, in the order of :meth:`MQARGrid.cells`.
     """
-    done = {}
+    cells = grid.cells()
+    done: dict[tuple, dict] = {}
     if resume and out is not None and Path(out).exists():
-        done = {_key(row): row for row in load_results(out)}
+        done = {_key(row): row for row in load_results(out, show=False)}
+    todo = [c for c in cells if _cell_key(grid, c) not in done]
+    # longest first (RLS, Mesa and local linear attention cost 2-4 times the others): the jobs end together
+    slow = {"rls": 0, "mesa": 0, "local_linear_attention": 0}
+    todo.sort(key=lambda c: (slow.get(c.model, 2), -c.num_pairs))
     handle = writer = None
-    if out is not None:  # resuming appends to the rows already there, so nothing done is ever rewritten
-        handle = open(out, "a" if done else "w", newline="")
-        writer = csv.DictWriter(handle, fieldnames=FIELDS)
-        if not done:
+    start, cpu_total = time.perf_counter(), 0.0
+    if out is not None:  # resuming appends, so nothing done is ever rewritten
+        fresh = not done and not (resume and Path(out).exists())
+        handle = open(out, "w" if fresh else "a", newline="")
+        command = command or " ".join(["python -m ttr_edu.experiments mqar", *sys.argv[1:]])
+        if fresh:
+            handle.write(f"# command: {command}\n# started: {_now()}\n# git commit: {_git_commit()}\n"
+                         f"# recipe: {json.dumps(grid.recipe())}\n")
+            writer = csv.DictWriter(handle, fieldnames=FIELDS)
             writer.writeheader()
-    rows = []
+        else:
+            handle.write(f"# resumed: {_now()} at git commit {_git_commit()} ({len(todo)} cells to train)\n")
+            writer = csv.DictWriter(handle, fieldnames=FIELDS)
+        handle.flush()
     try:
-        for mixer, n, d in tqdm(grid.cells(), desc="MQAR grid", disable=progress is False):
-            key = (mixer, grid.seq_len, n, d, grid.seed)
-            if key in done:
-                rows.append(done[key])
-                continue
-            row = train_cell(grid, mixer, n, d, progress=False)
-            rows.append(row)
+        if jobs > 1 and len(todo) > 1:
+            from joblib import Parallel, delayed
+
+            results = Parallel(n_jobs=jobs, return_as="generator_unordered")(
+                delayed(train_cell)(grid, c) for c in todo)
+        else:
+            results = (train_cell(grid, c) for c in todo)
+        for row in tqdm(results, total=len(todo), desc="MQAR grid", disable=progress is False):
+            done[_key(row)] = row
+            cpu_total += row["cpu_seconds"]
             if writer is not None:
                 writer.writerow(row)
                 handle.flush()
+        if handle is not None and todo:
+            handle.write(f"# finished: {_now()}, {len(todo)} cells in {time.perf_counter() - start:.0f} s wall, "
+                         f"{cpu_total:.0f} s CPU summed over cells\n")
     finally:
         if handle is not None:
             handle.close()
-    return rows
+    return [done[_cell_key(grid, c)] for c in cells]
 
 
-def _key(row: dict) -> tuple:
-    return (row["mixer"], row["seq_len"], row["num_pairs"], row["d_model"], row["seed"])
+def load_results(path: str | Path | None = None, *, show: bool = True) -> list[dict]:
+    """Read a grid CSV (default: the full grid shipped in ``ttr_edu/data/mqar_grid.csv``) as typed dicts.
 
-
-def load_results(path: str | Path | None = None) -> list[dict]:
-    """Read a grid CSV (default: the full grid shipped in ``ttr_edu/data/mqar_grid.csv``) as typed dicts."""
+    Args:
+        show: print the provenance lines (command, dates, git commit, recipe) recorded in the file.
+    """
     if path is None:
         text = resources.files("ttr_edu").joinpath("data/mqar_grid.csv").read_text()
     else:
         text = Path(path).read_text()
-    numbers = {"seq_len": int, "num_pairs": int, "d_model": int, "state_size": int, "steps": int,
-               "final_eval_loss": float, "accuracy": float, "train_seconds": float, "seed": int}
-    return [{k: numbers.get(k, str)(v) for k, v in row.items()} for row in csv.DictReader(text.splitlines())]
+    lines = text.splitlines()
+    if show:
+        print("\n".join(line[2:] for line in lines if line.startswith("# ")))
+    data = "\n".join(line for line in lines if not line.startswith("#"))
+    return [{k: _TYPES.get(k, str)(v) for k, v in row.items()} for row in csv.DictReader(io.StringIO(data))]
+
+
+def summarise(rows: list[dict], **where) -> dict:
+    """Mean, min, max and std (population) of the accuracy over the seeds of the rows matching ``where``.
+
+    ``summarise(rows, model="deltanet", feature_map="identity", num_pairs=16, short_conv=True)``.
+
+    Raises:
+        ValueError: no row matches (the message gives the filter).
+    """
+    accs = [r["accuracy"] for r in rows if all(r[k] == v for k, v in where.items())]
+    if not accs:
+        raise ValueError(f"where: no row matches {where}")
+    mean = sum(accs) / len(accs)
+    std = (sum((a - mean) ** 2 for a in accs) / len(accs)) ** 0.5
+    return {"mean": mean, "min": min(accs), "max": max(accs), "std": std, "n": len(accs)}
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Command line: ``python -m ttr_edu.experiments mqar [--quick] [--out PATH] [--threads N] [--max-steps N]``."""
+    """Command line: ``python -m ttr_edu.experiments mqar [--quick] [--out PATH] [--jobs N] [--resume]``."""
     parser = argparse.ArgumentParser(prog="python -m ttr_edu.experiments mqar", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true", help="only the subset chapter 8 trains live")
+    parser.add_argument("--quick", action="store_true", help="only the cells chapter 09 trains live")
     parser.add_argument("--out", default="mqar_grid.csv", help="the CSV to write (default: mqar_grid.csv)")
-    parser.add_argument("--threads", type=int, default=1, help="torch threads (default 1: a shared machine)")
+    parser.add_argument("--jobs", type=int, default=1, help="cells trained at once, one thread each (default 1)")
     parser.add_argument("--max-steps", type=int, default=None, help="override the grid's max_steps")
     parser.add_argument("--resume", action="store_true", help="keep the cells already in --out, train the rest")
     args = parser.parse_args(argv)
-    torch.set_num_threads(args.threads)
     grid = QUICK_GRID if args.quick else FULL_GRID
     if args.max_steps is not None:
         grid = replace(grid, max_steps=args.max_steps)
     start = time.perf_counter()
-    rows = run_grid(grid, args.out, resume=args.resume)
-    print(f"{len(rows)} cells in {time.perf_counter() - start:.0f} s -> {args.out}")
-    print(f"grid: {asdict(grid)}")
+    rows = run_grid(grid, args.out, resume=args.resume, jobs=args.jobs,
+                    command=" ".join(["python -m ttr_edu.experiments mqar", *(argv if argv is not None else sys.argv[1:])]))
+    print(f"{len(rows)} cells in {time.perf_counter() - start:.0f} s wall, "
+          f"{sum(r['cpu_seconds'] for r in rows):.0f} s CPU summed over cells -> {args.out}")
     for row in rows:
-        print(f"  {row['mixer']:<24} N={row['num_pairs']:<3} d={row['d_model']:<3} state={row['state_size']:<6} "
-              f"acc={row['accuracy']:.3f} steps={row['steps']} {row['train_seconds']} s")
+        print(f"  {row['model']:<24} {row['feature_map'] or '-':<13} conv={row['short_conv']!s:<5} "
+              f"N={row['num_pairs']:<3} seed={row['seed']} acc={row['accuracy']:.3f} steps={row['steps']:<4} "
+              f"{row['cpu_seconds']} s CPU")
 
 
 if __name__ == "__main__":
