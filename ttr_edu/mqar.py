@@ -32,7 +32,7 @@ import torch
 
 from ttr_edu._validation import check_positive_float, check_positive_int
 
-__all__ = ["MQARBatch", "mqar_batch", "mqar_accuracy", "query_slots", "free_slot_fraction", "IGNORE_INDEX"]
+__all__ = ["MQARBatch", "mqar_batch", "mqar_layout", "mqar_accuracy", "query_slots", "free_slot_fraction", "IGNORE_INDEX"]
 
 IGNORE_INDEX = -100  # the label of every position that is not a query (cross_entropy's default ignore_index)
 
@@ -135,23 +135,58 @@ def mqar_batch(
         return torch.rand(batch_size, high - low, generator=generator).argsort(-1)[:, :num_pairs] + low
 
     keys, values = distinct(1, half), distinct(half, vocab_size)  # (B, N) each
-    pairs = torch.stack([keys, values], dim=-1).reshape(batch_size, context)  # k1 v1 k2 v2 …
-
     offsets = torch.arange(1, slots + 1, dtype=torch.float64)
     law = power_a * offsets ** (power_a - 1)  # p(i) ∝ a i^(a−1), normalised by multinomial
     slot = torch.multinomial(law.expand(batch_size, slots), num_pairs, replacement=False, generator=generator)
-    tail_len = seq_len - context
-    tail = torch.zeros(batch_size, tail_len, dtype=torch.long)
-    tail_labels = torch.full((batch_size, tail_len), IGNORE_INDEX, dtype=torch.long)
-    tail.scatter_(1, 2 * slot, keys)  # the key asked for, at its query position ...
-    tail_labels.scatter_(1, 2 * slot, values)  # ... and the value to predict there
-    if random_non_queries:
-        filler = torch.randint(vocab_size, (batch_size, tail_len), generator=generator)
-        tail = torch.where(tail_labels == IGNORE_INDEX, filler, tail)
-
-    inputs = torch.cat([pairs, tail], dim=1)
-    labels = torch.cat([torch.full((batch_size, context), IGNORE_INDEX, dtype=torch.long), tail_labels], dim=1)
+    filler = torch.randint(vocab_size, (batch_size, seq_len - context), generator=generator) if random_non_queries \
+        else None
+    inputs, labels = mqar_layout(keys, values, slot, seq_len, filler)
     return MQARBatch(inputs, labels, num_pairs, vocab_size)
+
+
+def mqar_layout(
+    keys: torch.Tensor, values: torch.Tensor, slots: torch.Tensor, seq_len: int, filler: torch.Tensor | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Place drawn pairs, query slots and filler into MQAR inputs and labels (Arora et al. 2023, App. E).
+
+    The context is ``k_1 v_1 k_2 v_2 … k_N v_N`` (positions ``0 … 2N − 1``). Key ``j`` is asked again at position
+    ``2N + 2 · slots[:, j]`` (an even offset after the context), and the label *at that same position* is its value
+    (next-token prediction: the model reads the key and must emit the value). Every other label is ``-100``; every
+    other position after the context holds ``filler`` (or 0).
+
+    Args:
+        keys, values: ``(B, N)`` int64 tokens.
+        slots: ``(B, N)`` int64 distinct query slots in ``[0, (seq_len − 2N) // 2)``; slot ``s`` is tail position ``2s``.
+        seq_len: ``T``.
+        filler: ``(B, T − 2N)`` int64 tokens for the positions after the context that are not queries, or ``None``.
+
+    Returns:
+        ``(inputs, labels)``, each ``(B, T)`` int64.
+
+    Raises:
+        TypeError: a tensor that is not int64. ValueError: shapes that disagree (named), or a slot out of range.
+    """
+    for name, x in (("keys", keys), ("values", values), ("slots", slots)):
+        if not isinstance(x, torch.Tensor) or x.dtype != torch.long or x.dim() != 2:
+            raise TypeError(f"{name}: expected an int64 tensor (B, N), got {getattr(x, 'dtype', type(x))}")
+    B, N = keys.shape
+    if values.shape != (B, N) or slots.shape != (B, N):
+        raise ValueError(f"values, slots: expected shape (B, N) = {(B, N)}, got {tuple(values.shape)} and "
+                         f"{tuple(slots.shape)}")
+    context = 2 * N
+    tail_len = seq_len - context
+    if N and (slots.min() < 0 or slots.max() >= query_slots(seq_len, N)):
+        raise ValueError(f"slots: expected values in [0, {query_slots(seq_len, N)}) for T={seq_len}, N={N}")
+    if filler is not None and (not isinstance(filler, torch.Tensor) or filler.shape != (B, tail_len)):
+        raise ValueError(f"filler: expected shape (B, T - 2N) = {(B, tail_len)}, got {getattr(filler, 'shape', None)}")
+    pairs = torch.stack([keys, values], dim=-1).reshape(B, context)  # k1 v1 k2 v2 …
+    tail = torch.zeros(B, tail_len, dtype=torch.long) if filler is None else filler.clone()
+    tail_labels = torch.full((B, tail_len), IGNORE_INDEX, dtype=torch.long)
+    tail.scatter_(1, 2 * slots, keys)  # the key asked for, at its query position ...
+    tail_labels.scatter_(1, 2 * slots, values)  # ... and the value to predict there
+    inputs = torch.cat([pairs, tail], dim=1)
+    labels = torch.cat([torch.full((B, context), IGNORE_INDEX, dtype=torch.long), tail_labels], dim=1)
+    return inputs, labels
 
 
 def mqar_accuracy(logits: torch.Tensor, labels: torch.Tensor) -> float:

@@ -203,15 +203,18 @@ def _cell_key(grid: MQARGrid, cell: Cell) -> tuple:
     return (cell.model, cell.feature_map, cell.short_conv, grid.seq_len, cell.num_pairs, grid.d_model, cell.seed)
 
 
-def _git_commit() -> str:
+def _git_commit(out: str | Path | None = None) -> str:
+    """The checkout's commit, marked when tracked files other than ``out`` (the CSV being written) differ from it."""
     root = Path(__file__).resolve().parents[2]
     try:
         commit = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=root, capture_output=True, text=True,
                                 timeout=10).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
-                               capture_output=True, text=True, timeout=10).stdout.strip()
+        status = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
+                                capture_output=True, text=True, timeout=10).stdout.splitlines()
     except (OSError, subprocess.SubprocessError):
         return "unknown"
+    skip = None if out is None else Path(out).resolve()
+    dirty = [line for line in status if skip is None or (root / line[3:]).resolve() != skip]
     return f"{commit}{' (uncommitted changes)' if dirty else ''}" if commit else "unknown"
 
 
@@ -246,12 +249,12 @@ def run_grid(grid: MQARGrid = FULL_GRID, out: str | Path | None = None, *, resum
         handle = open(out, "w" if fresh else "a", newline="")
         command = command or " ".join(["python -m ttr_edu.experiments mqar", *sys.argv[1:]])
         if fresh:
-            handle.write(f"# command: {command}\n# started: {_now()}\n# git commit: {_git_commit()}\n"
+            handle.write(f"# command: {command}\n# started: {_now()}\n# git commit: {_git_commit(out)}\n"
                          f"# recipe: {json.dumps(grid.recipe())}\n")
             writer = csv.DictWriter(handle, fieldnames=FIELDS)
             writer.writeheader()
         else:
-            handle.write(f"# resumed: {_now()} at git commit {_git_commit()} ({len(todo)} cells to train)\n")
+            handle.write(f"# resumed: {_now()} at git commit {_git_commit(out)} ({len(todo)} cells to train)\n")
             writer = csv.DictWriter(handle, fieldnames=FIELDS)
         handle.flush()
     try:
