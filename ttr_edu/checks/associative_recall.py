@@ -1,9 +1,14 @@
-"""Checks for chapter 08, associative recall. The reference is :func:`ttr_edu.mqar.mqar_accuracy`.
+"""Checks for chapter 09, associative recall. The references are :func:`ttr_edu.mqar.mqar_accuracy` and
+:func:`ttr_edu.mqar.mqar_layout`.
 
-The cases are real MQAR label layouts from :func:`ttr_edu.mqar.mqar_batch` (labels ``-100`` except at the queries)
-with random logits in which a known fraction of the queries is answered right, so accuracies lie strictly between
-chance and 1 and an answer that also counts the ``-100`` positions, or reads the logits one step off, gives another
-number.
+``mqar_accuracy``: the cases are real MQAR label layouts from :func:`ttr_edu.mqar.mqar_batch` (labels ``-100``
+except at the queries) with random logits in which a known fraction of the queries is answered right, so accuracies
+lie strictly between chance and 1 and an answer that also counts the ``-100`` positions, or reads the logits one step
+off, gives another number. The exercise asks for a Python float, and the check requires one.
+
+``mqar_layout``: random keys, values, query slots and filler, with more slots than queries (so a query placed at
+the wrong offset lands on filler, not on another query) and slots beyond the first (so ``2 · slot`` and ``slot``
+differ).
 """
 
 from __future__ import annotations
@@ -12,10 +17,10 @@ from collections.abc import Callable, Iterator
 
 import torch
 
-from ttr_edu.checks._core import run_check
-from ttr_edu.mqar import IGNORE_INDEX, mqar_accuracy, mqar_batch
+from ttr_edu.checks._core import CheckFailed, describe, run_check
+from ttr_edu.mqar import IGNORE_INDEX, mqar_accuracy, mqar_batch, mqar_layout, query_slots
 
-__all__ = ["check_mqar_accuracy"]
+__all__ = ["check_mqar_accuracy", "check_mqar_layout"]
 
 # (B, T, N pairs, V, fraction of the queries whose logits favour the right value, dtype)
 CASES = [
@@ -37,6 +42,45 @@ def _accuracy_cases() -> Iterator[dict]:
         yield {"logits": logits.to(dtype), "labels": labels}
 
 
+def _requires_a_float(name: str, student_fn: Callable, case: dict) -> None:
+    """Fail unless ``student_fn(**case)`` is a Python float (a 0-d tensor or an int is not what the text asks)."""
+    try:
+        got = student_fn(**{k: v.clone() for k, v in case.items()})
+    except Exception:  # not attempted, or the student's own bug: run_check reports it with the case
+        return
+    if isinstance(got, bool) or not isinstance(got, float):
+        inputs = ", ".join(f"{k}={describe(v)}" for k, v in case.items())
+        raise CheckFailed(f"{name}: expected a Python float, got {describe(got)} ({type(got).__name__}); "
+                          f"a tensor becomes a float with .item()\n  inputs: {inputs}")
+
+
 def check_mqar_accuracy(student_mqar_accuracy: Callable) -> bool:
-    """Check ``mqar_accuracy(logits, labels)``: the fraction of labelled positions where the argmax is the label."""
-    return run_check("mqar_accuracy", student_mqar_accuracy, mqar_accuracy, _accuracy_cases(), inputs_unchanged=True)
+    """Check ``mqar_accuracy(logits, labels)``: the fraction of labelled positions where the argmax is the label,
+    returned as a Python float."""
+    cases = list(_accuracy_cases())
+    if callable(student_mqar_accuracy):
+        _requires_a_float("mqar_accuracy", student_mqar_accuracy, cases[1])
+    return run_check("mqar_accuracy", student_mqar_accuracy, mqar_accuracy, cases, inputs_unchanged=True)
+
+
+# (B, N pairs, T, with filler)
+LAYOUT_CASES = [(1, 2, 16, True), (3, 4, 40, True), (2, 5, 64, False), (4, 8, 96, True)]
+
+
+def _layout_cases() -> Iterator[dict]:
+    for i, (B, n, T, with_filler) in enumerate(LAYOUT_CASES):
+        gen = torch.Generator().manual_seed(900 + i)
+        V = 4 * n + 8
+        keys = torch.rand(B, V // 2 - 1, generator=gen).argsort(-1)[:, :n] + 1
+        values = torch.rand(B, V // 2, generator=gen).argsort(-1)[:, :n] + V // 2
+        # distinct slots, at least one beyond the first half, so that 2·slot and slot land on different positions
+        slots = torch.rand(B, query_slots(T, n), generator=gen).argsort(-1)[:, :n]
+        filler = torch.randint(V, (B, T - 2 * n), generator=gen) if with_filler else None
+        yield {"keys": keys, "values": values, "slots": slots, "seq_len": T, "filler": filler}
+
+
+def check_mqar_layout(student_mqar_layout: Callable) -> bool:
+    """Check ``mqar_layout(keys, values, slots, seq_len, filler)`` against :func:`ttr_edu.mqar.mqar_layout`:
+    the ``(inputs, labels)`` pair, exactly."""
+    return run_check("mqar_layout", student_mqar_layout, mqar_layout, _layout_cases(), rtol=0, atol=0,
+                     inputs_unchanged=True)

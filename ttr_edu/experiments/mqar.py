@@ -45,7 +45,7 @@ from ttr_edu.mqar import free_slot_fraction, mqar_batch
 from ttr_edu.train import train
 
 __all__ = ["Block", "Cell", "MQARGrid", "FULL_GRID", "QUICK_GRID", "train_cell", "run_grid", "load_results",
-           "summarise", "main"]
+           "summarise", "settings", "table", "accuracy_figure", "ablation_figure", "STYLE", "main"]
 
 FIELDS = [
     "model", "feature_map", "short_conv", "seq_len", "num_pairs", "d_model", "batch_size", "state_size", "steps",
@@ -339,3 +339,117 @@ def main(argv: list[str] | None = None) -> None:
 
 if __name__ == "__main__":
     main()
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Reading the grid: a table and two figures (chapter 09).
+# --------------------------------------------------------------------------------------------------------------
+
+#: marker, dash and colour per model, fixed so that a model looks the same in every figure
+STYLE = {
+    "linear_attention": ("circle", "solid", "#636efa"),
+    "deltanet": ("square", "dash", "#ef553b"),
+    "gated_deltanet": ("square-open", "dot", "#ff7f0e"),
+    "rls": ("diamond", "dashdot", "#00cc96"),
+    "mesa": ("diamond-open", "dot", "#2ca02c"),
+    "softmax_attention": ("x", "longdash", "#444444"),
+    "local_linear_attention": ("cross", "dot", "#19d3f3"),
+}
+FEATURE_MAP_TITLES = {"identity": "φ = identity (signed keys)", "elu_plus_one": "φ = ELU+1 (non-negative keys)",
+                      "relu": "φ = ReLU (non-negative keys)", "": "no feature map"}
+
+
+def settings(rows: list[dict]) -> list[tuple[str, str, bool]]:
+    """The distinct (model, feature map, short conv) settings of ``rows``, in :data:`MODELS` order."""
+    order = {name: i for i, name in enumerate(MODELS)}
+    found = {(r["model"], r["feature_map"], r["short_conv"]) for r in rows}
+    return sorted(found, key=lambda s: (not s[2], s[1] != "identity", s[1], order.get(s[0], len(order))))
+
+
+def table(rows: list[dict]) -> str:
+    """One line per (model, feature map, conv) setting, one column per N: ``mean ± std [min–max]`` over seeds."""
+    ns = sorted({r["num_pairs"] for r in rows})
+    head = f"{'layer':<24}{'feature map':<14}{'conv':<6}" + "".join(f"{f'N = {n}':^24}" for n in ns)
+    lines = [head, "-" * len(head)]
+    for model, fm, conv in settings(rows):
+        cells = []
+        for n in ns:
+            try:
+                s = summarise(rows, model=model, feature_map=fm, short_conv=conv, num_pairs=n)
+            except ValueError:
+                cells.append(f"{'·':^24}")
+                continue
+            cells.append(f"{s['mean']:.2f} ± {s['std']:.2f} [{s['min']:.2f}–{s['max']:.2f}]".center(24))
+        lines.append(f"{model:<24}{fm or '—':<14}{'yes' if conv else 'no':<6}" + "".join(cells))
+    return "\n".join(lines)
+
+
+def accuracy_figure(rows: list[dict], models=("linear_attention", "deltanet", "rls"),
+                    reference: str = "softmax_attention"):
+    """Accuracy against N, one panel per feature map: mean over seeds, bars from the lowest to the highest seed.
+
+    The series are shifted sideways a little and drawn with distinct markers and dashes, so none hides another;
+    ``reference`` (a key-value-cache layer, no feature map) is drawn in every panel.
+    """
+    import plotly.graph_objects as go
+    from plotly.subplots import make_subplots
+
+    from ttr_edu.viz import TEMPLATE
+
+    conv = [r for r in rows if r["short_conv"]]
+    maps = [fm for fm in ("identity", "elu_plus_one", "relu") if any(r["feature_map"] == fm for r in conv)]
+    fig = make_subplots(rows=1, cols=len(maps), shared_yaxes=True, subplot_titles=[FEATURE_MAP_TITLES[m] for m in maps])
+    series = [(m, None) for m in models] + ([(reference, "")] if reference else [])
+    for col, fm in enumerate(maps, start=1):
+        for i, (model, fixed) in enumerate(series):
+            want = fm if fixed is None else fixed
+            ns = sorted({r["num_pairs"] for r in conv if r["model"] == model and r["feature_map"] == want})
+            if not ns:
+                continue
+            stats = [summarise(conv, model=model, feature_map=want, num_pairs=n) for n in ns]
+            shift = 1 + 0.05 * (i - (len(series) - 1) / 2)  # side by side on the log axis
+            symbol, dash, colour = STYLE.get(model, ("circle", "solid", None))
+            fig.add_scatter(
+                x=[n * shift for n in ns], y=[s["mean"] for s in stats], mode="lines+markers",
+                name=MODELS[model].label, legendgroup=model, showlegend=col == 1,
+                line=dict(color=colour, dash=dash), marker=dict(symbol=symbol, size=9, color=colour),
+                error_y=dict(type="data", symmetric=False, array=[s["max"] - s["mean"] for s in stats],
+                             arrayminus=[s["mean"] - s["min"] for s in stats], thickness=1.2, width=4),
+                customdata=[[n, s["min"], s["max"], s["n"]] for n, s in zip(ns, stats)],
+                hovertemplate="N = %{customdata[0]}: mean %{y:.2f}, seeds %{customdata[1]:.2f}–%{customdata[2]:.2f}"
+                              " (%{customdata[3]} seeds)",
+                row=1, col=col)
+        all_n = sorted({r["num_pairs"] for r in conv})
+        fig.update_xaxes(title_text="key-value pairs N (d = 16)", type="log", tickvals=all_n, ticktext=all_n,
+                         row=1, col=col)
+    fig.update_yaxes(title_text="accuracy (fraction of queries)", range=[0, 1.04], row=1, col=1)
+    fig.update_layout(template=TEMPLATE, height=420,
+                      title="MQAR accuracy, same feature map and key norm for every linear memory "
+                            "(mean, bars: min–max of 3 seeds)",
+                      legend=dict(orientation="h", y=-0.22))
+    return fig
+
+
+def ablation_figure(rows: list[dict], num_pairs: int = 8, feature_map: str = "identity"):
+    """With and without the short convolution, per model: the mean over seeds (bar) and every seed (dots)."""
+    import plotly.graph_objects as go
+
+    from ttr_edu.viz import TEMPLATE
+
+    models = [m for m in MODELS if any(r["model"] == m and not r["short_conv"] for r in rows)]
+    fig = go.Figure()
+    for conv, colour, name in ((True, "#4c78a8", "with the short convolution"),
+                               (False, "#e45756", "without it")):
+        pick = [[r for r in rows if r["model"] == m and r["short_conv"] == conv and r["num_pairs"] == num_pairs
+                 and r["feature_map"] in (feature_map, "")] for m in models]
+        labels = [MODELS[m].label for m in models]
+        fig.add_bar(x=labels, y=[sum(r["accuracy"] for r in p) / len(p) for p in pick], name=name,
+                    marker_color=colour, offsetgroup=name, opacity=0.75)
+        fig.add_scatter(x=[lab for lab, p in zip(labels, pick) for _ in p], y=[r["accuracy"] for p in pick for r in p],
+                        mode="markers", marker=dict(color="black", size=6, symbol="circle-open"), offsetgroup=name,
+                        name=f"each seed ({name})", showlegend=not conv, legendgroup="seeds")
+    fig.update_layout(template=TEMPLATE, barmode="group", scattermode="group", height=400,
+                      title=f"The short convolution, N = {num_pairs}, φ = {feature_map} (bars: mean of 3 seeds)",
+                      xaxis_title="layer", yaxis_title="accuracy (fraction of queries)", yaxis_range=[0, 1.04],
+                      legend=dict(orientation="h", y=-0.25))
+    return fig
