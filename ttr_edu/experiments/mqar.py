@@ -3,10 +3,11 @@
 The grid is a union of :class:`Block` s, each a product of settings in which one thing varies at a time:
 
 * ``matched``: linear attention, DeltaNet and RLS with the *same* feature map and L2 key normalisation, for two
-  feature maps (``identity``: signed features; ``elu_plus_one``: non-negative ones), against the number of pairs;
-* ``gated``: gated DeltaNet and Mesa (gated RLS), identity features (compare with DeltaNet and RLS);
-* ``attention``: softmax and local linear attention (their state is the key-value cache);
-* ``no_conv``: the ablation without the short convolution on ``q, k, v``.
+  feature maps (``identity``: signed features; ``elu_plus_one``: non-negative ones), at ``N = d/2`` and ``N = d``;
+* ``gated`` and ``mesa``: gated DeltaNet, and Mesa (gated RLS) at ``N = d``, identity features;
+* ``attention`` and ``local``: softmax attention, and local linear attention at ``N = d`` (their state is the
+  key-value cache);
+* ``no_conv``: the ablation without the short convolution on ``q, k, v``, at ``N = d/2``.
 
 Every cell uses the same recipe (:class:`MQARGrid`): one sequence length that leaves at least half of the query
 slots free at every ``N`` (so the task keeps its power-law gaps and filler), the same number of labelled queries per
