@@ -1,6 +1,6 @@
 """``python -m ttr_edu.experiments mqar_memories``: MQAR rows for the adaptive-step and deep-memory mixers.
 
-A separate, small grid beside the main one (:mod:`ttr_edu.experiments.mqar`, whose recipe it reuses): DeltaNet as the
+A separate, small grid beside the main one (:mod:`ttr_edu.experiments.mqar`, whose model it reuses): DeltaNet as the
 baseline, Longhorn, DeltaProduct (``n_h = 2``), TTT-Linear and TTT-MLP (the MLP memory whose chunk form trains at CPU
 speed; Titans' token loop is too slow to train here). Each cell is the main grid's :class:`MQARModel` with its mixer
 swapped for one of :data:`ttr_edu.layers_memory.MEMORY_MIXERS`, trained by the same :func:`ttr_edu.train.train`.
@@ -13,21 +13,45 @@ from __future__ import annotations
 import argparse
 import csv
 import time
-from dataclasses import asdict, replace
+from dataclasses import asdict, dataclass, replace
 
 import torch
 
-from ttr_edu.experiments.mqar import FIELDS, MQARGrid
 from ttr_edu.layers import MIXERS
 from ttr_edu.layers_memory import MEMORY_MIXERS
 from ttr_edu.models_mqar import MQARModel
 from ttr_edu.mqar import mqar_batch
 from ttr_edu.train import train
 
-__all__ = ["MEMORY_GRID", "build_model", "train_cell", "main"]
+__all__ = ["MemoryGrid", "MEMORY_GRID", "build_model", "train_cell", "main"]
+
+FIELDS = ["mixer", "seq_len", "num_pairs", "d_model", "state_size", "steps", "final_eval_loss", "accuracy",
+          "train_seconds", "seed"]
+
+
+@dataclass(frozen=True)
+class MemoryGrid:
+    """Mixers × pairs × widths, one seed, and the training recipe (the main grid's, at a smaller size)."""
+
+    mixers: tuple[str, ...]
+    num_pairs: tuple[int, ...]
+    d_models: tuple[int, ...]
+    seq_len: int = 64
+    vocab_size: int = 128
+    batch_size: int = 32
+    max_steps: int = 600
+    lr: float = 1e-2
+    target_loss: float = 0.05
+    eval_every: int = 100
+    eval_examples: int = 256
+    seed: int = 0
+
+    def cells(self) -> list[tuple[str, int, int]]:
+        return [(m, n, d) for m in self.mixers for n in self.num_pairs for d in self.d_models]
+
 
 #: DeltaNet beside the new mixers, at one small size that trains in minutes on a loaded CPU
-MEMORY_GRID = MQARGrid(
+MEMORY_GRID = MemoryGrid(
     mixers=("deltanet", "longhorn", "deltaproduct", "ttt_linear", "ttt_mlp"), num_pairs=(4, 8), d_models=(16,),
     seq_len=32, vocab_size=64, max_steps=400, eval_every=50,
 )
@@ -42,17 +66,16 @@ def build_model(mixer: str, vocab_size: int, d_model: int) -> MQARModel:
     Raises:
         ValueError: an unknown mixer name.
     """
-    if mixer in MIXERS:
-        return MQARModel(mixer, vocab_size, d_model)
-    if mixer not in MEMORY_MIXERS:
+    if mixer not in MIXERS and mixer not in MEMORY_MIXERS:
         raise ValueError(f"mixer: unknown name {mixer!r}; valid names are {', '.join([*MIXERS, *MEMORY_MIXERS])}")
     model = MQARModel("deltanet", vocab_size, d_model)  # the same embedding, norm and readout ...
-    model.mixer = MEMORY_MIXERS[mixer](d_model, 1, **OPTIONS.get(mixer, {}))  # ... around the new mixer
+    # ... around the mixer with its own defaults (SiLU + L2 keys, as the memory mixers here use)
+    model.mixer = {**MIXERS, **MEMORY_MIXERS}[mixer](d_model, 1, **OPTIONS.get(mixer, {}))
     model.mixer_name = mixer
     return model
 
 
-def train_cell(grid: MQARGrid, mixer: str, num_pairs: int, d_model: int) -> dict:
+def train_cell(grid: MemoryGrid, mixer: str, num_pairs: int, d_model: int) -> dict:
     """Train one cell as :func:`ttr_edu.experiments.mqar.train_cell` does; return its CSV row."""
     g = grid
     held_out = mqar_batch(g.eval_examples, g.seq_len, num_pairs, g.vocab_size,
