@@ -34,6 +34,7 @@ from ttr_edu.ops import (
     linear_attention_chunk,
     local_linear_attention,
     softmax_attention,
+    sum_norm,
 )
 from ttr_edu.ops.feature_maps import d_dot
 from ttr_edu.regression import ExactSolve, Gates, Linear, RecursiveLeastSquares, TestTimeRegression, Uniform
@@ -164,11 +165,13 @@ class LinearAttention(_Mixer):
             ``d_k = m = D`` (its random projection becomes a buffer of the layer).
         use_short_conv, conv_size: a causal depthwise convolution on q, k, v.
         normalize: divide by ``z_tᵀ φ(q_t)`` (the kernel-smoother normalisation).
+        sum_norm: divide ``φ(q)`` and ``φ(k)`` by the sum of their features (Schlag et al. 2021, eq. 31), which
+            they call crucial for stable training of fast-weight language models.
     """
 
     def __init__(self, hidden_size: int, num_heads: int = 1, feature_map: str = "elu_plus_one", *,
                  use_short_conv: bool = True, conv_size: int = 4, normalize: bool = False,
-                 feature_map_params: dict | None = None) -> None:
+                 feature_map_params: dict | None = None, sum_norm: bool = False) -> None:
         super().__init__(hidden_size, num_heads, use_short_conv, conv_size)
         params = dict(feature_map_params or {})
         if feature_map == "favor_plus":
@@ -176,10 +179,16 @@ class LinearAttention(_Mixer):
         self.feature_map = get_feature_map(feature_map, **params)
         self.d_k = d_dot(feature_map, self.head_dim, **{n: p for n, p in params.items() if n != "d_k"})
         self.normalize = check_bool("normalize", normalize)
+        self.sum_norm = check_bool("sum_norm", sum_norm)
         self.o_norm = nn.RMSNorm(self.head_dim)
 
-    def mix(self, q, k, v):
+    def features(self, q: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``φ(q), φ(k)``, sum-normalised when ``sum_norm``."""
         q, k = self.feature_map(q), self.feature_map(k)
+        return (sum_norm(q), sum_norm(k)) if self.sum_norm else (q, k)
+
+    def mix(self, q, k, v):
+        q, k = self.features(q, k)
         o, _ = linear_attention_chunk(q, k, v, normalize=self.normalize)
         return self.o_norm(o)
 
