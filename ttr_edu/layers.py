@@ -167,11 +167,15 @@ class LinearAttention(_Mixer):
         normalize: divide by ``z_tᵀ φ(q_t)`` (the kernel-smoother normalisation).
         sum_norm: divide ``φ(q)`` and ``φ(k)`` by the sum of their features (Schlag et al. 2021, eq. 31), which
             they call crucial for stable training of fast-weight language models.
+        output_norm: RMS-normalise each head's output (as fla's layers do). It divides every output by a
+            per-token scalar, so it cancels any per-token normaliser of q (``normalize``, the q half of
+            ``sum_norm``); Schlag et al.'s layers have no such norm.
     """
 
     def __init__(self, hidden_size: int, num_heads: int = 1, feature_map: str = "elu_plus_one", *,
                  use_short_conv: bool = True, conv_size: int = 4, normalize: bool = False,
-                 feature_map_params: dict | None = None, sum_norm: bool = False) -> None:
+                 feature_map_params: dict | None = None, sum_norm: bool = False,
+                 output_norm: bool = True) -> None:
         super().__init__(hidden_size, num_heads, use_short_conv, conv_size)
         params = dict(feature_map_params or {})
         if feature_map == "favor_plus":
@@ -180,7 +184,7 @@ class LinearAttention(_Mixer):
         self.d_k = d_dot(feature_map, self.head_dim, **{n: p for n, p in params.items() if n != "d_k"})
         self.normalize = check_bool("normalize", normalize)
         self.sum_norm = check_bool("sum_norm", sum_norm)
-        self.o_norm = nn.RMSNorm(self.head_dim)
+        self.o_norm = nn.RMSNorm(self.head_dim) if check_bool("output_norm", output_norm) else nn.Identity()
 
     def features(self, q: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """``φ(q), φ(k)``, sum-normalised when ``sum_norm``."""

@@ -31,7 +31,7 @@ from ttr_edu.ops import (
     linear_attention_recurrent,
 )
 
-__all__ = ["LMConfig", "LM_MIXERS", "TinyLM", "LMState", "lm_loss", "bits_per_byte", "generate"]
+__all__ = ["LMConfig", "LM_MIXERS", "TinyLM", "LMState", "lm_loss", "causal_lm_loss", "bits_per_byte", "generate"]
 
 #: name -> (description, constructor ``(hidden_size, num_heads) -> mixer``). Every mixer has the short convolution.
 LM_MIXERS = {
@@ -39,6 +39,10 @@ LM_MIXERS = {
                        lambda d, h: LinearAttention(d, h, "elu_plus_one", sum_norm=True)),
     "linear": ("linear attention (sum rule), ELU+1 features, no sum normalisation",
                lambda d, h: LinearAttention(d, h, "elu_plus_one", sum_norm=False)),
+    "linear_sumnorm_no_onorm": ("linear attention, sum-normalised q and k, no RMSNorm on the head outputs (as the paper)",
+                                lambda d, h: LinearAttention(d, h, "elu_plus_one", sum_norm=True, output_norm=False)),
+    "linear_no_onorm": ("linear attention, no sum normalisation, no RMSNorm on the head outputs",
+                        lambda d, h: LinearAttention(d, h, "elu_plus_one", sum_norm=False, output_norm=False)),
     "deltanet": ("DeltaNet (delta rule), SiLU + L2-normalised q and k, learned β",
                  lambda d, h: DeltaNet(d, h)),
     "gated_deltanet": ("gated DeltaNet: a learned decay, then the delta rule",
@@ -222,6 +226,19 @@ def lm_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         raise ValueError(f"logits, targets: expected (B, T, V) and (B, T), got {tuple(logits.shape)} and "
                          f"{tuple(targets.shape)}")
     return F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten())
+
+
+def causal_lm_loss(logits: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
+    """The causal LM loss of ``logits = model(tokens)``: position t is scored on byte t + 1 (the last has no target).
+
+    Args:
+        logits: ``(B, T, V)``, the model's output on ``tokens``.
+        tokens: int64 ``(B, T)`` with ``T ≥ 2``.
+
+    Returns:
+        The mean cross-entropy in nats over the ``B (T − 1)`` predicted positions (a scalar tensor).
+    """
+    return lm_loss(logits[:, :-1], tokens[:, 1:])
 
 
 def bits_per_byte(loss_nats: float) -> float:

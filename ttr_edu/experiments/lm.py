@@ -55,7 +55,7 @@ class LMGrid:
     num_heads: int = 2
     seq_len: int = 128
     batch_size: int = 16
-    steps: int = 1000
+    steps: int = 600
     lr: float = 3e-3
     eval_windows: int | None = None
 
