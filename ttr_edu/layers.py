@@ -34,6 +34,7 @@ from ttr_edu.ops import (
     linear_attention_chunk,
     local_linear_attention,
     softmax_attention,
+    sum_norm,
 )
 from ttr_edu.ops.feature_maps import d_dot
 from ttr_edu.regression import ExactSolve, Gates, Linear, RecursiveLeastSquares, TestTimeRegression, Uniform
@@ -176,11 +177,17 @@ class LinearAttention(_Mixer):
         normalize: divide by ``z_tᵀ φ(q_t)`` (the kernel-smoother normalisation).
         qk_norm: L2-normalise ``φ(q)`` and ``φ(k)``, as DeltaNet and the RLS layer do, so that a comparison between
             them changes the optimiser only.
+        sum_norm: divide ``φ(q)`` and ``φ(k)`` by the sum of their features (Schlag et al. 2021, eq. 31), which
+            they call crucial for stable training of fast-weight language models.
+        output_norm: RMS-normalise each head's output (as fla's layers do). It divides every output by a
+            per-token scalar, so it cancels any per-token normaliser of q (``normalize``, the q half of
+            ``sum_norm``); Schlag et al.'s layers have no such norm.
     """
 
     def __init__(self, hidden_size: int, num_heads: int = 1, feature_map: str = "elu_plus_one", *,
                  use_short_conv: bool = True, conv_size: int = 4, normalize: bool = False,
-                 feature_map_params: dict | None = None, qk_norm: bool = False) -> None:
+                 feature_map_params: dict | None = None, qk_norm: bool = False, sum_norm: bool = False,
+                 output_norm: bool = True) -> None:
         super().__init__(hidden_size, num_heads, use_short_conv, conv_size)
         params = dict(feature_map_params or {})
         if feature_map == "favor_plus":
@@ -189,12 +196,20 @@ class LinearAttention(_Mixer):
         self.d_k = d_dot(feature_map, self.head_dim, **{n: p for n, p in params.items() if n != "d_k"})
         self.normalize = check_bool("normalize", normalize)
         self.qk_norm = check_bool("qk_norm", qk_norm)
-        self.o_norm = nn.RMSNorm(self.head_dim)
+        self.sum_norm = check_bool("sum_norm", sum_norm)
+        self.o_norm = nn.RMSNorm(self.head_dim) if check_bool("output_norm", output_norm) else nn.Identity()
 
-    def mix(self, q, k, v):
+    def features(self, q: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``φ(q), φ(k)``, then sum-normalised (``sum_norm``) or L2-normalised (``qk_norm``) as configured."""
         q, k = self.feature_map(q), self.feature_map(k)
+        if self.sum_norm:
+            q, k = sum_norm(q), sum_norm(k)
         if self.qk_norm:
             q, k = l2_norm(q), l2_norm(k)
+        return q, k
+
+    def mix(self, q, k, v):
+        q, k = self.features(q, k)
         o, _ = linear_attention_chunk(q, k, v, normalize=self.normalize)
         return self.o_norm(o)
 

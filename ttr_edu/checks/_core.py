@@ -15,6 +15,7 @@ It has exactly three outcomes:
 
 from __future__ import annotations
 
+import copy
 import dis
 import traceback
 from collections.abc import Callable, Iterable
@@ -247,4 +248,6 @@ def run_check(
 
 
 def _cloned(case: dict) -> dict:
-    return {k: v.clone() if isinstance(v, torch.Tensor) else v for k, v in case.items()}
+    """Tensors are cloned and modules deep-copied, so that neither call can change what the other one sees."""
+    return {k: v.clone() if isinstance(v, torch.Tensor) else copy.deepcopy(v) if isinstance(v, torch.nn.Module) else v
+            for k, v in case.items()}

@@ -1,0 +1,53 @@
+"""Generation speed: a fast-weight LM's recurrent step against softmax attention's key-value cache.
+
+For each context length L, both models first read L tokens one at a time (building their state or cache), then
+the time of generating the next tokens is measured (median over tokens). A fast-weight layer's step costs the same at
+every L (its state is (H, D_k, D_v)); softmax attention's step reads the whole cache, O(L). Printed side by side:
+
+    python benchmarks/lm_generation.py [--lengths 128 512 2048 4096] [--threads 1]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import torch
+
+from ttr_edu.models_lm import LMConfig, TinyLM
+
+
+def per_token_ms(model: TinyLM, context: int, new_tokens: int) -> float:
+    tokens = torch.randint(0, 256, (1, context + new_tokens), generator=torch.Generator().manual_seed(0))
+    state = model.init_state()
+    for t in range(context):
+        _, state = model.step(tokens[:, t], state)
+    times = []
+    for t in range(context, context + new_tokens):
+        start = time.perf_counter()
+        _, state = model.step(tokens[:, t], state)
+        times.append(time.perf_counter() - start)
+    return 1e3 * statistics.median(times)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--lengths", type=int, nargs="+", default=[128, 512, 2048, 4096])
+    parser.add_argument("--new-tokens", type=int, default=32)
+    parser.add_argument("--threads", type=int, default=1)
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(0)
+    models = {name: TinyLM(LMConfig(mixer=name)).eval() for name in ("deltanet", "gated_deltanet", "softmax")}
+    print(f"per-token generation time (ms, median of {args.new_tokens}), d_model 64, 2 layers, 1 sequence, "
+          f"{args.threads} thread(s)")
+    print(f"{'context':>8} " + " ".join(f"{n:>15}" for n in models) + f" {'softmax/deltanet':>17}")
+    for length in args.lengths:
+        ms = {name: per_token_ms(model, length, args.new_tokens) for name, model in models.items()}
+        print(f"{length:>8} " + " ".join(f"{ms[n]:>15.3f}" for n in models) + f" {ms['softmax'] / ms['deltanet']:>16.2f}x")
+    print("tokens per second = 1000 / ms")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,98 @@
+"""Checks for the language-modelling chapter.
+
+* ``causal_lm_loss(logits, tokens)``: against :func:`ttr_edu.models_lm.causal_lm_loss`, on logits that favour the
+  next byte, so a loss without the shift (or shifted the wrong way) is far off;
+* ``greedy_generate(model, prompt, num_tokens)``: against :func:`ttr_edu.models_lm.generate` at temperature 0, on
+  small random models whose ``forward`` is switched off, so only the recurrent :meth:`TinyLM.step` can be used;
+* ``train_lm(model, tokens, steps, batch_size, seq_len, lr, seed)``: against :func:`train_lm_spec`, the loop the
+  exercise describes, compared loss by loss.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+import torch
+
+from ttr_edu.checks._core import CheckFailed, run_check
+from ttr_edu.models_lm import LMConfig, TinyLM, causal_lm_loss, generate
+from ttr_edu.text_corpus import random_windows
+
+__all__ = ["check_causal_lm_loss", "check_greedy_generate", "check_train_lm", "train_lm_spec"]
+
+
+def _loss_cases() -> Iterator[dict]:
+    for i, (B, T, V, dtype) in enumerate([(1, 5, 11, torch.float64), (3, 9, 256, torch.float32),
+                                          (2, 2, 7, torch.float64)]):
+        gen = torch.Generator().manual_seed(1000 + i)
+        tokens = torch.randint(0, V, (B, T), generator=gen)
+        logits = torch.randn(B, T, V, generator=gen, dtype=torch.float64)
+        logits[:, :-1].scatter_add_(-1, tokens[:, 1:, None], torch.full((B, T - 1, 1), 4.0, dtype=torch.float64))
+        yield {"logits": logits.to(dtype), "tokens": tokens}
+
+
+def check_causal_lm_loss(student_causal_lm_loss: Callable) -> bool:
+    """Check ``causal_lm_loss(logits, tokens)``: mean cross-entropy of position t against byte t + 1."""
+    return run_check("causal_lm_loss", student_causal_lm_loss, causal_lm_loss, _loss_cases(), rtol=1e-5,
+                     inputs_unchanged=True)
+
+
+class _StepOnlyLM(TinyLM):
+    """A TinyLM whose whole-sequence ``forward`` is refused: generation must go token by token through ``step``."""
+
+    def forward(self, tokens):  # noqa: D102 - see the class docstring
+        raise CheckFailed("greedy_generate: call model.step(token, state) one token at a time; calling model(...) on "
+                          "the whole prefix costs O(t) per new token, which is what the recurrent form avoids")
+
+
+def _model(mixer: str, seed: int) -> TinyLM:
+    torch.manual_seed(seed)
+    model = _StepOnlyLM(LMConfig(mixer=mixer, d_model=16, num_heads=1, n_layers=2))
+    with torch.no_grad():  # loud mixers: the greedy choice then depends on the context, not on the last byte alone
+        for block in model.blocks:
+            block.mixer.o_proj.weight.mul_(10.0)
+    return model.eval()
+
+
+def _generate_cases() -> Iterator[dict]:
+    for i, mixer in enumerate(["deltanet", "softmax", "linear_sumnorm"]):
+        prompt = torch.randint(0, 256, (2, 4 + i), generator=torch.Generator().manual_seed(2000 + i))
+        yield {"model": _model(mixer, i), "prompt": prompt, "num_tokens": 6}
+
+
+def check_greedy_generate(student_greedy_generate: Callable) -> bool:
+    """Check ``greedy_generate(model, prompt, num_tokens)``: the prompt and the argmax continuation, via ``step``."""
+    return run_check("greedy_generate", student_greedy_generate,
+                     lambda model, prompt, num_tokens: generate(model, prompt, num_tokens, temperature=0),
+                     _generate_cases(), rtol=0, atol=0, inputs_unchanged=True)
+
+
+def train_lm_spec(model: TinyLM, tokens: torch.Tensor, steps: int, batch_size: int, seq_len: int, lr: float,
+                  seed: int) -> torch.Tensor:
+    """The loop of the exercise: Adam(lr) on ``model``; at each step a batch of
+    ``random_windows(tokens, batch_size, seq_len, gen)`` from ``gen = torch.Generator().manual_seed(seed)``, the loss
+    ``causal_lm_loss(model(window), window)``, zero_grad, backward, step. Returns the ``(steps,)`` float64 losses."""
+    optimizer = torch.optim.Adam(model.parameters(), lr=lr)
+    generator = torch.Generator().manual_seed(seed)
+    losses = []
+    for _ in range(steps):
+        window = random_windows(tokens, batch_size, seq_len, generator)
+        loss = causal_lm_loss(model(window), window)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+    return torch.tensor(losses, dtype=torch.float64)
+
+
+def _train_cases() -> Iterator[dict]:
+    tokens = torch.randint(0, 256, (400,), generator=torch.Generator().manual_seed(3000))
+    for i, mixer in enumerate(["linear_sumnorm", "deltanet"]):
+        torch.manual_seed(i)
+        model = TinyLM(LMConfig(mixer=mixer, d_model=16, num_heads=1, n_layers=1))
+        yield {"model": model, "tokens": tokens, "steps": 4, "batch_size": 3, "seq_len": 12, "lr": 1e-2, "seed": 7 + i}
+
+
+def check_train_lm(student_train_lm: Callable) -> bool:
+    """Check ``train_lm(model, tokens, steps, batch_size, seq_len, lr, seed)``: the ``(steps,)`` tensor of losses."""
+    return run_check("train_lm", student_train_lm, train_lm_spec, _train_cases(), rtol=1e-4, atol=1e-6)

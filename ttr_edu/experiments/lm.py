@@ -1,0 +1,209 @@
+"""``python -m ttr_edu.experiments lm``: tiny byte-level language models on the standard-library corpus.
+
+Every cell trains one :class:`ttr_edu.models_lm.TinyLM` whose mixer is one of :data:`ttr_edu.models_lm.LM_MIXERS`
+(everything else equal, parameter counts within 1 %), with Adam on random windows of the train split, then reports
+bits per byte on the whole valid and test splits (:func:`ttr_edu.text_corpus.eval_windows`). A run whose loss
+becomes NaN or infinite is kept as a row with ``diverged = 1``.
+
+    python -m ttr_edu.experiments lm                  # the full grid -> lm_grid.csv (resumes what is there)
+    python -m ttr_edu.experiments lm --jobs 2         # cells in 2 processes (joblib), one thread each
+    python -m ttr_edu.experiments lm --quick --out q.csv
+
+Each row carries the corpus hash and the Python version, so results from another corpus are never mixed in: rows
+of a different corpus in ``--out`` are refused. The shipped CSV (``ttr_edu/data/lm_grid.csv``) is the full grid.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import math
+import time
+from dataclasses import asdict, dataclass
+from importlib import resources
+from pathlib import Path
+
+import torch
+
+from ttr_edu.models_lm import LM_MIXERS, LMConfig, TinyLM, bits_per_byte, lm_loss
+from ttr_edu.text_corpus import eval_windows, load_stdlib_corpus, random_windows
+from ttr_edu.train import train
+
+__all__ = ["LMGrid", "FULL_GRID", "QUICK_GRID", "train_cell", "evaluate_bpb", "run_grid", "load_results", "main"]
+
+FIELDS = [
+    "mixer", "seed", "d_model", "n_layers", "num_heads", "parameters", "seq_len", "batch_size", "steps", "lr",
+    "final_train_loss", "valid_bpb", "test_bpb", "diverged", "train_seconds", "corpus_sha256", "python_version",
+]
+
+
+@dataclass(frozen=True)
+class LMGrid:
+    """The grid and its training recipe (defaults: the full grid).
+
+    Attributes:
+        mixers: keys of :data:`LM_MIXERS`. seeds: each cell is trained once per seed (model init and batches).
+        d_model, n_layers, num_heads: the model (see :class:`LMConfig`).
+        seq_len, batch_size, steps, lr: Adam at a constant ``lr`` on ``batch_size`` random windows per step.
+        eval_windows: windows of each of valid and test scored at the end (``None``: the whole split).
+    """
+
+    mixers: tuple[str, ...] = tuple(LM_MIXERS)
+    seeds: tuple[int, ...] = (0, 1)
+    d_model: int = 64
+    n_layers: int = 2
+    num_heads: int = 2
+    seq_len: int = 128
+    batch_size: int = 16
+    steps: int = 600
+    lr: float = 3e-3
+    eval_windows: int | None = None
+
+    def cells(self) -> list[tuple[str, int]]:
+        return [(mixer, seed) for seed in self.seeds for mixer in self.mixers]
+
+
+FULL_GRID = LMGrid()
+#: a grid small enough for the chapter to train live (a few seconds a cell)
+QUICK_GRID = LMGrid(mixers=("deltanet",), seeds=(0,), seq_len=64, batch_size=8, steps=60, eval_windows=64)
+
+
+@torch.no_grad()
+def evaluate_bpb(model: TinyLM, tokens: torch.Tensor, seq_len: int, max_windows: int | None = None,
+                 batch_size: int = 64) -> float:
+    """Bits per byte of ``model`` on the split ``tokens``: mean next-byte loss over non-overlapping windows / ln 2."""
+    windows = eval_windows(tokens, seq_len, max_windows)
+    was_training = model.training
+    model.eval()
+    try:
+        total = 0.0
+        for batch in windows.split(batch_size):
+            total += float(lm_loss(model(batch[:, :-1]), batch[:, 1:])) * len(batch)
+        return bits_per_byte(total / len(windows))
+    finally:
+        model.train(was_training)
+
+
+def train_cell(grid: LMGrid, mixer: str, seed: int, *, progress: bool | None = None,
+               return_model: bool = False) -> dict | tuple[dict, TinyLM]:
+    """Train one model of ``grid`` and return its CSV row (and the model, with ``return_model``)."""
+    corpus = load_stdlib_corpus()
+    config = LMConfig(mixer=mixer, d_model=grid.d_model, num_heads=grid.num_heads, n_layers=grid.n_layers)
+    torch.manual_seed(seed)
+    model = TinyLM(config)
+
+    def sample(generator: torch.Generator) -> torch.Tensor:
+        return random_windows(corpus.train, grid.batch_size, grid.seq_len, generator)
+
+    def loss_fn(m: TinyLM, window: torch.Tensor) -> torch.Tensor:
+        return lm_loss(m(window[:, :-1]), window[:, 1:])  # position t predicts byte t + 1
+
+    start = time.perf_counter()
+    diverged, final = 0, math.nan
+    try:
+        result = train(model, sample, loss_fn=loss_fn, max_steps=grid.steps, lr=grid.lr, target_loss=None,
+                       eval_every=max(grid.steps // 4, 1), eval_batches=2, seed=seed, progress=progress,
+                       desc=f"{mixer} seed {seed}")
+        final = result.final_eval_loss
+        valid = evaluate_bpb(model, corpus.valid, grid.seq_len, grid.eval_windows)
+        test = evaluate_bpb(model, corpus.test, grid.seq_len, grid.eval_windows)
+    except FloatingPointError:
+        diverged, valid, test = 1, math.nan, math.nan
+    row = {
+        "mixer": mixer, "seed": seed, "d_model": grid.d_model, "n_layers": grid.n_layers,
+        "num_heads": grid.num_heads, "parameters": model.num_parameters(), "seq_len": grid.seq_len,
+        "batch_size": grid.batch_size, "steps": grid.steps, "lr": grid.lr, "final_train_loss": round(final, 5),
+        "valid_bpb": round(valid, 5), "test_bpb": round(test, 5), "diverged": diverged,
+        "train_seconds": round(time.perf_counter() - start, 1), "corpus_sha256": corpus.sha256,
+        "python_version": corpus.python_version,
+    }
+    return (row, model) if return_model else row
+
+
+def _run_one(grid: LMGrid, mixer: str, seed: int) -> dict:
+    torch.set_num_threads(1)  # one core per cell: --jobs N then uses N cores without oversubscription
+    return train_cell(grid, mixer, seed, progress=False)
+
+
+def _key(row: dict) -> tuple:
+    return (row["mixer"], int(row["seed"]), int(row["d_model"]), int(row["n_layers"]), int(row["seq_len"]),
+            int(row["steps"]))
+
+
+def run_grid(grid: LMGrid = FULL_GRID, out: str | Path | None = None, *, jobs: int = 1,
+             progress: bool | None = None) -> list[dict]:
+    """Train every cell of ``grid`` not already in ``out``; append each row to ``out`` as soon as it is done.
+
+    Args:
+        jobs: cells trained at once, each in its own process (joblib); 1 runs them here, in order.
+
+    Returns:
+        The rows of the grid's cells (those found in ``out`` and the new ones), in :meth:`LMGrid.cells` order.
+
+    Raises:
+        ValueError: ``out`` holds rows of another corpus (another Python version's standard library).
+    """
+    from joblib import Parallel, delayed
+    from tqdm.auto import tqdm
+
+    corpus = load_stdlib_corpus()
+    done: dict[tuple, dict] = {}
+    if out is not None and Path(out).exists():
+        for row in load_results(out):
+            if row["corpus_sha256"] != corpus.sha256:
+                raise ValueError(f"out: {out} holds rows of corpus {row['corpus_sha256'][:16]}, this Python's corpus "
+                                 f"is {corpus.sha256[:16]}; write to another file")
+            done[_key(row)] = row
+    todo = [(m, s) for m, s in grid.cells() if _key({**asdict(grid), "mixer": m, "seed": s}) not in done]
+    handle = writer = None
+    if out is not None:
+        new_file = not Path(out).exists()
+        handle = open(out, "a", newline="")
+        writer = csv.DictWriter(handle, fieldnames=FIELDS)
+        if new_file:
+            writer.writeheader()
+    try:
+        results = Parallel(n_jobs=jobs, return_as="generator_unordered")(
+            delayed(_run_one)(grid, m, s) for m, s in todo)
+        for row in tqdm(results, total=len(todo), desc="LM grid", disable=progress is False):
+            done[_key(row)] = row
+            if writer is not None:
+                writer.writerow(row)
+                handle.flush()
+    finally:
+        if handle is not None:
+            handle.close()
+    return [done[_key({**asdict(grid), "mixer": m, "seed": s})] for m, s in grid.cells()]
+
+
+_NUMERIC = {"seed", "d_model", "n_layers", "num_heads", "parameters", "seq_len", "batch_size", "steps", "diverged"}
+
+
+def load_results(path: str | Path | None = None) -> list[dict]:
+    """Rows of a grid CSV (default: the shipped full grid), numbers parsed."""
+    if path is None:
+        path = resources.files("ttr_edu") / "data" / "lm_grid.csv"
+    with open(path, newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    for row in rows:
+        for name, value in row.items():
+            if name in _NUMERIC:
+                row[name] = int(value)
+            elif name not in ("mixer", "corpus_sha256", "python_version"):
+                row[name] = float(value)
+    return rows
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m ttr_edu.experiments lm", description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true", help="the small grid the chapter trains live")
+    parser.add_argument("--out", default="lm_grid.csv", help="CSV to write (rows already there are kept)")
+    parser.add_argument("--jobs", type=int, default=1, help="cells trained at once, one process each")
+    args = parser.parse_args(argv)
+    if args.jobs < 1:
+        parser.error(f"--jobs: expected an integer ≥ 1, got {args.jobs}")
+    grid = QUICK_GRID if args.quick else FULL_GRID
+    print(load_stdlib_corpus().describe())
+    start = time.perf_counter()
+    rows = run_grid(grid, args.out, jobs=args.jobs)
+    print(f"{len(rows)} cells in {args.out}; this run took {time.perf_counter() - start:.0f} s")
