@@ -27,6 +27,7 @@ from tqdm.auto import tqdm
 from ttr_edu.layers import MIXERS
 from ttr_edu.models_mqar import MQARModel
 from ttr_edu.mqar import mqar_batch
+from ttr_edu.progress import progress_enabled
 from ttr_edu.train import train
 
 __all__ = ["MQARGrid", "FULL_GRID", "QUICK_GRID", "train_cell", "run_grid", "load_results", "main"]
@@ -128,7 +129,7 @@ def run_grid(
             writer.writeheader()
     rows = []
     try:
-        for mixer, n, d in tqdm(grid.cells(), desc="MQAR grid", disable=progress is False):
+        for mixer, n, d in tqdm(grid.cells(), desc="MQAR grid", disable=not progress_enabled(progress)):
             key = (mixer, grid.seq_len, n, d, grid.seed)
             if key in done:
                 rows.append(done[key])
