@@ -32,6 +32,18 @@ WIDGET = "application/vnd.jupyter.widget-view+json"
 RAW_CITATION = re.compile(r"\[-?@[A-Za-z][\w:-]*")
 
 
+def theme_folder(root: Path) -> Path:
+    """Where MyST keeps the pinned web theme of ``root/book.yml`` (mystmd names a URL template's folder by the
+    SHA-256 of its URL). With a ``template.yml`` there, MyST uses that folder and downloads nothing: an offline
+    ``--site`` build needs only a stub holding ``myst: v1`` and ``kind: site``."""
+    import hashlib
+
+    match = re.search(r"^\s*template:\s*(\S+)\s*$", (root / "book.yml").read_text(encoding="utf-8"), re.MULTILINE)
+    if match is None:
+        raise BookError(f"{root / 'book.yml'}: no site template")
+    return root / "_build" / "templates" / "site" / hashlib.sha256(match.group(1).encode()).hexdigest()
+
+
 class BookError(Exception):
     """The book did not build, or built without executing; the message says what to do."""
 
