@@ -1,4 +1,4 @@
-"""The notebook pipeline: ``solutions/`` is the source, ``chapters/`` is generated from it (DESIGN.md §4).
+"""The notebook pipeline: ``solutions/`` is the source, ``chapters/`` is generated from it.
 
 A student notebook is the solved notebook passed through nbgrader's ``ClearSolutions`` (each region between
 ``### BEGIN SOLUTION`` and ``### END SOLUTION`` becomes ``raise NotImplementedError()``) and nbconvert's
