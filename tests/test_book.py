@@ -112,7 +112,7 @@ def test_book_fails_when_myst_exits_0_without_executing(tmp_path, monkeypatch):
     fake = tmp_path / "bin" / "myst"
     fake.parent.mkdir()
     content = tmp_path / "course" / "_build" / "site" / "content"
-    fake.write_text(f"#!/bin/sh\nmkdir -p {content}\n"
+    fake.write_text(f"#!/bin/sh\nmkdir -p {content}\necho \"$TTR_EDU_BOOK\" > {tmp_path}/env\n"
                     f"echo '{json.dumps(page('/chapters/01_x.ipynb', cell()))}' > {content}/01.json\nexit 0\n")
     fake.chmod(0o755)
     (tmp_path / "course").mkdir()
@@ -120,6 +120,18 @@ def test_book_fails_when_myst_exits_0_without_executing(tmp_path, monkeypatch):
     monkeypatch.setattr(book, "jupyter_server", lambda root, env: __import__("contextlib").nullcontext(("u", "t")))
     with pytest.raises(BookError, match="did not execute"):
         book.build(tmp_path / "course", site=True, execute=True)
+    assert (tmp_path / "env").read_text().strip() == "1"  # what MyST executes sees the book flag
+
+
+def test_progress_bars_are_off_while_the_book_builds_and_on_otherwise(monkeypatch):
+    from ttr_edu.progress import progress_enabled
+
+    monkeypatch.setenv("TTR_EDU_BOOK", "1")
+    assert progress_enabled(True) is False and progress_enabled(None) is False
+    monkeypatch.setenv("TTR_EDU_BOOK", "0")
+    assert progress_enabled(True) is True
+    monkeypatch.delenv("TTR_EDU_BOOK")
+    assert progress_enabled(True) is True and progress_enabled(False) is False
 
 
 def _jupyter_processes(marker: str) -> list[str]:
