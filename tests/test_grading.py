@@ -61,6 +61,7 @@ def test_nbgrader_scores_an_unsolved_chapter_0_and_a_solved_one_full_marks(tmp_p
     shutil.copy(chapter, tmp_path / "source" / "ch01")
     (tmp_path / "nbgrader_config.py").write_text(
         'c = get_config()\nc.CourseDirectory.course_id = "ttr-edu"\nc.CourseDirectory.db_url = "sqlite:///gradebook.db"\n'
+        "c.Execute.iopub_timeout = 120\n"  # nbgrader waits 4 s for output by default: too little on a loaded CI machine
     )
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     nbgrader = [sys.executable, "-m", "nbgrader"]

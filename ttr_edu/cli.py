@@ -149,7 +149,8 @@ def _locked(dest: Path):
     except ImportError:
         yield
         return
-    with open(dest / LOCK, "a") as lock:
+    flags = os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0)  # a lock file that is a symlink is refused
+    with os.fdopen(os.open(dest / LOCK, flags, 0o644), "r+") as lock:
         try:
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
