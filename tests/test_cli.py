@@ -390,6 +390,17 @@ def test_an_interrupted_write_leaves_the_old_notebook_whole_and_exits_130(tmp_pa
     assert "NEW IN" in (dest / "03_feature_maps_and_capacity.ipynb").read_text()
 
 
+def test_a_killed_runs_temporary_files_are_cleared_and_nothing_else(tmp_path):
+    dest = tmp_path / "my-course"
+    assert run("copy", str(dest), "1") == 0
+    leftover = dest / f".{FIRST.name}.k3x9.tmp"  # what write_atomically leaves when SIGKILL hits mid-write
+    leftover.write_text('{"cells": [')
+    mine = dest / ".my-notes.tmp"
+    mine.write_text("not ours")
+    assert run("copy", str(dest), "1") == 0
+    assert not leftover.exists() and mine.read_text() == "not ours"
+
+
 def test_a_failed_run_never_makes_an_untouched_notebook_look_edited(tmp_path, monkeypatch, capsys):
     dest = tmp_path / "my-course"
     assert run("copy", str(dest)) == 0

@@ -311,7 +311,8 @@ def cmd_copy(args: argparse.Namespace) -> int:
     dest.mkdir(exist_ok=True)
     report = Report()
     with _locked(dest):
-        for leftover in dest.glob(".*.tmp"):  # temporary files of a run that was killed; we hold the lock
+        # temporary files of a killed run (named by write_atomically); we hold the lock, so none is in use
+        for leftover in [*dest.glob(".*.ipynb.*.tmp"), *dest.glob(f".{MANIFEST}.*.tmp")]:
             leftover.unlink(missing_ok=True)
         manifest_path = dest / MANIFEST
         manifest = _read_manifest(manifest_path)
