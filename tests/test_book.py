@@ -170,3 +170,26 @@ def test_book_builds_offline_executes_every_page_and_leaves_no_server(tmp_path):
             if re.search(r"plotly|ttr_edu\.viz|from ttr_edu import .*viz|_figure\(", source):
                 assert "application/vnd.plotly.v1+json" in body, f"{file}: makes figures but has no plotly JSON"
             assert "MQAR grid" not in body and "it/s]" not in body, f"{file}: a progress bar was saved"
+
+
+# Directives jupyterlab-myst 2.7.0 (the `course` extra) registers, read from its bundled JavaScript: what a notebook
+# may use so that JupyterLab renders it as the book does (a hint is a `dropdown`; notes and tips are admonitions).
+JUPYTERLAB_MYST_DIRECTIVES = {
+    "admonition", "attention", "caution", "danger", "error", "important", "hint", "note", "seealso", "tip", "warning",
+    "dropdown", "exercise", "exercise-start", "exercise-end", "solution", "figure", "image", "math", "code",
+    "code-block", "code-cell", "csv-table", "list-table", "table", "card", "grid", "grid-item", "grid-item-card",
+    "aside", "margin", "sidebar", "topic", "glossary", "bibliography", "embed", "include", "iframe", "mermaid",
+    "epigraph", "pull-quote", "tab-set", "tab-item", "div", "proof", "prf:theorem", "prf:lemma",
+    "prf:definition", "prf:proof", "prf:remark", "prf:example", "prf:proposition", "prf:corollary",
+}
+
+
+def test_notebooks_use_only_myst_directives_that_jupyterlab_myst_renders():
+    used = {}
+    for path in sorted((ROOT / "solutions").glob("*.ipynb")):
+        for c in nbformat.read(path, 4).cells:
+            if c.cell_type == "markdown":
+                for name in re.findall(r"^\s*(?::{3,}|`{3,})\{([\w:-]+)\}", c.source, flags=re.MULTILINE):
+                    used.setdefault(name, path.name)
+    unknown = {name: where for name, where in used.items() if name not in JUPYTERLAB_MYST_DIRECTIVES}
+    assert not unknown, f"directives JupyterLab would show as raw text: {unknown}"
