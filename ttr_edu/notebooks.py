@@ -37,7 +37,7 @@ __all__ = [
 
 SOLUTION_MARKERS = ("BEGIN SOLUTION", "END SOLUTION")
 CHAPTER_NAME = re.compile(r"^(\d\d)_([a-z0-9_]+)\.ipynb$")
-CHECK_CALL = re.compile(r"^\s*checks\.(check_\w+)\(", re.MULTILINE)  # a check cell: it calls checks.check_...
+CHECK_CALL = re.compile(r"\bchecks\.(check_\w+)\(")  # a check cell calls checks.check_..., alone or in an expression
 STARS = re.compile(r"★+")  # an exercise heading's difficulty, "★★☆": its filled stars are its points
 
 
@@ -157,7 +157,8 @@ def student_notebook(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
 def stamp_grading(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
     """A copy of ``nb`` whose check cells carry nbgrader's autograder-test metadata.
 
-    A check cell is a code cell calling ``checks.check_...``. It becomes graded and locked, with ``grade_id``
+    A check cell is a code cell calling ``checks.check_...`` (alone, or in an expression such as
+    ``f = mine if checks.check_f(mine) else reference``). It becomes graded and locked, with ``grade_id``
     ``test_<check name>`` and as many points as filled stars (★) in the last exercise heading above it (1 if none).
     Under nbgrader's autograder an unattempted check raises, so it scores 0 (``ttr_edu.checks._core.run_check``).
     """
