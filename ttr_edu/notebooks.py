@@ -1,19 +1,25 @@
-"""The notebook pipeline: ``solutions/`` is the source, ``chapters/`` is generated from it (DESIGN.md §4).
+"""The notebook pipeline: ``solutions/`` is the source, ``chapters/`` is generated from it.
 
 A student notebook is the solved notebook passed through nbgrader's ``ClearSolutions`` (each region between
 ``### BEGIN SOLUTION`` and ``### END SOLUTION`` becomes ``raise NotImplementedError()``) and nbconvert's
-``ClearOutputPreprocessor``. Instructors can import either folder into nbgrader unchanged.
+``ClearOutputPreprocessor``. ``generate`` also stamps nbgrader's test metadata on every check cell (the cell that calls
+``checks.check_...``): graded, locked, worth as many points as the exercise has stars. Instructors can therefore
+import either folder into nbgrader unchanged and get a graded assignment (see ``grading.md``).
 """
 
 from __future__ import annotations
 
 import copy
 import json
+import os
 import re
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import nbformat
+if TYPE_CHECKING:  # nbformat is imported where it is used: `ttr-edu copy` and `start` start faster without it
+    import nbformat
 
 __all__ = [
     "SOLUTION_MARKERS",
@@ -25,10 +31,14 @@ __all__ = [
     "clean_notebook",
     "student_notebook",
     "generate",
+    "stamp_grading",
+    "write_atomically",
 ]
 
 SOLUTION_MARKERS = ("BEGIN SOLUTION", "END SOLUTION")
 CHAPTER_NAME = re.compile(r"^(\d\d)_([a-z0-9_]+)\.ipynb$")
+CHECK_CALL = re.compile(r"\bchecks\.(check_\w+)\(")  # a check cell calls checks.check_..., alone or in an expression
+STARS = re.compile(r"★+")  # an exercise heading's difficulty, "★★☆": its filled stars are its points
 
 
 class CourseLayoutError(FileNotFoundError):
@@ -85,6 +95,8 @@ def course_root(start: str | Path | None = None) -> Path:
 
 def _read(path: Path) -> nbformat.NotebookNode:
     """Read a notebook; a file that is not a valid notebook raises :class:`NotebookError` naming it."""
+    import nbformat
+
     try:
         return nbformat.read(path, as_version=4)
     except OSError:
@@ -142,8 +154,60 @@ def student_notebook(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
     return nb
 
 
+def stamp_grading(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
+    """A copy of ``nb`` whose check cells carry nbgrader's autograder-test metadata.
+
+    A check cell is a code cell calling ``checks.check_...`` (alone, or in an expression such as
+    ``f = mine if checks.check_f(mine) else reference``). It becomes graded and locked, with ``grade_id``
+    ``test_<check name>`` and as many points as filled stars (★) in the last exercise heading above it (1 if none).
+    Under nbgrader's autograder an unattempted check raises, so it scores 0 (``ttr_edu.checks._core.run_check``).
+    """
+    nb = copy.deepcopy(nb)
+    points, seen = 1, set()
+    for cell in nb.cells:
+        if cell.cell_type == "markdown":
+            stars = STARS.search(cell.source)
+            if stars:
+                points = len(stars.group())
+            continue
+        match = CHECK_CALL.search(cell.source) if cell.cell_type == "code" else None
+        if not match:
+            continue
+        grade_id = f"test_{match.group(1)}"
+        n = 1
+        while grade_id in seen:  # the same check called twice still needs two distinct ids
+            n += 1
+            grade_id = f"test_{match.group(1)}_{n}"
+        seen.add(grade_id)
+        cell.metadata["nbgrader"] = {
+            "grade": True, "grade_id": grade_id, "locked": True, "points": points,
+            "schema_version": 3, "solution": False, "task": False,
+        }
+    return nb
+
+
 def _serialise(nb: nbformat.NotebookNode) -> str:
+    import nbformat
+
     return nbformat.writes(nb) + "\n"
+
+
+def write_atomically(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` so that a reader, a crash or a Ctrl-C sees the old file or the new, never half.
+
+    The text goes to a temporary file in the same folder, then ``os.replace`` swaps it in. If ``path`` is a
+    symbolic link, the link itself is replaced: nothing is ever written through it to a file elsewhere.
+    """
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
 
 
 def _same_notebook(path: Path, text: str) -> bool:
@@ -155,7 +219,10 @@ def _same_notebook(path: Path, text: str) -> bool:
 
 
 def generate(root: Path, check: bool = False) -> list[str]:
-    """Regenerate ``chapters/`` from ``solutions/`` (and store ``solutions/`` clean).
+    """Regenerate ``chapters/`` from ``solutions/`` (and store ``solutions/`` clean, with grading metadata).
+
+    All or nothing: every notebook is read and converted before the first file is written, so a broken solution
+    notebook leaves both folders as they were; each file is then written atomically.
 
     Args:
         root: the course folder (see :func:`course_root`).
@@ -171,28 +238,25 @@ def generate(root: Path, check: bool = False) -> list[str]:
     chapters_dir = root / "chapters"
     if chapters_dir.exists() and not chapters_dir.is_dir():
         raise CourseLayoutError(f"{chapters_dir} is a file; chapters/ must be a folder (move the file away)")
-    if not check:
-        chapters_dir.mkdir(exist_ok=True)
-    problems = []
+    writes: dict[Path, str] = {}
     expected = set()
     for source in sorted((root / "solutions").glob("*.ipynb")):
-        solved = _read(source)
+        solved = stamp_grading(_read(source))
         try:
             student = student_notebook(solved)
         except RuntimeError as err:  # nbgrader: a solution region in a cell without solution metadata
             raise NotebookError(f"{source}: {err}") from err
-        targets = {source: _serialise(clean_notebook(solved)), chapters_dir / source.name: _serialise(student)}
         expected.add(source.name)
-        for path, text in targets.items():
-            if _same_notebook(path, text):
-                continue
-            verb = "would write" if check else "wrote"
-            problems.append(f"{verb} {path.relative_to(root)}")
-            if not check:
-                path.write_text(text, encoding="utf-8")
-    for stale in sorted(chapters_dir.glob("*.ipynb")) if chapters_dir.is_dir() else []:
-        if stale.name not in expected:
-            problems.append(f"{'would remove' if check else 'removed'} {stale.relative_to(root)} (no solution source)")
-            if not check:
-                stale.unlink()
+        for path, text in {source: _serialise(clean_notebook(solved)), chapters_dir / source.name: _serialise(student)}.items():
+            if not _same_notebook(path, text):
+                writes[path] = text
+    stale = [p for p in sorted(chapters_dir.glob("*.ipynb")) if p.name not in expected] if chapters_dir.is_dir() else []
+    problems = [f"{'would write' if check else 'wrote'} {path.relative_to(root)}" for path in writes]
+    problems += [f"{'would remove' if check else 'removed'} {p.relative_to(root)} (no solution source)" for p in stale]
+    if not check:
+        chapters_dir.mkdir(exist_ok=True)
+        for path, text in writes.items():
+            write_atomically(path, text)
+        for path in stale:
+            path.unlink()
     return problems

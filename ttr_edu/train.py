@@ -8,7 +8,6 @@ and nothing else, because the global RNG is forked and restored around the run.
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -17,6 +16,7 @@ import torch
 from tqdm.auto import tqdm
 
 from ttr_edu._validation import check_positive_float, check_positive_int
+from ttr_edu.progress import progress_enabled  # one rule for bars: off while the book builds
 
 __all__ = ["TrainResult", "train", "evaluate", "progress_enabled"]
 
@@ -42,14 +42,6 @@ class TrainResult:
 
 def _default_loss(model: torch.nn.Module, batch: Any) -> torch.Tensor:
     return model.loss(batch)
-
-
-def progress_enabled(progress: bool | None) -> bool:
-    """Whether to draw a progress bar. ``None`` means: show a bar in a terminal or a Jupyter kernel, stay quiet in logs and pipes."""
-    if progress is not None:
-        return bool(progress)
-    in_kernel = "ipykernel" in sys.modules
-    return in_kernel or (hasattr(sys.stderr, "isatty") and sys.stderr.isatty())
 
 
 @torch.no_grad()

@@ -6,7 +6,8 @@ It has exactly three outcomes:
 * pass: prints one line starting with ``PASS`` and returns ``True``;
 * not attempted (the untouched stub: ``raise NotImplementedError()`` is the first statement of the function that
   raised it, as nbgrader leaves it): prints a friendly line and returns ``False``, so an unsolved notebook still
-  runs top to bottom. A ``NotImplementedError`` raised anywhere else (a partly written function) is a wrong answer;
+  runs top to bottom (under nbgrader's autograder it raises :class:`CheckFailed` instead, so the exercise scores 0).
+  A ``NotImplementedError`` raised anywhere else (a partly written function) is a wrong answer;
 * wrong: raises :class:`CheckFailed` (an ``AssertionError``) that shows the failing case: its inputs' shapes,
   the first wrong element, the expected and the received value. In Jupyter only this message is shown, not a
   traceback through the package (``CheckFailed._render_traceback_``); when the student's function raised, the
@@ -216,6 +217,12 @@ def run_check(
         try:
             got = _call_student(student_fn, given)
         except NotImplementedError:
+            import os  # imported here to keep the grading rule inside the one branch it concerns
+
+            # nbgrader sets NBGRADER_EXECUTION while it autogrades ("autograde") or validates ("validate"): there an
+            # unattempted exercise must fail its graded cell (0 points); in the student's own kernel it runs on.
+            if os.environ.get("NBGRADER_EXECUTION") in ("autograde", "validate"):
+                raise CheckFailed(f"{name}: not attempted (the stub still raises NotImplementedError)") from None
             print(f"[not attempted yet] {name}: fill in the function above, run its cell, then run this check again.")
             return False
         except Exception as err:  # the student's own bug: show it with the case that triggered it

@@ -43,6 +43,7 @@ from tqdm.auto import tqdm
 
 from ttr_edu.models_mqar import MODELS, MQARModel
 from ttr_edu.mqar import free_slot_fraction, mqar_batch
+from ttr_edu.progress import progress_enabled
 from ttr_edu.train import train
 
 __all__ = ["Block", "Cell", "MQARGrid", "FULL_GRID", "QUICK_GRID", "train_cell", "run_grid", "load_results",
@@ -270,7 +271,7 @@ def run_grid(grid: MQARGrid = FULL_GRID, out: str | Path | None = None, *, resum
                 delayed(train_cell)(grid, c) for c in todo)
         else:
             results = (train_cell(grid, c) for c in todo)
-        for row in tqdm(results, total=len(todo), desc="MQAR grid", disable=progress is False):
+        for row in tqdm(results, total=len(todo), desc="MQAR grid", disable=not progress_enabled(progress)):
             done[_key(row)] = row
             cpu_total += row["cpu_seconds"]
             if writer is not None:
