@@ -20,6 +20,7 @@ from ttr_edu.regression import (
     RecursiveLeastSquares,
     TestTimeRegression,
     Uniform,
+    NAMED_LAYERS,
     decayed_cumsum,
     named_layer,
     regression_weights,
@@ -90,14 +91,44 @@ def test_rls_and_exact_solve_equal_the_rls_ops():
     close(ops.rls_exact(q, k, v, lam=0.3)[0], o_op)
 
 
-def test_the_gated_rls_ops_are_the_constant_ridge_exact_solve():
-    """ops.rls_* with g keep the ridge constant (MesaNet): the framework's ExactSolve under Gates, not the
-    forgetting-factor RecursiveLeastSquares whose ridge decays with the data."""
-    q, k, v, _, g = inputs(5)
-    o, S = TestTimeRegression(Gates(), Linear(), ExactSolve(ridge=0.3))(q, k, v, g=g, output_final_state=True)
+def test_mesa_is_the_constant_ridge_exact_solve_of_the_gated_rls_ops():
+    """named_layer("mesa") keeps the ridge constant (MesaNet): it equals ops.rls_recurrent / rls_exact with g, and
+    the forgetting-factor RecursiveLeastSquares under Gates, whose ridge decays with the data, is a different layer."""
+    q, k, v, _, g = inputs(5, t=40)
+    assert NAMED_LAYERS["mesa"] == (Gates, Linear, ExactSolve)
     o_op, (S_op, _) = ops.rls_recurrent(q, k, v, lam=0.3, g=g, output_final_state=True)
+    o, S = named_layer("mesa", ridge=0.3)(q, k, v, g=g, output_final_state=True)
     close(o, o_op)
     close(S, S_op)
+    close(ops.rls_exact(q, k, v, lam=0.3, g=g)[0], o_op)
+    close(named_layer("mesa")(q, k, v, g=g)[0], ops.rls_recurrent(q, k, v, g=g)[0])  # the same default ridge, 1.0
+    forgetting = TestTimeRegression(Gates(), Linear(), RecursiveLeastSquares(ridge=0.3))(q, k, v, g=g)[0]
+    assert relative_error(forgetting, o_op) > 1e-2  # its ridge has faded to γ_0^{(t)} λ: not Mesa
+    # ... and it is the exact solve with that faded ridge, (Σ γ k kᵀ + γ_0^{(t)} λ I)⁻¹ Σ γ k vᵀ, at every t
+    for t in (0, 9, 39):
+        w = regression_weights(g[:, : t + 1])[:, :, -1]  # (B, H, t+1): γ_i^{(t)}
+        faded = 0.3 * g[:, : t + 1].sum(1).exp()  # (B, H): γ_0^{(t)} λ
+        A = torch.einsum("bhi,bihk,bihl->bhkl", w, k[:, : t + 1], k[:, : t + 1])
+        A = A + faded[..., None, None] * torch.eye(D_K, dtype=A.dtype)
+        b = torch.einsum("bhi,bihk,bihv->bhkv", w, k[:, : t + 1], v[:, : t + 1])
+        o_t = torch.einsum("bhk,bhkv->bhv", q[:, t] * D_K**-0.5, torch.linalg.solve(A, b))
+        close(forgetting[:, t], o_t, 1e-8)
+
+
+def test_mesa_stays_finite_in_fp32_at_ordinary_gates():
+    """g = logσ(0) (half the weight forgotten per token), T = 1024, fp32: the constant ridge keeps A_t ⪰ λI, so Mesa
+    stays finite and close to the fp64 op; the forgetting-factor RLS loses its ridge there."""
+    gen = torch.Generator().manual_seed(11)
+    t = 1024
+    q, k = (torch.nn.functional.normalize(torch.randn(1, t, 2, 16, generator=gen), dim=-1) for _ in range(2))
+    v = torch.randn(1, t, 2, 16, generator=gen)
+    g = torch.full((1, t, 2), torch.nn.functional.logsigmoid(torch.tensor(0.0)).item())
+    o = named_layer("mesa")(q, k, v, g=g)[0]
+    assert o.dtype == torch.float32 and torch.isfinite(o).all()
+    reference = ops.rls_exact(q.double(), k.double(), v.double(), g=g.double())[0]  # = rls_recurrent, faster
+    assert relative_error(o.double(), reference) < 1e-5
+    forgetting = TestTimeRegression(Gates(), Linear(), RecursiveLeastSquares(ridge=1.0))(q, k, v, g=g)[0]
+    assert not torch.allclose(forgetting, o, rtol=1e-2, atol=1e-2)  # NaN, or far from Mesa: not the same layer
 
 
 def test_softmax_attention_is_nadaraya_watson():

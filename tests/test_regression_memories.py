@@ -13,6 +13,7 @@ from ttr_edu.ops import (
     gated_linear_attention_recurrent,
     l2_norm,
     longhorn_recurrent,
+    rls_recurrent,
     titans_recurrent,
     ttt_linear_recurrent,
     ttt_mlp_recurrent,
@@ -27,6 +28,7 @@ from ttr_edu.regression import (
     MiniBatchGD,
     MomentumSGD,
     OnlineSGD,
+    RecursiveLeastSquares,
     StepsPerToken,
     TestTimeRegression,
     Uniform,
@@ -214,8 +216,12 @@ def test_gates_reset_is_exact():
     g_rest[:, 0] = 0.0  # a fresh start: nothing before it to decay
     fresh, _ = named_layer("mesa_cg", steps=D_k)(q[:, 6:], k[:, 6:], v[:, 6:], g=g_rest)
     assert_equal(o[:, 6:], fresh, 1e-9)
+    o, _ = named_layer("mesa")(q, k, v, g=g)  # Mesa's ridge is constant: a reset leaves A_t ⪰ λI, exact again
+    assert_equal(o[:, 6:], named_layer("mesa")(q[:, 6:], k[:, 6:], v[:, 6:], g=g_rest)[0], 1e-9)
+    assert_equal(o, rls_recurrent(q, k, v, g=g)[0])
+    forgetting = TestTimeRegression(Gates(), Linear(), RecursiveLeastSquares())
     with pytest.raises(ValueError, match="g: RecursiveLeastSquares decays its ridge"):
-        named_layer("mesa")(q, k, v, g=g)
+        forgetting(q, k, v, g=g)
 
 
 def test_nan_g_is_refused_by_name():

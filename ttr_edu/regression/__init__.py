@@ -13,7 +13,8 @@ Three independent choices make a layer, and :class:`TestTimeRegression` takes ex
   memory), or nonparametric :class:`LocalConstant` (a kernel smoother, Nadaraya–Watson), :class:`LocalLinear` (a
   kernel-weighted linear fit around each query) or :class:`KernelRidge` (kernel ridge regression);
 * ``optimizer``, how the regression is solved: :class:`ExactSolve` (closed form, with a ridge),
-  :class:`RecursiveLeastSquares` (the exact answer updated online by Sherman–Morrison), :class:`ConjugateGradient`
+  :class:`RecursiveLeastSquares` (Sherman–Morrison; the exact answer with uniform weights, forgetting-factor RLS
+  with decaying ones, whose ridge fades), :class:`ConjugateGradient`
   (an iterative approach to the exact answer), :class:`GradientStep` (one gradient step from zero),
   :class:`OnlineSGD` (one step of size ``β_t`` per new pair), :class:`ImplicitStep` (the proximal step),
   :class:`StepsPerToken` (several pairs per token), :class:`MiniBatchGD` (gradients at a mini-batch's start),
@@ -34,12 +35,15 @@ The named layers of the field are points in this space (:data:`NAMED_LAYERS`)::
     TTT-Linear / TTT-MLP    Uniform  × Linear / MLP  × MiniBatchGD
     Titans                  Uniform  × MLP           × MomentumSGD       (forgetting is the weight decay)
     RLS                     Uniform  × Linear        × RecursiveLeastSquares (or ExactSolve)
-    Mesa (gated RLS)        Gates    × Linear        × RecursiveLeastSquares (MesaNet's solver: ConjugateGradient)
+    Mesa                    Gates    × Linear        × ExactSolve        (constant ridge; MesaNet's solver: CG)
     softmax attention       Uniform  × LocalConstant × ExactSolve        (Nadaraya–Watson, kernel exp(s q·k))
     local linear attention  Uniform  × LocalLinear   × ExactSolve
     kernel ridge regression Uniform  × KernelRidge   × ExactSolve
 
-In this project "RLS" names the ungated exact ridge regression and "Mesa" the gated one (MesaNet).
+In this project "RLS" names the ungated exact ridge regression and "Mesa" the gated one with a constant ridge,
+``S_t = (Σ γ k kᵀ + λI)⁻¹ Σ γ k vᵀ`` (MesaNet, von Oswald et al. 2025 eq. 6; ``ops.rls_recurrent(g=…)``).
+``Gates × Linear × RecursiveLeastSquares`` is something else: classical forgetting-factor RLS, whose ridge fades
+with the data (``(Σ γ k kᵀ + γ_0^{(t)} λ I)⁻¹``), so it drifts from Mesa and can go singular in fp32.
 
 The generic path here is written from the objective above, not from the specialised ops in :mod:`ttr_edu.ops`;
 the tests prove each named layer equals its op. Tensors follow the flash-linear-attention layout: ``q, k`` are

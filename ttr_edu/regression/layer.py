@@ -218,8 +218,9 @@ class TestTimeRegression:
         g = self.weights.log_decay(g, dims, dtype, q.device)
         if g is not None and isinstance(self.optimizer, RecursiveLeastSquares) and bool(torch.isneginf(g).any()):
             raise ValueError(
-                "g: RecursiveLeastSquares decays its ridge with the data, so a reset g = -inf would leave the "
-                "covariance singular; use ExactSolve or ConjugateGradient (a constant ridge), or split the sequence"
+                "g: RecursiveLeastSquares decays its ridge with the data (forgetting-factor RLS), so a reset "
+                "g = -inf would leave the covariance singular; use ExactSolve or ConjugateGradient (a constant "
+                "ridge: Mesa, named_layer('mesa')), or split the sequence"
             )
         out_dtype = q.dtype
         q, k, v = (x.to(dtype).transpose(1, 2) for x in (q, k, v))  # (B, H, T, D): time next to features
@@ -308,9 +309,12 @@ class TestTimeRegression:
 # The named layers of the field.
 # --------------------------------------------------------------------------------------------------------------
 
-#: The field's layers placed by their three choices. In this project "rls" is the ungated exact ridge regression and
-#: "mesa" the gated one (the Mesa layer / MesaNet; Sherman–Morrison here, so its ridge decays with the data), and
-#: "mesa_cg" MesaNet's own solver: a constant ridge, conjugate gradients towards the exact solve.
+#: The field's layers placed by their three choices. In this project "rls" is the ungated exact ridge regression
+#: (Sherman–Morrison here; ExactSolve gives the same answer) and "mesa" the gated exact ridge regression with a
+#: CONSTANT ridge, ``S_t = (Σ γ k kᵀ + λI)⁻¹ Σ γ k vᵀ`` (MesaNet, von Oswald et al. 2025 eq. 6; fla's Mesa layer;
+#: equal to ``ops.rls_recurrent(g=…)``), and "mesa_cg" MesaNet's own solver: conjugate gradients towards that solve.
+#: ``Gates × Linear × RecursiveLeastSquares`` is NOT Mesa: it is classical forgetting-factor RLS, whose ridge fades
+#: with the data (see :class:`RecursiveLeastSquares`); it has no name here.
 NAMED_LAYERS: dict[str, tuple] = {
     "linear_attention": (Uniform, Linear, GradientStep),
     "gated_linear_attention": (Gates, Linear, GradientStep),
@@ -323,7 +327,7 @@ NAMED_LAYERS: dict[str, tuple] = {
     "ttt_mlp": (Uniform, MLP, MiniBatchGD),
     "titans": (Uniform, MLP, MomentumSGD),
     "rls": (Uniform, Linear, RecursiveLeastSquares),
-    "mesa": (Gates, Linear, RecursiveLeastSquares),
+    "mesa": (Gates, Linear, ExactSolve),
     "mesa_cg": (Gates, Linear, ConjugateGradient),
     "softmax_attention": (Uniform, LocalConstant, ExactSolve),
     "local_linear_attention": (Uniform, LocalLinear, ExactSolve),
@@ -336,8 +340,8 @@ def named_layer(name: str, *, ridge: float | None = None, **options) -> TestTime
 
     Args:
         name: one of ``NAMED_LAYERS``.
-        ridge: the ridge of RLS / Mesa (default 1.0), of mesa_cg, local linear attention and kernel ridge
-            (default 1e-3).
+        ridge: the ridge of RLS / Mesa (default 1.0, as ``ops.rls_recurrent``; constant in time), of mesa_cg,
+            local linear attention and kernel ridge (default 1e-3).
         options: passed to the optimiser, e.g. ``steps=3`` (deltaproduct, mesa_cg), ``batch_size=4`` (TTT).
     Raises:
         ValueError: an unknown name (the message lists the valid ones) or a ridge on a layer that has none.
@@ -351,7 +355,7 @@ def named_layer(name: str, *, ridge: float | None = None, **options) -> TestTime
             raise ValueError(f"ridge: {name} inverts nothing, so it takes no ridge")
         opt = ExactSolve(ridge=0.0, **options)
     elif optimizer in (ExactSolve, RecursiveLeastSquares, ConjugateGradient):
-        default = 1.0 if optimizer is RecursiveLeastSquares else 1e-3
+        default = 1.0 if name in ("rls", "mesa") else 1e-3  # the default lam of ops.rls_recurrent
         opt = optimizer(ridge=default if ridge is None else ridge, **options)
     else:
         if ridge is not None:

@@ -10,7 +10,8 @@ from ttr_edu._validation import check_positive_float, check_positive_int
 @dataclass(frozen=True)
 class ExactSolve:
     """The closed-form minimiser. For :class:`Linear`: ``S_t = (Σ γ k kᵀ + λI)⁻¹ Σ γ k vᵀ`` with a constant ridge
-    ``λ = ridge`` (as flash-linear-attention's Mesa layer). Local classes are solved in closed form per query.
+    ``λ = ridge``: with :class:`Uniform` weights this is RLS, with :class:`Gates` the Mesa layer (MesaNet, von Oswald
+    et al. 2025 eq. 6; flash-linear-attention's Mesa layer). Local classes are solved in closed form per query.
 
     ``ridge = 0`` is allowed only where nothing is inverted (:class:`LocalConstant`). Raises ``ValueError`` for a
     negative ridge.
@@ -24,12 +25,17 @@ class ExactSolve:
 
 @dataclass(frozen=True)
 class RecursiveLeastSquares:
-    """Recursive least squares: the exact solution updated online by Sherman–Morrison (the Mesa layer).
+    """Recursive least squares: the exact solution updated online by Sherman–Morrison.
 
     ``P_t = (α_t P_{t−1}⁻¹ + k kᵀ)⁻¹`` and ``S_t = S_{t−1} + P_t k_t (v_t − S_{t−1}ᵀ k_t)ᵀ``, from ``P_0 = I/λ``.
-    The ridge is the prior's weight and decays with the data (classical forgetting-factor RLS), so with decaying
-    weights the solution is ``(Σ γ k kᵀ + γ_0^{(t)} λ I)⁻¹ Σ γ k vᵀ``; with :class:`Uniform` weights it equals
-    :class:`ExactSolve` with the same ridge. Raises ``ValueError`` unless ``ridge > 0``.
+    With :class:`Uniform` weights it equals :class:`ExactSolve` with the same ridge: this is "rls".
+
+    With decaying weights (:class:`Gates`, :class:`ExponentialDecay`) it is classical forgetting-factor RLS
+   , NOT the Mesa layer: the ridge is the prior's weight and fades with
+    the data, so the solution is ``(Σ γ k kᵀ + γ_0^{(t)} λ I)⁻¹ Σ γ k vᵀ``. Once ``γ_0^{(t)}`` is tiny the system
+    is nearly unregularised and can go singular in fp32 (NaN at ordinary gates over long sequences), and a reset
+    ``g = −inf`` is refused. Mesa keeps ``λ`` constant: :class:`ExactSolve` (or :class:`ConjugateGradient`) with
+    :class:`Gates`, ``named_layer("mesa")``. Raises ``ValueError`` unless ``ridge > 0``.
     """
 
     ridge: float = 1.0
@@ -170,9 +176,10 @@ class ConjugateGradient:
     """``steps`` conjugate-gradient iterations towards :class:`ExactSolve`'s answer, as MesaNet solves (von Oswald
     et al. 2025).
 
-    For every ``t`` it solves ``(A_t + λI) x_t = q_t`` (``A_t = Σ γ k kᵀ``) from ``x = 0`` and reads
-    ``o_t = Σ γ (k_i·x_t) v_i``. In exact arithmetic ``D_k`` steps give the exact solve. Raises ``ValueError``
-    unless ``ridge > 0``, ``TypeError``/``ValueError`` for a bad ``steps``.
+    For every ``t`` it solves ``(A_t + λI) x_t = q_t`` (``A_t = Σ γ k kᵀ``, the ridge ``λ`` constant in time) from
+    ``x = 0`` and reads ``o_t = Σ γ (k_i·x_t) v_i``. In exact arithmetic ``D_k`` steps give the exact solve, so with
+    :class:`Gates` it approaches Mesa (``named_layer("mesa")``, the constant-ridge exact solve) as ``steps`` grows.
+    Raises ``ValueError`` unless ``ridge > 0``, ``TypeError``/``ValueError`` for a bad ``steps``.
     """
 
     steps: int = 8
