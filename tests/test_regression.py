@@ -369,5 +369,26 @@ def test_online_sgd_refuses_a_bad_chunk_size(chunk_size, error):
 @pytest.mark.parametrize("optimizer", [OnlineSGD(), GradientStep(), ExactSolve()])
 def test_an_empty_sequence_is_refused_by_name(optimizer):
     q, k, v, beta, _ = inputs(24, t=0)
-    with pytest.raises(ValueError, match="q: expected at least one token"):
+    with pytest.raises(ValueError, match="q: expected T >= 1"):
         TestTimeRegression(Uniform(), Linear(), optimizer)(q, k, v, beta=beta)
+
+
+@pytest.mark.parametrize(
+    "call, error, match",
+    [
+        (lambda: named_layer("linear_attention")(*(torch.randn(0, 5, 1, 8),) * 3), ValueError, "B >= 1"),
+        (lambda: named_layer("linear_attention")(*(torch.randn(1, 5, 0, 8),) * 3), ValueError, "H >= 1"),
+        (lambda: named_layer("linear_attention")(torch.full((1, 3, 1, 4), float("nan")), torch.randn(1, 3, 1, 4),
+                                                 torch.randn(1, 3, 1, 4)), ValueError, "q: expected finite"),
+        (lambda: named_layer("deltanet").predict(torch.randn(6, 4), torch.randn(6, 4), torch.randn(3, 4).to("meta"),
+                                                 beta=torch.rand(6)), ValueError, "one device"),
+        (lambda: named_layer("deltanet").predict(torch.randn(6, 4), torch.randn(6, 4), torch.randn(3, 4),
+                                                 beta=[0.5] * 6), TypeError, "beta"),
+        (lambda: named_layer("deltanet").predict(torch.randn(6, 4), torch.randn(6, 4), torch.randn(3, 4),
+                                                 beta=torch.rand(5)), ValueError, "beta"),
+    ],
+    ids=["empty batch", "no heads", "NaN query", "meta queries", "list beta", "short beta"],
+)
+def test_framework_refuses_empty_non_finite_and_mismatched_inputs_by_name(call, error, match):
+    with pytest.raises(error, match=match):
+        call()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from ttr_edu._validation import Dims, check_positive_float, check_same_device, check_tensor
+from ttr_edu._validation import Dims, check_finite, check_positive_float, check_same_device, check_tensor
 
 from ttr_edu.ops._memory import check_mlp_state
 
@@ -156,8 +156,9 @@ class TestTimeRegression:
         """
         dims = Dims()
         dims.bind("q", q, ("B", "T", "H", "D_k"))
-        if dims["T"] == 0:
-            raise ValueError(f"q: expected at least one token, got shape {tuple(q.shape)} with T = 0")
+        empty = [name for name in ("B", "T", "H", "D_k") if dims[name] == 0]
+        if empty:  # an empty batch or head has nothing to memorise; T = 0 has no token to answer
+            raise ValueError(f"q: expected {', '.join(empty)} >= 1, got shape {tuple(q.shape)}")
         pairs = "T"  # the rows of k, v and beta: T, or T·steps for StepsPerToken (DeltaProduct)
         if isinstance(self.optimizer, StepsPerToken):
             pairs = "T·steps"
@@ -167,9 +168,13 @@ class TestTimeRegression:
         for name, x in (("k", k), ("v", v)):
             if x.dtype != q.dtype:
                 raise TypeError(f"{name}: expected the dtype of q ({q.dtype}), got {x.dtype}")
+        if dims["D_v"] == 0:
+            raise ValueError(f"v: expected D_v >= 1, got shape {tuple(v.shape)}")
         mlp = isinstance(self.function_class, MLP)
         for name, x in (("beta", beta), ("g", g), ("eta", eta), ("alpha", alpha)):
             check_tensor(name, x, allow_none=True)
+        for name, x in (("q", q), ("k", k), ("v", v), ("beta", beta), ("eta", eta), ("alpha", alpha)):
+            check_finite(name, x)  # the input policy of ttr_edu._validation (g is checked with the weights)
         if not mlp:
             check_tensor("initial_state", initial_state, allow_none=True)
         check_same_device(q=q, k=k, v=v, beta=beta, g=g, eta=eta, alpha=alpha)
@@ -287,6 +292,16 @@ class TestTimeRegression:
         dims.bind("k", k, ("N", "D_k"))
         dims.bind("v", v, ("N", "D_v"))
         dims.bind("queries", queries, ("M", "D_k"))
+        for name, x in (("beta", beta), ("g", g)):
+            check_tensor(name, x, allow_none=True)
+            if x is not None:
+                dims.bind(name, x, ("N",))
+        check_same_device(k=k, v=v, queries=queries, beta=beta, g=g)
+        empty = [name for name in ("N", "M", "D_k", "D_v") if dims[name] == 0]
+        if empty:
+            raise ValueError(f"k, v, queries: expected {', '.join(empty)} >= 1, got shapes {tuple(k.shape)}, "
+                             f"{tuple(v.shape)} and {tuple(queries.shape)}")
+        check_finite("queries", queries)
         M, N = dims["M"], dims["N"]
         if isinstance(self.function_class, Linear):  # a parametric memory: fit once, read S_N at every query
             kw = {name: x[None, :, None] for name, x in (("beta", beta), ("g", g)) if x is not None}
@@ -297,7 +312,6 @@ class TestTimeRegression:
         per_token = {}
         for name, x in (("beta", beta), ("g", g)):
             if x is not None:
-                dims.bind(name, x, ("N",))
                 per_token[name] = x[None, :, None].expand(M, N, 1)
         q = queries[:, None, None, :].expand(M, N, 1, dims["D_k"])
         o, _ = self(q, k[None, :, None].expand(M, N, 1, -1), v[None, :, None].expand(M, N, 1, -1), scale=scale,
