@@ -38,6 +38,7 @@ from ._common import (
     resolve_scale,
     zero_state,
 )
+from ._varlen import run_varlen
 
 __all__ = ["delta_rule_recurrent", "delta_rule_parallel", "delta_rule_chunk", "delta_rule_pseudo_values"]
 
@@ -52,6 +53,10 @@ _SHARED_DOC = """
         output_final_state: also return ``S_T`` (fp32, or fp64 for fp64 inputs).
         chunk_size: (``delta_rule_chunk`` only) tokens per chunk, any positive int; T need not be a multiple.
         check_stability: ``"warn"`` (default), ``"raise"`` or ``"ignore"`` when ``β ‖k‖²`` leaves ``[0, 2]``.
+        cu_seqlens: (recurrent and chunk forms) fla's variable-length offsets, an integer tensor ``(N + 1,)``: the N
+            sequences are packed along T in a batch of one (``B = 1``), sequence n is tokens
+            ``cu_seqlens[n]:cu_seqlens[n+1]``, and the initial and final states are ``(N, H, D_k, D_v)``, one per
+            sequence; no state crosses a boundary. ``None``: one sequence per batch row.
 
     Returns:
         ``(o, S_T)`` (``S_T`` is ``None`` unless ``output_final_state``); ``o`` is ``(B, T, H, D_v)`` in the dtype
@@ -181,12 +186,15 @@ def _block_forward(q, k, v, beta, g=None, *, S, scale):
 
 
 def delta_rule_recurrent(
-    q, k, v, beta, scale=None, initial_state=None, output_final_state=False, check_stability="warn"
+    q, k, v, beta, scale=None, initial_state=None, output_final_state=False, check_stability="warn", cu_seqlens=None
 ):
     """Recurrent form: ``S_t = S_{t-1} + β_t k_t (v_t − S_{t-1}ᵀ k_t)ᵀ``, ``o_t = S_tᵀ q_t``, one token at a time.
 
     Source: Schlag, Irie, Schmidhuber 2021, eq. 29 (W = Sᵀ). Cost ``O(T D_k D_v)``, memory ``O(D_k D_v)``.
     """
+    if cu_seqlens is not None:
+        return run_varlen(delta_rule_recurrent, cu_seqlens, dict(q=q, k=k, v=v, beta=beta), initial_state,
+                          output_final_state, scale=scale, check_stability=check_stability)
     out_dtype = q.dtype if isinstance(q, torch.Tensor) else None
     q, k, v, beta, _, S, scale = prepare(q, k, v, beta, scale, initial_state, check_stability)
     q = q * scale
@@ -216,7 +224,16 @@ def delta_rule_parallel(
 
 
 def delta_rule_chunk(
-    q, k, v, beta, scale=None, initial_state=None, output_final_state=False, chunk_size=64, check_stability="warn"
+    q,
+    k,
+    v,
+    beta,
+    scale=None,
+    initial_state=None,
+    output_final_state=False,
+    chunk_size=64,
+    check_stability="warn",
+    cu_seqlens=None,
 ):
     """Chunkwise form (WY/UT representation): C tokens at a time, the state handed from chunk to chunk.
 
@@ -228,6 +245,9 @@ def delta_rule_chunk(
     T×T.
     Any positive ``chunk_size`` works, and T need not be a multiple of it.
     """
+    if cu_seqlens is not None:
+        return run_varlen(delta_rule_chunk, cu_seqlens, dict(q=q, k=k, v=v, beta=beta), initial_state,
+                          output_final_state, scale=scale, chunk_size=chunk_size, check_stability=check_stability)
     out_dtype = q.dtype if isinstance(q, torch.Tensor) else None
     chunk_size = check_chunk_size(chunk_size, q)  # capped at T
     q, k, v, beta, _, S, scale = prepare(q, k, v, beta, scale, initial_state, check_stability)

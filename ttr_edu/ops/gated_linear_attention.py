@@ -24,6 +24,7 @@ from ._common import (
     to_chunks,
     zero_state,
 )
+from ._varlen import run_varlen
 
 __all__ = ["gated_linear_attention_recurrent", "gated_linear_attention_chunk"]
 
@@ -39,6 +40,10 @@ _SHARED_DOC = """
         output_final_state: also return ``S_T`` (fp32, or fp64 for fp64 inputs).
         chunk_size: (``gated_linear_attention_chunk`` only) tokens per chunk, any positive int; T need not be a
             multiple.
+        cu_seqlens: (recurrent and chunk forms) fla's variable-length offsets, an integer tensor ``(N + 1,)``: the N
+            sequences are packed along T in a batch of one (``B = 1``), sequence n is tokens
+            ``cu_seqlens[n]:cu_seqlens[n+1]``, and the initial and final states are ``(N, H, D_k, D_v)``, one per
+            sequence; no state crosses a boundary. ``None``: one sequence per batch row.
 
     Returns:
         ``(o, S_T)`` (``S_T`` is ``None`` unless ``output_final_state``); ``o`` is ``(B, T, H, D_v)`` in the dtype
@@ -63,11 +68,16 @@ def _prepare(q, k, v, g, scale, initial_state):
     return q * scale, k, v, g.to(dtype).transpose(1, 2), S
 
 
-def gated_linear_attention_recurrent(q, k, v, g, scale=None, initial_state=None, output_final_state=False):
+def gated_linear_attention_recurrent(
+    q, k, v, g, scale=None, initial_state=None, output_final_state=False, cu_seqlens=None
+):
     """Recurrent form: ``S_t = exp(g_t) S_{t-1} + k_t v_tᵀ``, ``o_t = S_tᵀ q_t``, one token at a time.
 
     Source: Wang, Shi, Fox 2025, §3.2 (decay weights); fla ``naive_recurrent_simple_gla``'s convention.
     """
+    if cu_seqlens is not None:
+        return run_varlen(gated_linear_attention_recurrent, cu_seqlens, dict(q=q, k=k, v=v, g=g), initial_state,
+                          output_final_state, scale=scale)
     out_dtype = q.dtype if isinstance(q, torch.Tensor) else None
     q, k, v, g, S = _prepare(q, k, v, g, scale, initial_state)
     outputs = []
@@ -80,7 +90,7 @@ def gated_linear_attention_recurrent(q, k, v, g, scale=None, initial_state=None,
 
 
 def gated_linear_attention_chunk(
-    q, k, v, g, scale=None, initial_state=None, output_final_state=False, chunk_size=64
+    q, k, v, g, scale=None, initial_state=None, output_final_state=False, chunk_size=64, cu_seqlens=None
 ):
     """Chunkwise form: decayed T×T attention inside chunks, the decayed state between chunks.
 
@@ -92,6 +102,9 @@ def gated_linear_attention_chunk(
     (Yang et al. 2024, "Gated linear attention", chunkwise form, with a scalar gate). Memory ``O(T C)``, nothing of
     size T×T; any positive ``chunk_size``, any T (the last chunk is zero-padded: ``g = 0`` keeps the state).
     """
+    if cu_seqlens is not None:
+        return run_varlen(gated_linear_attention_chunk, cu_seqlens, dict(q=q, k=k, v=v, g=g), initial_state,
+                          output_final_state, scale=scale, chunk_size=chunk_size)
     out_dtype = q.dtype if isinstance(q, torch.Tensor) else None
     chunk_size = check_chunk_size(chunk_size, q)  # capped at T
     q, k, v, g, S = _prepare(q, k, v, g, scale, initial_state)

@@ -24,6 +24,7 @@ import torch
 from ttr_edu._validation import check_chunk_size, check_positive_float
 
 from ._common import STATE, check_inputs, check_state, compute_dtype, resolve_scale, to_chunks, zero_state
+from ._varlen import run_varlen
 
 __all__ = ["linear_attention_recurrent", "linear_attention_parallel", "linear_attention_chunk"]
 
@@ -39,6 +40,10 @@ _SHARED_DOC = """
             shape ``(B, H, D_k)``); ``None`` means zero.
         output_final_state: also return the final state (fp32, or fp64 for fp64 inputs).
         chunk_size: (``linear_attention_chunk`` only) tokens per chunk, any positive int; T need not be a multiple.
+        cu_seqlens: (recurrent and chunk forms) fla's variable-length offsets, an integer tensor ``(N + 1,)``: the N
+            sequences are packed along T in a batch of one (``B = 1``), sequence n is tokens
+            ``cu_seqlens[n]:cu_seqlens[n+1]``, and the initial and final states are ``(N, H, D_k, D_v)`` (with ``normalize``, ``z`` is ``(N, H, D_k)``)``, one per
+            sequence; no state crosses a boundary. ``None``: one sequence per batch row.
 
     Returns:
         ``(o, final_state)``: ``o`` is ``(B, T, H, D_v)`` in the dtype of ``q``; ``final_state`` is ``S_T``
@@ -98,13 +103,16 @@ def _finish(o, normalizer, eps, S, z, out_dtype, output_final_state):
 
 
 def linear_attention_recurrent(
-    q, k, v, scale=None, normalize=False, initial_state=None, output_final_state=False, eps=1e-6
+    q, k, v, scale=None, normalize=False, initial_state=None, output_final_state=False, eps=1e-6, cu_seqlens=None
 ):
     """Recurrent form: one state update per token, ``S_t = S_{t-1} + k_t v_tᵀ``, ``o_t = S_tᵀ q_t``.
 
     Cost ``O(T D_k D_v)``, memory ``O(D_k D_v)`` for the state. Source: Katharopoulos et al. 2020, eqs. 16-20;
     Schlag et al. 2021, eqs. 11-13.
     """
+    if cu_seqlens is not None:
+        return run_varlen(linear_attention_recurrent, cu_seqlens, dict(q=q, k=k, v=v), initial_state,
+                          output_final_state, scale=scale, normalize=normalize, eps=eps)
     out_dtype = q.dtype if isinstance(q, torch.Tensor) else None
     q, k, v, S, z = _prepare(q, k, v, scale, normalize, eps, initial_state)
     outputs, normalizers = [], []
@@ -140,7 +148,16 @@ def linear_attention_parallel(
 
 
 def linear_attention_chunk(
-    q, k, v, scale=None, normalize=False, initial_state=None, output_final_state=False, chunk_size=64, eps=1e-6
+    q,
+    k,
+    v,
+    scale=None,
+    normalize=False,
+    initial_state=None,
+    output_final_state=False,
+    chunk_size=64,
+    eps=1e-6,
+    cu_seqlens=None,
 ):
     """Chunkwise form: T×T attention inside chunks of ``C = chunk_size`` tokens, the state between chunks.
 
@@ -152,6 +169,9 @@ def linear_attention_chunk(
     Cost ``O(T C (D_k + D_v) + T D_k D_v)``, memory ``O(T C + (T / C) D_k D_v)``: nothing of size T×T.
     Any positive ``chunk_size`` works, and T need not be a multiple of it (the last chunk is zero-padded).
     """
+    if cu_seqlens is not None:
+        return run_varlen(linear_attention_chunk, cu_seqlens, dict(q=q, k=k, v=v), initial_state, output_final_state,
+                          scale=scale, normalize=normalize, eps=eps, chunk_size=chunk_size)
     out_dtype = q.dtype if isinstance(q, torch.Tensor) else None
     chunk_size = check_chunk_size(chunk_size, q)  # capped at T
     q, k, v, S0, z0 = _prepare(q, k, v, scale, normalize, eps, initial_state)
