@@ -33,6 +33,7 @@ from .feature_maps import (
 )
 from .gated_delta_rule import gated_delta_rule_chunk, gated_delta_rule_recurrent
 from .gated_linear_attention import gated_linear_attention_chunk, gated_linear_attention_recurrent
+from .gla import gla_chunk, gla_recurrent
 from .linear_attention import linear_attention_chunk, linear_attention_parallel, linear_attention_recurrent
 from .local_linear_attention import local_linear_attention
 from .longhorn import longhorn_chunk, longhorn_diagonal_recurrent, longhorn_recurrent, longhorn_step_size
@@ -53,6 +54,8 @@ __all__ = [
     "delta_rule_pseudo_values",
     "gated_linear_attention_recurrent",
     "gated_linear_attention_chunk",
+    "gla_recurrent",
+    "gla_chunk",
     "gated_delta_rule_recurrent",
     "gated_delta_rule_chunk",
     "rls_recurrent",
