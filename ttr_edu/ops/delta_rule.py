@@ -16,6 +16,11 @@ length") in fla's convention: inside a chunk of C tokens the C rank-one updates 
     T = (I + tril(diag(β) K Kᵀ, −1))⁻¹ diag(β),   W = T K,   U = T V,
 
 after which ``S' = S + Kᵀ (U − W S)`` and ``O = Q S + (Q Kᵀ ⊙ M)(U − W S)``, M causal with the diagonal.
+
+Correspondence with flash-linear-attention 0.6.0: :func:`delta_rule_chunk` is ``fla.ops.delta_rule.chunk_delta_rule``
+(pure-torch, heads-first: ``naive.delta_rule_chunkwise``), :func:`delta_rule_recurrent` is
+``fused_recurrent_delta_rule`` (``naive.delta_rule_recurrence``). fla's kernels can L2-normalise ``q, k`` inside
+(``use_qk_l2norm_in_kernel``); here apply :func:`ttr_edu.ops.l2_norm` first.
 """
 
 from __future__ import annotations

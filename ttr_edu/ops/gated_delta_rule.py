@@ -9,6 +9,11 @@ fla's convention (Yang, Kautz, Hatamizadeh 2025, "Gated Delta Networks"): the de
 
 In test-time-regression terms (Wang, Shi, Fox 2025): one SGD step with learning rate β_t on the newest pair,
 after weight decay by ``exp(g_t)``. Stability is as for the delta rule (``β ‖k‖² ∈ [0, 2]``, and ``g ≤ 0``).
+
+Correspondence with flash-linear-attention 0.6.0: :func:`gated_delta_rule_chunk` is
+``fla.ops.gated_delta_rule.chunk_gated_delta_rule`` (pure-torch: ``naive_chunk_gated_delta_rule``),
+:func:`gated_delta_rule_recurrent` is ``fused_recurrent_gated_delta_rule`` (``naive_recurrent_gated_delta_rule``);
+same argument order ``(q, k, v, g, beta)`` and state layout.
 """
 
 from __future__ import annotations

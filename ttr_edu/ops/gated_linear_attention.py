@@ -6,6 +6,12 @@ Linear attention that forgets at rate ``α_t = exp(g_t)`` (fla's ``g`` is a log 
 
 This is weighted test-time regression with weights ``γ_i^{(t)} = Π_{j=i+1..t} α_j`` (Wang, Shi, Fox 2025, §3.2);
 with a scalar decay it is the head-wise gate of RetNet / Mamba-2 style layers (fla's ``simple_gla``).
+
+Correspondence with flash-linear-attention 0.6.0: :func:`gated_linear_attention_chunk` is
+``fla.ops.simple_gla.chunk_simple_gla`` (pure-torch: ``naive_chunk_simple_gla``), and
+:func:`gated_linear_attention_recurrent` is ``fused_recurrent_simple_gla`` (``naive_recurrent_simple_gla``); same
+argument order, ``g`` and state layout. For per-key gates ``(B, T, H, D_k)`` (fla's ``chunk_gla``) see
+:mod:`ttr_edu.ops.gla`.
 """
 
 from __future__ import annotations

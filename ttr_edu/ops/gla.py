@@ -77,6 +77,11 @@ def _check_log_decay(g: torch.Tensor) -> None:
 
 def _prepare(q, k, v, g, scale, initial_state):
     dims = check_inputs(q, k, v)
+    if isinstance(g, torch.Tensor) and g.dim() == 3:
+        raise ValueError(
+            f"g: expected a per-key log decay (B, T, H, D_k), got shape {tuple(g.shape)}; for a scalar gate per head "
+            "(fla's simple_gla) use gated_linear_attention_recurrent / gated_linear_attention_chunk"
+        )
     dims.bind("g", g, QK)
     if g.device != q.device:
         raise ValueError(f"g: expected a tensor on {q.device} (the device of q), got one on {g.device}")

@@ -15,6 +15,14 @@ State carried between calls: ``S`` of shape ``(B, H, D_k, D_v)``; with ``normali
 anywhere and run piece by piece with the state handed over gives the same output as one run.
 
 The inputs are the featurised queries and keys: apply a feature map (:mod:`ttr_edu.ops.feature_maps`) first.
+
+Correspondence with flash-linear-attention 0.6.0: :func:`linear_attention_chunk` is ``fla.ops.linear_attn.
+chunk_linear_attn`` (and ``naive_chunk_linear_attn``), :func:`linear_attention_recurrent` is
+``fused_recurrent_linear_attn`` (and ``naive_recurrent_linear_attn``). The conventions differ in three places:
+
+* ``normalize`` defaults to False here and to True in fla's ``chunk_linear_attn`` (pass it explicitly when porting);
+* the normaliser's ``eps`` is 1e-6 here (Schlag et al.'s code) and 1e-10 in fla (pass ``eps=1e-10`` to match);
+* the ``z`` state is ``(B, H, D_k)`` here and ``(B, 1, H, D_k)`` in fla (``z.unsqueeze(1)`` / ``z.squeeze(1)``).
 """
 
 from __future__ import annotations
