@@ -186,8 +186,9 @@ def test_nan_poison_catches_a_kernel_that_skips_a_tile(monkeypatch):
     o = torch.empty(B, T, H, d_v, device=DEVICE)
     s_final = torch.empty(B, H, d_k, d_v, device=DEVICE)
     _triton_kernels.linear_attention_fwd_kernel[(B * H, 1)](  # two 16-wide value tiles are needed; launch one
-        x["q"], x["k"], x["v"], o, s_final, s_final, 0.25, T,
+        x["q"], x["k"], x["v"], o, s_final, s_final, s_final, 0.25, T,
         H=H, D_K=d_k, D_V=d_v, BT=16, BK=16, BV=16, HAS_S0=False, STORE_FINAL=True, PRECISION="ieee",
+        IS_VARLEN=False,
     )
     assert torch.isfinite(o[..., :16]).all() and torch.isnan(o[..., 16:]).all()
 

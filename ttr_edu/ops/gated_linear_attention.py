@@ -26,8 +26,8 @@ from ._common import (
     check_state,
     compute_dtype,
     decay_matrix,
+    pad_time,
     resolve_scale,
-    to_chunks,
     zero_state,
 )
 from ._varlen import run_varlen
@@ -114,23 +114,49 @@ def gated_linear_attention_chunk(
     out_dtype = q.dtype if isinstance(q, torch.Tensor) else None
     chunk_size = check_chunk_size(chunk_size, q)  # capped at T
     q, k, v, g, S = _prepare(q, k, v, g, scale, initial_state)
-    T, C = q.shape[2], chunk_size
-    qc, kc, vc = (to_chunks(x, C) for x in (q, k, v))  # (B, H, N, C, ·)
-    gc = to_chunks(g, C)  # (B, H, N, C)
-    Gamma = decay_matrix(gc)  # (B, H, N, C, C): Γ_ij, exact also for g = −inf (a full reset)
-    intra = ((qc @ kc.transpose(-1, -2)) * Gamma) @ vc  # (B, H, N, C, D_v)
-    gamma = torch.exp(gc.cumsum(-1)).unsqueeze(-1)  # (B, H, N, C, 1): exp(G_i)
-    q_decayed = qc * gamma
-    k_to_end = kc * Gamma[..., -1, :].unsqueeze(-1)  # exp(G_C − G_j) = Γ_Cj
-    chunk_kv = k_to_end.transpose(-1, -2) @ vc  # (B, H, N, D_k, D_v): what each chunk writes, decayed to its end
-    chunk_decay = gamma[..., -1:, :]  # (B, H, N, 1, 1): exp(G_C)
-
+    B, H, T = q.shape[:3]
+    inputs = [pad_time(x, chunk_size) for x in (q, k, v, g)]
+    n_chunks = inputs[0].shape[2] // chunk_size
+    per_block = max(1, _BLOCK_ROWS // (B * H * chunk_size))
+    S = S.flatten(0, 1)  # (B·H, D_k, D_v)
     outputs = []
-    for n in range(qc.shape[2]):  # the only sequential part: one step per chunk
-        outputs.append(q_decayed[:, :, n] @ S + intra[:, :, n])
-        S = chunk_decay[:, :, n] * S + chunk_kv[:, :, n]
-    o = torch.stack(outputs, dim=2).flatten(2, 3)[:, :, :T]
-    return o.transpose(1, 2).to(out_dtype), (S if output_final_state else None)
+    for first in range(0, n_chunks, per_block):
+        tokens = slice(first * chunk_size, min(first + per_block, n_chunks) * chunk_size)
+        # (B, H, n·C, ·) -> (n, B, H, C, ·) views, chunk-major: one copy then makes each chunk of each head a matrix
+        block = [x[:, :, tokens].unflatten(2, (-1, chunk_size)).movedim(2, 0) for x in inputs]
+        o, S = _block_forward(*block, S=S)
+        outputs.append(o)
+    o = torch.cat(outputs, dim=1)[:, :T]
+    return o.to(out_dtype), (S.unflatten(0, (B, H)) if output_final_state else None)
+
+
+#: Rows of ``q`` per block of chunks (chunks × C × B·H), as in :func:`ttr_edu.ops.delta_rule.chunk_forward`: a
+#: block's intermediates stay in the CPU's cache.
+_BLOCK_ROWS = 4096
+
+
+def _block_forward(q, k, v, g, *, S):
+    """One block of n chunks: ``q, k, v`` ``(n, B, H, C, ·)`` (q scaled), ``g`` ``(n, B, H, C)``, ``S``
+    ``(B·H, D_k, D_v)``. Returns ``o`` ``(B, n·C, H, D_v)`` and the state after the block.
+
+    Everything but the chunk-to-chunk state update is computed for all n chunks at once; the outputs too, from the
+    state each chunk starts with, in one batched product after the loop (as the delta rule's block does).
+    """
+    n, B, H, C, D_k = q.shape
+    kvq = torch.cat([k, v, q], dim=-1).flatten(0, 2)  # one copy: each chunk of each head a matrix [K V Q]
+    kc, vc, qc = kvq[..., :D_k], kvq[..., D_k:-D_k], kvq[..., -D_k:]
+    gc = g.flatten(0, 2)  # (n·B·H, C); zero-padded g keeps the state
+    Gamma = decay_matrix(gc)  # Γ_ij, 0 above the diagonal (so Γ ⊙ M = Γ), exact for g = −inf
+    scores = (qc @ kc.mT).mul_(Gamma)  # (Q Kᵀ ⊙ Γ ⊙ M)
+    gamma = torch.exp(gc.cumsum(-1)).unsqueeze(-1)  # (n·B·H, C, 1): γ_i = exp(G_i)
+    chunk_kv = (kc * Gamma[:, -1, :, None]).mT @ vc  # (n·B·H, D_k, D_v): each chunk's write, decayed to its end
+    chunk_kv, chunk_decay = chunk_kv.unflatten(0, (n, -1)), gamma[:, -1:].unflatten(0, (n, -1))
+    starts = []
+    for i in range(n):  # the only sequential part: one step per chunk
+        starts.append(S)
+        S = torch.addcmul(chunk_kv[i], chunk_decay[i], S)  # S ← γ_C S + K̃ᵀ V
+    o = (scores @ vc).baddbmm_(qc * gamma, torch.cat(starts))  # O = diag(γ) Q S_start + (Q Kᵀ ⊙ Γ ⊙ M) V
+    return o.unflatten(0, (n, B, H)).permute(1, 0, 3, 2, 4).flatten(1, 2), S
 
 
 for _fn in (gated_linear_attention_recurrent, gated_linear_attention_chunk):
