@@ -16,6 +16,8 @@ argument order, ``g`` and state layout. For per-key gates ``(B, T, H, D_k)`` (fl
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from ttr_edu._validation import check_chunk_size
@@ -31,6 +33,7 @@ from ._common import (
     zero_state,
 )
 from ._varlen import run_varlen
+from .delta_rule import chunk_blocks
 
 __all__ = ["gated_linear_attention_recurrent", "gated_linear_attention_chunk"]
 
@@ -70,8 +73,8 @@ def _prepare(q, k, v, g, scale, initial_state):
     if initial_state is not None:
         check_state("initial_state", initial_state, dims, STATE, q.device)
     S = zero_state(dims, dtype, q.device) if initial_state is None else initial_state.to(dtype)
-    q, k, v = (x.to(dtype).transpose(1, 2) for x in (q, k, v))  # (B, H, T, ·)
-    return q * scale, k, v, g.to(dtype).transpose(1, 2), S
+    q, k, v = (x.to(dtype).transpose(1, 2) for x in (q, k, v))  # (B, H, T, ·), q not yet scaled
+    return q, k, v, g.to(dtype).transpose(1, 2), S, scale
 
 
 def gated_linear_attention_recurrent(
@@ -85,7 +88,8 @@ def gated_linear_attention_recurrent(
         return run_varlen(gated_linear_attention_recurrent, cu_seqlens, dict(q=q, k=k, v=v, g=g), initial_state,
                           output_final_state, scale=scale)
     out_dtype = q.dtype if isinstance(q, torch.Tensor) else None
-    q, k, v, g, S = _prepare(q, k, v, g, scale, initial_state)
+    q, k, v, g, S, scale = _prepare(q, k, v, g, scale, initial_state)
+    q = q * scale
     outputs = []
     for t in range(q.shape[2]):
         decay = torch.exp(g[:, :, t, None, None])
@@ -113,50 +117,69 @@ def gated_linear_attention_chunk(
                           output_final_state, scale=scale, chunk_size=chunk_size)
     out_dtype = q.dtype if isinstance(q, torch.Tensor) else None
     chunk_size = check_chunk_size(chunk_size, q)  # capped at T
-    q, k, v, g, S = _prepare(q, k, v, g, scale, initial_state)
-    B, H, T = q.shape[:3]
-    inputs = [pad_time(x, chunk_size) for x in (q, k, v, g)]
-    n_chunks = inputs[0].shape[2] // chunk_size
+    q, k, v, g, S, scale = _prepare(q, k, v, g, scale, initial_state)
+    B, H, T, D_k = q.shape
+    D_v = v.shape[-1]
     per_block = max(1, _BLOCK_ROWS // (B * H * chunk_size))
     S = S.flatten(0, 1)  # (B·H, D_k, D_v)
-    outputs = []
-    for first in range(0, n_chunks, per_block):
-        tokens = slice(first * chunk_size, min(first + per_block, n_chunks) * chunk_size)
-        # (B, H, n·C, ·) -> (n, B, H, C, ·) views, chunk-major: one copy then makes each chunk of each head a matrix
-        block = [x[:, :, tokens].unflatten(2, (-1, chunk_size)).movedim(2, 0) for x in inputs]
-        o, S = _block_forward(*block, S=S)
-        outputs.append(o)
-    o = torch.cat(outputs, dim=1)[:, :T]
+    o = q.new_empty(B, -(-T // chunk_size) * chunk_size, H, D_v)
+    # g of every chunk, (N, B·H, C): small, gathered apart so that the blocks hold matrices only
+    g_chunks = pad_time(g, chunk_size).unflatten(2, (-1, chunk_size)).permute(2, 0, 1, 3).flatten(1, 2).contiguous()
+    for first, last, block in chunk_blocks([k, v, q], chunk_size, per_block):  # [K V Q] per chunk
+        o_block, S = _block_forward(block, g_chunks[first:last].flatten(0, 1), D_k=D_k, D_v=D_v, S=S, scale=scale)
+        o[:, first * chunk_size : last * chunk_size].view(B, last - first, chunk_size, H, D_v).copy_(
+            o_block.permute(1, 0, 3, 2, 4)
+        )
+    o = o[:, :T]
     return o.to(out_dtype), (S.unflatten(0, (B, H)) if output_final_state else None)
 
 
+#: The smallest chunk decay γ_C = exp(Σ g) for which a block uses the rank-one factorisation of the decay matrix.
+_MIN_FACTORED_DECAY = math.exp(-8.0)
+
 #: Rows of ``q`` per block of chunks (chunks × C × B·H), as in :func:`ttr_edu.ops.delta_rule.chunk_forward`: a
 #: block's intermediates stay in the CPU's cache.
-_BLOCK_ROWS = 4096
+_BLOCK_ROWS = 2048
 
 
-def _block_forward(q, k, v, g, *, S):
-    """One block of n chunks: ``q, k, v`` ``(n, B, H, C, ·)`` (q scaled), ``g`` ``(n, B, H, C)``, ``S``
-    ``(B·H, D_k, D_v)``. Returns ``o`` ``(B, n·C, H, D_v)`` and the state after the block.
+def _block_forward(block, gc, *, D_k, D_v, S, scale):
+    """One block of n chunks: ``block`` ``(n, B, H, C, W)`` holds ``[K V Q]`` per chunk (q not scaled), ``gc``
+    ``(n·B·H, C)`` their log decays, ``S`` ``(B·H, D_k, D_v)``. Returns ``o`` ``(n, B, H, C, D_v)`` and the state
+    after the block.
 
     Everything but the chunk-to-chunk state update is computed for all n chunks at once; the outputs too, from the
     state each chunk starts with, in one batched product after the loop (as the delta rule's block does).
     """
-    n, B, H, C, D_k = q.shape
-    kvq = torch.cat([k, v, q], dim=-1).flatten(0, 2)  # one copy: each chunk of each head a matrix [K V Q]
-    kc, vc, qc = kvq[..., :D_k], kvq[..., D_k:-D_k], kvq[..., -D_k:]
-    gc = g.flatten(0, 2)  # (n·B·H, C); zero-padded g keeps the state
-    Gamma = decay_matrix(gc)  # Γ_ij, 0 above the diagonal (so Γ ⊙ M = Γ), exact for g = −inf
-    scores = (qc @ kc.mT).mul_(Gamma)  # (Q Kᵀ ⊙ Γ ⊙ M)
+    n, B, H, C, _ = block.shape
+    x = block.flatten(0, 2)  # (n·B·H, C, W): each chunk of each head one matrix; K, V and Q are views
+    kc, vc, qc = x[..., :D_k], x[..., D_k : D_k + D_v], x[..., D_k + D_v :]
     gamma = torch.exp(gc.cumsum(-1)).unsqueeze(-1)  # (n·B·H, C, 1): γ_i = exp(G_i)
-    chunk_kv = (kc * Gamma[:, -1, :, None]).mT @ vc  # (n·B·H, D_k, D_v): each chunk's write, decayed to its end
-    chunk_kv, chunk_decay = chunk_kv.unflatten(0, (n, -1)), gamma[:, -1:].unflatten(0, (n, -1))
+    q_decayed = qc * gamma
+    if bool((gamma[:, -1] >= _MIN_FACTORED_DECAY).all()):
+        # Γ_ij = γ_i / γ_j has rank one: Q Kᵀ ⊙ Γ = (diag(γ) Q)(diag(1/γ) K)ᵀ, no C×C exponentials. The chunk's decay
+        # is at most e⁸ here, so 1/γ cannot overflow, and Γ carries at most 2·8 units of rounding (against 8 for the
+        # segment sums below): fp32 round-off of order 1e-6.
+        k_undecayed = kc / gamma
+        scores = (q_decayed @ k_undecayed.mT).tril_()
+        # each chunk's write decayed to its end, Σ_j (γ_C / γ_j) k_j v_jᵀ, is γ_C times (diag(1/γ) K)ᵀ V: the
+        # factor γ_C is applied in the loop below, with the state's own decay
+        chunk_kv, write_decay = k_undecayed.mT @ vc, gamma[:, -1:].unflatten(0, (n, -1))
+    else:  # strong decay or a reset (γ = 0) in this block: each Γ_ij from its own segment sum, exact for g = −inf
+        Gamma = decay_matrix(gc)  # Γ_ij, 0 above the diagonal (so Γ ⊙ M = Γ)
+        scores = (qc @ kc.mT).mul_(Gamma)  # (Q Kᵀ ⊙ Γ ⊙ M)
+        # each chunk's write decayed to its end, (diag(Γ_C·) K)ᵀ V, without dividing by a γ_j that may be 0
+        chunk_kv, write_decay = (kc * Gamma[:, -1, :, None]).mT @ vc, None
+    chunk_kv, chunk_decay = chunk_kv.unflatten(0, (n, -1)), gamma[:, -1:].unflatten(0, (n, -1))  # (n, B·H, ·, ·)
     starts = []
-    for i in range(n):  # the only sequential part: one step per chunk
+    for i in range(n):  # the only sequential part: one step per chunk, S ← γ_C S + (diag(γ_C / γ) K)ᵀ V
         starts.append(S)
-        S = torch.addcmul(chunk_kv[i], chunk_decay[i], S)  # S ← γ_C S + K̃ᵀ V
-    o = (scores @ vc).baddbmm_(qc * gamma, torch.cat(starts))  # O = diag(γ) Q S_start + (Q Kᵀ ⊙ Γ ⊙ M) V
-    return o.unflatten(0, (n, B, H)).permute(1, 0, 3, 2, 4).flatten(1, 2), S
+        if write_decay is None:
+            S = torch.addcmul(chunk_kv[i], chunk_decay[i], S)
+        else:
+            S = (S + chunk_kv[i]).mul_(chunk_decay[i])
+    # O = scale (diag(γ) Q S_start + (Q Kᵀ ⊙ Γ ⊙ M) V); q enters only here, linearly, so scale multiplies O once
+    o = (scores @ vc).baddbmm_(q_decayed, torch.cat(starts)).mul_(scale)
+    return o.unflatten(0, (n, B, H)), S
 
 
 for _fn in (gated_linear_attention_recurrent, gated_linear_attention_chunk):
