@@ -44,6 +44,8 @@ def fla_version() -> str | None:
     """The installed fla's version (from its distribution metadata, without importing it), or ``None``."""
     from importlib.metadata import PackageNotFoundError, version
 
+    if _fla_root() is None:
+        return None
     for name in ("flash-linear-attention", "fla-core"):
         try:
             return version(name)
