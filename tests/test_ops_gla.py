@@ -48,7 +48,7 @@ def test_recurrent_and_chunk_equal_the_per_element_loop():
 
 
 @pytest.mark.parametrize("chunk_size", [1, 7, 16, 32, 64, 128])
-@pytest.mark.parametrize("temperature", [1.0, 0.1, 0.01])
+@pytest.mark.parametrize("temperature", [10.0, 1.0, 0.1, 0.01])
 def test_chunk_equals_recurrent_for_any_chunk_size_and_decay(chunk_size, temperature):
     q, k, v, g, S0 = make_inputs(T=77, temperature=temperature)
     o_r, S_r = ops.gla_recurrent(q, k, v, g, initial_state=S0, output_final_state=True)
@@ -134,3 +134,18 @@ def test_dtype_contract(dtype):
     q, k, v, g, S0 = make_inputs(dtype=dtype)
     o, S = ops.gla_chunk(q, k, v, g, initial_state=S0, output_final_state=True)
     assert o.dtype == dtype and S.dtype == torch.float32
+
+
+@pytest.mark.parametrize("dtype, tol", [(torch.float64, 1e-12), (torch.float32, 2e-6)])
+def test_factorised_and_exact_paths_agree(monkeypatch, dtype, tol):
+    """Weak decays take the rank-one path (Q ⊙ γ)(K / γ)ᵀ, strong ones the exact sub-chunked one: forcing either on
+    the same weak-decay inputs gives the same result, to rounding."""
+    from ttr_edu.ops import gla
+
+    q, k, v, g, S0 = make_inputs(T=130, D_k=16, D_v=16, temperature=10.0, dtype=dtype)
+    results = []
+    for threshold in (float("-inf"), 0.0):  # -inf: every block factorised; 0: none (g < 0 everywhere)
+        monkeypatch.setattr(gla, "_MIN_FACTORED_LOG_DECAY", threshold)
+        results.append(ops.gla_chunk(q, k, v, g, initial_state=S0, output_final_state=True))
+    (o_f, S_f), (o_e, S_e) = results
+    assert relative_error(o_f, o_e) < tol and relative_error(S_f, S_e) < tol

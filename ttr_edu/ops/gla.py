@@ -161,6 +161,9 @@ def _intra_chunk_scores(q, k, g, sub):
     return blocks.transpose(-3, -2).reshape(*lead, C, C)
 
 
+#: The smallest per-key chunk log decay for which :func:`gla_chunk` uses the rank-one factorisation of the decays.
+_MIN_FACTORED_LOG_DECAY = -8.0
+
 #: Rows of ``q`` per block of chunks in :func:`gla_chunk` (chunks × C × B·H): the block's (sub, sub, D_k) decay
 #: tensor of the diagonal sub-chunks (16× the size of q) then stays within a few MiB.
 _BLOCK_ROWS = 1024
@@ -175,8 +178,9 @@ def gla_chunk(q, k, v, g, scale=None, initial_state=None, output_final_state=Fal
         O_n = (Q_n ⊙ exp(γ)) S_n + A_n V_n,        A_ij = Σ_d q_id k_jd exp(Σ_{j<l≤i} g_ld)   (i ≥ j)
         S_{n+1} = diag(exp(γ_C)) S_n + (K_n ⊙ exp(γ̄))ᵀ V_n
 
-    Every exponent is a direct sum of log decays, ≤ 0 (see :func:`_intra_chunk_scores`), so strong decays neither
-    overflow nor lose precision, and ``g = −inf`` is exact. The chunks are taken ``_BLOCK_ROWS`` rows of ``q`` at a
+    Where every chunk of a block decays by at most e⁸ in every key, ``Q Kᵀ ⊙ Γ`` factorises as ``(Q ⊙ γ)(K / γ)ᵀ``
+    (one product, rounding within 2·8 units). Otherwise every exponent is a direct sum of log decays, ≤ 0 (see
+    :func:`_intra_chunk_scores`), so strong decays neither overflow nor lose precision, and ``g = −inf`` is exact. The chunks are taken ``_BLOCK_ROWS`` rows of ``q`` at a
     time. Memory ``O(T C + T D_k)``, nothing of size T×T; any positive ``chunk_size``, any T (zero-padded: ``g = 0``
     keeps the state).
     """
@@ -196,10 +200,19 @@ def gla_chunk(q, k, v, g, scale=None, initial_state=None, output_final_state=Fal
     for first in range(0, n_chunks, per_block):
         chunks = slice(first, min(first + per_block, n_chunks))
         q_b, k_b, v_b, g_b = (x[:, :, chunks] for x in (qc, kc, vc, gc))
-        intra = _intra_chunk_scores(q_b, k_b, g_b, sub) @ v_b  # (B, H, n, C, D_v)
-        from_start = g_b.cumsum(-2)  # γ_i, (B, H, n, C, D_k)
+        from_start = g_b.cumsum(-2)  # log γ_i, (B, H, n, C, D_k)
         q_decayed = q_b * torch.exp(from_start)
-        chunk_kv = (k_b * torch.exp(_suffix_sums(g_b))).transpose(-1, -2) @ v_b  # each chunk's write, at its end
+        if bool((from_start[..., -1, :] >= _MIN_FACTORED_LOG_DECAY).all()):
+            # Γ_ijd = γ_id / γ_jd has rank one in (i, j) for each d: Q Kᵀ ⊙ Γ = (Q ⊙ γ)(K / γ)ᵀ, one product. Every
+            # chunk decays by at most e⁸ per key here, so 1/γ cannot overflow and Γ carries at most 2·8 units of
+            # rounding: fp32 round-off of order 1e-6 (as the scalar gate's factorised path).
+            k_undecayed = k_b * torch.exp(-from_start)
+            intra = (q_decayed @ k_undecayed.transpose(-1, -2)).tril_() @ v_b
+            k_to_end = k_undecayed * torch.exp(from_start[..., -1:, :])  # γ_C / γ_j
+        else:  # strong decay or a reset: the exact sub-chunked form, every exponent a direct sum of log decays
+            intra = _intra_chunk_scores(q_b, k_b, g_b, sub) @ v_b  # (B, H, n, C, D_v)
+            k_to_end = k_b * torch.exp(_suffix_sums(g_b))
+        chunk_kv = k_to_end.transpose(-1, -2) @ v_b  # (B, H, n, D_k, D_v): each chunk's write, at its end
         chunk_decay = torch.exp(from_start[..., -1, :]).unsqueeze(-1)  # (B, H, n, D_k, 1)
         for i in range(q_b.shape[2]):  # the only sequential part: one step per chunk
             outputs.append(torch.baddbmm(intra[:, :, i].flatten(0, 1), q_decayed[:, :, i].flatten(0, 1),
