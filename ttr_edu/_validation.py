@@ -335,6 +335,8 @@ def guarded(fn):
         return out
 
     return wrapper
+
+
 def check_cu_seqlens(cu_seqlens, q) -> list[int]:
     """Check fla's variable-length offsets against ``q`` and return them as Python ints.
 
