@@ -98,15 +98,7 @@ def _check(q, k, v, beta, scale, initial_state, chunk_size, check_stability, ref
 
 
 def delta_rule_chunk(
-    q,
-    k,
-    v,
-    beta,
-    scale=None,
-    initial_state=None,
-    output_final_state=False,
-    chunk_size=64,
-    check_stability="warn",
+    q, k, v, beta, scale=None, initial_state=None, output_final_state=False, chunk_size=64, check_stability="warn",
     cu_seqlens=None,
 ):
     """The delta rule, chunked in the WY/UT form, as a Triton kernel (forward) with autograd.
@@ -158,16 +150,7 @@ def delta_rule_chunk(
 
 
 def gated_delta_rule_chunk(
-    q,
-    k,
-    v,
-    g,
-    beta,
-    scale=None,
-    initial_state=None,
-    output_final_state=False,
-    chunk_size=64,
-    check_stability="warn",
+    q, k, v, g, beta, scale=None, initial_state=None, output_final_state=False, chunk_size=64, check_stability="warn",
     cu_seqlens=None,
 ):
     """The gated delta rule, chunked in the WY/UT form, as a Triton kernel (forward) with autograd.

@@ -84,15 +84,7 @@ def _reference(q, k, v, S0, z0, *, normalize: bool, **options):
 
 
 def linear_attention_chunk(
-    q,
-    k,
-    v,
-    scale=None,
-    normalize=False,
-    initial_state=None,
-    output_final_state=False,
-    chunk_size=64,
-    eps=1e-6,
+    q, k, v, scale=None, normalize=False, initial_state=None, output_final_state=False, chunk_size=64, eps=1e-6,
     cu_seqlens=None,
 ):
     """Chunked causal linear attention as a Triton kernel (forward) with autograd.

@@ -263,15 +263,7 @@ def delta_rule_parallel(
 
 
 def delta_rule_chunk(
-    q,
-    k,
-    v,
-    beta,
-    scale=None,
-    initial_state=None,
-    output_final_state=False,
-    chunk_size=64,
-    check_stability="warn",
+    q, k, v, beta, scale=None, initial_state=None, output_final_state=False, chunk_size=64, check_stability="warn",
     cu_seqlens=None,
 ):
     """Chunkwise form (WY/UT representation): C tokens at a time, the state handed from chunk to chunk.

@@ -59,15 +59,7 @@ _SHARED_DOC = """
 
 
 def gated_delta_rule_recurrent(
-    q,
-    k,
-    v,
-    g,
-    beta,
-    scale=None,
-    initial_state=None,
-    output_final_state=False,
-    check_stability="warn",
+    q, k, v, g, beta, scale=None, initial_state=None, output_final_state=False, check_stability="warn",
     cu_seqlens=None,
 ):
     """Recurrent form: decay, then the delta-rule correction against the decayed state; one token at a time.
@@ -92,16 +84,7 @@ def gated_delta_rule_recurrent(
 
 
 def gated_delta_rule_chunk(
-    q,
-    k,
-    v,
-    g,
-    beta,
-    scale=None,
-    initial_state=None,
-    output_final_state=False,
-    chunk_size=64,
-    check_stability="warn",
+    q, k, v, g, beta, scale=None, initial_state=None, output_final_state=False, chunk_size=64, check_stability="warn",
     cu_seqlens=None,
 ):
     """Chunkwise form: the WY/UT transform with in-chunk decays (see :func:`ttr_edu.ops.delta_rule.chunk_forward`).

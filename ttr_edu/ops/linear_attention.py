@@ -156,15 +156,7 @@ def linear_attention_parallel(
 
 
 def linear_attention_chunk(
-    q,
-    k,
-    v,
-    scale=None,
-    normalize=False,
-    initial_state=None,
-    output_final_state=False,
-    chunk_size=64,
-    eps=1e-6,
+    q, k, v, scale=None, normalize=False, initial_state=None, output_final_state=False, chunk_size=64, eps=1e-6,
     cu_seqlens=None,
 ):
     """Chunkwise form: T×T attention inside chunks of ``C = chunk_size`` tokens, the state between chunks.
