@@ -33,6 +33,7 @@ from ttr_edu._validation import check_chunk_size, check_positive_float
 
 from ._common import STATE, check_inputs, check_state, compute_dtype, resolve_scale, to_chunks, zero_state
 from ._varlen import run_varlen
+from .delta_rule import chunk_blocks
 
 __all__ = ["linear_attention_recurrent", "linear_attention_parallel", "linear_attention_chunk"]
 
@@ -175,6 +176,9 @@ def linear_attention_chunk(
     out_dtype = q.dtype if isinstance(q, torch.Tensor) else None
     chunk_size = check_chunk_size(chunk_size, q)  # capped at T
     q, k, v, S0, z0 = _prepare(q, k, v, scale, normalize, eps, initial_state)
+    if z0 is None:  # without the normaliser: a block of chunks at a time, gathered from fla's layout
+        o, S = _blockwise(q, k, v, S0, chunk_size)
+        return _finish(o, None, eps, S, None, out_dtype, output_final_state)
     T, C = q.shape[2], chunk_size
     qc, kc, vc = (to_chunks(x, C) for x in (q, k, v))  # (B, H, N, C, ·)
     scores = (qc @ kc.transpose(-1, -2)).tril()  # (B, H, N, C, C), causal mask M with the diagonal
@@ -194,6 +198,35 @@ def linear_attention_chunk(
         normalizer = normalizer.flatten(2, 3)[:, :, :T]
         z = z_after[:, :, -1]
     return _finish(o, normalizer, eps, S, z, out_dtype, output_final_state)
+
+
+#: Rows of ``q`` per block of chunks in :func:`_blockwise` (chunks × C × B·H), as in the delta rule's chunk form.
+_BLOCK_ROWS = 2048
+
+
+def _blockwise(q, k, v, S, chunk_size):
+    """The chunk form without the normaliser, a block of chunks at a time (:func:`ttr_edu.ops.delta_rule.chunk_blocks`
+    gathers each block in one pass from fla's layout, and its intermediates stay in cache): per block, all chunks'
+    ``Q Kᵀ ⊙ M`` and ``Kᵀ V`` at once, the states each chunk starts from by a running sum, then all outputs at once.
+    Takes heads-first ``q`` (scaled), ``k``, ``v`` and ``S`` ``(B, H, D_k, D_v)``; returns heads-first ``o`` and
+    ``S_T``."""
+    B, H, T, D_k = q.shape
+    D_v, C = v.shape[-1], chunk_size
+    per_block = max(1, _BLOCK_ROWS // (B * H * C))
+    S = S.flatten(0, 1)  # (B·H, D_k, D_v)
+    o = q.new_empty(B, -(-T // C) * C, H, D_v)
+    for first, last, block in chunk_blocks([k, v, q], C, per_block):
+        n = last - first
+        x = block.flatten(0, 2)  # (n·B·H, C, W): [K V Q] of each chunk of each head
+        kc, vc, qc = x[..., :D_k], x[..., D_k : D_k + D_v], x[..., D_k + D_v :]
+        chunk_kv = (kc.mT @ vc).unflatten(0, (n, -1))  # what each chunk writes
+        starts = []
+        for i in range(n):  # the only sequential part: S ← S + Kᵀ V
+            starts.append(S)
+            S = S + chunk_kv[i]
+        o_block = ((qc @ kc.mT).tril_() @ vc).baddbmm_(qc, torch.cat(starts))  # Q S + (Q Kᵀ ⊙ M) V
+        o[:, first * C : last * C].view(B, n, C, H, D_v).copy_(o_block.unflatten(0, (n, B, H)).permute(1, 0, 3, 2, 4))
+    return o[:, :T].transpose(1, 2), S.unflatten(0, (B, H))
 
 
 for _fn in (linear_attention_recurrent, linear_attention_parallel, linear_attention_chunk):
