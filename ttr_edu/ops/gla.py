@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import torch
 
-from ttr_edu._validation import check_positive_int
+from ttr_edu._validation import check_chunk_size
 
 from ._common import QK, STATE, check_inputs, check_state, compute_dtype, resolve_scale, to_chunks, zero_state
 from ._varlen import run_varlen
@@ -188,7 +188,7 @@ def gla_chunk(q, k, v, g, scale=None, initial_state=None, output_final_state=Fal
         return run_varlen(gla_chunk, cu_seqlens, dict(q=q, k=k, v=v, g=g), initial_state, output_final_state,
                           scale=scale, chunk_size=chunk_size)
     out_dtype = q.dtype if isinstance(q, torch.Tensor) else None
-    check_positive_int("chunk_size", chunk_size)
+    chunk_size = check_chunk_size(chunk_size, q)  # capped at T
     q, k, v, g, S = _prepare(q, k, v, g, scale, initial_state)
     B, H, T = q.shape[:3]
     C = chunk_size
