@@ -11,10 +11,15 @@ rule, gated delta rule), it prints:
 * where flash-linear-attention is installed, the time ratio fla / ours of its chunked kernel (> 1: ours is faster);
 * the relative error ‖ours − reference‖ / ‖reference‖, so a fast wrong kernel cannot pass unnoticed.
 
+With ``--varlen`` every case also runs as a variable-length batch in fla's convention: the same B·T tokens packed in
+one row as B sequences of unequal lengths (``cu_seqlens``, seeded), which the kernels run one program per sequence and
+head. The per-key-gate GLA (``ttr_edu.ops.gla_chunk``) has no Triton kernel yet, so it is not benchmarked here.
+
 Usage::
 
     python benchmarks/kernels_gpu.py                 # the full table (needs CUDA)
     python benchmarks/kernels_gpu.py --T 1024 --dtypes bf16 --layers delta_rule
+    python benchmarks/kernels_gpu.py --varlen        # also packed variable-length batches (cu_seqlens)
     python benchmarks/kernels_gpu.py --dry-run       # no GPU: print the plan and the FLOP / byte model
 
 Targets (issue 7): at least 5x faster than the reference chunk form; at least 0.5x fla's chunked kernel.
@@ -43,6 +48,7 @@ class Case:
     H: int
     D: int
     chunk_size: int
+    varlen: bool = False
 
     def flops(self) -> float:
         """FLOPs of the chunk algorithm (a multiply-add counts 2), summed over B·H heads and T/C chunks.
@@ -56,6 +62,9 @@ class Case:
         per_chunk = 4 * C * C * D + 4 * C * D * D if self.layer == "linear_attention" else (
             10 * C * C * D + 6 * C * D * D + C**3 / 3
         )
+        if self.varlen:  # each sequence pads its own last chunk
+            n_chunks = sum(-(-length // C) for length in varlen_lengths(self))
+            return per_chunk * n_chunks * self.H
         n_chunks = -(-self.T // C)
         return per_chunk * n_chunks * self.B * self.H
 
@@ -67,9 +76,23 @@ class Case:
         return tokens * (4 * self.D + per_token) * element + self.B * self.H * self.D * self.D * 4
 
 
+def varlen_lengths(case: Case) -> list[int]:
+    """B sequence lengths that sum to B·T, from T/4 to 7T/4 (seeded): the varlen case packs the same tokens."""
+    gen = torch.Generator().manual_seed(case.T)
+    weights = 0.25 + 1.5 * torch.rand(case.B, generator=gen, dtype=torch.float64)
+    lengths = [max(1, int(w)) for w in (weights / weights.sum() * case.B * case.T).tolist()]
+    lengths[-1] += case.B * case.T - sum(lengths)
+    return lengths
+
+
+def cu_seqlens_of(case: Case, device: str) -> torch.Tensor:
+    offsets = torch.tensor([0, *varlen_lengths(case)], device=device).cumsum(0)
+    return offsets.to(torch.int64)
+
+
 def make_inputs(case: Case, device: str):
     gen = torch.Generator(device=device).manual_seed(0)
-    shape = (case.B, case.T, case.H, case.D)
+    shape = (1, case.B * case.T, case.H, case.D) if case.varlen else (case.B, case.T, case.H, case.D)
     dtype = DTYPES[case.dtype]
     q = torch.randn(shape, device=device, generator=gen).to(dtype)
     k = torch.nn.functional.normalize(torch.randn(shape, device=device, generator=gen), dim=-1).to(dtype)
@@ -93,12 +116,14 @@ def reference(layer: str):
     return getattr(ops, f"{layer}_chunk")
 
 
-def options(layer: str, chunk_size: int) -> dict:
-    extra = {} if layer == "linear_attention" else {"check_stability": "ignore"}
-    return {"chunk_size": chunk_size, **extra}
+def options(case: Case, device: str = "cuda") -> dict:
+    extra = {} if case.layer == "linear_attention" else {"check_stability": "ignore"}
+    if case.varlen:
+        extra["cu_seqlens"] = cu_seqlens_of(case, device)
+    return {"chunk_size": case.chunk_size, **extra}
 
 
-def fla_fn(layer: str):
+def fla_fn(layer: str, cu_seqlens=None):
     """fla's chunked kernel for ``layer`` in the (B, T, H, D) layout, or None when fla is not installed."""
     try:
         if layer == "linear_attention":
@@ -112,6 +137,8 @@ def fla_fn(layer: str):
     kwargs = {"head_first": False} if "head_first" in inspect.signature(fn).parameters else {}
     if layer == "linear_attention":
         kwargs["normalize"] = False  # fla normalises by default; ours and the reference do not
+    if cu_seqlens is not None:
+        kwargs["cu_seqlens"] = cu_seqlens  # fla's own variable-length convention, the one ours follows
     return lambda *args: fn(*args, **kwargs)
 
 
@@ -148,15 +175,16 @@ def rel_err(a: torch.Tensor, b: torch.Tensor) -> float:
 
 def plan(args) -> list[Case]:
     return [
-        Case(layer, dtype, args.B, T, args.H, args.D, args.chunk_size)
+        Case(layer, dtype, args.B, T, args.H, args.D, args.chunk_size, varlen)
         for layer in args.layers
         for dtype in args.dtypes
         for T in args.T
+        for varlen in ((False, True) if args.varlen else (False,))
     ]
 
 
 HEADER = (
-    f"{'layer':<17} {'dtype':<5} {'T':>6} | {'ours ms':>8} {'TFLOP/s':>8} {'(ceil)':>7} {'GB/s':>7} {'(ceil)':>7} | "
+    f"{'layer':<17} {'dtype':<5} {'T':>6} {'var':>3} | {'ours ms':>8} {'TFLOP/s':>8} {'(ceil)':>7} {'GB/s':>7} {'(ceil)':>7} | "
     f"{'ref ms':>8} {'x ref':>6} | {'fla ms':>7} {'fla/ours':>8} | {'rel err':>8}"
 )
 
@@ -171,8 +199,8 @@ def run(cases: list[Case]) -> None:
     speedups, fla_ratios = [], []
     for case in cases:
         inputs = make_inputs(case, "cuda")
-        kernel, ref, fla = ours(case.layer), reference(case.layer), fla_fn(case.layer)
-        opts = options(case.layer, case.chunk_size)
+        opts = options(case)
+        kernel, ref, fla = ours(case.layer), reference(case.layer), fla_fn(case.layer, opts.get("cu_seqlens"))
         o, _ = kernel(*inputs, **opts)
         o_ref, _ = ref(*inputs, **opts)
         error = rel_err(o, o_ref)
@@ -189,7 +217,7 @@ def run(cases: list[Case]) -> None:
         speedups.append(t_ref / t_ours)
         tflops, gbps = ceilings[case.dtype]
         print(
-            f"{case.layer:<17} {case.dtype:<5} {case.T:>6} | {t_ours:>8.3f} "
+            f"{case.layer:<17} {case.dtype:<5} {case.T:>6} {'yes' if case.varlen else 'no':>3} | {t_ours:>8.3f} "
             f"{case.flops() / (t_ours * 1e-3) / 1e12:>8.2f} {tflops:>7.1f} "
             f"{case.bytes() / (t_ours * 1e-3) / 1e9:>7.0f} {gbps:>7.0f} | "
             f"{t_ref:>8.3f} {t_ref / t_ours:>6.1f} | {fla_text} | {error:>8.1e}",
@@ -208,12 +236,14 @@ def run(cases: list[Case]) -> None:
 def dry_run(cases: list[Case]) -> None:
     """Without a GPU: print what would run, and the FLOP / byte model each row is divided by."""
     print(f"dry run: {len(cases)} cases, nothing timed")
-    print(f"{'layer':<17} {'dtype':<5} {'T':>6} {'GFLOP':>9} {'MB moved':>9} {'FLOP/byte':>9}")
+    print(f"{'layer':<17} {'dtype':<5} {'T':>6} {'var':>3} {'GFLOP':>9} {'MB moved':>9} {'FLOP/byte':>9}")
     for case in cases:
         print(
-            f"{case.layer:<17} {case.dtype:<5} {case.T:>6} {case.flops() / 1e9:>9.1f} {case.bytes() / 1e6:>9.1f} "
-            f"{case.flops() / case.bytes():>9.1f}"
+            f"{case.layer:<17} {case.dtype:<5} {case.T:>6} {'yes' if case.varlen else 'no':>3} "
+            f"{case.flops() / 1e9:>9.1f} {case.bytes() / 1e6:>9.1f} {case.flops() / case.bytes():>9.1f}"
         )
+        if case.varlen:
+            print(f"  cu_seqlens: {cu_seqlens_of(case, 'cpu').tolist()}")
     print(f"fla installed: {fla_fn('delta_rule') is not None}")
 
 
@@ -226,6 +256,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--chunk-size", type=int, default=64)
     parser.add_argument("--dtypes", nargs="+", choices=list(DTYPES), default=list(DTYPES))
     parser.add_argument("--layers", nargs="+", choices=LAYERS, default=list(LAYERS))
+    parser.add_argument("--varlen", action="store_true", help="also run packed variable-length batches (cu_seqlens)")
     parser.add_argument("--dry-run", action="store_true", help="print the plan and the FLOP/byte model; no GPU")
     return parser.parse_args(argv)
 

@@ -3,26 +3,35 @@
 For T in {256, 1024, 4096}, D_k = D_v = 64, B·H = 8 (B = 1, H = 8), fp32, forward only (``torch.no_grad``), this
 prints per layer and form:
 
-* the median wall time over ``--repeats`` rounds; within a round every form of a layer runs once, in turn, so the
-  forms share whatever load the machine has at that moment (the speedup is measured side by side, in one run);
+* the median time over ``--repeats`` rounds; within a round every form of a layer runs once, in turn, together with
+  fla's naive chunk form of the layer and a reference matmul, so all of them share whatever load the machine has at
+  that moment. The clock is the process's CPU time by default (``--clock cpu``): on a shared machine it counts the
+  work done on our one thread, not the time spent waiting for a core (``--clock wall`` for wall time);
 * the speedup against the layer's recurrent form (its median time divided by this form's);
+* ``fla/ours``: for chunk forms, the time of flash-linear-attention's pure-PyTorch chunk form of the same layer at
+  the same chunk size (``naive_chunk_linear_attn``, ``delta_rule_chunkwise``, ``naive_chunk_simple_gla``,
+  ``naive_chunk_gated_delta_rule``) divided by ours: above 1, ours is faster. fla is an optional peer
+  (``pip install -e .[bench]``); without it the column says so. fla has no pure-PyTorch chunk form of the per-key
+  GLA. fla's delta rule reference is heads-first, so it is handed heads-first contiguous inputs (its best case);
+* ``GFLOP/s`` and ``% mm``: for chunk forms, the FLOPs of the chunk algorithm (:func:`chunk_flops`) per second, and
+  that rate as a fraction of the one-core rate of a 1024³ fp32 matmul timed in the same rounds;
 * the peak memory allocated by PyTorch during one call, from the profiler's allocation records
   (``torch.profiler`` with ``profile_memory=True``: a running sum of every allocation and free, in order).
 
-Then it checks the issue's targets: ``delta_rule_chunk`` ≥ 20× faster than ``delta_rule_recurrent`` at T = 4096,
-``linear_attention_chunk`` at least as fast as ``linear_attention_parallel``, and chunk forms whose peak memory grows
-linearly in T (×4 from T = 1024 to 4096; a T×T buffer would give ×16).
+Then it checks the targets of issue 15, at T = 1024 and 4096: every chunk form at least as fast as fla's naive
+chunk form of the same layer; ``delta_rule_chunk`` at least 40% of the matmul rate; and, as before,
+``linear_attention_chunk`` at least as fast as ``linear_attention_parallel`` and chunk forms whose peak memory grows
+linearly in T (×4 from T = 1024 to 4096; a T×T buffer would give ×16). The load average is printed before and after.
 
 Usage::
 
-    python benchmarks/ops_cpu.py                 # the full table (a few minutes on 2 busy cores)
-    python benchmarks/ops_cpu.py --T 256 1024 --repeats 3 --layers delta_rule linear_attention
+    python benchmarks/ops_cpu.py                 # the full table (several minutes on 2 busy cores)
+    python benchmarks/ops_cpu.py --T 1024 4096 --repeats 7 --layers delta_rule gated_linear_attention
     python benchmarks/ops_cpu.py --T 4096 --layers delta_rule --chunk-size 32   # another chunk size
 
 One thread by default: on a shared machine several threads per process contend and the timings swing by 10x or
-more (``--threads`` to change it). Note that on a CPU the chunk forms win by replacing thousands of small per-token
-ops with a few large matmuls, not by doing less arithmetic (they do about twice the FLOPs of the recurrence), so
-their speedup grows with the number of cores the matmuls can use.
+more (``--threads`` to change it). On a CPU the chunk forms win by replacing thousands of small per-token ops with a
+few large matmuls, not by doing less arithmetic.
 
 Local linear attention costs O(T² D_k²) (≈ 1.1 TFLOP per call at T = 4096); it is skipped above ``--max-T-lla``
 (default 1024) and the table says so.
@@ -31,14 +40,17 @@ Local linear attention costs O(T² D_k²) (≈ 1.1 TFLOP per call at T = 4096); 
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import time
 from collections.abc import Callable
 
 import torch
+import torch.nn.functional as F
 from torch.profiler import ProfilerActivity, profile
 
 from ttr_edu import ops
+from ttr_edu._fla_naive import fla_naive, fla_version
 
 B, H, D = 1, 8, 64
 
@@ -50,7 +62,9 @@ def make_inputs(T: int, seed: int = 0) -> dict[str, torch.Tensor]:
     v = torch.randn(B, T, H, D, generator=gen)
     beta = torch.rand(B, T, H, generator=gen)
     g = -0.1 * torch.rand(B, T, H, generator=gen)
-    return dict(q=q, k=k, v=v, beta=beta, g=g)
+    gk = F.logsigmoid(torch.randn(B, T, H, D, generator=gen) + 4.0)  # per-key log decay, mostly near 0
+    heads_first = {name: x.transpose(1, 2).contiguous() for name, x in dict(q=q, k=k, v=v, beta=beta).items()}
+    return dict(q=q, k=k, v=v, beta=beta, g=g, gk=gk, heads_first=heads_first)
 
 
 def _qkv(x):
@@ -77,6 +91,10 @@ LAYERS: dict[str, dict[str, Callable]] = {
         "recurrent": lambda x, C: ops.gated_delta_rule_recurrent(*_qkv(x), x["g"], x["beta"]),
         "chunk": lambda x, C: ops.gated_delta_rule_chunk(*_qkv(x), x["g"], x["beta"], chunk_size=C),
     },
+    "gla": {
+        "recurrent": lambda x, C: ops.gla_recurrent(*_qkv(x), x["gk"]),
+        "chunk": lambda x, C: ops.gla_chunk(*_qkv(x), x["gk"], chunk_size=C),
+    },
     "rls": {
         "recurrent": lambda x, C: ops.rls_recurrent(*_qkv(x)),
         "exact": lambda x, C: ops.rls_exact(*_qkv(x)),
@@ -84,6 +102,67 @@ LAYERS: dict[str, dict[str, Callable]] = {
     "softmax_attention": {"parallel": lambda x, C: ops.softmax_attention(*_qkv(x))},
     "local_linear_attention": {"parallel": lambda x, C: ops.local_linear_attention(*_qkv(x))},
 }
+
+
+def fla_chunk_form(layer: str, chunk_size: int, T: int) -> Callable | str:
+    """fla's pure-PyTorch chunk form of ``layer`` as ``call(inputs)``, or the reason there is none."""
+    if fla_version() is None:
+        return "fla not installed"
+    if layer == "linear_attention":
+        if chunk_size != 64 or T % 64:
+            return "fla: C=64 | T only"  # naive_chunk_linear_attn hard-codes chunks of 64 and needs T % 64 == 0
+        fn = fla_naive("linear_attn").naive_chunk_linear_attn
+        return lambda x: fn(*_qkv(x))
+    if layer == "delta_rule":
+        if T % chunk_size:
+            return "fla: C | T only"
+        fn = fla_naive("delta_rule").delta_rule_chunkwise
+        return lambda x: fn(*(x["heads_first"][n] for n in ("q", "k", "v", "beta")), chunk_size=chunk_size)
+    if layer == "gated_linear_attention":
+        fn = fla_naive("simple_gla").naive_chunk_simple_gla
+        return lambda x: fn(*_qkv(x), x["g"], chunk_size=chunk_size)
+    if layer == "gated_delta_rule":
+        fn = fla_naive("gated_delta_rule").naive_chunk_gated_delta_rule
+        return lambda x: fn(*_qkv(x), x["g"], x["beta"], chunk_size=chunk_size)
+    if layer == "gla":
+        return "no fla naive chunk"
+    return ""
+
+
+def chunk_flops(layer: str, T: int, C: int, D: int = D, heads: int = B * H) -> float:
+    """FLOPs of a chunk form (a multiply-add counts 2; dense products as executed, masked halves included).
+
+    Per chunk of C tokens, D_k = D_v = D:
+
+    * linear attention, scalar and per-key GLA: Q Kᵀ, (·) V, Q S, Kᵀ V -> ``4 C² D + 4 C D²`` (the decays are
+      elementwise, not counted);
+    * delta rule, gated or not: K Kᵀ, Q Kᵀ, the triangular solve for ``[W U]`` (``C²`` per right-hand side, 2 D of
+      them), (Q Kᵀ ⊙ M) u -> ``8 C² D``; W S, Q S, Kᵀ u -> ``6 C D²``. (fla's kernels form the C×C inverse and two
+      more products, ``10 C² D + C³ / 3``: counting that would flatter ours.)
+    """
+    per_chunk = 8 * C * C * D + 6 * C * D * D if "delta_rule" in layer else 4 * C * C * D + 4 * C * D * D
+    return per_chunk * -(-T // C) * heads
+
+
+MATMUL_N = 1024
+
+
+def matmul_probe() -> Callable[[], object]:
+    """A 1024³ fp32 matmul (2.1 GFLOP): the one-core rate the chunk forms are measured against."""
+    gen = torch.Generator().manual_seed(1)
+    a, b = torch.randn(MATMUL_N, MATMUL_N, generator=gen), torch.randn(MATMUL_N, MATMUL_N, generator=gen)
+    return lambda: a @ b
+
+
+def tile_probe() -> Callable[[], object]:
+    """512 products of 64×64 tiles (the chunk forms' tile at C = D = 64, B·H = 8, 64 chunks): the rate a chunk form
+    could reach if it were nothing but its matmuls, printed for context."""
+    gen = torch.Generator().manual_seed(2)
+    a, b = torch.randn(512, 64, 64, generator=gen), torch.randn(512, 64, 64, generator=gen)
+    return lambda: a @ b
+
+
+CLOCKS = {"cpu": time.process_time, "wall": time.perf_counter}
 
 
 def peak_memory_bytes(fn: Callable[[], object]) -> int:
@@ -104,16 +183,16 @@ def peak_memory_bytes(fn: Callable[[], object]) -> int:
     return peak
 
 
-def time_layer(forms: dict[str, Callable], inputs: dict, chunk_size: int, repeats: int) -> dict[str, float]:
-    """Median seconds per form; each round runs every form once, in turn (side by side)."""
+def time_layer(forms: dict[str, Callable], repeats: int, clock: Callable[[], float]) -> dict[str, float]:
+    """Median seconds per entry of ``forms`` (zero-argument calls); each round runs every entry once, in turn."""
     for fn in forms.values():  # warm-up: first-call allocations and dispatch caches
-        fn(inputs, chunk_size)
+        fn()
     samples: dict[str, list[float]] = {name: [] for name in forms}
     for _ in range(repeats):
         for name, fn in forms.items():
-            start = time.perf_counter()
-            fn(inputs, chunk_size)
-            samples[name].append(time.perf_counter() - start)
+            start = clock()
+            fn()
+            samples[name].append(clock() - start)
     return {name: statistics.median(times) for name, times in samples.items()}
 
 
@@ -128,17 +207,28 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--layers", nargs="+", default=list(LAYERS), choices=list(LAYERS))
     parser.add_argument("--chunk-size", type=int, default=64, help="chunk_size of the chunk forms (fla's 64)")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (1: stable on a shared machine)")
+    parser.add_argument("--clock", choices=list(CLOCKS), default="cpu", help="process CPU time or wall time")
     parser.add_argument("--max-T-lla", type=int, default=1024, help="largest T for local linear attention")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
+    clock = CLOCKS[args.clock]
+    fla = fla_version()
     print(
         f"ttr_edu.ops on CPU: B={B}, H={H}, D_k=D_v={D}, fp32, forward only; torch {torch.__version__}, "
-        f"{torch.get_num_threads()} thread(s); median of {args.repeats} rounds; chunk_size {args.chunk_size}\n"
+        f"{torch.get_num_threads()} thread(s); median of {args.repeats} rounds of {args.clock} time; chunk_size "
+        f"{args.chunk_size}; fla {fla or 'not installed'}; load average {load()} on {os.cpu_count()} cores\n"
     )
-    header = f"{'layer':<24} {'form':<10} {'T':>5} {'median ms':>11} {'speedup':>9} {'peak MiB':>9}"
+    header = (
+        f"{'layer':<24} {'form':<10} {'T':>5} {'median ms':>11} {'speedup':>9} {'fla/ours':>20} {'GFLOP/s':>8} "
+        f"{'% mm':>5} {'peak MiB':>9}"
+    )
     print(header)
     print("-" * len(header))
     results: dict[tuple[str, str, int], tuple[float, int]] = {}
+    fla_ratios: dict[tuple[str, int], float] = {}
+    matmul_rates: list[float] = []
+    probe, tiles = matmul_probe(), tile_probe()
+    tile_rates: list[float] = []
     with torch.no_grad():
         for layer in args.layers:
             forms = LAYERS[layer]
@@ -147,24 +237,65 @@ def main(argv: list[str] | None = None) -> None:
                     print(f"{layer:<24} {'parallel':<10} {T:>5}   skipped: O(T² D_k²), raise --max-T-lla to run")
                     continue
                 inputs = make_inputs(T)
-                medians = time_layer(forms, inputs, args.chunk_size, args.repeats)
+                calls = {name: (lambda fn=fn: fn(inputs, args.chunk_size)) for name, fn in forms.items()}
+                peer = fla_chunk_form(layer, args.chunk_size, T) if "chunk" in forms else ""
+                if callable(peer):
+                    calls["fla naive chunk"] = lambda: peer(inputs)
+                calls["matmul"], calls["tiles"] = probe, tiles
+                medians = time_layer(calls, args.repeats, clock)
+                matmul_rate = 2 * MATMUL_N**3 / medians["matmul"]
+                matmul_rates.append(matmul_rate)
+                tile_rates.append(2 * 512 * 64**3 / medians["tiles"])
                 baseline = medians.get("recurrent")
                 for name, fn in forms.items():
                     peak = peak_memory_bytes(lambda: fn(inputs, args.chunk_size))
                     results[layer, name, T] = (medians[name], peak)
                     speedup = f"{baseline / medians[name]:8.1f}x" if baseline else f"{'—':>9}"
-                    print(f"{layer:<24} {name:<10} {T:>5} {medians[name] * 1e3:11.2f} {speedup} {fmt_bytes(peak)}")
+                    vs_fla, rate, share = f"{'—':>20}", f"{'—':>8}", f"{'—':>5}"
+                    if name == "chunk":
+                        if callable(peer):
+                            fla_ratios[layer, T] = medians["fla naive chunk"] / medians[name]
+                            vs_fla = f"{fla_ratios[layer, T]:19.2f}x"
+                        else:
+                            vs_fla = f"{peer:>20}"
+                        flops = chunk_flops(layer, T, args.chunk_size)
+                        rate = f"{flops / medians[name] / 1e9:8.1f}"
+                        share = f"{100 * flops / medians[name] / matmul_rate:4.0f}%"
+                        results[layer, "share", T] = (flops / medians[name] / matmul_rate, 0)
+                    print(
+                        f"{layer:<24} {name:<10} {T:>5} {medians[name] * 1e3:11.2f} {speedup} {vs_fla} {rate} "
+                        f"{share} {fmt_bytes(peak)}"
+                    )
+                if callable(peer):
+                    print(f"{'  fla naive chunk form':<35} {T:>5} {medians['fla naive chunk'] * 1e3:11.2f}")
             print()
-    report_targets(results)
+    if matmul_rates:
+        print(
+            f"one-core matmul ({MATMUL_N}³ fp32), timed in every round: median {statistics.median(matmul_rates) / 1e9:.1f}"
+            f" GFLOP/s (range {min(matmul_rates) / 1e9:.1f}–{max(matmul_rates) / 1e9:.1f} over the layers); "
+            f"512 products of 64×64 tiles: median {statistics.median(tile_rates) / 1e9:.1f} GFLOP/s "
+            f"({100 * statistics.median(tile_rates) / statistics.median(matmul_rates):.0f}% of it)"
+        )
+    print(f"load average after the run: {load()}\n")
+    report_targets(results, fla_ratios)
 
 
-def report_targets(results: dict[tuple[str, str, int], tuple[float, int]]) -> None:
-    print("targets")
-    key_rec, key_chunk = ("delta_rule", "recurrent", 4096), ("delta_rule", "chunk", 4096)
-    if key_rec in results and key_chunk in results:
-        ratio = results[key_rec][0] / results[key_chunk][0]
-        verdict = "met" if ratio >= 20 else "NOT met"
-        print(f"  delta_rule_chunk vs delta_rule_recurrent at T=4096: {ratio:.1f}x (target >= 20x): {verdict}")
+def load() -> str:
+    return " / ".join(f"{x:.1f}" for x in os.getloadavg())
+
+
+def report_targets(results: dict[tuple[str, str, int], tuple[float, int]], fla_ratios: dict) -> None:
+    print("targets (issue 15: T = 1024 and 4096, B·H = 8, D = 64, fp32, one thread)")
+    for (layer, T), ratio in sorted(fla_ratios.items()):
+        if T in (1024, 4096):
+            verdict = "met" if ratio >= 1 else "NOT met"
+            print(f"  {layer}_chunk vs fla's naive chunk form at T={T}: fla/ours = {ratio:.2f} (target >= 1): {verdict}")
+    for T in (1024, 4096):
+        share = results.get(("delta_rule", "share", T))
+        if share:
+            verdict = "met" if share[0] >= 0.4 else "NOT met"
+            print(f"  delta_rule_chunk at T={T}: {100 * share[0]:.0f}% of the one-core matmul rate (target >= 40%): "
+                  f"{verdict}")
     for T in sorted({t for (_, _, t) in results}):
         par, chk = results.get(("linear_attention", "parallel", T)), results.get(("linear_attention", "chunk", T))
         if par and chk:

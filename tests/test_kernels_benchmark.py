@@ -41,3 +41,30 @@ def test_flop_and_byte_model_by_hand(bench):
 def test_real_run_needs_cuda(bench, capsys):
     assert bench.main(["--T", "1024"]) == 2
     assert "needs a CUDA GPU" in capsys.readouterr().err
+
+
+def test_varlen_lengths_pack_the_same_tokens(bench):
+    case = bench.Case("delta_rule", "fp32", B=8, T=1024, H=2, D=64, chunk_size=64, varlen=True)
+    lengths = bench.varlen_lengths(case)
+    assert len(lengths) == 8 and sum(lengths) == 8 * 1024 and min(lengths) >= 1 and len(set(lengths)) > 1
+    cu = bench.cu_seqlens_of(case, "cpu")
+    assert cu[0] == 0 and cu[-1] == 8 * 1024 and cu.dtype == torch.int64
+    # each sequence pads its own last chunk: at least as many chunks as the padded batch
+    assert case.flops() >= bench.Case("delta_rule", "fp32", B=8, T=1024, H=2, D=64, chunk_size=64).flops()
+
+
+@pytest.mark.parametrize("layer", ["linear_attention", "delta_rule", "gated_delta_rule"])
+def test_varlen_case_runs_kernel_and_reference_alike(bench, layer):
+    """The varlen path of the benchmark, small and on the CPU under Triton's interpreter (where it is active): the
+    inputs, options and the two calls the GPU run times, with the same error it prints."""
+    from ttr_edu import kernels
+
+    if not torch.cuda.is_available() and not kernels.interpreter_active():
+        pytest.skip("CPU tensors need TRITON_INTERPRET=1 before triton is imported")
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    case = bench.Case(layer, "fp32", B=3, T=40, H=2, D=16, chunk_size=16, varlen=True)
+    inputs, opts = bench.make_inputs(case, device), bench.options(case, device)
+    assert inputs[0].shape == (1, 120, 2, 16) and opts["cu_seqlens"].numel() == 4
+    o, _ = bench.ours(layer)(*inputs, **opts)
+    o_ref, _ = bench.reference(layer)(*inputs, **opts)
+    assert bench.rel_err(o, o_ref) < 1e-4

@@ -52,6 +52,7 @@ __all__ = [
     "check_chunk_size",
     "guarded",
     "check_decayed_sum_args",
+    "check_cu_seqlens",
 ]
 
 # The switch of the non-finite scans (module-level, so torch.compile guards on it like any global).
@@ -334,3 +335,46 @@ def guarded(fn):
         return out
 
     return wrapper
+
+
+def check_cu_seqlens(cu_seqlens, q) -> list[int]:
+    """Check fla's variable-length offsets against ``q`` and return them as Python ints.
+
+    Convention (flash-linear-attention, FlashAttention's varlen API): the N sequences are packed one after another
+    along the time axis of a batch of one, ``q`` is ``(1, T, H, D_k)``, and sequence ``n`` is the tokens
+    ``cu_seqlens[n] : cu_seqlens[n + 1]``. So ``cu_seqlens`` is a 1-D integer tensor ``(N + 1,)`` that starts at 0,
+    increases strictly (no empty sequence) and ends at T.
+
+    Raises:
+        TypeError: ``cu_seqlens`` is not a tensor, or not of an integer dtype.
+        ValueError: ``cu_seqlens`` is not 1-D with at least two entries, does not start at 0, does not end at T or
+            does not increase strictly; ``q`` is not 4-D or its batch size is not 1.
+    """
+    if not isinstance(cu_seqlens, torch.Tensor):
+        raise TypeError(f"cu_seqlens: expected an integer torch.Tensor of shape (N + 1,), got {type(cu_seqlens).__name__}")
+    if cu_seqlens.is_floating_point() or cu_seqlens.is_complex() or cu_seqlens.dtype == torch.bool:
+        raise TypeError(f"cu_seqlens: expected an integer dtype (int32 or int64 offsets), got {cu_seqlens.dtype}")
+    if cu_seqlens.dim() != 1 or cu_seqlens.numel() < 2:
+        raise ValueError(
+            f"cu_seqlens: expected a 1-D tensor of shape (N + 1,) with N >= 1 sequences, got shape {tuple(cu_seqlens.shape)}"
+        )
+    check_tensor("q", q)
+    if q.dim() != 4 or q.shape[0] != 1:
+        raise ValueError(
+            "q: with cu_seqlens the sequences are packed along T in a batch of one, expected shape (1, T, H, D_k), "
+            f"got {tuple(q.shape)}"
+        )
+    offsets = [int(x) for x in cu_seqlens.tolist()]
+    T = q.shape[1]
+    if offsets[0] != 0:
+        raise ValueError(f"cu_seqlens: expected offsets that start at 0, got cu_seqlens[0] = {offsets[0]}")
+    if offsets[-1] != T:
+        raise ValueError(f"cu_seqlens: expected offsets that end at T = {T} (the packed length of q), got {offsets[-1]}")
+    steps = [b - a for a, b in zip(offsets, offsets[1:])]
+    if min(steps) <= 0:
+        n = steps.index(min(steps))
+        raise ValueError(
+            "cu_seqlens: expected strictly increasing offsets (every sequence at least one token), got "
+            f"cu_seqlens[{n}] = {offsets[n]} and cu_seqlens[{n + 1}] = {offsets[n + 1]}"
+        )
+    return offsets

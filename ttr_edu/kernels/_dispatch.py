@@ -16,6 +16,7 @@ import torch
 import triton
 from triton.runtime.interpreter import InterpretedFunction
 
+from ttr_edu._validation import Dims, check_cu_seqlens
 from ttr_edu.kernels import _triton_kernels
 
 #: The largest D_k a kernel accepts: a program keeps a (D_k, BV) block of the state in registers.
@@ -108,6 +109,22 @@ def warps_for(block_k: int, block_v: int, device: torch.device) -> int:
     """8 warps for large tiles on a GPU: the (D_k, BV) state, the chunk tiles and the C x C inverse then fit in
     255 registers per thread with little spilling (checked with ptxas for sm_90); 4 otherwise."""
     return 8 if device.type == "cuda" and block_k * block_v >= 64 * 64 else 4
+
+
+def varlen_state_dims(dims: Dims, cu_seqlens, q) -> Dims:
+    """The dims that states are checked against: ``dims`` itself, or with ``cu_seqlens`` (checked here, fla's
+    convention) a copy whose leading state dim is the number of sequences N, set by ``cu_seqlens``."""
+    if cu_seqlens is None:
+        return dims
+    offsets = check_cu_seqlens(cu_seqlens, q)
+    state_dims = Dims(**{**dims.sizes, "B": len(offsets) - 1})
+    state_dims.owner.update(dims.owner, B="cu_seqlens (N sequences)")
+    return state_dims
+
+
+def varlen_grid_rows(B: int, cu_seqlens) -> int:
+    """Programs per head on the grid's first axis: one per batch element, or one per sequence."""
+    return B if cu_seqlens is None else cu_seqlens.numel() - 1
 
 
 def kernel_input(x: torch.Tensor | None, device: torch.device) -> torch.Tensor | None:

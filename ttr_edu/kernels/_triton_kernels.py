@@ -1,14 +1,16 @@
 """The Triton kernels themselves: chunked linear attention and the chunked (gated) delta rule.
 
-One program handles one (batch, head) pair and one block of ``BV`` value columns; the grid is
-``(B * H, cdiv(D_v, BV))``, with ``B * H`` on axis 0 because CUDA allows 2**31 - 1 programs there but only 65 535
+One program handles one (batch, head) pair, or with ``cu_seqlens`` one (sequence, head) pair, and one block of
+``BV`` value columns; the grid is ``(B * H, cdiv(D_v, BV))`` (``(N * H, ·)`` with N sequences), with ``B * H`` on axis 0 because CUDA allows 2**31 - 1 programs there but only 65 535
 on axes 1 and 2. It walks the sequence chunk by chunk (``BT`` tokens each), keeps the state block ``S``
 (``BK x BV``, fp32) in registers, and writes each chunk's output once. Every matrix product is a ``tl.dot`` on a ``BT``-sized tile: this is what makes the chunk
 form fast on matrix units (chapter 09).
 
 Layout (contiguous, as flash-linear-attention): ``q, k`` are ``(B, T, H, D_k)``, ``v, o`` are ``(B, T, H, D_v)``,
 ``beta, g`` are ``(B, T, H)``, states are ``(B, H, D_k, D_v)`` fp32. The element ``(b, t, h, d)`` of a
-``(B, T, H, D)`` tensor sits at ``((b * T + t) * H + h) * D + d``.
+``(B, T, H, D)`` tensor sits at ``((b * T + t) * H + h) * D + d``. Variable-length batches follow fla: ``B = 1``,
+sequence n is tokens ``cu_seqlens[n] : cu_seqlens[n + 1]`` (``bos : eos``), so its token t sits at
+``((bos + t) * H + h) * D + d`` and its states at index ``n`` of ``(N, H, D_k, D_v)``.
 
 All arithmetic is fp32 whatever the input dtype; ``PRECISION`` is the ``tl.dot`` input precision, chosen by
 :func:`ttr_edu.kernels._dispatch.dot_precision` (``"ieee"``, ``"tf32x3"`` or ``"tf32"``).
@@ -20,14 +22,19 @@ import triton.language as tl
 
 @triton.jit
 def linear_attention_fwd_kernel(
-    q, k, v, o, s0, s_final, scale, T,
+    q, k, v, o, s0, s_final, cu_seqlens, scale, T,
     H: tl.constexpr, D_K: tl.constexpr, D_V: tl.constexpr,
     BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
-    HAS_S0: tl.constexpr, STORE_FINAL: tl.constexpr, PRECISION: tl.constexpr,
+    HAS_S0: tl.constexpr, STORE_FINAL: tl.constexpr, PRECISION: tl.constexpr, IS_VARLEN: tl.constexpr,
 ):
     """Chunked causal linear attention: per chunk ``O = Q S + (Q Kᵀ ⊙ M) V`` then ``S ← S + Kᵀ V``."""
     i_bh, i_v = tl.program_id(0), tl.program_id(1)  # (batch, head) on axis 0: up to 2**31 - 1 programs
     i_b, i_h = (i_bh // H).to(tl.int64), (i_bh % H).to(tl.int64)
+    if IS_VARLEN:  # i_b is the sequence: its tokens bos..eos of the single batch row, its own T
+        bos = tl.load(cu_seqlens + i_b).to(tl.int64)
+        T = (tl.load(cu_seqlens + i_b + 1).to(tl.int64) - bos).to(tl.int32)
+    else:
+        bos = i_b * T
     offs_t = tl.arange(0, BT)
     offs_k = tl.arange(0, BK)
     offs_v = i_v * BV + tl.arange(0, BV)
@@ -35,10 +42,10 @@ def linear_attention_fwd_kernel(
     causal = offs_t[:, None] >= offs_t[None, :]  # M: lower triangle with the diagonal
 
     # Pointers to token 0 of this (b, h); token t is t * H * D further on.
-    q_bh = q + (i_b * T * H + i_h) * D_K
-    k_bh = k + (i_b * T * H + i_h) * D_K
-    v_bh = v + (i_b * T * H + i_h) * D_V
-    o_bh = o + (i_b * T * H + i_h) * D_V
+    q_bh = q + (bos * H + i_h) * D_K
+    k_bh = k + (bos * H + i_h) * D_K
+    v_bh = v + (bos * H + i_h) * D_V
+    o_bh = o + (bos * H + i_h) * D_V
     s_offs = i_bh.to(tl.int64) * D_K * D_V + offs_k[:, None] * D_V + offs_v[None, :]
     s_mask = mask_k[:, None] & mask_v[None, :]
 
@@ -69,10 +76,11 @@ def linear_attention_fwd_kernel(
 
 @triton.jit
 def delta_rule_fwd_kernel(
-    q, k, v, beta, g, o, s0, s_final, scale, T,
+    q, k, v, beta, g, o, s0, s_final, cu_seqlens, scale, T,
     H: tl.constexpr, D_K: tl.constexpr, D_V: tl.constexpr,
     BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
     USE_G: tl.constexpr, HAS_S0: tl.constexpr, STORE_FINAL: tl.constexpr, PRECISION: tl.constexpr,
+    IS_VARLEN: tl.constexpr,
 ):
     """Chunked (gated) delta rule in the WY/UT form (Yang et al. 2024; fla's chunk kernels).
 
@@ -85,6 +93,11 @@ def delta_rule_fwd_kernel(
     """
     i_bh, i_v = tl.program_id(0), tl.program_id(1)  # (batch, head) on axis 0: up to 2**31 - 1 programs
     i_b, i_h = (i_bh // H).to(tl.int64), (i_bh % H).to(tl.int64)
+    if IS_VARLEN:  # i_b is the sequence: its tokens bos..eos of the single batch row, its own T
+        bos = tl.load(cu_seqlens + i_b).to(tl.int64)
+        T = (tl.load(cu_seqlens + i_b + 1).to(tl.int64) - bos).to(tl.int32)
+    else:
+        bos = i_b * T
     offs_t = tl.arange(0, BT)
     offs_k = tl.arange(0, BK)
     offs_v = i_v * BV + tl.arange(0, BV)
@@ -93,12 +106,12 @@ def delta_rule_fwd_kernel(
     strictly_lower = offs_t[:, None] > offs_t[None, :]
     identity = tl.where(offs_t[:, None] == offs_t[None, :], 1.0, 0.0)
 
-    q_bh = q + (i_b * T * H + i_h) * D_K
-    k_bh = k + (i_b * T * H + i_h) * D_K
-    v_bh = v + (i_b * T * H + i_h) * D_V
-    o_bh = o + (i_b * T * H + i_h) * D_V
-    beta_bh = beta + i_b * T * H + i_h
-    g_bh = g + i_b * T * H + i_h
+    q_bh = q + (bos * H + i_h) * D_K
+    k_bh = k + (bos * H + i_h) * D_K
+    v_bh = v + (bos * H + i_h) * D_V
+    o_bh = o + (bos * H + i_h) * D_V
+    beta_bh = beta + bos * H + i_h
+    g_bh = g + bos * H + i_h
     s_offs = i_bh.to(tl.int64) * D_K * D_V + offs_k[:, None] * D_V + offs_v[None, :]
     s_mask = mask_k[:, None] & mask_v[None, :]
 
@@ -122,7 +135,10 @@ def delta_rule_fwd_kernel(
         if USE_G:
             g_c = tl.load(g_bh + rows * H, mask=mask_t, other=0.0).to(tl.float32)
             G = tl.cumsum(g_c, 0)  # log γ_i
-            G_last = tl.sum(g_c, 0)  # log γ of the last valid row (tail rows carry g = 0)
+            # log γ_C, the chunk's total decay, read off the same running sum (its last row; tail rows carry
+            # g = 0). A separate tl.sum(g) rounds differently from tl.cumsum(g), and under strong decay that
+            # mismatch between γ_C and the γ_i it is divided by cost the final state 1e-5 of relative precision.
+            G_last = tl.sum(tl.where(offs_t == BT - 1, G, 0.0), 0)
             # Γ_ij = γ_i / γ_j ≤ 1 on and below the diagonal; the where() keeps exp() from overflowing above it.
             decay = tl.exp(tl.where(causal, G[:, None] - G[None, :], 0.0))
             kk = kk * decay

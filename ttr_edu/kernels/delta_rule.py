@@ -17,6 +17,8 @@ from ttr_edu.kernels._dispatch import (
     check_runnable,
     dot_precision,
     kernel_input,
+    varlen_grid_rows,
+    varlen_state_dims,
     warps_for,
     tile_sizes,
 )
@@ -29,7 +31,7 @@ from ttr_edu.ops.gated_delta_rule import gated_delta_rule_chunk as _reference_ga
 __all__ = ["delta_rule_chunk", "gated_delta_rule_chunk"]
 
 
-def _launch(q, k, v, beta, g, initial_state, *, scale: float, chunk_size: int):
+def _launch(q, k, v, beta, g, initial_state, *, scale: float, chunk_size: int, cu_seqlens=None):
     """Run the kernel on checked inputs; return ``(o, final_state)``: ``o`` in q's dtype, the state in the
     reference's dtype (fp32, or fp64 for fp64 inputs, though the kernel itself computes in fp32)."""
     device, out_dtype = q.device, q.dtype
@@ -37,15 +39,18 @@ def _launch(q, k, v, beta, g, initial_state, *, scale: float, chunk_size: int):
     d_v = v.shape[-1]
     q, k, v, beta, g = (kernel_input(x, device) for x in (q, k, v, beta, g))
     s0 = None if initial_state is None else initial_state.to(torch.float32).contiguous()
+    rows = varlen_grid_rows(B, cu_seqlens)  # B, or N sequences
+    offsets = None if cu_seqlens is None else cu_seqlens.to(device).contiguous()
     o = torch.empty(B, T, H, d_v, dtype=q.dtype, device=device)
-    s_final = torch.empty(B, H, d_k, d_v, dtype=torch.float32, device=device)
+    s_final = torch.empty(rows, H, d_k, d_v, dtype=torch.float32, device=device)
     block_k, block_v = tile_sizes(d_k, d_v, device)
-    grid = (B * H, triton.cdiv(d_v, block_v))  # B * H on axis 0: CUDA caps axes 1 and 2 at 65 535 programs
+    grid = (rows * H, triton.cdiv(d_v, block_v))  # rows * H on axis 0: CUDA caps axes 1 and 2 at 65 535 programs
     _triton_kernels.delta_rule_fwd_kernel[grid](
-        q, k, v, beta, beta if g is None else g, o, s_final if s0 is None else s0, s_final, scale, T,
+        q, k, v, beta, beta if g is None else g, o, s_final if s0 is None else s0, s_final,
+        s_final if offsets is None else offsets, scale, T,
         H=H, D_K=d_k, D_V=d_v, BT=chunk_size, BK=block_k, BV=block_v,
         USE_G=g is not None, HAS_S0=s0 is not None, STORE_FINAL=True, PRECISION=dot_precision(q.dtype, device),
-        num_warps=warps_for(block_k, block_v, device),
+        IS_VARLEN=offsets is not None, num_warps=warps_for(block_k, block_v, device),
     )
     return o.to(out_dtype), s_final.to(compute_dtype(out_dtype))
 
@@ -70,7 +75,8 @@ def _gated_reference(q, k, v, g, beta, initial_state, **options):
     )
 
 
-def _check(q, k, v, beta, scale, initial_state, chunk_size, check_stability, reference: str, g=None) -> float:
+def _check(q, k, v, beta, scale, initial_state, chunk_size, check_stability, reference: str, g=None,
+           cu_seqlens=None) -> float:
     """The reference op's checks, in its order and with its helpers, then the kernel's own limits.
 
     Returns the resolved ``scale``.
@@ -78,8 +84,9 @@ def _check(q, k, v, beta, scale, initial_state, chunk_size, check_stability, ref
     check_positive_int("chunk_size", chunk_size)
     dims = check_inputs(q, k, v, **({"beta": beta} if g is None else {"g": g, "beta": beta}))
     scale = resolve_scale(scale, dims["D_k"])
+    state_dims = varlen_state_dims(dims, cu_seqlens, q)  # (N, H, D_k, D_v) states with cu_seqlens
     if initial_state is not None:
-        check_state("initial_state", initial_state, dims, STATE, q.device)
+        check_state("initial_state", initial_state, state_dims, STATE, q.device)
     check_stability_of(beta, k, check_stability)
     if g is not None:
         # The kernel forms in-chunk decays as differences of one running sum: a reset (g = -inf) would give
@@ -91,7 +98,8 @@ def _check(q, k, v, beta, scale, initial_state, chunk_size, check_stability, ref
 
 
 def delta_rule_chunk(
-    q, k, v, beta, scale=None, initial_state=None, output_final_state=False, chunk_size=64, check_stability="warn"
+    q, k, v, beta, scale=None, initial_state=None, output_final_state=False, chunk_size=64, check_stability="warn",
+    cu_seqlens=None,
 ):
     """The delta rule, chunked in the WY/UT form, as a Triton kernel (forward) with autograd.
 
@@ -110,6 +118,9 @@ def delta_rule_chunk(
         output_final_state: also return the state after the last token.
         chunk_size: tokens per chunk, a power of two from 16 to 128 (the answer does not depend on it).
         check_stability: ``"warn"`` (default), ``"raise"`` or ``"ignore"`` when ``β ‖k‖²`` leaves ``[0, 2]``.
+        cu_seqlens: fla's variable-length offsets, an integer tensor ``(N + 1,)`` (``B = 1``, sequences packed
+            along T): one program per sequence and head reads its own ``bos:eos`` range, and the states are
+            ``(N, H, D_k, D_v)``. See :func:`ttr_edu.ops.delta_rule_chunk`.
 
     Returns:
         ``(o, final_state)``: ``o`` is ``(B, T, H, D_v)`` in q's dtype; ``final_state`` is ``(B, H, D_k, D_v)``
@@ -132,14 +143,15 @@ def delta_rule_chunk(
             device that is neither CUDA nor CPU.
     """
     reference = "ttr_edu.ops.delta_rule_chunk"
-    scale = _check(q, k, v, beta, scale, initial_state, chunk_size, check_stability, reference)
-    options = {"scale": scale, "chunk_size": chunk_size}
+    scale = _check(q, k, v, beta, scale, initial_state, chunk_size, check_stability, reference, cu_seqlens=cu_seqlens)
+    options = {"scale": scale, "chunk_size": chunk_size, "cu_seqlens": cu_seqlens}
     o, state = KernelFunction.apply(_delta_kernel, _delta_reference, options, q, k, v, beta, initial_state)
     return o, (state if output_final_state else None)
 
 
 def gated_delta_rule_chunk(
-    q, k, v, g, beta, scale=None, initial_state=None, output_final_state=False, chunk_size=64, check_stability="warn"
+    q, k, v, g, beta, scale=None, initial_state=None, output_final_state=False, chunk_size=64, check_stability="warn",
+    cu_seqlens=None,
 ):
     """The gated delta rule, chunked in the WY/UT form, as a Triton kernel (forward) with autograd.
 
@@ -155,7 +167,8 @@ def gated_delta_rule_chunk(
         v: ``(B, T, H, D_v)``, the dtype of q.
         g: ``(B, T, H)`` log decay (≤ 0 for a decay).
         beta: ``(B, T, H)`` writing strengths.
-        scale, initial_state, output_final_state, chunk_size, check_stability: as :func:`delta_rule_chunk`.
+        scale, initial_state, output_final_state, chunk_size, check_stability, cu_seqlens: as
+            :func:`delta_rule_chunk`.
 
     Returns:
         ``(o, final_state)`` as :func:`delta_rule_chunk`.
@@ -171,7 +184,8 @@ def gated_delta_rule_chunk(
         RuntimeError: CPU tensors without Triton's interpreter, or a device that is neither CUDA nor CPU.
     """
     reference = "ttr_edu.ops.gated_delta_rule_chunk"
-    scale = _check(q, k, v, beta, scale, initial_state, chunk_size, check_stability, reference, g=g)
-    options = {"scale": scale, "chunk_size": chunk_size}
+    scale = _check(q, k, v, beta, scale, initial_state, chunk_size, check_stability, reference, g=g,
+                   cu_seqlens=cu_seqlens)
+    options = {"scale": scale, "chunk_size": chunk_size, "cu_seqlens": cu_seqlens}
     o, state = KernelFunction.apply(_gated_kernel, _gated_reference, options, q, k, v, g, beta, initial_state)
     return o, (state if output_final_state else None)

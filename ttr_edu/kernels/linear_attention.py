@@ -17,6 +17,8 @@ from ttr_edu.kernels._dispatch import (
     check_runnable,
     dot_precision,
     kernel_input,
+    varlen_grid_rows,
+    varlen_state_dims,
     warps_for,
     tile_sizes,
 )
@@ -29,7 +31,8 @@ __all__ = ["linear_attention_chunk"]
 _REFERENCE = "ttr_edu.ops.linear_attention_chunk"
 
 
-def _launch(q, k, v, initial_state, *, scale: float, chunk_size: int, out_dtype: torch.dtype | None = None):
+def _launch(q, k, v, initial_state, *, scale: float, chunk_size: int, out_dtype: torch.dtype | None = None,
+            cu_seqlens=None):
     """Run the kernel on checked inputs; return ``(o, final_state)`` in the reference's dtypes (``o`` in
     ``out_dtype`` when given, else in q's dtype)."""
     device, state_dtype, out_dtype = q.device, compute_dtype(q.dtype), out_dtype or q.dtype
@@ -37,33 +40,36 @@ def _launch(q, k, v, initial_state, *, scale: float, chunk_size: int, out_dtype:
     d_v = v.shape[-1]
     q, k, v = (kernel_input(x, device) for x in (q, k, v))
     s0 = None if initial_state is None else initial_state.to(torch.float32).contiguous()
+    rows = varlen_grid_rows(B, cu_seqlens)  # B, or N sequences
+    offsets = None if cu_seqlens is None else cu_seqlens.to(device).contiguous()
     o = torch.empty(B, T, H, d_v, dtype=out_dtype if device.type == "cuda" else torch.float32, device=device)
-    s_final = torch.empty(B, H, d_k, d_v, dtype=torch.float32, device=device)
+    s_final = torch.empty(rows, H, d_k, d_v, dtype=torch.float32, device=device)
     block_k, block_v = tile_sizes(d_k, d_v, device)
-    grid = (B * H, triton.cdiv(d_v, block_v))  # B * H on axis 0: CUDA caps axes 1 and 2 at 65 535 programs
+    grid = (rows * H, triton.cdiv(d_v, block_v))  # rows * H on axis 0: CUDA caps axes 1 and 2 at 65 535 programs
     _triton_kernels.linear_attention_fwd_kernel[grid](
-        q, k, v, o, s_final if s0 is None else s0, s_final, scale, T,
+        q, k, v, o, s_final if s0 is None else s0, s_final, s_final if offsets is None else offsets, scale, T,
         H=H, D_K=d_k, D_V=d_v, BT=chunk_size, BK=block_k, BV=block_v,
         HAS_S0=s0 is not None, STORE_FINAL=True, PRECISION=dot_precision(q.dtype, device),
-        num_warps=warps_for(block_k, block_v, device),
+        IS_VARLEN=offsets is not None, num_warps=warps_for(block_k, block_v, device),
     )
     return o.to(out_dtype), s_final.to(state_dtype)
 
 
-def _kernel(q, k, v, S0, z0, *, normalize: bool, eps: float, scale: float, chunk_size: int):
+def _kernel(q, k, v, S0, z0, *, normalize: bool, eps: float, scale: float, chunk_size: int, cu_seqlens=None):
     """The kernel's answer as a flat tuple ``(o, S)`` or ``(o, S, z)``.
 
     The normaliser is linear attention with a value of 1: append a column of ones to ``v`` (and ``z`` to the
     state), and the kernel's last output column is ``z_tᵀ q_t``. One kernel serves both variants.
     """
     if not normalize:
-        return _launch(q, k, v, S0, scale=scale, chunk_size=chunk_size)
+        return _launch(q, k, v, S0, scale=scale, chunk_size=chunk_size, cu_seqlens=cu_seqlens)
     B, T, H, _ = q.shape
     v_ones = torch.cat([v, v.new_ones(B, T, H, 1)], dim=-1)
     # The reference's _unpack_state guarantees S0 and z0 are both given or both None.
     state = None if S0 is None else torch.cat([S0.float(), z0.float().unsqueeze(-1)], dim=-1)
     # numerator and normaliser stay in fp32 (fp64 for fp64 inputs) until the division, as in the reference
-    o_ext, S_ext = _launch(q, k, v_ones, state, scale=scale, chunk_size=chunk_size, out_dtype=compute_dtype(q.dtype))
+    o_ext, S_ext = _launch(q, k, v_ones, state, scale=scale, chunk_size=chunk_size, out_dtype=compute_dtype(q.dtype),
+                           cu_seqlens=cu_seqlens)
     o = (o_ext[..., :-1] / (o_ext[..., -1:] + eps)).to(q.dtype)
     return o, S_ext[..., :-1].contiguous(), S_ext[..., -1].contiguous()
 
@@ -78,7 +84,8 @@ def _reference(q, k, v, S0, z0, *, normalize: bool, **options):
 
 
 def linear_attention_chunk(
-    q, k, v, scale=None, normalize=False, initial_state=None, output_final_state=False, chunk_size=64, eps=1e-6
+    q, k, v, scale=None, normalize=False, initial_state=None, output_final_state=False, chunk_size=64, eps=1e-6,
+    cu_seqlens=None,
 ):
     """Chunked causal linear attention as a Triton kernel (forward) with autograd.
 
@@ -97,6 +104,8 @@ def linear_attention_chunk(
         output_final_state: also return the state after the last token.
         chunk_size: tokens per chunk, a power of two from 16 to 128 (the answer does not depend on it).
         eps: added to the normaliser; ignored without ``normalize``.
+        cu_seqlens: fla's variable-length offsets, an integer tensor ``(N + 1,)`` (``B = 1``, sequences packed
+            along T): one program per sequence and head, states ``(N, H, D_k, D_v)`` (``z``: ``(N, H, D_k)``).
 
     Returns:
         ``(o, final_state)``: ``o`` ``(B, T, H, D_v)`` in q's dtype; ``final_state`` ``S_T`` (or ``(S_T, z_T)``)
@@ -123,12 +132,13 @@ def linear_attention_chunk(
     dims = check_inputs(q, k, v)
     scale = resolve_scale(scale, dims["D_k"])
     check_positive_float("eps", eps, allow_zero=True)
-    S0, z0 = _unpack_state(initial_state, normalize, dims, q.device)
+    S0, z0 = _unpack_state(initial_state, normalize, varlen_state_dims(dims, cu_seqlens, q), q.device)
     check_runnable(q.device, _REFERENCE)
     check_kernel_sizes(dims["D_k"], chunk_size, _REFERENCE, T=dims["T"], H=dims["H"],
                        d_v=dims["D_v"] + bool(normalize))
 
-    options = {"normalize": bool(normalize), "eps": eps, "scale": scale, "chunk_size": chunk_size}
+    options = {"normalize": bool(normalize), "eps": eps, "scale": scale, "chunk_size": chunk_size,
+               "cu_seqlens": cu_seqlens}
     if normalize:
         o, S, z = KernelFunction.apply(_kernel, _reference, options, q, k, v, S0, z0)
         return o, ((S, z) if output_final_state else None)

@@ -10,6 +10,10 @@ outputs refused by name, bool flags, scalars that fit the dtype; ``ttr_edu.finit
 off). States that are more than ``S``: normalised linear attention carries ``(S, z)``, RLS carries ``(S, P)``, the
 MLP memories of TTT-MLP and Titans carry ``(W1, W2)`` (Titans adds its momentum, :class:`TitansState`); each is passed
 in ``initial_state`` and returned in the same form.
+
+Recurrent and chunk forms accept fla's ``cu_seqlens`` (variable-length sequences packed along T, ``B = 1``, states
+``(N, H, D_k, D_v)``). Per-key gates ``(B, T, H, D_k)`` (fla's ``chunk_gla``) are :func:`gla_recurrent` and
+:func:`gla_chunk`; the scalar gate (fla's ``simple_gla``) is ``gated_linear_attention_*``.
 """
 
 from ttr_edu._validation import guarded
@@ -33,6 +37,7 @@ from .feature_maps import (
 )
 from .gated_delta_rule import gated_delta_rule_chunk, gated_delta_rule_recurrent
 from .gated_linear_attention import gated_linear_attention_chunk, gated_linear_attention_recurrent
+from .gla import gla_chunk, gla_recurrent
 from .linear_attention import linear_attention_chunk, linear_attention_parallel, linear_attention_recurrent
 from .local_linear_attention import local_linear_attention
 from .longhorn import longhorn_chunk, longhorn_diagonal_recurrent, longhorn_recurrent, longhorn_step_size
@@ -53,6 +58,8 @@ __all__ = [
     "delta_rule_pseudo_values",
     "gated_linear_attention_recurrent",
     "gated_linear_attention_chunk",
+    "gla_recurrent",
+    "gla_chunk",
     "gated_delta_rule_recurrent",
     "gated_delta_rule_chunk",
     "rls_recurrent",

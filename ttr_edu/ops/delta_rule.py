@@ -16,6 +16,11 @@ length") in fla's convention: inside a chunk of C tokens the C rank-one updates 
     T = (I + tril(diag(β) K Kᵀ, −1))⁻¹ diag(β),   W = T K,   U = T V,
 
 after which ``S' = S + Kᵀ (U − W S)`` and ``O = Q S + (Q Kᵀ ⊙ M)(U − W S)``, M causal with the diagonal.
+
+Correspondence with flash-linear-attention 0.6.0: :func:`delta_rule_chunk` is ``fla.ops.delta_rule.chunk_delta_rule``
+(pure-torch, heads-first: ``naive.delta_rule_chunkwise``), :func:`delta_rule_recurrent` is
+``fused_recurrent_delta_rule`` (``naive.delta_rule_recurrence``). fla's kernels can L2-normalise ``q, k`` inside
+(``use_qk_l2norm_in_kernel``); here apply :func:`ttr_edu.ops.l2_norm` first.
 """
 
 from __future__ import annotations
@@ -34,10 +39,10 @@ from ._common import (
     check_state,
     compute_dtype,
     decay_matrix,
-    pad_time,
     resolve_scale,
     zero_state,
 )
+from ._varlen import run_varlen
 
 __all__ = ["delta_rule_recurrent", "delta_rule_parallel", "delta_rule_chunk", "delta_rule_pseudo_values"]
 
@@ -52,6 +57,10 @@ _SHARED_DOC = """
         output_final_state: also return ``S_T`` (fp32, or fp64 for fp64 inputs).
         chunk_size: (``delta_rule_chunk`` only) tokens per chunk, any positive int; T need not be a multiple.
         check_stability: ``"warn"`` (default), ``"raise"`` or ``"ignore"`` when ``β ‖k‖²`` leaves ``[0, 2]``.
+        cu_seqlens: (recurrent and chunk forms) fla's variable-length offsets, an integer tensor ``(N + 1,)``: the N
+            sequences are packed along T in a batch of one (``B = 1``), sequence n is tokens
+            ``cu_seqlens[n]:cu_seqlens[n+1]``, and the initial and final states are ``(N, H, D_k, D_v)``, one per
+            sequence; no state crosses a boundary. ``None``: one sequence per batch row.
 
     Returns:
         ``(o, S_T)`` (``S_T`` is ``None`` unless ``output_final_state``); ``o`` is ``(B, T, H, D_v)`` in the dtype
@@ -111,44 +120,79 @@ def chunk_forward(q, k, v, beta, S, chunk_size, scale=1.0, g=None):
     Takes ``q, k, v`` ``(B, H, T, ·)``, ``beta`` and ``g`` ``(B, H, T)`` and ``S`` ``(B, H, D_k, D_v)``; returns
     ``o`` ``(B, T, H, D_v)`` (fla's layout) and ``S_T``.
     """
-    B, H, T = q.shape[:3]
-    inputs = [pad_time(x, chunk_size) for x in ((q, k, v, beta) if g is None else (q, k, v, beta, g))]
-    n_chunks = inputs[0].shape[2] // chunk_size
+    B, H, T, D_k = q.shape
+    D_v = v.shape[-1]
     per_block = max(1, _BLOCK_ROWS // (B * H * chunk_size))
     S = S.flatten(0, 1)  # (B·H, D_k, D_v)
-    outputs = []
+    o = q.new_empty(B, -(-T // chunk_size) * chunk_size, H, D_v)
+    # [K V Q β (g)] of each chunk of each head, side by side: (n, B, H, C, 2 D_k + D_v + 1 (+ 1))
+    for first, last, block in chunk_blocks([k, v, q, beta] if g is None else [k, v, q, beta, g], chunk_size,
+                                           per_block):
+        o_block, S = _block_forward(block, D_k=D_k, D_v=D_v, gated=g is not None, S=S, scale=scale)
+        # (n, B, H, C, D_v) into fla's (B, n·C, H, D_v) layout
+        o[:, first * chunk_size : last * chunk_size].view(B, last - first, chunk_size, H, D_v).copy_(
+            o_block.permute(1, 0, 3, 2, 4)
+        )
+    return o[:, :T], S.unflatten(0, (B, H))
+
+
+def chunk_blocks(tensors, chunk_size: int, per_block: int):
+    """Yield ``(first, last, block)``: chunks ``first .. last − 1`` of heads-first ``(B, H, T, ·)`` (or per-token
+    ``(B, H, T)``) tensors as one contiguous ``(n, B, H, C, W)`` tensor, ``n ≤ per_block``.
+
+    The tensors' last dims lie side by side (W in all), the last chunk is zero-padded, and each chunk of each head is
+    one matrix, ready for batched products. Each block is gathered in one pass over rows of ``D`` numbers: the
+    heads-first inputs are usually transposed views of fla's ``(B, T, H, ·)``, which are contiguous again after
+    ``transpose(1, 2)``. Gathering from the strided heads-first views instead, or packing the whole sequence into one
+    large fresh buffer, cost a third of the chunk form's time on one core.
+    """
+    B, H, T = tensors[0].shape[:3]
+    C = chunk_size
+    columns = [(x.unsqueeze(-1) if x.dim() == 3 else x).transpose(1, 2) for x in tensors]  # (B, T, H, w)
+    width = sum(x.shape[-1] for x in columns)
+    n_chunks = -(-T // C)
     for first in range(0, n_chunks, per_block):
-        tokens = slice(first * chunk_size, min(first + per_block, n_chunks) * chunk_size)
-        # (B, H, n·C, ·) -> (n, B, H, C, ·) views, chunk-major: one copy then makes each chunk of each head a matrix.
-        block = [x[:, :, tokens].unflatten(2, (-1, chunk_size)).movedim(2, 0) for x in inputs]
-        o, S = _block_forward(*block, S=S, scale=scale)
-        outputs.append(o)
-    o = torch.cat(outputs, dim=1)[:, :T]
-    return o, S.unflatten(0, (B, H))
+        last = min(first + per_block, n_chunks)
+        t0, t1 = first * C, min(last * C, T)
+        full, tail = divmod(t1 - t0, C)
+        block = columns[0].new_empty(last - first, B, H, C, width)
+        dest = block.permute(1, 0, 3, 2, 4)  # (B, n, C, H, W): the inputs' order
+        start = 0
+        for x in columns:
+            cols = slice(start, start + x.shape[-1])
+            dest[:, :full, :, :, cols] = x[:, t0 : t0 + full * C].unflatten(1, (full, C))
+            if tail:
+                dest[:, full, :tail, :, cols] = x[:, t0 + full * C : t1]
+            start += x.shape[-1]
+        if tail:
+            dest[:, full, tail:] = 0  # zero padding: writes nothing, keeps the state
+        yield first, last, block
 
 
-def _block_forward(q, k, v, beta, g=None, *, S, scale):
-    """One block of n chunks: ``q, k, v`` ``(n, B, H, C, ·)``, ``beta``, ``g`` ``(n, B, H, C)``, ``S`` ``(B·H, ·, ·)``.
+def _block_forward(block, *, D_k, D_v, gated, S, scale):
+    """One block of n chunks: ``block`` ``(n, B, H, C, W)`` from :func:`chunk_blocks`, ``[K V Q β (g)]`` per chunk,
+    ``S`` ``(B·H, D_k, D_v)``.
 
     Three stages, as fla's kernels do it: (1) the UT transforms and masked scores of all n chunks at once; (2) a loop
     over the chunks for what is truly sequential, the pseudo-values ``u`` and the state each chunk starts from (two
     fused products per chunk); (3) the outputs of all n chunks at once from those states. Computing each chunk's
     output inside the loop would add two small products per step, which on a CPU run several times slower per FLOP
     than one batched product. ``q`` enters only the output, linearly, so ``scale`` multiplies ``O`` once at the end.
-    Returns ``o`` ``(B, n·C, H, D_v)`` and the state after the block.
+    Returns ``o`` ``(n, B, H, C, D_v)`` and the state after the block.
     """
-    n, B, H, C, D_k = q.shape
-    # One copy makes each chunk of each head one matrix [K V Q], (n·B·H, C, 2 D_k + D_v); K, V and Q are views.
-    kvq = torch.cat([k, v, q], dim=-1).flatten(0, 2)
+    n, B, H, C, _ = block.shape
+    x = block.flatten(0, 2)  # (n·B·H, C, W); K, V, Q, β and g are views of its columns
+    kvq = x[..., : 2 * D_k + D_v]
     kc, qc = kvq[..., :D_k], kvq[..., -D_k:]
-    betac = beta.flatten(0, 2).unsqueeze(-1)  # (n·B·H, C, 1)
+    betac = x[..., 2 * D_k + D_v, None]  # (n·B·H, C, 1)
+    g = x[..., -1] if gated else None
     rhs = kvq[..., :-D_k] * betac  # β [K V]: the UT transform's right-hand sides
     gram = rhs[..., :D_k] @ kc.mT  # β_i k_i · k_j
     scores = (qc @ kc.mT).tril_()  # q_i · k_j, causal mask M with the diagonal
     if g is None:
         k_to_end, chunk_decay = kc, None
     else:
-        gc = g.flatten(0, 2)  # (n·B·H, C); zero-padded g keeps the state
+        gc = g  # (n·B·H, C); zero-padded g keeps the state
         Gamma = decay_matrix(gc)  # Γ_ij, 0 above the diagonal (so Γ ⊙ M = Γ)
         gram, scores = gram * Gamma, scores * Gamma
         gamma = torch.exp(gc.cumsum(-1)).unsqueeze(-1)  # (n·B·H, C, 1): γ_i
@@ -177,16 +221,19 @@ def _block_forward(q, k, v, beta, g=None, *, S, scale):
 
     # (3) All n outputs at once: O = scale (Q S_start + (Q Kᵀ ⊙ Γ ⊙ M) u).
     o = (scores @ u).baddbmm_(qc, starts).mul_(scale)  # (n·B·H, C, D_v)
-    return o.unflatten(0, (n, B, H)).permute(1, 0, 3, 2, 4).flatten(1, 2), S
+    return o.unflatten(0, (n, B, H)), S
 
 
 def delta_rule_recurrent(
-    q, k, v, beta, scale=None, initial_state=None, output_final_state=False, check_stability="warn"
+    q, k, v, beta, scale=None, initial_state=None, output_final_state=False, check_stability="warn", cu_seqlens=None
 ):
     """Recurrent form: ``S_t = S_{t-1} + β_t k_t (v_t − S_{t-1}ᵀ k_t)ᵀ``, ``o_t = S_tᵀ q_t``, one token at a time.
 
     Source: Schlag, Irie, Schmidhuber 2021, eq. 29 (W = Sᵀ). Cost ``O(T D_k D_v)``, memory ``O(D_k D_v)``.
     """
+    if cu_seqlens is not None:
+        return run_varlen(delta_rule_recurrent, cu_seqlens, dict(q=q, k=k, v=v, beta=beta), initial_state,
+                          output_final_state, scale=scale, check_stability=check_stability)
     out_dtype = q.dtype if isinstance(q, torch.Tensor) else None
     q, k, v, beta, _, S, scale = prepare(q, k, v, beta, scale, initial_state, check_stability)
     q = q * scale
@@ -216,7 +263,8 @@ def delta_rule_parallel(
 
 
 def delta_rule_chunk(
-    q, k, v, beta, scale=None, initial_state=None, output_final_state=False, chunk_size=64, check_stability="warn"
+    q, k, v, beta, scale=None, initial_state=None, output_final_state=False, chunk_size=64, check_stability="warn",
+    cu_seqlens=None,
 ):
     """Chunkwise form (WY/UT representation): C tokens at a time, the state handed from chunk to chunk.
 
@@ -228,6 +276,9 @@ def delta_rule_chunk(
     T×T.
     Any positive ``chunk_size`` works, and T need not be a multiple of it.
     """
+    if cu_seqlens is not None:
+        return run_varlen(delta_rule_chunk, cu_seqlens, dict(q=q, k=k, v=v, beta=beta), initial_state,
+                          output_final_state, scale=scale, chunk_size=chunk_size, check_stability=check_stability)
     out_dtype = q.dtype if isinstance(q, torch.Tensor) else None
     chunk_size = check_chunk_size(chunk_size, q)  # capped at T
     q, k, v, beta, _, S, scale = prepare(q, k, v, beta, scale, initial_state, check_stability)

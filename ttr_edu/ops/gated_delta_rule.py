@@ -9,6 +9,11 @@ fla's convention (Yang, Kautz, Hatamizadeh 2025, "Gated Delta Networks"): the de
 
 In test-time-regression terms (Wang, Shi, Fox 2025): one SGD step with learning rate β_t on the newest pair,
 after weight decay by ``exp(g_t)``. Stability is as for the delta rule (``β ‖k‖² ∈ [0, 2]``, and ``g ≤ 0``).
+
+Correspondence with flash-linear-attention 0.6.0: :func:`gated_delta_rule_chunk` is
+``fla.ops.gated_delta_rule.chunk_gated_delta_rule`` (pure-torch: ``naive_chunk_gated_delta_rule``),
+:func:`gated_delta_rule_recurrent` is ``fused_recurrent_gated_delta_rule`` (``naive_recurrent_gated_delta_rule``);
+same argument order ``(q, k, v, g, beta)`` and state layout.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ import torch
 from ttr_edu._validation import check_chunk_size
 
 from ._common import require_tensor
+from ._varlen import run_varlen
 from .delta_rule import chunk_forward, prepare
 
 __all__ = ["gated_delta_rule_recurrent", "gated_delta_rule_chunk"]
@@ -35,6 +41,10 @@ _SHARED_DOC = """
         output_final_state: also return ``S_T`` (fp32, or fp64 for fp64 inputs).
         chunk_size: (``gated_delta_rule_chunk`` only) tokens per chunk, any positive int; T need not be a multiple.
         check_stability: ``"warn"`` (default), ``"raise"`` or ``"ignore"`` when ``β ‖k‖²`` leaves ``[0, 2]``.
+        cu_seqlens: (recurrent and chunk forms) fla's variable-length offsets, an integer tensor ``(N + 1,)``: the N
+            sequences are packed along T in a batch of one (``B = 1``), sequence n is tokens
+            ``cu_seqlens[n]:cu_seqlens[n+1]``, and the initial and final states are ``(N, H, D_k, D_v)``, one per
+            sequence; no state crosses a boundary. ``None``: one sequence per batch row.
 
     Returns:
         ``(o, S_T)`` (``S_T`` is ``None`` unless ``output_final_state``); ``o`` is ``(B, T, H, D_v)`` in the dtype
@@ -49,12 +59,16 @@ _SHARED_DOC = """
 
 
 def gated_delta_rule_recurrent(
-    q, k, v, g, beta, scale=None, initial_state=None, output_final_state=False, check_stability="warn"
+    q, k, v, g, beta, scale=None, initial_state=None, output_final_state=False, check_stability="warn",
+    cu_seqlens=None,
 ):
     """Recurrent form: decay, then the delta-rule correction against the decayed state; one token at a time.
 
     Source: Yang, Kautz, Hatamizadeh 2025, eq. 10; fla ``naive_recurrent_gated_delta_rule``'s order of operations.
     """
+    if cu_seqlens is not None:
+        return run_varlen(gated_delta_rule_recurrent, cu_seqlens, dict(q=q, k=k, v=v, g=g, beta=beta),
+                          initial_state, output_final_state, scale=scale, check_stability=check_stability)
     out_dtype = q.dtype if isinstance(q, torch.Tensor) else None
     q, k, v, beta, g, S, scale = prepare(q, k, v, beta, scale, initial_state, check_stability, g=require_tensor("g", g))
     q = q * scale
@@ -70,16 +84,8 @@ def gated_delta_rule_recurrent(
 
 
 def gated_delta_rule_chunk(
-    q,
-    k,
-    v,
-    g,
-    beta,
-    scale=None,
-    initial_state=None,
-    output_final_state=False,
-    chunk_size=64,
-    check_stability="warn",
+    q, k, v, g, beta, scale=None, initial_state=None, output_final_state=False, chunk_size=64, check_stability="warn",
+    cu_seqlens=None,
 ):
     """Chunkwise form: the WY/UT transform with in-chunk decays (see :func:`ttr_edu.ops.delta_rule.chunk_forward`).
 
@@ -88,6 +94,9 @@ def gated_delta_rule_chunk(
     ``O = diag(γ) Q S + (Q Kᵀ ⊙ Γ ⊙ M) u``, ``S ← γ_C S + (diag(γ_C / γ) K)ᵀ u``. Memory ``O(T C)``, nothing of
     size T×T; any positive ``chunk_size``, any T.
     """
+    if cu_seqlens is not None:
+        return run_varlen(gated_delta_rule_chunk, cu_seqlens, dict(q=q, k=k, v=v, g=g, beta=beta), initial_state,
+                          output_final_state, scale=scale, chunk_size=chunk_size, check_stability=check_stability)
     out_dtype = q.dtype if isinstance(q, torch.Tensor) else None
     chunk_size = check_chunk_size(chunk_size, q)  # capped at T
     q, k, v, beta, g, S, scale = prepare(q, k, v, beta, scale, initial_state, check_stability, g=require_tensor("g", g))

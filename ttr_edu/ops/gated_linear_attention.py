@@ -6,9 +6,17 @@ Linear attention that forgets at rate ``α_t = exp(g_t)`` (fla's ``g`` is a log 
 
 This is weighted test-time regression with weights ``γ_i^{(t)} = Π_{j=i+1..t} α_j`` (Wang, Shi, Fox 2025, §3.2);
 with a scalar decay it is the head-wise gate of RetNet / Mamba-2 style layers (fla's ``simple_gla``).
+
+Correspondence with flash-linear-attention 0.6.0: :func:`gated_linear_attention_chunk` is
+``fla.ops.simple_gla.chunk_simple_gla`` (pure-torch: ``naive_chunk_simple_gla``), and
+:func:`gated_linear_attention_recurrent` is ``fused_recurrent_simple_gla`` (``naive_recurrent_simple_gla``); same
+argument order, ``g`` and state layout. For per-key gates ``(B, T, H, D_k)`` (fla's ``chunk_gla``) see
+:mod:`ttr_edu.ops.gla`.
 """
 
 from __future__ import annotations
+
+import math
 
 import torch
 
@@ -20,10 +28,12 @@ from ._common import (
     check_state,
     compute_dtype,
     decay_matrix,
+    pad_time,
     resolve_scale,
-    to_chunks,
     zero_state,
 )
+from ._varlen import run_varlen
+from .delta_rule import chunk_blocks
 
 __all__ = ["gated_linear_attention_recurrent", "gated_linear_attention_chunk"]
 
@@ -39,6 +49,10 @@ _SHARED_DOC = """
         output_final_state: also return ``S_T`` (fp32, or fp64 for fp64 inputs).
         chunk_size: (``gated_linear_attention_chunk`` only) tokens per chunk, any positive int; T need not be a
             multiple.
+        cu_seqlens: (recurrent and chunk forms) fla's variable-length offsets, an integer tensor ``(N + 1,)``: the N
+            sequences are packed along T in a batch of one (``B = 1``), sequence n is tokens
+            ``cu_seqlens[n]:cu_seqlens[n+1]``, and the initial and final states are ``(N, H, D_k, D_v)``, one per
+            sequence; no state crosses a boundary. ``None``: one sequence per batch row.
 
     Returns:
         ``(o, S_T)`` (``S_T`` is ``None`` unless ``output_final_state``); ``o`` is ``(B, T, H, D_v)`` in the dtype
@@ -59,17 +73,23 @@ def _prepare(q, k, v, g, scale, initial_state):
     if initial_state is not None:
         check_state("initial_state", initial_state, dims, STATE, q.device)
     S = zero_state(dims, dtype, q.device) if initial_state is None else initial_state.to(dtype)
-    q, k, v = (x.to(dtype).transpose(1, 2) for x in (q, k, v))  # (B, H, T, ·)
-    return q * scale, k, v, g.to(dtype).transpose(1, 2), S
+    q, k, v = (x.to(dtype).transpose(1, 2) for x in (q, k, v))  # (B, H, T, ·), q not yet scaled
+    return q, k, v, g.to(dtype).transpose(1, 2), S, scale
 
 
-def gated_linear_attention_recurrent(q, k, v, g, scale=None, initial_state=None, output_final_state=False):
+def gated_linear_attention_recurrent(
+    q, k, v, g, scale=None, initial_state=None, output_final_state=False, cu_seqlens=None
+):
     """Recurrent form: ``S_t = exp(g_t) S_{t-1} + k_t v_tᵀ``, ``o_t = S_tᵀ q_t``, one token at a time.
 
     Source: Wang, Shi, Fox 2025, §3.2 (decay weights); fla ``naive_recurrent_simple_gla``'s convention.
     """
+    if cu_seqlens is not None:
+        return run_varlen(gated_linear_attention_recurrent, cu_seqlens, dict(q=q, k=k, v=v, g=g), initial_state,
+                          output_final_state, scale=scale)
     out_dtype = q.dtype if isinstance(q, torch.Tensor) else None
-    q, k, v, g, S = _prepare(q, k, v, g, scale, initial_state)
+    q, k, v, g, S, scale = _prepare(q, k, v, g, scale, initial_state)
+    q = q * scale
     outputs = []
     for t in range(q.shape[2]):
         decay = torch.exp(g[:, :, t, None, None])
@@ -80,7 +100,7 @@ def gated_linear_attention_recurrent(q, k, v, g, scale=None, initial_state=None,
 
 
 def gated_linear_attention_chunk(
-    q, k, v, g, scale=None, initial_state=None, output_final_state=False, chunk_size=64
+    q, k, v, g, scale=None, initial_state=None, output_final_state=False, chunk_size=64, cu_seqlens=None
 ):
     """Chunkwise form: decayed T×T attention inside chunks, the decayed state between chunks.
 
@@ -92,26 +112,74 @@ def gated_linear_attention_chunk(
     (Yang et al. 2024, "Gated linear attention", chunkwise form, with a scalar gate). Memory ``O(T C)``, nothing of
     size T×T; any positive ``chunk_size``, any T (the last chunk is zero-padded: ``g = 0`` keeps the state).
     """
+    if cu_seqlens is not None:
+        return run_varlen(gated_linear_attention_chunk, cu_seqlens, dict(q=q, k=k, v=v, g=g), initial_state,
+                          output_final_state, scale=scale, chunk_size=chunk_size)
     out_dtype = q.dtype if isinstance(q, torch.Tensor) else None
     chunk_size = check_chunk_size(chunk_size, q)  # capped at T
-    q, k, v, g, S = _prepare(q, k, v, g, scale, initial_state)
-    T, C = q.shape[2], chunk_size
-    qc, kc, vc = (to_chunks(x, C) for x in (q, k, v))  # (B, H, N, C, ·)
-    gc = to_chunks(g, C)  # (B, H, N, C)
-    Gamma = decay_matrix(gc)  # (B, H, N, C, C): Γ_ij, exact also for g = −inf (a full reset)
-    intra = ((qc @ kc.transpose(-1, -2)) * Gamma) @ vc  # (B, H, N, C, D_v)
-    gamma = torch.exp(gc.cumsum(-1)).unsqueeze(-1)  # (B, H, N, C, 1): exp(G_i)
-    q_decayed = qc * gamma
-    k_to_end = kc * Gamma[..., -1, :].unsqueeze(-1)  # exp(G_C − G_j) = Γ_Cj
-    chunk_kv = k_to_end.transpose(-1, -2) @ vc  # (B, H, N, D_k, D_v): what each chunk writes, decayed to its end
-    chunk_decay = gamma[..., -1:, :]  # (B, H, N, 1, 1): exp(G_C)
+    q, k, v, g, S, scale = _prepare(q, k, v, g, scale, initial_state)
+    B, H, T, D_k = q.shape
+    D_v = v.shape[-1]
+    per_block = max(1, _BLOCK_ROWS // (B * H * chunk_size))
+    S = S.flatten(0, 1)  # (B·H, D_k, D_v)
+    o = q.new_empty(B, -(-T // chunk_size) * chunk_size, H, D_v)
+    # g of every chunk, (N, B·H, C): small, gathered apart so that the blocks hold matrices only
+    g_chunks = pad_time(g, chunk_size).unflatten(2, (-1, chunk_size)).permute(2, 0, 1, 3).flatten(1, 2).contiguous()
+    for first, last, block in chunk_blocks([k, v, q], chunk_size, per_block):  # [K V Q] per chunk
+        o_block, S = _block_forward(block, g_chunks[first:last].flatten(0, 1), D_k=D_k, D_v=D_v, S=S, scale=scale)
+        o[:, first * chunk_size : last * chunk_size].view(B, last - first, chunk_size, H, D_v).copy_(
+            o_block.permute(1, 0, 3, 2, 4)
+        )
+    o = o[:, :T]
+    return o.to(out_dtype), (S.unflatten(0, (B, H)) if output_final_state else None)
 
-    outputs = []
-    for n in range(qc.shape[2]):  # the only sequential part: one step per chunk
-        outputs.append(q_decayed[:, :, n] @ S + intra[:, :, n])
-        S = chunk_decay[:, :, n] * S + chunk_kv[:, :, n]
-    o = torch.stack(outputs, dim=2).flatten(2, 3)[:, :, :T]
-    return o.transpose(1, 2).to(out_dtype), (S if output_final_state else None)
+
+#: The smallest chunk decay γ_C = exp(Σ g) for which a block uses the rank-one factorisation of the decay matrix.
+_MIN_FACTORED_DECAY = math.exp(-8.0)
+
+#: Rows of ``q`` per block of chunks (chunks × C × B·H), as in :func:`ttr_edu.ops.delta_rule.chunk_forward`: a
+#: block's intermediates stay in the CPU's cache.
+_BLOCK_ROWS = 2048
+
+
+def _block_forward(block, gc, *, D_k, D_v, S, scale):
+    """One block of n chunks: ``block`` ``(n, B, H, C, W)`` holds ``[K V Q]`` per chunk (q not scaled), ``gc``
+    ``(n·B·H, C)`` their log decays, ``S`` ``(B·H, D_k, D_v)``. Returns ``o`` ``(n, B, H, C, D_v)`` and the state
+    after the block.
+
+    Everything but the chunk-to-chunk state update is computed for all n chunks at once; the outputs too, from the
+    state each chunk starts with, in one batched product after the loop (as the delta rule's block does).
+    """
+    n, B, H, C, _ = block.shape
+    x = block.flatten(0, 2)  # (n·B·H, C, W): each chunk of each head one matrix; K, V and Q are views
+    kc, vc, qc = x[..., :D_k], x[..., D_k : D_k + D_v], x[..., D_k + D_v :]
+    gamma = torch.exp(gc.cumsum(-1)).unsqueeze(-1)  # (n·B·H, C, 1): γ_i = exp(G_i)
+    q_decayed = qc * gamma
+    if bool((gamma[:, -1] >= _MIN_FACTORED_DECAY).all()):
+        # Γ_ij = γ_i / γ_j has rank one: Q Kᵀ ⊙ Γ = (diag(γ) Q)(diag(1/γ) K)ᵀ, no C×C exponentials. The chunk's decay
+        # is at most e⁸ here, so 1/γ cannot overflow, and Γ carries at most 2·8 units of rounding (against 8 for the
+        # segment sums below): fp32 round-off of order 1e-6.
+        k_undecayed = kc / gamma
+        scores = (q_decayed @ k_undecayed.mT).tril_()
+        # each chunk's write decayed to its end, Σ_j (γ_C / γ_j) k_j v_jᵀ, is γ_C times (diag(1/γ) K)ᵀ V: the
+        # factor γ_C is applied in the loop below, with the state's own decay
+        chunk_kv, write_decay = k_undecayed.mT @ vc, gamma[:, -1:].unflatten(0, (n, -1))
+    else:  # strong decay or a reset (γ = 0) in this block: each Γ_ij from its own segment sum, exact for g = −inf
+        Gamma = decay_matrix(gc)  # Γ_ij, 0 above the diagonal (so Γ ⊙ M = Γ)
+        scores = (qc @ kc.mT).mul_(Gamma)  # (Q Kᵀ ⊙ Γ ⊙ M)
+        # each chunk's write decayed to its end, (diag(Γ_C·) K)ᵀ V, without dividing by a γ_j that may be 0
+        chunk_kv, write_decay = (kc * Gamma[:, -1, :, None]).mT @ vc, None
+    chunk_kv, chunk_decay = chunk_kv.unflatten(0, (n, -1)), gamma[:, -1:].unflatten(0, (n, -1))  # (n, B·H, ·, ·)
+    starts = []
+    for i in range(n):  # the only sequential part: one step per chunk, S ← γ_C S + (diag(γ_C / γ) K)ᵀ V
+        starts.append(S)
+        if write_decay is None:
+            S = torch.addcmul(chunk_kv[i], chunk_decay[i], S)
+        else:
+            S = (S + chunk_kv[i]).mul_(chunk_decay[i])
+    # O = scale (diag(γ) Q S_start + (Q Kᵀ ⊙ Γ ⊙ M) V); q enters only here, linearly, so scale multiplies O once
+    o = (scores @ vc).baddbmm_(q_decayed, torch.cat(starts)).mul_(scale)
+    return o.unflatten(0, (n, B, H)), S
 
 
 for _fn in (gated_linear_attention_recurrent, gated_linear_attention_chunk):

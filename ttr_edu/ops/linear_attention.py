@@ -15,6 +15,14 @@ State carried between calls: ``S`` of shape ``(B, H, D_k, D_v)``; with ``normali
 anywhere and run piece by piece with the state handed over gives the same output as one run.
 
 The inputs are the featurised queries and keys: apply a feature map (:mod:`ttr_edu.ops.feature_maps`) first.
+
+Correspondence with flash-linear-attention 0.6.0: :func:`linear_attention_chunk` is ``fla.ops.linear_attn.
+chunk_linear_attn`` (and ``naive_chunk_linear_attn``), :func:`linear_attention_recurrent` is
+``fused_recurrent_linear_attn`` (and ``naive_recurrent_linear_attn``). The conventions differ in three places:
+
+* ``normalize`` defaults to False here and to True in fla's ``chunk_linear_attn`` (pass it explicitly when porting);
+* the normaliser's ``eps`` is 1e-6 here (Schlag et al.'s code) and 1e-10 in fla (pass ``eps=1e-10`` to match);
+* the ``z`` state is ``(B, H, D_k)`` here and ``(B, 1, H, D_k)`` in fla (``z.unsqueeze(1)`` / ``z.squeeze(1)``).
 """
 
 from __future__ import annotations
@@ -24,6 +32,8 @@ import torch
 from ttr_edu._validation import check_chunk_size, check_positive_float
 
 from ._common import STATE, check_inputs, check_state, compute_dtype, resolve_scale, to_chunks, zero_state
+from ._varlen import run_varlen
+from .delta_rule import chunk_blocks
 
 __all__ = ["linear_attention_recurrent", "linear_attention_parallel", "linear_attention_chunk"]
 
@@ -39,6 +49,10 @@ _SHARED_DOC = """
             shape ``(B, H, D_k)``); ``None`` means zero.
         output_final_state: also return the final state (fp32, or fp64 for fp64 inputs).
         chunk_size: (``linear_attention_chunk`` only) tokens per chunk, any positive int; T need not be a multiple.
+        cu_seqlens: (recurrent and chunk forms) fla's variable-length offsets, an integer tensor ``(N + 1,)``: the N
+            sequences are packed along T in a batch of one (``B = 1``), sequence n is tokens
+            ``cu_seqlens[n]:cu_seqlens[n+1]``, and the initial and final states are ``(N, H, D_k, D_v)`` (with ``normalize``, ``z`` is ``(N, H, D_k)``)``, one per
+            sequence; no state crosses a boundary. ``None``: one sequence per batch row.
 
     Returns:
         ``(o, final_state)``: ``o`` is ``(B, T, H, D_v)`` in the dtype of ``q``; ``final_state`` is ``S_T``
@@ -98,13 +112,16 @@ def _finish(o, normalizer, eps, S, z, out_dtype, output_final_state):
 
 
 def linear_attention_recurrent(
-    q, k, v, scale=None, normalize=False, initial_state=None, output_final_state=False, eps=1e-6
+    q, k, v, scale=None, normalize=False, initial_state=None, output_final_state=False, eps=1e-6, cu_seqlens=None
 ):
     """Recurrent form: one state update per token, ``S_t = S_{t-1} + k_t v_tᵀ``, ``o_t = S_tᵀ q_t``.
 
     Cost ``O(T D_k D_v)``, memory ``O(D_k D_v)`` for the state. Source: Katharopoulos et al. 2020, eqs. 16-20;
     Schlag et al. 2021, eqs. 11-13.
     """
+    if cu_seqlens is not None:
+        return run_varlen(linear_attention_recurrent, cu_seqlens, dict(q=q, k=k, v=v), initial_state,
+                          output_final_state, scale=scale, normalize=normalize, eps=eps)
     out_dtype = q.dtype if isinstance(q, torch.Tensor) else None
     q, k, v, S, z = _prepare(q, k, v, scale, normalize, eps, initial_state)
     outputs, normalizers = [], []
@@ -140,7 +157,8 @@ def linear_attention_parallel(
 
 
 def linear_attention_chunk(
-    q, k, v, scale=None, normalize=False, initial_state=None, output_final_state=False, chunk_size=64, eps=1e-6
+    q, k, v, scale=None, normalize=False, initial_state=None, output_final_state=False, chunk_size=64, eps=1e-6,
+    cu_seqlens=None,
 ):
     """Chunkwise form: T×T attention inside chunks of ``C = chunk_size`` tokens, the state between chunks.
 
@@ -152,9 +170,15 @@ def linear_attention_chunk(
     Cost ``O(T C (D_k + D_v) + T D_k D_v)``, memory ``O(T C + (T / C) D_k D_v)``: nothing of size T×T.
     Any positive ``chunk_size`` works, and T need not be a multiple of it (the last chunk is zero-padded).
     """
+    if cu_seqlens is not None:
+        return run_varlen(linear_attention_chunk, cu_seqlens, dict(q=q, k=k, v=v), initial_state, output_final_state,
+                          scale=scale, normalize=normalize, eps=eps, chunk_size=chunk_size)
     out_dtype = q.dtype if isinstance(q, torch.Tensor) else None
     chunk_size = check_chunk_size(chunk_size, q)  # capped at T
     q, k, v, S0, z0 = _prepare(q, k, v, scale, normalize, eps, initial_state)
+    if z0 is None:  # without the normaliser: a block of chunks at a time, gathered from fla's layout
+        o, S = _blockwise(q, k, v, S0, chunk_size)
+        return _finish(o, None, eps, S, None, out_dtype, output_final_state)
     T, C = q.shape[2], chunk_size
     qc, kc, vc = (to_chunks(x, C) for x in (q, k, v))  # (B, H, N, C, ·)
     scores = (qc @ kc.transpose(-1, -2)).tril()  # (B, H, N, C, C), causal mask M with the diagonal
@@ -174,6 +198,35 @@ def linear_attention_chunk(
         normalizer = normalizer.flatten(2, 3)[:, :, :T]
         z = z_after[:, :, -1]
     return _finish(o, normalizer, eps, S, z, out_dtype, output_final_state)
+
+
+#: Rows of ``q`` per block of chunks in :func:`_blockwise` (chunks × C × B·H), as in the delta rule's chunk form.
+_BLOCK_ROWS = 2048
+
+
+def _blockwise(q, k, v, S, chunk_size):
+    """The chunk form without the normaliser, a block of chunks at a time (:func:`ttr_edu.ops.delta_rule.chunk_blocks`
+    gathers each block in one pass from fla's layout, and its intermediates stay in cache): per block, all chunks'
+    ``Q Kᵀ ⊙ M`` and ``Kᵀ V`` at once, the states each chunk starts from by a running sum, then all outputs at once.
+    Takes heads-first ``q`` (scaled), ``k``, ``v`` and ``S`` ``(B, H, D_k, D_v)``; returns heads-first ``o`` and
+    ``S_T``."""
+    B, H, T, D_k = q.shape
+    D_v, C = v.shape[-1], chunk_size
+    per_block = max(1, _BLOCK_ROWS // (B * H * C))
+    S = S.flatten(0, 1)  # (B·H, D_k, D_v)
+    o = q.new_empty(B, -(-T // C) * C, H, D_v)
+    for first, last, block in chunk_blocks([k, v, q], C, per_block):
+        n = last - first
+        x = block.flatten(0, 2)  # (n·B·H, C, W): [K V Q] of each chunk of each head
+        kc, vc, qc = x[..., :D_k], x[..., D_k : D_k + D_v], x[..., D_k + D_v :]
+        chunk_kv = (kc.mT @ vc).unflatten(0, (n, -1))  # what each chunk writes
+        starts = []
+        for i in range(n):  # the only sequential part: S ← S + Kᵀ V
+            starts.append(S)
+            S = S + chunk_kv[i]
+        o_block = ((qc @ kc.mT).tril_() @ vc).baddbmm_(qc, torch.cat(starts))  # Q S + (Q Kᵀ ⊙ M) V
+        o[:, first * C : last * C].view(B, n, C, H, D_v).copy_(o_block.unflatten(0, (n, B, H)).permute(1, 0, 3, 2, 4))
+    return o[:, :T].transpose(1, 2), S.unflatten(0, (B, H))
 
 
 for _fn in (linear_attention_recurrent, linear_attention_parallel, linear_attention_chunk):

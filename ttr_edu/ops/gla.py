@@ -1,0 +1,227 @@
+"""Gated linear attention with per-key gates (GLA): recurrent and chunkwise forms.
+
+The GLA layer (Yang, Wang, Shen, Panda, Kim 2024, "Gated Linear Attention Transformers with Hardware-Efficient
+Training", eq. 3 and §4) forgets each key dimension at its own rate ``α_t = exp(g_t)``, with ``g_t`` a vector:
+
+    S_t = diag(exp(g_t)) S_{t-1} + k_t v_tᵀ,     o_t = S_tᵀ q_t          (q already scaled by ``scale``)
+
+so row d of the state (what key feature d has stored) decays by ``exp(g_{t,d})``. With the same ``g`` in every
+dimension this is the scalar gate of :mod:`ttr_edu.ops.gated_linear_attention` (fla's ``simple_gla``).
+
+Correspondence with flash-linear-attention 0.6.0:
+
+* :func:`gla_recurrent` is ``fla.ops.gla.fused_recurrent_gla`` / the pure-torch ``fla.ops.gla.naive.naive_recurrent_gla``
+  (whose ``gk`` is our ``g``; the naive reference fixes ``scale = D_k ** -0.5``);
+* :func:`gla_chunk` is ``fla.ops.gla.chunk_gla`` (fla has no pure-torch chunk form of this layer);
+* the scalar-gate ops ``gated_linear_attention_*`` are ``fla.ops.simple_gla``'s ``chunk_simple_gla`` and
+  ``naive_recurrent_simple_gla`` (``g`` of shape ``(B, T, H)``).
+
+Unlike fla's kernels, both forms accept ``g = −inf`` (a full reset of that key dimension) exactly.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ttr_edu._validation import check_chunk_size
+
+from ._common import QK, STATE, check_inputs, check_state, compute_dtype, resolve_scale, to_chunks, zero_state
+from ._varlen import run_varlen
+
+__all__ = ["gla_recurrent", "gla_chunk"]
+
+#: Side of the sub-chunks inside a chunk (fla's BC): decays between sub-chunks factor through a reference row and
+#: become matrix products; only the sub-chunks on the diagonal need the elementwise form.
+SUB_CHUNK = 16
+
+_SHARED_DOC = """
+    Args:
+        q: queries ``(B, T, H, D_k)``, floating (fp16/bf16/fp32 compute in fp32, fp64 in fp64).
+        k: keys ``(B, T, H, D_k)``, same dtype as ``q``.
+        v: values ``(B, T, H, D_v)``, same dtype as ``q``.
+        g: per-key log decay ``(B, T, H, D_k)`` in ``[−inf, 0]`` (fla's ``gk``), any floating dtype; row d of the
+            state is multiplied by ``exp(g_{t,d})`` before step t. ``−inf`` resets that row, exactly in both forms.
+        scale: multiplies ``q``; default ``D_k ** -0.5`` (fla).
+        initial_state: ``S_0`` ``(B, H, D_k, D_v)``; ``None`` means zero.
+        output_final_state: also return ``S_T`` (fp32, or fp64 for fp64 inputs).
+        chunk_size: (``gla_chunk`` only) tokens per chunk, any positive int; T need not be a multiple.
+        cu_seqlens: fla's variable-length offsets, an integer tensor ``(N + 1,)``: N sequences packed along T in a
+            batch of one (``B = 1``), sequence n is tokens ``cu_seqlens[n]:cu_seqlens[n+1]``; the initial and final
+            states are then ``(N, H, D_k, D_v)`` and no state crosses a boundary.
+
+    Returns:
+        ``(o, S_T)`` (``S_T`` is ``None`` unless ``output_final_state``); ``o`` is ``(B, T, H, D_v)`` in the dtype
+        of ``q``.
+
+    Raises:
+        TypeError: a non-tensor, an integer dtype, mixed dtypes of q, k, v; a ``cu_seqlens`` that is not an
+            integer tensor.
+        ValueError: a ``g`` that is NaN, ``+inf`` or ``> 0``; mismatched shapes (the message names the dims),
+            different devices, a bad ``scale`` or ``chunk_size``; offsets that do not start at 0, end at T and
+            increase.
+"""
+
+
+def _check_log_decay(g: torch.Tensor) -> None:
+    if g.device.type == "meta":
+        return
+    with torch.no_grad():
+        bad = torch.isnan(g) | (g > 0)
+        n_bad = int(bad.sum())
+    if n_bad:
+        raise ValueError(
+            f"g: expected a log decay in [-inf, 0], so that exp(g) is a decay factor; got {n_bad} of {g.numel()} "
+            f"(B, T, H, D_k) entries outside it (the first: {g[bad][0].item()})"
+        )
+
+
+def _prepare(q, k, v, g, scale, initial_state):
+    dims = check_inputs(q, k, v)
+    if isinstance(g, torch.Tensor) and g.dim() == 3:
+        raise ValueError(
+            f"g: expected a per-key log decay (B, T, H, D_k), got shape {tuple(g.shape)}; for a scalar gate per head "
+            "(fla's simple_gla) use gated_linear_attention_recurrent / gated_linear_attention_chunk"
+        )
+    dims.bind("g", g, QK)
+    if g.device != q.device:
+        raise ValueError(f"g: expected a tensor on {q.device} (the device of q), got one on {g.device}")
+    _check_log_decay(g)
+    scale = resolve_scale(scale, dims["D_k"])
+    dtype = compute_dtype(q.dtype)
+    if initial_state is not None:
+        check_state("initial_state", initial_state, dims, STATE, q.device)
+    S = zero_state(dims, dtype, q.device) if initial_state is None else initial_state.to(dtype)
+    q, k, v, g = (x.to(dtype).transpose(1, 2) for x in (q, k, v, g))  # (B, H, T, ·)
+    return q * scale, k, v, g, S
+
+
+def gla_recurrent(q, k, v, g, scale=None, initial_state=None, output_final_state=False, cu_seqlens=None):
+    """Recurrent form: ``S_t = diag(exp(g_t)) S_{t-1} + k_t v_tᵀ``, ``o_t = S_tᵀ q_t``, one token at a time.
+
+    Source: Yang et al. 2024 (GLA), eq. 3 with ``G_t = α_t 1ᵀ``; fla's ``naive_recurrent_gla`` and
+    ``fused_recurrent_gla``. Cost ``O(T D_k D_v)``, memory ``O(D_k D_v)``.
+    """
+    if cu_seqlens is not None:
+        return run_varlen(gla_recurrent, cu_seqlens, dict(q=q, k=k, v=v, g=g), initial_state, output_final_state,
+                          scale=scale)
+    out_dtype = q.dtype if isinstance(q, torch.Tensor) else None
+    q, k, v, g, S = _prepare(q, k, v, g, scale, initial_state)
+    outputs = []
+    for t in range(q.shape[2]):
+        S = torch.exp(g[:, :, t, :, None]) * S + torch.einsum("b h k, b h v -> b h k v", k[:, :, t], v[:, :, t])
+        outputs.append(torch.einsum("b h k v, b h k -> b h v", S, q[:, :, t]))
+    o = torch.stack(outputs, dim=2).transpose(1, 2).to(out_dtype)
+    return o, (S if output_final_state else None)
+
+
+def _suffix_sums(g: torch.Tensor) -> torch.Tensor:
+    """``[i] = Σ_{l > i} g_l`` along dim −2 (the time axis of a chunk): a direct sum, never a difference of running
+    sums, so it keeps full relative precision and ``−inf`` (a reset) gives ``−inf``, never NaN."""
+    inclusive = g.flip(-2).cumsum(-2).flip(-2)
+    return torch.cat([inclusive[..., 1:, :], torch.zeros_like(inclusive[..., :1, :])], dim=-2)
+
+
+def _segment_sums(g: torch.Tensor) -> torch.Tensor:
+    """``[i, j] = Σ_{j < l ≤ i} g_l`` for ``i ≥ j`` and ``−inf`` above the diagonal: ``g`` ``(..., c, D)`` gives
+    ``(..., c, c, D)``. Each segment is summed directly (as :func:`ttr_edu.ops._common.decay_matrix` does for a
+    scalar gate), exact for ``g = −inf``."""
+    c = g.shape[-2]
+    below = torch.ones(c, c, dtype=torch.bool, device=g.device).tril(-1)[:, :, None]  # i > j
+    terms = torch.where(below, g.unsqueeze(-2), 0.0)  # [i, j] = g_i where i > j
+    causal = torch.ones(c, c, dtype=torch.bool, device=g.device).tril()[:, :, None]
+    return terms.cumsum(-3).masked_fill(~causal, float("-inf"))
+
+
+def _intra_chunk_scores(q, k, g, sub):
+    """``A_ij = Σ_d q_id k_jd exp(Σ_{j<l≤i} g_ld)`` for ``i ≥ j`` (0 above the diagonal), every exponent ≤ 0.
+
+    ``q, k, g`` are ``(..., C, D_k)``, ``C`` a multiple of ``sub``. Between sub-chunks a > b the decay factors
+    through the last row r of sub-chunk a − 1: ``Σ_{j<l≤i} = Σ_{r<l≤i} + Σ_{j<l≤r}``, two sums of log decays, each
+    ≤ 0, so each block is a product of rescaled q and k that cannot overflow (fla's ``chunk_gla`` does the same, with
+    sub-chunks of 16). Inside a sub-chunk the exponent is formed per element. All exponents are direct sums of ``g``
+    (no differences of running sums), which keeps fp32 precise under strong decay and resets exact.
+    """
+    *lead, C, D = q.shape
+    n = C // sub
+    qs, ks, gs = (x.reshape(*lead, n, sub, D) for x in (q, k, g))
+    within = gs.cumsum(-2)  # (…, n, sub, D): Σ from the sub-chunk's first row to i, = Σ_{r<l≤i} for i in a
+    q_hat = qs * torch.exp(within)
+    to_end = _suffix_sums(gs)  # Σ_{j<l≤end of b} for j in b
+    total = within[..., -1, :]  # (…, n, D): each sub-chunk's total log decay
+    # between[a, b] = Σ_{b<m<a} total_m: summed under a mask with where(), since 0 · (−inf) would be NaN
+    m = torch.arange(n, device=q.device)
+    inside = (m[None, None, :] > m[None, :, None]) & (m[None, None, :] < m[:, None, None])  # [a, b, m]
+    between = torch.where(inside[..., None], total.unsqueeze(-3).unsqueeze(-3), 0.0).sum(-2)  # (…, n_a, n_b, D)
+    strictly_below = (m[:, None] > m[None, :])[:, :, None, None]  # blocks b < a
+    log_k = torch.where(strictly_below, to_end.unsqueeze(-4) + between.unsqueeze(-2), float("-inf"))
+    k_hat = ks.unsqueeze(-4) * torch.exp(log_k)  # (…, n_a, n_b, sub, D); zero on and above the block diagonal
+    blocks = q_hat.unsqueeze(-3) @ k_hat.transpose(-1, -2)  # (…, n_a, n_b, sub, sub)
+    diag = (qs.unsqueeze(-2) * ks.unsqueeze(-3) * torch.exp(_segment_sums(gs))).sum(-1)  # (…, n, sub, sub)
+    blocks.diagonal(dim1=-4, dim2=-3).copy_(diag.movedim(-3, -1))
+    return blocks.transpose(-3, -2).reshape(*lead, C, C)
+
+
+#: The smallest per-key chunk log decay for which :func:`gla_chunk` uses the rank-one factorisation of the decays.
+_MIN_FACTORED_LOG_DECAY = -8.0
+
+#: Rows of ``q`` per block of chunks in :func:`gla_chunk` (chunks × C × B·H): the block's (sub, sub, D_k) decay
+#: tensor of the diagonal sub-chunks (16× the size of q) then stays within a few MiB.
+_BLOCK_ROWS = 1024
+
+
+def gla_chunk(q, k, v, g, scale=None, initial_state=None, output_final_state=False, chunk_size=64, cu_seqlens=None):
+    """Chunkwise form: per-key decayed attention inside chunks, the decayed state between chunks.
+
+    With ``Σ_{j<l≤i} g_l`` the per-key log decay from token j to token i of a chunk (a vector), ``γ_i`` its value
+    from the chunk's start and ``γ̄_j`` to its end (Yang et al. 2024, GLA, §4.2):
+
+        O_n = (Q_n ⊙ exp(γ)) S_n + A_n V_n,        A_ij = Σ_d q_id k_jd exp(Σ_{j<l≤i} g_ld)   (i ≥ j)
+        S_{n+1} = diag(exp(γ_C)) S_n + (K_n ⊙ exp(γ̄))ᵀ V_n
+
+    Where every chunk of a block decays by at most e⁸ in every key, ``Q Kᵀ ⊙ Γ`` factorises as ``(Q ⊙ γ)(K / γ)ᵀ``
+    (one product, rounding within 2·8 units). Otherwise every exponent is a direct sum of log decays, ≤ 0 (see
+    :func:`_intra_chunk_scores`), so strong decays neither overflow nor lose precision, and ``g = −inf`` is exact. The chunks are taken ``_BLOCK_ROWS`` rows of ``q`` at a
+    time. Memory ``O(T C + T D_k)``, nothing of size T×T; any positive ``chunk_size``, any T (zero-padded: ``g = 0``
+    keeps the state).
+    """
+    if cu_seqlens is not None:
+        return run_varlen(gla_chunk, cu_seqlens, dict(q=q, k=k, v=v, g=g), initial_state, output_final_state,
+                          scale=scale, chunk_size=chunk_size)
+    out_dtype = q.dtype if isinstance(q, torch.Tensor) else None
+    chunk_size = check_chunk_size(chunk_size, q)  # capped at T
+    q, k, v, g, S = _prepare(q, k, v, g, scale, initial_state)
+    B, H, T = q.shape[:3]
+    C = chunk_size
+    sub = SUB_CHUNK if C % SUB_CHUNK == 0 else C  # other chunk sizes: one sub-chunk, all exact
+    qc, kc, vc, gc = (to_chunks(x, C) for x in (q, k, v, g))  # (B, H, N, C, ·)
+    n_chunks = qc.shape[2]
+    per_block = max(1, _BLOCK_ROWS // (B * H * C))
+    outputs = []
+    for first in range(0, n_chunks, per_block):
+        chunks = slice(first, min(first + per_block, n_chunks))
+        q_b, k_b, v_b, g_b = (x[:, :, chunks] for x in (qc, kc, vc, gc))
+        from_start = g_b.cumsum(-2)  # log γ_i, (B, H, n, C, D_k)
+        q_decayed = q_b * torch.exp(from_start)
+        if bool((from_start[..., -1, :] >= _MIN_FACTORED_LOG_DECAY).all()):
+            # Γ_ijd = γ_id / γ_jd has rank one in (i, j) for each d: Q Kᵀ ⊙ Γ = (Q ⊙ γ)(K / γ)ᵀ, one product. Every
+            # chunk decays by at most e⁸ per key here, so 1/γ cannot overflow and Γ carries at most 2·8 units of
+            # rounding: fp32 round-off of order 1e-6 (as the scalar gate's factorised path).
+            k_undecayed = k_b * torch.exp(-from_start)
+            intra = (q_decayed @ k_undecayed.transpose(-1, -2)).tril_() @ v_b
+            k_to_end = k_undecayed * torch.exp(from_start[..., -1:, :])  # γ_C / γ_j
+        else:  # strong decay or a reset: the exact sub-chunked form, every exponent a direct sum of log decays
+            intra = _intra_chunk_scores(q_b, k_b, g_b, sub) @ v_b  # (B, H, n, C, D_v)
+            k_to_end = k_b * torch.exp(_suffix_sums(g_b))
+        chunk_kv = k_to_end.transpose(-1, -2) @ v_b  # (B, H, n, D_k, D_v): each chunk's write, at its end
+        chunk_decay = torch.exp(from_start[..., -1, :]).unsqueeze(-1)  # (B, H, n, D_k, 1)
+        for i in range(q_b.shape[2]):  # the only sequential part: one step per chunk
+            outputs.append(torch.baddbmm(intra[:, :, i].flatten(0, 1), q_decayed[:, :, i].flatten(0, 1),
+                                         S.flatten(0, 1)).unflatten(0, (B, H)))
+            S = chunk_decay[:, :, i] * S + chunk_kv[:, :, i]
+    o = torch.stack(outputs, dim=2).flatten(2, 3)[:, :, :T]
+    return o.transpose(1, 2).to(out_dtype), (S if output_final_state else None)
+
+
+for _fn in (gla_recurrent, gla_chunk):
+    _fn.__doc__ += _SHARED_DOC
+del _fn
