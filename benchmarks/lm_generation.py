@@ -18,23 +18,27 @@ import torch
 from ttr_edu.models_lm import LMConfig, TinyLM
 
 
-def per_token_ms(model: TinyLM, context: int, new_tokens: int) -> float:
+def per_token_ms(models: dict[str, TinyLM], context: int, new_tokens: int) -> dict[str, float]:
+    """Median ms per generated token of each model after reading ``context`` tokens; the models take turns token by
+    token, so a change of machine load hits all of them alike."""
     tokens = torch.randint(0, 256, (1, context + new_tokens), generator=torch.Generator().manual_seed(0))
-    state = model.init_state()
-    for t in range(context):
-        _, state = model.step(tokens[:, t], state)
-    times = []
+    states = {name: model.init_state() for name, model in models.items()}
+    for name, model in models.items():
+        for t in range(context):
+            _, states[name] = model.step(tokens[:, t], states[name])
+    times: dict[str, list[float]] = {name: [] for name in models}
     for t in range(context, context + new_tokens):
-        start = time.perf_counter()
-        _, state = model.step(tokens[:, t], state)
-        times.append(time.perf_counter() - start)
-    return 1e3 * statistics.median(times)
+        for name, model in models.items():
+            start = time.perf_counter()
+            _, states[name] = model.step(tokens[:, t], states[name])
+            times[name].append(time.perf_counter() - start)
+    return {name: 1e3 * statistics.median(values) for name, values in times.items()}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--lengths", type=int, nargs="+", default=[128, 512, 2048, 4096])
-    parser.add_argument("--new-tokens", type=int, default=32)
+    parser.add_argument("--new-tokens", type=int, default=64)
     parser.add_argument("--threads", type=int, default=1)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
@@ -44,7 +48,7 @@ def main() -> None:
           f"{args.threads} thread(s)")
     print(f"{'context':>8} " + " ".join(f"{n:>15}" for n in models) + f" {'softmax/deltanet':>17}")
     for length in args.lengths:
-        ms = {name: per_token_ms(model, length, args.new_tokens) for name, model in models.items()}
+        ms = per_token_ms(models, length, args.new_tokens)
         print(f"{length:>8} " + " ".join(f"{ms[n]:>15.3f}" for n in models) + f" {ms['softmax'] / ms['deltanet']:>16.2f}x")
     print("tokens per second = 1000 / ms")
 
