@@ -22,6 +22,8 @@ def greedy_generate(model, prompt, num_tokens):
 
 
 def test_references_pass(capsys):
+    assert checks.check_train_lm(_loop_with_a_mistake)  # with no mistake switched on it is the exercise's loop
+    capsys.readouterr()
     assert checks.check_causal_lm_loss(causal_lm_loss)
     assert checks.check_greedy_generate(greedy_generate)
     assert checks.check_train_lm(checks.train_lm_spec)
@@ -74,39 +76,33 @@ def generate_with_forward(model, prompt, num_tokens):
     return out
 
 
-def train_without_zero_grad(model, tokens, steps, batch_size, seq_len, lr, seed):
-    optimizer, gen, losses = torch.optim.Adam(model.parameters(), lr=lr), torch.Generator().manual_seed(seed), []
+def _loop_with_a_mistake(model, tokens, steps, batch_size, seq_len, lr, seed, *, zero_grad=True, same_batch=False,
+                         optimizer_class=torch.optim.Adam):
+    """The exercise's loop (checks.train_lm_spec) with one of three plausible mistakes switched on."""
+    optimizer, generator, losses = optimizer_class(model.parameters(), lr=lr), torch.Generator().manual_seed(seed), []
     for _ in range(steps):
-        window = random_windows(tokens, batch_size, seq_len, gen)
+        if same_batch:  # a fresh generator every step: the same batch every time
+            generator = torch.Generator().manual_seed(seed)
+        window = random_windows(tokens, batch_size, seq_len, generator)
         loss = causal_lm_loss(model(window), window)
+        if zero_grad:
+            optimizer.zero_grad()
         loss.backward()
         optimizer.step()
         losses.append(loss.item())
     return torch.tensor(losses, dtype=torch.float64)
+
+
+def train_without_zero_grad(model, tokens, steps, batch_size, seq_len, lr, seed):
+    return _loop_with_a_mistake(model, tokens, steps, batch_size, seq_len, lr, seed, zero_grad=False)
 
 
 def train_on_one_batch(model, tokens, steps, batch_size, seq_len, lr, seed):
-    optimizer, losses = torch.optim.Adam(model.parameters(), lr=lr), []
-    for _ in range(steps):
-        window = random_windows(tokens, batch_size, seq_len, torch.Generator().manual_seed(seed))  # same batch
-        loss = causal_lm_loss(model(window), window)
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-        losses.append(loss.item())
-    return torch.tensor(losses, dtype=torch.float64)
+    return _loop_with_a_mistake(model, tokens, steps, batch_size, seq_len, lr, seed, same_batch=True)
 
 
 def train_with_sgd(model, tokens, steps, batch_size, seq_len, lr, seed):
-    optimizer, gen, losses = torch.optim.SGD(model.parameters(), lr=lr), torch.Generator().manual_seed(seed), []
-    for _ in range(steps):
-        window = random_windows(tokens, batch_size, seq_len, gen)
-        loss = causal_lm_loss(model(window), window)
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-        losses.append(loss.item())
-    return torch.tensor(losses, dtype=torch.float64)
+    return _loop_with_a_mistake(model, tokens, steps, batch_size, seq_len, lr, seed, optimizer_class=torch.optim.SGD)
 
 
 @pytest.mark.parametrize(

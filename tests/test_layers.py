@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from ttr_edu.checks._core import relative_error
-from ttr_edu.layers import MIXERS, DeltaNet, GatedDeltaNet, LinearAttention, LocalLinearAttention, MesaLayer
+from ttr_edu.layers import MEMORY_MIXERS, MIXERS, DeltaNet, GatedDeltaNet, LinearAttention, LocalLinearAttention, MesaLayer
 from ttr_edu.layers import SoftmaxAttention
 from ttr_edu import ops
 from ttr_edu.regression import ExactSolve, Gates, Linear, LocalLinear, TestTimeRegression, Uniform, named_layer
@@ -14,10 +14,10 @@ def x(seed=0, T=12, hidden=16):
     return torch.randn(2, T, hidden, generator=torch.Generator().manual_seed(seed))
 
 
-@pytest.mark.parametrize("name", list(MIXERS))
+@pytest.mark.parametrize("name", list(MIXERS) + list(MEMORY_MIXERS))
 def test_shape_gradients_and_causality(name):
     torch.manual_seed(0)
-    layer = MIXERS[name](16, 2)
+    layer = {**MIXERS, **MEMORY_MIXERS}[name](16, 2)
     inputs = x().requires_grad_()
     y = layer(inputs)
     assert y.shape == (2, 12, 16)
@@ -26,6 +26,7 @@ def test_shape_gradients_and_causality(name):
     changed = inputs.detach().clone()
     changed[:, 7:] += 1.0  # the future changes ...
     assert torch.allclose(layer(changed)[:, :7], y[:, :7].detach(), atol=1e-6)  # ... the past does not
+    assert layer.state_size(12) > 0
 
 
 @pytest.mark.parametrize("name", list(MIXERS))

@@ -71,7 +71,12 @@ QUICK_GRID = LMGrid(mixers=("deltanet",), seeds=(0,), seq_len=64, batch_size=8, 
 @torch.no_grad()
 def evaluate_bpb(model: TinyLM, tokens: torch.Tensor, seq_len: int, max_windows: int | None = None,
                  batch_size: int = 64) -> float:
-    """Bits per byte of ``model`` on the split ``tokens``: mean next-byte loss over non-overlapping windows / ln 2."""
+    """Bits per byte of ``model`` on a split: the mean next-byte loss over its non-overlapping windows, / ln 2.
+
+    Args:
+        tokens: a split, 1-D ``(N_bytes,)`` byte values (e.g. ``corpus.valid``).
+        seq_len: tokens a window reads; ``max_windows``: keep only the first windows; ``batch_size``: windows per call.
+    """
     windows = eval_windows(tokens, seq_len, max_windows)
     was_training = model.training
     model.eval()
