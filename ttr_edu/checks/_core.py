@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import copy
 import dis
+import os
 import traceback
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -25,7 +26,7 @@ from typing import Any
 
 import torch
 
-__all__ = ["CheckFailed", "run_check", "relative_error", "first_mismatch", "describe"]
+__all__ = ["CheckFailed", "run_check", "random_case", "relative_error", "first_mismatch", "describe"]
 
 
 class CheckFailed(AssertionError):
@@ -217,8 +218,6 @@ def run_check(
         try:
             got = _call_student(student_fn, given)
         except NotImplementedError:
-            import os  # imported here to keep the grading rule inside the one branch it concerns
-
             # nbgrader sets NBGRADER_EXECUTION while it autogrades ("autograde") or validates ("validate"): there an
             # unattempted exercise must fail its graded cell (0 points); in the student's own kernel it runs on.
             if os.environ.get("NBGRADER_EXECUTION") in ("autograde", "validate"):
@@ -252,6 +251,12 @@ def run_check(
         raise ValueError(f"{name}: the check has no cases, so it could not fail")
     print(f"PASS {name}: your function agrees with the reference on {n_cases} random cases.")
     return True
+
+
+def random_case(seed: int, **shapes: tuple[int, ...]) -> dict[str, torch.Tensor]:
+    """A check case of float64 standard-normal tensors, ``name -> shape``, drawn in order from one seeded generator."""
+    generator = torch.Generator().manual_seed(seed)
+    return {name: torch.randn(*shape, generator=generator, dtype=torch.float64) for name, shape in shapes.items()}
 
 
 def _cloned(case: dict) -> dict:

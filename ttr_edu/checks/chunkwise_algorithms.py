@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterator
 import torch
 
 from ttr_edu import ops
-from ttr_edu.checks._core import CheckFailed, run_check
+from ttr_edu.checks._core import CheckFailed, run_check, random_case
 
 __all__ = [
     "check_chunk_linear_attention",
@@ -75,14 +75,7 @@ def _unit_rows(n: int, d: int, g: torch.Generator) -> torch.Tensor:
 def _linear_attention_cases() -> Iterator[dict]:
     # (T, D_k, D_v, chunk_size): T not a multiple of C, C = 1, one chunk longer than T, D_k ≠ D_v
     for i, (T, d_k, d_v, C) in enumerate([(8, 4, 3, 4), (11, 5, 6, 4), (7, 3, 3, 1), (5, 4, 2, 8), (20, 6, 4, 6)]):
-        g = _generator(900 + i)
-        yield {
-            "q": torch.randn(T, d_k, generator=g, dtype=torch.float64),
-            "k": torch.randn(T, d_k, generator=g, dtype=torch.float64),
-            "v": torch.randn(T, d_v, generator=g, dtype=torch.float64),
-            "S": torch.randn(d_k, d_v, generator=g, dtype=torch.float64),
-            "chunk_size": C,
-        }
+        yield {**random_case(900 + i, q=(T, d_k), k=(T, d_k), v=(T, d_v), S=(d_k, d_v)), "chunk_size": C}
 
 
 def _ut_cases() -> Iterator[dict]:

@@ -9,7 +9,7 @@ import torch
 from ttr_edu import dual_form
 from torch import nn
 
-from ttr_edu.checks._core import CheckFailed, run_check
+from ttr_edu.checks._core import CheckFailed, run_check, random_case
 
 __all__ = ["check_dual_output", "check_momentum_rescale", "check_class_votes", "check_record_training"]
 
@@ -23,13 +23,7 @@ def _generator(seed: int) -> torch.Generator:
 
 def _dual_cases() -> Iterator[dict]:
     for i, (n, d_in, d_out, q) in enumerate(SHAPES):
-        g = _generator(500 + i)
-        yield {
-            "W0": torch.randn(d_out, d_in, generator=g, dtype=torch.float64),
-            "keys": torch.randn(n, d_in, generator=g, dtype=torch.float64),
-            "values": torch.randn(n, d_out, generator=g, dtype=torch.float64),
-            "query": torch.randn(q, d_in, generator=g, dtype=torch.float64),
-        }
+        yield random_case(500 + i, W0=(d_out, d_in), keys=(n, d_in), values=(n, d_out), query=(q, d_in))
 
 
 def _momentum_cases() -> Iterator[dict]:

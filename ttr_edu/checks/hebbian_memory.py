@@ -7,7 +7,7 @@ from collections.abc import Callable, Iterator
 import torch
 
 from ttr_edu import memory
-from ttr_edu.checks._core import CheckFailed, run_check
+from ttr_edu.checks._core import CheckFailed, run_check, random_case
 
 __all__ = [
     "check_write", "check_store", "check_crosstalk_energy", "check_recall_accuracy", "check_cleanup_scores",
@@ -24,12 +24,7 @@ def _generator(seed: int) -> torch.Generator:
 
 def _write_cases() -> Iterator[dict]:
     for i, (_, d_k, d_v) in enumerate(SHAPES):
-        g = _generator(100 + i)
-        yield {
-            "W": torch.randn(d_v, d_k, generator=g, dtype=torch.float64),
-            "k": torch.randn(d_k, generator=g, dtype=torch.float64),
-            "v": torch.randn(d_v, generator=g, dtype=torch.float64),
-        }
+        yield random_case(100 + i, W=(d_v, d_k), k=(d_k,), v=(d_v,))
 
 
 def _store_cases() -> Iterator[dict]:

@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterator
 
 import torch
 
-from ttr_edu.checks._core import CheckFailed, run_check
+from ttr_edu.checks._core import CheckFailed, run_check, random_case
 from ttr_edu.regression import ExactSolve, Linear, OnlineSGD, TestTimeRegression, Uniform, regression_weights
 
 __all__ = ["check_decay_weights", "check_sgd_step", "check_ridge_readout"]
@@ -56,13 +56,7 @@ def _decay_cases() -> Iterator[dict]:
 
 def _sgd_cases() -> Iterator[dict]:
     for i, (_, d_k, d_v) in enumerate(SHAPES):
-        gen = _g(610 + i)
-        yield {
-            "S": torch.randn(d_k, d_v, generator=gen, dtype=torch.float64),
-            "k": torch.randn(d_k, generator=gen, dtype=torch.float64),
-            "v": torch.randn(d_v, generator=gen, dtype=torch.float64),
-            "beta": [0.5, 0.1, 1.0, 0.7][i],
-        }
+        yield {**random_case(610 + i, S=(d_k, d_v), k=(d_k,), v=(d_v,)), "beta": [0.5, 0.1, 1.0, 0.7][i]}
 
 
 def _ridge_cases() -> Iterator[dict]:
