@@ -33,8 +33,9 @@ One thread by default: on a shared machine several threads per process contend a
 more (``--threads`` to change it). On a CPU the chunk forms win by replacing thousands of small per-token ops with a
 few large matmuls, not by doing less arithmetic.
 
-Local linear attention costs O(T² D_k²) (≈ 1.1 TFLOP per call at T = 4096); it is skipped above ``--max-T-lla``
-(default 1024) and the table says so.
+Two forms cost O(T² D_k²): local linear attention (≈ 1.1 TFLOP per call at T = 4096) and RLS's exact solve (its
+``(B, H, T, D_k, D_v)`` regressions need 34 GB at T = 4096). They are skipped above ``--max-T-quadratic`` (default
+1024) and the table says so.
 """
 
 from __future__ import annotations
@@ -102,6 +103,10 @@ LAYERS: dict[str, dict[str, Callable]] = {
     "softmax_attention": {"parallel": lambda x, C: ops.softmax_attention(*_qkv(x))},
     "local_linear_attention": {"parallel": lambda x, C: ops.local_linear_attention(*_qkv(x))},
 }
+
+
+#: Forms whose time and memory grow like T² D_k²: skipped above ``--max-T-quadratic``.
+QUADRATIC_FORMS = {("local_linear_attention", "parallel"), ("rls", "exact")}
 
 
 def fla_chunk_form(layer: str, chunk_size: int, T: int) -> Callable | str:
@@ -208,7 +213,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--chunk-size", type=int, default=64, help="chunk_size of the chunk forms (fla's 64)")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (1: stable on a shared machine)")
     parser.add_argument("--clock", choices=list(CLOCKS), default="cpu", help="process CPU time or wall time")
-    parser.add_argument("--max-T-lla", type=int, default=1024, help="largest T for local linear attention")
+    parser.add_argument("--max-T-quadratic", type=int, default=1024,
+                        help="largest T for the O(T² D_k²) forms (local linear attention, RLS's exact solve)")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     clock = CLOCKS[args.clock]
@@ -231,10 +237,12 @@ def main(argv: list[str] | None = None) -> None:
     tile_rates: list[float] = []
     with torch.no_grad():
         for layer in args.layers:
-            forms = LAYERS[layer]
             for T in args.T:
-                if layer == "local_linear_attention" and T > args.max_T_lla:
-                    print(f"{layer:<24} {'parallel':<10} {T:>5}   skipped: O(T² D_k²), raise --max-T-lla to run")
+                skipped = [name for name in LAYERS[layer] if (layer, name) in QUADRATIC_FORMS and T > args.max_T_quadratic]
+                for name in skipped:
+                    print(f"{layer:<24} {name:<10} {T:>5}   skipped: O(T² D_k²), raise --max-T-quadratic to run")
+                forms = {name: fn for name, fn in LAYERS[layer].items() if name not in skipped}
+                if not forms:
                     continue
                 inputs = make_inputs(T)
                 calls = {name: (lambda fn=fn: fn(inputs, args.chunk_size)) for name, fn in forms.items()}

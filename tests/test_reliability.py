@@ -145,6 +145,24 @@ def test_non_finite_states_are_refused_by_name():
         ops.rls_recurrent(q, k, v, initial_state=(torch.zeros(1, 1, 4, 4), P0))
 
 
+@pytest.mark.parametrize("dtype", [torch.float16, torch.float32, torch.float64])
+def test_the_one_pass_finite_scan_is_exact(dtype):
+    """``all_finite`` sums once; a non-finite sum falls back to the entry-wise scan. Large finite entries whose sum
+    overflows must pass, and +inf beside −inf (a NaN sum) or one NaN among huge values must still be named."""
+    from ttr_edu._validation import all_finite, check_finite
+
+    big = torch.full((4, 1000), torch.finfo(dtype).max / 2, dtype=dtype)
+    assert torch.isinf(big.sum()) and not all_finite(big)  # the sum overflows although every entry is finite ...
+    check_finite("x", big)  # ... so the fallback scan decides, and passes it
+    assert all_finite(torch.randn(3, 5).to(dtype))
+    for bad in ([math.inf, -math.inf], [math.nan, 0.0], [-math.inf, 1.0]):
+        x = big.clone()
+        x[1, 2], x[3, 4] = bad
+        assert not all_finite(x)
+        with pytest.raises(ValueError, match=r"^x: expected finite values, got [12] of 4000 entries"):
+            check_finite("x", x)
+
+
 def test_the_finite_checks_switch_turns_the_scans_off_and_back_on():
     q, k, v = qkv()
     q[0, 2, 0, 1] = math.nan
