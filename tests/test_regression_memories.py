@@ -101,6 +101,54 @@ def test_ttt_layers_equal_their_ops():
     assert_equal(W2, W2_op)
 
 
+@pytest.mark.parametrize("wrap", [{"layer_norm": True}, {"residual": True}, {"layer_norm": True, "residual": True}])
+@pytest.mark.parametrize("batch_size", [1, 4, 16])
+def test_ttt_mlp_layer_equals_its_op_with_layer_norm_and_residual(wrap, batch_size):
+    """The generic path reads its gradients off autodiff through whatever the MLP wraps around its maps."""
+    q, k, v, beta = inputs()
+    v = rand(B, T, H, D_k, seed=12)  # the residual needs D_v == D_k
+    W = (0.5 * rand(B, H, D_k, 6, seed=7), 0.5 * rand(B, H, 6, D_k, seed=8))
+    layer = TestTimeRegression(weights=Uniform(), function_class=MLP(**wrap), optimizer=MiniBatchGD(batch_size))
+    o, (W1, W2) = layer(q, k, v, beta=beta, initial_state=W, output_final_state=True)
+    o_op, (W1_op, W2_op) = ttt_mlp_recurrent(q, k, v, beta, batch_size, initial_state=W, output_final_state=True,
+                                             **wrap)
+    for a, b in ((o, o_op), (W1, W1_op), (W2, W2_op)):
+        assert_equal(a, b)
+
+
+@pytest.mark.parametrize("layer", ["ttt_mlp", "titans"])
+def test_mlp_memories_differentiate_like_their_ops(layer):
+    """An outer model trains through the inner steps: the generic path's gradients with respect to every input and
+    the starting weights equal the op's (fp64), and ``torch.no_grad`` gives the same outputs."""
+    q, k, v, beta = inputs()
+    eta = torch.rand(B, T, H, generator=torch.Generator().manual_seed(8), dtype=torch.float64)
+    alpha = 0.2 * torch.rand(B, T, H, generator=torch.Generator().manual_seed(9), dtype=torch.float64)
+    W = mlp_weights()
+    if layer == "ttt_mlp":
+        generic = lambda q, k, v, beta, W1, W2: named_layer("ttt_mlp", batch_size=4)(  # noqa: E731
+            q, k, v, beta=beta, initial_state=(W1, W2))[0]
+        op = lambda q, k, v, beta, W1, W2: ttt_mlp_recurrent(q, k, v, beta, 4, initial_state=(W1, W2))[0]  # noqa: E731
+    else:
+        gates = lambda beta: [x[tuple(slice(n) for n in beta.shape)] for x in (eta, alpha)]  # noqa: E731
+
+        def generic(q, k, v, beta, W1, W2):
+            e, a = gates(beta)
+            return named_layer("titans")(q, k, v, beta=beta, eta=e, alpha=a, initial_state=(W1, W2))[0]
+
+        def op(q, k, v, beta, W1, W2):
+            return titans_recurrent(q, k, v, beta, *gates(beta), initial_state=(W1, W2))[0]
+    args = [x.clone().requires_grad_() for x in (q, k, v, beta, *W)]
+    cotangent = rand(*q.shape[:3], D_v, seed=21)
+    grads = [torch.autograd.grad((fn(*args) * cotangent).sum(), args) for fn in (generic, op)]
+    for a, b in zip(*grads):
+        assert_equal(a, b)
+    with torch.no_grad():
+        assert_equal(generic(q, k, v, beta, *W), op(q, k, v, beta, *W))
+    small = [x[:1, :5, :1].clone().requires_grad_() for x in (q, k, v, beta)] + [
+        w[:1, :1].clone().requires_grad_() for w in W]
+    assert torch.autograd.gradcheck(generic, small)
+
+
 @pytest.mark.parametrize("memory", ["linear", "mlp"])
 def test_titans_layer_equals_its_op(memory):
     q, k, v, theta = inputs()

@@ -1,9 +1,18 @@
 """Gradient methods for any function class, gradients by autodiff: mini-batch GD (TTT) and momentum (Titans).
 
-The memory is a tuple of parameters per (batch, head): ``(S,)`` for :class:`Linear`, ``(W1, W2)`` for :class:`MLP`.
-The loss of one pair is the objective's ``½ ‖v − f(k)‖²``; autograd differentiates it, for every pair at once (each
-pair gets its own copy of the parameters, see :func:`per_pair_gradients`). Nothing here writes a gradient by hand
-(the ops of :mod:`ttr_edu.ops.ttt` and :mod:`ttr_edu.ops.titans` do; the tests prove the two agree). Tensors are heads-first, ``q`` already scaled.
+The memory is a tuple of linear maps per (batch, head), with elementwise functions between them: ``(S,)`` for
+:class:`Linear`, ``(W1, W2)`` for :class:`MLP`. The loss of one pair is the objective's ``ℓ = ½ ‖v − f(k)‖²``.
+
+Autodiff gives, for every pair ``j`` and every linear map ``z = x W`` of the memory, the gradient at the map's output,
+``δ_j = ∂ℓ_j/∂z_j`` (backpropagation, :func:`linear_map_gradients`). The one fact used beyond it is the gradient of a
+linear map, ``∇_W ℓ_j = x_j δ_jᵀ``: a rank-one matrix per pair. Nothing here differentiates the MLP by hand (the ops
+of :mod:`ttr_edu.ops.ttt` and :mod:`ttr_edu.ops.titans` do; the tests prove the two agree).
+
+With it, the mini-batch of TTT needs no copy of the weights per pair. Its weights after pair ``t`` are
+``W_t = W_s − Σ_{j≤t} β_j x_j δ_jᵀ``, so a query's map reads ``h_t W_t = h_t W_s − Σ_{j≤t} β_j (h_t · x_j) δ_j``: causal
+linear attention from the map's inputs ``h_t`` over its training inputs ``x_j`` with values ``−β_j δ_j``. This is
+the dual form of a layer trained by gradient descent (Irie, Csordás, Schmidhuber 2022; Sun et al. 2024, §2.5, for
+TTT), here derived for each map of any such network. Tensors are heads-first, ``q`` already scaled.
 """
 
 from __future__ import annotations
@@ -14,62 +23,75 @@ from .function_classes import MLP, Linear
 from .optimizers import MomentumSGD, OnlineSGD
 
 
-def forward(function_class, params, x):
-    """``f(x)`` for parameters with any leading batch dims ``(..., D_in, D_out)`` and inputs ``x`` ``(..., D_k)``."""
-    x_row = x.unsqueeze(-2)  # (..., 1, D_k)
+def _apply(params):
+    """The plain linear maps: map ``i`` of inputs ``h`` ``(B, H, N, D_in)`` is ``h @ params[i]``."""
+    return lambda i, h: h @ params[i]
+
+
+def forward(function_class, params, x, linear=None):
+    """``f(x)`` for inputs ``x`` ``(B, H, N, D_k)`` and parameters ``(B, H, D_in, D_out)``: ``(B, H, N, D_v)``.
+
+    ``linear(i, h)`` computes the memory's i-th linear map of its inputs ``h`` (default ``h @ params[i]``); the
+    gradient pass records through it and the dual form of :func:`mini_batch_gd` replaces it.
+    """
+    linear = _apply(params) if linear is None else linear
     if isinstance(function_class, Linear):
-        z = x_row @ params[0]
-    else:
-        z = torch.nn.functional.gelu(x_row @ params[0]) @ params[1]
-        if function_class.layer_norm:
-            z = torch.nn.functional.layer_norm(z, z.shape[-1:], eps=1e-6)
-        if function_class.residual:
-            z = x_row + z
-    return z.squeeze(-2)
+        return linear(0, x)
+    z = linear(1, torch.nn.functional.gelu(linear(0, x)))
+    if function_class.layer_norm:
+        z = torch.nn.functional.layer_norm(z, z.shape[-1:], eps=1e-6)
+    return x + z if function_class.residual else z
 
 
-def pair_loss(function_class, params, k, v):
-    """``½ ‖v − f(k)‖²``, the objective's term for each pair: shape ``k.shape[:-1]``."""
-    return 0.5 * (forward(function_class, params, k) - v).pow(2).sum(-1)
+def linear_map_gradients(function_class, params, k, v):
+    """Per pair and per linear map ``z = x W`` of the memory at ``params``: its input ``x`` and ``δ = ∂ℓ/∂z``.
 
-
-def per_pair_gradients(function_class, params, k, v):
-    """``∇ℓ(P_i; k_i, v_i)`` for each pair ``i``, each at its own copy ``P_i`` of the parameters (autodiff).
-
-    The losses of different copies share no parameter, so the gradient of their sum holds each pair's own gradient.
-    The graph is kept when autograd is on, so that the outer model can differentiate through the inner steps.
+    Returns two lists, one entry per map: the inputs ``(B, H, N, D_in)`` and the gradients ``(B, H, N, D_out)``
+    for the ``N`` pairs ``(k, v)``. Pair ``j``'s loss depends only on row ``j`` of each ``z``, so the gradient of
+    the summed loss holds every pair's own ``δ_j``; ``∇_W ℓ_j = x_j δ_jᵀ``. The graph is kept when autograd is on,
+    so that an outer model can differentiate through the inner steps.
     """
     outer = torch.is_grad_enabled()
+    inputs, outputs = [], []
+
+    def record(i, h):
+        z = h @ params[i]
+        if not z.requires_grad:  # nothing upstream needs a gradient: make the map's output a leaf of this pass
+            z = z.detach().requires_grad_()
+        inputs.append(h)
+        outputs.append(z)
+        return z
+
     with torch.enable_grad():
-        # fresh leaves unless the outer graph is wanted (a tensor made under no_grad may carry no usable graph)
-        leaves = [p if outer and p.requires_grad else p.detach().requires_grad_() for p in params]
-        total = pair_loss(function_class, leaves, k, v).sum()
-        return torch.autograd.grad(total, leaves, create_graph=outer)
-
-
-def _per_token(x, like):
-    """``(B, H, N)`` -> broadcastable against ``like`` ``(B, H, N, *shape)``."""
-    return x.reshape(*x.shape, *[1] * (like.dim() - x.dim()))
+        loss = 0.5 * (forward(function_class, params, k, linear=record) - v).pow(2).sum()
+        deltas = torch.autograd.grad(loss, outputs, create_graph=outer)
+    if not outer:
+        inputs = [x.detach() for x in inputs]
+    return inputs, deltas
 
 
 def mini_batch_gd(opt, function_class, params, q, k, v, beta):
     """``W_t = W_s − Σ_{s<i≤t} β_i ∇ℓ(W_s; k_i, v_i)``, ``o_t = f_{W_t}(q_t)``; mini-batches of ``opt.batch_size``.
 
-    :class:`OnlineSGD` is the case ``batch_size = 1``. Returns ``o`` ``(B, H, T, D_v)`` and the final parameters.
+    Each mini-batch takes one backward pass at ``W_s`` and reads the queries through the dual form of every map
+    (module docstring). :class:`OnlineSGD` is the case ``batch_size = 1``. Returns ``o`` ``(B, H, T, D_v)`` and the
+    final parameters.
     """
     size = 1 if isinstance(opt, OnlineSGD) else opt.batch_size
+    causal = torch.ones(size, size, dtype=torch.bool, device=q.device).tril()
     outputs = []
     for s in range(0, q.shape[2], size):
         batch = slice(s, s + size)
         n = k[:, :, batch].shape[2]
-        start = [P[:, :, None].expand(*P.shape[:2], n, *P.shape[2:]) for P in params]  # one copy of W_s per pair
-        G = per_pair_gradients(function_class, start, k[:, :, batch], v[:, :, batch])
-        # W_t for every t of the mini-batch: the start minus the running sum of the steps so far, taken as one
-        # product with the lower-triangular ones (a cumsum along this middle axis is several times slower on a CPU)
-        running = torch.ones(n, n, dtype=q.dtype, device=q.device).tril()
-        W_t = [P - (running @ (_per_token(beta[:, :, batch], g) * g).flatten(3)).view_as(g) for P, g in zip(start, G)]
-        outputs.append(forward(function_class, W_t, q[:, :, batch]))
-        params = tuple(W[:, :, -1] for W in W_t)
+        xs, deltas = linear_map_gradients(function_class, params, k[:, :, batch], v[:, :, batch])
+        steps = [beta[:, :, batch, None] * delta for delta in deltas]  # β_j δ_j
+
+        def dual(i, h, xs=xs, steps=steps, start=params, mask=causal[:n, :n]):
+            # h_t W_t = h_t W_s − Σ_{j≤t} (h_t · x_j) β_j δ_j
+            return h @ start[i] - (h @ xs[i].mT).masked_fill(~mask, 0.0) @ steps[i]
+
+        outputs.append(forward(function_class, params, q[:, :, batch], linear=dual))
+        params = tuple(W - x.mT @ step for W, x, step in zip(params, xs, steps))
     return torch.cat(outputs, dim=2), params
 
 
@@ -80,15 +102,16 @@ def momentum_sgd(opt: MomentumSGD, function_class, params, q, k, v, beta, eta, a
         eta = beta.new_full((B, H, T), opt.momentum)
     if alpha is None:
         alpha = beta.new_full((B, H, T), opt.weight_decay)
+    eta, alpha, beta = (x[..., None, None] for x in (eta, alpha, beta))  # (B, H, T, 1, 1)
     momentum = tuple(torch.zeros_like(P) for P in params)
     outputs = []
     for t in range(T):
-        G = per_pair_gradients(function_class, params, k[:, :, t], v[:, :, t])
-        per = lambda x, like: x[:, :, t].reshape(B, H, *[1] * (like.dim() - 2))  # noqa: E731
-        momentum = tuple(per(eta, U) * U - per(beta, g) * g for U, g in zip(momentum, G))
-        params = tuple((1 - per(alpha, P)) * P + U for P, U in zip(params, momentum))
-        outputs.append(forward(function_class, params, q[:, :, t]))
-    return torch.stack(outputs, dim=2), params
+        xs, deltas = linear_map_gradients(function_class, params, k[:, :, t, None], v[:, :, t, None])
+        G = [x.mT @ delta for x, delta in zip(xs, deltas)]  # ∇_W ℓ = x δᵀ
+        momentum = tuple(eta[:, :, t] * U - beta[:, :, t] * g for U, g in zip(momentum, G))
+        params = tuple((1 - alpha[:, :, t]) * P + U for P, U in zip(params, momentum))
+        outputs.append(forward(function_class, params, q[:, :, t, None]))
+    return torch.cat(outputs, dim=2), params
 
 
-__all__ = ["forward", "pair_loss", "per_pair_gradients", "mini_batch_gd", "momentum_sgd", "MLP"]
+__all__ = ["forward", "linear_map_gradients", "mini_batch_gd", "momentum_sgd", "MLP"]
