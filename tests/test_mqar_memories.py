@@ -24,5 +24,5 @@ def test_unknown_mixer_is_named():
 
 def test_a_cell_trains_and_reports_its_row():
     grid = replace(MEMORY_GRID, max_steps=3, eval_every=3, eval_examples=8, batch_size=4)
-    row = train_cell(grid, "longhorn", 2, 8)
-    assert row["mixer"] == "longhorn" and row["steps"] == 3 and 0.0 <= row["accuracy"] <= 1.0
+    row = train_cell(grid, "longhorn", 2, 8, seed=1)
+    assert row["mixer"] == "longhorn" and row["steps"] == 3 and row["seed"] == 1 and 0.0 <= row["accuracy"] <= 1.0

@@ -286,14 +286,15 @@ def run_grid(grid: MQARGrid = FULL_GRID, out: str | Path | None = None, *, resum
     return [done[_cell_key(grid, c)] for c in cells]
 
 
-def load_results(path: str | Path | None = None, *, show: bool = True) -> list[dict]:
-    """Read a grid CSV (default: the full grid shipped in ``ttr_edu/data/mqar_grid.csv``) as typed dicts.
+def load_results(path: str | Path | None = None, *, show: bool = True, shipped: str = "mqar_grid.csv") -> list[dict]:
+    """Read a grid CSV (default: the grid shipped as ``ttr_edu/data/<shipped>``, the full grid) as typed dicts.
 
     Args:
         show: print the provenance lines (command, dates, git commit, recipe) recorded in the file.
+        shipped: which shipped CSV to read when ``path`` is None (``"mqar_memories.csv"``: the memories grid).
     """
     if path is None:
-        text = resources.files("ttr_edu").joinpath("data/mqar_grid.csv").read_text()
+        text = resources.files("ttr_edu").joinpath("data", shipped).read_text()
     else:
         text = Path(path).read_text()
     lines = text.splitlines()
