@@ -154,7 +154,9 @@ def main(argv: list[str] | None = None) -> None:
         grid = replace(grid, max_steps=args.max_steps)
     if args.seeds is not None:
         grid = replace(grid, seeds=tuple(args.seeds))
-    rows = run_grid(grid, args.out, jobs=args.jobs)
+    argv = sys.argv[1:] if argv is None else argv
+    rows = run_grid(grid, args.out, jobs=args.jobs,
+                    command=" ".join(["python -m ttr_edu.experiments mqar_memories", *argv]))
     for row in rows:
         print(f"  {row['mixer']:<14} N={row['num_pairs']:<3} d={row['d_model']:<3} seed={row['seed']} "
               f"state={row['state_size']:<6} acc={row['accuracy']:.3f} steps={row['steps']} {row['cpu_seconds']} s")
