@@ -26,3 +26,20 @@ def test_a_cell_trains_and_reports_its_row():
     grid = replace(MEMORY_GRID, max_steps=3, eval_every=3, eval_examples=8, batch_size=4)
     row = train_cell(grid, "longhorn", 2, 8, seed=1)
     assert row["mixer"] == "longhorn" and row["steps"] == 3 and row["seed"] == 1 and 0.0 <= row["accuracy"] <= 1.0
+
+
+def test_the_shipped_csv_is_the_whole_grid_with_its_recipe():
+    """Chapter 09 reads ``ttr_edu/data/mqar_memories.csv``: it must hold every cell of ``MEMORY_GRID`` once, trained
+    with the grid's recipe (recorded in its header), so that editing the grid without retraining fails here."""
+    import json
+    from importlib import resources
+
+    from ttr_edu.experiments.mqar_memories import load_results
+
+    rows = load_results(show=False)
+    cells = sorted((r["mixer"], r["num_pairs"], r["d_model"], r["seed"]) for r in rows)
+    assert cells == sorted(MEMORY_GRID.cells())
+    assert all(r["seq_len"] == MEMORY_GRID.seq_len and 0.0 <= r["accuracy"] <= 1.0 for r in rows)
+    header = resources.files("ttr_edu").joinpath("data", "mqar_memories.csv").read_text().splitlines()
+    recipe = next(line for line in header if line.startswith("# recipe: "))
+    assert json.loads(recipe.removeprefix("# recipe: ")) == MEMORY_GRID.recipe()
