@@ -118,6 +118,33 @@ def test_longhorn_stays_bounded_where_the_delta_rule_blows_up():
     assert o.abs().max() < 10 and o_delta.abs().max() > 1e6
 
 
+def test_longhorn_diagonal_form_is_the_authors_scan_in_their_layout():
+    """The authors' scan restated in their layout (Cranial-XIX/longhorn_cuda, ``selective_scan_online7_ref``):
+    ``u`` ``(b, d, l)`` value channels, ``q, k`` ``(b, n, l)`` shared by all channels, ``β = sigmoid(dt + bias)``,
+    ``ε = β / (1 + β Σ_n k_n²)``, state ``X`` ``(b, d, n)``: ``X = (1 − ε k²) X + ε u k``, ``y = X q``. Ours with
+    one head, ``v = u``, ``β`` per value channel and ``scale=1.0`` gives the same outputs and state (``X = Sᵀ``); the
+    default scale does not."""
+    gen = torch.Generator().manual_seed(0)
+    b, d, n, L = 2, 5, 4, 7
+    u, dt = (torch.randn(b, d, L, generator=gen, dtype=torch.float64) for _ in range(2))
+    q, k = (torch.randn(b, n, L, generator=gen, dtype=torch.float64) for _ in range(2))
+    bias = torch.randn(d, generator=gen, dtype=torch.float64)
+    beta = torch.sigmoid(dt + bias[:, None])
+    eps = beta / (1 + beta * k.pow(2).sum(1, keepdim=True))  # (b, d, l)
+    X, ys = torch.zeros(b, d, n, dtype=torch.float64), []
+    for t in range(L):
+        k_t = k[:, None, :, t]  # (b, 1, n)
+        X = (1 - eps[:, :, t, None] * k_t**2) * X + (eps[:, :, t] * u[:, :, t])[..., None] * k_t
+        ys.append(torch.einsum("bdn,bn->bd", X, q[:, :, t]))
+    y = torch.stack(ys, -1)
+    ours = lambda x: x.permute(0, 2, 1)[:, :, None, :]  # (b, ·, l) -> (B, T, H = 1, ·)  # noqa: E731
+    o, S = longhorn_diagonal_recurrent(ours(q), ours(k), ours(u), ours(beta), scale=1.0, output_final_state=True)
+    assert relative_error(o[:, :, 0].permute(0, 2, 1), y) < 1e-14
+    assert relative_error(S[:, 0].mT, X) < 1e-14
+    o_default, _ = longhorn_diagonal_recurrent(ours(q), ours(k), ours(u), ours(beta))
+    assert relative_error(o_default[:, :, 0].permute(0, 2, 1), y) > 0.1
+
+
 def test_longhorn_diagonal_form_matches_its_elementwise_recurrence_and_differs_from_the_exact_one():
     q, k, v = qkv()
     beta = rand(*v.shape[:3], seed=3).abs()

@@ -23,6 +23,16 @@ Which is which:
   ``k kᵀ`` by its diagonal ``diag(k ⊙ k)`` so that the update is elementwise (a Mamba-style selective scan),
   ``S_t[i, j] = (1 − ε_t[j] k_t[i]²) S_{t−1}[i, j] + ε_t[j] k_t[i] v_t[j]``. It is an approximation of the step, and
   is also stable for all ``β ≥ 0`` (each factor ``1 − ε k_i²`` lies in ``(0, 1]``).
+
+  Checked against the authors' code: the pure-PyTorch reference ``selective_scan_online7_ref`` in
+  ``mamba_ssm/ops/selective_scan_interface.py`` and the CUDA forward ``selective_scan_online_fwd_kernel.cuh`` of
+  Cranial-XIX/longhorn_cuda (commits 1be5222 and 4b1e3ba), and ``Longhorn.step`` in Cranial-XIX/longhorn
+  (``models/longhorn.py``). There the state is ``Sᵀ`` (value channels × ``d_state``), their ``u`` (the value
+  channels) is our ``v``, their ``k`` and ``q`` (Mamba's ``B`` and ``C`` slots, shared by all channels: one head,
+  ``D_k = d_state``) are ours, and ``β = sigmoid(W_dt x + b)`` per value channel, with ``ε = β / (1 + β ‖k‖²)``
+  over the whole key: the same recurrence, with no ``A``, ``exp`` or softplus. Their ``q`` is not scaled: pass
+  ``scale=1.0`` to reproduce their outputs. The skip term ``D u`` and the ``silu(z)`` gate are outside the
+  recurrence, in the outer layer. The paper's own equations were not read for this check.
 """
 
 from __future__ import annotations
@@ -138,8 +148,10 @@ def longhorn_chunk(q, k, v, beta, scale=None, initial_state=None, output_final_s
 def longhorn_diagonal_recurrent(q, k, v, beta, scale=None, initial_state=None, output_final_state=False):
     """The published Longhorn layer: ``k kᵀ`` replaced by ``diag(k ⊙ k)``, an elementwise (selective-scan) update.
 
-    ``S_t = (1 − k_t² ε_tᵀ) ⊙ S_{t−1} + k_t (ε_t ⊙ v_t)ᵀ``, ``o_t = S_tᵀ q_t`` (Liu et al. 2024, §3, the recurrence
-    their CUDA scan computes). An approximation of :func:`longhorn_recurrent`; equal to it when ``k`` is one-hot.
+    ``S_t = (1 − k_t² ε_tᵀ) ⊙ S_{t−1} + k_t (ε_t ⊙ v_t)ᵀ``, ``o_t = S_tᵀ q_t``: the recurrence of the authors' scan
+    (Liu et al. 2024; Cranial-XIX/longhorn_cuda, ``selective_scan_online7_ref``, see the module docstring for the
+    mapping; their ``q`` is unscaled, so ``scale=1.0`` reproduces their outputs). An approximation of
+    :func:`longhorn_recurrent`; equal to it when ``k`` is one-hot.
     """
     out_dtype = q.dtype if isinstance(q, torch.Tensor) else None
     q, k, v, beta, S = _prepare(q, k, v, beta, scale, initial_state)
