@@ -1,8 +1,10 @@
 """Run a chapter with one parameter changed, to show that its claims are really checked (CONTRIBUTING.md, "Claims").
 
 ``run_mutated(path, old, new)`` replaces the text ``old`` (which must occur exactly once in the notebook's code) by
-``new``, executes the notebook top to bottom with nbclient, and returns the error text of the first failing cell,
-or ``None`` when every cell ran. A test then asserts that the error is a ``ClaimFailed`` naming the claim.
+``new``, executes the notebook top to bottom with nbclient, and returns the first failing cell's exception as
+``"<name>: <message>"`` (only the exception, not the traceback, whose echo of the cell's source would contain every
+claim of that cell), or ``None`` when every cell ran. A test then asserts that the error is a ``ClaimFailed`` naming
+the claim.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ def run_mutated(path: str | Path, old: str, new: str, timeout: int = 300) -> str
         client = NotebookClient(nb, timeout=timeout, kernel_name="python3", resources={"metadata": {"path": str(path.parent)}})
         client.execute()
     except CellExecutionError as err:
-        return str(err)
+        return f"{err.ename}: {err.evalue}"
     finally:
         if env_before is None:
             os.environ.pop("PYTHONPATH", None)
