@@ -33,9 +33,9 @@ One thread by default: on a shared machine several threads per process contend a
 more (``--threads`` to change it). On a CPU the chunk forms win by replacing thousands of small per-token ops with a
 few large matmuls, not by doing less arithmetic.
 
-Two forms cost O(T² D_k²): local linear attention (≈ 1.1 TFLOP per call at T = 4096) and RLS's exact solve (its
-``(B, H, T, D_k, D_v)`` regressions need 34 GB at T = 4096). They are skipped above ``--max-T-quadratic`` (default
-1024) and the table says so.
+Two forms cost O(T² D_k²) time: local linear attention (≈ 1.1 TFLOP per call at T = 4096) and RLS's exact solve
+(each token's regression summed from the definition, about 8 s per call at T = 1024 here). They are skipped above
+``--max-T-quadratic`` (default 1024) and the table says so.
 """
 
 from __future__ import annotations

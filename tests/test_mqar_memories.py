@@ -43,3 +43,17 @@ def test_the_shipped_csv_is_the_whole_grid_with_its_recipe():
     header = resources.files("ttr_edu").joinpath("data", "mqar_memories.csv").read_text().splitlines()
     recipe = next(line for line in header if line.startswith("# recipe: "))
     assert json.loads(recipe.removeprefix("# recipe: ")) == MEMORY_GRID.recipe()
+
+
+def test_a_cell_leaves_the_callers_threads_alone_and_bad_jobs_are_named():
+    from ttr_edu.experiments.mqar_memories import run_grid
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        train_cell(replace(MEMORY_GRID, max_steps=1, eval_every=1, eval_examples=4, batch_size=2), "deltanet", 2, 8)
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)
+    with pytest.raises(ValueError, match=r"^jobs: expected a positive int, got -1"):
+        run_grid(MEMORY_GRID, None, jobs=-1)

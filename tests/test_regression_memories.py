@@ -149,6 +149,35 @@ def test_mlp_memories_differentiate_like_their_ops(layer):
     assert torch.autograd.gradcheck(generic, small)
 
 
+def test_generic_mlp_path_double_backward_with_layer_norm():
+    """Meta-learning differentiates the inner gradient twice: gradgradcheck of the generic path with the inner
+    LayerNorm (``F.layer_norm``'s fused double backward got this wrong, pytorch/pytorch#175754)."""
+    gen = torch.Generator().manual_seed(0)
+    x = [torch.randn(1, 3, 1, 3, generator=gen, dtype=torch.float64) for _ in range(3)]
+    x += [0.3 * torch.rand(1, 3, 1, generator=gen, dtype=torch.float64),
+          0.4 * torch.randn(1, 1, 3, 4, generator=gen, dtype=torch.float64),
+          0.4 * torch.randn(1, 1, 4, 3, generator=gen, dtype=torch.float64)]
+    layer = TestTimeRegression(weights=Uniform(), function_class=MLP(layer_norm=True), optimizer=MiniBatchGD(2))
+    f = lambda q, k, v, b, W1, W2: layer(q, k, v, beta=b, initial_state=(W1, W2))[0]  # noqa: E731
+    assert torch.autograd.gradgradcheck(f, [t.requires_grad_() for t in x])
+
+
+def test_generic_mlp_path_handles_huge_batches_plain_calls_and_inference_mode():
+    q, k, v, beta = inputs()
+    W = mlp_weights()
+    op = ttt_mlp_recurrent(q, k, v, beta, 10**6, initial_state=W)[0]
+    o = named_layer("ttt_mlp", batch_size=10**6)(q, k, v, beta=beta, initial_state=W)[0]  # one mini-batch of T
+    assert_equal(o, op)
+    assert not o.requires_grad  # grad mode on, nothing needs a gradient: no graph is kept through the steps
+    with torch.inference_mode():
+        assert_equal(named_layer("ttt_mlp", batch_size=4)(q, k, v, beta=beta, initial_state=W)[0],
+                     ttt_mlp_recurrent(q, k, v, beta, 4, initial_state=W)[0])
+        theta = 0.5 * beta
+        assert_equal(named_layer("titans")(q, k, v, beta=theta, initial_state=W)[0],
+                     titans_recurrent(q, k, v, theta, torch.zeros_like(theta), torch.zeros_like(theta),
+                                      initial_state=W)[0])
+
+
 @pytest.mark.parametrize("memory", ["linear", "mlp"])
 def test_titans_layer_equals_its_op(memory):
     q, k, v, theta = inputs()

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import torch
 
+from ttr_edu._validation import check_positive_int
 from ttr_edu.layers import MIXERS
 from ttr_edu.layers_memory import MEMORY_MIXERS
 from ttr_edu.models_mqar import MQARModel
@@ -57,8 +58,9 @@ class MemoryGrid:
         return [(m, n, d, s) for m in self.mixers for n in self.num_pairs for d in self.d_models for s in self.seeds]
 
     def recipe(self) -> dict:
-        """What every cell shares, recorded in the CSV's header."""
-        return {k: v for k, v in asdict(self).items() if k not in ("mixers", "num_pairs", "d_models", "seeds")}
+        """What every cell shares, and the mixers' options (:data:`OPTIONS`), recorded in the CSV's header."""
+        shared = {k: v for k, v in asdict(self).items() if k not in ("mixers", "num_pairs", "d_models", "seeds")}
+        return {**shared, "options": {m: OPTIONS[m] for m in self.mixers if m in OPTIONS}}
 
 
 #: DeltaNet beside the new mixers, at one small size that trains in minutes on a CPU
@@ -89,7 +91,15 @@ def build_model(mixer: str, vocab_size: int, d_model: int) -> MQARModel:
 def train_cell(grid: MemoryGrid, mixer: str, num_pairs: int, d_model: int, seed: int = 0) -> dict:
     """Train one cell as :func:`ttr_edu.experiments.mqar.train_cell` does (one thread); return its CSV row."""
     g = grid
-    torch.set_num_threads(1)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # cells this small train fastest on one thread; restored below for the caller
+    try:
+        return _train_cell(g, mixer, num_pairs, d_model, seed)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _train_cell(g: MemoryGrid, mixer: str, num_pairs: int, d_model: int, seed: int) -> dict:
     held_out = mqar_batch(g.eval_examples, g.seq_len, num_pairs, g.vocab_size,
                           generator=torch.Generator().manual_seed(10_000 + seed))
     torch.manual_seed(seed)
@@ -113,7 +123,11 @@ def run_grid(grid: MemoryGrid = MEMORY_GRID, out: str | Path | None = None, *, j
 
     Returns:
         The rows, in the order of :meth:`MemoryGrid.cells`.
+
+    Raises:
+        ValueError: ``jobs`` is not a positive int.
     """
+    check_positive_int("jobs", jobs)
     cells = grid.cells()
     start = time.perf_counter()
     if jobs > 1 and len(cells) > 1:
@@ -141,7 +155,8 @@ def load_results(path: str | Path | None = None, *, show: bool = True) -> list[d
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Command line: ``python -m ttr_edu.experiments mqar_memories [--out PATH] [--jobs N] [--max-steps N]``."""
+    """Command line: ``python -m ttr_edu.experiments mqar_memories [--out PATH] [--jobs N] [--max-steps N]
+    [--seeds S ...]``."""
     parser = argparse.ArgumentParser(prog="python -m ttr_edu.experiments mqar_memories", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", default="mqar_memories.csv", help="the CSV to write")

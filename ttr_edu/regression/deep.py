@@ -39,19 +39,32 @@ def forward(function_class, params, x, linear=None):
         return linear(0, x)
     z = linear(1, torch.nn.functional.gelu(linear(0, x)))
     if function_class.layer_norm:
-        z = torch.nn.functional.layer_norm(z, z.shape[-1:], eps=1e-6)
+        # written out, not F.layer_norm: its fused double backward treats the mean and 1/std as constants, so the
+        # third derivative an outer model needs here (the inner gradient differentiated twice) comes out wrong
+        # (pytorch/pytorch#175754)
+        centred = z - z.mean(-1, keepdim=True)
+        z = centred * torch.rsqrt(centred.pow(2).mean(-1, keepdim=True) + 1e-6)
     return x + z if function_class.residual else z
 
 
 def linear_map_gradients(function_class, params, k, v):
     """Per pair and per linear map ``z = x W`` of the memory at ``params``: its input ``x`` and ``δ = ∂ℓ/∂z``.
 
-    Returns two lists, one entry per map: the inputs ``(B, H, N, D_in)`` and the gradients ``(B, H, N, D_out)``
-    for the ``N`` pairs ``(k, v)``. Pair ``j``'s loss depends only on row ``j`` of each ``z``, so the gradient of
-    the summed loss holds every pair's own ``δ_j``; ``∇_W ℓ_j = x_j δ_jᵀ``. The graph is kept when autograd is on,
-    so that an outer model can differentiate through the inner steps.
+    Takes the parameters ``(B, H, D_in, D_out)`` of each map, keys ``(B, H, N, D_k)`` and targets ``(B, H, N, D_v)``;
+    returns two sequences, one entry per map: the inputs ``(B, H, N, D_in)`` and the gradients ``(B, H, N, D_out)``
+    for the ``N`` pairs. Pair ``j``'s loss depends only on row ``j`` of each ``z``, so the gradient of the summed
+    loss holds every pair's own ``δ_j``; ``∇_W ℓ_j = x_j δ_jᵀ``. When autograd is on and an input needs a gradient,
+    the graph is kept, so that an outer model can differentiate through the inner steps. Under
+    ``torch.inference_mode`` the pass runs on ordinary copies (inference tensors cannot be saved for a backward).
     """
-    outer = torch.is_grad_enabled()
+    if torch.is_inference_mode_enabled() or any(x.is_inference() for x in (k, v, *params)):
+        with torch.inference_mode(False), torch.no_grad():
+            params, k, v = [p.clone() for p in params], k.clone(), v.clone()
+        with torch.inference_mode(False):
+            return linear_map_gradients(function_class, params, k, v)
+    # keep the graph only if something upstream needs a gradient: otherwise a plain call in grad mode would hold
+    # every step's graph alive through the outputs
+    outer = torch.is_grad_enabled() and any(x.requires_grad for x in (k, v, *params))
     inputs, outputs = [], []
 
     def record(i, h):
@@ -73,11 +86,13 @@ def linear_map_gradients(function_class, params, k, v):
 def mini_batch_gd(opt, function_class, params, q, k, v, beta):
     """``W_t = W_s − Σ_{s<i≤t} β_i ∇ℓ(W_s; k_i, v_i)``, ``o_t = f_{W_t}(q_t)``; mini-batches of ``opt.batch_size``.
 
-    Each mini-batch takes one backward pass at ``W_s`` and reads the queries through the dual form of every map
-    (module docstring). :class:`OnlineSGD` is the case ``batch_size = 1``. Returns ``o`` ``(B, H, T, D_v)`` and the
-    final parameters.
+    Sun et al. 2024, §2.4 (mini-batch TTT) and §2.5 (its dual form). Takes heads-first ``q, k`` ``(B, H, T, D_k)``
+    (``q`` scaled), ``v`` ``(B, H, T, D_v)``, ``beta`` ``(B, H, T)`` and the parameters ``(B, H, D_in, D_out)`` of
+    each map; the caller (:class:`TestTimeRegression`) has validated them. Each mini-batch takes one backward pass
+    at ``W_s`` and reads the queries through the dual form of every map (module docstring). :class:`OnlineSGD` is
+    the case ``batch_size = 1``. Returns ``o`` ``(B, H, T, D_v)`` and the final parameters.
     """
-    size = 1 if isinstance(opt, OnlineSGD) else opt.batch_size
+    size = 1 if isinstance(opt, OnlineSGD) else min(opt.batch_size, q.shape[2])  # a mini-batch never exceeds T
     causal = torch.ones(size, size, dtype=torch.bool, device=q.device).tril()
     outputs = []
     for s in range(0, q.shape[2], size):
@@ -96,7 +111,13 @@ def mini_batch_gd(opt, function_class, params, q, k, v, beta):
 
 
 def momentum_sgd(opt: MomentumSGD, function_class, params, q, k, v, beta, eta, alpha):
-    """``U_t = η_t U_{t−1} − β_t ∇ℓ(W_{t−1})``, ``W_t = (1 − α_t) W_{t−1} + U_t``, ``o_t = f_{W_t}(q_t)``, per token."""
+    """``U_t = η_t U_{t−1} − β_t ∇ℓ(W_{t−1})``, ``W_t = (1 − α_t) W_{t−1} + U_t``, ``o_t = f_{W_t}(q_t)``, per token.
+
+    Titans' memory (Behrouz et al. 2024, eqs. 13–14). Takes heads-first ``q, k`` ``(B, H, T, D_k)`` (``q`` scaled),
+    ``v`` ``(B, H, T, D_v)``, the per-token ``beta``, ``eta`` and ``alpha`` ``(B, H, T)`` (``None``: the constants of
+    ``opt``) and the parameters ``(B, H, D_in, D_out)`` of each map, validated by the caller. Returns ``o``
+    ``(B, H, T, D_v)`` and the final parameters.
+    """
     B, H, T = beta.shape
     if eta is None:
         eta = beta.new_full((B, H, T), opt.momentum)
