@@ -19,9 +19,9 @@ def test_ablation_claim_fails_when_the_convolution_is_not_removed():
 @pytest.mark.slow
 @pytest.mark.notebook
 def test_memories_claim_fails_when_ttt_mlp_trains_as_reliably_as_deltanet():
-    """Section 6 reads the shipped memories grid; give TTT-MLP every seed at 0.97 and its seed-dependence claim must
-    fail by name (0.97 stays below DeltaNet's mean at N = 8, so the claims before it still hold)."""
+    """Section 6 reads the shipped memories grid; lift TTT-MLP's seed 0 to 0.95 and the claim that this seed fails
+    at both N must fail by name (the seed ranges still overlap DeltaNet's, so the claim before it still holds)."""
     error = run_mutated(NOTEBOOK, "memory_rows = mqar_memories.load_results()",
-                        "memory_rows = [{**r, 'accuracy': 0.97 if r['mixer'] == 'ttt_mlp' else r['accuracy']}"
+                        "memory_rows = [{**r, 'accuracy': 0.95} if (r['mixer'], r['seed']) == ('ttt_mlp', 0) else r"
                         " for r in mqar_memories.load_results()]")
-    assert error is not None and "claim no longer holds: 'TTT-MLP depends on the seed" in error
+    assert error is not None and "claim no longer holds: \"TTT-MLP's worst seed is the same seed" in error
