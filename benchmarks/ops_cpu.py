@@ -213,7 +213,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--chunk-size", type=int, default=64, help="chunk_size of the chunk forms (fla's 64)")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (1: stable on a shared machine)")
     parser.add_argument("--clock", choices=list(CLOCKS), default="cpu", help="process CPU time or wall time")
-    parser.add_argument("--max-T-quadratic", type=int, default=1024,
+    parser.add_argument("--max-T-quadratic", "--max-T-lla", type=int, default=1024,  # --max-T-lla: its old name
                         help="largest T for the O(T² D_k²) forms (local linear attention, RLS's exact solve)")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)

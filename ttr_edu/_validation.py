@@ -109,7 +109,8 @@ def check_finite(name: str, x, *, allow_neginf: bool = False) -> None:
     """Raise ``ValueError`` naming ``name`` when the tensor ``x`` holds NaN or ±inf (``−inf`` allowed if asked).
 
     Does nothing for non-tensors (their type is checked elsewhere), meta tensors, integer tensors, or when the
-    scans are switched off (:func:`finite_checks`).
+    scans are switched off (:func:`finite_checks`). One sum decides for almost every tensor (:func:`all_finite`);
+    only when the sum is not finite (a bad entry, or finite entries whose sum overflows) are the entries scanned.
     """
     if not (_FINITE_CHECKS and isinstance(x, torch.Tensor)) or x.device.type == "meta":
         return
