@@ -21,3 +21,31 @@ def pytest_collection_modifyitems(items):
     for item in items:
         if str(item.path).endswith(".ipynb"):
             item.add_marker(pytest.mark.notebook)
+
+
+def _retry_kernel_start():
+    """Let nbval retry a kernel that dies while starting (twice at most), and nothing else.
+
+    With ``pytest -n 2`` two kernels (and the book test's Jupyter server) start at once, and jupyter_client picks its
+    ports by binding and releasing them, so another process can take one in between; the new kernel then dies
+    before it replies ("Kernel died before replying to kernel_info", seen once here in a full run). A cell that
+    fails, or a kernel that dies while running a cell, is not retried.
+    """
+    try:
+        import nbval.kernel
+    except ImportError:
+        return
+    start = nbval.kernel.start_new_kernel
+
+    def start_with_retries(*args, **kwargs):
+        for attempt in range(3):
+            try:
+                return start(*args, **kwargs)  # on failure it has already shut the dead kernel down
+            except RuntimeError:
+                if attempt == 2:
+                    raise
+
+    nbval.kernel.start_new_kernel = start_with_retries
+
+
+_retry_kernel_start()
