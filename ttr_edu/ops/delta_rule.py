@@ -169,6 +169,26 @@ def chunk_blocks(tensors, chunk_size: int, per_block: int):
         yield first, last, block
 
 
+def ut_solve(gram, rhs):
+    """``L⁻¹ rhs`` for the unit lower-triangular ``L`` whose strict lower triangle is that of ``gram`` ``(N, C, C)``.
+
+    One triangular solve per half of the chunk and a product between them (block forward substitution):
+    ``X_1 = L_11⁻¹ R_1``, ``X_2 = L_22⁻¹ (R_2 − L_21 X_1)``. The product moves a quarter of the solve's work into a
+    matrix product, which runs several times faster per FLOP on a CPU; at C = 64 this took the solve from 1.1 to
+    0.8 ms for 64 chunks. Each solve is taken in transposed form, ``Xᵀ Lᵀ = Rᵀ``, whose solution lands row-major
+    (the direct form returns it column-major after a copy). ``rhs`` ``(N, C, R)``; returns ``(N, C, R)``.
+    """
+    def solve(L, R):  # reads only the strict lower triangle of L, and takes ones on its diagonal
+        return torch.linalg.solve_triangular(L.mT, R.mT, upper=True, left=False, unitriangular=True).mT
+
+    h = gram.shape[-1] // 2
+    if h < 8:  # small chunks: one solve
+        return solve(gram, rhs)
+    first = solve(gram[:, :h, :h], rhs[:, :h])
+    second = solve(gram[:, h:, h:], torch.baddbmm(rhs[:, h:], gram[:, h:, :h], first, alpha=-1.0))
+    return torch.cat([first, second], dim=1)
+
+
 def _block_forward(block, *, D_k, D_v, gated, S, scale):
     """One block of n chunks: ``block`` ``(n, B, H, C, W)`` from :func:`chunk_blocks`, ``[K V Q β (g)]`` per chunk,
     ``S`` ``(B·H, D_k, D_v)``.
@@ -201,11 +221,10 @@ def _block_forward(block, *, D_k, D_v, gated, S, scale):
         k_to_end = kc * Gamma[:, -1, :, None]  # γ_C / γ_j = Γ_Cj, without dividing by a γ_j that may be 0
         chunk_decay = gamma[:, -1:].unflatten(0, (n, -1))  # (n, B·H, 1, 1): γ_C
 
-    # (1) The UT transform, one triangular solve for [W U] (never L⁻¹ itself, which would cost C³: T³ in the parallel
-    # form). It reads only the strict lower triangle of `gram` and takes ones on the diagonal: that is L, with no
-    # masked copy. Solved in its transposed form, [W U]ᵀ Lᵀ = rhsᵀ, whose solution lands row-major, as the
-    # products below read it; the direct form returns it column-major after a copy of rhs (2.5× slower in all).
-    WU = torch.linalg.solve_triangular(gram.mT, rhs.mT, upper=True, left=False, unitriangular=True).mT
+    # (1) The UT transform, triangular solves for [W U] (never L⁻¹ itself, which would cost C³: T³ in the parallel
+    # form). They read only the strict lower triangle of `gram` and take ones on the diagonal: that is L, with no
+    # masked copy (see ut_solve).
+    WU = ut_solve(gram, rhs)
     W, U = (x.unflatten(0, (n, -1)) for x in (WU[..., :D_k], WU[..., D_k:]))  # (n, B·H, C, ·)
     k_to_end = k_to_end.mT.unflatten(0, (n, -1))  # (n, B·H, D_k, C)
 
