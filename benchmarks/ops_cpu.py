@@ -3,9 +3,9 @@
 For T in {256, 1024, 4096}, D_k = D_v = 64, B·H = 8 (B = 1, H = 8), fp32, forward only (``torch.no_grad``), this
 prints per layer and form:
 
-* the median time over ``--repeats`` rounds; within a round every form of a layer runs once, in turn, together with
-  fla's naive chunk form of the layer and a reference matmul, so all of them share whatever load the machine has at
-  that moment. The clock is the process's CPU time by default (``--clock cpu``): on a shared machine it counts the
+* the median time over ``--repeats`` rounds; within a round every form of a layer runs in turn (timed on its second
+  consecutive call, see :func:`time_layer`), together with fla's naive chunk form of the layer and a reference
+  matmul, so all of them share whatever load the machine has at that moment. The clock is the process's CPU time by default (``--clock cpu``): on a shared machine it counts the
   work done on our one thread, not the time spent waiting for a core (``--clock wall`` for wall time);
 * the speedup against the layer's recurrent form (its median time divided by this form's);
 * ``fla/ours``: for chunk forms, the time of flash-linear-attention's pure-PyTorch chunk form of the same layer at
@@ -189,12 +189,20 @@ def peak_memory_bytes(fn: Callable[[], object]) -> int:
 
 
 def time_layer(forms: dict[str, Callable], repeats: int, clock: Callable[[], float]) -> dict[str, float]:
-    """Median seconds per entry of ``forms`` (zero-argument calls); each round runs every entry once, in turn."""
+    """Median seconds per entry of ``forms`` (zero-argument calls); each round runs every entry in turn.
+
+    Each entry is timed on its second consecutive call. The first, untimed, absorbs what the previous entry left
+    behind: after the parallel form's T×T buffers are freed, the allocator hands the next call fresh pages, and
+    their page faults (kernel time, counted by the CPU clock) cost the next entry up to 40 % of its time at
+    T = 1024, whichever entry that is. Timed this way, every entry runs as it would in a loop that calls it again
+    and again, and the rounds still interleave the entries, so they share the machine's load.
+    """
     for fn in forms.values():  # warm-up: first-call allocations and dispatch caches
         fn()
     samples: dict[str, list[float]] = {name: [] for name in forms}
     for _ in range(repeats):
         for name, fn in forms.items():
+            fn()  # untimed: settles the allocator after the previous entry
             start = clock()
             fn()
             samples[name].append(clock() - start)
