@@ -5,7 +5,8 @@ prints per layer and form:
 
 * the median time over ``--repeats`` rounds; within a round every form of a layer runs in turn (timed on its second
   consecutive call, see :func:`time_layer`), together with fla's naive chunk form of the layer and a reference
-  matmul, so all of them share whatever load the machine has at that moment. The clock is the process's CPU time by default (``--clock cpu``): on a shared machine it counts the
+  matmul, so all of them share whatever load the machine has at that moment. The clock is the process's CPU time
+  by default (``--clock cpu``): on a shared machine it counts the
   work done on our one thread, not the time spent waiting for a core (``--clock wall`` for wall time);
 * the speedup against the layer's recurrent form (its median time divided by this form's);
 * ``fla/ours``: for chunk forms, the time of flash-linear-attention's pure-PyTorch chunk form of the same layer at
@@ -34,7 +35,7 @@ more (``--threads`` to change it). On a CPU the chunk forms win by replacing tho
 few large matmuls, not by doing less arithmetic.
 
 Two forms cost O(T² D_k²) time: local linear attention (≈ 1.1 TFLOP per call at T = 4096) and RLS's exact solve
-(each token's regression summed from the definition, about 8 s per call at T = 1024 here). They are skipped above
+(each token's regression summed from the definition, about 2 s per call at T = 1024 here). They are skipped above
 ``--max-T-quadratic`` (default 1024) and the table says so.
 """
 
@@ -193,8 +194,8 @@ def time_layer(forms: dict[str, Callable], repeats: int, clock: Callable[[], flo
 
     Each entry is timed on its second consecutive call. The first, untimed, absorbs what the previous entry left
     behind: after the parallel form's T×T buffers are freed, the allocator hands the next call fresh pages, and
-    their page faults (kernel time, counted by the CPU clock) cost the next entry up to 40 % of its time at
-    T = 1024, whichever entry that is. Timed this way, every entry runs as it would in a loop that calls it again
+    their page faults (kernel time, counted by the CPU clock) slow the next entry down, whichever entry that is
+    (``delta_rule_chunk`` at T = 1024 read 30 % of the matmul rate after the parallel form, 47 % after itself). Timed this way, every entry runs as it would in a loop that calls it again
     and again, and the rounds still interleave the entries, so they share the machine's load.
     """
     for fn in forms.values():  # warm-up: first-call allocations and dispatch caches
@@ -246,7 +247,8 @@ def main(argv: list[str] | None = None) -> None:
     with torch.no_grad():
         for layer in args.layers:
             for T in args.T:
-                skipped = [name for name in LAYERS[layer] if (layer, name) in QUADRATIC_FORMS and T > args.max_T_quadratic]
+                too_long = T > args.max_T_quadratic
+                skipped = [name for name in LAYERS[layer] if too_long and (layer, name) in QUADRATIC_FORMS]
                 for name in skipped:
                     print(f"{layer:<24} {name:<10} {T:>5}   skipped: O(T² D_k²), raise --max-T-quadratic to run")
                 forms = {name: fn for name, fn in LAYERS[layer].items() if name not in skipped}

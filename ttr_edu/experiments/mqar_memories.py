@@ -32,6 +32,9 @@ from . import mqar
 
 __all__ = ["MemoryGrid", "MEMORY_GRID", "build_model", "train_cell", "run_grid", "load_results", "main"]
 
+#: The command line that runs this grid.
+PROG = "python -m ttr_edu.experiments mqar_memories"
+
 FIELDS = ["mixer", "seq_len", "num_pairs", "d_model", "state_size", "steps", "final_eval_loss", "accuracy",
           "train_seconds", "cpu_seconds", "seed"]
 
@@ -121,6 +124,8 @@ def run_grid(grid: MemoryGrid = MEMORY_GRID, out: str | Path | None = None, *, j
              command: str | None = None) -> list[dict]:
     """Train every cell of ``grid`` (``jobs`` at once, joblib workers); write the CSV ``out`` with its provenance.
 
+    ``command`` is recorded in the CSV's header (:func:`main` passes its command line).
+
     Returns:
         The rows, in the order of :meth:`MemoryGrid.cells`.
 
@@ -137,7 +142,7 @@ def run_grid(grid: MemoryGrid = MEMORY_GRID, out: str | Path | None = None, *, j
     else:
         rows = [train_cell(grid, *cell) for cell in cells]
     if out is not None:
-        command = command or " ".join(["python -m ttr_edu.experiments mqar_memories", *sys.argv[1:]])
+        command = command or "ttr_edu.experiments.mqar_memories.run_grid, called from Python"
         with open(out, "w", newline="") as handle:
             handle.write(f"# command: {command}\n# finished: {mqar._now()}, {len(cells)} cells in "
                          f"{time.perf_counter() - start:.0f} s wall, {sum(r['cpu_seconds'] for r in rows):.0f} s "
@@ -157,7 +162,7 @@ def load_results(path: str | Path | None = None, *, show: bool = True) -> list[d
 def main(argv: list[str] | None = None) -> None:
     """Command line: ``python -m ttr_edu.experiments mqar_memories [--out PATH] [--jobs N] [--max-steps N]
     [--seeds S ...]``."""
-    parser = argparse.ArgumentParser(prog="python -m ttr_edu.experiments mqar_memories", description=__doc__,
+    parser = argparse.ArgumentParser(prog=PROG, description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", default="mqar_memories.csv", help="the CSV to write")
     parser.add_argument("--jobs", type=int, default=1, help="cells trained at once, one thread each (default 1)")
@@ -170,8 +175,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.seeds is not None:
         grid = replace(grid, seeds=tuple(args.seeds))
     argv = sys.argv[1:] if argv is None else argv
-    rows = run_grid(grid, args.out, jobs=args.jobs,
-                    command=" ".join(["python -m ttr_edu.experiments mqar_memories", *argv]))
+    rows = run_grid(grid, args.out, jobs=args.jobs, command=" ".join([PROG, *argv]))
     for row in rows:
         print(f"  {row['mixer']:<14} N={row['num_pairs']:<3} d={row['d_model']:<3} seed={row['seed']} "
               f"state={row['state_size']:<6} acc={row['accuracy']:.3f} steps={row['steps']} {row['cpu_seconds']} s")

@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import torch
 
+from ttr_edu.ops._memory import layer_norm
+
 from .function_classes import MLP, Linear
 from .optimizers import MomentumSGD, OnlineSGD
 
@@ -39,11 +41,10 @@ def forward(function_class, params, x, linear=None):
         return linear(0, x)
     z = linear(1, torch.nn.functional.gelu(linear(0, x)))
     if function_class.layer_norm:
-        # written out, not F.layer_norm: its fused double backward treats the mean and 1/std as constants, so the
-        # third derivative an outer model needs here (the inner gradient differentiated twice) comes out wrong
-        # (pytorch/pytorch#175754)
-        centred = z - z.mean(-1, keepdim=True)
-        z = centred * torch.rsqrt(centred.pow(2).mean(-1, keepdim=True) + 1e-6)
+        # the ops' written-out LayerNorm, not F.layer_norm: its fused double backward treats the mean and 1/std as
+        # constants, so the third derivative an outer model needs here (the inner gradient differentiated twice)
+        # comes out wrong (pytorch/pytorch#175754)
+        z = layer_norm(z)[0]
     return x + z if function_class.residual else z
 
 
