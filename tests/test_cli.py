@@ -200,6 +200,47 @@ def test_two_forced_copies_in_one_second_keep_both_backups(tmp_path, monkeypatch
     assert sorted(p.read_text() for p in dest.glob("*.backup-*.ipynb")) == ["first edit", "second edit"]
 
 
+def test_a_backup_appears_under_its_name_only_once_whole(tmp_path, monkeypatch):
+    """A --force run killed while writing the backup must not leave a truncated ``*.backup-*.ipynb`` (a CI run's
+    20-trial kill test once found one): the name appears only after the data is on disk, and a run stopped before
+    that leaves only a temporary file, which the next run clears."""
+    dest = tmp_path / "course"
+    assert run("copy", str(dest), "1") == 0
+    (dest / FIRST.name).write_text("my work", encoding="utf-8")
+    real_fsync, seen = os.fsync, []
+
+    class Killed(BaseException):
+        """Stands for SIGKILL: nothing in the run handles it."""
+
+    def killed_after_fsync(fd):
+        real_fsync(fd)
+        seen.append(sorted(p.name for p in dest.glob("*.backup-*.ipynb")))
+        raise Killed  # the run dies with the data written but not yet under its name
+
+    monkeypatch.setattr(cli.os, "fsync", killed_after_fsync)
+    with pytest.raises(Killed):
+        main(["--root", str(ROOT), "copy", str(dest), "1", "--force"])
+    monkeypatch.setattr(cli.os, "fsync", real_fsync)
+    assert seen == [[]]  # at the moment of the kill no backup name existed
+    assert not list(dest.glob("*.backup-*.ipynb")) and (dest / FIRST.name).read_text() == "my work"
+    assert run("copy", str(dest), "1", "--force") == 0
+    assert [p.read_text() for p in dest.glob("*.backup-*.ipynb")] == ["my work"]
+    assert not [p for p in dest.iterdir() if p.name.endswith(".tmp")]
+
+
+def test_backups_stay_exclusive_where_the_file_system_has_no_hard_links(tmp_path, monkeypatch):
+    def no_links(*args, **kwargs):
+        raise OSError(1, "Operation not permitted")
+
+    monkeypatch.setattr(cli.os, "link", no_links)
+    taken = tmp_path / "01_x.backup-1.ipynb"
+    taken.write_text("an earlier backup", encoding="utf-8")
+    written = cli._create_exclusive(taken, b"new backup")
+    assert written.name == "01_x.backup-1-2.ipynb" and written.read_bytes() == b"new backup"
+    assert taken.read_text() == "an earlier backup"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["01_x.backup-1-2.ipynb", "01_x.backup-1.ipynb"]
+
+
 def test_start_uses_this_interpreter_and_passes_jupyterlab_options_through(tmp_path, monkeypatch):
     launched = []
     monkeypatch.setattr(cli, "run_foreground", lambda command: launched.append(command) or 0)
@@ -505,7 +546,8 @@ def test_concurrent_and_interrupted_copy_runs_lose_nothing_in_20_trials(tmp_path
     new = course_copy(tmp_path, "release-b", change=[FIRST.name, DELTA.name, "05_dual_form.ipynb"])
     rng = random.Random(0)
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    lost = broken = killed_inside = false_edits = sigint_130 = 0
+    lost = killed_inside = false_edits = sigint_130 = 0
+    broken = []
     for trial in range(20):
         dest = tmp_path / f"trial{trial}"
         assert run("copy", str(dest)) == 0
@@ -526,14 +568,14 @@ def test_concurrent_and_interrupted_copy_runs_lose_nothing_in_20_trials(tmp_path
             try:
                 json.loads(path.read_text(encoding="utf-8"))
             except ValueError:
-                broken += 1
+                broken.append(f"trial{trial}/{path.name}")
         lost += (not holding(dest, f"EDIT-A-{trial}")) + (not holding(dest, f"EDIT-B-{trial}"))
         check = subprocess.run(base, env=env, capture_output=True, text=True)
         still_edited = any("EDIT-" in (dest / name).read_text() for name in (FIRST.name, DELTA.name))
         false_edits += "kept your edits" in check.stdout and not still_edited
     print(f"20 trials: {killed_inside} runs SIGKILLed inside the copy, {sigint_130} Ctrl-C'd inside it exited 130; "
-          f"{lost} edits lost, {broken} broken notebooks, {false_edits} untouched notebooks called edited")
-    assert (lost, broken, false_edits) == (0, 0, 0)
+          f"{lost} edits lost, {len(broken)} broken notebooks {broken}, {false_edits} untouched notebooks called edited")
+    assert (lost, broken, false_edits) == (0, [], 0)
 
 
 # -- ttr-edu check ------------------------------------------------------------------------------------------------------

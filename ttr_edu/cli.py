@@ -17,6 +17,7 @@ import re
 import signal
 import subprocess
 import sys
+import tempfile
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -160,23 +161,36 @@ def _locked(dest: Path):
 
 
 def _create_exclusive(path: Path, data: bytes) -> Path:
-    """Write ``data`` to ``path``, or to ``path`` with ``-2``, ``-3``, ... added, never over an existing file
-    (``O_EXCL``: two runs can never pick the same name). Returns the path written."""
-    stem, n = path.name.removesuffix(".ipynb"), 1
-    while True:
-        candidate = path if n == 1 else path.with_name(f"{stem}-{n}.ipynb")
-        try:
-            fd = os.open(candidate, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-        except FileExistsError:
+    """Write ``data`` to ``path``, or to ``path`` with ``-2``, ``-3``, ... added, never over an existing file, and
+    never half: a run killed mid-write must not leave a truncated backup that looks like a notebook. Returns the path
+    written.
+
+    The data goes to a temporary file first (named as :func:`write_atomically` names them, so the next run clears a
+    killed run's leftover); a hard link then puts it at the first free name, and ``link`` fails on an existing name,
+    so two runs can never pick the same one. Where the file system has no hard links, a rename after checking the name
+    is free (the caller holds the folder's lock).
+    """
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        stem, n = path.name.removesuffix(".ipynb"), 1
+        while True:
+            candidate = path if n == 1 else path.with_name(f"{stem}-{n}.ipynb")
             n += 1
-            continue
-        try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(data)
-        except BaseException:
-            candidate.unlink(missing_ok=True)
-            raise
-        return candidate
+            try:
+                os.link(tmp, candidate)
+            except FileExistsError:
+                continue
+            except OSError:  # no hard links here
+                if candidate.exists() or candidate.is_symlink():
+                    continue
+                os.rename(tmp, candidate)
+            return candidate
+    finally:
+        Path(tmp).unlink(missing_ok=True)
 
 
 def _move(old: Path, new: Path) -> None:
