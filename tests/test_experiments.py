@@ -94,3 +94,13 @@ def test_loss_figure_says_best_loss_only_for_trained_keys():
     trained_rows = [r for r in rows if r["keys"] == "trained"]
     assert loss_figure(random_rows, title="random").layout.yaxis.title.text == "evaluation loss"
     assert loss_figure(trained_rows, title="trained").layout.yaxis.title.text == "best evaluation loss"
+
+
+@pytest.mark.parametrize("name", ["mqar", "mqar_memories"])
+def test_help_shows_the_docstring_without_sphinx_markup(name, capsys):
+    module = importlib.import_module(f"ttr_edu.experiments.{name}")
+    assert ":class:`" in module.__doc__ or ":mod:`" in module.__doc__ or ":func:`" in module.__doc__
+    with pytest.raises(SystemExit):
+        module.main(["--help"])
+    out = capsys.readouterr().out
+    assert "`" not in out and "MQAR" in out

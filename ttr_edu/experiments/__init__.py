@@ -11,4 +11,13 @@
 The full-grid CSVs the chapters plot are shipped in ``ttr_edu/data`` (:func:`ttr_edu.experiments.grid.load_shipped`).
 """
 
+import re
+
 EXPERIMENTS = ("capacity", "overwrite", "mqar", "mqar_memories", "lm")
+
+
+def plain_help(doc: str) -> str:
+    """A module docstring as a terminal shows it in ``--help``: Sphinx roles and literals as plain names
+    (``:class:`MQARModel``` and ````x```` become ``MQARModel`` and ``x``)."""
+    doc = re.sub(r":[a-z]+:`~?\.?([^`]+)`", r"\1", doc)
+    return doc.replace("``", "")

@@ -41,6 +41,7 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
+from ttr_edu.experiments import plain_help
 from ttr_edu.models_mqar import MODELS, MQARModel
 from ttr_edu.mqar import free_slot_fraction, mqar_batch
 from ttr_edu.progress import progress_enabled
@@ -322,7 +323,7 @@ def summarise(rows: list[dict], **where) -> dict:
 
 def main(argv: list[str] | None = None) -> None:
     """Command line: ``python -m ttr_edu.experiments mqar [--quick] [--out PATH] [--jobs N] [--resume]``."""
-    parser = argparse.ArgumentParser(prog="python -m ttr_edu.experiments mqar", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m ttr_edu.experiments mqar", description=plain_help(__doc__),
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="only the cells chapter 09 trains live")
     parser.add_argument("--out", default="mqar_grid.csv", help="the CSV to write (default: mqar_grid.csv)")

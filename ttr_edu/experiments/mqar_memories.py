@@ -28,7 +28,7 @@ from ttr_edu.models_mqar import MQARModel
 from ttr_edu.mqar import mqar_batch
 from ttr_edu.train import train
 
-from . import mqar
+from . import mqar, plain_help
 
 __all__ = ["MemoryGrid", "MEMORY_GRID", "build_model", "train_cell", "run_grid", "load_results", "main"]
 
@@ -162,7 +162,7 @@ def load_results(path: str | Path | None = None, *, show: bool = True) -> list[d
 def main(argv: list[str] | None = None) -> None:
     """Command line: ``python -m ttr_edu.experiments mqar_memories [--out PATH] [--jobs N] [--max-steps N]
     [--seeds S ...]``."""
-    parser = argparse.ArgumentParser(prog=PROG, description=__doc__,
+    parser = argparse.ArgumentParser(prog=PROG, description=plain_help(__doc__),
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", default="mqar_memories.csv", help="the CSV to write")
     parser.add_argument("--jobs", type=int, default=1, help="cells trained at once, one thread each (default 1)")
