@@ -6,8 +6,8 @@ prints per layer and form:
 * the median time over ``--repeats`` rounds; within a round every form of a layer runs in turn (timed on its second
   consecutive call, see :func:`time_layer`), together with fla's naive chunk form of the layer and a reference
   matmul, so all of them share whatever load the machine has at that moment. The clock is the process's CPU time
-  by default (``--clock cpu``): on a shared machine it counts the
-  work done on our one thread, not the time spent waiting for a core (``--clock wall`` for wall time);
+  by default (``--clock cpu``): on a shared machine it counts the work done on our one thread, not the time spent
+  waiting for a core (``--clock wall`` for wall time);
 * the speedup against the layer's recurrent form (its median time divided by this form's);
 * ``fla/ours``: for chunk forms, the time of flash-linear-attention's pure-PyTorch chunk form of the same layer at
   the same chunk size (``naive_chunk_linear_attn``, ``delta_rule_chunkwise``, ``naive_chunk_simple_gla``,
@@ -195,8 +195,9 @@ def time_layer(forms: dict[str, Callable], repeats: int, clock: Callable[[], flo
     Each entry is timed on its second consecutive call. The first, untimed, absorbs what the previous entry left
     behind: after the parallel form's T×T buffers are freed, the allocator hands the next call fresh pages, and
     their page faults (kernel time, counted by the CPU clock) slow the next entry down, whichever entry that is
-    (``delta_rule_chunk`` at T = 1024 read 30 % of the matmul rate after the parallel form, 47 % after itself). Timed this way, every entry runs as it would in a loop that calls it again
-    and again, and the rounds still interleave the entries, so they share the machine's load.
+    (``delta_rule_chunk`` at T = 1024 read 30 % of the matmul rate after the parallel form, 47 % after itself).
+    Timed this way, every entry runs as it would in a loop that calls it again and again, and the rounds still
+    interleave the entries, so they share the machine's load.
     """
     for fn in forms.values():  # warm-up: first-call allocations and dispatch caches
         fn()

@@ -91,6 +91,10 @@ def finite_checks(enabled: bool) -> Iterator[None]:
         _FINITE_CHECKS = before
 
 
+#: Half-precision sums would overflow at 65504 (any large gate tensor): :func:`all_finite` sums them in single.
+_SUM_DTYPE = {torch.float16: torch.float32, torch.bfloat16: torch.float32, torch.complex32: torch.complex64}
+
+
 def all_finite(x: torch.Tensor) -> bool:
     """Whether every entry of the floating tensor ``x`` is finite, in one reduction: True proves it, False may be
     an overflow of the sum, so the caller then scans entry by entry.
@@ -101,10 +105,6 @@ def all_finite(x: torch.Tensor) -> bool:
     """
     with torch.no_grad():
         return bool(torch.isfinite(x.sum(dtype=_SUM_DTYPE.get(x.dtype, x.dtype))))
-
-
-#: Half-precision sums would overflow at 65504 (any large gate tensor): :func:`all_finite` sums them in single.
-_SUM_DTYPE = {torch.float16: torch.float32, torch.bfloat16: torch.float32, torch.complex32: torch.complex64}
 
 
 def check_finite(name: str, x, *, allow_neginf: bool = False) -> None:

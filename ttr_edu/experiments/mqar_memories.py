@@ -93,11 +93,10 @@ def build_model(mixer: str, vocab_size: int, d_model: int) -> MQARModel:
 
 def train_cell(grid: MemoryGrid, mixer: str, num_pairs: int, d_model: int, seed: int = 0) -> dict:
     """Train one cell as :func:`ttr_edu.experiments.mqar.train_cell` does (one thread); return its CSV row."""
-    g = grid
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # cells this small train fastest on one thread; restored below for the caller
     try:
-        return _train_cell(g, mixer, num_pairs, d_model, seed)
+        return _train_cell(grid, mixer, num_pairs, d_model, seed)
     finally:
         torch.set_num_threads(threads)
 

@@ -30,9 +30,8 @@ class RecursiveLeastSquares:
     ``P_t = (α_t P_{t−1}⁻¹ + k kᵀ)⁻¹`` and ``S_t = S_{t−1} + P_t k_t (v_t − S_{t−1}ᵀ k_t)ᵀ``, from ``P_0 = I/λ``.
     With :class:`Uniform` weights it equals :class:`ExactSolve` with the same ridge: this is "rls".
 
-    With decaying weights (:class:`Gates`, :class:`ExponentialDecay`) it is classical forgetting-factor RLS
-   , NOT the Mesa layer: the ridge is the prior's weight and fades with
-    the data, so the solution is ``(Σ γ k kᵀ + γ_0^{(t)} λ I)⁻¹ Σ γ k vᵀ``. Once ``γ_0^{(t)}`` is tiny the system
+    With decaying weights (:class:`Gates`, :class:`ExponentialDecay`) it is classical forgetting-factor RLS, NOT the
+    Mesa layer: the ridge is the prior's weight and fades with the data, so the solution is ``(Σ γ k kᵀ + γ_0^{(t)} λ I)⁻¹ Σ γ k vᵀ``. Once ``γ_0^{(t)}`` is tiny the system
     is nearly unregularised and can go singular in fp32 (NaN at ordinary gates over long sequences), and a reset
     ``g = −inf`` is refused. Mesa keeps ``λ`` constant: :class:`ExactSolve` (or :class:`ConjugateGradient`) with
     :class:`Gates`, ``named_layer("mesa")``. Raises ``ValueError`` unless ``ridge > 0``.
