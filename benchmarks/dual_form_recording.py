@@ -26,8 +26,8 @@ import psutil
 import torch
 from torch import nn
 
-from ttr_edu.datasets import load_digits
 from ttr_edu.dual_form import DualFormRecorder
+from ttr_edu.tasks.images import load_digits
 
 LAYERS = ["0", "2", "4"]
 
@@ -47,8 +47,9 @@ def train(steps: int, batch_size: int, x: torch.Tensor, y: torch.Tensor, recorde
     rss_before = psutil.Process().memory_info().rss
     recorder = None
     if recorder_kwargs is not None:
-        recorder = DualFormRecorder(model, optimizer, LAYERS, max_steps=steps, patterns_per_step=batch_size,
-                                    verbose=False, **recorder_kwargs)
+        recorder = DualFormRecorder(
+            model, optimizer, LAYERS, max_steps=steps, patterns_per_step=batch_size, verbose=False, **recorder_kwargs
+        )
     start = time.perf_counter()
     for ids in batches:
         optimizer.zero_grad()
@@ -105,10 +106,14 @@ def main() -> None:
         "keys fp16": dict(key_dtype="float16"),
         "keys fp32, verify off": dict(verify=False),
     }
-    print(f"MLP 64-128-128-10, SGD (momentum 0.9), {args.steps} steps, digits; torch {torch.__version__}, "
-          f"{args.threads} thread(s); median of {args.repeats} interleaved runs")
-    header = (f"{'batch':>5} | {'recording':<21} | {'plain s (min)':>14} | {'recorded s (min)':>16} | {'ratio':>6} | "
-              f"{'buffers MB':>10} | {'RSS +MB':>8} | {'dual rel err':>12} | <=2x, <=100 MB")
+    print(
+        f"MLP 64-128-128-10, SGD (momentum 0.9), {args.steps} steps, digits; torch {torch.__version__}, "
+        f"{args.threads} thread(s); median of {args.repeats} interleaved runs"
+    )
+    header = (
+        f"{'batch':>5} | {'recording':<21} | {'plain s (min)':>14} | {'recorded s (min)':>16} | {'ratio':>6} | "
+        f"{'buffers MB':>10} | {'RSS +MB':>8} | {'dual rel err':>12} | <=2x, <=100 MB"
+    )
     print(header)
     print("-" * len(header))
     for batch_size in args.batch_sizes:
@@ -125,9 +130,11 @@ def main() -> None:
             mb = recorded[0]["bytes"] / 1e6
             rss = rss_growth_mb(args.steps, batch_size, config) - rss_growth_mb(args.steps, batch_size, None)
             ok = "met" if ratio <= 2.0 and mb <= 100.0 else "MISSED"
-            print(f"{batch_size:>5} | {label:<21} | {statistics.median(t_plain):>6.2f} ({min(t_plain):>5.2f}) | "
-                  f"{statistics.median(t_rec):>8.2f} ({min(t_rec):>5.2f}) | {ratio:>5.2f}x | {mb:>10.1f} | "
-                  f"{rss:>8.1f} | {recorded[0]['rel_err']:>12.2e} | {ok}")
+            print(
+                f"{batch_size:>5} | {label:<21} | {statistics.median(t_plain):>6.2f} ({min(t_plain):>5.2f}) | "
+                f"{statistics.median(t_rec):>8.2f} ({min(t_rec):>5.2f}) | {ratio:>5.2f}x | {mb:>10.1f} | "
+                f"{rss:>8.1f} | {recorded[0]['rel_err']:>12.2e} | {ok}"
+            )
 
 
 if __name__ == "__main__":

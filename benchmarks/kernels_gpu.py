@@ -59,8 +59,10 @@ class Case:
         the triangular inverse C³/3 (gating adds O(C²) elementwise work, not counted).
         """
         C, D = self.chunk_size, self.D
-        per_chunk = 4 * C * C * D + 4 * C * D * D if self.layer == "linear_attention" else (
-            10 * C * C * D + 6 * C * D * D + C**3 / 3
+        per_chunk = (
+            4 * C * C * D + 4 * C * D * D
+            if self.layer == "linear_attention"
+            else (10 * C * C * D + 6 * C * D * D + C**3 / 3)
         )
         if self.varlen:  # each sequence pads its own last chunk
             n_chunks = sum(-(-length // C) for length in varlen_lengths(self))
@@ -165,7 +167,6 @@ def device_ceilings(dtype: torch.dtype) -> tuple[float, float]:
     x = torch.empty(2**28, device="cuda", dtype=torch.float32)  # 1 GiB
     y = torch.empty_like(x)
     gbps = 2 * x.numel() * 4 / (median_ms(lambda: y.copy_(x)) * 1e-3) / 1e9
-    del a, b, x, y
     return tflops, gbps
 
 
@@ -184,7 +185,8 @@ def plan(args) -> list[Case]:
 
 
 HEADER = (
-    f"{'layer':<17} {'dtype':<5} {'T':>6} {'var':>3} | {'ours ms':>8} {'TFLOP/s':>8} {'(ceil)':>7} {'GB/s':>7} {'(ceil)':>7} | "
+    f"{'layer':<17} {'dtype':<5} {'T':>6} {'var':>3} | "
+    f"{'ours ms':>8} {'TFLOP/s':>8} {'(ceil)':>7} {'GB/s':>7} {'(ceil)':>7} | "
     f"{'ref ms':>8} {'x ref':>6} | {'fla ms':>7} {'fla/ours':>8} | {'rel err':>8}"
 )
 
@@ -204,12 +206,12 @@ def run(cases: list[Case]) -> None:
         o, _ = kernel(*inputs, **opts)
         o_ref, _ = ref(*inputs, **opts)
         error = rel_err(o, o_ref)
-        t_ours = median_ms(lambda: kernel(*inputs, **opts))
-        t_ref = median_ms(lambda: ref(*inputs, **opts))
+        t_ours = median_ms(lambda inputs=inputs, opts=opts: kernel(*inputs, **opts))
+        t_ref = median_ms(lambda inputs=inputs, opts=opts: ref(*inputs, **opts))
         fla_text = f"{'-':>7} {'-':>8}"
         if fla is not None:
             try:
-                t_fla = median_ms(lambda: fla(*inputs))
+                t_fla = median_ms(lambda inputs=inputs: fla(*inputs))
                 fla_ratios.append(t_fla / t_ours)
                 fla_text = f"{t_fla:>7.3f} {t_fla / t_ours:>8.2f}"
             except Exception as error_fla:  # fla rejects some dtypes (fp32) outright; say so and go on
@@ -225,8 +227,10 @@ def run(cases: list[Case]) -> None:
         )
         del inputs, o, o_ref
         torch.cuda.empty_cache()
-    print(f"speedup against the reference chunk form: min {min(speedups):.1f}x, median "
-          f"{statistics.median(speedups):.1f}x (target >= 5x)")
+    print(
+        f"speedup against the reference chunk form: min {min(speedups):.1f}x, median "
+        f"{statistics.median(speedups):.1f}x (target >= 5x)"
+    )
     if fla_ratios:
         print(f"fla time / ours: min {min(fla_ratios):.2f}, median {statistics.median(fla_ratios):.2f} (target >= 0.5)")
     else:

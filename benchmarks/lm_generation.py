@@ -15,7 +15,7 @@ import time
 
 import torch
 
-from ttr_edu.models_lm import LMConfig, TinyLM
+from ttr_edu.models.lm import LMConfig, TinyLM
 
 
 def per_token_ms(models: dict[str, TinyLM], context: int, new_tokens: int) -> dict[str, float]:
@@ -44,12 +44,16 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     models = {name: TinyLM(LMConfig(mixer=name)).eval() for name in ("deltanet", "gated_deltanet", "softmax")}
-    print(f"per-token generation time (ms, median of {args.new_tokens}), d_model 64, 2 layers, 1 sequence, "
-          f"{args.threads} thread(s)")
+    print(
+        f"per-token generation time (ms, median of {args.new_tokens}), d_model 64, 2 layers, 1 sequence, "
+        f"{args.threads} thread(s)"
+    )
     print(f"{'context':>8} " + " ".join(f"{n:>15}" for n in models) + f" {'softmax/deltanet':>17}")
     for length in args.lengths:
         ms = per_token_ms(models, length, args.new_tokens)
-        print(f"{length:>8} " + " ".join(f"{ms[n]:>15.3f}" for n in models) + f" {ms['softmax'] / ms['deltanet']:>16.2f}x")
+        print(
+            f"{length:>8} " + " ".join(f"{ms[n]:>15.3f}" for n in models) + f" {ms['softmax'] / ms['deltanet']:>16.2f}x"
+        )
     print("tokens per second = 1000 / ms")
 
 

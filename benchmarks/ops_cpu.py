@@ -44,15 +44,18 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
+import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 from torch.profiler import ProfilerActivity, profile
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository root: fla's loader lives in tests/
+from tests.helpers.fla_naive import fla_naive, fla_version  # noqa: E402
 from ttr_edu import ops
-from ttr_edu._fla_naive import fla_naive, fla_version
 
 B, H, D = 1, 8, 64
 
@@ -179,9 +182,7 @@ def peak_memory_bytes(fn: Callable[[], object]) -> int:
     """
     with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
         fn()
-    records = sorted(
-        (e for e in prof.events() if e.self_cpu_memory_usage != 0), key=lambda e: e.time_range.start
-    )
+    records = sorted((e for e in prof.events() if e.self_cpu_memory_usage != 0), key=lambda e: e.time_range.start)
     live = peak = 0
     for event in records:
         live += event.self_cpu_memory_usage
@@ -223,8 +224,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--chunk-size", type=int, default=64, help="chunk_size of the chunk forms (fla's 64)")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (1: stable on a shared machine)")
     parser.add_argument("--clock", choices=list(CLOCKS), default="cpu", help="process CPU time or wall time")
-    parser.add_argument("--max-T-quadratic", "--max-T-lla", type=int, default=1024,  # --max-T-lla: its old name
-                        help="largest T for the O(T² D_k²) forms (local linear attention, RLS's exact solve)")
+    parser.add_argument(
+        "--max-T-quadratic",
+        "--max-T-lla",
+        type=int,
+        default=1024,  # --max-T-lla: its old name
+        help="largest T for the O(T² D_k²) forms (local linear attention, RLS's exact solve)",
+    )
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     clock = CLOCKS[args.clock]
@@ -290,7 +296,8 @@ def main(argv: list[str] | None = None) -> None:
             print()
     if matmul_rates:
         print(
-            f"one-core matmul ({MATMUL_N}³ fp32), timed in every round: median {statistics.median(matmul_rates) / 1e9:.1f}"
+            f"one-core matmul ({MATMUL_N}³ fp32), timed in every round: "
+            f"median {statistics.median(matmul_rates) / 1e9:.1f}"
             f" GFLOP/s (range {min(matmul_rates) / 1e9:.1f}–{max(matmul_rates) / 1e9:.1f} over the layers); "
             f"512 products of 64×64 tiles: median {statistics.median(tile_rates) / 1e9:.1f} GFLOP/s "
             f"({100 * statistics.median(tile_rates) / statistics.median(matmul_rates):.0f}% of it)"
@@ -308,13 +315,17 @@ def report_targets(results: dict[tuple[str, str, int], tuple[float, int]], fla_r
     for (layer, T), ratio in sorted(fla_ratios.items()):
         if T in (1024, 4096):
             verdict = "met" if ratio >= 1 else "NOT met"
-            print(f"  {layer}_chunk vs fla's naive chunk form at T={T}: fla/ours = {ratio:.2f} (target >= 1): {verdict}")
+            print(
+                f"  {layer}_chunk vs fla's naive chunk form at T={T}: fla/ours = {ratio:.2f} (target >= 1): {verdict}"
+            )
     for T in (1024, 4096):
         share = results.get(("delta_rule", "share", T))
         if share:
             verdict = "met" if share[0] >= 0.4 else "NOT met"
-            print(f"  delta_rule_chunk at T={T}: {100 * share[0]:.0f}% of the one-core matmul rate (target >= 40%): "
-                  f"{verdict}")
+            print(
+                f"  delta_rule_chunk at T={T}: {100 * share[0]:.0f}% of the one-core matmul rate (target >= 40%): "
+                f"{verdict}"
+            )
     for T in sorted({t for (_, _, t) in results}):
         par, chk = results.get(("linear_attention", "parallel", T)), results.get(("linear_attention", "chunk", T))
         if par and chk:

@@ -1,4 +1,4 @@
-"""Write ``ttr_edu/data/sm90_ptxas_report.csv``: ptxas's register and spill report for the package's delta-rule
+"""Write ``ttr_edu/kernels/sm90_ptxas_report.csv``: ptxas's register and spill report for the package's delta-rule
 kernel compiled for sm_90 on a CPU, for each dot precision, with and without the gate (see ttr_edu.ptxas_report).
 
 Usage::
@@ -13,7 +13,7 @@ import argparse
 import csv
 import sys
 
-from ttr_edu.ptxas_report import FIELDS, PRECISIONS, SHIPPED, compile_report
+from ttr_edu.kernels.ptxas_report import FIELDS, PRECISIONS, SHIPPED, compile_report
 
 
 def main() -> None:

@@ -19,8 +19,8 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests.helpers import fla_inputs, relative_error
 from ttr_edu import layers, ops
-from ttr_edu.checks._core import relative_error
 
 # ------------------------------------------------------------------------------------------------------------------
 # Targets: name -> (callable, the per-token tensors it takes, its scalars, its bool flags, its fp64 reference).
@@ -28,18 +28,35 @@ from ttr_edu.checks._core import relative_error
 
 OPS = {
     "linear_attention_recurrent": ((), ("scale", "eps"), ("normalize", "output_final_state"), None),
-    "linear_attention_parallel": ((), ("scale", "eps"), ("normalize", "output_final_state"), "linear_attention_recurrent"),
-    "linear_attention_chunk": ((), ("scale", "eps", "chunk_size"), ("normalize", "output_final_state"),
-                               "linear_attention_recurrent"),
+    "linear_attention_parallel": (
+        (),
+        ("scale", "eps"),
+        ("normalize", "output_final_state"),
+        "linear_attention_recurrent",
+    ),
+    "linear_attention_chunk": (
+        (),
+        ("scale", "eps", "chunk_size"),
+        ("normalize", "output_final_state"),
+        "linear_attention_recurrent",
+    ),
     "delta_rule_recurrent": (("beta",), ("scale",), ("output_final_state",), None),
     "delta_rule_parallel": (("beta",), ("scale",), ("output_final_state",), "delta_rule_recurrent"),
     "delta_rule_chunk": (("beta",), ("scale", "chunk_size"), ("output_final_state",), "delta_rule_recurrent"),
     "gated_linear_attention_recurrent": (("g",), ("scale",), ("output_final_state",), None),
-    "gated_linear_attention_chunk": (("g",), ("scale", "chunk_size"), ("output_final_state",),
-                                     "gated_linear_attention_recurrent"),
+    "gated_linear_attention_chunk": (
+        ("g",),
+        ("scale", "chunk_size"),
+        ("output_final_state",),
+        "gated_linear_attention_recurrent",
+    ),
     "gated_delta_rule_recurrent": (("g", "beta"), ("scale",), ("output_final_state",), None),
-    "gated_delta_rule_chunk": (("g", "beta"), ("scale", "chunk_size"), ("output_final_state",),
-                               "gated_delta_rule_recurrent"),
+    "gated_delta_rule_chunk": (
+        ("g", "beta"),
+        ("scale", "chunk_size"),
+        ("output_final_state",),
+        "gated_delta_rule_recurrent",
+    ),
     "rls_recurrent": (("g",), ("scale", "lam"), ("output_final_state",), "rls_exact"),
     "rls_exact": (("g",), ("scale", "lam"), ("output_final_state",), "rls_recurrent"),
     "softmax_attention": ((), ("scale",), ("qk_norm",), None),
@@ -51,22 +68,42 @@ LAYERS = list(layers.MIXERS)
 BAD_SCALARS = [-1.0, math.nan, math.inf, 1e300, "1", True, [1.0]]
 BAD_CHUNKS = [0, -4, 2.5, True, "8"]
 BAD_FLAGS = ["false", 1, None, 0.0]
-MUTATIONS = ["valid", "reset", "nan", "posinf", "neginf", "int_dtype", "not_tensor", "drop_dim", "mismatch_T",
-             "other_dtype", "empty_B", "empty_H", "empty_D", "empty_T", "scalar", "flag", "chunk_huge",
-             "state_nan", "state_shape"]
+MUTATIONS = [
+    "valid",
+    "reset",
+    "nan",
+    "posinf",
+    "neginf",
+    "int_dtype",
+    "not_tensor",
+    "drop_dim",
+    "mismatch_T",
+    "other_dtype",
+    "empty_B",
+    "empty_H",
+    "empty_D",
+    "empty_T",
+    "scalar",
+    "flag",
+    "chunk_huge",
+    "state_nan",
+    "state_shape",
+]
 
 
 def make_inputs(name, per_token, B, T, H, D_k, D_v, seed, dtype=torch.float32):
-    gen = torch.Generator().manual_seed(seed)
-    q = torch.randn(B, T, H, D_k, generator=gen, dtype=torch.float64)
-    k = ops.l2_norm(torch.randn(B, T, H, D_k, generator=gen, dtype=torch.float64))  # β‖k‖² = β: stable
-    v = torch.randn(B, T, H, D_v, generator=gen, dtype=torch.float64)
-    args = {"q": q, "k": k, "v": v}
-    if "g" in per_token:
-        args["g"] = -0.5 * torch.rand(B, T, H, generator=gen, dtype=torch.float64)
-    if "beta" in per_token:
-        args["beta"] = torch.rand(B, T, H, generator=gen, dtype=torch.float64)
-    return {n: x.to(dtype) for n, x in args.items()}
+    """Unit keys (β‖k‖² = β: stable), and the per-token tensors the op takes: β ∈ (0, 1), g ∈ (−0.5, 0]."""
+    return fla_inputs(
+        B,
+        T,
+        H,
+        D_k,
+        D_v,
+        dtype=dtype,
+        seed=seed,
+        beta=(0.0, 1.0) if "beta" in per_token else None,
+        max_decay=0.5 if "g" in per_token else None,
+    )
 
 
 def positive_features(args):
@@ -171,8 +208,14 @@ def first_tensor(out):
 
 #: ``TTR_FUZZ_SCALE=10 pytest tests/test_fuzz_public_api.py -s`` runs ten times the CI examples and prints the tally.
 SCALE = int(os.environ.get("TTR_FUZZ_SCALE", "1"))
-SIZES = dict(B=st.integers(1, 2), T=st.integers(1, 6), H=st.integers(1, 2), D_k=st.integers(1, 4),
-             D_v=st.integers(1, 3), seed=st.integers(0, 2**16))
+SIZES = dict(
+    B=st.integers(1, 2),
+    T=st.integers(1, 6),
+    H=st.integers(1, 2),
+    D_k=st.integers(1, 4),
+    D_v=st.integers(1, 3),
+    seed=st.integers(0, 2**16),
+)
 COUNTS: dict[str, int] = {}
 
 
@@ -208,10 +251,27 @@ def test_ops_are_never_silent_or_obscure(name, mutation, data, B, T, H, D_k, D_v
             state = tuple(s[..., :-1] if i == 0 else s for i, s in enumerate(state))
         kwargs["initial_state"] = state if len(state) > 1 else state[0]
         valid = False
-    allowed = {"q", "k", "v", "g", "beta", "o", "initial_state", "scale", "lam", "ridge", "eps", "chunk_size",
-               "normalize", "output_final_state", "qk_norm"}
+    allowed = {
+        "q",
+        "k",
+        "v",
+        "g",
+        "beta",
+        "o",
+        "initial_state",
+        "scale",
+        "lam",
+        "ridge",
+        "eps",
+        "chunk_size",
+        "normalize",
+        "output_final_state",
+        "qk_norm",
+    }
     ordered = [args.pop(n) for n in ("q", "k", "v")]
-    positional = ordered + [args[n] for n in ("g", "beta") if n in per_token and n in args and not name.startswith("rls")]
+    positional = ordered + [
+        args[n] for n in ("g", "beta") if n in per_token and n in args and not name.startswith("rls")
+    ]
     if name.startswith("rls") and "g" in args:
         kwargs["g"] = args["g"]
     kind, out = classify(lambda: fn(*positional, **kwargs), valid, allowed)
@@ -238,10 +298,28 @@ def _layer(name):
 
 
 @settings(max_examples=80 * SCALE, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(name=st.sampled_from(LAYERS), data=st.data(),
-       mutation=st.sampled_from(["valid", "nan", "posinf", "int_dtype", "not_tensor", "drop_dim", "other_dtype",
-                                 "empty_B", "empty_T", "wide", "scale_up"]),
-       B=st.integers(1, 2), T=st.integers(1, 7), seed=st.integers(0, 2**16))
+@given(
+    name=st.sampled_from(LAYERS),
+    data=st.data(),
+    mutation=st.sampled_from(
+        [
+            "valid",
+            "nan",
+            "posinf",
+            "int_dtype",
+            "not_tensor",
+            "drop_dim",
+            "other_dtype",
+            "empty_B",
+            "empty_T",
+            "wide",
+            "scale_up",
+        ]
+    ),
+    B=st.integers(1, 2),
+    T=st.integers(1, 7),
+    seed=st.integers(0, 2**16),
+)
 def test_layers_are_never_silent_or_obscure(name, data, mutation, B, T, seed):
     layer = _layer(name)
     x = torch.randn(B, T, 8, generator=torch.Generator().manual_seed(seed))
@@ -263,9 +341,13 @@ def test_layers_are_never_silent_or_obscure(name, data, mutation, B, T, seed):
 
 
 @settings(max_examples=60 * SCALE, deadline=None)
-@given(name=st.sampled_from(sorted(FEATURE_MAPS)), data=st.data(),
-       mutation=st.sampled_from(["valid", "nan", "int_dtype", "not_tensor", "scalar"]),
-       shape=st.lists(st.integers(1, 4), min_size=1, max_size=3), seed=st.integers(0, 2**16))
+@given(
+    name=st.sampled_from(sorted(FEATURE_MAPS)),
+    data=st.data(),
+    mutation=st.sampled_from(["valid", "nan", "int_dtype", "not_tensor", "scalar"]),
+    shape=st.lists(st.integers(1, 4), min_size=1, max_size=3),
+    seed=st.integers(0, 2**16),
+)
 def test_feature_maps_are_never_silent_or_obscure(name, data, mutation, shape, seed):
     x = torch.randn(*shape, generator=torch.Generator().manual_seed(seed))
     kwargs = {}
@@ -275,8 +357,11 @@ def test_feature_maps_are_never_silent_or_obscure(name, data, mutation, shape, s
             valid = True
         else:
             param = FEATURE_MAPS[name][0]
-            kwargs[param] = data.draw(st.sampled_from([-1, 0, 1e300, math.nan, "2", True] if param == "nu"
-                                                      else [-1.0, math.nan, 1e300, "1", True]))
+            kwargs[param] = data.draw(
+                st.sampled_from(
+                    [-1, 0, 1e300, math.nan, "2", True] if param == "nu" else [-1.0, math.nan, 1e300, "1", True]
+                )
+            )
     elif mutation != "valid":
         x = mutate_tensor(x, mutation, 1)
     if name == "dpfp" and "nu" not in kwargs and valid:

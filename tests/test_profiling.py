@@ -49,6 +49,7 @@ def test_bytes_created_sums_every_tensor_even_when_freed():
 
 def test_quadratic_parallel_form_shows_in_the_peak():
     """The T x T score matrix of a parallel form: the peak grows ~4x when T doubles."""
+
     def scores(T):
         q = torch.randn(T, 8)
         return lambda: (q @ q.T).tril() @ q

@@ -12,9 +12,10 @@ import pytest
 import torch
 
 import ttr_edu
-from ttr_edu import datasets, layers, mqar, ops
+from ttr_edu import layers, ops
 from ttr_edu.checks import CheckFailed
 from ttr_edu.checks._core import relative_error, run_check
+from ttr_edu.tasks import images, mqar
 
 
 def qkv(B=1, T=8, H=1, D=4, D_v=None, seed=0, dtype=torch.float32, unit_keys=True):
@@ -149,7 +150,7 @@ def test_non_finite_states_are_refused_by_name():
 def test_the_one_pass_finite_scan_is_exact(dtype):
     """``all_finite`` sums once; a non-finite sum falls back to the entry-wise scan. Large finite entries whose sum
     overflows must pass, and +inf beside −inf (a NaN sum) or one NaN among huge values must still be named."""
-    from ttr_edu._validation import all_finite, check_finite
+    from ttr_edu._internal.validation import all_finite, check_finite
 
     big = torch.full((4, 1000), torch.finfo(dtype).max / 2, dtype=dtype)
     if dtype == torch.float16:  # half precision is summed in single precision: a large gate tensor is no overflow
@@ -278,7 +279,7 @@ def test_chunk_size_beyond_the_sequence_is_capped():
     q, k, v = qkv()
     g = -torch.rand(1, 8, 1)
     beta = torch.full((1, 8, 1), 0.5)
-    for chunk, whole in (
+    for chunk, _whole in (
         (lambda c: ops.linear_attention_chunk(q, k, v, chunk_size=c), None),
         (lambda c: ops.gated_linear_attention_chunk(q, k, v, g, chunk_size=c), None),
         (lambda c: ops.delta_rule_chunk(q, k, v, beta, chunk_size=c), None),
@@ -337,7 +338,7 @@ def test_small_named_checks_elsewhere():
     with pytest.raises(TypeError, match=r"^labels: "):
         mqar.mqar_accuracy(torch.randn(2, 6, 5), torch.ones(2, 6, dtype=torch.bool))
     with pytest.raises(ValueError, match=r"^seed: "):
-        datasets.load_digits(seed=-3)
+        images.load_digits(seed=-3)
 
 
 # ------------------------------------------------------------------------------------------------------------------
@@ -406,8 +407,9 @@ def test_decayed_cumsum_validates_its_inputs():
     with pytest.raises(ValueError, match=r"^g: expected a log decay"):
         decayed_cumsum(torch.ones(1, 1, 5), -g)
     x = torch.randn(1, 1, 5, 2)
-    want = torch.stack([sum(torch.exp(g[0, 0, i + 1 : t + 1].sum()) * x[0, 0, i] for i in range(t + 1))
-                        for t in range(5)])
+    want = torch.stack(
+        [sum(torch.exp(g[0, 0, i + 1 : t + 1].sum()) * x[0, 0, i] for i in range(t + 1)) for t in range(5)]
+    )
     assert relative_error(decayed_cumsum(x, g, chunk_size=2)[0, 0], want) < 1e-6
 
 

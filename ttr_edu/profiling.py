@@ -27,7 +27,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
-from ttr_edu._validation import check_positive_int
+from ttr_edu._internal.validation import check_positive_int
 
 __all__ = ["PeakMemory", "BytesCreated", "peak_memory", "bytes_created", "matmul_flops", "best_seconds"]
 

@@ -15,8 +15,8 @@ from typing import Any
 import torch
 from tqdm.auto import tqdm
 
-from ttr_edu._validation import check_positive_float, check_positive_int
-from ttr_edu.progress import progress_enabled  # one rule for bars: off while the book builds
+from ttr_edu._internal.progress import progress_enabled  # one rule for bars: off while the book builds
+from ttr_edu._internal.validation import check_positive_float, check_positive_int
 
 __all__ = ["TrainResult", "train", "evaluate", "progress_enabled"]
 

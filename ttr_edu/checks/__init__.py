@@ -1,5 +1,10 @@
-"""Exercise checks, one module per chapter (``ttr_edu.checks.hebbian_memory`` ...). See :mod:`ttr_edu.checks._core`."""
+"""Exercise checks, one module per chapter, named by its slug (``ttr_edu.checks.hebbian_memory`` ...).
 
-from ttr_edu.checks._core import CheckFailed, run_check
+Every chapter does ``from ttr_edu.checks import <slug> as checks``; the machinery they share is
+:mod:`ttr_edu.checks._core`. :func:`relative_error` (``‖a − b‖ / ‖b‖`` in float64) is the comparison the course and
+its tests use everywhere.
+"""
 
-__all__ = ["CheckFailed", "run_check"]
+from ttr_edu.checks._core import CheckFailed, relative_error, run_check
+
+__all__ = ["CheckFailed", "relative_error", "run_check"]

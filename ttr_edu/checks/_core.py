@@ -70,8 +70,11 @@ def _is_untouched_stub(err: NotImplementedError) -> bool:
 
 def _first_statement_line(code) -> int | None:
     return next(
-        (ins.positions.lineno for ins in dis.get_instructions(code)
-         if ins.opname not in _PROLOGUE and ins.positions is not None and ins.positions.lineno is not None),
+        (
+            ins.positions.lineno
+            for ins in dis.get_instructions(code)
+            if ins.opname not in _PROLOGUE and ins.positions is not None and ins.positions.lineno is not None
+        ),
         None,
     )
 
@@ -142,8 +145,10 @@ def _dtype_note(got: torch.Tensor, want: torch.Tensor) -> str:
     if got.is_floating_point() and want.is_floating_point():
         eps = torch.finfo(got.dtype).eps
         if torch.allclose(got.double(), want.double(), rtol=100 * eps, atol=100 * eps):
-            return (f"\n  only the dtype differs: your result is {g}, the reference {w}; the values agree to {g}'s "
-                    f"rounding. Compute in {w} (e.g. pass dtype=torch.{w} to torch.arange / torch.tensor).")
+            return (
+                f"\n  only the dtype differs: your result is {g}, the reference {w}; the values agree to {g}'s "
+                f"rounding. Compute in {w} (e.g. pass dtype=torch.{w} to torch.arange / torch.tensor)."
+            )
     return f"\n  note: your result is {g}, the reference {w}"
 
 
@@ -261,5 +266,7 @@ def random_case(seed: int, **shapes: tuple[int, ...]) -> dict[str, torch.Tensor]
 
 def _cloned(case: dict) -> dict:
     """Tensors are cloned and modules deep-copied, so that neither call can change what the other one sees."""
-    return {k: v.clone() if isinstance(v, torch.Tensor) else copy.deepcopy(v) if isinstance(v, torch.nn.Module) else v
-            for k, v in case.items()}
+    return {
+        k: v.clone() if isinstance(v, torch.Tensor) else copy.deepcopy(v) if isinstance(v, torch.nn.Module) else v
+        for k, v in case.items()
+    }

@@ -78,8 +78,11 @@ class _Ranges:
         else:
             name, start, end = min(self.buffers, key=lambda b: min(abs(bad - b[1]), abs(bad - b[2])))
             which = "the nearest tensor in memory"
-        where = f"{(bad - end) // itemsize} element(s) past the end" if bad >= end else \
-            f"{(start - bad) // itemsize} element(s) before the start"
+        where = (
+            f"{(bad - end) // itemsize} element(s) past the end"
+            if bad >= end
+            else f"{(start - bad) // itemsize} element(s) before the start"
+        )
         raise KernelMemoryError(
             f"your kernel tried to {action} {int((~inside).sum())} address(es) outside every tensor it was given; "
             f"the first is {where} of `{name}` ({which}, NaN guard bands included). "
@@ -101,7 +104,10 @@ def sanitized(buffers: Sequence[tuple[str, int, int]]) -> Iterator[None]:
     builder = interpreter.interpreter_builder
     ranges = _Ranges(buffers)
     original_load, original_store, original_dot = (
-        builder.create_masked_load, builder.create_masked_store, builder.create_dot)
+        builder.create_masked_load,
+        builder.create_masked_store,
+        builder.create_dot,
+    )
 
     def as_mask(mask, ptrs) -> np.ndarray:
         return np.broadcast_to(np.asarray(mask.data).astype(bool), np.shape(ptrs.data))

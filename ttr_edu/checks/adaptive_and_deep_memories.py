@@ -27,22 +27,40 @@ def _gate(x: float) -> torch.Tensor:
 
 def reference_longhorn_step(S, k, v, beta) -> torch.Tensor:
     """``argmin_S' ‖S' − S‖² + β ‖S'ᵀk − v‖²``: ``S + ε k (v − Sᵀk)ᵀ``, ``ε = β/(1 + β‖k‖²)``."""
-    _, S_new = longhorn_recurrent(_token(k), _token(k), _token(v), _gate(beta), scale=1.0, initial_state=S[None, None],
-                                  output_final_state=True)
+    _, S_new = longhorn_recurrent(
+        _token(k), _token(k), _token(v), _gate(beta), scale=1.0, initial_state=S[None, None], output_final_state=True
+    )
     return S_new[0, 0]
 
 
 def reference_momentum_step(S, U, k, v, theta, eta, alpha) -> tuple[torch.Tensor, torch.Tensor]:
     """Titans, linear memory: ``U' = η U − θ k (Sᵀk − v)ᵀ``, ``S' = (1 − α) S + U'``; returns ``(S', U')``."""
-    _, state = titans_recurrent(_token(k), _token(k), _token(v), _gate(theta), _gate(eta), _gate(alpha), scale=1.0,
-                                initial_state=TitansState(S[None, None], U[None, None]), output_final_state=True)
+    _, state = titans_recurrent(
+        _token(k),
+        _token(k),
+        _token(v),
+        _gate(theta),
+        _gate(eta),
+        _gate(alpha),
+        scale=1.0,
+        initial_state=TitansState(S[None, None], U[None, None]),
+        output_final_state=True,
+    )
     return state.memory[0, 0], state.momentum[0, 0]
 
 
 def reference_mlp_gradient_step(W1, W2, k, v, lr) -> tuple[torch.Tensor, torch.Tensor]:
     """One SGD step on ``½ ‖W2ᵀ GELU(W1ᵀk) − v‖²`` (exact GELU): returns ``(W1', W2')``."""
-    _, (W1_new, W2_new) = ttt_mlp_recurrent(_token(k), _token(k), _token(v), _gate(lr), 1, scale=1.0,
-                                            initial_state=(W1[None, None], W2[None, None]), output_final_state=True)
+    _, (W1_new, W2_new) = ttt_mlp_recurrent(
+        _token(k),
+        _token(k),
+        _token(v),
+        _gate(lr),
+        1,
+        scale=1.0,
+        initial_state=(W1[None, None], W2[None, None]),
+        output_final_state=True,
+    )
     return W1_new[0, 0], W2_new[0, 0]
 
 
@@ -72,7 +90,9 @@ def check_longhorn_step(longhorn_step: Callable) -> bool:
 def check_momentum_step(momentum_step: Callable) -> bool:
     """Check ``momentum_step(S, U, k, v, theta, eta, alpha)``: Titans' step on a linear memory, returns ``(S, U)``."""
     cases = []
-    for c, (theta, eta, alpha) in zip(_cases(810), ((0.5, 0.9, 0.1), (0.2, 0.5, 0.3), (1.0, 0.0, 0.0), (0.3, 0.7, 0.6))):
+    for c, (theta, eta, alpha) in zip(
+        _cases(810), ((0.5, 0.9, 0.1), (0.2, 0.5, 0.3), (1.0, 0.0, 0.0), (0.3, 0.7, 0.6))
+    ):
         S = torch.randn(c["d_k"], c["d_v"], generator=c["gen"], dtype=torch.float64)
         U = torch.randn(c["d_k"], c["d_v"], generator=c["gen"], dtype=torch.float64)
         cases.append({"S": S, "U": U, "k": c["k"], "v": c["v"], "theta": theta, "eta": eta, "alpha": alpha})
@@ -87,5 +107,4 @@ def check_mlp_gradient_step(mlp_gradient_step: Callable) -> bool:
         W1 = torch.randn(c["d_k"], d_h, generator=c["gen"], dtype=torch.float64)
         W2 = torch.randn(d_h, c["d_v"], generator=c["gen"], dtype=torch.float64) / d_h**0.5
         cases.append({"W1": W1, "W2": W2, "k": c["k"], "v": c["v"], "lr": lr})
-    return run_check("mlp_gradient_step", mlp_gradient_step, reference_mlp_gradient_step, cases,
-                     inputs_unchanged=True)
+    return run_check("mlp_gradient_step", mlp_gradient_step, reference_mlp_gradient_step, cases, inputs_unchanged=True)

@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterator
 import torch
 
 from ttr_edu.checks._core import CheckFailed, describe, run_check
-from ttr_edu.mqar import IGNORE_INDEX, mqar_accuracy, mqar_batch, mqar_layout, query_slots
+from ttr_edu.tasks.mqar import IGNORE_INDEX, mqar_accuracy, mqar_batch, mqar_layout, query_slots
 
 __all__ = ["check_mqar_accuracy", "check_mqar_layout"]
 
@@ -50,8 +50,10 @@ def _requires_a_float(name: str, student_fn: Callable, case: dict) -> None:
         return
     if isinstance(got, bool) or not isinstance(got, float):
         inputs = ", ".join(f"{k}={describe(v)}" for k, v in case.items())
-        raise CheckFailed(f"{name}: expected a Python float, got {describe(got)} ({type(got).__name__}); "
-                          f"a tensor becomes a float with .item()\n  inputs: {inputs}")
+        raise CheckFailed(
+            f"{name}: expected a Python float, got {describe(got)} ({type(got).__name__}); "
+            f"a tensor becomes a float with .item()\n  inputs: {inputs}"
+        )
 
 
 def check_mqar_accuracy(student_mqar_accuracy: Callable) -> bool:
@@ -82,5 +84,6 @@ def _layout_cases() -> Iterator[dict]:
 def check_mqar_layout(student_mqar_layout: Callable) -> bool:
     """Check ``mqar_layout(keys, values, slots, seq_len, filler)`` against :func:`ttr_edu.mqar.mqar_layout`:
     the ``(inputs, labels)`` pair, exactly."""
-    return run_check("mqar_layout", student_mqar_layout, mqar_layout, _layout_cases(), rtol=0, atol=0,
-                     inputs_unchanged=True)
+    return run_check(
+        "mqar_layout", student_mqar_layout, mqar_layout, _layout_cases(), rtol=0, atol=0, inputs_unchanged=True
+    )

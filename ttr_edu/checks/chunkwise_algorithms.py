@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterator
 import torch
 
 from ttr_edu import ops
-from ttr_edu.checks._core import CheckFailed, run_check, random_case
+from ttr_edu.checks._core import CheckFailed, random_case, run_check
 
 __all__ = [
     "check_chunk_linear_attention",
@@ -39,8 +39,13 @@ def chunk_linear_attention_spec(q, k, v, S, chunk_size):
     """The package's chunked linear attention on one head: ``q, k`` ``(T, D_k)``, ``v`` ``(T, D_v)``,
     ``S`` ``(D_k, D_v)``; returns ``o`` ``(T, D_v)`` and the final state ``(D_k, D_v)``."""
     o, S_T = ops.linear_attention_chunk(
-        _one_head(q), _one_head(k), _one_head(v), scale=1.0, initial_state=S[None, None],
-        output_final_state=True, chunk_size=chunk_size,
+        _one_head(q),
+        _one_head(k),
+        _one_head(v),
+        scale=1.0,
+        initial_state=S[None, None],
+        output_final_state=True,
+        chunk_size=chunk_size,
     )
     return o[0, :, 0], S_T[0, 0]
 
@@ -57,8 +62,15 @@ def ut_transform_spec(k, beta):
 def delta_rule_chunk_step_spec(q, k, v, beta, S):
     """The package's chunked delta rule on one chunk of one head (``scale=1``): returns ``(o, S')``."""
     o, S_new = ops.delta_rule_chunk(
-        _one_head(q), _one_head(k), _one_head(v), _one_head(beta), scale=1.0, initial_state=S[None, None],
-        output_final_state=True, chunk_size=q.shape[0], check_stability="ignore",
+        _one_head(q),
+        _one_head(k),
+        _one_head(v),
+        _one_head(beta),
+        scale=1.0,
+        initial_state=S[None, None],
+        output_final_state=True,
+        chunk_size=q.shape[0],
+        check_stability="ignore",
     )
     return o[0, :, 0], S_new[0, 0]
 
@@ -99,8 +111,12 @@ def _step_cases() -> Iterator[dict]:
 def check_chunk_linear_attention(chunk_linear_attention: Callable) -> bool:
     """Check ``chunk_linear_attention(q, k, v, S, chunk_size) -> (o, S_T)`` on one head, ``scale = 1``."""
     return run_check(
-        "chunk_linear_attention", chunk_linear_attention, chunk_linear_attention_spec, _linear_attention_cases(),
-        rtol=1e-8, atol=1e-10,
+        "chunk_linear_attention",
+        chunk_linear_attention,
+        chunk_linear_attention_spec,
+        _linear_attention_cases(),
+        rtol=1e-8,
+        atol=1e-10,
     )
 
 
@@ -147,8 +163,10 @@ def check_delta_rule_chunk_step(delta_rule_chunk_step: Callable) -> bool:
             result = delta_rule_chunk_step(**case)
             if lend and not noted:  # said once, and only when the step itself is written
                 noted.append(True)
-                print("note: ut_transform (Exercise 11.2) is still a stub, so this check lends your "
-                      "delta_rule_chunk_step the package's checks.ut_transform_spec in its place.")
+                print(
+                    "note: ut_transform (Exercise 11.2) is still a stub, so this check lends your "
+                    "delta_rule_chunk_step the package's checks.ut_transform_spec in its place."
+                )
             return result
         except NotImplementedError as error:
             where = _raised_in(error, delta_rule_chunk_step)
@@ -163,8 +181,9 @@ def check_delta_rule_chunk_step(delta_rule_chunk_step: Callable) -> bool:
     if lend:
         namespace["ut_transform"] = ut_transform_spec
     try:
-        return run_check("delta_rule_chunk_step", step, delta_rule_chunk_step_spec, _step_cases(), rtol=1e-8,
-                         atol=1e-10)
+        return run_check(
+            "delta_rule_chunk_step", step, delta_rule_chunk_step_spec, _step_cases(), rtol=1e-8, atol=1e-10
+        )
     finally:
         if lend:
             namespace["ut_transform"] = helper

@@ -22,8 +22,14 @@ def _reference_step(S, k, v, beta):
     """One token through the package's recurrent delta rule, starting from ``S``."""
     one = (1, 1, 1)
     _, S_next = delta_rule_recurrent(
-        k.view(*one, -1), k.view(*one, -1), v.view(*one, -1), torch.full(one, beta, dtype=S.dtype), scale=1.0,
-        initial_state=S[None, None], output_final_state=True, check_stability="ignore",
+        k.view(*one, -1),
+        k.view(*one, -1),
+        v.view(*one, -1),
+        torch.full(one, beta, dtype=S.dtype),
+        scale=1.0,
+        initial_state=S[None, None],
+        output_final_state=True,
+        check_stability="ignore",
     )
     return S_next[0, 0]
 
@@ -42,9 +48,12 @@ def _reference_pseudo_values(k, v, beta):
 def _step_cases() -> Iterator[dict]:
     for i, (d_k, d_v, beta) in enumerate([(1, 1, 1.0), (3, 5, 0.5), (6, 4, 0.9), (8, 8, 1.7)]):
         g = torch.Generator().manual_seed(100 + i)
-        yield {"S": torch.randn(d_k, d_v, generator=g, dtype=torch.float64),
-               "k": torch.randn(d_k, generator=g, dtype=torch.float64),
-               "v": torch.randn(d_v, generator=g, dtype=torch.float64), "beta": beta}
+        yield {
+            "S": torch.randn(d_k, d_v, generator=g, dtype=torch.float64),
+            "k": torch.randn(d_k, generator=g, dtype=torch.float64),
+            "v": torch.randn(d_v, generator=g, dtype=torch.float64),
+            "beta": beta,
+        }
 
 
 def _eigen_cases() -> Iterator[dict]:
@@ -57,8 +66,11 @@ def _sequence_cases() -> Iterator[dict]:
     for i, (t, d_k, d_v) in enumerate([(1, 2, 3), (4, 3, 2), (9, 5, 4), (16, 8, 6)]):
         g = torch.Generator().manual_seed(300 + i)
         k = torch.nn.functional.normalize(torch.randn(t, d_k, generator=g, dtype=torch.float64), dim=-1)
-        yield {"k": k, "v": torch.randn(t, d_v, generator=g, dtype=torch.float64),
-               "beta": torch.rand(t, generator=g, dtype=torch.float64)}
+        yield {
+            "k": k,
+            "v": torch.randn(t, d_v, generator=g, dtype=torch.float64),
+            "beta": torch.rand(t, generator=g, dtype=torch.float64),
+        }
 
 
 def check_delta_rule_step(delta_rule_step: Callable) -> bool:
@@ -68,11 +80,11 @@ def check_delta_rule_step(delta_rule_step: Callable) -> bool:
 
 def check_update_eigenvalues(update_eigenvalues: Callable) -> bool:
     """Check ``update_eigenvalues(k, beta)``: the eigenvalues of ``I − β k kᵀ`` in ascending order."""
-    return run_check("update_eigenvalues", update_eigenvalues, _reference_eigenvalues, _eigen_cases(), rtol=1e-9,
-                     atol=1e-9)
+    return run_check(
+        "update_eigenvalues", update_eigenvalues, _reference_eigenvalues, _eigen_cases(), rtol=1e-9, atol=1e-9
+    )
 
 
 def check_pseudo_values(pseudo_values: Callable) -> bool:
     """Check ``pseudo_values(k, v, beta)``: ``u_t = β_t (v_t − S_{t−1}ᵀ k_t)`` along the delta-rule recurrence."""
-    return run_check("pseudo_values", pseudo_values, _reference_pseudo_values, _sequence_cases(), rtol=1e-9,
-                     atol=1e-10)
+    return run_check("pseudo_values", pseudo_values, _reference_pseudo_values, _sequence_cases(), rtol=1e-9, atol=1e-10)

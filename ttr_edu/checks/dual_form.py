@@ -5,11 +5,10 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 
 import torch
-
-from ttr_edu import dual_form
 from torch import nn
 
-from ttr_edu.checks._core import CheckFailed, run_check, random_case
+from ttr_edu import dual_form
+from ttr_edu.checks._core import CheckFailed, random_case, run_check
 
 __all__ = ["check_dual_output", "check_momentum_rescale", "check_class_votes", "check_record_training"]
 
@@ -59,8 +58,9 @@ def check_momentum_rescale(momentum_rescale: Callable) -> bool:
     float32 rounding only, so "got 9.2821, expected 9.2821" would not say what is wrong).
     """
     try:
-        return run_check("momentum_rescale", momentum_rescale, dual_form.momentum_rescale, _momentum_cases(),
-                         rtol=1e-10, atol=1e-12)
+        return run_check(
+            "momentum_rescale", momentum_rescale, dual_form.momentum_rescale, _momentum_cases(), rtol=1e-10, atol=1e-12
+        )
     except CheckFailed:
         try:
             dtype = momentum_rescale(momentum=0.5, num_steps=6).dtype
@@ -82,26 +82,31 @@ def check_class_votes(class_votes: Callable) -> bool:
 
 # --- exercise: a hook-based recorder ---------------------------------------------------------------------------
 
+
 def _recording_setup(seed: int, layer_name: str):
     """A small float64 MLP, plain SGD and four batches of (x, label); the same for student and reference."""
     g = _generator(900 + seed)
     torch.manual_seed(900 + seed)
     model = nn.Sequential(nn.Linear(5, 6, bias=False), nn.ReLU(), nn.Linear(6, 3, bias=False)).double()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.3 + 0.1 * seed)
-    batches = [(torch.randn(4, 5, generator=g, dtype=torch.float64), torch.randint(0, 3, (4,), generator=g))
-               for _ in range(4)]
+    batches = [
+        (torch.randn(4, 5, generator=g, dtype=torch.float64), torch.randint(0, 3, (4,), generator=g)) for _ in range(4)
+    ]
     return model, layer_name, optimizer, batches
 
 
-def reference_record_training(model: nn.Module, layer_name: str, optimizer: torch.optim.Optimizer,
-                              batches) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Train ``model`` with cross-entropy on ``batches`` and return the memory of ``layer_name``: ``(W0, keys, values)``.
+def reference_record_training(
+    model: nn.Module, layer_name: str, optimizer: torch.optim.Optimizer, batches
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Train ``model`` with cross-entropy on ``batches`` and return the memory of ``layer_name``:
+    ``(W0, keys, values)``.
 
     Shapes: ``W0 (D_out, D_in)``, ``keys (N, D_in)``, ``values (N, D_out)`` with ``N`` the patterns seen, in order.
     The package's :class:`ttr_edu.dual_form.DualFormRecorder` does the recording.
     """
-    recorder = dual_form.DualFormRecorder(model, optimizer, [layer_name], max_steps=len(batches),
-                                          patterns_per_step=len(batches[0][0]), verbose=False)
+    recorder = dual_form.DualFormRecorder(
+        model, optimizer, [layer_name], max_steps=len(batches), patterns_per_step=len(batches[0][0]), verbose=False
+    )
     for x, y in batches:
         optimizer.zero_grad()
         nn.functional.cross_entropy(model(x), y).backward()
@@ -117,9 +122,12 @@ def _on_fresh_setup(record_training: Callable) -> Callable:
         result = record_training(model, name, optimizer, batches)
         left = [n for n, m in model.named_modules() if m._forward_hooks or m._backward_hooks or m._forward_pre_hooks]
         if left:
-            raise CheckFailed(f"hooks are still attached to {left} after your function returned; keep the handles "
-                              "that register_*_hook returns and call handle.remove() on each")
+            raise CheckFailed(
+                f"hooks are still attached to {left} after your function returned; keep the handles "
+                "that register_*_hook returns and call handle.remove() on each"
+            )
         return result
+
     return run
 
 
@@ -130,5 +138,11 @@ def check_record_training(record_training: Callable) -> bool:
     your function may train the model it is given. Cases record the first and the last layer.
     """
     cases = [{"seed": 0, "layer_name": "0"}, {"seed": 1, "layer_name": "2"}, {"seed": 2, "layer_name": "2"}]
-    return run_check("record_training", _on_fresh_setup(record_training),
-                     _on_fresh_setup(reference_record_training), cases, rtol=1e-9, atol=1e-12)
+    return run_check(
+        "record_training",
+        _on_fresh_setup(record_training),
+        _on_fresh_setup(reference_record_training),
+        cases,
+        rtol=1e-9,
+        atol=1e-12,
+    )

@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterator
 import torch
 
 from ttr_edu.checks._core import CheckFailed, run_check
-from ttr_edu.models import retrieval_loss, sum_rule_retrieve
+from ttr_edu.models.retrieval import retrieval_loss, sum_rule_retrieve
 from ttr_edu.ops.feature_maps import dpfp, favor_plus, orthogonal_random_features
 
 __all__ = ["check_dpfp", "check_favor_plus", "check_retrieval_loss", "check_sum_rule_retrieve"]
@@ -30,8 +30,10 @@ def _favor_cases() -> Iterator[dict]:
 def _loss_cases() -> Iterator[dict]:
     for i, (b, d_v) in enumerate([(1, 1), (4, 3), (16, 10)]):
         g = torch.Generator().manual_seed(300 + i)
-        yield {"y": torch.rand(b, d_v, generator=g, dtype=torch.float64),
-               "target": torch.randint(d_v, (b,), generator=g)}
+        yield {
+            "y": torch.rand(b, d_v, generator=g, dtype=torch.float64),
+            "target": torch.randint(d_v, (b,), generator=g),
+        }
 
 
 def check_dpfp(student_dpfp: Callable) -> bool:
@@ -50,11 +52,15 @@ def _same_numbers_note(student_dpfp: Callable) -> str:
     except Exception:  # the first message already shows the error
         return ""
     want = dpfp(**case)
-    if isinstance(got, torch.Tensor) and got.shape == want.shape and torch.allclose(
-        got.sort(dim=-1).values.double(), want.sort(dim=-1).values.double()
+    if (
+        isinstance(got, torch.Tensor)
+        and got.shape == want.shape
+        and torch.allclose(got.sort(dim=-1).values.double(), want.sort(dim=-1).values.double())
     ):
-        return ("\n  the same products in another order: roll r by +j (torch.roll(r, j, dims=-1)) and keep the "
-                "blocks in the order j = 1, ..., ν")
+        return (
+            "\n  the same products in another order: roll r by +j (torch.roll(r, j, dims=-1)) and keep the "
+            "blocks in the order j = 1, ..., ν"
+        )
     return ""
 
 
@@ -72,13 +78,14 @@ def _sum_rule_cases() -> Iterator[dict]:
     # (B, T, d_dot, D_v): one pair, d_dot ≠ D_v, and a batch; non-negative features as every map of the chapter.
     for i, (b, t, d_dot, d_v) in enumerate([(1, 1, 3, 2), (2, 5, 4, 6), (4, 9, 8, 5)]):
         g = torch.Generator().manual_seed(400 + i)
-        yield {"phi_k": torch.rand(b, t, d_dot, generator=g, dtype=torch.float64),
-               "v": torch.randn(b, t, d_v, generator=g, dtype=torch.float64),
-               "phi_q": torch.rand(b, d_dot, generator=g, dtype=torch.float64)}
+        yield {
+            "phi_k": torch.rand(b, t, d_dot, generator=g, dtype=torch.float64),
+            "v": torch.randn(b, t, d_v, generator=g, dtype=torch.float64),
+            "phi_q": torch.rand(b, d_dot, generator=g, dtype=torch.float64),
+        }
 
 
 def check_sum_rule_retrieve(student_sum_rule: Callable) -> bool:
     """Check ``sum_rule_retrieve(phi_k, v, phi_q) = Sᵀφ(q) / (zᵀφ(q) + 1e-6)``, ``S = Σ_t φ(k_t) v_tᵀ``,
     ``z = Σ_t φ(k_t)``."""
-    return run_check("sum_rule_retrieve", student_sum_rule, sum_rule_retrieve, _sum_rule_cases(), rtol=1e-9,
-                     atol=1e-12)
+    return run_check("sum_rule_retrieve", student_sum_rule, sum_rule_retrieve, _sum_rule_cases(), rtol=1e-9, atol=1e-12)

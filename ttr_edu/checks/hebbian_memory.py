@@ -6,11 +6,15 @@ from collections.abc import Callable, Iterator
 
 import torch
 
-from ttr_edu import memory
-from ttr_edu.checks._core import CheckFailed, run_check, random_case
+from ttr_edu import hebbian
+from ttr_edu.checks._core import CheckFailed, random_case, run_check
 
 __all__ = [
-    "check_write", "check_store", "check_crosstalk_energy", "check_recall_accuracy", "check_cleanup_scores",
+    "check_write",
+    "check_store",
+    "check_crosstalk_energy",
+    "check_recall_accuracy",
+    "check_cleanup_scores",
     "check_rival_score_variance",
 ]
 
@@ -38,22 +42,22 @@ def _store_cases() -> Iterator[dict]:
 
 def _key_cases() -> Iterator[dict]:
     for i, (n, d_k, _) in enumerate(SHAPES + [(20, 8, 0)]):
-        yield {"keys": memory.random_unit_keys(n, d_k, seed=300 + i)}
+        yield {"keys": hebbian.random_unit_keys(n, d_k, seed=300 + i)}
 
 
 def _accuracy_cases() -> Iterator[dict]:
     for i, (n, d_k, _) in enumerate([(4, 16, 0), (16, 16, 0), (40, 16, 0), (64, 32, 0)]):
-        keys = memory.random_unit_keys(n, d_k, seed=400 + i)
-        values = memory.random_unit_keys(n, d_k, seed=500 + i)  # random unit values: crosstalk can flip a recall
-        yield {"W": memory.store(keys, values), "keys": keys, "values": values}
+        keys = hebbian.random_unit_keys(n, d_k, seed=400 + i)
+        values = hebbian.random_unit_keys(n, d_k, seed=500 + i)  # random unit values: crosstalk can flip a recall
+        yield {"W": hebbian.store(keys, values), "keys": keys, "values": values}
     yield _tie_case()
 
 
 def _tie_case() -> dict:
     """Identical values tie every score: a tie must count as a failure, so the accuracy is 0."""
-    keys = memory.random_unit_keys(5, 8, seed=450)
+    keys = hebbian.random_unit_keys(5, 8, seed=450)
     values = torch.ones(5, 3, dtype=torch.float64)
-    return {"W": memory.store(keys, values), "keys": keys, "values": values}
+    return {"W": hebbian.store(keys, values), "keys": keys, "values": values}
 
 
 _TIE_NOTE = (
@@ -64,23 +68,23 @@ _TIE_NOTE = (
 
 def check_write(write: Callable) -> bool:
     """Check ``write(W, k, v) -> W + v kᵀ`` (shapes ``(D_v, D_k)``, ``(D_k,)``, ``(D_v,)``), leaving ``W`` unchanged."""
-    return run_check("write", write, memory.hebbian_write, _write_cases(), inputs_unchanged=True)
+    return run_check("write", write, hebbian.hebbian_write, _write_cases(), inputs_unchanged=True)
 
 
 def check_store(store: Callable) -> bool:
     """Check ``store(keys, values) -> Σ_i v_i k_iᵀ`` (shapes ``(N, D_k)``, ``(N, D_v)`` -> ``(D_v, D_k)``)."""
-    return run_check("store", store, memory.store, _store_cases())
+    return run_check("store", store, hebbian.store, _store_cases())
 
 
 def check_crosstalk_energy(crosstalk_energy: Callable) -> bool:
     """Check ``crosstalk_energy(keys) -> mean_j Σ_{i≠j} (k_iᵀ k_j)²`` (a scalar)."""
-    return run_check("crosstalk_energy", crosstalk_energy, memory.crosstalk_energy, _key_cases())
+    return run_check("crosstalk_energy", crosstalk_energy, hebbian.crosstalk_energy, _key_cases())
 
 
 def check_recall_accuracy(recall_accuracy: Callable) -> bool:
     """Check ``recall_accuracy(W, keys, values) -> fraction recalled after nearest-value clean-up``."""
     try:
-        return run_check("recall_accuracy", recall_accuracy, memory.recall_accuracy, _accuracy_cases(), atol=1e-12)
+        return run_check("recall_accuracy", recall_accuracy, hebbian.recall_accuracy, _accuracy_cases(), atol=1e-12)
     except CheckFailed as err:
         if "values=tensor(5, 3)" in str(err):  # the tie case, the only one with 3-dim values
             raise CheckFailed(str(err) + _TIE_NOTE) from None
@@ -91,8 +95,10 @@ def _scores_cases() -> Iterator[dict]:
     # (R, N, D_k, D_v); D_k ≠ D_v so that a transposed product cannot pass by accident, R = 1 and N = 1 included.
     for i, (r, n, d_k, d_v) in enumerate([(1, 1, 3, 2), (1, 4, 5, 3), (3, 6, 4, 7), (5, 9, 8, 6)]):
         g = _generator(600 + i)
-        yield {"keys": torch.randn(r, n, d_k, generator=g, dtype=torch.float64),
-               "values": torch.randn(r, n, d_v, generator=g, dtype=torch.float64)}
+        yield {
+            "keys": torch.randn(r, n, d_k, generator=g, dtype=torch.float64),
+            "values": torch.randn(r, n, d_v, generator=g, dtype=torch.float64),
+        }
 
 
 def _variance_cases() -> Iterator[dict]:
@@ -104,10 +110,16 @@ def _variance_cases() -> Iterator[dict]:
 def check_cleanup_scores(cleanup_scores: Callable) -> bool:
     """Check ``cleanup_scores(keys, values)`` (``(R, N, D_k)``, ``(R, N, D_v)``) ``-> (R, N, N)``, entry
     ``[r, j, i] = v_iᵀ (W_r k_j)``."""
-    return run_check("cleanup_scores", cleanup_scores, memory.cleanup_scores, _scores_cases())
+    return run_check("cleanup_scores", cleanup_scores, hebbian.cleanup_scores, _scores_cases())
 
 
 def check_rival_score_variance(rival_score_variance: Callable) -> bool:
     """Check ``rival_score_variance(n, d)``: the exact variance of a rival's clean-up score for random unit pairs."""
-    return run_check("rival_score_variance", rival_score_variance, memory.rival_score_variance, _variance_cases(),
-                     rtol=1e-9, atol=0.0)
+    return run_check(
+        "rival_score_variance",
+        rival_score_variance,
+        hebbian.rival_score_variance,
+        _variance_cases(),
+        rtol=1e-9,
+        atol=0.0,
+    )

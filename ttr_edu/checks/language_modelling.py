@@ -15,15 +15,16 @@ from collections.abc import Callable, Iterator
 import torch
 
 from ttr_edu.checks._core import CheckFailed, run_check
-from ttr_edu.models_lm import LMConfig, TinyLM, causal_lm_loss, generate
-from ttr_edu.text_corpus import random_windows
+from ttr_edu.models.lm import LMConfig, TinyLM, causal_lm_loss, generate
+from ttr_edu.tasks.text import random_windows
 
 __all__ = ["check_causal_lm_loss", "check_greedy_generate", "check_train_lm", "train_lm_spec"]
 
 
 def _loss_cases() -> Iterator[dict]:
-    for i, (B, T, V, dtype) in enumerate([(1, 5, 11, torch.float64), (3, 9, 256, torch.float32),
-                                          (2, 2, 7, torch.float64)]):
+    for i, (B, T, V, dtype) in enumerate(
+        [(1, 5, 11, torch.float64), (3, 9, 256, torch.float32), (2, 2, 7, torch.float64)]
+    ):
         gen = torch.Generator().manual_seed(1000 + i)
         tokens = torch.randint(0, V, (B, T), generator=gen)
         logits = torch.randn(B, T, V, generator=gen, dtype=torch.float64)
@@ -33,16 +34,19 @@ def _loss_cases() -> Iterator[dict]:
 
 def check_causal_lm_loss(student_causal_lm_loss: Callable) -> bool:
     """Check ``causal_lm_loss(logits, tokens)``: mean cross-entropy of position t against byte t + 1."""
-    return run_check("causal_lm_loss", student_causal_lm_loss, causal_lm_loss, _loss_cases(), rtol=1e-5,
-                     inputs_unchanged=True)
+    return run_check(
+        "causal_lm_loss", student_causal_lm_loss, causal_lm_loss, _loss_cases(), rtol=1e-5, inputs_unchanged=True
+    )
 
 
 class _StepOnlyLM(TinyLM):
     """A TinyLM whose whole-sequence ``forward`` is refused: generation must go token by token through ``step``."""
 
     def forward(self, tokens):  # noqa: D102 - see the class docstring
-        raise CheckFailed("greedy_generate: call model.step(token, state) one token at a time; calling model(...) on "
-                          "the whole prefix costs O(t) per new token, which is what the recurrent form avoids")
+        raise CheckFailed(
+            "greedy_generate: call model.step(token, state) one token at a time; calling model(...) on "
+            "the whole prefix costs O(t) per new token, which is what the recurrent form avoids"
+        )
 
 
 def _model(mixer: str, seed: int) -> TinyLM:
@@ -62,13 +66,20 @@ def _generate_cases() -> Iterator[dict]:
 
 def check_greedy_generate(student_greedy_generate: Callable) -> bool:
     """Check ``greedy_generate(model, prompt, num_tokens)``: the prompt and the argmax continuation, via ``step``."""
-    return run_check("greedy_generate", student_greedy_generate,
-                     lambda model, prompt, num_tokens: generate(model, prompt, num_tokens, temperature=0),
-                     _generate_cases(), rtol=0, atol=0, inputs_unchanged=True)
+    return run_check(
+        "greedy_generate",
+        student_greedy_generate,
+        lambda model, prompt, num_tokens: generate(model, prompt, num_tokens, temperature=0),
+        _generate_cases(),
+        rtol=0,
+        atol=0,
+        inputs_unchanged=True,
+    )
 
 
-def train_lm_spec(model: TinyLM, tokens: torch.Tensor, steps: int, batch_size: int, seq_len: int, lr: float,
-                  seed: int) -> torch.Tensor:
+def train_lm_spec(
+    model: TinyLM, tokens: torch.Tensor, steps: int, batch_size: int, seq_len: int, lr: float, seed: int
+) -> torch.Tensor:
     """The loop of the exercise: Adam(lr) on ``model``; at each step a batch of
     ``random_windows(tokens, batch_size, seq_len, gen)`` from ``gen = torch.Generator().manual_seed(seed)``, the loss
     ``causal_lm_loss(model(window), window)``, zero_grad, backward, step. Returns the ``(steps,)`` float64 losses."""

@@ -16,7 +16,9 @@ from ttr_edu.ops import linear_attention_chunk, linear_attention_parallel, linea
 from ttr_edu.ops.feature_maps import elu_plus_one
 
 __all__ = [
-    "check_fast_weight_recurrence", "check_causal_linear_attention", "check_normalized_linear_attention",
+    "check_fast_weight_recurrence",
+    "check_causal_linear_attention",
+    "check_normalized_linear_attention",
     "check_chunk_linear_attention",
 ]
 

@@ -55,5 +55,11 @@ def check_nadaraya_watson(nadaraya_watson: Callable) -> bool:
 def check_local_linear_readout(local_linear_readout: Callable) -> bool:
     """Check ``local_linear_readout(q, k, v, scale, ridge)``: the causal local linear fit read out at ``q_t``."""
     params = [{"scale": s, "ridge": r} for s, r in ((1.0, 0.1), (0.5, 0.05), (2.0, 0.2), (1.0, 0.01))]
-    return run_check("local_linear_readout", local_linear_readout, reference_local_linear_readout,
-                     _cases(710, params), rtol=1e-6, atol=1e-9)
+    return run_check(
+        "local_linear_readout",
+        local_linear_readout,
+        reference_local_linear_readout,
+        _cases(710, params),
+        rtol=1e-6,
+        atol=1e-9,
+    )

@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterator
 
 import torch
 
-from ttr_edu.checks._core import CheckFailed, run_check, random_case
+from ttr_edu.checks._core import CheckFailed, random_case, run_check
 from ttr_edu.regression import ExactSolve, Linear, OnlineSGD, TestTimeRegression, Uniform, regression_weights
 
 __all__ = ["check_decay_weights", "check_sgd_step", "check_ridge_readout"]
@@ -33,8 +33,14 @@ def reference_sgd_step(S: torch.Tensor, k: torch.Tensor, v: torch.Tensor, beta: 
     """One SGD step on ``½‖v − Sᵀk‖²`` from ``S``: the framework's OnlineSGD on a one-token sequence."""
     sgd = TestTimeRegression(Uniform(), Linear(), OnlineSGD())
     beta_t = torch.full((1, 1, 1), float(beta), dtype=S.dtype)
-    _, S_new = sgd(k[None, None, None], k[None, None, None], v[None, None, None], beta=beta_t,
-                   initial_state=S[None, None], output_final_state=True)
+    _, S_new = sgd(
+        k[None, None, None],
+        k[None, None, None],
+        v[None, None, None],
+        beta=beta_t,
+        initial_state=S[None, None],
+        output_final_state=True,
+    )
     return S_new[0, 0]
 
 
@@ -88,8 +94,10 @@ def check_decay_weights(decay_weights: Callable) -> bool:
     try:
         got = decay_weights(**{k: v.clone() for k, v in case.items()})
     except Exception as err:
-        raise CheckFailed(f"decay_weights: your function raised {type(err).__name__}: {err}\n"
-                          "  inputs: g=tensor(30,) float64, every g_t = −50 (a strong decay)") from err
+        raise CheckFailed(
+            f"decay_weights: your function raised {type(err).__name__}: {err}\n"
+            "  inputs: g=tensor(30,) float64, every g_t = −50 (a strong decay)"
+        ) from err
     if isinstance(got, torch.Tensor) and not torch.isfinite(got).all():
         bad = (~torch.isfinite(got)).nonzero()[0].tolist()
         raise CheckFailed(

@@ -200,8 +200,11 @@ def check_causal_chunk(kernel) -> bool:
     def cases() -> Iterator[dict]:
         for i, (C, d_k, d_v) in enumerate([(16, 16, 16), (10, 5, 7), (16, 32, 8), (1, 3, 2), (13, 20, 24)]):
             g = _generator(1100 + i)
-            yield {"q": torch.randn(C, d_k, generator=g), "k": torch.randn(C, d_k, generator=g),
-                   "v": torch.randn(C, d_v, generator=g)}
+            yield {
+                "q": torch.randn(C, d_k, generator=g),
+                "k": torch.randn(C, d_k, generator=g),
+                "v": torch.randn(C, d_v, generator=g),
+            }
 
     return run_check("causal_chunk", launch, causal_chunk_spec, cases(), rtol=1e-4, atol=1e-4)
 
@@ -212,8 +215,9 @@ def check_causal_chunk(kernel) -> bool:
 
 def chunk_linear_attention_spec(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor):
     """Causal linear attention on one head from a zero state, ``scale = 1``: returns ``(o, S_T)``."""
-    o, S = ops.linear_attention_recurrent(q[None, :, None], k[None, :, None], v[None, :, None], scale=1.0,
-                                          output_final_state=True)
+    o, S = ops.linear_attention_recurrent(
+        q[None, :, None], k[None, :, None], v[None, :, None], scale=1.0, output_final_state=True
+    )
     return o[0, :, 0], S[0, 0]
 
 
@@ -235,8 +239,11 @@ def check_chunk_linear_attention(kernel) -> bool:
     def cases() -> Iterator[dict]:
         for i, (T, d_k, d_v) in enumerate([(16, 16, 16), (37, 8, 12), (1, 4, 4), (50, 16, 20)]):
             g = _generator(1200 + i)
-            yield {"q": torch.randn(T, d_k, generator=g), "k": torch.randn(T, d_k, generator=g) / d_k**0.5,
-                   "v": torch.randn(T, d_v, generator=g)}
+            yield {
+                "q": torch.randn(T, d_k, generator=g),
+                "k": torch.randn(T, d_k, generator=g) / d_k**0.5,
+                "v": torch.randn(T, d_v, generator=g),
+            }
 
     return run_check("chunk_linear_attention", launch, chunk_linear_attention_spec, cases(), rtol=1e-4, atol=1e-4)
 
@@ -309,8 +316,9 @@ def check_running_sum(kernel) -> bool:
 def delta_rule_chunk_spec(q, k, v, beta, initial_state):
     """The package's chunked delta rule, ``scale = 1``: ``q, k`` ``(B, T, H, D_k)``, ``v`` ``(B, T, H, D_v)``,
     ``beta`` ``(B, T, H)``, ``initial_state`` ``(B, H, D_k, D_v)``; returns ``(o, final_state)``."""
-    return ops.delta_rule_chunk(q, k, v, beta, scale=1.0, initial_state=initial_state, output_final_state=True,
-                                chunk_size=16)
+    return ops.delta_rule_chunk(
+        q, k, v, beta, scale=1.0, initial_state=initial_state, output_final_state=True, chunk_size=16
+    )
 
 
 def check_delta_rule_chunk(kernel) -> bool:
@@ -332,14 +340,25 @@ def check_delta_rule_chunk(kernel) -> bool:
         o = _Guarded("o", v.shape, device=device)
         s0 = _Guarded("s0", initial_state.shape, initial_state, device)
         s = _Guarded("s", initial_state.shape, device=device)
-        _launch(kernel, (B * H, math.ceil(d_v / 16)), inputs + [o, s0, s], T, H, d_k, d_v,
-                BLOCK_T=16, BLOCK_K=_pow2(d_k), BLOCK_V=16)
+        _launch(
+            kernel,
+            (B * H, math.ceil(d_v / 16)),
+            inputs + [o, s0, s],
+            T,
+            H,
+            d_k,
+            d_v,
+            BLOCK_T=16,
+            BLOCK_K=_pow2(d_k),
+            BLOCK_V=16,
+        )
         return o.result(), s.result()
 
     def cases() -> Iterator[dict]:
         # (B, T, H, D_k, D_v): one chunk; tail chunks with several heads and two value blocks; D_v not a multiple of 16
-        for i, (B, T, H, d_k, d_v) in enumerate([(1, 16, 1, 16, 16), (2, 20, 2, 8, 20), (1, 40, 1, 16, 24),
-                                                 (2, 5, 1, 4, 3)]):
+        for i, (B, T, H, d_k, d_v) in enumerate(
+            [(1, 16, 1, 16, 16), (2, 20, 2, 8, 20), (1, 40, 1, 16, 24), (2, 5, 1, 4, 3)]
+        ):
             g = _generator(1500 + i)
             k = torch.randn(B, T, H, d_k, generator=g)
             yield {

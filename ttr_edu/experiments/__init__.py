@@ -5,10 +5,12 @@
 * ``capacity``: setting 1 of Schlag et al. (2021), capacity against d_dot (:mod:`.capacity`, chapter 03);
 * ``overwrite``: setting 2, sum rule against delta rule (:mod:`.overwrite`, chapter 04);
 * ``mqar``: multi-query associative recall (:mod:`.mqar`, chapter 09);
-* ``mqar_memories``: MQAR for Longhorn, DeltaProduct, TTT-Linear, TTT-MLP and Titans beside DeltaNet (:mod:`.mqar_memories`);
+* ``mqar_memories``: MQAR for Longhorn, DeltaProduct, TTT-Linear, TTT-MLP and Titans beside DeltaNet
+  (:mod:`.mqar_memories`);
 * ``lm``: tiny byte-level language models on the standard-library corpus (:mod:`.lm`, chapter 10).
 
-The full-grid CSVs the chapters plot are shipped in ``ttr_edu/data`` (:func:`ttr_edu.experiments.grid.load_shipped`).
+The full-grid CSVs the chapters plot are shipped in ``ttr_edu/experiments/results``
+(:func:`ttr_edu.experiments.grid.load_shipped`).
 """
 
 import re

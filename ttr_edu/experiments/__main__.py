@@ -23,8 +23,10 @@ def main(argv: list[str] | None = None) -> int:
     except ModuleNotFoundError as error:
         if error.name != f"ttr_edu.experiments.{name}":
             raise
-        print(f"experiment {name!r} is not available in this installation (ttr_edu/experiments/{name}.py is missing)",
-              file=sys.stderr)
+        print(
+            f"experiment {name!r} is not available in this installation (ttr_edu/experiments/{name}.py is missing)",
+            file=sys.stderr,
+        )
         return 1
     module.main(rest)
     return 0

@@ -51,8 +51,9 @@ def full_grid() -> list[tuple[ModelSpec, int]]:
     """Every (model, S) point of the shipped CSV: :data:`TRAINED_S`, then random keys at every S (evaluation only)."""
     points = [(MODELS[label], s) for label, values in TRAINED_S.items() for s in values]
     for label in D_DOT:
-        random_keys = ModelSpec(f"{label} (random keys)", MODELS[label].feature_map, MODELS[label].params,
-                                trained_keys=False)
+        random_keys = ModelSpec(
+            f"{label} (random keys)", MODELS[label].feature_map, MODELS[label].params, trained_keys=False
+        )
         points += [(random_keys, s) for s in S_VALUES]
     return points
 

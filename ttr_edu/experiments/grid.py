@@ -19,13 +19,20 @@ import plotly.graph_objects as go
 import torch
 from tqdm.auto import tqdm
 
-from ttr_edu.models import RetrievalModel
-from ttr_edu.tasks import capacity_batch, overwrite_batch
+from ttr_edu.models.retrieval import RetrievalModel
+from ttr_edu.tasks.retrieval import capacity_batch, overwrite_batch
 from ttr_edu.train import evaluate, progress_enabled, train
-from ttr_edu.viz import TEMPLATE
+from ttr_edu.viz.figures import TEMPLATE
 
 __all__ = [
-    "ModelSpec", "TrainingSpec", "run_point", "run_grid", "write_csv", "read_csv", "load_shipped", "cliff_positions",
+    "ModelSpec",
+    "TrainingSpec",
+    "run_point",
+    "run_grid",
+    "write_csv",
+    "read_csv",
+    "load_shipped",
+    "cliff_positions",
     "loss_figure",
 ]
 
@@ -44,8 +51,13 @@ class ModelSpec:
 
     def build(self, num_keys: int, d_k: int) -> RetrievalModel:
         return RetrievalModel(
-            num_keys, num_keys, d_k=d_k, feature_map=self.feature_map, feature_map_params=dict(self.params),
-            update_rule=self.update_rule, trained_keys=self.trained_keys,
+            num_keys,
+            num_keys,
+            d_k=d_k,
+            feature_map=self.feature_map,
+            feature_map_params=dict(self.params),
+            update_rule=self.update_rule,
+            trained_keys=self.trained_keys,
         )
 
 
@@ -63,7 +75,9 @@ class TrainingSpec:
     seed: int = 0
 
 
-def run_point(task: str, spec: ModelSpec, num_keys: int, training: TrainingSpec, *, progress: bool | None = False) -> dict:
+def run_point(
+    task: str, spec: ModelSpec, num_keys: int, training: TrainingSpec, *, progress: bool | None = False
+) -> dict:
     """Train ``spec`` on ``task`` (``"capacity"`` or ``"overwrite"``) with ``S = num_keys``; return a CSV row.
 
     Untrained-key models are only evaluated (on ``eval_batches`` batches): they have nothing to learn.
@@ -106,9 +120,16 @@ def _fit(model, spec: ModelSpec, sample, training: TrainingSpec, progress) -> tu
     """Train (or only evaluate, for random keys); return best and final loss, steps and whether the target was hit."""
     if spec.trained_keys:
         result = train(
-            model, sample, max_steps=training.max_steps, lr=training.lr, target_loss=training.target_loss,
-            eval_every=training.eval_every, eval_batches=training.eval_batches, seed=training.seed,
-            progress=progress, desc=spec.label,
+            model,
+            sample,
+            max_steps=training.max_steps,
+            lr=training.lr,
+            target_loss=training.target_loss,
+            eval_every=training.eval_every,
+            eval_batches=training.eval_batches,
+            seed=training.seed,
+            progress=progress,
+            desc=spec.label,
         )
         return result.best_eval_loss, result.final_eval_loss, result.steps, result.reached_target
     generator = torch.Generator().manual_seed(training.seed + 1)
@@ -124,13 +145,24 @@ def run_grid(task: str, points, training: TrainingSpec = TrainingSpec(), *, prog
         row = run_point(task, spec, num_keys, training, progress=False)
         rows.append(row)
         if show:
-            tqdm.write(f"{row['model']:28s} S={num_keys:4d} best loss {row['best_eval_loss']:.4f} "
-                       f"steps {row['steps']:5d} ({row['seconds']:.0f} s)")
+            tqdm.write(
+                f"{row['model']:28s} S={num_keys:4d} best loss {row['best_eval_loss']:.4f} "
+                f"steps {row['steps']:5d} ({row['seconds']:.0f} s)"
+            )
     return rows
 
 
-_NUMERIC = {"d_dot", "num_keys", "steps", "train_d_k", "train_batch_size", "train_max_steps", "train_eval_every",
-            "train_eval_batches", "train_seed"}
+_NUMERIC = {
+    "d_dot",
+    "num_keys",
+    "steps",
+    "train_d_k",
+    "train_batch_size",
+    "train_max_steps",
+    "train_eval_every",
+    "train_eval_batches",
+    "train_seed",
+}
 _FLOAT = {"best_eval_loss", "final_eval_loss", "seconds", "train_lr", "train_target_loss"}
 
 
@@ -161,10 +193,11 @@ def read_csv(path: str | Path) -> list[dict]:
 
 
 def load_shipped(name: str) -> list[dict]:
-    """The full-grid CSV shipped with the package: ``"capacity"`` or ``"overwrite"`` (``ttr_edu/data/*_grid.csv``)."""
+    """The full-grid CSV shipped with the package: ``"capacity"`` or ``"overwrite"``
+    (``ttr_edu/experiments/results/*_grid.csv``)."""
     if name not in TASKS:
         raise ValueError(f"name: unknown grid {name!r}; valid names are {', '.join(TASKS)}")
-    with resources.as_file(resources.files("ttr_edu") / "data" / f"{name}_grid.csv") as path:
+    with resources.as_file(resources.files("ttr_edu.experiments") / "results" / f"{name}_grid.csv") as path:
         return read_csv(path)
 
 
@@ -213,11 +246,19 @@ def loss_figure(rows: list[dict], *, title: str, per_d_dot: bool = False, d_dot_
         figure.add_trace(go.Scatter(x=x, y=y, name=model, mode="lines+markers", line={"color": colour}))
         if d_dot_marks and d_dot != "":
             figure.add_vline(x=d_dot / scale, line={"color": colour, "dash": "dot", "width": 1})
-    figure.add_hline(y=1e-3, line={"color": "grey", "dash": "dash", "width": 1},
-                     annotation_text="target 1e-3", annotation_position="bottom right")
+    figure.add_hline(
+        y=1e-3,
+        line={"color": "grey", "dash": "dash", "width": 1},
+        annotation_text="target 1e-3",
+        annotation_position="bottom right",
+    )
     any_trained = any(row["keys"] == "trained" for row in rows)  # random keys are only evaluated: no "best"
-    figure.update_layout(title=title, xaxis_title="S / d_dot" if per_d_dot else "number of keys S",
-                         yaxis_title="best evaluation loss" if any_trained else "evaluation loss", template=TEMPLATE)
+    figure.update_layout(
+        title=title,
+        xaxis_title="S / d_dot" if per_d_dot else "number of keys S",
+        yaxis_title="best evaluation loss" if any_trained else "evaluation loss",
+        template=TEMPLATE,
+    )
     figure.update_yaxes(type="log")
     return figure
 
@@ -245,8 +286,12 @@ def grid_main(
         "--max-steps", type=int, default=None, help=f"default: {TrainingSpec.max_steps}, or {quick_steps} with --quick"
     )
     parser.add_argument("--seed", type=int, default=TrainingSpec.seed)
-    parser.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
-                        help="progress bars and a line per point (default: only in a terminal)")
+    parser.add_argument(
+        "--progress",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="progress bars and a line per point (default: only in a terminal)",
+    )
     args = parser.parse_args(argv)
     start = time.perf_counter()
     points = quick_grid() if args.quick else full_grid()

@@ -9,8 +9,9 @@ becomes NaN or infinite is kept as a row with ``diverged = 1``.
     python -m ttr_edu.experiments lm --jobs 2         # cells in 2 processes (joblib), one thread each
     python -m ttr_edu.experiments lm --quick --out q.csv
 
-Each row carries the corpus hash and the Python version, so results from another corpus are never mixed in: rows
-of a different corpus in ``--out`` are refused. The shipped CSV (``ttr_edu/data/lm_grid.csv``) is the full grid.
+Each row carries the corpus hash and the Python version, so results from another corpus are never mixed in: rows of a
+different corpus in ``--out`` are refused. The shipped CSV (``ttr_edu/experiments/results/lm_grid.csv``) is the full
+grid.
 """
 
 from __future__ import annotations
@@ -25,15 +26,30 @@ from pathlib import Path
 
 import torch
 
-from ttr_edu.models_lm import LM_MIXERS, LMConfig, TinyLM, bits_per_byte, lm_loss
-from ttr_edu.text_corpus import eval_windows, load_stdlib_corpus, random_windows
+from ttr_edu.models.lm import LM_MIXERS, LMConfig, TinyLM, bits_per_byte, lm_loss
+from ttr_edu.tasks.text import eval_windows, load_stdlib_corpus, random_windows
 from ttr_edu.train import train
 
 __all__ = ["LMGrid", "FULL_GRID", "QUICK_GRID", "train_cell", "evaluate_bpb", "run_grid", "load_results", "main"]
 
 FIELDS = [
-    "mixer", "seed", "d_model", "n_layers", "num_heads", "parameters", "seq_len", "batch_size", "steps", "lr",
-    "final_train_loss", "valid_bpb", "test_bpb", "diverged", "train_seconds", "corpus_sha256", "python_version",
+    "mixer",
+    "seed",
+    "d_model",
+    "n_layers",
+    "num_heads",
+    "parameters",
+    "seq_len",
+    "batch_size",
+    "steps",
+    "lr",
+    "final_train_loss",
+    "valid_bpb",
+    "test_bpb",
+    "diverged",
+    "train_seconds",
+    "corpus_sha256",
+    "python_version",
 ]
 
 
@@ -69,8 +85,9 @@ QUICK_GRID = LMGrid(mixers=("deltanet",), seeds=(0,), seq_len=64, batch_size=8, 
 
 
 @torch.no_grad()
-def evaluate_bpb(model: TinyLM, tokens: torch.Tensor, seq_len: int, max_windows: int | None = None,
-                 batch_size: int = 64) -> float:
+def evaluate_bpb(
+    model: TinyLM, tokens: torch.Tensor, seq_len: int, max_windows: int | None = None, batch_size: int = 64
+) -> float:
     """Bits per byte of ``model`` on a split: the mean next-byte loss over its non-overlapping windows, / ln 2.
 
     Args:
@@ -89,8 +106,9 @@ def evaluate_bpb(model: TinyLM, tokens: torch.Tensor, seq_len: int, max_windows:
         model.train(was_training)
 
 
-def train_cell(grid: LMGrid, mixer: str, seed: int, *, progress: bool | None = None,
-               return_model: bool = False) -> dict | tuple[dict, TinyLM]:
+def train_cell(
+    grid: LMGrid, mixer: str, seed: int, *, progress: bool | None = None, return_model: bool = False
+) -> dict | tuple[dict, TinyLM]:
     """Train one model of ``grid`` and return its CSV row (and the model, with ``return_model``)."""
     corpus = load_stdlib_corpus()
     config = LMConfig(mixer=mixer, d_model=grid.d_model, num_heads=grid.num_heads, n_layers=grid.n_layers)
@@ -106,20 +124,41 @@ def train_cell(grid: LMGrid, mixer: str, seed: int, *, progress: bool | None = N
     start = time.perf_counter()
     diverged, final = 0, math.nan
     try:
-        result = train(model, sample, loss_fn=loss_fn, max_steps=grid.steps, lr=grid.lr, target_loss=None,
-                       eval_every=max(grid.steps // 4, 1), eval_batches=2, seed=seed, progress=progress,
-                       desc=f"{mixer} seed {seed}")
+        result = train(
+            model,
+            sample,
+            loss_fn=loss_fn,
+            max_steps=grid.steps,
+            lr=grid.lr,
+            target_loss=None,
+            eval_every=max(grid.steps // 4, 1),
+            eval_batches=2,
+            seed=seed,
+            progress=progress,
+            desc=f"{mixer} seed {seed}",
+        )
         final = result.final_eval_loss
         valid = evaluate_bpb(model, corpus.valid, grid.seq_len, grid.eval_windows)
         test = evaluate_bpb(model, corpus.test, grid.seq_len, grid.eval_windows)
     except FloatingPointError:
         diverged, valid, test = 1, math.nan, math.nan
     row = {
-        "mixer": mixer, "seed": seed, "d_model": grid.d_model, "n_layers": grid.n_layers,
-        "num_heads": grid.num_heads, "parameters": model.num_parameters(), "seq_len": grid.seq_len,
-        "batch_size": grid.batch_size, "steps": grid.steps, "lr": grid.lr, "final_train_loss": round(final, 5),
-        "valid_bpb": round(valid, 5), "test_bpb": round(test, 5), "diverged": diverged,
-        "train_seconds": round(time.perf_counter() - start, 1), "corpus_sha256": corpus.sha256,
+        "mixer": mixer,
+        "seed": seed,
+        "d_model": grid.d_model,
+        "n_layers": grid.n_layers,
+        "num_heads": grid.num_heads,
+        "parameters": model.num_parameters(),
+        "seq_len": grid.seq_len,
+        "batch_size": grid.batch_size,
+        "steps": grid.steps,
+        "lr": grid.lr,
+        "final_train_loss": round(final, 5),
+        "valid_bpb": round(valid, 5),
+        "test_bpb": round(test, 5),
+        "diverged": diverged,
+        "train_seconds": round(time.perf_counter() - start, 1),
+        "corpus_sha256": corpus.sha256,
         "python_version": corpus.python_version,
     }
     return (row, model) if return_model else row
@@ -131,12 +170,19 @@ def _run_one(grid: LMGrid, mixer: str, seed: int) -> dict:
 
 
 def _key(row: dict) -> tuple:
-    return (row["mixer"], int(row["seed"]), int(row["d_model"]), int(row["n_layers"]), int(row["seq_len"]),
-            int(row["steps"]))
+    return (
+        row["mixer"],
+        int(row["seed"]),
+        int(row["d_model"]),
+        int(row["n_layers"]),
+        int(row["seq_len"]),
+        int(row["steps"]),
+    )
 
 
-def run_grid(grid: LMGrid = FULL_GRID, out: str | Path | None = None, *, jobs: int = 1,
-             progress: bool | None = None) -> list[dict]:
+def run_grid(
+    grid: LMGrid = FULL_GRID, out: str | Path | None = None, *, jobs: int = 1, progress: bool | None = None
+) -> list[dict]:
     """Train every cell of ``grid`` not already in ``out``; append each row to ``out`` as soon as it is done.
 
     Args:
@@ -156,8 +202,10 @@ def run_grid(grid: LMGrid = FULL_GRID, out: str | Path | None = None, *, jobs: i
     if out is not None and Path(out).exists():
         for row in load_results(out):
             if row["corpus_sha256"] != corpus.sha256:
-                raise ValueError(f"out: {out} holds rows of corpus {row['corpus_sha256'][:16]}, this Python's corpus "
-                                 f"is {corpus.sha256[:16]}; write to another file")
+                raise ValueError(
+                    f"out: {out} holds rows of corpus {row['corpus_sha256'][:16]}, this Python's corpus "
+                    f"is {corpus.sha256[:16]}; write to another file"
+                )
             done[_key(row)] = row
     todo = [(m, s) for m, s in grid.cells() if _key({**asdict(grid), "mixer": m, "seed": s}) not in done]
     handle = writer = None
@@ -168,8 +216,7 @@ def run_grid(grid: LMGrid = FULL_GRID, out: str | Path | None = None, *, jobs: i
         if new_file:
             writer.writeheader()
     try:
-        results = Parallel(n_jobs=jobs, return_as="generator_unordered")(
-            delayed(_run_one)(grid, m, s) for m, s in todo)
+        results = Parallel(n_jobs=jobs, return_as="generator_unordered")(delayed(_run_one)(grid, m, s) for m, s in todo)
         for row in tqdm(results, total=len(todo), desc="LM grid", disable=progress is False):
             done[_key(row)] = row
             if writer is not None:
@@ -187,7 +234,7 @@ _NUMERIC = {"seed", "d_model", "n_layers", "num_heads", "parameters", "seq_len",
 def load_results(path: str | Path | None = None) -> list[dict]:
     """Rows of a grid CSV (default: the shipped full grid), numbers parsed."""
     if path is None:
-        path = resources.files("ttr_edu") / "data" / "lm_grid.csv"
+        path = resources.files("ttr_edu.experiments") / "results" / "lm_grid.csv"
     with open(path, newline="") as handle:
         rows = list(csv.DictReader(handle))
     for row in rows:

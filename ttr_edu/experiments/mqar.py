@@ -21,7 +21,8 @@ commit, so an interrupted run keeps what it has and can be finished with ``--res
     python -m ttr_edu.experiments mqar --quick --out q.csv           # the cells chapter 09 trains live
     python -m ttr_edu.experiments mqar --jobs 2 --resume             # finish an interrupted run
 
-The CSV shipped with the package (``ttr_edu/data/mqar_grid.csv``, read by :func:`load_results`) is the full grid.
+The CSV shipped with the package (``ttr_edu/experiments/results/mqar_grid.csv``, read by :func:`load_results`) is the
+full grid.
 """
 
 from __future__ import annotations
@@ -41,22 +42,60 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
+from ttr_edu._internal.progress import progress_enabled
 from ttr_edu.experiments import plain_help
-from ttr_edu.models_mqar import MODELS, MQARModel
-from ttr_edu.mqar import free_slot_fraction, mqar_batch
-from ttr_edu.progress import progress_enabled
+from ttr_edu.models.mqar import MODELS, MQARModel
+from ttr_edu.tasks.mqar import free_slot_fraction, mqar_batch
 from ttr_edu.train import train
 
-__all__ = ["Block", "Cell", "MQARGrid", "FULL_GRID", "QUICK_GRID", "train_cell", "run_grid", "load_results",
-           "summarise", "settings", "table", "accuracy_figure", "ablation_figure", "STYLE", "main"]
+__all__ = [
+    "Block",
+    "Cell",
+    "MQARGrid",
+    "FULL_GRID",
+    "QUICK_GRID",
+    "train_cell",
+    "run_grid",
+    "load_results",
+    "summarise",
+    "settings",
+    "table",
+    "accuracy_figure",
+    "ablation_figure",
+    "STYLE",
+    "main",
+]
 
 FIELDS = [
-    "model", "feature_map", "short_conv", "seq_len", "num_pairs", "d_model", "batch_size", "state_size", "steps",
-    "final_eval_loss", "accuracy", "train_seconds", "cpu_seconds", "seed",
+    "model",
+    "feature_map",
+    "short_conv",
+    "seq_len",
+    "num_pairs",
+    "d_model",
+    "batch_size",
+    "state_size",
+    "steps",
+    "final_eval_loss",
+    "accuracy",
+    "train_seconds",
+    "cpu_seconds",
+    "seed",
 ]
-_TYPES = {"short_conv": lambda s: s == "True", "seq_len": int, "num_pairs": int, "d_model": int, "batch_size": int,
-          "state_size": int, "steps": int, "final_eval_loss": float, "accuracy": float, "train_seconds": float,
-          "cpu_seconds": float, "seed": int}
+_TYPES = {
+    "short_conv": lambda s: s == "True",
+    "seq_len": int,
+    "num_pairs": int,
+    "d_model": int,
+    "batch_size": int,
+    "state_size": int,
+    "steps": int,
+    "final_eval_loss": float,
+    "accuracy": float,
+    "train_seconds": float,
+    "cpu_seconds": float,
+    "seed": int,
+}
 
 
 @dataclass(frozen=True)
@@ -91,8 +130,13 @@ class Block:
             if model not in MODELS:
                 raise ValueError(f"models: unknown name {model!r} in block {self.name!r}; valid: {', '.join(MODELS)}")
             maps = self.feature_maps if MODELS[model].linear_memory else ("",)
-            out += [Cell(model, fm, conv, n, seed) for fm in maps for conv in self.short_conv
-                    for n in self.num_pairs for seed in self.seeds]
+            out += [
+                Cell(model, fm, conv, n, seed)
+                for fm in maps
+                for conv in self.short_conv
+                for n in self.num_pairs
+                for seed in self.seeds
+            ]
         return out
 
 
@@ -134,7 +178,8 @@ class MQARGrid:
             if free_slot_fraction(self.seq_len, n) < 0.5:
                 raise ValueError(
                     f"seq_len: {n} pairs in {self.seq_len} tokens leave {free_slot_fraction(self.seq_len, n):.0%} of "
-                    f"the query slots free; MQAR needs room between the queries, use seq_len >= {6 * n}")
+                    f"the query slots free; MQAR needs room between the queries, use seq_len >= {6 * n}"
+                )
             if self.labels_per_step % n:
                 raise ValueError(f"labels_per_step: {self.labels_per_step} is not a multiple of num_pairs={n}")
 
@@ -150,17 +195,25 @@ class MQARGrid:
 # Sized to the CPU budget (about 30 minutes on 2 cores, summed per-cell CPU time ≈ 20 minutes): two N around the
 # capacity of a d = 16 memory (N = d/2 and N = d) for the matched comparison, the costlier layers at N = d only.
 ALL_N = (8, 16)
-FULL_GRID = MQARGrid(blocks=(
-    Block("matched", ("linear_attention", "deltanet", "rls"), ALL_N, feature_maps=("identity", "elu_plus_one")),
-    Block("gated", ("gated_deltanet",), ALL_N),
-    Block("mesa", ("mesa",), (16,)),
-    Block("attention", ("softmax_attention",), ALL_N),
-    Block("local", ("local_linear_attention",), (16,)),
-    Block("no_conv", ("linear_attention", "deltanet", "rls", "softmax_attention"), (8,), short_conv=(False,)),
-))
+FULL_GRID = MQARGrid(
+    blocks=(
+        Block("matched", ("linear_attention", "deltanet", "rls"), ALL_N, feature_maps=("identity", "elu_plus_one")),
+        Block("gated", ("gated_deltanet",), ALL_N),
+        Block("mesa", ("mesa",), (16,)),
+        Block("attention", ("softmax_attention",), ALL_N),
+        Block("local", ("local_linear_attention",), (16,)),
+        Block("no_conv", ("linear_attention", "deltanet", "rls", "softmax_attention"), (8,), short_conv=(False,)),
+    )
+)
 #: the cells chapter 09 trains live (a few seconds): DeltaNet with and without its short convolution, on a small task
-QUICK_GRID = MQARGrid(blocks=(Block("quick", ("deltanet",), (4,), short_conv=(True, False), seeds=(0,)),),
-                      seq_len=32, vocab_size=64, max_steps=250, eval_every=50, eval_examples=128)
+QUICK_GRID = MQARGrid(
+    blocks=(Block("quick", ("deltanet",), (4,), short_conv=(True, False), seeds=(0,)),),
+    seq_len=32,
+    vocab_size=64,
+    max_steps=250,
+    eval_every=50,
+    eval_examples=128,
+)
 
 
 def train_cell(grid: MQARGrid, cell: Cell, *, progress: bool | None = False) -> dict:
@@ -177,33 +230,61 @@ def train_cell(grid: MQARGrid, cell: Cell, *, progress: bool | None = False) -> 
     def sample(generator: torch.Generator):
         return mqar_batch(batch_size, g.seq_len, n, g.vocab_size, generator=generator)
 
-    held_out = mqar_batch(g.eval_examples, g.seq_len, n, g.vocab_size,
-                          generator=torch.Generator().manual_seed(10_000 + cell.seed))
+    held_out = mqar_batch(
+        g.eval_examples, g.seq_len, n, g.vocab_size, generator=torch.Generator().manual_seed(10_000 + cell.seed)
+    )
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
         torch.manual_seed(cell.seed)
-        model = MQARModel(cell.model, g.vocab_size, g.d_model, feature_map=cell.feature_map or None,
-                          use_short_conv=cell.short_conv)
+        model = MQARModel(
+            cell.model, g.vocab_size, g.d_model, feature_map=cell.feature_map or None, use_short_conv=cell.short_conv
+        )
         start, cpu_start = time.perf_counter(), time.process_time()
-        result = train(model, sample, max_steps=g.max_steps, lr=g.lr, target_loss=g.target_loss,
-                       eval_every=g.eval_every, eval_batches=2, seed=cell.seed, progress=progress,
-                       desc=f"{cell.model} {cell.feature_map} N={n}")
+        result = train(
+            model,
+            sample,
+            max_steps=g.max_steps,
+            lr=g.lr,
+            target_loss=g.target_loss,
+            eval_every=g.eval_every,
+            eval_batches=2,
+            seed=cell.seed,
+            progress=progress,
+            desc=f"{cell.model} {cell.feature_map} N={n}",
+        )
         seconds, cpu_seconds = time.perf_counter() - start, time.process_time() - cpu_start
         accuracy = model.accuracy(held_out)
     finally:
         torch.set_num_threads(threads)
     return {
-        "model": cell.model, "feature_map": cell.feature_map, "short_conv": cell.short_conv, "seq_len": g.seq_len,
-        "num_pairs": n, "d_model": g.d_model, "batch_size": batch_size, "state_size": model.state_size(g.seq_len),
-        "steps": result.steps, "final_eval_loss": round(result.final_eval_loss, 5), "accuracy": round(accuracy, 4),
-        "train_seconds": round(seconds, 2), "cpu_seconds": round(cpu_seconds, 2), "seed": cell.seed,
+        "model": cell.model,
+        "feature_map": cell.feature_map,
+        "short_conv": cell.short_conv,
+        "seq_len": g.seq_len,
+        "num_pairs": n,
+        "d_model": g.d_model,
+        "batch_size": batch_size,
+        "state_size": model.state_size(g.seq_len),
+        "steps": result.steps,
+        "final_eval_loss": round(result.final_eval_loss, 5),
+        "accuracy": round(accuracy, 4),
+        "train_seconds": round(seconds, 2),
+        "cpu_seconds": round(cpu_seconds, 2),
+        "seed": cell.seed,
     }
 
 
 def _key(row: dict) -> tuple:
-    return (row["model"], row["feature_map"], row["short_conv"], row["seq_len"], row["num_pairs"], row["d_model"],
-            row["seed"])
+    return (
+        row["model"],
+        row["feature_map"],
+        row["short_conv"],
+        row["seq_len"],
+        row["num_pairs"],
+        row["d_model"],
+        row["seed"],
+    )
 
 
 def _cell_key(grid: MQARGrid, cell: Cell) -> tuple:
@@ -214,10 +295,16 @@ def _git_commit(out: str | Path | None = None) -> str:
     """The checkout's commit, marked when tracked files other than ``out`` (the CSV being written) differ from it."""
     root = Path(__file__).resolve().parents[2]
     try:
-        commit = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=root, capture_output=True, text=True,
-                                timeout=10).stdout.strip()
-        status = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
-                                capture_output=True, text=True, timeout=10).stdout.splitlines()
+        commit = subprocess.run(
+            ["git", "rev-parse", "--short=12", "HEAD"], cwd=root, capture_output=True, text=True, timeout=10
+        ).stdout.strip()
+        status = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=root,
+            capture_output=True,
+            text=True,
+            timeout=10,
+        ).stdout.splitlines()
     except (OSError, subprocess.SubprocessError):
         return "unknown"
     skip = None if out is None else Path(out).resolve()
@@ -229,8 +316,15 @@ def _now() -> str:
     return datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
 
 
-def run_grid(grid: MQARGrid = FULL_GRID, out: str | Path | None = None, *, resume: bool = False, jobs: int = 1,
-             command: str | None = None, progress: bool | None = None) -> list[dict]:
+def run_grid(
+    grid: MQARGrid = FULL_GRID,
+    out: str | Path | None = None,
+    *,
+    resume: bool = False,
+    jobs: int = 1,
+    command: str | None = None,
+    progress: bool | None = None,
+) -> list[dict]:
     """Train every cell of ``grid``; append each row to the CSV ``out`` (if given) as soon as it is done.
 
     Args:
@@ -256,8 +350,10 @@ def run_grid(grid: MQARGrid = FULL_GRID, out: str | Path | None = None, *, resum
         handle = open(out, "w" if fresh else "a", newline="")
         command = command or " ".join(["python -m ttr_edu.experiments mqar", *sys.argv[1:]])
         if fresh:
-            handle.write(f"# command: {command}\n# started: {_now()}\n# git commit: {_git_commit(out)}\n"
-                         f"# recipe: {json.dumps(grid.recipe())}\n")
+            handle.write(
+                f"# command: {command}\n# started: {_now()}\n# git commit: {_git_commit(out)}\n"
+                f"# recipe: {json.dumps(grid.recipe())}\n"
+            )
             writer = csv.DictWriter(handle, fieldnames=FIELDS)
             writer.writeheader()
         else:
@@ -268,8 +364,7 @@ def run_grid(grid: MQARGrid = FULL_GRID, out: str | Path | None = None, *, resum
         if jobs > 1 and len(todo) > 1:
             from joblib import Parallel, delayed
 
-            results = Parallel(n_jobs=jobs, return_as="generator_unordered")(
-                delayed(train_cell)(grid, c) for c in todo)
+            results = Parallel(n_jobs=jobs, return_as="generator_unordered")(delayed(train_cell)(grid, c) for c in todo)
         else:
             results = (train_cell(grid, c) for c in todo)
         for row in tqdm(results, total=len(todo), desc="MQAR grid", disable=not progress_enabled(progress)):
@@ -279,8 +374,10 @@ def run_grid(grid: MQARGrid = FULL_GRID, out: str | Path | None = None, *, resum
                 writer.writerow(row)
                 handle.flush()
         if handle is not None and todo:
-            handle.write(f"# finished: {_now()}, {len(todo)} cells in {time.perf_counter() - start:.0f} s wall, "
-                         f"{cpu_total:.0f} s CPU summed over cells\n")
+            handle.write(
+                f"# finished: {_now()}, {len(todo)} cells in {time.perf_counter() - start:.0f} s wall, "
+                f"{cpu_total:.0f} s CPU summed over cells\n"
+            )
     finally:
         if handle is not None:
             handle.close()
@@ -288,14 +385,15 @@ def run_grid(grid: MQARGrid = FULL_GRID, out: str | Path | None = None, *, resum
 
 
 def load_results(path: str | Path | None = None, *, show: bool = True, shipped: str = "mqar_grid.csv") -> list[dict]:
-    """Read a grid CSV (default: the grid shipped as ``ttr_edu/data/<shipped>``, the full grid) as typed dicts.
+    """Read a grid CSV (default: the grid shipped as ``ttr_edu/experiments/results/<shipped>``, the full grid) as typed
+    dicts.
 
     Args:
         show: print the provenance lines (command, dates, git commit, recipe) recorded in the file.
         shipped: which shipped CSV to read when ``path`` is None (``"mqar_memories.csv"``: the memories grid).
     """
     if path is None:
-        text = resources.files("ttr_edu").joinpath("data", shipped).read_text()
+        text = resources.files("ttr_edu.experiments").joinpath("results", shipped).read_text()
     else:
         text = Path(path).read_text()
     lines = text.splitlines()
@@ -323,8 +421,11 @@ def summarise(rows: list[dict], **where) -> dict:
 
 def main(argv: list[str] | None = None) -> None:
     """Command line: ``python -m ttr_edu.experiments mqar [--quick] [--out PATH] [--jobs N] [--resume]``."""
-    parser = argparse.ArgumentParser(prog="python -m ttr_edu.experiments mqar", description=plain_help(__doc__),
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m ttr_edu.experiments mqar",
+        description=plain_help(__doc__),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--quick", action="store_true", help="only the cells chapter 09 trains live")
     parser.add_argument("--out", default="mqar_grid.csv", help="the CSV to write (default: mqar_grid.csv)")
     parser.add_argument("--jobs", type=int, default=1, help="cells trained at once, one thread each (default 1)")
@@ -335,14 +436,23 @@ def main(argv: list[str] | None = None) -> None:
     if args.max_steps is not None:
         grid = replace(grid, max_steps=args.max_steps)
     start = time.perf_counter()
-    rows = run_grid(grid, args.out, resume=args.resume, jobs=args.jobs,
-                    command=" ".join(["python -m ttr_edu.experiments mqar", *(argv if argv is not None else sys.argv[1:])]))
-    print(f"{len(rows)} cells in {time.perf_counter() - start:.0f} s wall, "
-          f"{sum(r['cpu_seconds'] for r in rows):.0f} s CPU summed over cells -> {args.out}")
+    rows = run_grid(
+        grid,
+        args.out,
+        resume=args.resume,
+        jobs=args.jobs,
+        command=" ".join(["python -m ttr_edu.experiments mqar", *(argv if argv is not None else sys.argv[1:])]),
+    )
+    print(
+        f"{len(rows)} cells in {time.perf_counter() - start:.0f} s wall, "
+        f"{sum(r['cpu_seconds'] for r in rows):.0f} s CPU summed over cells -> {args.out}"
+    )
     for row in rows:
-        print(f"  {row['model']:<24} {row['feature_map'] or '-':<13} conv={row['short_conv']!s:<5} "
-              f"N={row['num_pairs']:<3} seed={row['seed']} acc={row['accuracy']:.3f} steps={row['steps']:<4} "
-              f"{row['cpu_seconds']} s CPU")
+        print(
+            f"  {row['model']:<24} {row['feature_map'] or '-':<13} conv={row['short_conv']!s:<5} "
+            f"N={row['num_pairs']:<3} seed={row['seed']} acc={row['accuracy']:.3f} steps={row['steps']:<4} "
+            f"{row['cpu_seconds']} s CPU"
+        )
 
 
 if __name__ == "__main__":
@@ -363,8 +473,12 @@ STYLE = {
     "softmax_attention": ("x", "longdash", "#444444"),
     "local_linear_attention": ("cross", "dot", "#19d3f3"),
 }
-FEATURE_MAP_TITLES = {"identity": "φ = identity (signed keys)", "elu_plus_one": "φ = ELU+1 (non-negative keys)",
-                      "relu": "φ = ReLU (non-negative keys)", "": "no feature map"}
+FEATURE_MAP_TITLES = {
+    "identity": "φ = identity (signed keys)",
+    "elu_plus_one": "φ = ELU+1 (non-negative keys)",
+    "relu": "φ = ReLU (non-negative keys)",
+    "": "no feature map",
+}
 
 
 def settings(rows: list[dict]) -> list[tuple[str, str, bool]]:
@@ -392,17 +506,17 @@ def table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def accuracy_figure(rows: list[dict], models=("linear_attention", "deltanet", "rls"),
-                    reference: str = "softmax_attention"):
+def accuracy_figure(
+    rows: list[dict], models=("linear_attention", "deltanet", "rls"), reference: str = "softmax_attention"
+):
     """Accuracy against N, one panel per feature map: mean over seeds, bars from the lowest to the highest seed.
 
     The series are shifted sideways a little and drawn with distinct markers and dashes, so none hides another;
     ``reference`` (a key-value-cache layer, no feature map) is drawn in every panel.
     """
-    import plotly.graph_objects as go
     from plotly.subplots import make_subplots
 
-    from ttr_edu.viz import TEMPLATE
+    from ttr_edu.viz.figures import TEMPLATE
 
     conv = [r for r in rows if r["short_conv"]]
     maps = [fm for fm in ("identity", "elu_plus_one", "relu") if any(r["feature_map"] == fm for r in conv)]
@@ -418,23 +532,39 @@ def accuracy_figure(rows: list[dict], models=("linear_attention", "deltanet", "r
             shift = 1 + 0.05 * (i - (len(series) - 1) / 2)  # side by side on the log axis
             symbol, dash, colour = STYLE.get(model, ("circle", "solid", None))
             fig.add_scatter(
-                x=[n * shift for n in ns], y=[s["mean"] for s in stats], mode="lines+markers",
-                name=MODELS[model].label, legendgroup=model, showlegend=col == 1,
-                line=dict(color=colour, dash=dash), marker=dict(symbol=symbol, size=9, color=colour),
-                error_y=dict(type="data", symmetric=False, array=[s["max"] - s["mean"] for s in stats],
-                             arrayminus=[s["mean"] - s["min"] for s in stats], thickness=1.2, width=4),
+                x=[n * shift for n in ns],
+                y=[s["mean"] for s in stats],
+                mode="lines+markers",
+                name=MODELS[model].label,
+                legendgroup=model,
+                showlegend=col == 1,
+                line=dict(color=colour, dash=dash),
+                marker=dict(symbol=symbol, size=9, color=colour),
+                error_y=dict(
+                    type="data",
+                    symmetric=False,
+                    array=[s["max"] - s["mean"] for s in stats],
+                    arrayminus=[s["mean"] - s["min"] for s in stats],
+                    thickness=1.2,
+                    width=4,
+                ),
                 customdata=[[n, s["min"], s["max"], s["n"]] for n, s in zip(ns, stats)],
                 hovertemplate="N = %{customdata[0]}: mean %{y:.2f}, seeds %{customdata[1]:.2f}–%{customdata[2]:.2f}"
-                              " (%{customdata[3]} seeds)",
-                row=1, col=col)
+                " (%{customdata[3]} seeds)",
+                row=1,
+                col=col,
+            )
         all_n = sorted({r["num_pairs"] for r in conv})
-        fig.update_xaxes(title_text="key-value pairs N (d = 16)", type="log", tickvals=all_n, ticktext=all_n,
-                         row=1, col=col)
+        fig.update_xaxes(
+            title_text="key-value pairs N (d = 16)", type="log", tickvals=all_n, ticktext=all_n, row=1, col=col
+        )
     fig.update_yaxes(title_text="accuracy (fraction of queries)", range=[0, 1.04], row=1, col=1)
-    fig.update_layout(template=TEMPLATE, height=420,
-                      title="MQAR accuracy, same feature map and key norm for every linear memory "
-                            "(mean, bars: min–max of 3 seeds)",
-                      legend=dict(orientation="h", y=-0.22))
+    fig.update_layout(
+        template=TEMPLATE,
+        height=420,
+        title="MQAR accuracy, same feature map and key norm for every linear memory (mean, bars: min–max of 3 seeds)",
+        legend=dict(orientation="h", y=-0.22),
+    )
     return fig
 
 
@@ -442,22 +572,50 @@ def ablation_figure(rows: list[dict], num_pairs: int = 8, feature_map: str = "id
     """With and without the short convolution, per model: the mean over seeds (bar) and every seed (dots)."""
     import plotly.graph_objects as go
 
-    from ttr_edu.viz import TEMPLATE
+    from ttr_edu.viz.figures import TEMPLATE
 
     models = [m for m in MODELS if any(r["model"] == m and not r["short_conv"] for r in rows)]
     fig = go.Figure()
-    for conv, colour, name in ((True, "#4c78a8", "with the short convolution"),
-                               (False, "#e45756", "without it")):
-        pick = [[r for r in rows if r["model"] == m and r["short_conv"] == conv and r["num_pairs"] == num_pairs
-                 and r["feature_map"] in (feature_map, "")] for m in models]
+    for conv, colour, name in ((True, "#4c78a8", "with the short convolution"), (False, "#e45756", "without it")):
+        pick = [
+            [
+                r
+                for r in rows
+                if r["model"] == m
+                and r["short_conv"] == conv
+                and r["num_pairs"] == num_pairs
+                and r["feature_map"] in (feature_map, "")
+            ]
+            for m in models
+        ]
         labels = [MODELS[m].label for m in models]
-        fig.add_bar(x=labels, y=[sum(r["accuracy"] for r in p) / len(p) for p in pick], name=name,
-                    marker_color=colour, offsetgroup=name, opacity=0.75)
-        fig.add_scatter(x=[lab for lab, p in zip(labels, pick) for _ in p], y=[r["accuracy"] for p in pick for r in p],
-                        mode="markers", marker=dict(color="black", size=6, symbol="circle-open"), offsetgroup=name,
-                        name=f"each seed ({name})", showlegend=not conv, legendgroup="seeds")
-    fig.update_layout(template=TEMPLATE, barmode="group", scattermode="group", height=400,
-                      title=f"The short convolution, N = {num_pairs}, φ = {feature_map} (bars: mean of 3 seeds)",
-                      xaxis_title="layer", yaxis_title="accuracy (fraction of queries)", yaxis_range=[0, 1.04],
-                      legend=dict(orientation="h", y=-0.25))
+        fig.add_bar(
+            x=labels,
+            y=[sum(r["accuracy"] for r in p) / len(p) for p in pick],
+            name=name,
+            marker_color=colour,
+            offsetgroup=name,
+            opacity=0.75,
+        )
+        fig.add_scatter(
+            x=[lab for lab, p in zip(labels, pick) for _ in p],
+            y=[r["accuracy"] for p in pick for r in p],
+            mode="markers",
+            marker=dict(color="black", size=6, symbol="circle-open"),
+            offsetgroup=name,
+            name=f"each seed ({name})",
+            showlegend=not conv,
+            legendgroup="seeds",
+        )
+    fig.update_layout(
+        template=TEMPLATE,
+        barmode="group",
+        scattermode="group",
+        height=400,
+        title=f"The short convolution, N = {num_pairs}, φ = {feature_map} (bars: mean of 3 seeds)",
+        xaxis_title="layer",
+        yaxis_title="accuracy (fraction of queries)",
+        yaxis_range=[0, 1.04],
+        legend=dict(orientation="h", y=-0.25),
+    )
     return fig

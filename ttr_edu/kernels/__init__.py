@@ -4,7 +4,8 @@
 * :func:`delta_rule_chunk`: the chunked delta rule in the WY/UT form;
 * :func:`gated_delta_rule_chunk`: the chunked gated delta rule.
 
-Each forward pass is one Triton kernel; each backward pass recomputes through the reference chunk op.
+Each public function wears the input policy of the ops (:func:`ttr_edu._internal.validation.guarded`). Each
+forward pass is one Triton kernel; each backward pass recomputes through the reference chunk op.
 CUDA tensors run compiled kernels. CPU tensors run them in Triton's interpreter, which must be switched on
 before Triton is imported::
 
@@ -29,9 +30,3 @@ from ttr_edu.kernels.delta_rule import delta_rule_chunk, gated_delta_rule_chunk
 from ttr_edu.kernels.linear_attention import linear_attention_chunk
 
 __all__ = ["linear_attention_chunk", "delta_rule_chunk", "gated_delta_rule_chunk", "interpreter_active"]
-
-from ttr_edu._validation import guarded  # noqa: E402  (the input policy, as for ttr_edu.ops)
-
-linear_attention_chunk = guarded(linear_attention_chunk)
-delta_rule_chunk = guarded(delta_rule_chunk)
-gated_delta_rule_chunk = guarded(gated_delta_rule_chunk)

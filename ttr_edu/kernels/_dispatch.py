@@ -16,7 +16,7 @@ import torch
 import triton
 from triton.runtime.interpreter import InterpretedFunction
 
-from ttr_edu._validation import Dims, check_cu_seqlens
+from ttr_edu._internal.validation import Dims, check_cu_seqlens
 from ttr_edu.kernels import _triton_kernels
 
 #: The largest D_k a kernel accepts: a program keeps a (D_k, BV) block of the state in registers.
@@ -173,6 +173,9 @@ class KernelFunction(torch.autograd.Function):
             outputs = ctx.reference(*leaves, **ctx.options)
             pairs = [(y, dy.to(y.dtype)) for y, dy in zip(outputs, grad_outputs) if dy is not None and y.requires_grad]
             wanted = [x for x, need in zip(leaves, needs) if need]
-            found = iter(torch.autograd.grad([y for y, _ in pairs], wanted, [dy for _, dy in pairs],
-                                             allow_unused=True, create_graph=create_graph))
+            found = iter(
+                torch.autograd.grad(
+                    [y for y, _ in pairs], wanted, [dy for _, dy in pairs], allow_unused=True, create_graph=create_graph
+                )
+            )
         return (None, None, None, *[next(found) if need else None for need in needs])

@@ -1,10 +1,11 @@
 """The Triton kernels themselves: chunked linear attention and the chunked (gated) delta rule.
 
-One program handles one (batch, head) pair, or with ``cu_seqlens`` one (sequence, head) pair, and one block of
-``BV`` value columns; the grid is ``(B * H, cdiv(D_v, BV))`` (``(N * H, ·)`` with N sequences), with ``B * H`` on axis 0 because CUDA allows 2**31 - 1 programs there but only 65 535
-on axes 1 and 2. It walks the sequence chunk by chunk (``BT`` tokens each), keeps the state block ``S``
-(``BK x BV``, fp32) in registers, and writes each chunk's output once. Every matrix product is a ``tl.dot`` on a ``BT``-sized tile: this is what makes the chunk
-form fast on matrix units (chapter 09).
+One program handles one (batch, head) pair, or with ``cu_seqlens`` one (sequence, head) pair, and one block of ``BV``
+value columns; the grid is ``(B * H, cdiv(D_v, BV))`` (``(N * H, ·)`` with N sequences), with ``B * H`` on axis 0
+because CUDA allows 2**31 - 1 programs there but only 65 535 on axes 1 and 2. It walks the sequence chunk by chunk
+(``BT`` tokens each), keeps the state block ``S`` (``BK x BV``, fp32) in registers, and writes each chunk's output once.
+Every matrix product is a ``tl.dot`` on a ``BT``-sized tile: this is what makes the chunk form fast on matrix units
+(chapter 09).
 
 Layout (contiguous, as flash-linear-attention): ``q, k`` are ``(B, T, H, D_k)``, ``v, o`` are ``(B, T, H, D_v)``,
 ``beta, g`` are ``(B, T, H)``, states are ``(B, H, D_k, D_v)`` fp32. The element ``(b, t, h, d)`` of a
@@ -22,10 +23,25 @@ import triton.language as tl
 
 @triton.jit
 def linear_attention_fwd_kernel(
-    q, k, v, o, s0, s_final, cu_seqlens, scale, T,
-    H: tl.constexpr, D_K: tl.constexpr, D_V: tl.constexpr,
-    BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
-    HAS_S0: tl.constexpr, STORE_FINAL: tl.constexpr, PRECISION: tl.constexpr, IS_VARLEN: tl.constexpr,
+    q,
+    k,
+    v,
+    o,
+    s0,
+    s_final,
+    cu_seqlens,
+    scale,
+    T,
+    H: tl.constexpr,
+    D_K: tl.constexpr,
+    D_V: tl.constexpr,
+    BT: tl.constexpr,
+    BK: tl.constexpr,
+    BV: tl.constexpr,
+    HAS_S0: tl.constexpr,
+    STORE_FINAL: tl.constexpr,
+    PRECISION: tl.constexpr,
+    IS_VARLEN: tl.constexpr,
 ):
     """Chunked causal linear attention: per chunk ``O = Q S + (Q Kᵀ ⊙ M) V`` then ``S ← S + Kᵀ V``."""
     i_bh, i_v = tl.program_id(0), tl.program_id(1)  # (batch, head) on axis 0: up to 2**31 - 1 programs
@@ -76,10 +92,27 @@ def linear_attention_fwd_kernel(
 
 @triton.jit
 def delta_rule_fwd_kernel(
-    q, k, v, beta, g, o, s0, s_final, cu_seqlens, scale, T,
-    H: tl.constexpr, D_K: tl.constexpr, D_V: tl.constexpr,
-    BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
-    USE_G: tl.constexpr, HAS_S0: tl.constexpr, STORE_FINAL: tl.constexpr, PRECISION: tl.constexpr,
+    q,
+    k,
+    v,
+    beta,
+    g,
+    o,
+    s0,
+    s_final,
+    cu_seqlens,
+    scale,
+    T,
+    H: tl.constexpr,
+    D_K: tl.constexpr,
+    D_V: tl.constexpr,
+    BT: tl.constexpr,
+    BK: tl.constexpr,
+    BV: tl.constexpr,
+    USE_G: tl.constexpr,
+    HAS_S0: tl.constexpr,
+    STORE_FINAL: tl.constexpr,
+    PRECISION: tl.constexpr,
     IS_VARLEN: tl.constexpr,
 ):
     """Chunked (gated) delta rule in the WY/UT form (Yang et al. 2024; fla's chunk kernels).

@@ -10,6 +10,9 @@ from __future__ import annotations
 import torch
 import triton
 
+from ttr_edu._internal.contract import STATE, check_inputs, check_log_decay, check_state, compute_dtype, resolve_scale
+from ttr_edu._internal.contract import check_stability as check_stability_of
+from ttr_edu._internal.validation import check_positive_int, guarded
 from ttr_edu.kernels import _triton_kernels
 from ttr_edu.kernels._dispatch import (
     KernelFunction,
@@ -17,14 +20,11 @@ from ttr_edu.kernels._dispatch import (
     check_runnable,
     dot_precision,
     kernel_input,
+    tile_sizes,
     varlen_grid_rows,
     varlen_state_dims,
     warps_for,
-    tile_sizes,
 )
-from ttr_edu._validation import check_positive_int
-from ttr_edu.ops._common import STATE, check_inputs, check_log_decay, check_state, compute_dtype, resolve_scale
-from ttr_edu.ops._common import check_stability as check_stability_of
 from ttr_edu.ops.delta_rule import delta_rule_chunk as _reference_delta
 from ttr_edu.ops.gated_delta_rule import gated_delta_rule_chunk as _reference_gated
 
@@ -46,11 +46,29 @@ def _launch(q, k, v, beta, g, initial_state, *, scale: float, chunk_size: int, c
     block_k, block_v = tile_sizes(d_k, d_v, device)
     grid = (rows * H, triton.cdiv(d_v, block_v))  # rows * H on axis 0: CUDA caps axes 1 and 2 at 65 535 programs
     _triton_kernels.delta_rule_fwd_kernel[grid](
-        q, k, v, beta, beta if g is None else g, o, s_final if s0 is None else s0, s_final,
-        s_final if offsets is None else offsets, scale, T,
-        H=H, D_K=d_k, D_V=d_v, BT=chunk_size, BK=block_k, BV=block_v,
-        USE_G=g is not None, HAS_S0=s0 is not None, STORE_FINAL=True, PRECISION=dot_precision(q.dtype, device),
-        IS_VARLEN=offsets is not None, num_warps=warps_for(block_k, block_v, device),
+        q,
+        k,
+        v,
+        beta,
+        beta if g is None else g,
+        o,
+        s_final if s0 is None else s0,
+        s_final,
+        s_final if offsets is None else offsets,
+        scale,
+        T,
+        H=H,
+        D_K=d_k,
+        D_V=d_v,
+        BT=chunk_size,
+        BK=block_k,
+        BV=block_v,
+        USE_G=g is not None,
+        HAS_S0=s0 is not None,
+        STORE_FINAL=True,
+        PRECISION=dot_precision(q.dtype, device),
+        IS_VARLEN=offsets is not None,
+        num_warps=warps_for(block_k, block_v, device),
     )
     return o.to(out_dtype), s_final.to(compute_dtype(out_dtype))
 
@@ -75,8 +93,9 @@ def _gated_reference(q, k, v, g, beta, initial_state, **options):
     )
 
 
-def _check(q, k, v, beta, scale, initial_state, chunk_size, check_stability, reference: str, g=None,
-           cu_seqlens=None) -> float:
+def _check(
+    q, k, v, beta, scale, initial_state, chunk_size, check_stability, reference: str, g=None, cu_seqlens=None
+) -> float:
     """The reference op's checks, in its order and with its helpers, then the kernel's own limits.
 
     Returns the resolved ``scale``.
@@ -97,8 +116,17 @@ def _check(q, k, v, beta, scale, initial_state, chunk_size, check_stability, ref
     return scale
 
 
+@guarded
 def delta_rule_chunk(
-    q, k, v, beta, scale=None, initial_state=None, output_final_state=False, chunk_size=64, check_stability="warn",
+    q,
+    k,
+    v,
+    beta,
+    scale=None,
+    initial_state=None,
+    output_final_state=False,
+    chunk_size=64,
+    check_stability="warn",
     cu_seqlens=None,
 ):
     """The delta rule, chunked in the WY/UT form, as a Triton kernel (forward) with autograd.
@@ -149,8 +177,18 @@ def delta_rule_chunk(
     return o, (state if output_final_state else None)
 
 
+@guarded
 def gated_delta_rule_chunk(
-    q, k, v, g, beta, scale=None, initial_state=None, output_final_state=False, chunk_size=64, check_stability="warn",
+    q,
+    k,
+    v,
+    g,
+    beta,
+    scale=None,
+    initial_state=None,
+    output_final_state=False,
+    chunk_size=64,
+    check_stability="warn",
     cu_seqlens=None,
 ):
     """The gated delta rule, chunked in the WY/UT form, as a Triton kernel (forward) with autograd.
@@ -184,8 +222,9 @@ def gated_delta_rule_chunk(
         RuntimeError: CPU tensors without Triton's interpreter, or a device that is neither CUDA nor CPU.
     """
     reference = "ttr_edu.ops.gated_delta_rule_chunk"
-    scale = _check(q, k, v, beta, scale, initial_state, chunk_size, check_stability, reference, g=g,
-                   cu_seqlens=cu_seqlens)
+    scale = _check(
+        q, k, v, beta, scale, initial_state, chunk_size, check_stability, reference, g=g, cu_seqlens=cu_seqlens
+    )
     options = {"scale": scale, "chunk_size": chunk_size, "cu_seqlens": cu_seqlens}
     o, state = KernelFunction.apply(_gated_kernel, _gated_reference, options, q, k, v, g, beta, initial_state)
     return o, (state if output_final_state else None)

@@ -9,7 +9,8 @@ from __future__ import annotations
 import torch
 import triton
 
-from ttr_edu._validation import check_positive_float, check_positive_int
+from ttr_edu._internal.contract import check_inputs, compute_dtype, resolve_scale
+from ttr_edu._internal.validation import check_positive_float, check_positive_int, guarded
 from ttr_edu.kernels import _triton_kernels
 from ttr_edu.kernels._dispatch import (
     KernelFunction,
@@ -17,22 +18,22 @@ from ttr_edu.kernels._dispatch import (
     check_runnable,
     dot_precision,
     kernel_input,
+    tile_sizes,
     varlen_grid_rows,
     varlen_state_dims,
     warps_for,
-    tile_sizes,
 )
-from ttr_edu.ops._common import check_inputs, compute_dtype, resolve_scale
-from ttr_edu.ops.linear_attention import _unpack_state
 from ttr_edu.ops.linear_attention import linear_attention_chunk as _reference_chunk
+from ttr_edu.ops.linear_attention import unpack_state
 
 __all__ = ["linear_attention_chunk"]
 
 _REFERENCE = "ttr_edu.ops.linear_attention_chunk"
 
 
-def _launch(q, k, v, initial_state, *, scale: float, chunk_size: int, out_dtype: torch.dtype | None = None,
-            cu_seqlens=None):
+def _launch(
+    q, k, v, initial_state, *, scale: float, chunk_size: int, out_dtype: torch.dtype | None = None, cu_seqlens=None
+):
     """Run the kernel on checked inputs; return ``(o, final_state)`` in the reference's dtypes (``o`` in
     ``out_dtype`` when given, else in q's dtype)."""
     device, state_dtype, out_dtype = q.device, compute_dtype(q.dtype), out_dtype or q.dtype
@@ -47,10 +48,26 @@ def _launch(q, k, v, initial_state, *, scale: float, chunk_size: int, out_dtype:
     block_k, block_v = tile_sizes(d_k, d_v, device)
     grid = (rows * H, triton.cdiv(d_v, block_v))  # rows * H on axis 0: CUDA caps axes 1 and 2 at 65 535 programs
     _triton_kernels.linear_attention_fwd_kernel[grid](
-        q, k, v, o, s_final if s0 is None else s0, s_final, s_final if offsets is None else offsets, scale, T,
-        H=H, D_K=d_k, D_V=d_v, BT=chunk_size, BK=block_k, BV=block_v,
-        HAS_S0=s0 is not None, STORE_FINAL=True, PRECISION=dot_precision(q.dtype, device),
-        IS_VARLEN=offsets is not None, num_warps=warps_for(block_k, block_v, device),
+        q,
+        k,
+        v,
+        o,
+        s_final if s0 is None else s0,
+        s_final,
+        s_final if offsets is None else offsets,
+        scale,
+        T,
+        H=H,
+        D_K=d_k,
+        D_V=d_v,
+        BT=chunk_size,
+        BK=block_k,
+        BV=block_v,
+        HAS_S0=s0 is not None,
+        STORE_FINAL=True,
+        PRECISION=dot_precision(q.dtype, device),
+        IS_VARLEN=offsets is not None,
+        num_warps=warps_for(block_k, block_v, device),
     )
     return o.to(out_dtype), s_final.to(state_dtype)
 
@@ -68,8 +85,9 @@ def _kernel(q, k, v, S0, z0, *, normalize: bool, eps: float, scale: float, chunk
     # The reference's _unpack_state guarantees S0 and z0 are both given or both None.
     state = None if S0 is None else torch.cat([S0.float(), z0.float().unsqueeze(-1)], dim=-1)
     # numerator and normaliser stay in fp32 (fp64 for fp64 inputs) until the division, as in the reference
-    o_ext, S_ext = _launch(q, k, v_ones, state, scale=scale, chunk_size=chunk_size, out_dtype=compute_dtype(q.dtype),
-                           cu_seqlens=cu_seqlens)
+    o_ext, S_ext = _launch(
+        q, k, v_ones, state, scale=scale, chunk_size=chunk_size, out_dtype=compute_dtype(q.dtype), cu_seqlens=cu_seqlens
+    )
     o = (o_ext[..., :-1] / (o_ext[..., -1:] + eps)).to(q.dtype)
     return o, S_ext[..., :-1].contiguous(), S_ext[..., -1].contiguous()
 
@@ -83,8 +101,17 @@ def _reference(q, k, v, S0, z0, *, normalize: bool, **options):
     return _reference_chunk(q, k, v, initial_state=S0, output_final_state=True, **options)
 
 
+@guarded
 def linear_attention_chunk(
-    q, k, v, scale=None, normalize=False, initial_state=None, output_final_state=False, chunk_size=64, eps=1e-6,
+    q,
+    k,
+    v,
+    scale=None,
+    normalize=False,
+    initial_state=None,
+    output_final_state=False,
+    chunk_size=64,
+    eps=1e-6,
     cu_seqlens=None,
 ):
     """Chunked causal linear attention as a Triton kernel (forward) with autograd.
@@ -132,13 +159,17 @@ def linear_attention_chunk(
     dims = check_inputs(q, k, v)
     scale = resolve_scale(scale, dims["D_k"])
     check_positive_float("eps", eps, allow_zero=True)
-    S0, z0 = _unpack_state(initial_state, normalize, varlen_state_dims(dims, cu_seqlens, q), q.device)
+    S0, z0 = unpack_state(initial_state, normalize, varlen_state_dims(dims, cu_seqlens, q), q.device)
     check_runnable(q.device, _REFERENCE)
-    check_kernel_sizes(dims["D_k"], chunk_size, _REFERENCE, T=dims["T"], H=dims["H"],
-                       d_v=dims["D_v"] + bool(normalize))
+    check_kernel_sizes(dims["D_k"], chunk_size, _REFERENCE, T=dims["T"], H=dims["H"], d_v=dims["D_v"] + bool(normalize))
 
-    options = {"normalize": bool(normalize), "eps": eps, "scale": scale, "chunk_size": chunk_size,
-               "cu_seqlens": cu_seqlens}
+    options = {
+        "normalize": bool(normalize),
+        "eps": eps,
+        "scale": scale,
+        "chunk_size": chunk_size,
+        "cu_seqlens": cu_seqlens,
+    }
     if normalize:
         o, S, z = KernelFunction.apply(_kernel, _reference, options, q, k, v, S0, z0)
         return o, ((S, z) if output_final_state else None)

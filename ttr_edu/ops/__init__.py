@@ -1,13 +1,13 @@
 """Pure-PyTorch reference layers, one module per family, every form of a layer side by side.
 
-All follow the flash-linear-attention convention (DESIGN.md §3): ``q, k`` are ``(B, T, H, D_k)``, ``v`` is
-``(B, T, H, D_v)``, ``beta`` and the log decay ``g`` are ``(B, T, H)``, the state ``S`` is ``(B, H, D_k, D_v)`` in
-fp32 (fp64 for fp64 inputs), ``o_t = S_tᵀ q_t``, ``scale`` defaults to ``D_k ** -0.5`` and every op returns
+All follow the flash-linear-attention convention (CONTRIBUTING.md, "Conventions"): ``q, k`` are ``(B, T, H, D_k)``,
+``v`` is ``(B, T, H, D_v)``, ``beta`` and the log decay ``g`` are ``(B, T, H)``, the state ``S`` is ``(B, H, D_k, D_v)``
+in fp32 (fp64 for fp64 inputs), ``o_t = S_tᵀ q_t``, ``scale`` defaults to ``D_k ** -0.5`` and every op returns
 ``(o, final_state)`` (``final_state`` is ``None`` unless ``output_final_state=True``).
 
-Every public name here follows the input policy of :mod:`ttr_edu._validation` (NaN/inf inputs and overflowing
-outputs refused by name, bool flags, scalars that fit the dtype; ``ttr_edu.finite_checks(False)`` turns the scans
-off). States that are more than ``S``: normalised linear attention carries ``(S, z)``, RLS carries ``(S, P)``, the
+Every public function here wears :func:`ttr_edu._internal.validation.guarded`, the input policy (NaN/inf inputs and
+overflowing outputs refused by name, bool flags, scalars that fit the dtype; ``ttr_edu.finite_checks(False)`` turns the
+scans off). States that are more than ``S``: normalised linear attention carries ``(S, z)``, RLS carries ``(S, P)``, the
 MLP memories of TTT-MLP and Titans carry ``(W1, W2)`` (Titans adds its momentum, :class:`TitansState`); each is passed
 in ``initial_state`` and returned in the same form.
 
@@ -16,9 +16,6 @@ Recurrent and chunk forms accept fla's ``cu_seqlens`` (variable-length sequences
 :func:`gla_chunk`; the scalar gate (fla's ``simple_gla``) is ``gated_linear_attention_*``.
 """
 
-from ttr_edu._validation import guarded
-
-from . import feature_maps
 from .delta_product import delta_product_chunk, delta_product_recurrent
 from .delta_rule import delta_rule_chunk, delta_rule_parallel, delta_rule_pseudo_values, delta_rule_recurrent
 from .feature_maps import (
@@ -47,7 +44,19 @@ from .titans import TitansState, titans_recurrent
 from .ttt import ttt_linear_chunk, ttt_linear_recurrent, ttt_mlp_chunk, ttt_mlp_recurrent
 
 __all__ = [
-    *feature_maps.__all__,  # feature maps and normalisations
+    # feature maps and normalisations
+    "elu_plus_one",
+    "relu_feature_map",
+    "identity_feature_map",
+    "dpfp",
+    "favor_plus",
+    "orthogonal_random_features",
+    "FavorPlus",
+    "sum_norm",
+    "l2_norm",
+    "d_dot",
+    "get_feature_map",
+    "FEATURE_MAPS",
     # layers
     "linear_attention_recurrent",
     "linear_attention_parallel",
@@ -80,10 +89,3 @@ __all__ = [
     "titans_recurrent",
     "TitansState",
 ]
-
-# The input policy (ttr_edu._validation: bool flags, scalars that fit the dtype, finite inputs and outputs) wraps
-# every public name here once, so the ops themselves keep only their shape checks.
-for _name in __all__:
-    if callable(globals()[_name]) and not isinstance(globals()[_name], type):
-        globals()[_name] = guarded(globals()[_name])
-del _name

@@ -18,7 +18,7 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 
-from ttr_edu._validation import check_cu_seqlens, check_tensor
+from ttr_edu._internal.validation import check_cu_seqlens, check_tensor
 
 __all__ = ["run_varlen", "length_groups"]
 
@@ -50,8 +50,10 @@ def _map_state(fn: Callable[[torch.Tensor], torch.Tensor], state):
 def _check_states(initial_state, n_seq: int) -> None:
     parts = initial_state if isinstance(initial_state, (tuple, list)) else (initial_state,)
     for index, part in enumerate(parts):
-        name = "initial_state" if len(parts) == 1 and not isinstance(initial_state, (tuple, list)) else (
-            f"initial_state[{index}]"
+        name = (
+            "initial_state"
+            if len(parts) == 1 and not isinstance(initial_state, (tuple, list))
+            else (f"initial_state[{index}]")
         )
         check_tensor(name, part)
         if part.dim() == 0 or part.shape[0] != n_seq:
@@ -100,11 +102,13 @@ def run_varlen(op: Callable, cu_seqlens, tensors: dict, initial_state, output_fi
             torch.stack([_pad_end(x[0, offsets[i] : offsets[i + 1]], longest) for i in group]) for x in tensors.values()
         ]
         rows = torch.tensor(group, device=batch[0].device)
-        start = None if initial_state is None else _map_state(lambda s: s.index_select(0, rows), initial_state)
+        start = (
+            None if initial_state is None else _map_state(lambda s, rows=rows: s.index_select(0, rows), initial_state)
+        )
         o, final = op(*batch, initial_state=start, output_final_state=True, **options)
         for row, i in enumerate(group):
             outputs[i] = o[row, : lengths[i]]
-            finals[i] = _map_state(lambda s: s[row], final)
+            finals[i] = _map_state(lambda s, row=row: s[row], final)
     o = torch.cat(outputs).unsqueeze(0)
     if not output_final_state:
         return o, None

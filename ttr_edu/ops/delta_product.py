@@ -19,10 +19,18 @@ from __future__ import annotations
 
 import torch
 
-from ttr_edu._validation import Dims, check_positive_int, check_same_device
+from ttr_edu._internal.contract import (
+    STATE,
+    check_log_decay,
+    check_state,
+    compute_dtype,
+    resolve_scale,
+    shares_doc,
+    zero_state,
+)
+from ttr_edu._internal.contract import check_stability as _check_stability
+from ttr_edu._internal.validation import Dims, check_positive_int, check_same_device, guarded
 
-from ._common import STATE, check_log_decay, check_stability as _check_stability, check_state, compute_dtype
-from ._common import resolve_scale, zero_state
 from .delta_rule import chunk_forward
 
 __all__ = ["delta_product_recurrent", "delta_product_chunk"]
@@ -81,8 +89,18 @@ def _prepare(q, k, v, beta, num_householder, g, scale, initial_state, check_stab
     return q * scale, k, v, beta, g, S, n
 
 
+@guarded
+@shares_doc(_SHARED_DOC)
 def delta_product_recurrent(
-    q, k, v, beta, num_householder, g=None, scale=None, initial_state=None, output_final_state=False,
+    q,
+    k,
+    v,
+    beta,
+    num_householder,
+    g=None,
+    scale=None,
+    initial_state=None,
+    output_final_state=False,
     check_stability="warn",
 ):
     """Recurrent form: per token, decay once, then ``n_h`` delta-rule steps; read after the last one.
@@ -104,9 +122,20 @@ def delta_product_recurrent(
     return o, (S if output_final_state else None)
 
 
+@guarded
+@shares_doc(_SHARED_DOC)
 def delta_product_chunk(
-    q, k, v, beta, num_householder, g=None, scale=None, initial_state=None, output_final_state=False,
-    chunk_size=64, check_stability="warn",
+    q,
+    k,
+    v,
+    beta,
+    num_householder,
+    g=None,
+    scale=None,
+    initial_state=None,
+    output_final_state=False,
+    chunk_size=64,
+    check_stability="warn",
 ):
     """Chunk form: the (gated) delta rule's WY/UT chunks over the ``T·n_h`` sub-steps, read at every ``n_h``-th."""
     out_dtype = q.dtype if isinstance(q, torch.Tensor) else None
@@ -123,8 +152,3 @@ def delta_product_chunk(
     o, S = chunk_forward(q_sub.flatten(2, 3), k, v, beta, S, chunk_size, g=g_sub)  # o: (B, T·n, H, D_v)
     o = o[:, n - 1 :: n]
     return o.to(out_dtype), (S if output_final_state else None)
-
-
-for _fn in (delta_product_recurrent, delta_product_chunk):
-    _fn.__doc__ += _SHARED_DOC
-del _fn

@@ -27,21 +27,24 @@ from __future__ import annotations
 
 import torch
 
-from ttr_edu._validation import Dims, check_chunk_size, check_same_device
-
-from ._common import (
+from ttr_edu._internal.contract import (
     PER_TOKEN,
     QK,
     STATE,
     V,
     check_inputs,
-    check_stability as _check_stability,
     check_state,
     compute_dtype,
     decay_matrix,
     resolve_scale,
+    shares_doc,
     zero_state,
 )
+from ttr_edu._internal.contract import (
+    check_stability as _check_stability,
+)
+from ttr_edu._internal.validation import Dims, check_chunk_size, check_same_device, guarded
+
 from ._varlen import run_varlen
 
 __all__ = ["delta_rule_recurrent", "delta_rule_parallel", "delta_rule_chunk", "delta_rule_pseudo_values"]
@@ -126,8 +129,7 @@ def chunk_forward(q, k, v, beta, S, chunk_size, scale=1.0, g=None):
     S = S.flatten(0, 1)  # (B·H, D_k, D_v)
     o = q.new_empty(B, -(-T // chunk_size) * chunk_size, H, D_v)
     # [K V Q β (g)] of each chunk of each head, side by side: (n, B, H, C, 2 D_k + D_v + 1 (+ 1))
-    for first, last, block in chunk_blocks([k, v, q, beta] if g is None else [k, v, q, beta, g], chunk_size,
-                                           per_block):
+    for first, last, block in chunk_blocks([k, v, q, beta] if g is None else [k, v, q, beta, g], chunk_size, per_block):
         o_block, S = _block_forward(block, D_k=D_k, D_v=D_v, gated=g is not None, S=S, scale=scale)
         # (n, B, H, C, D_v) into fla's (B, n·C, H, D_v) layout
         o[:, first * chunk_size : last * chunk_size].view(B, last - first, chunk_size, H, D_v).copy_(
@@ -178,6 +180,7 @@ def ut_solve(gram, rhs):
     0.8 ms for 64 chunks. Each solve is taken in transposed form, ``Xᵀ Lᵀ = Rᵀ``, whose solution lands row-major
     (the direct form returns it column-major after a copy). ``rhs`` ``(N, C, R)``; returns ``(N, C, R)``.
     """
+
     def solve(L, R):  # reads only the strict lower triangle of L, and takes ones on its diagonal
         return torch.linalg.solve_triangular(L.mT, R.mT, upper=True, left=False, unitriangular=True).mT
 
@@ -243,6 +246,8 @@ def _block_forward(block, *, D_k, D_v, gated, S, scale):
     return o.unflatten(0, (n, B, H)), S
 
 
+@guarded
+@shares_doc(_SHARED_DOC)
 def delta_rule_recurrent(
     q, k, v, beta, scale=None, initial_state=None, output_final_state=False, check_stability="warn", cu_seqlens=None
 ):
@@ -251,8 +256,15 @@ def delta_rule_recurrent(
     Source: Schlag, Irie, Schmidhuber 2021, eq. 29 (W = Sᵀ). Cost ``O(T D_k D_v)``, memory ``O(D_k D_v)``.
     """
     if cu_seqlens is not None:
-        return run_varlen(delta_rule_recurrent, cu_seqlens, dict(q=q, k=k, v=v, beta=beta), initial_state,
-                          output_final_state, scale=scale, check_stability=check_stability)
+        return run_varlen(
+            delta_rule_recurrent,
+            cu_seqlens,
+            dict(q=q, k=k, v=v, beta=beta),
+            initial_state,
+            output_final_state,
+            scale=scale,
+            check_stability=check_stability,
+        )
     out_dtype = q.dtype if isinstance(q, torch.Tensor) else None
     q, k, v, beta, _, S, scale = prepare(q, k, v, beta, scale, initial_state, check_stability)
     q = q * scale
@@ -266,6 +278,8 @@ def delta_rule_recurrent(
     return o, (S if output_final_state else None)
 
 
+@guarded
+@shares_doc(_SHARED_DOC)
 def delta_rule_parallel(
     q, k, v, beta, scale=None, initial_state=None, output_final_state=False, check_stability="warn"
 ):
@@ -281,8 +295,18 @@ def delta_rule_parallel(
     return o.to(out_dtype), (S if output_final_state else None)
 
 
+@guarded
+@shares_doc(_SHARED_DOC)
 def delta_rule_chunk(
-    q, k, v, beta, scale=None, initial_state=None, output_final_state=False, chunk_size=64, check_stability="warn",
+    q,
+    k,
+    v,
+    beta,
+    scale=None,
+    initial_state=None,
+    output_final_state=False,
+    chunk_size=64,
+    check_stability="warn",
     cu_seqlens=None,
 ):
     """Chunkwise form (WY/UT representation): C tokens at a time, the state handed from chunk to chunk.
@@ -296,8 +320,16 @@ def delta_rule_chunk(
     Any positive ``chunk_size`` works, and T need not be a multiple of it.
     """
     if cu_seqlens is not None:
-        return run_varlen(delta_rule_chunk, cu_seqlens, dict(q=q, k=k, v=v, beta=beta), initial_state,
-                          output_final_state, scale=scale, chunk_size=chunk_size, check_stability=check_stability)
+        return run_varlen(
+            delta_rule_chunk,
+            cu_seqlens,
+            dict(q=q, k=k, v=v, beta=beta),
+            initial_state,
+            output_final_state,
+            scale=scale,
+            chunk_size=chunk_size,
+            check_stability=check_stability,
+        )
     out_dtype = q.dtype if isinstance(q, torch.Tensor) else None
     chunk_size = check_chunk_size(chunk_size, q)  # capped at T
     q, k, v, beta, _, S, scale = prepare(q, k, v, beta, scale, initial_state, check_stability)
@@ -305,6 +337,7 @@ def delta_rule_chunk(
     return o.to(out_dtype), (S if output_final_state else None)
 
 
+@guarded
 def delta_rule_pseudo_values(k, v, beta, initial_state=None, check_stability="warn"):
     """The delta rule's pseudo-values ``u_t = β_t (v_t − S_{t-1}ᵀ k_t)``: the corrected values it actually writes.
 
@@ -356,8 +389,3 @@ def delta_rule_pseudo_values(k, v, beta, initial_state=None, check_stability="wa
         u.append(beta[:, :, t, None] * (v[:, :, t] - read))
         S = S + torch.einsum("b h k, b h v -> b h k v", k_t, u[-1])  # the sum rule over pseudo-values
     return torch.stack(u, dim=2).transpose(1, 2).to(out_dtype)
-
-
-for _fn in (delta_rule_recurrent, delta_rule_parallel, delta_rule_chunk):
-    _fn.__doc__ += _SHARED_DOC
-del _fn

@@ -25,7 +25,7 @@ from functools import partial
 import torch
 import torch.nn.functional as F
 
-from ttr_edu._validation import check_bool, check_positive_float, check_positive_int, check_tensor
+from ttr_edu._internal.validation import check_bool, check_positive_float, check_positive_int, check_tensor, guarded
 
 __all__ = [
     "elu_plus_one",
@@ -43,6 +43,7 @@ __all__ = [
 ]
 
 
+@guarded
 def elu_plus_one(x: torch.Tensor) -> torch.Tensor:
     """``φ(x) = ELU(x) + 1`` (Katharopoulos et al. 2020, eq. 7): positive, ``d_dot = d_k``.
 
@@ -57,18 +58,21 @@ def elu_plus_one(x: torch.Tensor) -> torch.Tensor:
     return F.elu(x) + 1.0
 
 
+@guarded
 def relu_feature_map(x: torch.Tensor) -> torch.Tensor:
     """``φ(x) = ReLU(x)``: non-negative, ``d_dot = d_k``. ``(..., D_k) -> (..., D_k)``; TypeError if ``x`` not float."""
     check_tensor("x", x)
     return F.relu(x)
 
 
+@guarded
 def identity_feature_map(x: torch.Tensor) -> torch.Tensor:
     """``φ(x) = x`` (plain linear attention; the form of the dual of a linear layer), ``d_dot = d_k``."""
     check_tensor("x", x)
     return x
 
 
+@guarded
 def dpfp(x: torch.Tensor, nu: int = 1) -> torch.Tensor:
     """Deterministic parameter-free projection DPFP(ν) (Schlag, Irie, Schmidhuber 2021, §5.4, eq. 37).
 
@@ -93,6 +97,7 @@ def dpfp(x: torch.Tensor, nu: int = 1) -> torch.Tensor:
     return torch.cat([r * torch.roll(r, shifts=j, dims=-1) for j in range(1, nu + 1)], dim=-1)
 
 
+@guarded
 def orthogonal_random_features(
     m: int,
     d: int,
@@ -126,6 +131,7 @@ def orthogonal_random_features(
     return (directions * norms).to(dtype=dtype, device=device)
 
 
+@guarded
 def favor_plus(x: torch.Tensor, projection: torch.Tensor) -> torch.Tensor:
     """FAVOR+ positive random features (Choromanski et al. 2021, eq. 5 with the hyperbolic ``[exp; exp(−)]`` pair).
 
@@ -143,9 +149,7 @@ def favor_plus(x: torch.Tensor, projection: torch.Tensor) -> torch.Tensor:
     check_tensor("x", x)
     check_tensor("projection", projection)
     if projection.dim() != 2 or projection.shape[1] != x.shape[-1]:
-        raise ValueError(
-            f"projection: expected shape (m, D_k) = (m, {x.shape[-1]}), got {tuple(projection.shape)}"
-        )
+        raise ValueError(f"projection: expected shape (m, D_k) = (m, {x.shape[-1]}), got {tuple(projection.shape)}")
     if projection.device != x.device:
         raise ValueError(f"projection: expected the device of x ({x.device}), got {projection.device}")
     if projection.dtype != x.dtype:
@@ -235,6 +239,7 @@ class FavorPlus(torch.nn.Module):
         return f"d_k={self.d_k}, m={self.m}, redraw={self.redraw}"
 
 
+@guarded
 def sum_norm(x: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
     """Sum normalisation ``x / (Σ_i x_i + eps)`` over the last axis (Schlag et al. 2021, §4.2, eq. 31).
 
@@ -247,6 +252,7 @@ def sum_norm(x: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
     return x / (x.sum(-1, keepdim=True) + eps)
 
 
+@guarded
 def l2_norm(x: torch.Tensor, eps: float = 1e-12) -> torch.Tensor:
     """L2 normalisation ``x / max(‖x‖, eps)`` over the last axis (as fla's DeltaNet applies to q and k).
 
@@ -268,7 +274,10 @@ FEATURE_MAPS: dict[str, tuple[Callable[..., Callable], Callable[..., int]]] = {
     "elu_plus_one": (lambda: elu_plus_one, lambda d_k: d_k),
     "relu": (lambda: relu_feature_map, lambda d_k: d_k),
     "identity": (lambda: identity_feature_map, lambda d_k: d_k),
-    "dpfp": (lambda nu=1: partial(dpfp, nu=check_positive_int("nu", nu)), lambda d_k, nu=1: 2 * d_k * _dpfp_nu(nu, d_k)),
+    "dpfp": (
+        lambda nu=1: partial(dpfp, nu=check_positive_int("nu", nu)),
+        lambda d_k, nu=1: 2 * d_k * _dpfp_nu(nu, d_k),
+    ),
     "favor_plus": (_favor_plus_from_params, lambda d_k, m, **_: 2 * check_positive_int("m", m)),
 }
 
@@ -287,6 +296,7 @@ def _lookup(name: str):
     return FEATURE_MAPS[name]
 
 
+@guarded
 def d_dot(name: str, d_k: int, **params) -> int:
     """The feature dimension ``d_dot`` of a named map on inputs of size ``d_k``, the memory's capacity.
 
@@ -299,6 +309,7 @@ def d_dot(name: str, d_k: int, **params) -> int:
     return _lookup(name)[1](d_k, **params)
 
 
+@guarded
 def get_feature_map(name: str, **params) -> Callable[[torch.Tensor], torch.Tensor]:
     """The feature map called ``name``, with its parameters bound.
 

@@ -20,9 +20,9 @@ from __future__ import annotations
 
 import torch
 
-from ttr_edu._validation import check_chunk_size
+from ttr_edu._internal.contract import require_tensor, shares_doc
+from ttr_edu._internal.validation import check_chunk_size, guarded
 
-from ._common import require_tensor
 from ._varlen import run_varlen
 from .delta_rule import chunk_forward, prepare
 
@@ -58,8 +58,18 @@ _SHARED_DOC = """
 """
 
 
+@guarded
+@shares_doc(_SHARED_DOC)
 def gated_delta_rule_recurrent(
-    q, k, v, g, beta, scale=None, initial_state=None, output_final_state=False, check_stability="warn",
+    q,
+    k,
+    v,
+    g,
+    beta,
+    scale=None,
+    initial_state=None,
+    output_final_state=False,
+    check_stability="warn",
     cu_seqlens=None,
 ):
     """Recurrent form: decay, then the delta-rule correction against the decayed state; one token at a time.
@@ -67,8 +77,15 @@ def gated_delta_rule_recurrent(
     Source: Yang, Kautz, Hatamizadeh 2025, eq. 10; fla ``naive_recurrent_gated_delta_rule``'s order of operations.
     """
     if cu_seqlens is not None:
-        return run_varlen(gated_delta_rule_recurrent, cu_seqlens, dict(q=q, k=k, v=v, g=g, beta=beta),
-                          initial_state, output_final_state, scale=scale, check_stability=check_stability)
+        return run_varlen(
+            gated_delta_rule_recurrent,
+            cu_seqlens,
+            dict(q=q, k=k, v=v, g=g, beta=beta),
+            initial_state,
+            output_final_state,
+            scale=scale,
+            check_stability=check_stability,
+        )
     out_dtype = q.dtype if isinstance(q, torch.Tensor) else None
     q, k, v, beta, g, S, scale = prepare(q, k, v, beta, scale, initial_state, check_stability, g=require_tensor("g", g))
     q = q * scale
@@ -83,8 +100,19 @@ def gated_delta_rule_recurrent(
     return o, (S if output_final_state else None)
 
 
+@guarded
+@shares_doc(_SHARED_DOC)
 def gated_delta_rule_chunk(
-    q, k, v, g, beta, scale=None, initial_state=None, output_final_state=False, chunk_size=64, check_stability="warn",
+    q,
+    k,
+    v,
+    g,
+    beta,
+    scale=None,
+    initial_state=None,
+    output_final_state=False,
+    chunk_size=64,
+    check_stability="warn",
     cu_seqlens=None,
 ):
     """Chunkwise form: the WY/UT transform with in-chunk decays (see :func:`ttr_edu.ops.delta_rule.chunk_forward`).
@@ -95,15 +123,18 @@ def gated_delta_rule_chunk(
     size T×T; any positive ``chunk_size``, any T.
     """
     if cu_seqlens is not None:
-        return run_varlen(gated_delta_rule_chunk, cu_seqlens, dict(q=q, k=k, v=v, g=g, beta=beta), initial_state,
-                          output_final_state, scale=scale, chunk_size=chunk_size, check_stability=check_stability)
+        return run_varlen(
+            gated_delta_rule_chunk,
+            cu_seqlens,
+            dict(q=q, k=k, v=v, g=g, beta=beta),
+            initial_state,
+            output_final_state,
+            scale=scale,
+            chunk_size=chunk_size,
+            check_stability=check_stability,
+        )
     out_dtype = q.dtype if isinstance(q, torch.Tensor) else None
     chunk_size = check_chunk_size(chunk_size, q)  # capped at T
     q, k, v, beta, g, S, scale = prepare(q, k, v, beta, scale, initial_state, check_stability, g=require_tensor("g", g))
     o, S = chunk_forward(q, k, v, beta, S, chunk_size, scale=scale, g=g)
     return o.to(out_dtype), (S if output_final_state else None)
-
-
-for _fn in (gated_delta_rule_recurrent, gated_delta_rule_chunk):
-    _fn.__doc__ += _SHARED_DOC
-del _fn

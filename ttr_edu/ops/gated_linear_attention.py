@@ -20,9 +20,7 @@ import math
 
 import torch
 
-from ttr_edu._validation import check_chunk_size
-
-from ._common import (
+from ttr_edu._internal.contract import (
     STATE,
     check_inputs,
     check_state,
@@ -30,8 +28,11 @@ from ._common import (
     decay_matrix,
     pad_time,
     resolve_scale,
+    shares_doc,
     zero_state,
 )
+from ttr_edu._internal.validation import check_chunk_size, guarded
+
 from ._varlen import run_varlen
 from .delta_rule import chunk_blocks
 
@@ -77,6 +78,8 @@ def _prepare(q, k, v, g, scale, initial_state):
     return q, k, v, g.to(dtype).transpose(1, 2), S, scale
 
 
+@guarded
+@shares_doc(_SHARED_DOC)
 def gated_linear_attention_recurrent(
     q, k, v, g, scale=None, initial_state=None, output_final_state=False, cu_seqlens=None
 ):
@@ -85,8 +88,14 @@ def gated_linear_attention_recurrent(
     Source: Wang, Shi, Fox 2025, §3.2 (decay weights); fla ``naive_recurrent_simple_gla``'s convention.
     """
     if cu_seqlens is not None:
-        return run_varlen(gated_linear_attention_recurrent, cu_seqlens, dict(q=q, k=k, v=v, g=g), initial_state,
-                          output_final_state, scale=scale)
+        return run_varlen(
+            gated_linear_attention_recurrent,
+            cu_seqlens,
+            dict(q=q, k=k, v=v, g=g),
+            initial_state,
+            output_final_state,
+            scale=scale,
+        )
     out_dtype = q.dtype if isinstance(q, torch.Tensor) else None
     q, k, v, g, S, scale = _prepare(q, k, v, g, scale, initial_state)
     q = q * scale
@@ -99,6 +108,8 @@ def gated_linear_attention_recurrent(
     return o, (S if output_final_state else None)
 
 
+@guarded
+@shares_doc(_SHARED_DOC)
 def gated_linear_attention_chunk(
     q, k, v, g, scale=None, initial_state=None, output_final_state=False, chunk_size=64, cu_seqlens=None
 ):
@@ -113,8 +124,15 @@ def gated_linear_attention_chunk(
     size T×T; any positive ``chunk_size``, any T (the last chunk is zero-padded: ``g = 0`` keeps the state).
     """
     if cu_seqlens is not None:
-        return run_varlen(gated_linear_attention_chunk, cu_seqlens, dict(q=q, k=k, v=v, g=g), initial_state,
-                          output_final_state, scale=scale, chunk_size=chunk_size)
+        return run_varlen(
+            gated_linear_attention_chunk,
+            cu_seqlens,
+            dict(q=q, k=k, v=v, g=g),
+            initial_state,
+            output_final_state,
+            scale=scale,
+            chunk_size=chunk_size,
+        )
     out_dtype = q.dtype if isinstance(q, torch.Tensor) else None
     chunk_size = check_chunk_size(chunk_size, q)  # capped at T
     q, k, v, g, S, scale = _prepare(q, k, v, g, scale, initial_state)
@@ -180,8 +198,3 @@ def _block_forward(block, gc, *, D_k, D_v, S, scale):
     # O = scale (diag(γ) Q S_start + (Q Kᵀ ⊙ Γ ⊙ M) V); q enters only here, linearly, so scale multiplies O once
     o = (scores @ vc).baddbmm_(q_decayed, torch.cat(starts)).mul_(scale)
     return o.unflatten(0, (n, B, H)), S
-
-
-for _fn in (gated_linear_attention_recurrent, gated_linear_attention_chunk):
-    _fn.__doc__ += _SHARED_DOC
-del _fn

@@ -10,8 +10,9 @@ dimension this is the scalar gate of :mod:`ttr_edu.ops.gated_linear_attention` (
 
 Correspondence with flash-linear-attention 0.6.0:
 
-* :func:`gla_recurrent` is ``fla.ops.gla.fused_recurrent_gla`` / the pure-torch ``fla.ops.gla.naive.naive_recurrent_gla``
-  (whose ``gk`` is our ``g``; the naive reference fixes ``scale = D_k ** -0.5``);
+* :func:`gla_recurrent` is ``fla.ops.gla.fused_recurrent_gla`` / the pure-torch
+  ``fla.ops.gla.naive.naive_recurrent_gla`` (whose ``gk`` is our ``g``; the naive reference fixes
+  ``scale = D_k ** -0.5``);
 * :func:`gla_chunk` is ``fla.ops.gla.chunk_gla`` (fla has no pure-torch chunk form of this layer);
 * the scalar-gate ops ``gated_linear_attention_*`` are ``fla.ops.simple_gla``'s ``chunk_simple_gla`` and
   ``naive_recurrent_simple_gla`` (``g`` of shape ``(B, T, H)``).
@@ -23,9 +24,19 @@ from __future__ import annotations
 
 import torch
 
-from ttr_edu._validation import check_chunk_size
+from ttr_edu._internal.contract import (
+    QK,
+    STATE,
+    check_inputs,
+    check_state,
+    compute_dtype,
+    resolve_scale,
+    shares_doc,
+    to_chunks,
+    zero_state,
+)
+from ttr_edu._internal.validation import check_chunk_size, guarded
 
-from ._common import QK, STATE, check_inputs, check_state, compute_dtype, resolve_scale, to_chunks, zero_state
 from ._varlen import run_varlen
 
 __all__ = ["gla_recurrent", "gla_chunk"]
@@ -95,6 +106,8 @@ def _prepare(q, k, v, g, scale, initial_state):
     return q * scale, k, v, g, S
 
 
+@guarded
+@shares_doc(_SHARED_DOC)
 def gla_recurrent(q, k, v, g, scale=None, initial_state=None, output_final_state=False, cu_seqlens=None):
     """Recurrent form: ``S_t = diag(exp(g_t)) S_{t-1} + k_t v_tᵀ``, ``o_t = S_tᵀ q_t``, one token at a time.
 
@@ -102,8 +115,9 @@ def gla_recurrent(q, k, v, g, scale=None, initial_state=None, output_final_state
     ``fused_recurrent_gla``. Cost ``O(T D_k D_v)``, memory ``O(D_k D_v)``.
     """
     if cu_seqlens is not None:
-        return run_varlen(gla_recurrent, cu_seqlens, dict(q=q, k=k, v=v, g=g), initial_state, output_final_state,
-                          scale=scale)
+        return run_varlen(
+            gla_recurrent, cu_seqlens, dict(q=q, k=k, v=v, g=g), initial_state, output_final_state, scale=scale
+        )
     out_dtype = q.dtype if isinstance(q, torch.Tensor) else None
     q, k, v, g, S = _prepare(q, k, v, g, scale, initial_state)
     outputs = []
@@ -169,6 +183,8 @@ _MIN_FACTORED_LOG_DECAY = -8.0
 _BLOCK_ROWS = 1024
 
 
+@guarded
+@shares_doc(_SHARED_DOC)
 def gla_chunk(q, k, v, g, scale=None, initial_state=None, output_final_state=False, chunk_size=64, cu_seqlens=None):
     """Chunkwise form: per-key decayed attention inside chunks, the decayed state between chunks.
 
@@ -178,15 +194,22 @@ def gla_chunk(q, k, v, g, scale=None, initial_state=None, output_final_state=Fal
         O_n = (Q_n ⊙ exp(γ)) S_n + A_n V_n,        A_ij = Σ_d q_id k_jd exp(Σ_{j<l≤i} g_ld)   (i ≥ j)
         S_{n+1} = diag(exp(γ_C)) S_n + (K_n ⊙ exp(γ̄))ᵀ V_n
 
-    Where every chunk of a block decays by at most e⁸ in every key, ``Q Kᵀ ⊙ Γ`` factorises as ``(Q ⊙ γ)(K / γ)ᵀ``
-    (one product, rounding within 2·8 units). Otherwise every exponent is a direct sum of log decays, ≤ 0 (see
-    :func:`_intra_chunk_scores`), so strong decays neither overflow nor lose precision, and ``g = −inf`` is exact. The chunks are taken ``_BLOCK_ROWS`` rows of ``q`` at a
-    time. Memory ``O(T C + T D_k)``, nothing of size T×T; any positive ``chunk_size``, any T (zero-padded: ``g = 0``
-    keeps the state).
+    Where every chunk of a block decays by at most e⁸ in every key, ``Q Kᵀ ⊙ Γ`` factorises as ``(Q ⊙ γ)(K / γ)ᵀ`` (one
+    product, rounding within 2·8 units). Otherwise every exponent is a direct sum of log decays, ≤ 0 (see
+    :func:`_intra_chunk_scores`), so strong decays neither overflow nor lose precision, and ``g = −inf`` is exact. The
+    chunks are taken ``_BLOCK_ROWS`` rows of ``q`` at a time. Memory ``O(T C + T D_k)``, nothing of size T×T; any
+    positive ``chunk_size``, any T (zero-padded: ``g = 0`` keeps the state).
     """
     if cu_seqlens is not None:
-        return run_varlen(gla_chunk, cu_seqlens, dict(q=q, k=k, v=v, g=g), initial_state, output_final_state,
-                          scale=scale, chunk_size=chunk_size)
+        return run_varlen(
+            gla_chunk,
+            cu_seqlens,
+            dict(q=q, k=k, v=v, g=g),
+            initial_state,
+            output_final_state,
+            scale=scale,
+            chunk_size=chunk_size,
+        )
     out_dtype = q.dtype if isinstance(q, torch.Tensor) else None
     chunk_size = check_chunk_size(chunk_size, q)  # capped at T
     q, k, v, g, S = _prepare(q, k, v, g, scale, initial_state)
@@ -215,13 +238,11 @@ def gla_chunk(q, k, v, g, scale=None, initial_state=None, output_final_state=Fal
         chunk_kv = k_to_end.transpose(-1, -2) @ v_b  # (B, H, n, D_k, D_v): each chunk's write, at its end
         chunk_decay = torch.exp(from_start[..., -1, :]).unsqueeze(-1)  # (B, H, n, D_k, 1)
         for i in range(q_b.shape[2]):  # the only sequential part: one step per chunk
-            outputs.append(torch.baddbmm(intra[:, :, i].flatten(0, 1), q_decayed[:, :, i].flatten(0, 1),
-                                         S.flatten(0, 1)).unflatten(0, (B, H)))
+            outputs.append(
+                torch.baddbmm(
+                    intra[:, :, i].flatten(0, 1), q_decayed[:, :, i].flatten(0, 1), S.flatten(0, 1)
+                ).unflatten(0, (B, H))
+            )
             S = chunk_decay[:, :, i] * S + chunk_kv[:, :, i]
     o = torch.stack(outputs, dim=2).flatten(2, 3)[:, :, :T]
     return o.transpose(1, 2).to(out_dtype), (S if output_final_state else None)
-
-
-for _fn in (gla_recurrent, gla_chunk):
-    _fn.__doc__ += _SHARED_DOC
-del _fn

@@ -29,9 +29,18 @@ from __future__ import annotations
 
 import torch
 
-from ttr_edu._validation import check_chunk_size, check_positive_float
+from ttr_edu._internal.contract import (
+    STATE,
+    check_inputs,
+    check_state,
+    compute_dtype,
+    resolve_scale,
+    shares_doc,
+    to_chunks,
+    zero_state,
+)
+from ttr_edu._internal.validation import check_chunk_size, check_positive_float, guarded
 
-from ._common import STATE, check_inputs, check_state, compute_dtype, resolve_scale, to_chunks, zero_state
 from ._varlen import run_varlen
 from .delta_rule import chunk_blocks
 
@@ -51,8 +60,9 @@ _SHARED_DOC = """
         chunk_size: (``linear_attention_chunk`` only) tokens per chunk, any positive int; T need not be a multiple.
         cu_seqlens: (recurrent and chunk forms) fla's variable-length offsets, an integer tensor ``(N + 1,)``: the N
             sequences are packed along T in a batch of one (``B = 1``), sequence n is tokens
-            ``cu_seqlens[n]:cu_seqlens[n+1]``, and the initial and final states are ``(N, H, D_k, D_v)`` (with ``normalize``, ``z`` is ``(N, H, D_k)``)``, one per
-            sequence; no state crosses a boundary. ``None``: one sequence per batch row.
+            ``cu_seqlens[n]:cu_seqlens[n+1]``, and the initial and final states are ``(N, H, D_k, D_v)`` (with
+            ``normalize``, ``z`` is ``(N, H, D_k)``)``, one per sequence; no state crosses a boundary. ``None``: one
+            sequence per batch row.
 
     Returns:
         ``(o, final_state)``: ``o`` is ``(B, T, H, D_v)`` in the dtype of ``q``; ``final_state`` is ``S_T``
@@ -70,7 +80,7 @@ def _prepare(q, k, v, scale, normalize, eps, initial_state):
     scale = resolve_scale(scale, dims["D_k"])
     check_positive_float("eps", eps, allow_zero=True)
     dtype = compute_dtype(q.dtype)
-    S0, z0 = _unpack_state(initial_state, normalize, dims, q.device)
+    S0, z0 = unpack_state(initial_state, normalize, dims, q.device)
     S = zero_state(dims, dtype, q.device) if S0 is None else S0.to(dtype)
     z = None
     if normalize:
@@ -79,7 +89,9 @@ def _prepare(q, k, v, scale, normalize, eps, initial_state):
     return q * scale, k, v, S, z
 
 
-def _unpack_state(initial_state, normalize, dims, device):
+def unpack_state(initial_state, normalize, dims, device):
+    """``initial_state`` checked against the inputs' ``dims``: ``(S, None)`` without ``normalize``, ``(S, z)`` with it
+    (``(None, None)`` for no state). Shared with the Triton kernel, which takes the same states."""
     if initial_state is None:
         return None, None
     if normalize:
@@ -111,6 +123,8 @@ def _finish(o, normalizer, eps, S, z, out_dtype, output_final_state):
     return o, ((S, z) if z is not None else S)
 
 
+@guarded
+@shares_doc(_SHARED_DOC)
 def linear_attention_recurrent(
     q, k, v, scale=None, normalize=False, initial_state=None, output_final_state=False, eps=1e-6, cu_seqlens=None
 ):
@@ -120,8 +134,16 @@ def linear_attention_recurrent(
     Schlag et al. 2021, eqs. 11-13.
     """
     if cu_seqlens is not None:
-        return run_varlen(linear_attention_recurrent, cu_seqlens, dict(q=q, k=k, v=v), initial_state,
-                          output_final_state, scale=scale, normalize=normalize, eps=eps)
+        return run_varlen(
+            linear_attention_recurrent,
+            cu_seqlens,
+            dict(q=q, k=k, v=v),
+            initial_state,
+            output_final_state,
+            scale=scale,
+            normalize=normalize,
+            eps=eps,
+        )
     out_dtype = q.dtype if isinstance(q, torch.Tensor) else None
     q, k, v, S, z = _prepare(q, k, v, scale, normalize, eps, initial_state)
     outputs, normalizers = [], []
@@ -136,6 +158,8 @@ def linear_attention_recurrent(
     return _finish(o, normalizer, eps, S, z, out_dtype, output_final_state)
 
 
+@guarded
+@shares_doc(_SHARED_DOC)
 def linear_attention_parallel(
     q, k, v, scale=None, normalize=False, initial_state=None, output_final_state=False, eps=1e-6
 ):
@@ -156,8 +180,18 @@ def linear_attention_parallel(
     return _finish(o, normalizer, eps, S, z, out_dtype, output_final_state)
 
 
+@guarded
+@shares_doc(_SHARED_DOC)
 def linear_attention_chunk(
-    q, k, v, scale=None, normalize=False, initial_state=None, output_final_state=False, chunk_size=64, eps=1e-6,
+    q,
+    k,
+    v,
+    scale=None,
+    normalize=False,
+    initial_state=None,
+    output_final_state=False,
+    chunk_size=64,
+    eps=1e-6,
     cu_seqlens=None,
 ):
     """Chunkwise form: T×T attention inside chunks of ``C = chunk_size`` tokens, the state between chunks.
@@ -171,8 +205,17 @@ def linear_attention_chunk(
     Any positive ``chunk_size`` works, and T need not be a multiple of it (the last chunk is zero-padded).
     """
     if cu_seqlens is not None:
-        return run_varlen(linear_attention_chunk, cu_seqlens, dict(q=q, k=k, v=v), initial_state, output_final_state,
-                          scale=scale, normalize=normalize, eps=eps, chunk_size=chunk_size)
+        return run_varlen(
+            linear_attention_chunk,
+            cu_seqlens,
+            dict(q=q, k=k, v=v),
+            initial_state,
+            output_final_state,
+            scale=scale,
+            normalize=normalize,
+            eps=eps,
+            chunk_size=chunk_size,
+        )
     out_dtype = q.dtype if isinstance(q, torch.Tensor) else None
     chunk_size = check_chunk_size(chunk_size, q)  # capped at T
     q, k, v, S0, z0 = _prepare(q, k, v, scale, normalize, eps, initial_state)
@@ -227,8 +270,3 @@ def _blockwise(q, k, v, S, chunk_size):
         o_block = ((qc @ kc.mT).tril_() @ vc).baddbmm_(qc, torch.cat(starts))  # Q S + (Q Kᵀ ⊙ M) V
         o[:, first * C : last * C].view(B, n, C, H, D_v).copy_(o_block.unflatten(0, (n, B, H)).permute(1, 0, 3, 2, 4))
     return o[:, :T].transpose(1, 2), S.unflatten(0, (B, H))
-
-
-for _fn in (linear_attention_recurrent, linear_attention_parallel, linear_attention_chunk):
-    _fn.__doc__ += _SHARED_DOC
-del _fn

@@ -18,15 +18,18 @@ import warnings
 
 import torch
 
-from ttr_edu._validation import check_positive_float
+from ttr_edu._internal.contract import causal_mask, check_inputs, compute_dtype, extend_kv_cache, resolve_scale
+from ttr_edu._internal.validation import check_positive_float, guarded
 
-from ._common import check_inputs, compute_dtype, resolve_scale
 from .feature_maps import l2_norm
 
 __all__ = ["local_linear_attention"]
 
 
-def local_linear_attention(q, k, v, scale=None, ridge=1e-2, qk_norm=False):
+@guarded
+def local_linear_attention(
+    q, k, v, scale=None, ridge=1e-2, qk_norm=False, initial_state=None, output_final_state=False
+):
     """Causal local linear attention, closed form ``ŷ_t = v̄ + Σ_vk Σ_kk⁻¹ (q_t − k̄)`` (Wang, Shi, Fox 2025, §4.2).
 
     The ``Σ_vk Σ_kk⁻¹ (q − k̄)`` term is computed without forming ``Σ_vk``: with ``x = Σ_kk⁻¹ (q − k̄)``,
@@ -40,9 +43,14 @@ def local_linear_attention(q, k, v, scale=None, ridge=1e-2, qk_norm=False):
         scale: the inverse temperature (bandwidth) of the softmax weights; default ``D_k ** -0.5``.
         ridge: λ > 0 added to the weighted key covariance (whose weights sum to 1), in units of key variance.
         qk_norm: L2-normalise q and k first (the regression then lives on the unit sphere).
+        initial_state: the key-value cache of earlier tokens, ``(k_cache, v_cache)`` of shapes
+            ``(B, T_cache, H, D_k)`` and ``(B, T_cache, H, D_v)`` in the dtype of ``q``; the queries are then
+            positions ``T_cache .. T_cache + T − 1``.
+        output_final_state: also return the cache extended by this call's ``k, v``.
 
     Returns:
-        ``(o, None)``: ``o`` is ``(B, T, H, D_v)`` in the dtype of ``q``; no state.
+        ``(o, cache)``: ``o`` is ``(B, T, H, D_v)`` in the dtype of ``q``; ``cache`` is ``(k_cache, v_cache)``
+        with ``T_cache + T`` tokens, or ``None`` unless ``output_final_state``.
 
     Raises:
         TypeError: a non-tensor, an integer dtype, mixed dtypes of q, k, v, a non-number ``ridge``.
@@ -56,12 +64,14 @@ def local_linear_attention(q, k, v, scale=None, ridge=1e-2, qk_norm=False):
     dims = check_inputs(q, k, v)
     scale = resolve_scale(scale, dims["D_k"])
     ridge = check_positive_float("ridge", ridge)
+    k, v, T_cache = extend_kv_cache(k, v, initial_state, dims)
+    cache = (k, v) if output_final_state else None
     out_dtype, dtype = q.dtype, compute_dtype(q.dtype)
-    q, k, v = (x.to(dtype).transpose(1, 2) for x in (q, k, v))  # (B, H, T, ·)
+    q, k, v = (x.to(dtype).transpose(1, 2) for x in (q, k, v))  # (B, H, T, ·); k, v: (B, H, T_cache + T, ·)
     if qk_norm:
         q, k = l2_norm(q), l2_norm(k)
-    T, D_k = q.shape[2], q.shape[3]
-    causal = torch.ones(T, T, dtype=torch.bool, device=q.device).tril()
+    D_k = q.shape[3]
+    causal = causal_mask(q.shape[2], T_cache, q.device)
     logits = (scale * q @ k.transpose(-1, -2)).masked_fill(~causal, float("-inf"))
     w = torch.softmax(logits, dim=-1)  # (B, H, T, T), rows sum to 1
     # The fit is shift-invariant, so measure keys and queries from the first key: the covariance below is then a
@@ -79,7 +89,7 @@ def local_linear_attention(q, k, v, scale=None, ridge=1e-2, qk_norm=False):
     x = torch.cholesky_solve((q - k_mean).unsqueeze(-1), L).squeeze(-1)  # Σ_kk⁻¹ (q − k̄)
     slope_term = (w * (x @ k.transpose(-1, -2))) @ v - v_mean * (k_mean * x).sum(-1, keepdim=True)  # Σ_vk x
     o = v_mean + slope_term
-    return o.transpose(1, 2).to(out_dtype), None
+    return o.transpose(1, 2).to(out_dtype), cache
 
 
 def _factorise(cov_kk, ridge, second_moment):

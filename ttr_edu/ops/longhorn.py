@@ -39,9 +39,18 @@ from __future__ import annotations
 
 import torch
 
-from ttr_edu._validation import check_positive_int
+from ttr_edu._internal.contract import (
+    STATE,
+    V,
+    check_inputs,
+    check_state,
+    compute_dtype,
+    resolve_scale,
+    shares_doc,
+    zero_state,
+)
+from ttr_edu._internal.validation import check_positive_int, guarded
 
-from ._common import STATE, V, check_inputs, check_state, compute_dtype, resolve_scale, zero_state
 from .delta_rule import chunk_forward
 
 __all__ = ["longhorn_recurrent", "longhorn_chunk", "longhorn_diagonal_recurrent", "longhorn_step_size"]
@@ -68,6 +77,7 @@ _SHARED_DOC = """
 """
 
 
+@guarded
 def longhorn_step_size(beta: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
     """``ε = β / (1 + β ‖k‖²)``, the implicit step; ``beta`` ``(..., 1)`` or ``(..., D_v)``, ``k`` ``(..., D_k)``."""
     return beta / (1.0 + beta * k.pow(2).sum(-1, keepdim=True))
@@ -101,6 +111,8 @@ def _prepare(q, k, v, beta, scale, initial_state):
     return q * scale, k, v, beta, S
 
 
+@guarded
+@shares_doc(_SHARED_DOC)
 def longhorn_recurrent(q, k, v, beta, scale=None, initial_state=None, output_final_state=False):
     """Exact implicit step, token by token: ``S_t = S_{t−1} + k_t (ε_t ⊙ (v_t − S_{t−1}ᵀ k_t))ᵀ``; ``o_t = S_tᵀ q_t``.
 
@@ -119,6 +131,8 @@ def longhorn_recurrent(q, k, v, beta, scale=None, initial_state=None, output_fin
     return o, (S if output_final_state else None)
 
 
+@guarded
+@shares_doc(_SHARED_DOC)
 def longhorn_chunk(q, k, v, beta, scale=None, initial_state=None, output_final_state=False, chunk_size=64):
     """Exact implicit step in chunks: the delta rule's WY/UT chunk form run at the step ``ε = β/(1 + β‖k‖²)``.
 
@@ -145,6 +159,8 @@ def longhorn_chunk(q, k, v, beta, scale=None, initial_state=None, output_final_s
     return o.to(out_dtype), (S if output_final_state else None)
 
 
+@guarded
+@shares_doc(_SHARED_DOC)
 def longhorn_diagonal_recurrent(q, k, v, beta, scale=None, initial_state=None, output_final_state=False):
     """The published Longhorn layer: ``k kᵀ`` replaced by ``diag(k ⊙ k)``, an elementwise (selective-scan) update.
 
@@ -163,8 +179,3 @@ def longhorn_diagonal_recurrent(q, k, v, beta, scale=None, initial_state=None, o
         outputs.append(torch.einsum("b h k v, b h k -> b h v", S, q[:, :, t]))
     o = torch.stack(outputs, dim=2).transpose(1, 2).to(out_dtype)
     return o, (S if output_final_state else None)
-
-
-for _fn in (longhorn_recurrent, longhorn_chunk, longhorn_diagonal_recurrent):
-    _fn.__doc__ += _SHARED_DOC
-del _fn

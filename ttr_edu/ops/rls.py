@@ -40,9 +40,16 @@ import warnings
 
 import torch
 
-from ttr_edu._validation import check_positive_float, check_scalar_fits
-
-from ._common import STATE, check_inputs, check_state, compute_dtype, decay_matrix, resolve_scale
+from ttr_edu._internal.contract import (
+    STATE,
+    check_inputs,
+    check_state,
+    compute_dtype,
+    decay_matrix,
+    resolve_scale,
+    shares_doc,
+)
+from ttr_edu._internal.validation import check_positive_float, check_scalar_fits, guarded
 
 __all__ = ["rls_recurrent", "rls_exact"]
 
@@ -107,8 +114,9 @@ def _prior(S, P, lam):
     """``(H_0, b_0)`` from a state ``(S, P)``: ``A_0 = P⁻¹``, ``H_0 = A_0 − λI``, ``b_0 = A_0 S``."""
     A0, info = torch.linalg.inv_ex(P)
     if (info != 0).any():
-        raise ValueError("initial_state[1] (P): expected an invertible (symmetric positive definite) P = A⁻¹, got a "
-                         "singular one")
+        raise ValueError(
+            "initial_state[1] (P): expected an invertible (symmetric positive definite) P = A⁻¹, got a singular one"
+        )
     eye = torch.eye(P.shape[-1], dtype=P.dtype, device=P.device)
     return A0 - lam * eye, A0 @ S
 
@@ -143,8 +151,10 @@ def _check_inverse(P, lam, k, fresh: bool) -> None:
         eig = torch.linalg.eigvalsh(P)  # ascending: 1/λ_max(A_T) first
         if not (torch.isfinite(eig).all() and (eig[..., 0] > 0).all()):
             if not fresh:
-                raise ValueError("initial_state[1] (P): the inverse covariance P = A⁻¹ is not positive definite after "
-                                 f"the update in {P.dtype}; pass a symmetric positive definite P")
+                raise ValueError(
+                    "initial_state[1] (P): the inverse covariance P = A⁻¹ is not positive definite after "
+                    f"the update in {P.dtype}; pass a symmetric positive definite P"
+                )
             raise ValueError(
                 f"lam: the inverse covariance P = A_T⁻¹ lost positive definiteness in {P.dtype}; lam = {lam:.3g} is "
                 "too small for the scale of the keys (collinear or huge keys): raise lam or compute in float64"
@@ -174,6 +184,8 @@ def _warn_if_ill_conditioned(kappa, lam, dtype, depth: int) -> None:
         )
 
 
+@guarded
+@shares_doc(_SHARED_DOC)
 def rls_recurrent(q, k, v, lam=1.0, g=None, scale=None, initial_state=None, output_final_state=False):
     """Recurrent form: one token at a time.
 
@@ -222,6 +234,8 @@ def _gated_recurrent(q, k, v, log_decay, S, P, lam, out_dtype, output_final_stat
     return o, (torch.cholesky_solve(b, L), torch.cholesky_inverse(L))
 
 
+@guarded
+@shares_doc(_SHARED_DOC)
 def rls_exact(q, k, v, lam=1.0, g=None, scale=None, initial_state=None, output_final_state=False):
     """Exact form: ``A_t`` and ``b_t`` for every ``t`` from the definition, then one batched Cholesky solve.
 
@@ -254,8 +268,3 @@ def rls_exact(q, k, v, lam=1.0, g=None, scale=None, initial_state=None, output_f
     if not output_final_state:
         return o, None
     return o, (torch.cholesky_solve(b[:, :, -1], L[:, :, -1]), torch.cholesky_inverse(L[:, :, -1]))
-
-
-for _fn in (rls_recurrent, rls_exact):
-    _fn.__doc__ += _SHARED_DOC
-del _fn

@@ -11,13 +11,16 @@ from __future__ import annotations
 
 import torch
 
-from ._common import check_inputs, compute_dtype, resolve_scale
+from ttr_edu._internal.contract import causal_mask, check_inputs, compute_dtype, extend_kv_cache, resolve_scale
+from ttr_edu._internal.validation import guarded
+
 from .feature_maps import l2_norm
 
 __all__ = ["softmax_attention"]
 
 
-def softmax_attention(q, k, v, scale=None, qk_norm=False):
+@guarded
+def softmax_attention(q, k, v, scale=None, qk_norm=False, initial_state=None, output_final_state=False):
     """Causal softmax attention (Vaswani et al. 2017, eq. 1, with a causal mask).
 
     Args:
@@ -27,10 +30,15 @@ def softmax_attention(q, k, v, scale=None, qk_norm=False):
         scale: the inverse temperature multiplying ``q·k``; default ``D_k ** -0.5``.
         qk_norm: L2-normalise q and k first, so the kernel depends on ``‖q − k‖`` only (then pass a larger
             ``scale``, e.g. 10–30: the default makes the weights almost uniform).
+        initial_state: the key-value cache of earlier tokens, ``(k_cache, v_cache)`` of shapes
+            ``(B, T_cache, H, D_k)`` and ``(B, T_cache, H, D_v)`` in the dtype of ``q``: the memory of a
+            nonparametric layer, which grows with every token. The queries are then positions ``T_cache ..
+            T_cache + T − 1`` and see the whole cache.
+        output_final_state: also return the cache extended by this call's ``k, v``.
 
     Returns:
-        ``(o, None)``: ``o`` is ``(B, T, H, D_v)`` in the dtype of ``q``; there is no state (the same return
-        contract as every other op).
+        ``(o, cache)``: ``o`` is ``(B, T, H, D_v)`` in the dtype of ``q``; ``cache`` is ``(k_cache, v_cache)``
+        with ``T_cache + T`` tokens, or ``None`` unless ``output_final_state``.
 
     Raises:
         TypeError: a non-tensor, an integer dtype, mixed dtypes of q, k, v.
@@ -38,12 +46,13 @@ def softmax_attention(q, k, v, scale=None, qk_norm=False):
     """
     dims = check_inputs(q, k, v)
     scale = resolve_scale(scale, dims["D_k"])
+    k, v, T_cache = extend_kv_cache(k, v, initial_state, dims)
+    cache = (k, v) if output_final_state else None
     out_dtype, dtype = q.dtype, compute_dtype(q.dtype)
-    q, k, v = (x.to(dtype).transpose(1, 2) for x in (q, k, v))  # (B, H, T, ·)
+    q, k, v = (x.to(dtype).transpose(1, 2) for x in (q, k, v))  # (B, H, T, ·); k, v: (B, H, T_cache + T, ·)
     if qk_norm:
         q, k = l2_norm(q), l2_norm(k)
-    T = q.shape[2]
-    causal = torch.ones(T, T, dtype=torch.bool, device=q.device).tril()
-    logits = (scale * q @ k.transpose(-1, -2)).masked_fill(~causal, float("-inf"))  # (B, H, T, T)
+    causal = causal_mask(q.shape[2], T_cache, q.device)
+    logits = (scale * q @ k.transpose(-1, -2)).masked_fill(~causal, float("-inf"))  # (B, H, T, T_cache + T)
     o = torch.softmax(logits, dim=-1) @ v
-    return o.transpose(1, 2).to(out_dtype), None
+    return o.transpose(1, 2).to(out_dtype), cache

@@ -23,8 +23,9 @@ from typing import NamedTuple
 
 import torch
 
-from ._common import STATE, check_inputs, check_state, compute_dtype, resolve_scale, zero_state
-from ._memory import check_mlp_state, gelu_derivative, mlp_hidden
+from ttr_edu._internal.contract import STATE, check_inputs, check_state, compute_dtype, resolve_scale, zero_state
+from ttr_edu._internal.mlp_memory import check_mlp_state, gelu_derivative, mlp_hidden
+from ttr_edu._internal.validation import guarded
 
 __all__ = ["titans_recurrent", "TitansState"]
 
@@ -46,6 +47,7 @@ def _check_gate(name, x):
             )
 
 
+@guarded
 def titans_recurrent(q, k, v, theta, eta, alpha, scale=None, initial_state=None, output_final_state=False):
     """Titans' memory update token by token, the gradient written out (Behrouz et al. 2024, eqs. 13–14).
 
@@ -79,7 +81,7 @@ def titans_recurrent(q, k, v, theta, eta, alpha, scale=None, initial_state=None,
     _check_gate("alpha", alpha)
     scale = resolve_scale(scale, dims["D_k"])
     dtype = compute_dtype(q.dtype)
-    memory, momentum = (initial_state if isinstance(initial_state, TitansState) else (initial_state, None))
+    memory, momentum = initial_state if isinstance(initial_state, TitansState) else (initial_state, None)
     if memory is None:
         memory = (zero_state(dims, dtype, q.device),)
     elif isinstance(memory, torch.Tensor):

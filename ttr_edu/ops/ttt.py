@@ -27,10 +27,24 @@ from __future__ import annotations
 
 import torch
 
-from ttr_edu._validation import check_positive_int
-
-from ._common import STATE, check_inputs, check_state, compute_dtype, resolve_scale, zero_state
-from ._memory import check_mlp_state, check_wrap_flags, gelu_derivative, mlp_hidden, unwrap_grad, wrap
+from ttr_edu._internal.contract import (
+    STATE,
+    check_inputs,
+    check_state,
+    compute_dtype,
+    resolve_scale,
+    shares_doc,
+    zero_state,
+)
+from ttr_edu._internal.mlp_memory import (
+    check_mlp_state,
+    check_wrap_flags,
+    gelu_derivative,
+    mlp_hidden,
+    unwrap_grad,
+    wrap,
+)
+from ttr_edu._internal.validation import check_positive_int, guarded
 
 __all__ = ["ttt_linear_recurrent", "ttt_linear_chunk", "ttt_mlp_recurrent", "ttt_mlp_chunk"]
 
@@ -87,9 +101,19 @@ def _prepare(q, k, v, beta, mini_batch_size, scale, initial_state, layer_norm, r
 # ---- the linear memory ---------------------------------------------------------------------------------------
 
 
+@guarded
+@shares_doc(_SHARED_DOC)
 def ttt_linear_recurrent(
-    q, k, v, beta, mini_batch_size=16, scale=None, initial_state=None, output_final_state=False,
-    layer_norm=False, residual=False,
+    q,
+    k,
+    v,
+    beta,
+    mini_batch_size=16,
+    scale=None,
+    initial_state=None,
+    output_final_state=False,
+    layer_norm=False,
+    residual=False,
 ):
     """TTT-Linear token by token: ``∇ℓ(S_s; k_t, v_t) = k_t δ_tᵀ`` with ``δ_t = ∂ℓ/∂m = LN'ᵀ(f(k_t) − v_t)``.
 
@@ -112,9 +136,19 @@ def ttt_linear_recurrent(
     return o, (S if output_final_state else None)
 
 
+@guarded
+@shares_doc(_SHARED_DOC)
 def ttt_linear_chunk(
-    q, k, v, beta, mini_batch_size=16, scale=None, initial_state=None, output_final_state=False,
-    layer_norm=False, residual=False,
+    q,
+    k,
+    v,
+    beta,
+    mini_batch_size=16,
+    scale=None,
+    initial_state=None,
+    output_final_state=False,
+    layer_norm=False,
+    residual=False,
 ):
     """TTT-Linear's dual form, one mini-batch of ``b`` tokens at a time (Sun et al. 2024, §2.5)."""
     out_dtype = q.dtype if isinstance(q, torch.Tensor) else None
@@ -147,15 +181,23 @@ def _mlp_deltas(W1, W2, k, v, layer_norm, residual):
     return h, delta1, delta2
 
 
+@guarded
+@shares_doc(_SHARED_DOC)
 def ttt_mlp_recurrent(
-    q, k, v, beta, mini_batch_size=16, scale=None, initial_state=None, output_final_state=False,
-    layer_norm=False, residual=False,
+    q,
+    k,
+    v,
+    beta,
+    mini_batch_size=16,
+    scale=None,
+    initial_state=None,
+    output_final_state=False,
+    layer_norm=False,
+    residual=False,
 ):
     """TTT-MLP token by token, the two-layer gradient at the mini-batch's start written out (Sun et al. 2024, §2.4)."""
     out_dtype = q.dtype if isinstance(q, torch.Tensor) else None
-    q, k, v, beta, (W1, W2) = _prepare(
-        q, k, v, beta, mini_batch_size, scale, initial_state, layer_norm, residual, True
-    )
+    q, k, v, beta, (W1, W2) = _prepare(q, k, v, beta, mini_batch_size, scale, initial_state, layer_norm, residual, True)
     start = (W1, W2)
     outputs = []
     for t in range(q.shape[2]):
@@ -171,18 +213,26 @@ def ttt_mlp_recurrent(
     return o, ((W1, W2) if output_final_state else None)
 
 
+@guarded
+@shares_doc(_SHARED_DOC)
 def ttt_mlp_chunk(
-    q, k, v, beta, mini_batch_size=16, scale=None, initial_state=None, output_final_state=False,
-    layer_norm=False, residual=False,
+    q,
+    k,
+    v,
+    beta,
+    mini_batch_size=16,
+    scale=None,
+    initial_state=None,
+    output_final_state=False,
+    layer_norm=False,
+    residual=False,
 ):
     """TTT-MLP's dual form: layer 1 of the queries from ``W1_t``, then layer 2 from ``W2_t`` (Sun et al. 2024, §2.5).
 
     ``A_q = Q W1_s − tril(Q Kᵀ) diag(β) Δ1``, ``H_q = GELU(A_q)``, ``O = f(H_q W2_s − tril(H_q H_kᵀ) diag(β) Δ2)``.
     """
     out_dtype = q.dtype if isinstance(q, torch.Tensor) else None
-    q, k, v, beta, (W1, W2) = _prepare(
-        q, k, v, beta, mini_batch_size, scale, initial_state, layer_norm, residual, True
-    )
+    q, k, v, beta, (W1, W2) = _prepare(q, k, v, beta, mini_batch_size, scale, initial_state, layer_norm, residual, True)
     outputs = []
     for s in range(0, q.shape[2], mini_batch_size):
         batch = slice(s, s + mini_batch_size)
@@ -195,8 +245,3 @@ def ttt_mlp_chunk(
         W1, W2 = W1 - k_b.mT @ step1, W2 - h_k.mT @ step2
     o = torch.cat(outputs, dim=2).transpose(1, 2).to(out_dtype)
     return o, ((W1, W2) if output_final_state else None)
-
-
-for _fn in (ttt_linear_recurrent, ttt_linear_chunk, ttt_mlp_recurrent, ttt_mlp_chunk):
-    _fn.__doc__ += _SHARED_DOC
-del _fn

@@ -100,4 +100,3 @@ __all__ = [
     "NAMED_LAYERS",
     "named_layer",
 ]
-

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import torch
 
-from ttr_edu.ops._memory import layer_norm
+from ttr_edu._internal.mlp_memory import layer_norm
 
 from .function_classes import MLP, Linear
 from .optimizers import MomentumSGD, OnlineSGD

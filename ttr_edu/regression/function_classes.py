@@ -46,7 +46,6 @@ class LocalLinear:
 FUNCTION_CLASSES = (Linear, LocalConstant, LocalLinear)
 
 
-
 @dataclass(frozen=True)
 class MLP:
     """A two-layer MLP memory ``m(x) = W2ᵀ GELU(W1ᵀ x)`` (TTT-MLP, Titans), optionally ``x + LN(m(x))`` (TTT).

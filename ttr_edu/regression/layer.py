@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from ttr_edu._validation import Dims, check_finite, check_positive_float, check_same_device, check_tensor
-
-from ttr_edu.ops._memory import check_mlp_state
+from ttr_edu._internal.mlp_memory import check_mlp_state
+from ttr_edu._internal.validation import Dims, check_finite, check_positive_float, check_same_device, check_tensor
 
 from .deep import mini_batch_gd, momentum_sgd
 from .function_classes import FUNCTION_CLASSES, MLP, KernelRidge, Linear, LocalConstant, LocalLinear
@@ -35,7 +34,7 @@ from .optimizers import (
     RecursiveLeastSquares,
     StepsPerToken,
 )
-from .weights import WEIGHTS, ExponentialDecay, Gates, Uniform
+from .weights import WEIGHTS, Gates, Uniform
 
 #: optimisers that take the call's step sizes ``beta``
 STEPPED = (OnlineSGD, MultiPassSGD, ImplicitStep, StepsPerToken, MiniBatchGD, MomentumSGD)
@@ -99,7 +98,9 @@ class TestTimeRegression:
                 f"own weight decay alpha); got {type(weights).__name__}()"
             )
         if isinstance(function_class, MLP) and not isinstance(weights, Uniform):
-            raise ValueError(f"weights: the MLP memory is written for Uniform() weights, got {type(weights).__name__}()")
+            raise ValueError(
+                f"weights: the MLP memory is written for Uniform() weights, got {type(weights).__name__}()"
+            )
         needs_inverse = isinstance(function_class, (Linear, LocalLinear, KernelRidge)) and isinstance(
             optimizer, ExactSolve
         )
@@ -195,8 +196,10 @@ class TestTimeRegression:
                 raise ValueError(f"{name}: only optimizer=MomentumSGD() takes a per-token {name}")
             dims.bind(name, x, ("B", "T", "H"))
             if not bool(((x >= 0) & (x <= 1)).all()):
-                raise ValueError(f"{name}: expected values in [0, 1] (NaN refused), got min {x.min().item():.4g}, "
-                                 f"max {x.max().item():.4g}")
+                raise ValueError(
+                    f"{name}: expected values in [0, 1] (NaN refused), got min {x.min().item():.4g}, "
+                    f"max {x.max().item():.4g}"
+                )
         parametric = isinstance(self.function_class, (Linear, MLP))
         if not parametric and output_final_state:
             raise ValueError(
@@ -211,7 +214,9 @@ class TestTimeRegression:
                 )
             params = check_mlp_state("initial_state", initial_state, dims, q.device)
             if self.function_class.residual and dims["D_k"] != dims["D_v"]:
-                raise ValueError(f"function_class: MLP(residual=True) needs D_k == D_v, got {dims['D_k']}, {dims['D_v']}")
+                raise ValueError(
+                    f"function_class: MLP(residual=True) needs D_k == D_v, got {dims['D_k']}, {dims['D_v']}"
+                )
         elif initial_state is not None:
             if not isinstance(self.optimizer, WARM_STARTED):
                 raise ValueError(
@@ -240,8 +245,10 @@ class TestTimeRegression:
         elif isinstance(self.function_class, KernelRidge):
             o, S = _kernel_ridge(q, k, v, g, scale, self.optimizer.ridge, self.function_class.kernel), None
         elif mlp or isinstance(self.optimizer, MomentumSGD):
-            start = tuple(W.to(dtype) for W in params) if mlp else (
-                (q.new_zeros(dims["B"], dims["H"], dims["D_k"], dims["D_v"]) if S0 is None else S0),
+            start = (
+                tuple(W.to(dtype) for W in params)
+                if mlp
+                else ((q.new_zeros(dims["B"], dims["H"], dims["D_k"], dims["D_v"]) if S0 is None else S0),)
             )
             if isinstance(self.optimizer, MomentumSGD):
                 gates = [None if x is None else x.to(dtype).transpose(1, 2) for x in (eta, alpha)]
@@ -299,8 +306,10 @@ class TestTimeRegression:
         check_same_device(k=k, v=v, queries=queries, beta=beta, g=g)
         empty = [name for name in ("N", "M", "D_k", "D_v") if dims[name] == 0]
         if empty:
-            raise ValueError(f"k, v, queries: expected {', '.join(empty)} >= 1, got shapes {tuple(k.shape)}, "
-                             f"{tuple(v.shape)} and {tuple(queries.shape)}")
+            raise ValueError(
+                f"k, v, queries: expected {', '.join(empty)} >= 1, got shapes {tuple(k.shape)}, "
+                f"{tuple(v.shape)} and {tuple(queries.shape)}"
+            )
         check_finite("queries", queries)
         M, N = dims["M"], dims["N"]
         if isinstance(self.function_class, Linear):  # a parametric memory: fit once, read S_N at every query
@@ -314,8 +323,9 @@ class TestTimeRegression:
             if x is not None:
                 per_token[name] = x[None, :, None].expand(M, N, 1)
         q = queries[:, None, None, :].expand(M, N, 1, dims["D_k"])
-        o, _ = self(q, k[None, :, None].expand(M, N, 1, -1), v[None, :, None].expand(M, N, 1, -1), scale=scale,
-                    **per_token)
+        o, _ = self(
+            q, k[None, :, None].expand(M, N, 1, -1), v[None, :, None].expand(M, N, 1, -1), scale=scale, **per_token
+        )
         return o[:, -1, 0]
 
 

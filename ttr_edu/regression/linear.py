@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import torch
 
-from ttr_edu.ops._common import decay_matrix
+from ttr_edu._internal.contract import decay_matrix
 
 from .optimizers import ExactSolve, GradientStep, MultiPassSGD, OnlineSGD, RecursiveLeastSquares  # noqa: F401
 from .weights import _decay_from_start, decayed_cumsum, regression_weights
+
 
 def _weighted_readout(x, k, v, g, chunk_size: int = 64):
     """``o_t = Σ_{i≤t} γ_i^{(t)} (x_t·k_i) v_i`` for every ``t``, and ``M_T = Σ_i γ_i^{(T)} k_i v_iᵀ``.
@@ -60,7 +61,8 @@ def _gradient_step(opt: GradientStep, q, k, v, g, beta, S0):
 
 
 def _online_sgd(opt: OnlineSGD, q, k, v, g, beta, S0):
-    """``S_t = α_t S_{t−1} + k_t e_tᵀ`` with the step's error ``e_t = β_t (v_t − α_t S_{t−1}ᵀ k_t)``; ``o_t = S_tᵀ q_t``.
+    """``S_t = α_t S_{t−1} + k_t e_tᵀ`` with the step's error ``e_t = β_t (v_t − α_t S_{t−1}ᵀ k_t)``;
+    ``o_t = S_tᵀ q_t``.
 
     One step per pair is the definition, and a loop over pairs would take it literally. But steps on a linear
     regressor compose. In a chunk of C pairs that starts from ``S_0``, with ``Γ_ij`` the weight the decays leave from
@@ -159,7 +161,6 @@ def _recursive_least_squares(opt: RecursiveLeastSquares, q, k, v, g, beta, S0):
     return o, S.reshape(B, H, D_k, D_v)
 
 
-
 def _raise_if_not_factorised(info: torch.Tensor, what: str) -> None:
     if (info != 0).any():
         raise ValueError(
@@ -168,9 +169,9 @@ def _raise_if_not_factorised(info: torch.Tensor, what: str) -> None:
         )
 
 
-
 def _implicit_step(opt, q, k, v, g, beta, S0):
-    """Longhorn: the proximal step's closed form is the SGD step at ``ε = β / (1 + β ‖k‖²)`` (see :class:`ImplicitStep`)."""
+    """Longhorn: the proximal step's closed form is the SGD step at ``ε = β / (1 + β ‖k‖²)`` (see
+    :class:`ImplicitStep`)."""
     eps = beta / (1.0 + beta * k.pow(2).sum(-1))
     return _online_sgd(OnlineSGD(chunk_size=opt.chunk_size), q, k, v, g, eps, S0)
 

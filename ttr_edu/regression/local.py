@@ -12,6 +12,7 @@ import torch
 from .linear import _raise_if_not_factorised
 from .weights import regression_weights
 
+
 def _log_kernel_weights(q, k, g, scale, kernel):
     """``log(γ_i^{(t)} κ(q_t, k_i))`` for ``i ≤ t``, ``−inf`` above the diagonal: ``(B, H, T, T)``."""
     T = q.shape[2]
@@ -46,7 +47,6 @@ def _local_linear(q, k, v, g, scale, ridge, kernel):
     x = torch.cholesky_solve((q - k_mean)[..., None], L)[..., 0]  # (Σ_kk + λI)⁻¹ (q − k̄)
     slope_term = (w * (x @ k.transpose(-1, -2))) @ v - v_mean * (k_mean * x).sum(-1, keepdim=True)
     return v_mean + slope_term
-
 
 
 def _kernel_ridge(q, k, v, g, scale, ridge, kernel):

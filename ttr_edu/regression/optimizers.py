@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ttr_edu._validation import check_positive_float, check_positive_int
+from ttr_edu._internal.validation import check_positive_float, check_positive_int
 
 
 @dataclass(frozen=True)
@@ -31,10 +31,11 @@ class RecursiveLeastSquares:
     With :class:`Uniform` weights it equals :class:`ExactSolve` with the same ridge: this is "rls".
 
     With decaying weights (:class:`Gates`, :class:`ExponentialDecay`) it is classical forgetting-factor RLS, NOT the
-    Mesa layer: the ridge is the prior's weight and fades with the data, so the solution is ``(Σ γ k kᵀ + γ_0^{(t)} λ I)⁻¹ Σ γ k vᵀ``. Once ``γ_0^{(t)}`` is tiny the system
-    is nearly unregularised and can go singular in fp32 (NaN at ordinary gates over long sequences), and a reset
-    ``g = −inf`` is refused. Mesa keeps ``λ`` constant: :class:`ExactSolve` (or :class:`ConjugateGradient`) with
-    :class:`Gates`, ``named_layer("mesa")``. Raises ``ValueError`` unless ``ridge > 0``.
+    Mesa layer: the ridge is the prior's weight and fades with the data, so the solution is
+    ``(Σ γ k kᵀ + γ_0^{(t)} λ I)⁻¹ Σ γ k vᵀ``. Once ``γ_0^{(t)}`` is tiny the system is nearly unregularised and can go
+    singular in fp32 (NaN at ordinary gates over long sequences), and a reset ``g = −inf`` is refused. Mesa keeps ``λ``
+    constant: :class:`ExactSolve` (or :class:`ConjugateGradient`) with :class:`Gates`, ``named_layer("mesa")``. Raises
+    ``ValueError`` unless ``ridge > 0``.
     """
 
     ridge: float = 1.0
@@ -96,7 +97,6 @@ class MultiPassSGD:
 
 
 OPTIMIZERS = (ExactSolve, RecursiveLeastSquares, GradientStep, OnlineSGD, MultiPassSGD)
-
 
 
 # ---- adaptive steps, momentum, several steps, mini-batches, an iterative solver (chapter adaptive_and_deep_memories)

@@ -12,8 +12,13 @@ from dataclasses import dataclass
 
 import torch
 
-from ttr_edu._validation import Dims, check_decayed_sum_args, check_positive_float, check_positive_int, check_tensor
-from ttr_edu.ops._common import check_log_decay, decay_matrix
+from ttr_edu._internal.contract import check_log_decay, decay_matrix
+from ttr_edu._internal.validation import (
+    Dims,
+    check_decayed_sum_args,
+    check_positive_float,
+    check_positive_int,
+)
 
 
 @dataclass(frozen=True)
@@ -131,11 +136,8 @@ def decayed_cumsum(x: torch.Tensor, g: torch.Tensor | None, chunk_size: int = 64
     return torch.stack(chunks, 2).reshape(B, H, N * C, *x.shape[3:])[:, :, :T]
 
 
-
 def _decay_from_start(g, like):
     """``γ_0^{(t)} = exp(Σ_{j≤t} g_j)``, ``(B, H, T)``: the weight left on an initial state at step ``t``."""
     if g is None:
         return torch.ones_like(like[..., 0])
     return g.cumsum(-1).exp()
-
-

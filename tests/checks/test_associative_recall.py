@@ -1,0 +1,166 @@
+"""Chapter 09's checks accept a correct answer, reports an unattempted stub, and rejects plausible wrong answers."""
+
+import pytest
+import torch
+
+from ttr_edu.checks import CheckFailed
+from ttr_edu.checks import associative_recall as checks
+
+
+def stub(logits, labels):
+    raise NotImplementedError()
+
+
+def mqar_accuracy(logits, labels):  # as in the solutions notebook
+    asked = labels != -100
+    return (logits.argmax(-1)[asked] == labels[asked]).double().mean().item()
+
+
+def returns_a_tensor(logits, labels):  # the right number, as a 0-d tensor: the text asks for a Python float
+    asked = labels != -100
+    return (logits.argmax(-1) == labels)[asked].float().mean()
+
+
+def test_a_correct_answer_passes(capsys):
+    assert checks.check_mqar_accuracy(mqar_accuracy) is True
+    assert capsys.readouterr().out.startswith("PASS")
+
+
+def test_a_tensor_is_not_the_float_the_text_asks_for():
+    with pytest.raises(CheckFailed, match="expected a Python float.*item"):
+        checks.check_mqar_accuracy(returns_a_tensor)
+
+
+def test_stub_is_not_attempted(capsys):
+    assert checks.check_mqar_accuracy(stub) is False
+    assert "not attempted yet" in capsys.readouterr().out
+
+
+def counts_ignored_positions(logits, labels):  # averages over every position, so each -100 counts as a miss
+    return (logits.argmax(-1) == labels).double().mean().item()
+
+
+def shifted_by_one(logits, labels):  # language-model habit: logits at t predict the label at t + 1
+    asked = labels[:, 1:] != -100
+    return (logits[:, :-1].argmax(-1)[asked] == labels[:, 1:][asked]).double().mean().item()
+
+
+def counts_instead_of_fraction(logits, labels):
+    asked = labels != -100
+    return (logits.argmax(-1)[asked] == labels[asked]).sum().item()
+
+
+def masks_in_place(logits, labels):  # right number, but it overwrites the caller's labels
+    labels[labels == -100] = 0
+    asked = labels != 0
+    return (logits.argmax(-1)[asked] == labels[asked]).double().mean().item()
+
+
+@pytest.mark.parametrize(
+    "wrong",
+    [counts_ignored_positions, shifted_by_one, counts_instead_of_fraction, masks_in_place],
+)
+def test_plausible_wrong_answers_are_rejected(wrong):
+    with pytest.raises(CheckFailed):
+        checks.check_mqar_accuracy(wrong)
+
+
+def test_cases_are_neither_trivial_nor_perfect():
+    # The wrong answers above are only told apart if the accuracies are strictly between chance and 1.
+    accuracies = [checks.mqar_accuracy(**case) for case in checks._accuracy_cases()]
+    assert accuracies[0] == 1.0 and all(0.1 < a < 0.95 for a in accuracies[1:])
+    assert all(case["labels"].dtype == torch.int64 for case in checks._accuracy_cases())
+
+
+# --- Exercise 9.2, mqar_layout -----------------------------------------------------------------------------------
+
+
+def mqar_layout(keys, values, slots, seq_len, filler):  # as in the solutions notebook: position by position
+    B, N = keys.shape
+    inputs = torch.zeros(B, seq_len, dtype=torch.long)
+    labels = torch.full((B, seq_len), -100, dtype=torch.long)
+    if filler is not None:
+        inputs[:, 2 * N :] = filler
+    for b in range(B):
+        for j in range(N):
+            inputs[b, 2 * j], inputs[b, 2 * j + 1] = keys[b, j], values[b, j]
+            position = 2 * N + 2 * slots[b, j]
+            inputs[b, position], labels[b, position] = keys[b, j], values[b, j]
+    return inputs, labels
+
+
+def layout_stub(keys, values, slots, seq_len, filler):
+    raise NotImplementedError()
+
+
+def test_layout_correct_answer_passes_and_stub_is_not_attempted(capsys):
+    assert checks.check_mqar_layout(mqar_layout) is True
+    assert capsys.readouterr().out.startswith("PASS")
+    assert checks.check_mqar_layout(layout_stub) is False
+    assert "not attempted yet" in capsys.readouterr().out
+
+
+def label_after_the_key(keys, values, slots, seq_len, filler):  # the value written at the next position, as a text
+    inputs, labels = mqar_layout(keys, values, slots, seq_len, filler)
+    return inputs, labels.roll(1, dims=1)
+
+
+def _queries_at(keys, values, seq_len, filler, positions):  # a right context; queries at the given positions
+    B, N = keys.shape
+    inputs = torch.zeros(B, seq_len, dtype=torch.long)
+    labels = torch.full((B, seq_len), -100, dtype=torch.long)
+    if filler is not None:
+        inputs[:, 2 * N :] = filler
+    inputs[:, 0 : 2 * N : 2], inputs[:, 1 : 2 * N : 2] = keys, values
+    inputs.scatter_(1, positions.clamp(max=seq_len - 1), keys)
+    labels.scatter_(1, positions.clamp(max=seq_len - 1), values)
+    return inputs, labels
+
+
+def queries_at_odd_offsets(keys, values, slots, seq_len, filler):  # query (and label) one position late
+    return _queries_at(keys, values, seq_len, filler, 2 * keys.shape[1] + 2 * slots + 1)
+
+
+def slot_as_position(keys, values, slots, seq_len, filler):  # forgets that slot s is tail position 2s
+    return _queries_at(keys, values, seq_len, filler, 2 * keys.shape[1] + slots)
+
+
+def values_first(keys, values, slots, seq_len, filler):  # context v1 k1 v2 k2 ...
+    inputs, labels = mqar_layout(keys, values, slots, seq_len, filler)
+    N = keys.shape[1]
+    inputs[:, 0 : 2 * N : 2], inputs[:, 1 : 2 * N : 2] = values, keys
+    return inputs, labels
+
+
+def labels_on_the_context_too(keys, values, slots, seq_len, filler):  # also asks for each value inside the context
+    inputs, labels = mqar_layout(keys, values, slots, seq_len, filler)
+    labels[:, 1 : 2 * keys.shape[1] : 2] = values
+    return inputs, labels
+
+
+def filler_over_the_queries(keys, values, slots, seq_len, filler):  # places the queries, then pastes the filler on top
+    inputs, labels = mqar_layout(keys, values, slots, seq_len, filler)
+    if filler is not None:
+        inputs[:, 2 * keys.shape[1] :] = filler
+    return inputs, labels
+
+
+@pytest.mark.parametrize(
+    "wrong",
+    [
+        label_after_the_key,
+        queries_at_odd_offsets,
+        slot_as_position,
+        values_first,
+        labels_on_the_context_too,
+        filler_over_the_queries,
+    ],
+)
+def test_layout_plausible_wrong_answers_are_rejected(wrong):
+    with pytest.raises(CheckFailed):
+        checks.check_mqar_layout(wrong)
+
+
+def test_layout_cases_reach_past_the_first_slots():
+    # "slot as position" is only caught if some slot s has 2s != s on a filler position, i.e. slots beyond 0.
+    assert all(case["slots"].max() >= case["keys"].shape[1] for case in checks._layout_cases())

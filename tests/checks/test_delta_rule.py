@@ -1,0 +1,99 @@
+"""Chapter 04's checks accept a right answer and reject plausible wrong answers.
+
+That an unattempted stub is reported is tested for every check at once in test_checks_contract.py.
+"""
+
+import pytest
+import torch
+
+from ttr_edu.checks import CheckFailed
+from ttr_edu.checks import delta_rule as checks
+from ttr_edu.ops import delta_rule_recurrent, linear_attention_recurrent
+
+
+def step(S, k, v, beta):
+    return S + beta * torch.outer(k, v - S.T @ k)
+
+
+def sum_rule_step(S, k, v, beta):  # no error correction
+    return S + beta * torch.outer(k, v)
+
+
+def step_without_beta_on_the_old_value(S, k, v, beta):
+    return S + torch.outer(k, beta * v - S.T @ k)
+
+
+def eigenvalues(k, beta):
+    return torch.sort(torch.cat([(1 - beta * k @ k).reshape(1), torch.ones(len(k) - 1, dtype=k.dtype)])).values
+
+
+def eigenvalues_forgetting_the_norm(k, beta):  # right only for unit keys
+    return torch.sort(
+        torch.cat([torch.tensor([1 - beta], dtype=k.dtype), torch.ones(len(k) - 1, dtype=k.dtype)])
+    ).values
+
+
+def eigenvalues_of_the_write(k, beta):  # eigenvalues of β k kᵀ, forgetting the I −
+    return torch.sort(torch.cat([(beta * k @ k).reshape(1), torch.zeros(len(k) - 1, dtype=k.dtype)])).values
+
+
+def pseudo_values(k, v, beta):
+    S = torch.zeros(k.shape[1], v.shape[1], dtype=k.dtype)
+    u = []
+    for t in range(len(k)):
+        u.append(beta[t] * (v[t] - S.T @ k[t]))
+        S = S + torch.outer(k[t], u[-1])
+    return torch.stack(u)
+
+
+def pseudo_values_after_the_write(k, v, beta):  # reads S_t instead of S_{t−1}
+    S = torch.zeros(k.shape[1], v.shape[1], dtype=k.dtype)
+    u = []
+    for t in range(len(k)):
+        S = S + beta[t] * torch.outer(k[t], v[t] - S.T @ k[t])
+        u.append(beta[t] * (v[t] - S.T @ k[t]))
+    return torch.stack(u)
+
+
+def raw_errors(k, v, beta):  # forgets β
+    return pseudo_values(k, v, beta) / beta[:, None]
+
+
+RIGHT = [
+    (checks.check_delta_rule_step, step),
+    (checks.check_update_eigenvalues, eigenvalues),
+    (checks.check_pseudo_values, pseudo_values),
+]
+WRONG = [
+    (checks.check_delta_rule_step, sum_rule_step),
+    (checks.check_delta_rule_step, step_without_beta_on_the_old_value),
+    (checks.check_update_eigenvalues, eigenvalues_forgetting_the_norm),
+    (checks.check_update_eigenvalues, eigenvalues_of_the_write),
+    (checks.check_pseudo_values, pseudo_values_after_the_write),
+    (checks.check_pseudo_values, raw_errors),
+]
+
+
+@pytest.mark.parametrize("check,answer", RIGHT)
+def test_right_answer_passes(check, answer, capsys):
+    assert check(answer) is True
+    assert capsys.readouterr().out.startswith("PASS")
+
+
+@pytest.mark.parametrize("check,answer", WRONG)
+def test_wrong_answer_is_rejected(check, answer):
+    with pytest.raises(CheckFailed, match="wrong values"):
+        check(answer)
+
+
+def test_pseudo_values_turn_linear_attention_into_the_delta_rule():
+    # The chapter's claim: linear attention over the pseudo-values is the delta rule.
+    g = torch.Generator().manual_seed(0)
+    q, k = (torch.nn.functional.normalize(torch.randn(12, 4, generator=g, dtype=torch.float64), dim=-1) for _ in "qk")
+    v, beta = torch.randn(12, 3, generator=g, dtype=torch.float64), torch.rand(12, generator=g, dtype=torch.float64)
+    u = pseudo_values(k, v, beta)
+    linear, _ = linear_attention_recurrent(q[None, :, None], k[None, :, None], u[None, :, None], scale=1.0)
+    delta, _ = delta_rule_recurrent(
+        q[None, :, None], k[None, :, None], v[None, :, None], beta[None, :, None], scale=1.0
+    )
+    torch.testing.assert_close(linear, delta)

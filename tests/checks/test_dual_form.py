@@ -1,0 +1,208 @@
+"""Chapter 05's checks accept the reference and reject plausible wrong answers.
+
+That an unattempted stub is reported is tested for every check at once in test_checks_contract.py.
+"""
+
+import pytest
+import torch
+
+from ttr_edu import dual_form
+from ttr_edu.checks import CheckFailed
+from ttr_edu.checks import dual_form as checks
+
+CHECKS = [
+    (checks.check_dual_output, dual_form.dual_output),
+    (checks.check_momentum_rescale, dual_form.momentum_rescale),
+    (checks.check_class_votes, dual_form.class_votes),
+]
+
+
+@pytest.mark.parametrize("check,reference", CHECKS)
+def test_reference_passes(check, reference, capsys):
+    assert check(reference) is True
+    assert capsys.readouterr().out.startswith("PASS")
+
+
+def _rescale_off_by_one(momentum, num_steps):
+    t = torch.arange(1, num_steps + 1, dtype=torch.float64)
+    if momentum == 0:
+        return torch.ones(num_steps, dtype=torch.float64)
+    return (1 - momentum ** (num_steps - t)) / (1 - momentum)
+
+
+def _rescale_reversed(momentum, num_steps):
+    return dual_form.momentum_rescale(momentum, num_steps).flip(0)
+
+
+def _rescale_geometric_weight(momentum, num_steps):  # only the last step's momentum weight μ^{T−t}
+    t = torch.arange(1, num_steps + 1, dtype=torch.float64)
+    return momentum ** (num_steps - t)
+
+
+def _votes_mean(scores, labels, num_classes):
+    votes = dual_form.class_votes(scores, labels, num_classes)
+    counts = torch.bincount(labels, minlength=num_classes).clamp(min=1)
+    return votes / counts
+
+
+def _votes_count_of_best(scores, labels, num_classes):  # nearest-neighbour count instead of a score sum
+    best = labels[scores.argmax(dim=1)]
+    return torch.nn.functional.one_hot(best, num_classes).to(scores.dtype)
+
+
+def _votes_normalised(scores, labels, num_classes):  # a softmax-like share: right argmax, wrong numbers
+    votes = dual_form.class_votes(scores, labels, num_classes)
+    return votes / votes.sum(dim=1, keepdim=True)
+
+
+WRONG = [
+    ("dual: forgets W0", checks.check_dual_output, lambda W0, keys, values, query: (query @ keys.T) @ values),
+    (
+        "dual: absolute scores (the spotlight, not the dual)",
+        checks.check_dual_output,
+        lambda W0, keys, values, query: query @ W0.T + (query @ keys.T).abs() @ values,
+    ),
+    (
+        "dual: normalised attention",
+        checks.check_dual_output,
+        lambda W0, keys, values, query: query @ W0.T + torch.softmax(query @ keys.T, dim=1) @ values,
+    ),
+    ("rescale: exponent off by one", checks.check_momentum_rescale, _rescale_off_by_one),
+    ("rescale: reversed in time", checks.check_momentum_rescale, _rescale_reversed),
+    ("rescale: momentum weight only", checks.check_momentum_rescale, _rescale_geometric_weight),
+    ("votes: mean instead of sum", checks.check_class_votes, _votes_mean),
+    ("votes: count of the best match", checks.check_class_votes, _votes_count_of_best),
+    ("votes: normalised to shares", checks.check_class_votes, _votes_normalised),
+]
+
+
+@pytest.mark.parametrize("name,check,wrong", WRONG, ids=[w[0] for w in WRONG])
+def test_wrong_answer_is_rejected(name, check, wrong):
+    with pytest.raises(CheckFailed):
+        check(wrong)
+
+
+def test_failure_message_shows_the_case():
+    expected = r"(?s)dual_output: wrong values.*inputs: W0=tensor\(1, 1\).*first wrong element"
+    with pytest.raises(CheckFailed, match=expected):
+        checks.check_dual_output(lambda W0, keys, values, query: (query @ keys.T) @ values)
+
+
+def _votes_without_empty_class(scores, labels, num_classes):  # bincount-style: classes up to the largest label seen
+    one_hot = torch.nn.functional.one_hot(labels).to(scores.dtype)
+    return scores @ one_hot
+
+
+MORE_WRONG = [
+    (
+        "dual: averaged over the N patterns",
+        checks.check_dual_output,
+        lambda W0, keys, values, query: query @ W0.T + (query @ keys.T) @ values / len(keys),
+    ),
+    (
+        "rescale: float32 instead of float64",
+        checks.check_momentum_rescale,
+        lambda momentum, num_steps: dual_form.momentum_rescale(momentum, num_steps).float(),
+    ),
+    (
+        "rescale: 1/(1 - mu) for every step",
+        checks.check_momentum_rescale,
+        lambda momentum, num_steps: torch.full((num_steps,), 1 / (1 - momentum), dtype=torch.float64),
+    ),
+    ("votes: the empty class is dropped", checks.check_class_votes, _votes_without_empty_class),
+]
+
+
+@pytest.mark.parametrize("name,check,wrong", MORE_WRONG, ids=[w[0] for w in MORE_WRONG])
+def test_more_plausible_wrong_answers_are_rejected(name, check, wrong):
+    with pytest.raises(CheckFailed):
+        check(wrong)
+
+
+def test_a_float32_momentum_rescale_is_told_its_dtype():
+    def float32_answer(momentum, num_steps):  # the formula right, but t = torch.arange(1, T + 1) without a dtype
+        t = torch.arange(1, num_steps + 1)
+        return (1 - momentum ** (num_steps - t + 1)) / (1 - momentum) if momentum else torch.ones(num_steps)
+
+    with pytest.raises(CheckFailed, match=r"returns float32, the exercise asks for float64"):
+        checks.check_momentum_rescale(float32_answer)
+
+
+# --- the hook-based recorder -----------------------------------------------------------------------------------
+
+
+def record_training(model, layer_name, optimizer, batches):  # the solution, written as a student would
+    layer = model.get_submodule(layer_name)
+    W0 = layer.weight.detach().clone()
+    keys, grads, lrs = [], [], []
+    handles = [
+        layer.register_forward_hook(lambda module, inputs, output: keys.append(inputs[0].detach().clone())),
+        layer.register_full_backward_hook(lambda module, grad_in, grad_out: grads.append(grad_out[0].detach().clone())),
+    ]
+    try:
+        for x, y in batches:
+            optimizer.zero_grad()
+            torch.nn.functional.cross_entropy(model(x), y).backward()
+            lrs.append(optimizer.param_groups[0]["lr"])
+            optimizer.step()
+    finally:
+        for handle in handles:
+            handle.remove()
+    values = torch.cat([-lr * g for lr, g in zip(lrs, grads)])
+    return W0, torch.cat(keys), values
+
+
+def test_record_training_reference_and_solution_pass(capsys):
+    assert checks.check_record_training(checks.reference_record_training) is True
+    assert checks.check_record_training(record_training) is True
+    assert capsys.readouterr().out.count("PASS") == 2
+
+
+def _values_without_lr(model, layer_name, optimizer, batches):
+    W0, keys, values = record_training(model, layer_name, optimizer, batches)
+    return W0, keys, values / -optimizer.param_groups[0]["lr"]  # the raw gradients ∂L/∂y
+
+
+def _values_sign_flipped(model, layer_name, optimizer, batches):
+    W0, keys, values = record_training(model, layer_name, optimizer, batches)
+    return W0, keys, -values
+
+
+def _W0_after_training(model, layer_name, optimizer, batches):
+    _, keys, values = record_training(model, layer_name, optimizer, batches)
+    return model.get_submodule(layer_name).weight.detach().clone(), keys, values
+
+
+def _keys_are_model_inputs(model, layer_name, optimizer, batches):  # the network's input, not the layer's
+    W0, _, values = record_training(model, layer_name, optimizer, batches)
+    return W0, torch.cat([x for x, _ in batches]), values
+
+
+def _hooks_left_attached(model, layer_name, optimizer, batches):
+    layer = model.get_submodule(layer_name)
+    keys = []
+    layer.register_forward_hook(lambda module, inputs, output: keys.append(inputs[0].detach().clone()))
+    W0, _, values = record_training(model, layer_name, optimizer, batches)
+    return W0, torch.cat(keys), values
+
+
+def _gradient_summed_over_the_batch(model, layer_name, optimizer, batches):  # one value per step, not per pattern
+    W0, keys, values = record_training(model, layer_name, optimizer, batches)
+    n = len(batches[0][0])
+    return W0, keys, values.view(-1, n, values.shape[-1]).sum(1).repeat_interleave(n, 0) / n
+
+
+WRONG_RECORDERS = [
+    _values_without_lr,
+    _values_sign_flipped,
+    _W0_after_training,
+    _keys_are_model_inputs,
+    _hooks_left_attached,
+    _gradient_summed_over_the_batch,
+]
+
+
+@pytest.mark.parametrize("wrong", WRONG_RECORDERS, ids=[w.__name__ for w in WRONG_RECORDERS])
+def test_wrong_recorders_are_rejected(wrong):
+    with pytest.raises(CheckFailed):
+        checks.check_record_training(wrong)

@@ -1,0 +1,121 @@
+"""Chapter 03's checks accept a right answer and reject plausible wrong answers.
+
+That an unattempted stub is reported is tested for every check at once in test_checks_contract.py.
+"""
+
+import math
+
+import pytest
+import torch
+
+from ttr_edu.checks import CheckFailed
+from ttr_edu.checks import feature_maps_and_capacity as checks
+
+
+def dpfp(x, nu):
+    r = torch.cat([torch.relu(x), torch.relu(-x)], dim=-1)
+    return torch.cat([r * torch.roll(r, j, dims=-1) for j in range(1, nu + 1)], dim=-1)
+
+
+def dpfp_from_zero(x, nu):  # j = 0..ν−1: the first block is r ⊙ r
+    r = torch.cat([torch.relu(x), torch.relu(-x)], dim=-1)
+    return torch.cat([r * torch.roll(r, j, dims=-1) for j in range(nu)], dim=-1)
+
+
+def dpfp_positive_half_only(x, nu):  # forgets ReLU(−x): half the features
+    r = torch.relu(x)
+    return torch.cat([r * torch.roll(r, j, dims=-1) for j in range(1, nu + 1)], dim=-1)
+
+
+def dpfp_roll_without_dims(x, nu):  # torch.roll without dims=-1 rolls the flattened tensor across rows
+    r = torch.cat([torch.relu(x), torch.relu(-x)], dim=-1)
+    return torch.cat([r * torch.roll(r, j) for j in range(1, nu + 1)], dim=-1)
+
+
+def favor_plus(x, projection):
+    wx = x @ projection.T
+    scale = torch.exp(-0.5 * (x**2).sum(-1, keepdim=True)) / math.sqrt(2 * projection.shape[0])
+    return scale * torch.cat([torch.exp(wx), torch.exp(-wx)], dim=-1)
+
+
+def favor_plus_without_norm_term(x, projection):
+    wx = x @ projection.T
+    return torch.cat([torch.exp(wx), torch.exp(-wx)], dim=-1) / math.sqrt(2 * projection.shape[0])
+
+
+def favor_plus_sqrt_m(x, projection):  # √m instead of √(2m)
+    return favor_plus(x, projection) * math.sqrt(2)
+
+
+def loss(y, target):
+    return 0.5 * ((y - torch.nn.functional.one_hot(target, y.shape[1]).to(y.dtype)) ** 2).sum(-1).mean()
+
+
+def loss_mean_over_values(y, target):  # averages over D_v too
+    return 0.5 * ((y - torch.nn.functional.one_hot(target, y.shape[1]).to(y.dtype)) ** 2).mean()
+
+
+def loss_without_half(y, target):
+    return 2 * loss(y, target)
+
+
+RIGHT = [(checks.check_dpfp, dpfp), (checks.check_favor_plus, favor_plus), (checks.check_retrieval_loss, loss)]
+WRONG = [
+    (checks.check_dpfp, dpfp_from_zero, "wrong values"),
+    (checks.check_dpfp, dpfp_positive_half_only, "wrong shape"),
+    (checks.check_dpfp, dpfp_roll_without_dims, "wrong values"),
+    (checks.check_favor_plus, favor_plus_without_norm_term, "wrong values"),
+    (checks.check_favor_plus, favor_plus_sqrt_m, "wrong values"),
+    (checks.check_retrieval_loss, loss_mean_over_values, "got"),
+    (checks.check_retrieval_loss, loss_without_half, "got"),
+]
+
+
+@pytest.mark.parametrize("check,answer", RIGHT)
+def test_right_answer_passes(check, answer, capsys):
+    assert check(answer) is True
+    assert capsys.readouterr().out.startswith("PASS")
+
+
+@pytest.mark.parametrize("check,answer,words", WRONG)
+def test_wrong_answer_is_rejected(check, answer, words):
+    with pytest.raises(CheckFailed, match=words):
+        check(answer)
+
+
+def test_sum_rule_check_passes_the_reference(capsys):
+    from ttr_edu.models.retrieval import sum_rule_retrieve
+
+    assert checks.check_sum_rule_retrieve(sum_rule_retrieve) is True
+    assert capsys.readouterr().out.startswith("PASS")
+
+
+def _no_normaliser(phi_k, v, phi_q):
+    return torch.einsum("btk,btv,bk->bv", phi_k, v, phi_q)
+
+
+def _normaliser_without_eps(phi_k, v, phi_q):  # harmless ε forgotten? no: 1e-6 is above this check's tolerance
+    return _no_normaliser(phi_k, v, phi_q) / torch.einsum("btk,bk->b", phi_k, phi_q)[:, None]
+
+
+def _mean_not_sum(phi_k, v, phi_q):
+    return torch.einsum("btk,btv,bk->bv", phi_k, v, phi_q) / phi_k.shape[1]
+
+
+def _read_with_the_last_key(phi_k, v, phi_q):
+    return _no_normaliser(phi_k, v, phi_k[:, -1]) / (torch.einsum("btk,bk->b", phi_k, phi_k[:, -1])[:, None] + 1e-6)
+
+
+@pytest.mark.parametrize("wrong", [_no_normaliser, _normaliser_without_eps, _mean_not_sum, _read_with_the_last_key])
+def test_sum_rule_check_rejects_plausible_wrong_answers(wrong):
+    with pytest.raises(CheckFailed, match="sum_rule_retrieve"):
+        checks.check_sum_rule_retrieve(wrong)
+
+
+def test_dpfp_rolled_the_other_way_is_told_so():
+    def rolled_back(x, nu):
+        r = torch.cat([torch.relu(x), torch.relu(-x)], dim=-1)
+        return torch.cat([r * torch.roll(r, -j, dims=-1) for j in range(1, nu + 1)], dim=-1)
+
+    with pytest.raises(CheckFailed, match="the same products in another order"):
+        checks.check_dpfp(rolled_back)

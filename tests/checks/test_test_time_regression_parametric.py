@@ -1,0 +1,108 @@
+"""Chapter 06's checks accept a correct answer and reject plausible wrong answers.
+
+That an unattempted stub is reported is tested for every check at once in test_checks_contract.py.
+"""
+
+import pytest
+import torch
+
+from ttr_edu.checks import CheckFailed
+from ttr_edu.checks import test_time_regression_parametric as checks
+
+
+# Correct answers, written the way a student would (as in the solutions notebook).
+def decay_weights(g):
+    T = g.shape[0]
+    G = torch.cumsum(g, 0)
+    causal = torch.ones(T, T, dtype=torch.bool).tril()
+    return (G[:, None] - G[None, :]).masked_fill(~causal, float("-inf")).exp()
+
+
+def sgd_step(S, k, v, beta):
+    return S + beta * torch.outer(k, v - S.T @ k)
+
+
+def ridge_readout(q, k, v, ridge):
+    out = []
+    for t in range(k.shape[0]):
+        K, V = k[: t + 1], v[: t + 1]
+        S = torch.linalg.solve(K.T @ K + ridge * torch.eye(k.shape[1], dtype=k.dtype), K.T @ V)
+        out.append(S.T @ q[t])
+    return torch.stack(out)
+
+
+CHECKS = [
+    (checks.check_decay_weights, decay_weights),
+    (checks.check_sgd_step, sgd_step),
+    (checks.check_ridge_readout, ridge_readout),
+]
+
+
+@pytest.mark.parametrize("check,answer", CHECKS)
+def test_a_correct_answer_passes(check, answer, capsys):
+    assert check(answer) is True
+    assert capsys.readouterr().out.startswith("PASS")
+
+
+def decay_including_own_gate(g):  # Σ_{j=i..t} instead of Σ_{j=i+1..t}: the newest pair is already decayed
+    return decay_weights(g) * torch.exp(g)[None, :]
+
+
+def linear_attention_readout(q, k, v, ridge):  # the covariance dropped: what linear attention computes
+    return torch.stack([sum((q[t] @ k[i]) * v[i] for i in range(t + 1)) for t in range(k.shape[0])])
+
+
+def non_causal_readout(q, k, v, ridge):  # solved once with every pair, future ones included
+    S = torch.linalg.solve(k.T @ k + ridge * torch.eye(k.shape[1], dtype=k.dtype), k.T @ v)
+    return q @ S
+
+
+def pseudo_inverse_readout(q, k, v, ridge):  # the ridge ignored: minimum-norm fit by the pseudo-inverse
+    return torch.stack([(torch.linalg.pinv(k[: t + 1]) @ v[: t + 1]).T @ q[t] for t in range(k.shape[0])])
+
+
+WRONG = [
+    ("sgd: S k instead of Sᵀ k", checks.check_sgd_step, lambda S, k, v, beta: S + beta * torch.outer(k, v - S @ k)),
+    ("ridge: ridge ignored (pseudo-inverse)", checks.check_ridge_readout, pseudo_inverse_readout),
+    ("decay: includes the pair's own gate", checks.check_decay_weights, decay_including_own_gate),
+    (
+        "decay: upper triangle not masked",
+        checks.check_decay_weights,
+        lambda g: (torch.cumsum(g, 0)[:, None] - torch.cumsum(g, 0)[None, :]).exp(),
+    ),
+    ("sgd: Hebbian write, no error term", checks.check_sgd_step, lambda S, k, v, beta: S + beta * torch.outer(k, v)),
+    ("sgd: gradient ascent", checks.check_sgd_step, lambda S, k, v, beta: S - beta * torch.outer(k, v - S.T @ k)),
+    ("ridge: covariance ignored", checks.check_ridge_readout, linear_attention_readout),
+    ("ridge: not causal", checks.check_ridge_readout, non_causal_readout),
+]
+
+
+@pytest.mark.parametrize("label,check,wrong", WRONG, ids=[w[0] for w in WRONG])
+def test_plausible_wrong_answers_are_rejected(label, check, wrong):
+    with pytest.raises(CheckFailed):
+        check(wrong)
+
+
+def decay_masked_after_exp(g):  # the exponential first, then the mask: inf · 0 = NaN under a strong decay
+    T = g.shape[0]
+    G = torch.cumsum(g, 0)
+    return (G[:, None] - G[None, :]).exp() * torch.ones(T, T, dtype=g.dtype).tril()
+
+
+def test_masking_after_the_exponential_is_caught_with_the_reason():
+    with pytest.raises(CheckFailed, match=r"strong decay.*inf · 0 = NaN"):
+        checks.check_decay_weights(decay_masked_after_exp)
+
+
+def test_the_strong_decay_case_really_makes_the_mask_after_exp_nan():
+    assert torch.isnan(decay_masked_after_exp(torch.full((30,), -50.0, dtype=torch.float64))).any()
+
+
+def test_torch_where_after_exp_passes():  # masking after exp without multiplying keeps zeros: a correct answer
+    def answer(g):
+        T = g.shape[0]
+        G = torch.cumsum(g, 0)
+        causal = torch.ones(T, T, dtype=torch.bool).tril()
+        return torch.where(causal, (G[:, None] - G[None, :]).exp(), torch.zeros(()))
+
+    assert checks.check_decay_weights(answer) is True

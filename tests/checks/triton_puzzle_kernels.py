@@ -1,0 +1,263 @@
+"""Reference and deliberately wrong kernels for the Triton chapter's puzzle checks, shared by
+``test_checks_triton_kernels.py`` (interpreter) and ``test_checks_triton_kernels_cuda.py`` (compiled, on a GPU).
+
+Whether these are interpreted or compiled depends on ``TRITON_INTERPRET`` when this module is imported.
+"""
+
+import triton
+import triton.language as tl
+
+
+class Bound:
+    """A kernel with some constexpr flags fixed, launched like the kernel itself."""
+
+    def __init__(self, kernel, **flags):
+        self.kernel, self.flags = kernel, flags
+
+    def __getitem__(self, grid):
+        return lambda *args, **constants: self.kernel[grid](*args, **constants, **self.flags)
+
+
+@triton.jit
+def scale_tile(x_ptr, out_ptr, T, D, scale, BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr):
+    rows = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)
+    cols = tl.arange(0, BLOCK_D)
+    offsets = rows[:, None] * D + cols[None, :]
+    mask = (rows[:, None] < T) & (cols[None, :] < D)
+    tl.store(out_ptr + offsets, scale * tl.load(x_ptr + offsets, mask=mask), mask=mask)
+
+
+@triton.jit
+def scale_tile_store_unmasked(x_ptr, out_ptr, T, D, scale, BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr):
+    rows = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)
+    cols = tl.arange(0, BLOCK_D)
+    offsets = rows[:, None] * D + cols[None, :]
+    mask = (rows[:, None] < T) & (cols[None, :] < D)
+    tl.store(out_ptr + offsets, scale * tl.load(x_ptr + offsets, mask=mask, other=0.0))
+
+
+@triton.jit
+def scale_tile_row_stride_block(x_ptr, out_ptr, T, D, scale, BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr):
+    rows = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)
+    cols = tl.arange(0, BLOCK_D)
+    offsets = rows[:, None] * BLOCK_D + cols[None, :]  # wrong: the row stride is D, not the tile width
+    mask = (rows[:, None] < T) & (cols[None, :] < D)
+    tl.store(out_ptr + offsets, scale * tl.load(x_ptr + offsets, mask=mask), mask=mask)
+
+
+@triton.jit
+def scale_tile_first_rows_only(x_ptr, out_ptr, T, D, scale, BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr):
+    rows = tl.program_id(0) + tl.arange(0, BLOCK_T)  # wrong: program i starts at row i, not i * BLOCK_T
+    cols = tl.arange(0, BLOCK_D)
+    offsets = rows[:, None] * D + cols[None, :]
+    mask = (rows[:, None] < T) & (cols[None, :] < D)
+    tl.store(out_ptr + offsets, scale * tl.load(x_ptr + offsets, mask=mask), mask=mask)
+
+
+@triton.jit
+def causal_chunk(
+    q_ptr,
+    k_ptr,
+    v_ptr,
+    out_ptr,
+    C,
+    D_k,
+    D_v,
+    BLOCK_C: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    BLOCK_V: tl.constexpr,
+    STRICT: tl.constexpr = False,
+    NO_OTHER: tl.constexpr = False,
+    DEFAULT_PRECISION: tl.constexpr = False,
+):
+    t = tl.arange(0, BLOCK_C)
+    dk = tl.arange(0, BLOCK_K)
+    dv = tl.arange(0, BLOCK_V)
+    qk_mask = (t[:, None] < C) & (dk[None, :] < D_k)
+    v_mask = (t[:, None] < C) & (dv[None, :] < D_v)
+    if NO_OTHER:  # wrong on a GPU: the padded lanes are undefined, and they enter the products
+        q = tl.load(q_ptr + t[:, None] * D_k + dk[None, :], mask=qk_mask)
+        k = tl.load(k_ptr + t[:, None] * D_k + dk[None, :], mask=qk_mask)
+        v = tl.load(v_ptr + t[:, None] * D_v + dv[None, :], mask=v_mask)
+    else:
+        q = tl.load(q_ptr + t[:, None] * D_k + dk[None, :], mask=qk_mask, other=0.0)
+        k = tl.load(k_ptr + t[:, None] * D_k + dk[None, :], mask=qk_mask, other=0.0)
+        v = tl.load(v_ptr + t[:, None] * D_v + dv[None, :], mask=v_mask, other=0.0)
+    if DEFAULT_PRECISION:  # wrong on a GPU: tl.dot without input_precision multiplies fp32 tiles in tf32
+        scores = tl.dot(q, tl.trans(k))
+    else:
+        scores = tl.dot(q, tl.trans(k), input_precision="ieee")
+    if STRICT:
+        scores = tl.where(t[:, None] > t[None, :], scores, 0.0)
+    else:
+        scores = tl.where(t[:, None] >= t[None, :], scores, 0.0)
+    if DEFAULT_PRECISION:
+        out = tl.dot(scores, v)
+    else:
+        out = tl.dot(scores, v, input_precision="ieee")
+    tl.store(out_ptr + t[:, None] * D_v + dv[None, :], out, mask=v_mask)
+
+
+@triton.jit
+def chunk_linear_attention(
+    q_ptr,
+    k_ptr,
+    v_ptr,
+    o_ptr,
+    s_ptr,
+    T,
+    D_k,
+    D_v,
+    BLOCK_T: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    BLOCK_V: tl.constexpr,
+    STATE_FIRST: tl.constexpr = False,
+):
+    t = tl.arange(0, BLOCK_T)
+    dk = tl.arange(0, BLOCK_K)
+    dv = tl.arange(0, BLOCK_V)
+    S = tl.zeros([BLOCK_K, BLOCK_V], dtype=tl.float32)
+    for start in range(0, T, BLOCK_T):
+        rows = start + t
+        qk_mask = (rows[:, None] < T) & (dk[None, :] < D_k)
+        v_mask = (rows[:, None] < T) & (dv[None, :] < D_v)
+        q = tl.load(q_ptr + rows[:, None] * D_k + dk[None, :], mask=qk_mask, other=0.0)
+        k = tl.load(k_ptr + rows[:, None] * D_k + dk[None, :], mask=qk_mask, other=0.0)
+        v = tl.load(v_ptr + rows[:, None] * D_v + dv[None, :], mask=v_mask, other=0.0)
+        if STATE_FIRST:  # wrong: the chunk's outputs then read its own writes twice
+            S += tl.dot(tl.trans(k), v, input_precision="ieee")
+        scores = tl.where(t[:, None] >= t[None, :], tl.dot(q, tl.trans(k), input_precision="ieee"), 0.0)
+        o = tl.dot(q, S, input_precision="ieee") + tl.dot(scores, v, input_precision="ieee")
+        tl.store(o_ptr + rows[:, None] * D_v + dv[None, :], o, mask=v_mask)
+        if not STATE_FIRST:
+            S += tl.dot(tl.trans(k), v, input_precision="ieee")
+    s_mask = (dk[:, None] < D_k) & (dv[None, :] < D_v)
+    tl.store(s_ptr + dk[:, None] * D_v + dv[None, :], S, mask=s_mask)
+
+
+@triton.jit
+def ut_transform(
+    k_ptr, beta_ptr, out_ptr, C, D_k, BLOCK_C: tl.constexpr, BLOCK_K: tl.constexpr, FORGET_BETA: tl.constexpr = False
+):
+    t = tl.arange(0, BLOCK_C)
+    dk = tl.arange(0, BLOCK_K)
+    k = tl.load(k_ptr + t[:, None] * D_k + dk[None, :], mask=(t[:, None] < C) & (dk[None, :] < D_k), other=0.0)
+    beta = tl.load(beta_ptr + t, mask=t < C, other=0.0)
+    A = tl.where(t[:, None] > t[None, :], beta[:, None] * tl.dot(k, tl.trans(k), input_precision="ieee"), 0.0)
+    inverse = tl.where(t[:, None] == t[None, :], 1.0, 0.0)
+    for i in range(1, BLOCK_C):
+        a_i = tl.sum(tl.where(t[:, None] == i, A, 0.0), 0)
+        inverse = tl.where(t[:, None] == i, inverse - tl.sum(a_i[:, None] * inverse, 0)[None, :], inverse)
+    if not FORGET_BETA:
+        inverse = inverse * beta[None, :]
+    tl.store(out_ptr + t[:, None] * C + t[None, :], inverse, mask=(t[:, None] < C) & (t[None, :] < C))
+
+
+@triton.jit
+def running_sum(
+    x_ptr,
+    out_ptr,
+    T,
+    H,
+    D,
+    BLOCK_T: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    TIME_STRIDE_D: tl.constexpr = False,
+    NO_CARRY: tl.constexpr = False,
+    WILD: tl.constexpr = False,
+):
+    i_bh, i_d = tl.program_id(0), tl.program_id(1)
+    i_b, i_h = (i_bh // H).to(tl.int64), (i_bh % H).to(tl.int64)
+    cols = i_d * BLOCK_D + tl.arange(0, BLOCK_D)
+    t = tl.arange(0, BLOCK_T)
+    base = (i_b * T * H + i_h) * D
+    if WILD:  # wrong: the batch stride counted in bytes-like units, thousands of elements too far
+        base = (i_b * T * H * 4096 + i_h) * D
+    row_stride = H * D
+    if TIME_STRIDE_D:  # wrong: rows of one head are H * D apart, not D
+        row_stride = D
+    carry = tl.zeros([BLOCK_D], dtype=tl.float32)
+    for start in range(0, T, BLOCK_T):
+        rows = start + t
+        mask = (rows[:, None] < T) & (cols[None, :] < D)
+        offsets = base + rows[:, None] * row_stride + cols[None, :]
+        x = tl.load(x_ptr + offsets, mask=mask, other=0.0)
+        total = tl.cumsum(x, 0) + carry[None, :]
+        tl.store(out_ptr + offsets, total, mask=mask)
+        if not NO_CARRY:
+            carry += tl.sum(x, 0)
+
+
+@triton.jit
+def delta_rule_chunk(
+    q_ptr,
+    k_ptr,
+    v_ptr,
+    beta_ptr,
+    o_ptr,
+    s0_ptr,
+    s_ptr,
+    T,
+    H,
+    D_k,
+    D_v,
+    BLOCK_T: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    BLOCK_V: tl.constexpr,
+    NO_WS: tl.constexpr = False,
+    NO_S0: tl.constexpr = False,
+    FIRST_BLOCK: tl.constexpr = False,
+    PRECISION: tl.constexpr = "ieee",
+):
+    i_bh, i_v = tl.program_id(0), tl.program_id(1)
+    if FIRST_BLOCK:  # wrong: every program takes the first block of value columns
+        i_v = 0
+    i_b, i_h = (i_bh // H).to(tl.int64), (i_bh % H).to(tl.int64)
+    t = tl.arange(0, BLOCK_T)
+    dk = tl.arange(0, BLOCK_K)
+    dv = i_v * BLOCK_V + tl.arange(0, BLOCK_V)
+    s_offsets = i_bh.to(tl.int64) * D_k * D_v + dk[:, None] * D_v + dv[None, :]
+    s_mask = (dk[:, None] < D_k) & (dv[None, :] < D_v)
+    S = tl.zeros([BLOCK_K, BLOCK_V], dtype=tl.float32)
+    if not NO_S0:
+        S += tl.load(s0_ptr + s_offsets, mask=s_mask, other=0.0)
+    for start in range(0, T, BLOCK_T):
+        rows = start + t
+        qk_mask = (rows[:, None] < T) & (dk[None, :] < D_k)
+        v_mask = (rows[:, None] < T) & (dv[None, :] < D_v)
+        qk_offsets = ((i_b * T + rows[:, None]) * H + i_h) * D_k + dk[None, :]
+        v_offsets = ((i_b * T + rows[:, None]) * H + i_h) * D_v + dv[None, :]
+        q = tl.load(q_ptr + qk_offsets, mask=qk_mask, other=0.0)
+        k = tl.load(k_ptr + qk_offsets, mask=qk_mask, other=0.0)
+        v = tl.load(v_ptr + v_offsets, mask=v_mask, other=0.0)
+        beta = tl.load(beta_ptr + (i_b * T + rows) * H + i_h, mask=rows < T, other=0.0)
+        A = tl.where(t[:, None] > t[None, :], beta[:, None] * tl.dot(k, tl.trans(k), input_precision=PRECISION), 0.0)
+        inverse = tl.where(t[:, None] == t[None, :], 1.0, 0.0)
+        for i in range(1, BLOCK_T):
+            a_i = tl.sum(tl.where(t[:, None] == i, A, 0.0), 0)
+            inverse = tl.where(t[:, None] == i, inverse - tl.sum(a_i[:, None] * inverse, 0)[None, :], inverse)
+        ut = inverse * beta[None, :]
+        U = tl.dot(ut, v, input_precision=PRECISION)
+        if not NO_WS:  # wrong without it: the pseudo-values ignore what the state already predicts
+            U -= tl.dot(tl.dot(ut, k, input_precision=PRECISION), S, input_precision=PRECISION)
+        scores = tl.where(t[:, None] >= t[None, :], tl.dot(q, tl.trans(k), input_precision=PRECISION), 0.0)
+        o = tl.dot(q, S, input_precision=PRECISION) + tl.dot(scores, U, input_precision=PRECISION)
+        tl.store(o_ptr + v_offsets, o, mask=v_mask)
+        S += tl.dot(tl.trans(k), U, input_precision=PRECISION)
+    tl.store(s_ptr + s_offsets, S, mask=s_mask)
+
+
+@triton.jit
+def scale_tile_row_loop(x_ptr, out_ptr, T, D, scale, BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr):
+    cols = tl.arange(0, BLOCK_D)
+    for r in range(BLOCK_T):
+        row = tl.program_id(0) * BLOCK_T + r
+        mask = (cols < D) & (row < T)  # a block mask and a scalar one: valid Triton
+        x = tl.load(x_ptr + row * D + cols, mask=mask, other=0.0)
+        tl.store(out_ptr + row * D + cols, scale * x, mask=mask)
+
+
+@triton.jit
+def scale_tile_not_power_of_two(x_ptr, out_ptr, T, D, scale, BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr):
+    cols = tl.arange(0, 3)  # wrong: tl.arange needs a power-of-two length
+    tl.store(out_ptr + cols, tl.load(x_ptr + cols))

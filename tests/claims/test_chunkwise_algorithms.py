@@ -1,0 +1,18 @@
+"""The chunkwise algorithms chapter's claims are really checked: change one parameter so that a claim turns false,
+and the run stops with ``ClaimFailed`` naming it (CONTRIBUTING.md, "Claims")."""
+
+import pytest
+
+from tests.claims.mutation import run_mutated
+
+CHAPTER = "solutions/11_chunkwise_algorithms.ipynb"
+
+
+@pytest.mark.slow
+@pytest.mark.notebook
+def test_memory_optimum_claim_fails_when_the_heads_are_tiny():
+    # With D = 4 the per-chunk states are tiny, so the delta rule's memory is smallest at the smallest chunk: the
+    # prose's "smallest at an intermediate chunk size" (true at D = 32) must then stop the run.
+    error = run_mutated(CHAPTER, "inputs = make_inputs(512)", "inputs = make_inputs(512, D=4)")
+    assert error is not None and "ClaimFailed" in error
+    assert "peak memory is smallest at an intermediate chunk size" in error

@@ -1,0 +1,15 @@
+"""Chapter 05's claims are checked: without momentum, weight decay no longer shrinks W0 by 1 − ηλ/(1 − μ) per step."""
+
+import pytest
+
+from tests.claims.mutation import run_mutated
+
+pytestmark = [pytest.mark.slow, pytest.mark.notebook]
+
+
+def test_the_weight_decay_claim_fails_without_momentum():
+    error = run_mutated(
+        "solutions/05_dual_form.ipynb", "momentum=0.9, weight_decay=1e-2", "momentum=0.0, weight_decay=1e-2"
+    )
+    assert error is not None and "ClaimFailed" in error
+    assert "with momentum, W0 decays by about (1 − ηλ/(1 − μ)) per step" in error

@@ -1,0 +1,16 @@
+"""Chapter 03's claims are really checked: with one parameter changed, the run stops naming the claim."""
+
+import pytest
+
+from tests.claims.mutation import run_mutated
+
+pytestmark = [pytest.mark.slow, pytest.mark.notebook]
+
+
+def test_keys_that_switch_on_non_neighbours_break_the_one_hot_claim():
+    # Switch on r_j and r_{j−2}: DPFP ν = 1 multiplies neighbours only, so every feature of these keys is 0.
+    error = run_mutated(
+        "solutions/03_feature_maps_and_capacity.ipynb", "r[j] = r[j - 1] = 1.0", "r[j] = r[j - 2] = 1.0"
+    )
+    assert error is not None and "ClaimFailed" in error
+    assert "the 32 hand-built keys have one-hot features" in error

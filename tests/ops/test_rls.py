@@ -1,0 +1,165 @@
+"""Recursive least squares (Mesa): the Sherman–Morrison recurrence and the per-step exact solve agree with each
+other and with the ridge-regression argmin written from Wang, Shi, Fox 2025 §3.1."""
+
+import pytest
+import torch
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
+
+from tests.helpers import fla_inputs, relative_error
+from ttr_edu.ops import rls_exact, rls_recurrent
+
+FORMS = {"recurrent": rls_recurrent, "exact": rls_exact}
+TOL = {torch.float64: 1e-10, torch.float32: 1e-5}
+FAST = settings(max_examples=10, deadline=None)
+
+
+def make_inputs(B, T, H, D_k, D_v, dtype, seed, max_decay=0.2):
+    """Gaussian keys over √D_k (not unit: the ridge regression must not depend on it), g ∈ (−max_decay, 0]."""
+    x = fla_inputs(B, T, H, D_k, D_v, dtype=dtype, seed=seed, key_norm="scaled", max_decay=max_decay)
+    return [x["q"], x["k"], x["v"], x["g"]]
+
+
+def ridge_argmin_loop(q, k, v, lam, g, scale):
+    """For each t, solve argmin_M Σ_{i≤t} γ_i ‖v_i − M k_i‖² + γ_0 λ ‖M‖² as a least-squares problem.
+
+    γ_i = Π_{j=i+1..t} α_j (Wang, Shi, Fox 2025 §3.1-3.2); the ridge is the pseudo-observation √λ I, which does
+    not decay (MesaNet's constant ridge).
+    """
+    B, T, H, D_k = q.shape
+    y = torch.zeros(B, T, H, v.shape[-1], dtype=torch.float64)
+    log_alpha = torch.zeros(B, T, H, dtype=torch.float64) if g is None else g.double()
+    for b in range(B):
+        for h in range(H):
+            for t in range(T):
+                # log γ_i for i = 0..t (i = 0 is the ridge), γ_i = exp(Σ_{j=i+1..t} log α_j), 1-based tokens
+                logs = log_alpha[b, : t + 1, h]
+                log_gamma = torch.cat([logs.flip(0).cumsum(0).flip(0), torch.zeros(1, dtype=torch.float64)])
+                rows = torch.sqrt(torch.exp(log_gamma[1:])).unsqueeze(-1)
+                ridge_rows = lam**0.5 * torch.eye(D_k, dtype=torch.float64)
+                design = torch.cat([rows * k[b, : t + 1, h], ridge_rows])
+                target = torch.cat([rows * v[b, : t + 1, h], torch.zeros(D_k, v.shape[-1], dtype=torch.float64)])
+                S = torch.linalg.lstsq(design, target).solution  # (D_k, D_v), the ridge solution Mᵀ
+                y[b, t, h] = S.T @ (scale * q[b, t, h])
+    return y
+
+
+shapes = st.fixed_dictionaries(
+    {
+        "B": st.integers(1, 2),
+        "T": st.integers(1, 24),
+        "H": st.integers(1, 3),
+        "D_k": st.integers(1, 5),
+        "D_v": st.integers(1, 5),
+        "decay": st.booleans(),
+        "lam": st.floats(0.3, 3.0),
+        "seed": st.integers(0, 2**16),
+    }
+)
+CORNER_CASES = [
+    dict(B=1, T=1, H=1, D_k=3, D_v=2, decay=False, lam=1.0, seed=0),  # T = 1
+    dict(B=2, T=13, H=3, D_k=4, D_v=5, decay=True, lam=0.5, seed=1),  # D_k != D_v, H > 1, decay
+]
+
+
+def _with_examples(test):
+    for case in CORNER_CASES:
+        test = example(case)(test)
+    return test
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+@FAST
+@_with_examples
+@given(case=shapes)
+def test_forms_agree(dtype, case):
+    q, k, v, g = make_inputs(case["B"], case["T"], case["H"], case["D_k"], case["D_v"], dtype, case["seed"])
+    g = g if case["decay"] else None
+    o_rec, (S_rec, P_rec) = rls_recurrent(q, k, v, lam=case["lam"], g=g, scale=0.9, output_final_state=True)
+    o_ex, (S_ex, P_ex) = rls_exact(q, k, v, lam=case["lam"], g=g, scale=0.9, output_final_state=True)
+    assert o_rec.dtype == o_ex.dtype == dtype
+    assert relative_error(o_rec, o_ex) <= TOL[dtype]
+    assert relative_error(S_rec, S_ex) <= TOL[dtype]
+    assert relative_error(P_rec, P_ex) <= TOL[dtype]
+
+
+@pytest.mark.parametrize("form", FORMS)
+@FAST
+@_with_examples
+@given(case=shapes)
+def test_matches_ridge_argmin(form, case):
+    q, k, v, g = make_inputs(case["B"], case["T"], case["H"], case["D_k"], case["D_v"], torch.float64, case["seed"])
+    g = g if case["decay"] else None
+    o, _ = FORMS[form](q, k, v, lam=case["lam"], g=g, scale=0.9)
+    assert relative_error(o, ridge_argmin_loop(q, k, v, case["lam"], g, 0.9)) <= 1e-10
+
+
+@pytest.mark.parametrize("form", FORMS)
+@pytest.mark.parametrize("decay", [False, True])
+@FAST
+@given(T=st.integers(2, 20), data=st.data())
+def test_split_with_state_equals_whole_run(form, decay, T, data):
+    split = data.draw(st.integers(1, T - 1), label="split")
+    q, k, v, g = make_inputs(2, T, 2, 3, 4, torch.float64, seed=T)
+    g = g if decay else None
+    cut = lambda x, s: None if x is None else x[:, s]  # noqa: E731
+    o_whole, (S_whole, P_whole) = FORMS[form](q, k, v, lam=0.7, g=g, output_final_state=True)
+    first, second = slice(None, split), slice(split, None)
+    o_first, state = FORMS[form](
+        q[:, first], k[:, first], v[:, first], lam=0.7, g=cut(g, first), output_final_state=True
+    )
+    o_second, (S_end, P_end) = FORMS[form](
+        q[:, second],
+        k[:, second],
+        v[:, second],
+        lam=0.7,
+        g=cut(g, second),
+        initial_state=state,
+        output_final_state=True,
+    )
+    assert relative_error(torch.cat([o_first, o_second], dim=1), o_whole) <= 1e-10
+    assert relative_error(S_end, S_whole) <= 1e-10
+    assert relative_error(P_end, P_whole) <= 1e-10
+
+
+def test_many_passes_of_data_pin_the_ridge_solution():
+    """With many tokens the ridge fades: RLS recovers a linear map v = M k exactly (linear attention would not)."""
+    gen = torch.Generator().manual_seed(3)
+    M = torch.randn(3, 4, generator=gen, dtype=torch.float64)
+    k = torch.randn(1, 200, 1, 4, generator=gen, dtype=torch.float64)
+    v = torch.einsum("v k, b t h k -> b t h v", M, k)
+    _, (S, _) = rls_recurrent(k, k, v, lam=1e-6, output_final_state=True)
+    assert relative_error(S[0, 0].T, M) <= 1e-8
+
+
+@pytest.mark.parametrize("form", FORMS)
+def test_gradcheck(form):
+    q, k, v, g = make_inputs(1, 4, 2, 3, 2, torch.float64, seed=4)
+    inputs = [x.requires_grad_() for x in (q, k, v, g)]
+
+    def fn(q, k, v, g):
+        o, (S, P) = FORMS[form](q, k, v, lam=0.8, g=g, output_final_state=True)
+        return o, S, P
+
+    assert torch.autograd.gradcheck(fn, inputs, fast_mode=True)
+
+
+@pytest.mark.parametrize("form", FORMS)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_output_keeps_dtype_and_state_is_fp32(form, dtype):
+    q, k, v, _ = make_inputs(1, 5, 1, 3, 2, dtype, seed=5)
+    o, (S, P) = FORMS[form](q, k, v, output_final_state=True)
+    assert o.dtype == dtype and S.dtype == P.dtype == torch.float32
+
+
+@pytest.mark.parametrize("form", FORMS)
+def test_bad_lam_and_state(form):
+    q, k, v, _ = make_inputs(1, 5, 1, 3, 2, torch.float64, seed=6)
+    for lam in (0.0, -1.0):
+        with pytest.raises(ValueError, match="lam"):
+            FORMS[form](q, k, v, lam=lam)
+    with pytest.raises(TypeError, match="initial_state"):
+        FORMS[form](q, k, v, initial_state=torch.zeros(1, 1, 3, 2, dtype=torch.float64))
+    S0, P0 = torch.zeros(1, 1, 3, 2, dtype=torch.float64), torch.eye(2, dtype=torch.float64).expand(1, 1, 2, 2)
+    with pytest.raises(ValueError, match=r"initial_state\[1\] \(P\)"):
+        FORMS[form](q, k, v, initial_state=(S0, P0))

@@ -1,0 +1,230 @@
+"""What every op in :mod:`ttr_edu.ops` shares: argument checks, the compute dtype, padding to whole chunks.
+
+The contract (DESIGN.md §3, the flash-linear-attention convention):
+
+* ``q, k`` are ``(B, T, H, D_k)``, ``v`` is ``(B, T, H, D_v)``, ``beta`` and the log decay ``g`` are ``(B, T, H)``;
+* the maths runs in fp32 (fp64 when the inputs are fp64); the state stays in that dtype and ``o`` is cast back to
+  the dtype of ``q``;
+* every op returns ``(o, final_state)`` when ``output_final_state`` and ``(o, None)`` otherwise.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import torch
+import torch.nn.functional as F
+
+from ttr_edu._internal.validation import Dims, check_positive_float, check_same_device, finite_checks_enabled
+
+QK = ("B", "T", "H", "D_k")
+V = ("B", "T", "H", "D_v")
+PER_TOKEN = ("B", "T", "H")
+STATE = ("B", "H", "D_k", "D_v")
+
+
+def shares_doc(shared: str):
+    """A decorator appending ``shared`` (the ``Args``/``Returns`` that the forms of one layer have in common) to a
+    function's docstring; under ``python -OO`` docstrings are ``None`` and stay so."""
+
+    def decorate(fn):
+        if fn.__doc__ is not None:
+            fn.__doc__ += shared
+        return fn
+
+    return decorate
+
+
+def compute_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The dtype the maths runs in: fp64 stays fp64, everything else is upcast to fp32 (as fla's references do)."""
+    return torch.float64 if dtype == torch.float64 else torch.float32
+
+
+def check_inputs(q, k, v, **per_token) -> Dims:
+    """Check ``q, k, v`` (and the per-token ``(B, T, H)`` tensors given by keyword, e.g. ``beta=beta``).
+
+    Non-finite values are refused by :func:`ttr_edu._validation.guarded`, which wraps every public op (the log
+    decay ``g`` here, by :func:`check_log_decay`).
+
+    Raises:
+        TypeError: a non-tensor, an integer dtype, or ``q, k, v`` of different dtypes.
+        ValueError: a shape that disagrees with the fla layout, ``T``, ``B``, ``H``, ``D_k`` or ``D_v`` of 0, or
+            tensors on different devices.
+    """
+    dims = Dims()
+    dims.bind("q", q, QK)
+    dims.bind("k", k, QK)
+    dims.bind("v", v, V)
+    for name, x in per_token.items():
+        dims.bind(name, x, PER_TOKEN)
+    if dims["T"] == 0:
+        raise ValueError(f"q: expected at least one token, got shape {tuple(q.shape)} with T = 0")
+    check_nonempty(dims, q=("B", "H", "D_k"), v=("D_v",))
+    check_same_device(q=q, k=k, v=v, **per_token)
+    if "g" in per_token:
+        check_log_decay(per_token["g"])
+    for name, x in (("k", k), ("v", v)):
+        if x.dtype != q.dtype:
+            raise TypeError(f"{name}: expected the dtype of q ({q.dtype}), got {x.dtype}")
+    return dims
+
+
+def require_tensor(name: str, x):
+    """``x`` itself, after a ``TypeError`` naming ``name`` unless it is a tensor (e.g. a gated op's ``g=None``,
+    which would otherwise run the ungated rule in one form and crash in the other)."""
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"{name}: expected a torch.Tensor, got {type(x).__name__}")
+    return x
+
+
+def check_nonempty(dims: Dims, **named: tuple[str, ...]) -> None:
+    """Raise ``ValueError`` naming the argument when one of its named dims is 0 (an empty batch, head or feature
+    axis has no meaningful output here, and would otherwise fail deep inside, e.g. as a ``ZeroDivisionError``)."""
+    for name, dim_names in named.items():
+        empty = [d for d in dim_names if dims.sizes.get(d) == 0]
+        if empty:
+            raise ValueError(f"{name}: expected {', '.join(empty)} >= 1, got {', '.join(f'{d} = 0' for d in empty)}")
+
+
+def check_log_decay(g: torch.Tensor, allow_reset: bool = True) -> None:
+    """Refuse a ``g`` that is not a log decay: NaN, ``+inf`` or ``g > 0`` (``exp(g) > 1`` would grow the state).
+
+    ``g = −inf`` (``exp(g) = 0``, a full reset of the memory) is allowed unless ``allow_reset=False``. Called by
+    :func:`check_inputs` for a per-token tensor named ``g``.
+
+    Raises:
+        ValueError: naming ``g``, how many ``(B, T, H)`` entries are bad and the first one.
+    """
+    if g.device.type == "meta" or not finite_checks_enabled():
+        return
+    with torch.no_grad():
+        bad = torch.isnan(g) | (g > 0)  # +inf > 0
+        if not allow_reset:
+            bad = bad | torch.isneginf(g)
+        n_bad = int(bad.sum())
+    if n_bad == 0:
+        return
+    allowed = "[-inf, 0]" if allow_reset else "(-inf, 0] (finite)"
+    raise ValueError(
+        f"g: expected a log decay in {allowed}, so that exp(g) is a decay factor; got {n_bad} of {g.numel()} "
+        f"(B, T, H) entries outside it (the first: {g[bad][0].item()})"
+    )
+
+
+def decay_matrix(g: torch.Tensor) -> torch.Tensor:
+    """Within-chunk decays ``Γ_ij = exp(Σ_{l=j+1..i} g_l)`` for ``i ≥ j`` and ``0`` above the diagonal.
+
+    ``g`` is ``(..., C)`` (one chunk per row), the result ``(..., C, C)``. Each segment is summed directly instead of
+    taking differences ``G_i − G_j`` of one cumulative sum: that is exact for ``g = −inf`` (a full reset, where the
+    difference would be ``−inf − (−inf) = NaN``) and loses no precision when ``|G|`` grows large.
+    """
+    C = g.shape[-1]
+    causal = torch.ones(C, C, dtype=torch.bool, device=g.device).tril()
+    terms = g.unsqueeze(-1).expand(*g.shape, C).masked_fill(~causal.tril(-1), 0.0)  # [i, j] = g_i where i > j
+    log_decay = terms.cumsum(-2)  # [i, j] = Σ_{j<l≤i} g_l on and below the diagonal
+    # −inf above the diagonal: exp gives 0 there, where exp of the (positive) sums could overflow.
+    return torch.exp(log_decay.masked_fill(~causal, float("-inf")))
+
+
+def resolve_scale(scale, d_k: int) -> float:
+    """``scale`` defaults to ``D_k ** -0.5`` (fla); otherwise it must be a finite number > 0."""
+    return d_k**-0.5 if scale is None else check_positive_float("scale", scale)
+
+
+def check_state(name: str, state, dims: Dims, shape, device: torch.device) -> None:
+    """Check one tensor of an ``initial_state`` against its named shape and the inputs' device."""
+    dims.bind(name, state, shape)
+    if state.device != device:
+        raise ValueError(f"{name}: expected a tensor on {device} (the device of q), got one on {state.device}")
+
+
+def zero_state(dims: Dims, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    return torch.zeros(dims["B"], dims["H"], dims["D_k"], dims["D_v"], dtype=dtype, device=device)
+
+
+def pad_time(x: torch.Tensor, chunk_size: int) -> torch.Tensor:
+    """Zero-pad the time axis (dim 2 of a heads-first tensor) up to a multiple of ``chunk_size``.
+
+    Zero padding at the end is harmless for every layer here: a zero key (or a zero ``beta``) writes nothing, a zero
+    log decay keeps the state, and the padded outputs are cut off.
+    """
+    T = x.shape[2]
+    pad = (-T) % chunk_size
+    if pad == 0:
+        return x
+    widths = [0, 0] * (x.dim() - 3) + [0, pad]
+    return F.pad(x, widths)
+
+
+def to_chunks(x: torch.Tensor, chunk_size: int) -> torch.Tensor:
+    """``(B, H, T, ...)`` -> ``(B, H, N, C, ...)`` with ``N = ceil(T / C)``, zero-padded at the end, contiguous.
+
+    Contiguous because the inputs usually arrive as transposed views of fla's ``(B, T, H, ·)``: copied once here,
+    each chunk is a dense matrix, where a strided view would be copied again by every matrix product that reads it.
+    """
+    x = pad_time(x, chunk_size)
+    B, H, T = x.shape[:3]
+    return x.reshape(B, H, T // chunk_size, chunk_size, *x.shape[3:]).contiguous()
+
+
+def check_stability(beta: torch.Tensor, k: torch.Tensor, mode: str) -> None:
+    """Warn or raise when ``beta_t ||k_t||^2`` leaves ``[0, 2]`` (up to rounding), where the delta rule is unstable.
+
+    The update ``S <- (I - beta k k^T) S + beta k v^T`` multiplies the state by a matrix with eigenvalue
+    ``1 - beta ||k||^2`` along ``k`` (and 1 elsewhere). Its modulus exceeds 1, so the state can grow without bound,
+    exactly when ``beta ||k||^2`` is outside ``[0, 2]``; strictly inside ``(0, 2)`` the update contracts along ``k``
+    (Schlag et al. 2021 §4.2; Yang et al. 2024).
+    """
+    if mode not in ("warn", "raise", "ignore"):
+        raise ValueError(f"check_stability: expected 'warn', 'raise' or 'ignore', got {mode!r}")
+    if mode == "ignore" or beta.device.type == "meta":
+        return
+    with torch.no_grad():
+        dtype = compute_dtype(k.dtype)
+        step = beta.to(dtype) * torch.linalg.vector_norm(k, dim=-1, dtype=dtype).square()  # (B, T, H)
+        # A relative slack of 1e-5 forgives rounding: an fp32 unit key has ‖k‖² = 1 ± 1e-7, so β = 2 lands on 2 + ε.
+        slack = 2e-5
+        bad = (step < -slack) | (step > 2 + slack) | ~torch.isfinite(step)
+        n_bad = int(bad.sum())
+    if n_bad == 0:
+        return
+    message = (
+        f"beta * ||k||^2 leaves [0, 2] at {n_bad} of {bad.numel()} (B, T, H) positions "
+        f"(range [{step.min().item():.4g}, {step.max().item():.4g}]): the delta-rule update I - beta k k^T has an "
+        "eigenvalue of modulus > 1 and the state can grow without bound; normalise k (l2_norm) and keep beta in (0, 1]"
+    )
+    if mode == "raise":
+        raise ValueError(f"beta: {message}")
+    warnings.warn(message, RuntimeWarning, stacklevel=5)  # at the caller of the (guarded) public op
+
+
+def extend_kv_cache(k, v, initial_state, dims: Dims):
+    """The keys and values a nonparametric op attends to: the cache ``initial_state = (k_cache, v_cache)`` of shapes
+    ``(B, T_cache, H, D_k)`` and ``(B, T_cache, H, D_v)`` followed by this call's ``k, v`` (the cache is the state of
+    softmax and local linear attention, as ``S`` is a linear memory's). Returns ``(k, v, T_cache)``.
+
+    Raises:
+        TypeError: ``initial_state`` not a pair of tensors of the dtype of ``k``.
+        ValueError: cache shapes that disagree with ``k, v`` (named dims), or another device.
+    """
+    if initial_state is None:
+        return k, v, 0
+    if not (isinstance(initial_state, (tuple, list)) and len(initial_state) == 2):
+        raise TypeError(
+            "initial_state: expected the key-value cache (k_cache, v_cache) of shapes (B, T_cache, H, D_k) and "
+            f"(B, T_cache, H, D_v), got {type(initial_state).__name__}"
+        )
+    k0, v0 = initial_state
+    dims.bind("initial_state[0] (k_cache)", k0, ("B", "T_cache", "H", "D_k"))
+    dims.bind("initial_state[1] (v_cache)", v0, ("B", "T_cache", "H", "D_v"))
+    for name, cached in (("initial_state[0] (k_cache)", k0), ("initial_state[1] (v_cache)", v0)):
+        if cached.dtype != k.dtype:
+            raise TypeError(f"{name}: expected the dtype of q ({k.dtype}), got {cached.dtype}")
+        if cached.device != k.device:
+            raise ValueError(f"{name}: expected a tensor on {k.device} (the device of q), got one on {cached.device}")
+    return torch.cat([k0, k], dim=1), torch.cat([v0, v], dim=1), k0.shape[1]
+
+
+def causal_mask(T: int, T_cache: int, device) -> torch.Tensor:
+    """``(T, T_cache + T)`` bool: query ``i`` (position ``T_cache + i``) sees keys ``j ≤ T_cache + i``."""
+    return torch.ones(T, T_cache + T, dtype=torch.bool, device=device).tril(T_cache)

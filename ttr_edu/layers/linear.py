@@ -1,0 +1,260 @@
+"""The parametric token mixers: linear attention, DeltaNet, gated DeltaNet and the RLS / Mesa layer.
+
+Each keeps a fixed-size memory ``S`` ``(B, H, D_k, D_v)`` and is one point of test-time regression (Wang, Shi, Fox
+2025). The template they share (projections, short convolution, heads, output projection) is
+:class:`ttr_edu.layers.base._Mixer`.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ttr_edu._internal.validation import check_bool, check_positive_float
+from ttr_edu.layers.base import _Mixer, _same_width_feature_map
+from ttr_edu.ops import (
+    delta_rule_chunk,
+    delta_rule_recurrent,
+    gated_delta_rule_chunk,
+    gated_delta_rule_recurrent,
+    get_feature_map,
+    l2_norm,
+    linear_attention_chunk,
+    linear_attention_recurrent,
+    rls_recurrent,
+    sum_norm,
+)
+from ttr_edu.ops.feature_maps import d_dot
+from ttr_edu.regression import ExactSolve, Gates, Linear, RecursiveLeastSquares, TestTimeRegression, Uniform
+
+
+class LinearAttention(_Mixer):
+    """Linear attention (Katharopoulos et al. 2020; Schlag et al. 2021): ``S_t = S_{t−1} + φ(k_t) v_tᵀ``.
+
+    Test-time regression: uniform weights, linear class, one gradient step from zero (Wang et al. 2025 §3.1).
+
+    Args:
+        hidden_size, num_heads: model width and heads (``D = hidden_size / num_heads``).
+        feature_map: a name of :data:`ttr_edu.ops.FEATURE_MAPS` applied to q and k (``"elu_plus_one"``).
+        feature_map_params: the map's parameters (``{"nu": 2}`` for ``"dpfp"``); ``"favor_plus"`` defaults to
+            ``d_k = m = D`` (its random projection becomes a buffer of the layer).
+        use_short_conv, conv_size: a causal depthwise convolution on q, k, v.
+        normalize: divide by ``z_tᵀ φ(q_t)`` (the kernel-smoother normalisation).
+        qk_norm: L2-normalise ``φ(q)`` and ``φ(k)``, as DeltaNet and the RLS layer do, so that a comparison between
+            them changes the optimiser only.
+        sum_norm: divide ``φ(q)`` and ``φ(k)`` by the sum of their features (Schlag et al. 2021, eq. 31), which
+            they call crucial for stable training of fast-weight language models.
+        output_norm: RMS-normalise each head's output (as fla's layers do). It divides every output by a
+            per-token scalar, so it cancels any per-token normaliser of q (``normalize``, the q half of
+            ``sum_norm``); Schlag et al.'s layers have no such norm.
+    """
+
+    def __init__(
+        self,
+        hidden_size: int,
+        num_heads: int = 1,
+        feature_map: str = "elu_plus_one",
+        *,
+        use_short_conv: bool = True,
+        conv_size: int = 4,
+        normalize: bool = False,
+        feature_map_params: dict | None = None,
+        qk_norm: bool = False,
+        sum_norm: bool = False,
+        output_norm: bool = True,
+    ) -> None:
+        super().__init__(hidden_size, num_heads, use_short_conv, conv_size)
+        params = dict(feature_map_params or {})
+        if feature_map == "favor_plus":
+            params = {"d_k": self.head_dim, "m": self.head_dim, **params}
+        self.feature_map = get_feature_map(feature_map, **params)
+        self.d_k = d_dot(feature_map, self.head_dim, **{n: p for n, p in params.items() if n != "d_k"})
+        self.normalize = check_bool("normalize", normalize)
+        self.qk_norm = check_bool("qk_norm", qk_norm)
+        self.sum_norm = check_bool("sum_norm", sum_norm)
+        self.o_norm = nn.RMSNorm(self.head_dim) if check_bool("output_norm", output_norm) else nn.Identity()
+
+    def features(self, q: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``φ(q), φ(k)``, then sum-normalised (``sum_norm``) or L2-normalised (``qk_norm``) as configured."""
+        q, k = self.feature_map(q), self.feature_map(k)
+        if self.sum_norm:
+            q, k = sum_norm(q), sum_norm(k)
+        if self.qk_norm:
+            q, k = l2_norm(q), l2_norm(k)
+        return q, k
+
+    def mix(self, q, k, v):
+        q, k = self.features(q, k)
+        o, _ = linear_attention_chunk(q, k, v, normalize=self.normalize)
+        return self.o_norm(o)
+
+    def mix_step(self, memory, q, k, v):
+        q, k = self.features(q, k)
+        o, memory = linear_attention_recurrent(
+            q, k, v, normalize=self.normalize, initial_state=memory, output_final_state=True
+        )
+        return self.o_norm(o), memory
+
+    def state_size(self, seq_len: int) -> int:
+        return self.num_heads * self.d_k * self.head_dim
+
+
+class DeltaNet(_Mixer):
+    """DeltaNet (Schlag et al. 2021; Yang et al. 2024): ``S_t = S_{t−1} + β_t k_t (v_t − S_{t−1}ᵀ k_t)ᵀ``.
+
+    As fla's ``DeltaNet``: SiLU then L2 norm on q and k (so ``β ‖k‖² = β`` and ``β = σ(W_β x) ∈ (0, 1)`` is stable).
+    Test-time regression: uniform weights, linear class, online SGD with step β (Wang et al. 2025 §3.3).
+
+    Args:
+        hidden_size, num_heads; use_beta: a learned β head (else β = 1); use_short_conv, conv_size;
+        feature_map: a name of :data:`ttr_edu.ops.FEATURE_MAPS` that keeps the width (``"identity"``,
+            ``"elu_plus_one"``, ``"relu"``), applied before the L2 norm instead of the SiLU (``None``).
+    """
+
+    def __init__(
+        self,
+        hidden_size: int,
+        num_heads: int = 1,
+        *,
+        use_beta: bool = True,
+        use_short_conv: bool = True,
+        conv_size: int = 4,
+        feature_map: str | None = None,
+    ) -> None:
+        super().__init__(hidden_size, num_heads, use_short_conv, conv_size)
+        self.feature_map = _same_width_feature_map(feature_map, self.head_dim)
+        self.use_beta = check_bool("use_beta", use_beta)
+        if self.use_beta:
+            self.b_proj = nn.Linear(hidden_size, num_heads)
+        self.o_norm = nn.RMSNorm(self.head_dim)
+
+    def project(self, x):
+        inputs = super().project(x)
+        inputs["q"], inputs["k"] = l2_norm(self.feature_map(inputs["q"])), l2_norm(self.feature_map(inputs["k"]))
+        inputs["beta"] = torch.sigmoid(self.b_proj(x)) if self.use_beta else x.new_ones(x.shape[:2] + (self.num_heads,))
+        return inputs
+
+    def mix(self, q, k, v, beta):
+        return self.o_norm(delta_rule_chunk(q, k, v, beta, chunk_size=32, check_stability="ignore")[0])
+
+    def mix_step(self, memory, q, k, v, beta):
+        o, memory = delta_rule_recurrent(
+            q, k, v, beta, initial_state=memory, output_final_state=True, check_stability="ignore"
+        )
+        return self.o_norm(o), memory
+
+    def state_size(self, seq_len: int) -> int:
+        return self.num_heads * self.head_dim * self.head_dim
+
+
+class GatedDeltaNet(DeltaNet):
+    """Gated DeltaNet (Yang, Kautz, Hatamizadeh 2025): decay ``exp(g_t)``, then the delta-rule step.
+
+    ``g = −exp(A_log) · softplus(W_a x + dt_bias)`` per head (the Mamba-2 parametrisation fla uses), so ``g < 0``.
+    Test-time regression: data-dependent weights, linear class, online SGD.
+    """
+
+    def __init__(
+        self,
+        hidden_size: int,
+        num_heads: int = 1,
+        *,
+        use_short_conv: bool = True,
+        conv_size: int = 4,
+        feature_map: str | None = None,
+    ) -> None:
+        super().__init__(
+            hidden_size,
+            num_heads,
+            use_beta=True,
+            use_short_conv=use_short_conv,
+            conv_size=conv_size,
+            feature_map=feature_map,
+        )
+        self.a_proj = nn.Linear(hidden_size, num_heads, bias=False)
+        self.A_log = nn.Parameter(torch.zeros(num_heads))
+        # softplus(dt_bias) = 0.01 at start: α = exp(g) ≈ 0.99, a memory of ~100 tokens. A faster initial decay
+        # (e.g. softplus(−2) ≈ 0.13, α ≈ 0.88) forgets the pairs before they are asked, and MQAR never takes off.
+        self.dt_bias = nn.Parameter(torch.full((num_heads,), math.log(math.expm1(0.01))))
+
+    def project(self, x):
+        inputs = super().project(x)
+        inputs["g"] = -self.A_log.exp() * F.softplus(self.a_proj(x) + self.dt_bias)
+        return inputs
+
+    def mix(self, q, k, v, beta, g):
+        return self.o_norm(gated_delta_rule_chunk(q, k, v, g, beta, chunk_size=32, check_stability="ignore")[0])
+
+    def mix_step(self, memory, q, k, v, beta, g):
+        o, memory = gated_delta_rule_recurrent(
+            q, k, v, g, beta, initial_state=memory, output_final_state=True, check_stability="ignore"
+        )
+        return self.o_norm(o), memory
+
+
+class MesaLayer(_Mixer):
+    """RLS / the Mesa layer (von Oswald et al. 2023; MesaNet, von Oswald et al. 2025): the exact ridge-regression
+    memory ``S_t = (Σ γ k kᵀ + λI)⁻¹ Σ γ k vᵀ``.
+
+    Test-time regression: (gated) weights, linear class, the exact solve (Wang et al. 2025 §3.1). q and k are
+    L2-normalised so that the ridge ``lam`` is on the scale of one key. The ridge is constant in time, as in
+    :func:`ttr_edu.ops.rls_recurrent` (whose module docstring explains the choice): with gates a decaying ridge
+    made ``A_t`` singular (NaN outputs at ordinary gates), a constant one keeps ``A_t ⪰ λI``.
+
+    * Without gates it runs :class:`ttr_edu.regression.RecursiveLeastSquares` (Sherman–Morrison, built from
+      batched matrix products: 1.5–2× faster to train than the op's einsum loop);
+    * with gates, :class:`ttr_edu.regression.ExactSolve` (one Cholesky solve per token, all tokens in one batch).
+      The tests prove both equal to ``ops.rls_recurrent``.
+
+    Args:
+        hidden_size, num_heads; lam: the ridge λ > 0; use_gate: a learned forgetting gate ``g = logσ(W_a x + 4)``;
+        feature_map: a width-keeping name of :data:`ttr_edu.ops.FEATURE_MAPS` applied before the L2 norm.
+        solver: ``"auto"`` (as above) or ``"exact"``: the exact solve without gates too, the same function
+            computed for every prefix at once (2–3× faster to train at ``D = 16``; the MQAR grid uses it).
+    """
+
+    def __init__(
+        self,
+        hidden_size: int,
+        num_heads: int = 1,
+        *,
+        lam: float = 1.0,
+        use_gate: bool = False,
+        use_short_conv: bool = True,
+        conv_size: int = 4,
+        feature_map: str = "identity",
+        solver: str = "auto",
+    ) -> None:
+        super().__init__(hidden_size, num_heads, use_short_conv, conv_size)
+        self.feature_map = _same_width_feature_map(feature_map, self.head_dim)
+        if solver not in ("auto", "exact"):
+            raise ValueError(f"solver: expected 'auto' or 'exact', got {solver!r}")
+        self.lam = check_positive_float("lam", lam)
+        self.use_gate = check_bool("use_gate", use_gate)
+        if self.use_gate:
+            self.a_proj = nn.Linear(hidden_size, num_heads)
+            nn.init.constant_(self.a_proj.bias, 4.0)  # σ(4) ≈ 0.98: remember almost everything at start
+        # Sherman–Morrison without gates; with them the exact solve (a constant ridge is no rank-one update)
+        optimizer = ExactSolve(lam) if self.use_gate or solver == "exact" else RecursiveLeastSquares(lam)
+        self.rls = TestTimeRegression(Gates() if self.use_gate else Uniform(), Linear(), optimizer)
+        self.o_norm = nn.RMSNorm(self.head_dim)
+
+    def project(self, x):
+        inputs = super().project(x)
+        inputs["q"], inputs["k"] = l2_norm(self.feature_map(inputs["q"])), l2_norm(self.feature_map(inputs["k"]))
+        if self.use_gate:
+            inputs["g"] = F.logsigmoid(self.a_proj(x))
+        return inputs
+
+    def mix(self, q, k, v, g=None):
+        return self.o_norm(self.rls(q, k, v, g=g)[0])
+
+    def mix_step(self, memory, q, k, v, g=None):
+        o, memory = rls_recurrent(q, k, v, self.lam, g=g, initial_state=memory, output_final_state=True)
+        return self.o_norm(o), memory
+
+    def state_size(self, seq_len: int) -> int:
+        return self.num_heads * self.head_dim * (2 * self.head_dim)  # S and the (inverse) covariance

@@ -1,0 +1,346 @@
+"""Token mixers for adaptive steps and deep memories: Longhorn, DeltaProduct, TTT-Linear, TTT-MLP, Titans' memory.
+
+The conventions of :mod:`ttr_edu.layers` (a :class:`~ttr_edu.layers.base._Mixer` each: q, k, v projections, an
+optional short convolution, the op of :mod:`ttr_edu.ops` in the fla layout, a per-head RMSNorm, the output
+projection). Queries and keys are SiLU'd and L2-normalised as in fla's DeltaNet, so ``‖k‖ = 1`` and a step
+``β ∈ (0, 1)`` is stable for the explicit (gradient) rules. :data:`ttr_edu.layers.MEMORY_MIXERS` names them (apart
+from :data:`ttr_edu.layers.MIXERS`, whose every entry the main MQAR grid trains).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ttr_edu._internal.validation import check_bool, check_positive_int
+from ttr_edu.layers.base import ShortConvolution, _Mixer
+from ttr_edu.ops import (
+    delta_product_chunk,
+    delta_product_recurrent,
+    l2_norm,
+    longhorn_chunk,
+    longhorn_diagonal_recurrent,
+    longhorn_recurrent,
+    titans_recurrent,
+    ttt_linear_chunk,
+    ttt_mlp_chunk,
+)
+
+__all__ = ["Longhorn", "DeltaProduct", "TTTLinear", "TTTMLP", "TitansMemory"]
+
+
+class _NormedQK(_Mixer):
+    """q and k SiLU'd then L2-normalised; a per-head step ``σ(W_β x)``; an RMSNorm on each head's output.
+
+    ``steps_per_token`` β heads per head: DeltaProduct takes one step size per Householder step.
+    """
+
+    def __init__(self, hidden_size, num_heads, use_short_conv, conv_size, steps_per_token: int = 1):
+        super().__init__(hidden_size, num_heads, use_short_conv, conv_size)
+        self.b_proj = nn.Linear(hidden_size, steps_per_token * num_heads)
+        self.o_norm = nn.RMSNorm(self.head_dim)
+
+    def project(self, x):
+        inputs = super().project(x)
+        inputs["q"], inputs["k"] = l2_norm(F.silu(inputs["q"])), l2_norm(F.silu(inputs["k"]))
+        inputs["beta"] = torch.sigmoid(self.b_proj(x))
+        return inputs
+
+    def state_size(self, seq_len: int) -> int:
+        check_positive_int("seq_len", seq_len)
+        return self.num_heads * self.head_dim * self.head_dim
+
+
+class Longhorn(_NormedQK):
+    """Longhorn (Liu et al. 2024): the implicit online step ``ε = β/(1 + β‖k‖²)``, stable for every ``β ≥ 0``.
+
+    ``β = softplus(W_β x)`` per head, unbounded, since the implicit step needs no bound.
+    Test-time regression: uniform weights, linear class, the implicit (proximal) step.
+
+    Args:
+        hidden_size, num_heads; diagonal: run the published layer's diagonal approximation
+        (:func:`ttr_edu.ops.longhorn_diagonal_recurrent`, a token loop) instead of the exact step
+        (:func:`ttr_edu.ops.longhorn_chunk`); use_short_conv, conv_size.
+    """
+
+    def __init__(
+        self,
+        hidden_size: int,
+        num_heads: int = 1,
+        *,
+        diagonal: bool = False,
+        use_short_conv: bool = True,
+        conv_size: int = 4,
+    ) -> None:
+        super().__init__(hidden_size, num_heads, use_short_conv, conv_size)
+        self.diagonal = check_bool("diagonal", diagonal)
+
+    def project(self, x):
+        inputs = super().project(x)
+        inputs["beta"] = F.softplus(self.b_proj(x))
+        return inputs
+
+    def mix(self, q, k, v, beta):
+        if self.diagonal:
+            return self.o_norm(longhorn_diagonal_recurrent(q, k, v, beta)[0])
+        return self.o_norm(longhorn_chunk(q, k, v, beta, chunk_size=32)[0])
+
+    def mix_step(self, memory, q, k, v, beta):
+        recurrent = longhorn_diagonal_recurrent if self.diagonal else longhorn_recurrent
+        o, memory = recurrent(q, k, v, beta, initial_state=memory, output_final_state=True)
+        return self.o_norm(o), memory
+
+
+class DeltaProduct(_NormedQK):
+    """DeltaProduct (Siems et al. 2025): ``num_householder`` delta-rule steps per token, each its own k, v, β.
+
+    The first key and value come from the shared q, k, v projection; the other ``n_h − 1`` from one more projection,
+    each with its short convolution. Test-time regression: uniform weights, linear class, several SGD steps
+    per token.
+
+    Args:
+        hidden_size, num_heads; num_householder: ``n_h ≥ 1`` (1 is DeltaNet); use_short_conv, conv_size.
+    """
+
+    def __init__(
+        self,
+        hidden_size: int,
+        num_heads: int = 1,
+        *,
+        num_householder: int = 2,
+        use_short_conv: bool = True,
+        conv_size: int = 4,
+    ) -> None:
+        n = check_positive_int("num_householder", num_householder)
+        super().__init__(hidden_size, num_heads, use_short_conv, conv_size, steps_per_token=n)
+        self.num_householder = n
+        if n > 1:
+            self.extra_kv_proj = nn.Linear(hidden_size, 2 * (n - 1) * hidden_size, bias=False)
+            if self.use_short_conv:  # the extra keys need the previous token as much as the first (MQAR's shift)
+                self.extra_kv_conv1d = ShortConvolution(2 * (n - 1) * hidden_size, conv_size)
+
+    def project(self, x):
+        """As every mixer's, but ``k, v`` are ``(B, T, n_h, H, D)`` and ``beta`` ``(B, T, n_h, H)``: ``n_h`` pairs
+        per token."""
+        inputs = super().project(x)
+        n = self.num_householder
+        k, v = inputs["k"][:, :, None], inputs["v"][:, :, None]  # (B, T, 1, H, D)
+        if n > 1:
+            extra = self.extra_kv_proj(x)
+            if self.use_short_conv:
+                extra = self.extra_kv_conv1d(extra)
+            extra_k, extra_v = extra.chunk(2, dim=-1)
+            extra_k = l2_norm(F.silu(extra_k.unflatten(-1, (n - 1, self.num_heads, self.head_dim))))
+            k = torch.cat([k, extra_k], dim=2)
+            v = torch.cat([v, extra_v.unflatten(-1, (n - 1, self.num_heads, self.head_dim))], dim=2)
+        inputs["k"], inputs["v"] = k, v
+        inputs["beta"] = torch.sigmoid(self.b_proj(x)).unflatten(-1, (n, self.num_heads))
+        return inputs
+
+    def mix(self, q, k, v, beta):
+        k, v, beta = (x.flatten(1, 2) for x in (k, v, beta))  # the ops take token t's j-th pair at row t·n_h + j
+        o, _ = delta_product_chunk(q, k, v, beta, self.num_householder, chunk_size=32, check_stability="ignore")
+        return self.o_norm(o)
+
+    def mix_step(self, memory, q, k, v, beta):
+        k, v, beta = (x.flatten(1, 2) for x in (k, v, beta))
+        o, memory = delta_product_recurrent(
+            q,
+            k,
+            v,
+            beta,
+            self.num_householder,
+            initial_state=memory,
+            output_final_state=True,
+            check_stability="ignore",
+        )
+        return self.o_norm(o), memory
+
+
+class TTTLinear(_NormedQK):
+    """TTT-Linear (Sun et al. 2024): mini-batch gradient descent on a linear memory, ``f(x) = [x +] [LN](Sᵀx)``.
+
+    The inner learning rate is ``η = σ(W_β x)`` per head and token. Test-time regression: uniform weights, linear
+    class, mini-batch GD (gradients at the mini-batch's start).
+
+    Args:
+        hidden_size, num_heads; mini_batch_size: ``b`` (16 in the paper); layer_norm, residual: TTT's inner
+        ``x + LN(·)`` (off by default); use_short_conv, conv_size.
+    """
+
+    def __init__(
+        self,
+        hidden_size: int,
+        num_heads: int = 1,
+        *,
+        mini_batch_size: int = 16,
+        layer_norm: bool = False,
+        residual: bool = False,
+        use_short_conv: bool = True,
+        conv_size: int = 4,
+    ) -> None:
+        super().__init__(hidden_size, num_heads, use_short_conv, conv_size)
+        self.mini_batch_size = check_positive_int("mini_batch_size", mini_batch_size)
+        self.layer_norm, self.residual = check_bool("layer_norm", layer_norm), check_bool("residual", residual)
+
+    def _op(self, q, k, v, beta, initial_state=None):
+        return ttt_linear_chunk(
+            q,
+            k,
+            v,
+            beta,
+            self.mini_batch_size,
+            initial_state=initial_state,
+            output_final_state=True,
+            layer_norm=self.layer_norm,
+            residual=self.residual,
+        )
+
+    def mix(self, q, k, v, beta):
+        return self.o_norm(self._op(q, k, v, beta)[0])
+
+    def initial_memory(self, batch_size: int) -> MiniBatchMemory:
+        return MiniBatchMemory()
+
+    def mix_step(self, memory, **inputs):
+        return _mini_batch_step(self, memory, inputs)
+
+
+class _MLPMemory(_NormedQK):
+    """The learnable starting weights ``(W1_0, W2_0)`` of a two-layer MLP memory, one per head (outer parameters)."""
+
+    def __init__(self, hidden_size, num_heads, expansion, use_short_conv, conv_size):
+        super().__init__(hidden_size, num_heads, use_short_conv, conv_size)
+        self.expansion = check_positive_int("expansion", expansion)
+        D, D_h = self.head_dim, self.expansion * self.head_dim
+        self.W1 = nn.Parameter(torch.randn(num_heads, D, D_h) / D**0.5)
+        self.W2 = nn.Parameter(torch.randn(num_heads, D_h, D) / D_h**0.5)
+
+    def start_weights(self, batch_size: int):
+        """The learned starting weights, one copy per sequence: ``(W1, W2)`` ``(B, H, D, D_h)``, ``(B, H, D_h, D)``."""
+        return tuple(W[None].expand(batch_size, *W.shape) for W in (self.W1, self.W2))
+
+    def state_size(self, seq_len: int) -> int:
+        check_positive_int("seq_len", seq_len)
+        return self.W1.numel() + self.W2.numel()
+
+
+class TTTMLP(_MLPMemory):
+    """TTT-MLP (Sun et al. 2024): mini-batch GD on a two-layer GELU MLP memory with hidden size ``expansion · D``.
+
+    Args:
+        hidden_size, num_heads; mini_batch_size; expansion (4 in the paper); layer_norm, residual (off by
+        default); use_short_conv, conv_size.
+    """
+
+    def __init__(
+        self,
+        hidden_size: int,
+        num_heads: int = 1,
+        *,
+        mini_batch_size: int = 16,
+        expansion: int = 4,
+        layer_norm: bool = False,
+        residual: bool = False,
+        use_short_conv: bool = True,
+        conv_size: int = 4,
+    ) -> None:
+        super().__init__(hidden_size, num_heads, expansion, use_short_conv, conv_size)
+        self.mini_batch_size = check_positive_int("mini_batch_size", mini_batch_size)
+        self.layer_norm, self.residual = check_bool("layer_norm", layer_norm), check_bool("residual", residual)
+
+    def _op(self, q, k, v, beta, initial_state):
+        return ttt_mlp_chunk(
+            q,
+            k,
+            v,
+            beta,
+            self.mini_batch_size,
+            initial_state=initial_state,
+            output_final_state=True,
+            layer_norm=self.layer_norm,
+            residual=self.residual,
+        )
+
+    def mix(self, q, k, v, beta):
+        return self.o_norm(self._op(q, k, v, beta, self.start_weights(q.shape[0]))[0])
+
+    def initial_memory(self, batch_size: int) -> MiniBatchMemory:
+        return MiniBatchMemory(self.start_weights(batch_size))
+
+    def mix_step(self, memory, **inputs):
+        return _mini_batch_step(self, memory, inputs)
+
+
+class TitansMemory(_MLPMemory):
+    """Titans' neural memory (Behrouz et al. 2024): an MLP memory trained online with momentum and weight decay.
+
+    Per head and token: learning rate ``θ = σ(W_β x)``, momentum ``η = σ(W_η x)``, forgetting ``α = σ(W_α x − 4)``
+    (``σ(−4) ≈ 0.02`` at start: remember almost everything). A token loop (:func:`ttr_edu.ops.titans_recurrent`).
+
+    Args:
+        hidden_size, num_heads; expansion: the MLP's hidden size over ``D`` (2); use_short_conv, conv_size.
+    """
+
+    def __init__(
+        self,
+        hidden_size: int,
+        num_heads: int = 1,
+        *,
+        expansion: int = 2,
+        use_short_conv: bool = True,
+        conv_size: int = 4,
+    ) -> None:
+        super().__init__(hidden_size, num_heads, expansion, use_short_conv, conv_size)
+        self.eta_proj = nn.Linear(hidden_size, num_heads)
+        self.alpha_proj = nn.Linear(hidden_size, num_heads)
+        nn.init.constant_(self.alpha_proj.bias, -4.0)
+
+    def project(self, x):
+        inputs = super().project(x)
+        inputs["eta"] = torch.sigmoid(self.eta_proj(x))
+        inputs["alpha"] = torch.sigmoid(self.alpha_proj(x))
+        return inputs
+
+    def mix(self, q, k, v, beta, eta, alpha):
+        o, _ = titans_recurrent(q, k, v, beta, eta, alpha, initial_state=self.start_weights(q.shape[0]))
+        return self.o_norm(o)
+
+    def initial_memory(self, batch_size: int):
+        return self.start_weights(batch_size)
+
+    def mix_step(self, memory, q, k, v, beta, eta, alpha):
+        o, memory = titans_recurrent(q, k, v, beta, eta, alpha, initial_state=memory, output_final_state=True)
+        return self.o_norm(o), memory
+
+    def state_size(self, seq_len: int) -> int:
+        return 2 * super().state_size(seq_len)  # the memory and its momentum
+
+
+@dataclass
+class MiniBatchMemory:
+    """TTT's memory between tokens: every gradient of a mini-batch is taken at the weights of its start (Sun et al.
+    2024, §2.4), so a token-by-token reader keeps those weights and the mini-batch's inputs so far.
+
+    Attributes:
+        start: the weights at the mini-batch's start, as the op's ``initial_state`` takes them (``None``: zero).
+        pending: this mini-batch's inputs so far (``q, k, v, beta``, each ``(B, n, H, ·)``), ``None`` when empty.
+    """
+
+    start: Any = None
+    pending: dict | None = None
+
+
+def _mini_batch_step(layer, memory: MiniBatchMemory, inputs: dict):
+    """One token of mini-batch gradient descent through the chunk op: it reads the mini-batch so far from its
+    starting weights (the output at the last token is this token's); once the mini-batch is full, its final weights
+    start the next one. A step costs at most ``mini_batch_size`` tokens of the op."""
+    if memory.pending is not None:
+        inputs = {name: torch.cat([memory.pending[name], value], dim=1) for name, value in inputs.items()}
+    o, final = layer._op(**inputs, initial_state=memory.start)
+    full = inputs["q"].shape[1] == layer.mini_batch_size
+    return layer.o_norm(o[:, -1:]), MiniBatchMemory(final, None) if full else MiniBatchMemory(memory.start, inputs)

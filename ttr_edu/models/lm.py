@@ -1,0 +1,284 @@
+"""Tiny byte-level language models built from the course's token mixers, as a reader would in nanoGPT.
+
+``TinyLM`` = byte embedding → ``n_layers`` pre-norm blocks (``x + mixer(RMSNorm(x))``, then
+``x + MLP(RMSNorm(x))``) → RMSNorm → logits through the *tied* embedding. Only the mixer changes between models
+(:data:`LM_MIXERS`), so a comparison changes one thing. No position embedding: the recurrent memories and the
+short convolution know the order, and causal softmax attention infers positions from its mask ("NoPE");
+all models have the same short convolution on q, k, v.
+
+Two ways to run one model, proven equal by the tests:
+
+* :meth:`TinyLM.forward` reads a whole sequence with the mixers' chunkwise forms (training, evaluation);
+* :meth:`TinyLM.step` reads one token and carries a :class:`LMState`: each block's mixer steps through its own
+  recurrent form (:meth:`ttr_edu.layers.base._Mixer.step`), keeping its memory and the last ``conv_size`` inputs of
+  its short convolution. A fast-weight layer's token costs the same at any context length; softmax attention keeps
+  its key-value cache, so a token costs ``O(t)``.
+
+Any mixer of :data:`ttr_edu.layers.MIXERS` or :data:`ttr_edu.layers.MEMORY_MIXERS` can be named in
+:class:`LMConfig` (with its default options); :data:`LM_MIXERS` adds the named variants the chapter compares.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ttr_edu._internal.validation import check_positive_int
+from ttr_edu.layers import MEMORY_MIXERS, MIXERS, DeltaNet, GatedDeltaNet, LinearAttention, SoftmaxAttention
+from ttr_edu.layers.base import MixerState
+
+__all__ = ["LMConfig", "LM_MIXERS", "TinyLM", "LMState", "lm_loss", "causal_lm_loss", "bits_per_byte", "generate"]
+
+#: name -> (description, constructor ``(hidden_size, num_heads) -> mixer``). Every mixer has the short convolution.
+LM_MIXERS = {
+    "linear_sumnorm": (
+        "linear attention (sum rule), ELU+1 features, sum-normalised q and k",
+        lambda d, h: LinearAttention(d, h, "elu_plus_one", sum_norm=True),
+    ),
+    "linear": (
+        "linear attention (sum rule), ELU+1 features, no sum normalisation",
+        lambda d, h: LinearAttention(d, h, "elu_plus_one", sum_norm=False),
+    ),
+    "linear_sumnorm_no_onorm": (
+        "linear attention, sum-normalised q and k, no RMSNorm on the head outputs (as the paper)",
+        lambda d, h: LinearAttention(d, h, "elu_plus_one", sum_norm=True, output_norm=False),
+    ),
+    "linear_no_onorm": (
+        "linear attention, no sum normalisation, no RMSNorm on the head outputs",
+        lambda d, h: LinearAttention(d, h, "elu_plus_one", sum_norm=False, output_norm=False),
+    ),
+    "deltanet": ("DeltaNet (delta rule), SiLU + L2-normalised q and k, learned β", lambda d, h: DeltaNet(d, h)),
+    "gated_deltanet": ("gated DeltaNet: a learned decay, then the delta rule", lambda d, h: GatedDeltaNet(d, h)),
+    "softmax": ("softmax attention (causal, no position embedding)", lambda d, h: SoftmaxAttention(d, h)),
+}
+
+
+@dataclass(frozen=True)
+class LMConfig:
+    """Every hyperparameter of a :class:`TinyLM`.
+
+    Attributes:
+        mixer: a key of :data:`LM_MIXERS`.
+        d_model: width (64–128 in the chapter). num_heads: heads of each mixer (``D = d_model / num_heads``).
+        n_layers: blocks. mlp_ratio: hidden width of the MLP over ``d_model``. vocab_size: 256 bytes.
+    """
+
+    mixer: str = "deltanet"
+    d_model: int = 64
+    num_heads: int = 2
+    n_layers: int = 2
+    mlp_ratio: int = 4
+    vocab_size: int = 256
+
+    def __post_init__(self) -> None:
+        if self.mixer not in LM_MIXERS and self.mixer not in MIXERS and self.mixer not in MEMORY_MIXERS:
+            names = dict.fromkeys([*LM_MIXERS, *MIXERS, *MEMORY_MIXERS])
+            raise ValueError(f"mixer: expected one of {', '.join(names)}, got {self.mixer!r}")
+        for name in ("d_model", "num_heads", "n_layers", "mlp_ratio", "vocab_size"):
+            check_positive_int(name, getattr(self, name))
+
+
+class Block(nn.Module):
+    """One pre-norm block: ``x + mixer(RMSNorm(x))``, then ``x + MLP(RMSNorm(x))``."""
+
+    def __init__(self, config: LMConfig) -> None:
+        super().__init__()
+        d = config.d_model
+        self.mixer_norm = nn.RMSNorm(d)
+        self.mixer = build_mixer(config.mixer, d, config.num_heads)
+        self.mlp_norm = nn.RMSNorm(d)
+        self.mlp = nn.Sequential(nn.Linear(d, config.mlp_ratio * d), nn.GELU(), nn.Linear(config.mlp_ratio * d, d))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x + self.mixer(self.mixer_norm(x))  # (B, T, d_model)
+        return x + self.mlp(self.mlp_norm(x))
+
+
+def build_mixer(name: str, d_model: int, num_heads: int) -> nn.Module:
+    """The mixer named ``name``: a variant of :data:`LM_MIXERS`, or a layer of the registries with its defaults."""
+    if name in LM_MIXERS:
+        return LM_MIXERS[name][1](d_model, num_heads)
+    return {**MIXERS, **MEMORY_MIXERS}[name](d_model, num_heads)
+
+
+@dataclass
+class LMState:
+    """What :meth:`TinyLM.step` carries from token to token, one entry per block.
+
+    Attributes:
+        mixers: each block's :class:`~ttr_edu.layers.base.MixerState` (its short convolution's window and its
+            memory: the fast weight ``S`` ``(B, H, D_k, D_v)``, or softmax attention's key-value cache).
+        batch_size: the number of sequences ``B``.
+        position: tokens read so far.
+    """
+
+    mixers: list[MixerState] = field(default_factory=list)
+    batch_size: int = 1
+    position: int = 0
+
+
+class TinyLM(nn.Module):
+    """A byte-level language model: embedding, pre-norm blocks, tied output (see the module docstring).
+
+    Args:
+        config: an :class:`LMConfig`.
+
+    Shapes: ``forward(tokens)`` maps int64 ``(B, T)`` to logits ``(B, T, vocab_size)`` (fp32).
+    """
+
+    def __init__(self, config: LMConfig) -> None:
+        super().__init__()
+        self.config = config
+        self.embedding = nn.Embedding(config.vocab_size, config.d_model)
+        nn.init.normal_(self.embedding.weight, std=config.d_model**-0.5)
+        self.blocks = nn.ModuleList(Block(config) for _ in range(config.n_layers))
+        self.final_norm = nn.RMSNorm(config.d_model)
+
+    def _check_tokens(self, tokens: torch.Tensor, name: str = "tokens") -> None:
+        if not isinstance(tokens, torch.Tensor) or tokens.dtype != torch.int64:
+            raise TypeError(f"{name}: expected an int64 tensor (B, T), got {getattr(tokens, 'dtype', type(tokens))}")
+        if tokens.dim() != 2 or tokens.shape[1] == 0:
+            raise ValueError(f"{name}: expected shape (B, T) with T ≥ 1, got {tuple(tokens.shape)}")
+        if tokens.numel() and (int(tokens.min()) < 0 or int(tokens.max()) >= self.config.vocab_size):
+            raise ValueError(
+                f"{name}: expected values in [0, {self.config.vocab_size}), got range "
+                f"[{int(tokens.min())}, {int(tokens.max())}]"
+            )
+
+    def _logits(self, x: torch.Tensor) -> torch.Tensor:
+        return self.final_norm(x) @ self.embedding.weight.T  # tied: the input embedding reads the output
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        """Logits ``(B, T, vocab_size)`` for int64 ``tokens`` ``(B, T)``, through the chunkwise forms.
+
+        Raises:
+            TypeError: ``tokens`` not int64. ValueError: not ``(B, T)``, ``T = 0`` or a value outside the vocabulary.
+        """
+        self._check_tokens(tokens)
+        x = self.embedding(tokens)
+        for block in self.blocks:
+            x = block(x)
+        return self._logits(x)
+
+    def num_parameters(self) -> int:
+        """Trainable parameters (the tied embedding counted once)."""
+        return sum(p.numel() for p in self.parameters() if p.requires_grad)
+
+    # ---- one token at a time -------------------------------------------------------------------------------
+    def init_state(self) -> LMState:
+        """An empty :class:`LMState` (no token read); each mixer's state is made at the first token, for its batch."""
+        return LMState([], 0, 0)
+
+    @torch.no_grad()
+    def step(self, token: torch.Tensor, state: LMState) -> tuple[torch.Tensor, LMState]:
+        """Read one token per sequence with the recurrent forms (each mixer's own step).
+
+        Args:
+            token: int64 ``(B,)``, the next token of each sequence.
+            state: from :meth:`init_state` or the previous step; it is updated in place and returned.
+
+        Returns:
+            ``(logits, state)``: the next-token logits ``(B, vocab_size)`` and the carried state.
+
+        Raises:
+            TypeError: ``token`` not int64, ``state`` not an :class:`LMState`. ValueError: ``token`` not ``(B,)``,
+                a value outside the vocabulary, or another batch size than the state's.
+        """
+        if not isinstance(state, LMState):
+            raise TypeError(f"state: expected an LMState (from init_state), got {type(state).__name__}")
+        self._check_tokens(token.unsqueeze(-1) if isinstance(token, torch.Tensor) else token, "token")
+        if not state.mixers:
+            state.mixers = [block.mixer.initial_state(token.shape[0]) for block in self.blocks]
+            state.batch_size = token.shape[0]
+        elif token.shape[0] != state.batch_size:
+            raise ValueError(
+                f"token: expected the batch size of the state (B = {state.batch_size}), got B = {token.shape[0]}; "
+                "start a new state with init_state() for another batch"
+            )
+        x = self.embedding(token)  # (B, d_model)
+        for i, block in enumerate(self.blocks):
+            o, state.mixers[i] = block.mixer.step(block.mixer_norm(x), state.mixers[i])
+            x = x + o
+            x = x + block.mlp(block.mlp_norm(x))
+        state.position += 1
+        return self._logits(x), state
+
+
+def lm_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """Mean next-token cross-entropy in nats: ``logits`` ``(B, T, V)`` against int64 ``targets`` ``(B, T)``.
+
+    The caller shifts: ``logits = model(window[:, :-1])``, ``targets = window[:, 1:]`` (position t predicts t + 1).
+
+    Raises:
+        ValueError: shapes that do not match.
+    """
+    if logits.dim() != 3 or targets.shape != logits.shape[:2]:
+        raise ValueError(
+            f"logits, targets: expected (B, T, V) and (B, T), got {tuple(logits.shape)} and {tuple(targets.shape)}"
+        )
+    return F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten())
+
+
+def causal_lm_loss(logits: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
+    """The causal LM loss of ``logits = model(tokens)``: position t is scored on byte t + 1 (the last has no target).
+
+    Args:
+        logits: ``(B, T, V)``, the model's output on ``tokens``.
+        tokens: int64 ``(B, T)`` with ``T ≥ 2``.
+
+    Returns:
+        The mean cross-entropy in nats over the ``B (T − 1)`` predicted positions (a scalar tensor).
+    """
+    return lm_loss(logits[:, :-1], tokens[:, 1:])
+
+
+def bits_per_byte(loss_nats: float) -> float:
+    """A byte-level loss in nats converted to bits per byte (``loss / ln 2``)."""
+    return float(loss_nats) / math.log(2)
+
+
+@torch.no_grad()
+def generate(
+    model: TinyLM,
+    prompt: torch.Tensor,
+    num_tokens: int,
+    *,
+    temperature: float = 1.0,
+    generator: torch.Generator | None = None,
+) -> torch.Tensor:
+    """Sample ``num_tokens`` bytes after ``prompt`` with the recurrent form: each token costs one :meth:`TinyLM.step`.
+
+    Args:
+        model: a :class:`TinyLM`.
+        prompt: int64 ``(B, T_prompt)``, ``T_prompt ≥ 1``.
+        num_tokens: how many tokens to sample.
+        temperature: > 0 divides the logits; 0 takes the argmax (greedy).
+        generator: for reproducible sampling.
+
+    Returns:
+        int64 ``(B, T_prompt + num_tokens)``: the prompt and the sample.
+    """
+    model._check_tokens(prompt, "prompt")
+    check_positive_int("num_tokens", num_tokens)
+    if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not temperature >= 0:
+        raise ValueError(f"temperature: expected a number ≥ 0, got {temperature!r}")
+    was_training = model.training
+    model.eval()
+    try:
+        state, tokens = model.init_state(), [prompt]
+        for t in range(prompt.shape[1]):
+            logits, state = model.step(prompt[:, t], state)
+        for _ in range(num_tokens):
+            if temperature == 0:
+                nxt = logits.argmax(-1)
+            else:
+                nxt = torch.multinomial((logits / temperature).softmax(-1), 1, generator=generator)[:, 0]
+            tokens.append(nxt[:, None])
+            logits, state = model.step(nxt, state)
+        return torch.cat(tokens, dim=1)
+    finally:
+        model.train(was_training)

@@ -1,0 +1,160 @@
+"""Tiny one-layer models for multi-query associative recall (chapter 09), small enough to train on a CPU.
+
+    tokens -> embedding -> x + mixer(x) -> LayerNorm -> readout (logits over the vocabulary)
+
+The mixer is one test-time-regression layer of :mod:`ttr_edu.layers`, with its short convolutions: the key of the
+pair ``(k_i, v_i)`` is written at the position of ``v_i`` and must hold ``k_i``, the previous token, which the
+convolution supplies. One layer with that shift is the smallest circuit that can solve MQAR (Arora et al. 2023
+use two layers; with the convolution built into the layer one is enough).
+
+:data:`MODELS` names the layers an MQAR grid can train. Every *linear memory* in it (linear attention, DeltaNet,
+gated DeltaNet, RLS, Mesa) takes the same feature map ``φ`` on ``q`` and ``k`` followed by the same L2 norm, so
+that two of them differ only in how they solve the regression (Wang, Shi, Fox 2025): the feature map is a setting
+of the model, not a hidden difference between layers. Names follow the course: ``rls`` is the ungated exact ridge
+regression (recursive least squares), ``mesa`` the gated one (MesaNet, von Oswald et al. 2025).
+
+The loss is the cross-entropy at the query positions only (labels ``-100`` elsewhere); the readout is applied only
+there, which keeps a vocabulary-sized matrix product off every other position.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ttr_edu._internal.validation import check_positive_int
+from ttr_edu.layers import DeltaNet, GatedDeltaNet, LinearAttention, LocalLinearAttention, MesaLayer, SoftmaxAttention
+from ttr_edu.tasks.mqar import IGNORE_INDEX, MQARBatch
+
+__all__ = ["MQARLayer", "MODELS", "LINEAR_MEMORIES", "FEATURE_MAPS", "MQARModel"]
+
+#: the feature maps a linear memory of :data:`MODELS` accepts (each keeps the width, then the L2 norm follows)
+FEATURE_MAPS = ("identity", "elu_plus_one", "relu")
+
+
+@dataclass(frozen=True)
+class MQARLayer:
+    """How to build one named mixer: its class, fixed keyword arguments, and whether it takes a feature map.
+
+    Attributes:
+        label: the name shown in tables and figures.
+        layer: a :class:`ttr_edu.layers._Mixer` subclass (``layer(hidden_size, num_heads, **kwargs)``).
+        kwargs: fixed keyword arguments (e.g. ``use_gate=True``).
+        linear_memory: ``True`` for a fixed-size state ``S`` read through ``φ(q)``; it then takes
+            ``feature_map=`` and L2-normalises ``φ(q), φ(k)``. ``False`` for the key-value-cache layers.
+    """
+
+    label: str
+    layer: Callable[..., nn.Module]
+    kwargs: dict = field(default_factory=dict)
+    linear_memory: bool = True
+
+    def build(self, d_model: int, num_heads: int, feature_map: str | None, use_short_conv: bool) -> nn.Module:
+        kwargs = dict(self.kwargs, use_short_conv=use_short_conv)
+        if self.linear_memory:
+            if feature_map not in FEATURE_MAPS:
+                raise ValueError(
+                    f"feature_map: a linear memory needs one of {', '.join(FEATURE_MAPS)}, got {feature_map!r}"
+                )
+            kwargs["feature_map"] = feature_map
+        elif feature_map is not None:
+            raise ValueError(
+                f"feature_map: {self.label} reads the key-value cache through its kernel and takes no "
+                f"feature map; pass None, got {feature_map!r}"
+            )
+        return self.layer(d_model, num_heads, **kwargs)
+
+
+#: name -> how to build it. To add a layer, add an entry (the grid and the chapter read names from here).
+MODELS: dict[str, MQARLayer] = {
+    "linear_attention": MQARLayer("linear attention", LinearAttention, {"qk_norm": True}),
+    "deltanet": MQARLayer("DeltaNet", DeltaNet),
+    "gated_deltanet": MQARLayer("gated DeltaNet", GatedDeltaNet),
+    # the exact ridge solution of every prefix at once: the function RLS computes, 2–3× faster to train here
+    "rls": MQARLayer("RLS", MesaLayer, {"use_gate": False, "solver": "exact"}),
+    "mesa": MQARLayer("Mesa (gated RLS)", MesaLayer, {"use_gate": True, "solver": "exact"}),
+    "softmax_attention": MQARLayer("softmax attention", SoftmaxAttention, linear_memory=False),
+    "local_linear_attention": MQARLayer("local linear attention", LocalLinearAttention, linear_memory=False),
+}
+
+#: the names of the linear memories, the layers that take a feature map
+LINEAR_MEMORIES = tuple(name for name, entry in MODELS.items() if entry.linear_memory)
+
+
+class MQARModel(nn.Module):
+    """Embedding, one token mixer with short convolutions, a residual, LayerNorm and a linear readout.
+
+    Args:
+        mixer: a name in :data:`MODELS` (``"deltanet"``, ``"rls"``, ``"softmax_attention"``, ...).
+        vocab_size: ``V``.
+        d_model: the width (``hidden_size`` of the mixer); with one head the parametric state is ``d_model²``.
+        num_heads: heads of the mixer.
+        feature_map: for a linear memory, ``φ`` in :data:`FEATURE_MAPS` (default ``"identity"``); ``None`` for
+            softmax and local linear attention.
+        use_short_conv: the causal depthwise convolution on ``q, k, v`` (the ablation turns it off).
+
+    Raises:
+        ValueError: an unknown mixer name (the message lists the valid ones), or a feature map the layer refuses.
+    """
+
+    def __init__(
+        self,
+        mixer: str,
+        vocab_size: int,
+        d_model: int,
+        num_heads: int = 1,
+        *,
+        feature_map: str | None = "identity",
+        use_short_conv: bool = True,
+    ) -> None:
+        super().__init__()
+        if mixer not in MODELS:
+            raise ValueError(f"mixer: unknown name {mixer!r}; valid names are {', '.join(MODELS)}")
+        self.vocab_size = check_positive_int("vocab_size", vocab_size)
+        self.mixer_name = mixer
+        entry = MODELS[mixer]
+        self.feature_map = feature_map if entry.linear_memory else None
+        self.embed = nn.Embedding(vocab_size, d_model)
+        self.mixer = entry.build(d_model, num_heads, self.feature_map, use_short_conv)
+        self.norm = nn.LayerNorm(d_model)
+        self.readout = nn.Linear(d_model, vocab_size)
+
+    def hidden(self, inputs: torch.Tensor) -> torch.Tensor:
+        """``(B, T)`` int64 tokens -> ``(B, T, d_model)`` features before the readout."""
+        if not isinstance(inputs, torch.Tensor) or inputs.dtype != torch.long or inputs.dim() != 2:
+            raise TypeError(f"inputs: expected an int64 tensor (B, T), got {getattr(inputs, 'dtype', type(inputs))}")
+        x = self.embed(inputs)  # (B, T, d_model)
+        return self.norm(x + self.mixer(x))
+
+    def forward(self, inputs: torch.Tensor) -> torch.Tensor:
+        """``(B, T)`` int64 tokens -> ``(B, T, V)`` logits."""
+        return self.readout(self.hidden(inputs))
+
+    def logits_at_queries(self, batch: MQARBatch) -> tuple[torch.Tensor, torch.Tensor]:
+        """The logits ``(M, V)`` and labels ``(M,)`` at the ``M`` labelled positions of ``batch``."""
+        asked = batch.labels != IGNORE_INDEX
+        return self.readout(self.hidden(batch.inputs)[asked]), batch.labels[asked]
+
+    def loss(self, batch: MQARBatch) -> torch.Tensor:
+        """Mean cross-entropy over the query positions."""
+        logits, labels = self.logits_at_queries(batch)
+        return F.cross_entropy(logits, labels)
+
+    @torch.no_grad()
+    def accuracy(self, batch: MQARBatch) -> float:
+        """Fraction of query positions where the argmax is the stored value (Zoology's metric)."""
+        was_training = self.training
+        self.eval()
+        try:
+            logits, labels = self.logits_at_queries(batch)
+        finally:
+            self.train(was_training)
+        return (logits.argmax(-1) == labels).double().mean().item()
+
+    def state_size(self, seq_len: int) -> int:
+        """Floats the mixer keeps per sequence (see :meth:`ttr_edu.layers._Mixer.state_size`)."""
+        return self.mixer.state_size(seq_len)

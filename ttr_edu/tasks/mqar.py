@@ -1,0 +1,231 @@
+"""Multi-query associative recall (MQAR), the synthetic task of Zoology (Arora et al. 2023, §3).
+
+An example shows ``num_pairs`` key-value pairs, then asks for every key again, later, among filler tokens::
+
+    k1 v1 k2 v2 … kN vN  ·  · k2 ·  ·  · k1 ·  · …        inputs
+    -100 … (context) …      ·  · v2 ·  ·  · v1 ·  · …     labels (−100 everywhere else)
+
+* keys are drawn from ``[1, V/2)`` and values from ``[V/2, V)``, distinct within an example, so a key token is never
+  a value token and the model must *retrieve* rather than guess from the token itself;
+* each query repeats one key at an even offset after the context, the offsets drawn without replacement with the
+  power law ``p(i) ∝ a · i^(a−1)`` (``a = 0.01``, close to ``1/i``): most queries come soon after the context,
+  some far away;
+* the label of a query position is its key's value (next-token prediction), ``−100`` (ignored by
+  ``torch.nn.functional.cross_entropy``) everywhere else; accuracy is ``argmax == label`` over labelled positions;
+* the other positions hold filler tokens, drawn uniformly from the vocabulary (Zoology's ``random_non_queries``).
+
+The sequence must leave room. After the context there are ``(T − 2N) / 2`` query slots (:func:`query_slots`) for
+``N`` queries. At ``T = 4N`` every slot is filled: the queries are then a random permutation of the keys, with no
+gaps to draw and no filler, which is not the task Zoology studies (its grids use ``T = 16 N``, e.g. 256 tokens for
+16 pairs). :func:`mqar_batch` accepts it (Zoology does too), but an experiment should keep
+:func:`free_slot_fraction` well above zero; the course's grid requires at least half of the slots free.
+
+This is our own generator written from that description (paper_facts.md). Batches are drawn on the CPU from a
+``torch.Generator``, so a seed gives the same batch everywhere.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from ttr_edu._internal.validation import check_positive_float, check_positive_int
+
+__all__ = [
+    "MQARBatch",
+    "mqar_batch",
+    "mqar_layout",
+    "mqar_accuracy",
+    "query_slots",
+    "free_slot_fraction",
+    "IGNORE_INDEX",
+]
+
+IGNORE_INDEX = -100  # the label of every position that is not a query (cross_entropy's default ignore_index)
+
+
+@dataclass(frozen=True)
+class MQARBatch:
+    """One batch of MQAR examples.
+
+    Attributes:
+        inputs: ``(B, T)`` int64 tokens in ``[0, vocab_size)``.
+        labels: ``(B, T)`` int64: the value asked for at each query position, ``-100`` elsewhere.
+        num_pairs: key-value pairs per example (``N``); each example has exactly ``N`` labelled positions.
+        vocab_size: the vocabulary size ``V``.
+    """
+
+    inputs: torch.Tensor
+    labels: torch.Tensor
+    num_pairs: int
+    vocab_size: int
+
+    def to(self, device: torch.device | str) -> MQARBatch:
+        """The same batch on ``device``."""
+        return MQARBatch(self.inputs.to(device), self.labels.to(device), self.num_pairs, self.vocab_size)
+
+
+def query_slots(seq_len: int, num_pairs: int) -> int:
+    """The query slots after the context of ``num_pairs`` pairs: ``(seq_len − 2 · num_pairs) // 2``.
+
+    Raises:
+        TypeError / ValueError: a size that is not a positive int.
+    """
+    check_positive_int("seq_len", seq_len)
+    check_positive_int("num_pairs", num_pairs)
+    return max(0, (seq_len - 2 * num_pairs) // 2)
+
+
+def free_slot_fraction(seq_len: int, num_pairs: int) -> float:
+    """The fraction of query slots that hold filler, not a query: 0 when every slot is asked (``T = 4N``).
+
+    Raises:
+        ValueError: fewer slots than pairs (``seq_len < 4 · num_pairs``).
+    """
+    slots = query_slots(seq_len, num_pairs)
+    if slots < num_pairs:
+        raise ValueError(f"seq_len: {num_pairs} pairs need seq_len >= 4 * num_pairs = {4 * num_pairs}, got {seq_len}")
+    return 1 - num_pairs / slots
+
+
+def mqar_batch(
+    batch_size: int,
+    seq_len: int,
+    num_pairs: int,
+    vocab_size: int,
+    *,
+    power_a: float = 0.01,
+    random_non_queries: bool = True,
+    generator: torch.Generator | None = None,
+) -> MQARBatch:
+    """Draw a batch of MQAR examples (Arora et al. 2023, §3 and App. E).
+
+    Args:
+        batch_size: examples ``B``.
+        seq_len: tokens per example ``T``; at least ``4 · num_pairs`` (the context and one query slot per key).
+        num_pairs: key-value pairs ``N`` per example, at most ``vocab_size // 2 − 1`` (the number of key tokens).
+        vocab_size: ``V``; keys come from ``[1, V/2)``, values from ``[V/2, V)``, token 0 marks nothing special.
+        power_a: the exponent ``a`` of the gap law ``p(i) ∝ a · i^(a−1)``, in ``(0, 1]`` (1 is uniform).
+        random_non_queries: fill the positions after the context that are not queries with uniform random tokens
+            (Zoology's default); otherwise with token 0.
+        generator: a CPU ``torch.Generator`` for reproducible draws (``None``: the global RNG).
+
+    Returns:
+        An :class:`MQARBatch` with ``inputs`` and ``labels`` of shape ``(B, T)``.
+
+    Raises:
+        TypeError / ValueError: a size that is not a positive int, a vocabulary too small for ``num_pairs``
+            distinct keys, a sequence too short for the context and its queries, or ``power_a`` outside (0, 1].
+    """
+    check_positive_int("batch_size", batch_size)
+    check_positive_int("seq_len", seq_len)
+    check_positive_int("num_pairs", num_pairs)
+    check_positive_int("vocab_size", vocab_size)
+    check_positive_float("power_a", power_a)
+    if power_a > 1:
+        raise ValueError(f"power_a: expected an exponent in (0, 1], got {power_a}")
+    half = vocab_size // 2
+    if num_pairs > half - 1:
+        raise ValueError(
+            f"num_pairs: {num_pairs} distinct keys need vocab_size >= 2 * (num_pairs + 1) = {2 * (num_pairs + 1)}, "
+            f"got vocab_size={vocab_size} (keys come from [1, V/2))"
+        )
+    context = 2 * num_pairs
+    slots = query_slots(seq_len, num_pairs)  # query slots at even offsets after the context
+    if slots < num_pairs:
+        raise ValueError(
+            f"seq_len: {num_pairs} pairs need seq_len >= 4 * num_pairs = {4 * num_pairs} (the context and one query "
+            f"slot per key), got {seq_len}"
+        )
+
+    def distinct(low: int, high: int) -> torch.Tensor:  # num_pairs distinct tokens from [low, high) per example
+        return torch.rand(batch_size, high - low, generator=generator).argsort(-1)[:, :num_pairs] + low
+
+    keys, values = distinct(1, half), distinct(half, vocab_size)  # (B, N) each
+    offsets = torch.arange(1, slots + 1, dtype=torch.float64)
+    law = power_a * offsets ** (power_a - 1)  # p(i) ∝ a i^(a−1), normalised by multinomial
+    slot = torch.multinomial(law.expand(batch_size, slots), num_pairs, replacement=False, generator=generator)
+    filler = (
+        torch.randint(vocab_size, (batch_size, seq_len - context), generator=generator) if random_non_queries else None
+    )
+    inputs, labels = mqar_layout(keys, values, slot, seq_len, filler)
+    return MQARBatch(inputs, labels, num_pairs, vocab_size)
+
+
+def mqar_layout(
+    keys: torch.Tensor, values: torch.Tensor, slots: torch.Tensor, seq_len: int, filler: torch.Tensor | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Place drawn pairs, query slots and filler into MQAR inputs and labels (Arora et al. 2023, App. E).
+
+    The context is ``k_1 v_1 k_2 v_2 … k_N v_N`` (positions ``0 … 2N − 1``). Key ``j`` is asked again at position
+    ``2N + 2 · slots[:, j]`` (an even offset after the context), and the label *at that same position* is its value
+    (next-token prediction: the model reads the key and must emit the value). Every other label is ``-100``; every
+    other position after the context holds ``filler`` (or 0).
+
+    Args:
+        keys, values: ``(B, N)`` int64 tokens.
+        slots: ``(B, N)`` int64 distinct query slots in ``[0, (seq_len − 2N) // 2)``; slot ``s`` is tail position
+            ``2s``.
+        seq_len: ``T``.
+        filler: ``(B, T − 2N)`` int64 tokens for the positions after the context that are not queries, or ``None``.
+
+    Returns:
+        ``(inputs, labels)``, each ``(B, T)`` int64.
+
+    Raises:
+        TypeError: a tensor that is not int64. ValueError: shapes that disagree (named), or a slot out of range.
+    """
+    for name, x in (("keys", keys), ("values", values), ("slots", slots)):
+        if not isinstance(x, torch.Tensor) or x.dtype != torch.long or x.dim() != 2:
+            raise TypeError(f"{name}: expected an int64 tensor (B, N), got {getattr(x, 'dtype', type(x))}")
+    B, N = keys.shape
+    if values.shape != (B, N) or slots.shape != (B, N):
+        raise ValueError(
+            f"values, slots: expected shape (B, N) = {(B, N)}, got {tuple(values.shape)} and {tuple(slots.shape)}"
+        )
+    context = 2 * N
+    tail_len = seq_len - context
+    if N and (slots.min() < 0 or slots.max() >= query_slots(seq_len, N)):
+        raise ValueError(f"slots: expected values in [0, {query_slots(seq_len, N)}) for T={seq_len}, N={N}")
+    if filler is not None and (not isinstance(filler, torch.Tensor) or filler.shape != (B, tail_len)):
+        raise ValueError(f"filler: expected shape (B, T - 2N) = {(B, tail_len)}, got {getattr(filler, 'shape', None)}")
+    pairs = torch.stack([keys, values], dim=-1).reshape(B, context)  # k1 v1 k2 v2 …
+    tail = torch.zeros(B, tail_len, dtype=torch.long) if filler is None else filler.clone()
+    tail_labels = torch.full((B, tail_len), IGNORE_INDEX, dtype=torch.long)
+    tail.scatter_(1, 2 * slots, keys)  # the key asked for, at its query position ...
+    tail_labels.scatter_(1, 2 * slots, values)  # ... and the value to predict there
+    inputs = torch.cat([pairs, tail], dim=1)
+    labels = torch.cat([torch.full((B, context), IGNORE_INDEX, dtype=torch.long), tail_labels], dim=1)
+    return inputs, labels
+
+
+def mqar_accuracy(logits: torch.Tensor, labels: torch.Tensor) -> float:
+    """The fraction of labelled positions where ``argmax(logits) == label`` (Zoology's metric).
+
+    Args:
+        logits: ``(B, T, V)`` floating scores, or ``(M, V)`` scores already gathered at the labelled positions.
+        labels: ``(B, T)`` int64 with ``-100`` where nothing is asked (or ``(M,)`` matching gathered logits).
+    Returns:
+        A float in ``[0, 1]``.
+    Raises:
+        TypeError: integer logits or non-integer labels. ValueError: shapes that disagree, or no labelled position.
+    """
+    if not isinstance(logits, torch.Tensor) or not logits.is_floating_point():
+        raise TypeError(f"logits: expected a floating-point tensor, got {getattr(logits, 'dtype', type(logits))}")
+    if (
+        not isinstance(labels, torch.Tensor)
+        or labels.is_floating_point()
+        or labels.is_complex()
+        or labels.dtype == torch.bool
+    ):
+        raise TypeError(f"labels: expected an int64 tensor, got {getattr(labels, 'dtype', type(labels))}")
+    if logits.shape[:-1] != labels.shape:
+        raise ValueError(
+            f"labels: expected shape {tuple(logits.shape[:-1])} (the leading dims of logits (..., V)), "
+            f"got {tuple(labels.shape)}"
+        )
+    asked = labels != IGNORE_INDEX
+    if not asked.any():
+        raise ValueError("labels: no labelled position (every label is -100)")
+    return (logits.argmax(-1)[asked] == labels[asked]).double().mean().item()

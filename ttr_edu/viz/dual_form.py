@@ -1,0 +1,152 @@
+"""Plotly figures for chapter 05 (the dual form): spotlight galleries, sorted scores, tables and bars.
+
+Every function returns a plain ``go.Figure``, which renders in the static book with no kernel.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import plotly.graph_objects as go
+import torch
+from plotly.subplots import make_subplots
+
+__all__ = ["bar_figure", "sorted_scores_figure", "spotlight_figure", "table_figure"]
+
+TEMPLATE = "plotly_white"
+
+
+def _image_trace(image: torch.Tensor, image_shape: tuple[int, int]) -> go.Heatmap:
+    h, w = image_shape
+    if image.numel() != h * w:
+        raise ValueError(f"image: expected {h * w} pixels for image_shape {image_shape}, got {tuple(image.shape)}")
+    return go.Heatmap(
+        z=image.detach().reshape(h, w).cpu().tolist(),
+        colorscale="gray_r",
+        showscale=False,
+        zmin=0.0,
+        zmax=1.0,
+        hoverinfo="skip",
+    )
+
+
+def spotlight_figure(
+    test_image: torch.Tensor,
+    rows: Mapping[str, tuple[torch.Tensor, Sequence[str]]],
+    *,
+    image_shape: tuple[int, int],
+    title: str = "",
+) -> go.Figure:
+    """A gallery: per row (one per layer), the test image, then its top training images with captions.
+
+    Args:
+        test_image: ``(D,)`` pixels in ``[0, 1]``.
+        rows: layer name -> (``(k, D)`` training images, k captions such as ``"3 · step 41"``).
+        image_shape: ``(H, W)``.
+
+    Raises:
+        ValueError: rows of different k, a caption count that differs from k, or images of the wrong size.
+    """
+    ks = {images.shape[0] for images, _ in rows.values()}
+    if len(ks) != 1:
+        raise ValueError(f"rows: expected the same number of images in every row, got {sorted(ks)}")
+    k = ks.pop()
+    titles = []
+    for name, (_images, captions) in rows.items():
+        if len(captions) != k:
+            raise ValueError(f"rows[{name!r}]: expected {k} captions, got {len(captions)}")
+        titles += [f"test · {name}"] + list(captions)
+    figure = make_subplots(
+        rows=len(rows), cols=k + 1, subplot_titles=titles, horizontal_spacing=0.01, vertical_spacing=0.08
+    )
+    for r, (images, _) in enumerate(rows.values(), start=1):
+        figure.add_trace(_image_trace(test_image, image_shape), row=r, col=1)
+        for c in range(k):
+            figure.add_trace(_image_trace(images[c], image_shape), row=r, col=c + 2)
+    figure.update_xaxes(visible=False)
+    figure.update_yaxes(visible=False, autorange="reversed", scaleanchor="x", constrain="domain")
+    figure.update_annotations(font_size=10)
+    figure.update_layout(
+        title=title,
+        template=TEMPLATE,
+        height=150 * len(rows) + 80,
+        width=110 * (k + 1) + 60,
+        margin={"l": 20, "r": 20, "t": 80, "b": 20},
+    )
+    return figure
+
+
+def sorted_scores_figure(
+    scores: torch.Tensor, labels: torch.Tensor, *, title: str = "", top: int | None = None
+) -> go.Figure:
+    """Spotlight scores of the stored patterns, sorted high to low, one colour per label.
+
+    Args:
+        scores: ``(N,)``. labels: ``(N,)`` integers. top: show only the ``top`` highest (default: all).
+
+    Raises:
+        ValueError: ``scores`` and ``labels`` are not 1-D of one length.
+    """
+    if scores.dim() != 1 or labels.shape != scores.shape:
+        raise ValueError(
+            f"scores, labels: expected two (N,) tensors, got {tuple(scores.shape)} and {tuple(labels.shape)}"
+        )
+    order = scores.argsort(descending=True)[:top]
+    rank = torch.arange(len(order))
+    sorted_scores, sorted_labels = scores[order].cpu(), labels[order].cpu()
+    figure = go.Figure()
+    for label in sorted(set(sorted_labels.tolist())):
+        mask = sorted_labels == label
+        figure.add_trace(
+            go.Scatter(
+                x=rank[mask].tolist(),
+                y=sorted_scores[mask].tolist(),
+                mode="markers",
+                marker={"size": 4},
+                name=str(label),
+            )
+        )
+    figure.update_layout(
+        title=title, xaxis_title="rank", yaxis_title="score |x_tᵀ x|", template=TEMPLATE, legend_title="label"
+    )
+    return figure
+
+
+def table_figure(header: Sequence[str], rows: Sequence[Sequence], *, title: str = "") -> go.Figure:
+    """A plain table; floats are shown with 3 significant digits.
+
+    Raises:
+        ValueError: a row's length differs from the header's.
+    """
+    for row in rows:
+        if len(row) != len(header):
+            raise ValueError(f"rows: expected {len(header)} cells per row, got {len(row)}: {row!r}")
+    cells = [[f"{v:.3g}" if isinstance(v, float) else str(v) for v in column] for column in zip(*rows)]
+    figure = go.Figure(
+        go.Table(header={"values": list(header), "align": "left"}, cells={"values": cells, "align": "left"})
+    )
+    figure.update_layout(
+        title=title,
+        template=TEMPLATE,
+        height=60 + 30 * (len(rows) + 1),
+        margin={"l": 10, "r": 10, "t": 40 if title else 10, "b": 10},
+    )
+    return figure
+
+
+def bar_figure(
+    categories: Sequence[str], series: Mapping[str, Sequence[float]], *, title: str = "", y_title: str = ""
+) -> go.Figure:
+    """Grouped bars: one group per category, one bar per series.
+
+    Raises:
+        ValueError: a series' length differs from the categories'.
+    """
+    figure = go.Figure()
+    for name, values in series.items():
+        values = list(values)
+        if len(values) != len(categories):
+            raise ValueError(f"series[{name!r}]: expected {len(categories)} values, got {len(values)}")
+        figure.add_trace(go.Bar(x=list(categories), y=values, name=name))
+    figure.update_layout(title=title, yaxis_title=y_title, barmode="group", template=TEMPLATE)
+    return figure
