@@ -1,4 +1,5 @@
-"""The contract every exercise check keeps (DESIGN.md §4): an unattempted stub is reported, never raised.
+"""The contract every exercise check keeps (CONTRIBUTING.md, "Notebooks and exercises"): an unattempted stub is
+reported, never raised.
 
 Collected from every chapter's checks module, so a new check is covered without being listed. The Triton chapter's
 checks take kernels, whose stubs are kernels themselves: tests/checks/test_triton_kernels.py covers them.

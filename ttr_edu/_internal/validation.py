@@ -1,7 +1,7 @@
 """Argument checks shared by every public function.
 
-Errors follow DESIGN.md §3: ``TypeError`` for a wrong type or dtype, ``ValueError`` for a wrong shape or
-value, and the message always names the argument, the expected shape (with named dims) and what was received.
+Errors follow CONTRIBUTING.md ("Conventions"): ``TypeError`` for a wrong type or dtype, ``ValueError`` for a wrong
+shape or value, and the message always names the argument, the expected shape (with named dims) and what was received.
 
 The central helper is :class:`Dims`. Dimensions are named (``"B", "T", "H", "D_k"``) and bound on first
 sight, so a later tensor that disagrees is reported against the tensor that fixed the size::

@@ -1,4 +1,4 @@
-"""The machinery every exercise check shares (DESIGN.md §4).
+"""The machinery every exercise check shares (CONTRIBUTING.md, "Notebooks and exercises").
 
 A check calls the student's function on seeded random cases and compares it with the package's reference.
 It has exactly three outcomes:
@@ -109,7 +109,7 @@ class _PartlyWritten(Exception):
 
 
 def relative_error(a: torch.Tensor, b: torch.Tensor) -> float:
-    """``‖a − b‖ / ‖b‖`` in float64 (DESIGN.md §3); ``‖a − b‖`` when ``b`` is zero."""
+    """``‖a − b‖ / ‖b‖`` in float64, as fla's tests compare; ``‖a − b‖`` when ``b`` is zero."""
     a64, b64 = a.detach().double(), b.detach().double()
     denominator = torch.linalg.vector_norm(b64).item()
     numerator = torch.linalg.vector_norm(a64 - b64).item()
