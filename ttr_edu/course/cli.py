@@ -43,7 +43,7 @@ DESCRIPTION = (
     "your edits) and opens JupyterLab there; `ttr-edu check NOTEBOOK` grades your exercises. Instructors, in a clone "
     "of the repository: `ttr-edu generate` rebuilds chapters/ from solutions/; `ttr-edu book` builds the book."
 )
-MANIFEST = ".ttr-edu-copy.json"  # per chapter slug: the file name, and hashes of what we wrote and of the release
+MANIFEST = ".ttr-edu-copy.json"  # per chapter slug (and per page copied along): hashes of what we wrote, of the release
 LOCK = ".ttr-edu.lock"
 BESIDE = "new-release"  # a changed release of an edited notebook goes beside it as NN_slug.new-release.ipynb
 

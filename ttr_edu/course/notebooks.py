@@ -107,8 +107,8 @@ def course_root(start: str | Path | None = None, *, command: str | None = None) 
     where = f"at {start}" if start is not None else f"at {Path.cwd()} or above"
     if command is not None:
         raise CourseLayoutError(
-            f"{command} works from a clone of ttr-edu, the course's sources (no book.yml and solutions/ {where}): "
-            f"git clone {REPOSITORY}, then run it there or pass --root"
+            f"ttr-edu {command} works from a clone of ttr-edu, which holds the course's sources (book.yml and "
+            f"solutions/); there is none {where}: git clone {REPOSITORY}, then run it there or pass --root"
         )
     raise CourseLayoutError(
         f"root: no course found {where} (a course folder holds book.yml and solutions/); "
