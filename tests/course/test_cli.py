@@ -283,7 +283,7 @@ def test_start_uses_this_interpreter_and_passes_jupyterlab_options_through(tmp_p
         "--LabApp.default_url=/lab",
     ):
         assert option in command
-    assert [p.name for p in dest.glob("*.ipynb")] == [FIRST.name]
+    assert [p.name for p in dest.glob("[0-9][0-9]_*.ipynb")] == [FIRST.name]
 
 
 def test_start_without_jupyterlab_says_how_to_install_and_copies_nothing(tmp_path, monkeypatch, capsys):

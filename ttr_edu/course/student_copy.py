@@ -6,10 +6,11 @@ where students work, resolves neither: jupyterlab-myst has no bibliography, and 
 notebooks side by side, no ``../``). So ``ttr-edu copy`` writes each file through :func:`render`:
 
 - every citation becomes its formatted reference, ``(Schlag et al., 2021, eq. 13)``, each name a link to the paper
-  (its DOI, else its URL) whose hover text is the full reference;
+  (its DOI, else its URL), and the notebook ends with the list of the references it cites, as a book page does;
 - every relative link is rewritten to where its target lands in the student's folder (a chapter notebook beside the
-  others, any other course file at its path from the course root), and the pages a notebook links to (the notation
-  page) are copied along.
+  others, any other course file at its path from the course root), and the pages a notebook links to are copied
+  along. A Markdown page (``notation.md``) becomes a notebook of one Markdown cell (``notation.ipynb``): JupyterLab
+  opens a linked ``.md`` file in its text editor, but renders a notebook with jupyterlab-myst, as the chapters.
 
 ``chapters/`` itself keeps ``[@key]``: the book builds from it. Only markdown changes; code cells are copied as
 they are, so nbgrader's checksums of locked cells still match. Stdlib only (``ttr-edu copy`` stays light): the
@@ -32,6 +33,10 @@ __all__ = [
     "render_citations",
     "student_path",
     "render",
+    "references_markdown",
+    "linked_pages",
+    "bibliography_of",
+    "REFERENCES_CELL",
     "MARKDOWN_LINK",
     "CITATION_KEY",
 ]
@@ -211,22 +216,24 @@ def _outside_code(text: str, change) -> str:
     return "".join(pieces + [change(text[last:])])
 
 
+def _url(reference: Reference) -> str:
+    """The reference's link as a Markdown link target (brackets in a DOI would end it early)."""
+    return reference.link.replace("(", "%28").replace(")", "%29").replace(" ", "%20")
+
+
 def _cite(reference: Reference, text: str | None = None) -> str:
     label = text or reference.short
-    if not reference.link:
-        return label
-    hover = reference.full.replace('"', "'")
-    url = reference.link.replace("(", "%28").replace(")", "%29").replace(" ", "%20")  # a markdown-safe target
-    return f'[{label}]({url} "{hover}")'
+    return f"[{label}]({_url(reference)})" if reference.link else label
 
 
-def render_citations(text: str, bibliography: dict[str, Reference]) -> str:
+def render_citations(text: str, bibliography: dict[str, Reference], cited: set[str] | None = None) -> str:
     """Markdown with every MyST citation whose keys are all in ``bibliography`` written out as links.
 
-    ``[@a, eq. 13; see @b]`` -> ``([A et al., 2021](url "full reference"), eq. 13; see [B, 1990](url ...))``, and a
-    narrative ``@a`` -> ``[A et al. (2021)](url ...)``. Citations with an unknown key and anything inside code are
-    left as written (a test fails on what stays raw).
+    ``[@a, eq. 13; see @b]`` -> ``([A et al., 2021](url), eq. 13; see [B, 1990](url))``, and a narrative ``@a`` ->
+    ``[A et al. (2021)](url)``. Citations with an unknown key and anything inside code are left as written (a test
+    fails on what stays raw). The keys written out are added to ``cited``.
     """
+    cited = set() if cited is None else cited
 
     def group(match: re.Match) -> str:
         parts = [_GROUP_PART.match(part) for part in match[1].split(";")]
@@ -234,6 +241,7 @@ def render_citations(text: str, bibliography: dict[str, Reference]) -> str:
             return match.group()
         out = []
         for part in parts:
+            cited.add(part["key"])
             reference = bibliography[part["key"]]
             piece = _cite(reference)
             if part["prefix"]:
@@ -247,6 +255,7 @@ def render_citations(text: str, bibliography: dict[str, Reference]) -> str:
         reference = bibliography.get(match[1])
         if reference is None:
             return match.group()
+        cited.add(match[1])
         who, year = reference.short.rsplit(", ", 1)
         return _cite(reference, f"{who} ({year})")
 
@@ -259,11 +268,21 @@ def render_citations(text: str, bibliography: dict[str, Reference]) -> str:
 # -- links -------------------------------------------------------------------------------------------------------------
 
 
+def references_markdown(keys: set[str], bibliography: dict[str, Reference]) -> str:
+    """A "References" section listing ``keys``, by first author and year, each with its link (as a book page ends)."""
+    entries = sorted((bibliography[key] for key in keys), key=lambda r: (r.authors[0].lower(), r.year, r.key))
+    lines = [f"- {r.full}" + (f" <{r.link}>" if r.link else "") for r in entries]
+    return "## References\n\n" + "\n".join(lines)
+
+
 def student_path(relative: PurePosixPath) -> PurePosixPath:
     """Where a course file (a path from the course root) lands in the student's folder: a chapter notebook
-    (``chapters/NN_slug.ipynb``) beside the others at the top, any other file at its path from the root."""
+    (``chapters/NN_slug.ipynb``) beside the others at the top, a Markdown page as a notebook (``notation.ipynb``),
+    any other file at its path from the root."""
     if len(relative.parts) == 2 and relative.parts[0] == "chapters":
         return PurePosixPath(relative.name)
+    if relative.suffix == ".md":
+        return relative.with_suffix(".ipynb")
     return relative
 
 
@@ -313,34 +332,62 @@ def bibliography_of(root: Path) -> dict[str, Reference]:
     return load_bibliography(path) if path.is_file() else {}
 
 
-def _markdown(text: str, source: PurePosixPath, root: Path, bibliography, linked: set[PurePosixPath]) -> str:
-    return _rewrite_links(render_citations(text, bibliography), source, root, linked)
+def _markdown(text, source: PurePosixPath, root: Path, bibliography, linked: set, cited: set) -> str:
+    return _rewrite_links(render_citations(text, bibliography, cited), source, root, linked)
+
+
+REFERENCES_CELL = "ttr-edu-references"  # the id of the cell a student copy ends with when it cites anything
+_FRONT_MATTER = re.compile(r"\A---\n(.*?)\n---\n", re.DOTALL)
+
+
+def _page_notebook(text: str) -> dict:
+    """A Markdown page as a notebook of one Markdown cell; its front matter's title becomes the heading."""
+    front = _FRONT_MATTER.match(text)
+    if front:
+        title = re.search(r"^title:\s*(.+?)\s*$", front[1], re.MULTILINE)
+        text = text[front.end() :].lstrip("\n")
+        if title:
+            text = f"# {title[1].strip(chr(34) + chr(39))}\n\n{text}"
+    return {
+        "cells": [{"cell_type": "markdown", "id": "page", "metadata": {}, "source": text}],
+        "metadata": {
+            "kernelspec": {"display_name": "Python 3 (ipykernel)", "language": "python", "name": "python3"},
+            "language_info": {"name": "python"},
+        },
+        "nbformat": 4,
+        "nbformat_minor": 5,
+    }
 
 
 def render(root: Path, source: PurePosixPath, bibliography=None) -> tuple[bytes, set[PurePosixPath]]:
     """The student's copy of the course file ``root/source`` and the course files it links to.
 
-    A notebook's markdown cells and a ``.md`` page are rendered (citations written out, links re-aimed); any other
-    file is copied as it is. A notebook is written as nbformat writes it (JSON, one-space indent, keys sorted).
+    A notebook's markdown cells are rendered (citations written out, links re-aimed) and, if it cites anything, a
+    last cell lists the references (id :data:`REFERENCES_CELL`); code cells are left exactly as they are. A ``.md``
+    page becomes such a notebook of one cell. Any other file is copied as it is. A notebook is written as nbformat
+    writes it (JSON, one-space indent, keys sorted, sources split into lines).
 
     Raises:
         ValueError: a notebook is not JSON, or ``references.bib`` cannot be read.
     """
     bibliography = bibliography_of(root) if bibliography is None else bibliography
-    data, linked = (root / source).read_bytes(), set()
-    if source.suffix == ".ipynb":
-        nb = json.loads(data.decode("utf-8"))
-        for cell in nb.get("cells", []):
-            if cell.get("cell_type") != "markdown":
-                continue
-            text = "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
-            new = _markdown(text, source, root, bibliography, linked)
-            if new != text:
-                cell["source"] = new.splitlines(keepends=True) if isinstance(cell["source"], list) else new
-        data = (json.dumps(nb, sort_keys=True, indent=1, ensure_ascii=False) + "\n").encode("utf-8")
-    elif source.suffix == ".md":
-        text = data.decode("utf-8")
-        data = _markdown(text, source, root, bibliography, linked).encode("utf-8")
+    data, linked, cited = (root / source).read_bytes(), set(), set()
+    if source.suffix not in (".ipynb", ".md"):
+        return data, linked
+    nb = json.loads(data.decode("utf-8")) if source.suffix == ".ipynb" else _page_notebook(data.decode("utf-8"))
+    for cell in nb.get("cells", []):
+        if cell.get("cell_type") != "markdown":
+            continue
+        text = "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
+        new = _markdown(text, source, root, bibliography, linked, cited)
+        if new != text or source.suffix == ".md":
+            cell["source"] = new.splitlines(keepends=True)
+    if cited:
+        references = references_markdown(cited, bibliography)
+        nb["cells"].append(
+            {"cell_type": "markdown", "id": REFERENCES_CELL, "metadata": {}, "source": references.splitlines(True)}
+        )
+    data = (json.dumps(nb, sort_keys=True, indent=1, ensure_ascii=False) + "\n").encode("utf-8")
     return data, {path for path in linked if path != source}
 
 
