@@ -138,7 +138,7 @@ def _read_manifest(path: Path) -> dict[str, dict]:
 
 
 def _read_pages(path: Path) -> dict[str, dict]:
-    """Per page copied along with the notebooks (``notation.md``): ``written`` and ``release`` hashes, as for a
+    """Per page copied along with the notebooks (``notation.ipynb``): ``written`` and ``release`` hashes, as for a
     notebook. Missing or damaged counts as empty (an existing page then counts as edited and is kept)."""
     try:
         pages = json.loads(path.read_text(encoding="utf-8")).get("pages", {})
@@ -302,7 +302,7 @@ def _sync(
 
 
 def _sync_page(relative: PurePosixPath, data: bytes, dest: Path, pages: dict[str, dict], report: Report) -> None:
-    """Bring one page the notebooks link to (``notation.md``) into DEST: written when missing or untouched since we
+    """Bring one page the notebooks link to (``notation.ipynb``) into DEST: written when missing or untouched since we
     wrote it; a page the student edited is kept as it is."""
     target, want = dest.joinpath(*relative.parts), _digest(data)
     entry = pages.get(str(relative), {})
