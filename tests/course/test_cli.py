@@ -10,11 +10,12 @@ import subprocess
 import sys
 import threading
 import time
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 import pytest
 
 import ttr_edu.course.cli as cli
+from ttr_edu.course import student_copy
 from ttr_edu.course.cli import MANIFEST, main
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -25,6 +26,11 @@ RECALL = ROOT / "chapters" / "09_associative_recall.ipynb"  # was 08_associative
 
 def run(*args, root=ROOT):
     return main(["--root", str(root), *args])
+
+
+def release(path: Path, root: Path = ROOT) -> bytes:
+    """A chapter as `copy` writes it into the student's folder (citations written out, links re-aimed)."""
+    return student_copy.render(root, PurePosixPath("chapters", path.name))[0]
 
 
 def sha(data: bytes) -> str:
@@ -42,7 +48,7 @@ def course_copy(tmp_path, name="course", change=()):
     """A copy of the course (a "release"); chapters named in ``change`` get an extra cell."""
     root = tmp_path / name
     root.mkdir()
-    for part in ("solutions", "chapters", "book.yml"):
+    for part in ("solutions", "chapters", "book.yml", "references.bib", "notation.md"):
         src = ROOT / part
         (shutil.copytree if src.is_dir() else shutil.copy)(src, root / part)
     for chapter in change:
@@ -86,7 +92,7 @@ def test_list_shows_whole_titles_without_the_repeated_number(capsys):
 def test_copy_then_copy_again_is_a_no_op(tmp_path, capsys):
     dest = tmp_path / "course"
     assert run("copy", str(dest)) == 0
-    assert (dest / FIRST.name).read_bytes() == FIRST.read_bytes()
+    assert (dest / FIRST.name).read_bytes() == release(FIRST)
     assert (dest / MANIFEST).exists()
     capsys.readouterr()
     assert run("copy", str(dest)) == 0
@@ -126,7 +132,7 @@ def test_a_release_adds_refreshes_and_puts_a_changed_notebook_beside_an_edited_o
     assert "04_delta_rule.new-release.ipynb" in lines[1] and len(lines) == 3  # + the "open them with" hint
     assert "NEW IN release-b" in (dest / FIRST.name).read_text()  # untouched: refreshed
     assert "MY ANSWER" in (dest / DELTA.name).read_text() and "NEW IN" not in (dest / DELTA.name).read_text()
-    assert (dest / "04_delta_rule.new-release.ipynb").read_bytes() == (new / "chapters" / DELTA.name).read_bytes()
+    assert (dest / "04_delta_rule.new-release.ipynb").read_bytes() == release(DELTA, root=new)
     assert (dest / RECALL.name).exists()
     capsys.readouterr()
     assert run("copy", str(dest), root=new) == 0  # nothing new: nothing written, no second copy beside
@@ -152,7 +158,7 @@ def test_an_edited_notebook_follows_its_slug_when_chapters_are_renumbered(tmp_pa
     out = capsys.readouterr().out
     assert not old_edited.exists() and not old_untouched.exists()
     assert holding(dest, "MY ANSWER") == ["09_associative_recall.ipynb"]
-    assert (dest / "09_associative_recall.new-release.ipynb").read_bytes() == RECALL.read_bytes()
+    assert (dest / "09_associative_recall.new-release.ipynb").read_bytes() == release(RECALL)
     assert (dest / "11_chunkwise_algorithms.ipynb").read_text(encoding="utf-8") != chunkwise_old  # refreshed
     assert "renumbered 08_associative_recall.ipynb -> 09_associative_recall.ipynb" in out
     assert len([p for p in dest.glob("*associative_recall*")]) == 2  # the student's and the new release beside it
@@ -166,7 +172,7 @@ def test_copy_force_keeps_a_backup(tmp_path):
     assert run("copy", str(dest), "1", "--force") == 0
     backups = list(dest.glob("*.backup-*.ipynb"))
     assert len(backups) == 1 and backups[0].read_text() == "my work"
-    assert edited.read_bytes() == FIRST.read_bytes()
+    assert edited.read_bytes() == release(FIRST)
 
 
 def test_copy_refreshes_an_unedited_old_copy(tmp_path):
@@ -176,7 +182,7 @@ def test_copy_refreshes_an_unedited_old_copy(tmp_path):
     old.write_text("an older release", encoding="utf-8")
     (dest / MANIFEST).write_text(json.dumps({FIRST.name: sha(b"an older release")}))
     assert run("copy", str(dest), "1") == 0
-    assert old.read_bytes() == FIRST.read_bytes()
+    assert old.read_bytes() == release(FIRST)
     assert not list(dest.glob("*.backup-*")) and not list(dest.glob("*.new-release*"))
 
 
@@ -277,7 +283,7 @@ def test_start_uses_this_interpreter_and_passes_jupyterlab_options_through(tmp_p
         "--LabApp.default_url=/lab",
     ):
         assert option in command
-    assert [p.name for p in dest.glob("*.ipynb")] == [FIRST.name]
+    assert [p.name for p in dest.glob("[0-9][0-9]_*.ipynb")] == [FIRST.name]
 
 
 def test_start_without_jupyterlab_says_how_to_install_and_copies_nothing(tmp_path, monkeypatch, capsys):
@@ -520,7 +526,7 @@ def test_a_symlinked_notebook_is_never_written_through(tmp_path):
     (dest / DELTA.name).symlink_to(elsewhere)
     assert run("copy", str(dest), "4", "--force") == 0
     assert elsewhere.read_bytes() == notes  # the file outside DEST is untouched
-    assert not (dest / DELTA.name).is_symlink() and (dest / DELTA.name).read_bytes() == DELTA.read_bytes()
+    assert not (dest / DELTA.name).is_symlink() and (dest / DELTA.name).read_bytes() == release(DELTA)
     assert any("MY NOTES" in p.read_text() for p in dest.glob("*.backup-*"))
 
 

@@ -21,14 +21,17 @@ import tempfile
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
+from ttr_edu import __version__
+from ttr_edu.course import student_copy
 from ttr_edu.course.book import BookError
 from ttr_edu.course.notebooks import (
     CHAPTER_NAME,
     CHECK_CALL,
     CourseLayoutError,
     NotebookError,
+    course_content,
     course_root,
     generate,
     list_chapters,
@@ -37,10 +40,10 @@ from ttr_edu.course.notebooks import (
 
 DESCRIPTION = (
     "ttr-edu: the course's command. Students: `ttr-edu start my-course` copies the notebooks into my-course/ (keeping "
-    "your edits) and opens JupyterLab there; `ttr-edu check NOTEBOOK` grades your exercises. Instructors: `ttr-edu "
-    "generate` rebuilds chapters/ from solutions/; `ttr-edu book` builds the book."
+    "your edits) and opens JupyterLab there; `ttr-edu check NOTEBOOK` grades your exercises. Instructors, in a clone "
+    "of the repository: `ttr-edu generate` rebuilds chapters/ from solutions/; `ttr-edu book` builds the book."
 )
-MANIFEST = ".ttr-edu-copy.json"  # per chapter slug: the file name, and hashes of what we wrote and of the release
+MANIFEST = ".ttr-edu-copy.json"  # per chapter slug (and per page copied along): hashes of what we wrote, of the release
 LOCK = ".ttr-edu.lock"
 BESIDE = "new-release"  # a changed release of an edited notebook goes beside it as NN_slug.new-release.ipynb
 
@@ -58,7 +61,7 @@ def _file_digest(path: Path) -> str:
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    chapters = list_chapters(course_root(args.root), "chapters")
+    chapters = list_chapters(course_content(args.root), "chapters")
     if not chapters:
         raise UsageError("no chapters found; instructors run `ttr-edu generate` first")
     titles = [_short_title(chapter.title, chapter.number) for chapter in chapters]
@@ -134,8 +137,19 @@ def _read_manifest(path: Path) -> dict[str, dict]:
     return converted
 
 
-def _write_manifest(path: Path, manifest: dict[str, dict]) -> None:
-    write_atomically(path, json.dumps({"format": 2, "notebooks": manifest}, indent=1, sort_keys=True) + "\n")
+def _read_pages(path: Path) -> dict[str, dict]:
+    """Per page copied along with the notebooks (``notation.ipynb``): ``written`` and ``release`` hashes, as for a
+    notebook. Missing or damaged counts as empty (an existing page then counts as edited and is kept)."""
+    try:
+        pages = json.loads(path.read_text(encoding="utf-8")).get("pages", {})
+    except (OSError, ValueError, AttributeError):
+        return {}
+    return {name: entry for name, entry in pages.items() if isinstance(entry, dict)} if isinstance(pages, dict) else {}
+
+
+def _write_manifest(path: Path, manifest: dict[str, dict], pages: dict[str, dict] | None = None) -> None:
+    content = {"format": 2, "notebooks": manifest, **({"pages": pages} if pages else {})}
+    write_atomically(path, json.dumps(content, indent=1, sort_keys=True) + "\n")
 
 
 @contextmanager
@@ -237,10 +251,12 @@ def _existing(dest: Path, slug: str, entry: dict, target: Path) -> Path | None:
     return found[0] if found else None
 
 
-def _sync(source: Path, dest: Path, manifest: dict[str, dict], force: bool, stamp: str, report: Report) -> None:
-    """Bring one chapter into DEST; records it in ``manifest`` only after its files are written."""
+def _sync(
+    source: Path, data: bytes, dest: Path, manifest: dict[str, dict], force: bool, stamp: str, report: Report
+) -> None:
+    """Bring one chapter (``data``: its student copy, :func:`student_copy.render`) into DEST; records it in
+    ``manifest`` only after its files are written."""
     slug = CHAPTER_NAME.match(source.name)[2]
-    data = source.read_bytes()
     want = _digest(data)
     entry = dict(manifest.get(slug, {}))
     target = dest / source.name
@@ -285,6 +301,27 @@ def _sync(source: Path, dest: Path, manifest: dict[str, dict], force: bool, stam
     manifest[slug] = entry
 
 
+def _sync_page(relative: PurePosixPath, data: bytes, dest: Path, pages: dict[str, dict], report: Report) -> None:
+    """Bring one page the notebooks link to (``notation.ipynb``) into DEST: written when missing or untouched since we
+    wrote it; a page the student edited is kept as it is."""
+    target, want = dest.joinpath(*relative.parts), _digest(data)
+    entry = pages.get(str(relative), {})
+    if not target.exists() and not target.is_symlink():
+        target.parent.mkdir(parents=True, exist_ok=True)
+        write_atomically(target, data)
+        pages[str(relative)] = {"written": want, "release": want}
+        return
+    have = _file_digest(target) if target.is_file() and not target.is_symlink() else None
+    if have == want:
+        pages[str(relative)] = {"written": want, "release": want}
+    elif have is not None and entry.get("written") == have:
+        write_atomically(target, data)
+        pages[str(relative)] = {"written": want, "release": want}
+    elif entry.get("release") != want:
+        report.notes.append(f"kept your {relative} (edited); the course's new version of it was not copied")
+        pages[str(relative)] = {**entry, "release": want}
+
+
 def _put_beside(target: Path, data: bytes, entry: dict) -> Path:
     """Write a new release of an edited notebook beside it; replace an earlier one only if still untouched."""
     path = target.with_name(f"{target.stem}.{BESIDE}.ipynb")
@@ -326,14 +363,33 @@ def _check_dest(root: Path, raw: str | None, command: str) -> Path:
     return dest
 
 
+def _student_copies(root: Path, sources: list[Path]) -> tuple[dict[Path, bytes], dict[PurePosixPath, bytes]]:
+    """Each chapter's student copy, and the pages they link to (by path in DEST): citations written out and links
+    aimed inside the student's folder (:mod:`ttr_edu.course.student_copy`). Everything is rendered before anything
+    is written."""
+    try:
+        bibliography = student_copy.bibliography_of(root)
+    except ValueError as err:
+        raise NotebookError(f"{root / 'references.bib'}: {err}") from err
+    notebooks, linked = {}, set()
+    for source in sources:
+        try:
+            notebooks[source], links = student_copy.render(root, PurePosixPath("chapters", source.name), bibliography)
+        except ValueError as err:
+            raise NotebookError(f"{source}: not a readable notebook ({type(err).__name__})") from err
+        linked |= links
+    return notebooks, student_copy.linked_pages(root, linked, bibliography)
+
+
 def cmd_copy(args: argparse.Namespace) -> int:
-    root = course_root(args.root)
+    root = course_content(args.root)
     dest = _check_dest(root, args.dest, args.command)
     sources = _select(root, args.chapters)
-    for source in sources:
-        target = dest / source.name
+    notebooks, pages = _student_copies(root, sources)
+    for name in [*(source.name for source in sources), *(str(page) for page in pages)]:
+        target = dest / name
         if target.exists() and not target.is_file():
-            raise UsageError(f"cannot copy {source.name}: {target} exists and is not a file; move it away first")
+            raise UsageError(f"cannot copy {name}: {target} exists and is not a file; move it away first")
     dest.mkdir(exist_ok=True)
     report = Report()
     with _locked(dest):
@@ -341,11 +397,14 @@ def cmd_copy(args: argparse.Namespace) -> int:
         for leftover in [*dest.glob(".*.ipynb.*.tmp"), *dest.glob(f".{MANIFEST}.*.tmp")]:
             leftover.unlink(missing_ok=True)
         manifest_path = dest / MANIFEST
-        manifest = _read_manifest(manifest_path)
+        manifest, copied_pages = _read_manifest(manifest_path), _read_pages(manifest_path)
         stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
         for source in sources:
-            _sync(source, dest, manifest, args.force, stamp, report)
-            _write_manifest(manifest_path, manifest)  # after each chapter: a failure later leaves it true
+            _sync(source, notebooks[source], dest, manifest, args.force, stamp, report)
+            _write_manifest(manifest_path, manifest, copied_pages)  # after each chapter: a failure later leaves it true
+        for page, data in pages.items():
+            _sync_page(page, data, dest, copied_pages, report)
+        _write_manifest(manifest_path, manifest, copied_pages)
     for line in report.lines(dest):
         print(line)
     if args.command == "copy":
@@ -388,7 +447,7 @@ def run_foreground(command: list[str]) -> int:
 
 
 def cmd_start(args: argparse.Namespace) -> int:
-    root = course_root(args.root)
+    root = course_content(args.root)
     dest = _check_dest(root, args.dest, "start")
     options = list(args.lab_options)
     for flag, value in (("--port", args.port), ("--ip", args.ip)):
@@ -487,7 +546,7 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
-    root = course_root(args.root)
+    root = course_root(args.root, command="generate")
     changes = generate(root, check=args.check)
     for line in changes:
         print(line)
@@ -504,12 +563,16 @@ def cmd_generate(args: argparse.Namespace) -> int:
 def cmd_book(args: argparse.Namespace) -> int:
     from ttr_edu.course import book
 
-    return book.build(course_root(args.root), site=args.site, serve=args.serve, execute=args.execute)
+    root = course_root(args.root, command="book")
+    return book.build(root, site=args.site, serve=args.serve, execute=not args.no_execute)
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="ttr-edu", description=DESCRIPTION)
-    parser.add_argument("--root", help="the course folder (default: found from the current folder)")
+    parser.add_argument(
+        "--root", help="the course folder (default: a clone found from the current folder, else the installed course)"
+    )
+    parser.add_argument("--version", action="version", version=f"ttr-edu {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     sub.add_parser("list", help="list the chapters").set_defaults(run=cmd_list)
@@ -552,11 +615,21 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--check", action="store_true", help="write nothing; fail if anything is out of date")
     gen.set_defaults(run=cmd_generate)
 
-    book = sub.add_parser("book", help="build (or serve) the book with MyST")
+    book = sub.add_parser(
+        "book",
+        help="build (or serve) the book with MyST, every notebook executed (instructors, in a clone)",
+        description="Build the HTML book in _build/html with MyST, executing every notebook on a Jupyter server of "
+        "this Python, and fail unless every page executed cleanly. The web theme is downloaded on first use; "
+        "offline, --site builds the pages' content only.",
+    )
     mode = book.add_mutually_exclusive_group()
-    mode.add_argument("--site", action="store_true", help="build the site's content only (works offline)")
+    mode.add_argument("--site", action="store_true", help="build the site's content only (_build/site; works offline)")
     mode.add_argument("--serve", action="store_true", help="serve the book locally with live reload")
-    book.add_argument("--execute", action="store_true", help="execute the notebooks; fail if any did not execute")
+    run = book.add_mutually_exclusive_group()
+    run.add_argument(
+        "--no-execute", action="store_true", help="do not run the notebooks (a quick preview: pages show no outputs)"
+    )
+    run.add_argument("--execute", action="store_true", help=argparse.SUPPRESS)  # the default; kept for old scripts
     book.set_defaults(run=cmd_book)
     return parser
 

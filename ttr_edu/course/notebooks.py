@@ -27,6 +27,8 @@ __all__ = [
     "NotebookError",
     "Chapter",
     "course_root",
+    "course_content",
+    "PACKAGED_COURSE",
     "list_chapters",
     "clean_notebook",
     "student_notebook",
@@ -63,35 +65,84 @@ class Chapter:
         return f"{self.number}_{self.slug}.ipynb"
 
 
-def course_root(start: str | Path | None = None) -> Path:
-    """Find the course checkout: the first folder holding ``book.yml`` and ``solutions/``.
+#: the course a wheel installs (``setup.py`` copies chapters/, the pages, images/ and references.bib here when it
+#: builds the wheel); a clone has none and uses its own folders
+PACKAGED_COURSE = Path(__file__).resolve().with_name("content")
+REPOSITORY = "https://github.com/ttr-edu/ttr-edu"
+
+
+def _is_clone(folder: Path) -> bool:
+    return (folder / "book.yml").is_file() and (folder / "solutions").is_dir()
+
+
+def _explicit(start: str | Path) -> Path:
+    start = Path(start)
+    if not start.exists():
+        raise CourseLayoutError(f"root: {start} does not exist")
+    if not start.is_dir():
+        raise CourseLayoutError(f"root: {start} is a file; pass the course folder (it holds book.yml and solutions/)")
+    return start.resolve()
+
+
+def course_root(start: str | Path | None = None, *, command: str | None = None) -> Path:
+    """Find the course's sources, a clone of the repository: the first folder holding ``book.yml`` and
+    ``solutions/``. ``generate`` and ``book`` need them; the student commands use :func:`course_content`.
 
     With ``start`` (``--root``), only that folder is accepted: a wrong root is an error, not a reason to use
     another course. Without it, looks at the current folder and its parents, then at the folder this package was
     installed from (an editable install of a clone).
 
     Raises:
-        CourseLayoutError: no such folder was found (or ``start`` is a file); the message says where it looked.
+        CourseLayoutError: no such folder was found (or ``start`` is a file); the message says where it looked, and
+            for ``command`` (``"generate"``) that the command works from a clone.
     """
     if start is not None:  # an explicit root is used as given, never replaced by another course found elsewhere
-        start = Path(start)
-        if not start.exists():
-            raise CourseLayoutError(f"root: {start} does not exist")
-        if not start.is_dir():
-            raise CourseLayoutError(
-                f"root: {start} is a file; pass the course folder (it holds book.yml and solutions/)"
-            )
-        candidates = [start.resolve()]
+        candidates = [_explicit(start)]
     else:
         here = Path.cwd().resolve()
-        candidates = [here, *here.parents, Path(__file__).resolve().parents[1]]
+        candidates = [here, *here.parents, Path(__file__).resolve().parents[2]]
     for folder in candidates:
-        if (folder / "book.yml").is_file() and (folder / "solutions").is_dir():
+        if _is_clone(folder):
             return folder
     where = f"at {start}" if start is not None else f"at {Path.cwd()} or above"
+    if command is not None:
+        raise CourseLayoutError(
+            f"ttr-edu {command} works from a clone of ttr-edu, which holds the course's sources (book.yml and "
+            f"solutions/); there is none {where}: git clone {REPOSITORY}, then run it there or pass --root"
+        )
     raise CourseLayoutError(
         f"root: no course found {where} (a course folder holds book.yml and solutions/); "
         "run from a clone of ttr-edu or pass --root"
+    )
+
+
+def course_content(start: str | Path | None = None) -> Path:
+    """Where the student notebooks come from (``list``, ``copy``, ``start``): a folder holding ``chapters/`` and
+    the pages and ``references.bib`` the chapters refer to.
+
+    With ``start`` (``--root``), that folder, which must hold ``chapters/``. Without it, a clone found as
+    :func:`course_root` finds one (so a clone's own chapters win), else the course installed with this package
+    (:data:`PACKAGED_COURSE`).
+
+    Raises:
+        CourseLayoutError: no course was found; the message says where it looked.
+    """
+    if start is not None:
+        folder = _explicit(start)
+        if (folder / "chapters").is_dir():
+            return folder
+        raise CourseLayoutError(
+            f"root: no course found at {start} (a course folder holds chapters/, as a clone of ttr-edu does)"
+        )
+    try:
+        return course_root()
+    except CourseLayoutError:
+        pass
+    if (PACKAGED_COURSE / "chapters").is_dir():
+        return PACKAGED_COURSE
+    raise CourseLayoutError(
+        f"no course found: {Path.cwd()} is not in a clone of ttr-edu, and this installation of ttr-edu holds no "
+        "course files (pip install 'ttr-edu[course]' from PyPI installs them)"
     )
 
 
@@ -109,26 +160,39 @@ def _read(path: Path) -> nbformat.NotebookNode:
         ) from err
 
 
-def _exercise_count(nb: nbformat.NotebookNode) -> int:
-    return sum(cell.get("metadata", {}).get("nbgrader", {}).get("solution", False) for cell in nb.cells)
+def _exercise_count(nb: dict) -> int:
+    return sum(cell.get("metadata", {}).get("nbgrader", {}).get("solution", False) for cell in nb["cells"])
 
 
-def _title(nb: nbformat.NotebookNode, fallback: str) -> str:
-    for cell in nb.cells:
-        if cell.cell_type == "markdown":
-            for line in cell.source.splitlines():
+def _title(nb: dict, fallback: str) -> str:
+    for cell in nb["cells"]:
+        if cell.get("cell_type") == "markdown":
+            source = cell.get("source", "")
+            for line in ("".join(source) if isinstance(source, list) else source).splitlines():
                 if line.startswith("# "):
                     return line[2:].strip()
     return fallback
 
 
 def list_chapters(root: Path, folder: str = "solutions") -> list[Chapter]:
-    """The chapters in ``root/folder``, in order. Files not named ``NN_slug.ipynb`` are ignored."""
+    """The chapters in ``root/folder``, in order. Files not named ``NN_slug.ipynb`` are ignored.
+
+    Read as plain JSON, so ``ttr-edu list`` needs no Jupyter package.
+
+    Raises:
+        NotebookError: a chapter file is not a notebook.
+    """
     chapters = []
     for path in sorted((root / folder).glob("*.ipynb")):
         match = CHAPTER_NAME.match(path.name)
         if match:
-            nb = _read(path)
+            try:
+                nb = json.loads(path.read_text(encoding="utf-8"))
+                cells = nb["cells"]
+            except (ValueError, KeyError, TypeError) as err:
+                raise NotebookError(f"{path}: not a readable notebook ({type(err).__name__})") from err
+            if not isinstance(cells, list):
+                raise NotebookError(f"{path}: not a readable notebook (its cells are not a list)")
             chapters.append(Chapter(match[1], match[2], _title(nb, match[2]), _exercise_count(nb)))
     return chapters
 
@@ -201,15 +265,16 @@ def _serialise(nb: nbformat.NotebookNode) -> str:
     return nbformat.writes(nb) + "\n"
 
 
-def write_atomically(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` so that a reader, a crash or a Ctrl-C sees the old file or the new, never half.
+def write_atomically(path: Path, text: str | bytes) -> None:
+    """Write ``text`` (UTF-8 text, or bytes as they are) to ``path`` so that a reader, a crash or a Ctrl-C sees the
+    old file or the new, never half.
 
     The text goes to a temporary file in the same folder, then ``os.replace`` swaps it in. If ``path`` is a
     symbolic link, the link itself is replaced: nothing is ever written through it to a file elsewhere.
     """
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
+        with os.fdopen(fd, "wb") if isinstance(text, bytes) else os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
             f.flush()
             os.fsync(f.fileno())

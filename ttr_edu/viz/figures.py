@@ -128,7 +128,8 @@ def slider_figure(
         {
             "label": str(step),
             "method": "update",
-            "args": [{"visible": [o == index for o in owner]}, {"title": titles.get(step, title)}],
+            # "title.text", not "title": plotly.js 3+ (JupyterLab's plotly) drops a title set as a bare string
+            "args": [{"visible": [o == index for o in owner]}, {"title.text": titles.get(step, title)}],
         }
         for index, step in enumerate(steps)
     ]
