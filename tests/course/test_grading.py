@@ -1,5 +1,6 @@
-"""Grading: every check cell is an nbgrader test worth its exercise's stars; under nbgrader's autograder an
-unattempted exercise scores 0 and a solved one full marks, while in the student's own kernel it runs on."""
+"""Grading: every check cell is an nbgrader test worth its exercise's stars that imports its check afresh; under
+nbgrader's autograder an unattempted or wrong exercise scores 0 and a solved one full marks, while in the student's own
+kernel the notebook runs on; and the five ways round 2 of the reliability review fooled the grader score 0."""
 
 import os
 import shutil
@@ -9,9 +10,10 @@ from pathlib import Path
 
 import nbformat
 import pytest
+import torch
 
 from ttr_edu.checks._core import CheckFailed, run_check
-from ttr_edu.course.notebooks import CHECK_CALL, STARS
+from ttr_edu.course.notebooks import CHECK_CALL, CHECKS_IMPORT, FRESH_IMPORT, STARS, stamp_grading
 
 ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOKS = sorted((ROOT / "solutions").glob("*.ipynb")) + sorted((ROOT / "chapters").glob("*.ipynb"))
@@ -30,8 +32,16 @@ def test_every_check_cell_is_a_locked_graded_test_worth_its_stars(path):
             assert meta.get("grade") is True and meta.get("locked") is True and meta.get("solution") is False
             assert meta.get("points") == stars, f"{path.name}: {cell.source.strip()} is worth {meta.get('points')}"
             assert meta.get("grade_id", "").startswith("test_check_")
+            module = CHECKS_IMPORT.search(cell.source)  # the check is imported afresh, in the graded cell itself
+            assert module and cell.source.startswith(FRESH_IMPORT.format(module=module.group(1)) + "\n"), cell.source
     solutions = sum(c.metadata.get("nbgrader", {}).get("solution", False) for c in nb.cells)
     assert checks == solutions, f"{path.name}: {solutions} exercises but {checks} graded check cells"
+
+
+def test_generating_twice_changes_no_check_cell():
+    nb = nbformat.read(ROOT / "solutions" / "04_delta_rule.ipynb", 4)
+    once = stamp_grading(nb)
+    assert [c.source for c in stamp_grading(once).cells] == [c.source for c in once.cells]
 
 
 def _stub(x):
@@ -88,3 +98,138 @@ def test_nbgrader_scores_an_unsolved_chapter_0_and_a_solved_one_full_marks(tmp_p
     print(f"nbgrader scores: {got}")
     assert full > 0
     assert got == {"unsolved": (0.0, full), "solved": (full, full)}
+
+
+# -- what a submission cannot do to a check (the machinery; the attacks on whole notebooks are below) ----------------
+
+
+def test_the_checks_cannot_be_replaced_by_assignment():
+    from ttr_edu.checks import _core
+    from ttr_edu.checks import hebbian_memory as checks
+
+    for module, name in ((checks, "check_write"), (checks, "hebbian"), (_core, "run_check"), (_core, "_compare")):
+        with pytest.raises(AttributeError, match="read-only"):
+            setattr(module, name, lambda *a, **k: True)
+        with pytest.raises(AttributeError, match="read-only"):
+            delattr(module, name)
+    import ttr_edu.checks
+
+    with pytest.raises(AttributeError, match="read-only"):
+        ttr_edu.checks.hebbian_memory = object()
+
+
+class _Agrees(torch.Tensor):
+    """The review's Tensor subclass: it answers torch.allclose (function and method) with True."""
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        if func in (torch.allclose, torch.Tensor.allclose, torch.isclose, torch.equal):
+            return True
+        return super().__torch_function__(func, types, args, kwargs or {})
+
+
+def test_a_tensor_subclass_or_a_lookalike_is_refused():
+    from ttr_edu.checks import hebbian_memory as checks
+
+    with pytest.raises(CheckFailed, match="expected a plain torch.Tensor, got _Agrees"):
+        checks.check_write(lambda W, k, v: torch.zeros_like(W).as_subclass(_Agrees))
+    with pytest.raises(CheckFailed, match="expected a plain torch.Tensor, got list"):
+        checks.check_write(lambda W, k, v: (W + torch.outer(v, k)).tolist())
+
+    class Number:  # a value whose float() is whatever is asked of it
+        def __float__(self):
+            return 0.5
+
+    with pytest.raises(CheckFailed, match="expected a plain number"):
+        checks.check_rival_score_variance(lambda n, d: Number())
+
+
+def test_a_patched_torch_or_package_function_stops_every_check(monkeypatch):
+    from ttr_edu import hebbian
+    from ttr_edu.checks import hebbian_memory as checks
+
+    def right(W, k, v):
+        return W + torch.outer(v, k)
+
+    monkeypatch.setattr(torch, "allclose", lambda *a, **k: True)
+    with pytest.raises(CheckFailed, match=r"torch\.allclose was replaced"):
+        checks.check_write(right)
+    monkeypatch.undo()
+    monkeypatch.setattr(hebbian, "hebbian_write", lambda W, k, v: W)  # the reference made to agree with a wrong answer
+    with pytest.raises(CheckFailed, match=r"ttr_edu\.hebbian\.hebbian_write was replaced by code from the notebook"):
+        checks.check_write(lambda W, k, v: W)
+    monkeypatch.undo()
+    assert checks.check_write(right) is True
+
+
+def test_an_answer_that_calls_its_own_reference_is_refused_by_every_check():
+    """For every check: an answer that hands back what the check's own reference computes fails by name."""
+    import importlib
+    import inspect
+    import pkgutil
+
+    import ttr_edu.checks
+
+    exercise = []
+
+    def copycat(*args, **kwargs):
+        frame = sys._getframe(1)
+        while frame is not None and frame.f_code.co_name != "run_check":
+            frame = frame.f_back
+        if frame is not None:
+            return frame.f_locals["reference_fn"](**frame.f_locals["case"])
+        # called by the check outside run_check (to test the answer's type first, or to word a failure): the
+        # package function of the exercise's name, found where the check module imports it
+        namespace = vars(module)
+        found = namespace.get(exercise[0]) or next(
+            getattr(m, exercise[0])
+            for m in namespace.values()
+            if inspect.ismodule(m) and m.__name__.startswith("ttr_edu") and hasattr(m, exercise[0])
+        )
+        return found(**kwargs)
+
+    tried = 0
+    for info in pkgutil.iter_modules(ttr_edu.checks.__path__):
+        if info.name.startswith("_") or info.name == "triton_kernels":  # the Triton checks take kernels
+            continue
+        module = importlib.import_module(f"ttr_edu.checks.{info.name}")
+        for name, check in inspect.getmembers(module, inspect.isfunction):
+            if name.startswith("check_") and check.__module__ == module.__name__:
+                exercise[:] = [name.removeprefix("check_")]
+                with pytest.raises(CheckFailed, match="calls the package's own implementation"):
+                    check(copycat)
+                tried += 1
+    assert tried >= 30
+
+
+def test_a_wrong_answer_reports_and_runs_on_in_the_students_kernel(monkeypatch, capsys):
+    """Run All runs all: in a kernel, a failed check prints FAIL and returns False; under the autograder it raises."""
+    import IPython
+
+    from ttr_edu.checks import hebbian_memory as checks
+
+    monkeypatch.delenv("NBGRADER_EXECUTION", raising=False)
+    monkeypatch.setattr(IPython, "get_ipython", lambda: object())  # as in JupyterLab
+    assert checks.check_store(lambda keys, values: 2 * values.T @ keys) is False
+    err = capsys.readouterr().err
+    assert err.startswith("FAIL store: wrong values") and "the cells below use the package's own" in err
+    monkeypatch.setenv("NBGRADER_EXECUTION", "autograde")
+    with pytest.raises(CheckFailed, match="store: wrong values"):
+        checks.check_store(lambda keys, values: 2 * values.T @ keys)
+
+
+def test_unsetting_nbgrader_execution_in_the_notebook_changes_nothing():
+    """The autograder's kernel starts with NBGRADER_EXECUTION=autograde; a cell that unsets it (os.environ.pop,
+    unsetenv, even clearenv) still gets 0 for an unattempted exercise."""
+    code = (
+        "import ctypes, os, sys\n"
+        "os.environ.pop('NBGRADER_EXECUTION'); ctypes.CDLL(None).clearenv()\n"
+        "from ttr_edu.checks import hebbian_memory as checks, CheckFailed\n"
+        "def write(W, k, v):\n    raise NotImplementedError()\n"
+        "try:\n    checks.check_write(write)\nexcept CheckFailed as err:\n    print('raised:', err)\n"
+    )
+    env = {**os.environ, "NBGRADER_EXECUTION": "autograde", "PYTHONPATH": str(ROOT)}
+    result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    if not Path("/proc/self/environ").exists():  # pragma: no cover - elsewhere only the value at import is kept
+        pytest.skip("no /proc: the start-up environment is read through psutil, if installed")
+    assert "raised: write: not attempted" in result.stdout, result.stdout + result.stderr
