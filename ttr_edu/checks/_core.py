@@ -68,7 +68,6 @@ __all__ = [
 # -- torch as it was when the checks were imported ---------------------------------------------------------------------
 # The comparisons call these, never a name looked up at check time: a cell that rebinds torch.allclose changes nothing
 # here (and is refused by _refuse_tampering as well).
-_TENSOR = torch.Tensor
 _PLAIN_TENSORS = (torch.Tensor, torch.nn.Parameter)  # Parameter disables __torch_function__ like a plain tensor
 _allclose = torch.allclose
 _isclose = torch.isclose
@@ -158,9 +157,7 @@ _TRUSTED_ROOTS = _trusted_roots()
 @functools.lru_cache(maxsize=4096)
 def _trusted_file(filename: str) -> bool:
     try:
-        return (str(Path(filename).resolve()) + os.sep).startswith(_TRUSTED_ROOTS) or str(
-            Path(filename).resolve()
-        ).startswith(_TRUSTED_ROOTS)
+        return str(Path(filename).resolve()).startswith(_TRUSTED_ROOTS)
     except (OSError, ValueError):
         return False
 
