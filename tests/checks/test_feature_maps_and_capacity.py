@@ -83,11 +83,19 @@ def test_wrong_answer_is_rejected(check, answer, words):
         check(answer)
 
 
-def test_sum_rule_check_passes_the_reference(capsys):
+def _sum_rule(phi_k, v, phi_q):  # the solution, written as a student would
+    S = torch.einsum("btk,btv->bkv", phi_k, v)
+    z = phi_k.sum(1)
+    return torch.einsum("bkv,bk->bv", S, phi_q) / (torch.einsum("bk,bk->b", z, phi_q)[:, None] + 1e-6)
+
+
+def test_sum_rule_check_passes_a_right_answer_and_refuses_the_packages_own(capsys):
     from ttr_edu.models.retrieval import sum_rule_retrieve
 
-    assert checks.check_sum_rule_retrieve(sum_rule_retrieve) is True
+    assert checks.check_sum_rule_retrieve(_sum_rule) is True
     assert capsys.readouterr().out.startswith("PASS")
+    with pytest.raises(CheckFailed, match=r"calls the package's own implementation"):
+        checks.check_sum_rule_retrieve(sum_rule_retrieve)
 
 
 def _no_normaliser(phi_k, v, phi_q):

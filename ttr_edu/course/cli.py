@@ -14,6 +14,7 @@ import importlib.util
 import json
 import os
 import re
+import shlex
 import signal
 import subprocess
 import sys
@@ -33,6 +34,7 @@ from ttr_edu.course.notebooks import (
     NotebookError,
     course_content,
     course_root,
+    file_mode,
     generate,
     list_chapters,
     write_atomically,
@@ -186,6 +188,7 @@ def _create_exclusive(path: Path, data: bytes) -> Path:
     """
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
+        os.chmod(tmp, file_mode(path.with_name(f".{path.name}.new")))  # a new file's mode: 0666 less the umask
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()
@@ -408,7 +411,7 @@ def cmd_copy(args: argparse.Namespace) -> int:
     for line in report.lines(dest):
         print(line)
     if args.command == "copy":
-        print(f"Open them with: ttr-edu start {dest}")
+        print(f"Open them with: ttr-edu start {shlex.quote(str(dest))}")
     return 0
 
 
@@ -428,22 +431,37 @@ def lab_command(dest: Path, options: list[str]) -> list[str]:
     return command + options
 
 
-def run_foreground(command: list[str]) -> int:
-    """Run ``command`` and wait; Ctrl-C goes to it alone (the terminal signals the whole process group), so Jupyter
-    shuts down in its own way while this process waits for it. A no-op handler, unlike ``SIG_IGN``, is not
-    inherited by the child."""
-    previous = signal.signal(signal.SIGINT, lambda *_: None)
+def run_foreground(command: list[str], stopped: str = "") -> int:
+    """Run ``command`` (JupyterLab) and wait. Ctrl-C stops it: one line (``stopped``), exit status 130.
+
+    On POSIX the command runs in a session of its own, so the terminal's Ctrl-C reaches this process alone, which then
+    asks JupyterLab to stop with SIGTERM: its own clean shutdown, kernels included, with no confirmation prompt and
+    no traceback of its own. If it has not stopped after 30 s, its process group is killed (its kernels, which poll
+    their parent, then end by themselves). Elsewhere Ctrl-C goes to JupyterLab as the terminal sends it.
+    """
+    if not hasattr(os, "killpg"):  # pragma: no cover - Windows: the console signals JupyterLab itself
+        previous = signal.signal(signal.SIGINT, lambda *_: None)  # a no-op handler, unlike SIG_IGN, is not inherited
+        try:
+            status = subprocess.Popen(command).wait()
+        finally:
+            signal.signal(signal.SIGINT, previous)
+        return 130 if status == -signal.SIGINT else status
+    process = subprocess.Popen(command, start_new_session=True)
     try:
-        process = subprocess.Popen(command)
-        while True:
+        return process.wait()
+    except KeyboardInterrupt:
+        previous = signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not cut the shutdown short
+        try:
+            process.terminate()
             try:
-                status = process.wait()
-                break
-            except KeyboardInterrupt:  # pragma: no cover - the handler above makes this unlikely
-                continue
-    finally:
-        signal.signal(signal.SIGINT, previous)
-    return 130 if status == -signal.SIGINT else status
+                process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait()
+        finally:
+            signal.signal(signal.SIGINT, previous)
+        print(f"ttr-edu: {stopped or 'stopped'}", file=sys.stderr, flush=True)
+        return 130
 
 
 def cmd_start(args: argparse.Namespace) -> int:
@@ -457,50 +475,31 @@ def cmd_start(args: argparse.Namespace) -> int:
         options.append("--no-browser")
     command = lab_command(dest, options)  # fail before copying if JupyterLab is missing
     cmd_copy(args)
-    print(f"Opening JupyterLab in {dest}; stop it with Ctrl-C, resume any day with: ttr-edu start {dest}", flush=True)
-    return run_foreground(command)
+    again = f"ttr-edu start {shlex.quote(str(dest))}"
+    print(f"Opening JupyterLab in {dest}; stop it with Ctrl-C, resume any day with: {again}", flush=True)
+    return run_foreground(command, stopped=f"JupyterLab stopped; your notebooks are saved in {dest} (resume: {again})")
 
 
 # -- checking a student's notebook -------------------------------------------------------------------------------------
 
 
-EXERCISE_HEADING = re.compile(r"^#+\s*(.*?)\s*[★☆]", re.MULTILINE)
-
-
-def exercise_results(nb) -> list[tuple[str, str, str]]:
-    """``(exercise, outcome, detail)`` for each check cell of an executed notebook.
-
-    The outcome is ``PASS``, ``FAIL`` (detail: the first line of the reason), ``not attempted`` or ``not run``.
-    """
-    results, heading = [], None
-    for cell in nb.cells:
-        if cell.cell_type == "markdown":
-            match = EXERCISE_HEADING.search(cell.source)
-            heading = match.group(1) if match else heading
-            continue
-        call = CHECK_CALL.search(cell.source) if cell.cell_type == "code" else None
-        if not call:
-            continue
-        name = heading or call.group(1)
-        text = "".join(out.get("text", "") for out in cell.get("outputs", []) if out.get("output_type") == "stream")
-        error = next((out for out in cell.get("outputs", []) if out.get("output_type") == "error"), None)
-        if error is not None:
-            reason = (str(error.get("evalue", "")).strip().splitlines() or [""])[0]
-            kind = error.get("ename", "error")
-            results.append((name, "FAIL", reason if kind == "CheckFailed" else f"{kind}: {reason}"))
-        elif "[not attempted yet]" in text:
-            results.append((name, "not attempted", ""))
-        elif "PASS" in text:
-            results.append((name, "PASS", ""))
-        else:
-            results.append((name, "not run", "the cell gave no result (did an earlier cell stop the notebook?)"))
-    return results
-
-
 def cmd_check(args: argparse.Namespace) -> int:
+    """Grade NOTEBOOK as nbgrader's autograder would: the release's check cells, run in a fresh kernel."""
+    try:
+        return _check(args)
+    except KeyboardInterrupt:  # before the kernel started; afterwards checking.Interrupted says the same
+        print(CHECK_INTERRUPTED, file=sys.stderr)
+        return 130
+
+
+CHECK_INTERRUPTED = "ttr-edu: interrupted; the check stopped and its kernel is shut down (your notebook is unchanged)"
+
+
+def _check(args: argparse.Namespace) -> int:
     import nbformat
-    from nbclient import NotebookClient
-    from nbclient.exceptions import CellTimeoutError, DeadKernelError
+
+    import ttr_edu
+    from ttr_edu.course import checking
 
     path = Path(args.notebook)
     if not path.is_file():
@@ -509,25 +508,29 @@ def cmd_check(args: argparse.Namespace) -> int:
         nb = nbformat.read(path, as_version=4)
     except Exception as err:
         raise UsageError(f"{path}: not a readable notebook ({type(err).__name__})") from err
-    if not CHECK_CALL.search("\n".join(c.source for c in nb.cells if c.cell_type == "code")):
-        raise UsageError(f"{path}: this notebook has no exercise checks (checks.check_...)")
-    env_grading = os.environ.pop("NBGRADER_EXECUTION", None)  # the student's view: "not attempted", not a failure
-    client = NotebookClient(
-        nb,
-        timeout=args.timeout,
-        allow_errors=True,
-        kernel_name="python3",
-        resources={"metadata": {"path": str(path.parent.resolve())}},
-    )
-    print(f"running {path} ...", file=sys.stderr, flush=True)
+    releases = sorted((course_content(args.root) / "chapters").glob("*.ipynb"))
+    release_path = checking.release_for(path, nb, releases)
+    if release_path is None:
+        if not CHECK_CALL.search("\n".join(c.source for c in nb.cells if c.cell_type == "code")):
+            raise UsageError(f"{path}: this notebook has no exercise checks (checks.check_...)")
+        raise UsageError(
+            f"{path}: not one of the course's chapters (its exercise cells have no course ids and its name is no "
+            "chapter's); check runs the course's own check cells, so it needs a copy made by ttr-edu copy or start"
+        )
+    release = nbformat.read(release_path, as_version=4)
+    restored = checking.restore_checks(nb, release)
+    print(f"running {path} with the check cells of {release_path.name} ...", file=sys.stderr, flush=True)
     try:
-        client.execute()
-    except (CellTimeoutError, DeadKernelError) as err:
-        print(f"ttr-edu: {path}: the notebook stopped early ({type(err).__name__}); results so far:", file=sys.stderr)
-    finally:
-        if env_grading is not None:
-            os.environ["NBGRADER_EXECUTION"] = env_grading
-    results = exercise_results(nb)
+        run = checking.run_graded(restored, path.parent.resolve(), args.timeout, Path(ttr_edu.__file__).resolve())
+    except checking.Interrupted:
+        print(CHECK_INTERRUPTED, file=sys.stderr)
+        return 130
+    if run.setup_error is not None:
+        tail = "".join(run.kernel_log.strip().splitlines(keepends=True)[-5:])
+        raise UsageError(f"{path}: the check could not start: {run.setup_error}" + (f"\n{tail}" if tail else ""))
+    if run.stopped:
+        print(f"ttr-edu: {path}: the notebook stopped early ({run.stopped}); results so far:", file=sys.stderr)
+    results = checking.exercise_results(run.nb, release)
     width = max(len(name) for name, _, _ in results)
     for name, outcome, detail in results:
         print(f"{outcome:<13}  {name:<{width}}" + (f"  {detail}" if detail else ""))
@@ -602,10 +605,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     check = sub.add_parser(
         "check",
-        help="run a notebook and print each exercise's result",
-        description="Run NOTEBOOK from the top and print one line per exercise: PASS, FAIL with the reason, or not "
+        help="grade a notebook as the autograder will and print each exercise's result",
+        description="Run NOTEBOOK from the top with the course's own check cells (an edited or deleted check cell is "
+        "put back, as nbgrader does) and print one line per exercise: PASS, FAIL with the reason, or not "
         "attempted. Exit status: 0 every exercise passes; 1 one fails (or a check did not run); "
-        "3 none fails but some are not attempted; 2 the notebook cannot be read.",
+        "3 none fails but some are not attempted; 2 the notebook cannot be read; 130 interrupted.",
     )
     check.add_argument("notebook", metavar="NOTEBOOK")
     check.add_argument("--timeout", type=int, default=600, help="seconds allowed per cell (default: 600)")

@@ -3,8 +3,9 @@
 A student notebook is the solved notebook passed through nbgrader's ``ClearSolutions`` (each region between
 ``### BEGIN SOLUTION`` and ``### END SOLUTION`` becomes ``raise NotImplementedError()``) and nbconvert's
 ``ClearOutputPreprocessor``. ``generate`` also stamps nbgrader's test metadata on every check cell (the cell that calls
-``checks.check_...``): graded, locked, worth as many points as the exercise has stars. Instructors can therefore
-import either folder into nbgrader unchanged and get a graded assignment (see ``grading.md``).
+``checks.check_...``): graded, locked, worth as many points as the exercise has stars, its first line importing the
+check module afresh. Instructors can therefore import either folder into nbgrader unchanged and get a graded
+assignment (see ``grading.md``).
 """
 
 from __future__ import annotations
@@ -40,6 +41,10 @@ __all__ = [
 SOLUTION_MARKERS = ("BEGIN SOLUTION", "END SOLUTION")
 CHAPTER_NAME = re.compile(r"^(\d\d)_([a-z0-9_]+)\.ipynb$")
 CHECK_CALL = re.compile(r"\bchecks\.(check_\w+)\(")  # a check cell calls checks.check_..., alone or in an expression
+CHECKS_IMPORT = re.compile(r"^from ttr_edu\.checks import (\w+) as checks\b.*$", re.MULTILINE)
+#: The first line of every graded check cell: the cell imports its check module itself, so that a cell above which
+#: rebinds ``checks`` changes nothing (the modules themselves are read-only: ttr_edu.checks._core.seal).
+FRESH_IMPORT = "from ttr_edu.checks import {module} as checks  # the graded check, fresh from the package"
 STARS = re.compile(r"★+")  # an exercise heading's difficulty, "★★☆": its filled stars are its points
 
 
@@ -222,15 +227,32 @@ def student_notebook(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
     return nb
 
 
+def _fresh_import(source: str, module: str | None) -> str:
+    """``source`` of a check cell with :data:`FRESH_IMPORT` as its first line (replacing an earlier one): the same
+    text when it is already there, so generating twice changes nothing."""
+    if module is None:
+        return source
+    lines = source.split("\n")
+    if lines and CHECKS_IMPORT.match(lines[0]):
+        lines = lines[1:]
+    return "\n".join([FRESH_IMPORT.format(module=module), *lines])
+
+
 def stamp_grading(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
-    """A copy of ``nb`` whose check cells carry nbgrader's autograder-test metadata.
+    """A copy of ``nb`` whose check cells carry nbgrader's autograder-test metadata and import their check afresh.
 
     A check cell is a code cell calling ``checks.check_...`` (alone, or in an expression such as
     ``f = mine if checks.check_f(mine) else reference``). It becomes graded and locked, with ``grade_id``
     ``test_<check name>`` and as many points as filled stars (★) in the last exercise heading above it (1 if none).
-    Under nbgrader's autograder an unattempted check raises, so it scores 0 (``ttr_edu.checks._core.run_check``).
+    Its first line imports the chapter's check module again (:data:`FRESH_IMPORT`; the module is the one the
+    notebook imports as ``checks``), so the graded cell uses no name another cell could rebind. Under nbgrader's
+    autograder an unattempted or wrong exercise raises, so it scores 0 (``ttr_edu.checks._core``).
     """
     nb = copy.deepcopy(nb)
+    imports = [
+        CHECKS_IMPORT.search(c.source) for c in nb.cells if c.cell_type == "code" and not CHECK_CALL.search(c.source)
+    ]
+    module = next((match.group(1) for match in imports if match), None)
     points, seen = 1, set()
     for cell in nb.cells:
         if cell.cell_type == "markdown":
@@ -247,6 +269,7 @@ def stamp_grading(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
             n += 1
             grade_id = f"test_{match.group(1)}_{n}"
         seen.add(grade_id)
+        cell.source = _fresh_import(cell.source, module)
         cell.metadata["nbgrader"] = {
             "grade": True,
             "grade_id": grade_id,
@@ -265,6 +288,19 @@ def _serialise(nb: nbformat.NotebookNode) -> str:
     return nbformat.writes(nb) + "\n"
 
 
+def file_mode(path: Path) -> int:
+    """The mode a file written at ``path`` gets: the existing file's (not following a symlink), or ``0666`` less the
+    umask, as ``open`` would create it."""
+    try:
+        if not path.is_symlink():
+            return path.stat().st_mode & 0o7777
+    except OSError:
+        pass
+    umask = os.umask(0o022)
+    os.umask(umask)
+    return 0o666 & ~umask
+
+
 def write_atomically(path: Path, text: str | bytes) -> None:
     """Write ``text`` (UTF-8 text, or bytes as they are) to ``path`` so that a reader, a crash or a Ctrl-C sees the
     old file or the new, never half.
@@ -274,6 +310,7 @@ def write_atomically(path: Path, text: str | bytes) -> None:
     """
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
+        os.chmod(tmp, file_mode(path))  # mkstemp's 0600 would hide the notebook from a group sharing the folder
         with os.fdopen(fd, "wb") if isinstance(text, bytes) else os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
             f.flush()
