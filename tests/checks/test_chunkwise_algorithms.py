@@ -261,3 +261,17 @@ def test_a_blocked_inverse_of_a_instead_of_i_plus_a_is_rejected():
 def test_a_solve_of_the_whole_matrix_is_refused(cheat):
     with pytest.raises(CheckFailed, match="inverts only the 16×16 diagonal blocks"):
         checks.check_solve_tril(cheat)
+
+
+def test_chunked_linear_attention_that_overwrites_the_initial_state_is_rejected():
+    def in_place(q, k, v, S, chunk_size):
+        outputs = []
+        for start in range(0, q.shape[0], chunk_size):
+            Q, K, V = q[start : start + chunk_size], k[start : start + chunk_size], v[start : start + chunk_size]
+            mask = torch.tril(torch.ones(len(Q), len(Q), dtype=torch.bool))
+            outputs.append(Q @ S + ((Q @ K.T) * mask) @ V)
+            S += K.T @ V  # right numbers, but the caller's S is changed
+        return torch.cat(outputs), S
+
+    with pytest.raises(CheckFailed, match="modified its input S in place"):
+        checks.check_chunk_linear_attention(in_place)
