@@ -21,7 +21,8 @@ Any mixer of :data:`ttr_edu.layers.MIXERS` or :data:`ttr_edu.layers.MEMORY_MIXER
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
@@ -31,7 +32,19 @@ from ttr_edu._internal.validation import check_positive_int
 from ttr_edu.layers import MEMORY_MIXERS, MIXERS, DeltaNet, GatedDeltaNet, LinearAttention, SoftmaxAttention
 from ttr_edu.layers.base import MixerState
 
-__all__ = ["LMConfig", "LM_MIXERS", "TinyLM", "LMState", "lm_loss", "causal_lm_loss", "bits_per_byte", "generate"]
+__all__ = [
+    "LMConfig",
+    "LM_MIXERS",
+    "TinyLM",
+    "LMState",
+    "lm_loss",
+    "causal_lm_loss",
+    "bits_per_byte",
+    "generate",
+    "SHIPPED_CHECKPOINT",
+    "save_checkpoint",
+    "load_checkpoint",
+]
 
 #: name -> (description, constructor ``(hidden_size, num_heads) -> mixer``). Every mixer has the short convolution.
 LM_MIXERS = {
@@ -282,3 +295,58 @@ def generate(
         return torch.cat(tokens, dim=1)
     finally:
         model.train(was_training)
+
+
+#: The trained model the package ships (< 1 MB): a DeltaNet TinyLM; its recipe is
+#: :mod:`ttr_edu.experiments.lm_checkpoint`, and its metadata say how it was trained and how well it does.
+SHIPPED_CHECKPOINT = Path(__file__).resolve().parent / "checkpoints" / "deltanet_stdlib.pt"
+
+
+def save_checkpoint(model: TinyLM, path: str | Path, metadata: dict) -> None:
+    """Save ``model`` (its :class:`LMConfig` and weights) with ``metadata`` (plain numbers, strings, dicts) to ``path``.
+
+    Raises:
+        TypeError: ``model`` is not a :class:`TinyLM`, or ``metadata`` holds something else than numbers, strings,
+            lists and dicts.
+    """
+    if not isinstance(model, TinyLM):
+        raise TypeError(f"model: expected a TinyLM, got {type(model).__name__}")
+    state = {name: tensor.detach().cpu().clone() for name, tensor in model.state_dict().items()}
+    plain = {key: _plain(value) for key, value in metadata.items()}  # loadable with weights_only=True
+    torch.save({"config": asdict(model.config), "state_dict": state, "metadata": plain}, path)
+
+
+def _plain(value):
+    """``value`` as built-in types only (a ``TorchVersion`` is a ``str`` subclass that ``weights_only`` refuses)."""
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, bool) or value is None:
+        return value
+    for kind in (int, float, str):
+        if isinstance(value, kind):
+            return kind(value)
+    raise TypeError(f"metadata: expected numbers, strings, lists and dicts, got {type(value).__name__} {value!r}")
+
+
+def load_checkpoint(path: str | Path = SHIPPED_CHECKPOINT) -> tuple[TinyLM, dict]:
+    """Load a model written by :func:`save_checkpoint` (default: the shipped one), in eval mode, on the CPU.
+
+    Returns:
+        ``(model, metadata)``: the :class:`TinyLM` and what :func:`save_checkpoint` recorded (for the shipped one:
+        mixer, seed, the recipe, ``valid_bpb`` and ``test_bpb`` on the whole splits, ``corpus_sha256``,
+        ``python_version``, ``torch_version``, ``train_seconds``).
+
+    Raises:
+        FileNotFoundError: no file at ``path``. ValueError: the file is not a checkpoint of this module.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"path: no checkpoint at {path}")
+    saved = torch.load(path, map_location="cpu", weights_only=True)  # tensors and plain data only: no code runs
+    if not isinstance(saved, dict) or not {"config", "state_dict", "metadata"} <= set(saved):
+        raise ValueError(f"path: {path} is not a TinyLM checkpoint (expected config, state_dict and metadata)")
+    model = TinyLM(LMConfig(**saved["config"]))
+    model.load_state_dict(saved["state_dict"])
+    return model.eval(), saved["metadata"]
