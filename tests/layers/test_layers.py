@@ -15,7 +15,16 @@ from ttr_edu.layers import (
     MesaLayer,
     SoftmaxAttention,
 )
-from ttr_edu.regression import ExactSolve, Gates, Linear, LocalLinear, TestTimeRegression, Uniform, named_layer
+from ttr_edu.regression import (
+    ExactSolve,
+    Gates,
+    Linear,
+    LocalLinear,
+    RecursiveLeastSquares,
+    TestTimeRegression,
+    Uniform,
+    named_layer,
+)
 
 
 def x(seed=0, T=12, hidden=16):
@@ -77,6 +86,29 @@ def test_each_layer_mixes_as_its_point_of_the_framework():
     mixes_like(
         LocalLinearAttention(16, 2, ridge=0.1), TestTimeRegression(Uniform(), LocalLinear(), ExactSolve(ridge=0.1))
     )
+
+
+@pytest.mark.parametrize("options", [{}, {"solver": "exact"}, {"use_gate": True}])
+def test_mesa_layer_computes_what_it_computed_through_the_framework(options):
+    """MesaLayer calls the ops (rls_recurrent, rls_exact); until release 0.2 it called the regression framework
+    (RecursiveLeastSquares without gates, ExactSolve with gates or solver="exact"). fp64: the same output and the
+    same gradient for every parameter, to 1e-12, so trained MQAR / LM results are unchanged in function."""
+    torch.manual_seed(3)
+    layer = MesaLayer(16, 2, lam=0.5, **options).double()
+    exact = options.get("use_gate", False) or options.get("solver") == "exact"
+    optimizer = ExactSolve(0.5) if exact else RecursiveLeastSquares(0.5)
+    framework = TestTimeRegression(Gates() if options.get("use_gate") else Uniform(), Linear(), optimizer)
+    inputs = x(4).double()
+    results = []
+    for mix in (layer.mix, lambda **kw: layer.o_norm(framework(**kw)[0])):
+        layer.zero_grad()
+        y = layer.o_proj(mix(**layer.project(inputs)).flatten(-2))
+        (y * torch.linspace(-1, 1, y.numel(), dtype=y.dtype).view_as(y)).sum().backward()
+        results.append((y.detach(), [p.grad.clone() for p in layer.parameters()]))
+    (y_new, grads_new), (y_old, grads_old) = results
+    assert relative_error(y_new, y_old) <= 1e-12
+    for new, old in zip(grads_new, grads_old):
+        assert relative_error(new, old) <= 1e-12
 
 
 def test_state_sizes():

@@ -163,3 +163,96 @@ def test_bad_lam_and_state(form):
     S0, P0 = torch.zeros(1, 1, 3, 2, dtype=torch.float64), torch.eye(2, dtype=torch.float64).expand(1, 1, 2, 2)
     with pytest.raises(ValueError, match=r"initial_state\[1\] \(P\)"):
         FORMS[form](q, k, v, initial_state=(S0, P0))
+
+
+# ---- the forms as they were before release 0.2 (an einsum loop; b_t formed for every token), kept as references:
+# the faster forms of today must compute the same function, with the same gradients
+
+
+def einsum_recurrent(q, k, v, lam, scale):
+    """The ungated Sherman–Morrison loop of release 0.1, one einsum per product (fp64, no gates)."""
+    B, T, H, D_k = q.shape
+    q, k, v = (x.transpose(1, 2) for x in (q * scale, k, v))
+    P = torch.eye(D_k, dtype=q.dtype).expand(B, H, D_k, D_k) / lam
+    S = q.new_zeros(B, H, D_k, v.shape[-1])
+    outputs = []
+    for t in range(T):
+        k_t = k[:, :, t]
+        Pk = torch.einsum("b h i j, b h j -> b h i", P, k_t)
+        gain = Pk / (1.0 + (k_t * Pk).sum(-1, keepdim=True))
+        P = P - torch.einsum("b h i, b h j -> b h i j", gain, Pk)
+        error = v[:, :, t] - torch.einsum("b h k v, b h k -> b h v", S, k_t)
+        S = S + torch.einsum("b h k, b h v -> b h k v", gain, error)
+        outputs.append(torch.einsum("b h k v, b h k -> b h v", S, q[:, :, t]))
+    return torch.stack(outputs, dim=1), S, P
+
+
+def full_b_exact(q, k, v, lam, g, scale):
+    """The exact form of release 0.1: the T×T weights, ``A_t`` and ``b_t`` ``(B, H, T, D_k, D_v)`` for every t."""
+    from ttr_edu._internal.contract import decay_matrix
+
+    q, k, v = (x.transpose(1, 2) for x in (q * scale, k, v))
+    B, H, T, D_k = q.shape
+    if g is None:
+        weights = torch.ones(T, T, dtype=q.dtype).tril().expand(B, H, T, T)
+    else:
+        weights = decay_matrix(g.transpose(1, 2))
+    A = torch.einsum("b h t i, b h i j l -> b h t j l", weights, k.unsqueeze(-1) * k.unsqueeze(-2))
+    A = A + lam * torch.eye(D_k, dtype=q.dtype)
+    b = (weights @ (k.unsqueeze(-1) * v.unsqueeze(-2)).flatten(-2)).unflatten(-1, (D_k, v.shape[-1]))
+    L = torch.linalg.cholesky(A)
+    o = (b.mT @ torch.cholesky_solve(q.unsqueeze(-1), L)).squeeze(-1).transpose(1, 2)
+    return o, torch.cholesky_solve(b[:, :, -1], L[:, :, -1]), torch.cholesky_inverse(L[:, :, -1])
+
+
+def _grads(outputs, inputs):
+    """The gradients of a fixed random projection of ``outputs`` with respect to ``inputs``."""
+    gen = torch.Generator().manual_seed(11)
+    loss = sum((y * torch.randn(y.shape, generator=gen, dtype=y.dtype)).sum() for y in outputs)
+    return torch.autograd.grad(loss, inputs, retain_graph=True)
+
+
+@pytest.mark.parametrize("decay", [False, True, "reset"])
+def test_forms_equal_the_previous_release_with_their_gradients(decay):
+    """fp64: today's forms (batched Sherman–Morrison; the exact form read as linear attention) and the forms of
+    release 0.1 agree to 1e-12 in o, S_T, P_T and in the gradients with respect to q, k, v and g."""
+    q, k, v, g = make_inputs(2, 23, 3, 4, 5, torch.float64, seed=12, max_decay=0.5)
+    if decay == "reset":
+        g[1, 9, 2] = float("-inf")
+    inputs = [x.clone().requires_grad_() for x in ((q, k, v) if decay is False else (q, k, v, g))]
+    g_in = None if decay is False else inputs[3]
+    old = full_b_exact(*inputs[:3], 0.6, g_in, 0.9)
+    o, (S, P) = rls_exact(*inputs[:3], lam=0.6, g=g_in, scale=0.9, output_final_state=True)
+    for new, want in zip((o, S, P), old):
+        assert relative_error(new, want) <= 1e-12
+    for new, want in zip(_grads((o, S), inputs), _grads(old[:2], inputs)):
+        assert relative_error(new, want) <= 1e-12
+    if decay is False:
+        old = einsum_recurrent(*inputs, 0.6, 0.9)
+        o, (S, P) = rls_recurrent(*inputs, lam=0.6, scale=0.9, output_final_state=True)
+        for new, want in zip((o, S, P), old):
+            assert relative_error(new, want) <= 1e-12
+        for new, want in zip(_grads((o, S, P), inputs), _grads(old, inputs)):
+            assert relative_error(new, want) <= 1e-12
+
+
+@pytest.mark.parametrize("decay", [False, True])
+def test_forms_equal_the_regression_framework_with_their_gradients(decay):
+    """The ops equal the generic path that explains them (ttr_edu.regression), in fp64 to 1e-12, gradients too:
+    RecursiveLeastSquares and ExactSolve without gates, ExactSolve under Gates (Mesa's constant ridge) with them."""
+    from ttr_edu.regression import ExactSolve, Gates, Linear, RecursiveLeastSquares, TestTimeRegression, Uniform
+
+    q, k, v, g = make_inputs(2, 29, 2, 4, 3, torch.float64, seed=13, max_decay=0.5)
+    inputs = [x.clone().requires_grad_() for x in ((q, k, v) if decay is False else (q, k, v, g))]
+    kw = {} if decay is False else {"g": inputs[3]}
+    frameworks = [TestTimeRegression(Gates() if decay else Uniform(), Linear(), ExactSolve(0.6))]
+    if decay is False:
+        frameworks.append(TestTimeRegression(Uniform(), Linear(), RecursiveLeastSquares(0.6)))
+    for form in FORMS.values():
+        o, (S, _) = form(*inputs[:3], lam=0.6, scale=0.9, output_final_state=True, **kw)
+        for framework in frameworks:
+            want = framework(*inputs[:3], scale=0.9, output_final_state=True, **kw)
+            for new, old in zip((o, S), want):
+                assert relative_error(new, old) <= 1e-12
+            for new, old in zip(_grads((o, S), inputs), _grads(want, inputs)):
+                assert relative_error(new, old) <= 1e-12

@@ -126,6 +126,42 @@ def decay_matrix(g: torch.Tensor) -> torch.Tensor:
     return torch.exp(log_decay.masked_fill(~causal, float("-inf")))
 
 
+def decayed_cumsum(
+    x: torch.Tensor, g: torch.Tensor | None, chunk_size: int = 64, initial: torch.Tensor | None = None
+) -> torch.Tensor:
+    """``y_t = exp(g_t) y_{t−1} + x_t`` from ``y_0 = initial``: ``y_t = γ_0^{(t)} y_0 + Σ_{i≤t} γ_i^{(t)} x_i``.
+
+    Along dim 2 of a heads-first ``x`` ``(B, H, T, *F)`` with any trailing feature shape; ``g`` ``(B, H, T)`` or
+    ``None`` (a plain cumulative sum); ``initial`` ``(B, H, *F)`` or ``None`` (zero). With ``g`` the sum runs in
+    chunks of ``C = chunk_size``: a dense ``C × C`` block of weights inside each chunk (:func:`decay_matrix`, each
+    weight its own segment sum, so ``g = −inf`` is an exact reset) and a carry between chunks, ``O(T · C · |F|)``
+    instead of the ``O(T² |F|)`` of a full weight matrix. Returns ``y``, the shape and dtype of ``x``. Unchecked:
+    the public callers (``regression.decayed_cumsum``, the ops) check their arguments.
+    """
+    if g is None:
+        y = x.cumsum(2)
+        return y if initial is None else y + initial.unsqueeze(2)
+    B, H, T = x.shape[:3]
+    C = min(chunk_size, T)
+    pad = (-T) % C
+    flat = x.reshape(B, H, T, -1)
+    if pad:  # a zero input with a zero log decay changes nothing; the padded rows are cut off below
+        flat = F.pad(flat, (0, 0, 0, pad))
+        g = F.pad(g, (0, pad))
+    N = flat.shape[2] // C
+    xc = flat.reshape(B, H, N, C, -1)
+    Gc = g.reshape(B, H, N, C).cumsum(-1)  # log decay from the chunk start (a sum from the start: no difference)
+    inner = decay_matrix(g.reshape(B, H, N, C)) @ xc  # the sums within each chunk
+    # the sum up to the end of the previous chunk, (B, H, |F|)
+    carry = torch.zeros_like(xc[:, :, 0, 0]) if initial is None else initial.reshape(B, H, -1).to(x.dtype)
+    chunks = []
+    for n in range(N):
+        y = inner[:, :, n] + Gc[:, :, n, :, None].exp() * carry[:, :, None]
+        chunks.append(y)
+        carry = y[:, :, -1]
+    return torch.stack(chunks, 2).reshape(B, H, N * C, *x.shape[3:])[:, :, :T]
+
+
 def resolve_scale(scale, d_k: int) -> float:
     """``scale`` defaults to ``D_k ** -0.5`` (fla); otherwise it must be a finite number > 0."""
     return d_k**-0.5 if scale is None else check_positive_float("scale", scale)
