@@ -37,6 +37,7 @@ from ttr_edu._internal.contract import (
 )
 from ttr_edu._internal.validation import check_chunk_size, guarded
 
+from ._chunking import chunks_per_block
 from ._varlen import run_varlen
 
 __all__ = ["gla_recurrent", "gla_chunk"]
@@ -178,10 +179,6 @@ def _intra_chunk_scores(q, k, g, sub):
 #: The smallest per-key chunk log decay for which :func:`gla_chunk` uses the rank-one factorisation of the decays.
 _MIN_FACTORED_LOG_DECAY = -8.0
 
-#: Rows of ``q`` per block of chunks in :func:`gla_chunk` (chunks × C × B·H): the block's (sub, sub, D_k) decay
-#: tensor of the diagonal sub-chunks (16× the size of q) then stays within a few MiB.
-_BLOCK_ROWS = 1024
-
 
 @guarded
 @shares_doc(_SHARED_DOC)
@@ -197,8 +194,8 @@ def gla_chunk(q, k, v, g, scale=None, initial_state=None, output_final_state=Fal
     Where every chunk of a block decays by at most e⁸ in every key, ``Q Kᵀ ⊙ Γ`` factorises as ``(Q ⊙ γ)(K / γ)ᵀ`` (one
     product, rounding within 2·8 units). Otherwise every exponent is a direct sum of log decays, ≤ 0 (see
     :func:`_intra_chunk_scores`), so strong decays neither overflow nor lose precision, and ``g = −inf`` is exact. The
-    chunks are taken ``_BLOCK_ROWS`` rows of ``q`` at a time. Memory ``O(T C + T D_k)``, nothing of size T×T; any
-    positive ``chunk_size``, any T (zero-padded: ``g = 0`` keeps the state).
+    chunks are taken a block at a time (:mod:`ttr_edu.ops._chunking`). Memory ``O(T C + T D_k)``, nothing of size
+    T×T; any positive ``chunk_size``, any T (zero-padded: ``g = 0`` keeps the state).
     """
     if cu_seqlens is not None:
         return run_varlen(
@@ -218,7 +215,7 @@ def gla_chunk(q, k, v, g, scale=None, initial_state=None, output_final_state=Fal
     sub = SUB_CHUNK if C % SUB_CHUNK == 0 else C  # other chunk sizes: one sub-chunk, all exact
     qc, kc, vc, gc = (to_chunks(x, C) for x in (q, k, v, g))  # (B, H, N, C, ·)
     n_chunks = qc.shape[2]
-    per_block = max(1, _BLOCK_ROWS // (B * H * C))
+    per_block = chunks_per_block(B, H, C, row_weight=2)  # the (sub, sub, D_k) decays: see chunks_per_block
     outputs = []
     for first in range(0, n_chunks, per_block):
         chunks = slice(first, min(first + per_block, n_chunks))

@@ -41,8 +41,8 @@ from ttr_edu._internal.contract import (
 )
 from ttr_edu._internal.validation import check_chunk_size, check_positive_float, guarded
 
+from ._chunking import chunk_blocks, chunks_per_block
 from ._varlen import run_varlen
-from .delta_rule import chunk_blocks
 
 __all__ = ["linear_attention_recurrent", "linear_attention_parallel", "linear_attention_chunk"]
 
@@ -243,19 +243,15 @@ def linear_attention_chunk(
     return _finish(o, normalizer, eps, S, z, out_dtype, output_final_state)
 
 
-#: Rows of ``q`` per block of chunks in :func:`_blockwise` (chunks × C × B·H), as in the delta rule's chunk form.
-_BLOCK_ROWS = 2048
-
-
 def _blockwise(q, k, v, S, chunk_size):
-    """The chunk form without the normaliser, a block of chunks at a time (:func:`ttr_edu.ops.delta_rule.chunk_blocks`
+    """The chunk form without the normaliser, a block of chunks at a time (:func:`ttr_edu.ops._chunking.chunk_blocks`
     gathers each block in one pass from fla's layout, and its intermediates stay in cache): per block, all chunks'
     ``Q Kᵀ ⊙ M`` and ``Kᵀ V`` at once, the states each chunk starts from by a running sum, then all outputs at once.
     Takes heads-first ``q`` (scaled), ``k``, ``v`` and ``S`` ``(B, H, D_k, D_v)``; returns heads-first ``o`` and
     ``S_T``."""
     B, H, T, D_k = q.shape
     D_v, C = v.shape[-1], chunk_size
-    per_block = max(1, _BLOCK_ROWS // (B * H * C))
+    per_block = chunks_per_block(B, H, C)
     S = S.flatten(0, 1)  # (B·H, D_k, D_v)
     o = q.new_empty(B, -(-T // C) * C, H, D_v)
     for first, last, block in chunk_blocks([k, v, q], C, per_block):
