@@ -78,10 +78,12 @@ def test_each_layer_mixes_as_its_point_of_the_framework():
     mixes_like(LinearAttention(16, 2), named_layer("linear_attention"))
     mixes_like(DeltaNet(16, 2), named_layer("deltanet"))
     mixes_like(GatedDeltaNet(16, 2), named_layer("gated_deltanet"))
-    mixes_like(MesaLayer(16, 2, lam=0.5), named_layer("rls", ridge=0.5))
+    mixes_like(MesaLayer(16, 2, ridge=0.5), named_layer("rls", ridge=0.5))
     # Mesa with gates: the constant ridge of MesaNet (ops.rls_recurrent with g), i.e. ExactSolve under Gates.
-    mixes_like(MesaLayer(16, 2, lam=0.5, use_gate=True), TestTimeRegression(Gates(), Linear(), ExactSolve(ridge=0.5)))
-    mixes_like(MesaLayer(16, 2, lam=0.5, use_gate=True), lambda q, k, v, g: ops.rls_recurrent(q, k, v, lam=0.5, g=g))
+    mixes_like(MesaLayer(16, 2, ridge=0.5, use_gate=True), TestTimeRegression(Gates(), Linear(), ExactSolve(ridge=0.5)))
+    mixes_like(
+        MesaLayer(16, 2, ridge=0.5, use_gate=True), lambda q, k, v, g: ops.rls_recurrent(q, k, v, ridge=0.5, g=g)
+    )
     mixes_like(SoftmaxAttention(16, 2), named_layer("softmax_attention"))
     mixes_like(
         LocalLinearAttention(16, 2, ridge=0.1), TestTimeRegression(Uniform(), LocalLinear(), ExactSolve(ridge=0.1))
@@ -94,7 +96,7 @@ def test_mesa_layer_computes_what_it_computed_through_the_framework(options):
     (RecursiveLeastSquares without gates, ExactSolve with gates or solver="exact"). fp64: the same output and the
     same gradient for every parameter, to 1e-12, so trained MQAR / LM results are unchanged in function."""
     torch.manual_seed(3)
-    layer = MesaLayer(16, 2, lam=0.5, **options).double()
+    layer = MesaLayer(16, 2, ridge=0.5, **options).double()
     exact = options.get("use_gate", False) or options.get("solver") == "exact"
     optimizer = ExactSolve(0.5) if exact else RecursiveLeastSquares(0.5)
     framework = TestTimeRegression(Gates() if options.get("use_gate") else Uniform(), Linear(), optimizer)

@@ -1,6 +1,6 @@
 """What every op in :mod:`ttr_edu.ops` shares: argument checks, the compute dtype, padding to whole chunks.
 
-The contract (DESIGN.md §3, the flash-linear-attention convention):
+The contract (CONTRIBUTING.md, "Conventions"; the flash-linear-attention convention):
 
 * ``q, k`` are ``(B, T, H, D_k)``, ``v`` is ``(B, T, H, D_v)``, ``beta`` and the log decay ``g`` are ``(B, T, H)``;
 * the maths runs in fp32 (fp64 when the inputs are fp64); the state stays in that dtype and ``o`` is cast back to

@@ -180,7 +180,7 @@ def _steps_per_token(opt, q, k, v, g, beta, S0):
     """DeltaProduct: online SGD over the ``T·n`` pairs; token t's query reads after its last pair, its decay before
     its first. Zero queries on the other rows read nothing we keep; a zero log decay there keeps the state."""
     B, H, T, D_k = q.shape
-    n = opt.steps
+    n = opt.num_householder
     q_rows = torch.cat([q.new_zeros(B, H, T, n - 1, D_k), q[:, :, :, None]], dim=3).flatten(2, 3)
     g_rows = None if g is None else torch.cat([g[..., None], g.new_zeros(B, H, T, n - 1)], dim=3).flatten(2)
     o, S = _online_sgd(OnlineSGD(chunk_size=opt.chunk_size), q_rows, k, v, g_rows, beta, S0)
@@ -228,8 +228,8 @@ def _mini_batch_gd(opt, q, k, v, g, beta, S0):
     B, H, T, D_k = k.shape
     S = k.new_zeros(B, H, D_k, v.shape[-1]) if S0 is None else S0
     outputs = []
-    for start in range(0, T, opt.batch_size):
-        batch = slice(start, start + opt.batch_size)
+    for start in range(0, T, opt.mini_batch_size):
+        batch = slice(start, start + opt.mini_batch_size)
         q_b, k_b = q[:, :, batch], k[:, :, batch]
         steps = beta[:, :, batch, None] * (k_b @ S - v[:, :, batch])  # β_i e_i, each at the mini-batch's start
         outputs.append(q_b @ S - (q_b @ k_b.mT).tril() @ steps)
