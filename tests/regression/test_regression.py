@@ -409,3 +409,11 @@ def test_an_empty_sequence_is_refused_by_name(optimizer):
 def test_framework_refuses_empty_non_finite_and_mismatched_inputs_by_name(call, error, match):
     with pytest.raises(error, match=match):
         call()
+
+
+def test_named_layer_refuses_unknown_names_and_a_ridge_it_has_no_use_for():
+    with pytest.raises(ValueError, match="name: unknown layer 'mamba'; valid names are linear_attention"):
+        named_layer("mamba")
+    for name in ("softmax_attention", "deltanet"):
+        with pytest.raises(ValueError, match=f"ridge: {name} inverts nothing"):
+            named_layer(name, ridge=0.1)

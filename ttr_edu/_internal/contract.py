@@ -43,7 +43,7 @@ def compute_dtype(dtype: torch.dtype) -> torch.dtype:
 def check_inputs(q, k, v, **per_token) -> Dims:
     """Check ``q, k, v`` (and the per-token ``(B, T, H)`` tensors given by keyword, e.g. ``beta=beta``).
 
-    Non-finite values are refused by :func:`ttr_edu._validation.guarded`, which wraps every public op (the log
+    Non-finite values are refused by :func:`ttr_edu._internal.validation.guarded`, which wraps every public op (the log
     decay ``g`` here, by :func:`check_log_decay`).
 
     Raises:
@@ -86,14 +86,15 @@ def check_nonempty(dims: Dims, **named: tuple[str, ...]) -> None:
             raise ValueError(f"{name}: expected {', '.join(empty)} >= 1, got {', '.join(f'{d} = 0' for d in empty)}")
 
 
-def check_log_decay(g: torch.Tensor, allow_reset: bool = True) -> None:
+def check_log_decay(g: torch.Tensor, allow_reset: bool = True, shape: str = "(B, T, H)") -> None:
     """Refuse a ``g`` that is not a log decay: NaN, ``+inf`` or ``g > 0`` (``exp(g) > 1`` would grow the state).
 
     ``g = −inf`` (``exp(g) = 0``, a full reset of the memory) is allowed unless ``allow_reset=False``. Called by
-    :func:`check_inputs` for a per-token tensor named ``g``.
+    :func:`check_inputs` for a per-token tensor named ``g``, and for per-key gates (``shape="(B, T, H, D_k)"``). A
+    scan of the values, so it follows :func:`~ttr_edu._internal.validation.finite_checks`.
 
     Raises:
-        ValueError: naming ``g``, how many ``(B, T, H)`` entries are bad and the first one.
+        ValueError: naming ``g``, how many ``shape`` entries are bad and the first one.
     """
     if g.device.type == "meta" or not finite_checks_enabled():
         return
@@ -107,7 +108,7 @@ def check_log_decay(g: torch.Tensor, allow_reset: bool = True) -> None:
     allowed = "[-inf, 0]" if allow_reset else "(-inf, 0] (finite)"
     raise ValueError(
         f"g: expected a log decay in {allowed}, so that exp(g) is a decay factor; got {n_bad} of {g.numel()} "
-        f"(B, T, H) entries outside it (the first: {g[bad][0].item()})"
+        f"{shape} entries outside it (the first: {g[bad][0].item()})"
     )
 
 

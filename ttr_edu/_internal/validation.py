@@ -308,7 +308,8 @@ def check_decayed_sum_args(x, g, chunk_size) -> None:
 #: renames first, so the checks hold for both spellings.
 BOOL_ARGS = frozenset({"output_final_state", "normalize", "qk_norm", "redraw"})
 SCALAR_ARGS = frozenset({"scale", "ridge", "eps"})
-#: A log decay may be −inf (a reset); its own check (``ops._common.check_log_decay``) refuses NaN and +inf.
+#: A log decay may be −inf (a reset); its own check (:func:`ttr_edu._internal.contract.check_log_decay`) refuses
+#: NaN and +inf.
 LOG_DECAY_ARGS = frozenset({"g"})
 
 

@@ -28,6 +28,7 @@ from ttr_edu._internal.contract import (
     QK,
     STATE,
     check_inputs,
+    check_log_decay,
     check_state,
     compute_dtype,
     resolve_scale,
@@ -74,19 +75,6 @@ _SHARED_DOC = """
 """
 
 
-def _check_log_decay(g: torch.Tensor) -> None:
-    if g.device.type == "meta":
-        return
-    with torch.no_grad():
-        bad = torch.isnan(g) | (g > 0)
-        n_bad = int(bad.sum())
-    if n_bad:
-        raise ValueError(
-            f"g: expected a log decay in [-inf, 0], so that exp(g) is a decay factor; got {n_bad} of {g.numel()} "
-            f"(B, T, H, D_k) entries outside it (the first: {g[bad][0].item()})"
-        )
-
-
 def _prepare(q, k, v, g, scale, initial_state):
     dims = check_inputs(q, k, v)
     if isinstance(g, torch.Tensor) and g.dim() == 3:
@@ -97,7 +85,7 @@ def _prepare(q, k, v, g, scale, initial_state):
     dims.bind("g", g, QK)
     if g.device != q.device:
         raise ValueError(f"g: expected a tensor on {q.device} (the device of q), got one on {g.device}")
-    _check_log_decay(g)
+    check_log_decay(g, shape="(B, T, H, D_k)")
     scale = resolve_scale(scale, dims["D_k"])
     dtype = compute_dtype(q.dtype)
     if initial_state is not None:
@@ -138,7 +126,7 @@ def _suffix_sums(g: torch.Tensor) -> torch.Tensor:
 
 def _segment_sums(g: torch.Tensor) -> torch.Tensor:
     """``[i, j] = Σ_{j < l ≤ i} g_l`` for ``i ≥ j`` and ``−inf`` above the diagonal: ``g`` ``(..., c, D)`` gives
-    ``(..., c, c, D)``. Each segment is summed directly (as :func:`ttr_edu.ops._common.decay_matrix` does for a
+    ``(..., c, c, D)``. Each segment is summed directly (as :func:`ttr_edu._internal.contract.decay_matrix` does for a
     scalar gate), exact for ``g = −inf``."""
     c = g.shape[-2]
     below = torch.ones(c, c, dtype=torch.bool, device=g.device).tril(-1)[:, :, None]  # i > j

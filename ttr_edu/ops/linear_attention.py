@@ -60,8 +60,8 @@ _SHARED_DOC = """
         chunk_size: (``linear_attention_chunk`` only) tokens per chunk, any positive int; T need not be a multiple.
         cu_seqlens: (recurrent and chunk forms) fla's variable-length offsets, an integer tensor ``(N + 1,)``: the N
             sequences are packed along T in a batch of one (``B = 1``), sequence n is tokens
-            ``cu_seqlens[n]:cu_seqlens[n+1]``, and the initial and final states are ``(N, H, D_k, D_v)`` (with
-            ``normalize``, ``z`` is ``(N, H, D_k)``)``, one per sequence; no state crosses a boundary. ``None``: one
+            ``cu_seqlens[n]:cu_seqlens[n+1]``, and the initial and final states are ``(N, H, D_k, D_v)``, one per
+            sequence (with ``normalize``, ``z`` is ``(N, H, D_k)``); no state crosses a boundary. ``None``: one
             sequence per batch row.
 
     Returns:
@@ -233,14 +233,12 @@ def linear_attention_chunk(
     o = o.flatten(2, 3)[:, :, :T]
     S = S_after[:, :, -1]
 
-    normalizer, z = None, None
-    if z0 is not None:
-        z_after = z0.unsqueeze(2) + kc.sum(3).cumsum(2)  # (B, H, N, D_k)
-        z_before = torch.cat([z0.unsqueeze(2), z_after[:, :, :-1]], dim=2)
-        normalizer = (qc * z_before.unsqueeze(3)).sum(-1) + scores.sum(-1)  # (B, H, N, C)
-        normalizer = normalizer.flatten(2, 3)[:, :, :T]
-        z = z_after[:, :, -1]
-    return _finish(o, normalizer, eps, S, z, out_dtype, output_final_state)
+    # the normaliser z_tᵀ q_t, chunkwise as the state: z at each chunk's start, plus the masked scores' row sums
+    z_after = z0.unsqueeze(2) + kc.sum(3).cumsum(2)  # (B, H, N, D_k)
+    z_before = torch.cat([z0.unsqueeze(2), z_after[:, :, :-1]], dim=2)
+    normalizer = (qc * z_before.unsqueeze(3)).sum(-1) + scores.sum(-1)  # (B, H, N, C)
+    normalizer = normalizer.flatten(2, 3)[:, :, :T]
+    return _finish(o, normalizer, eps, S, z_after[:, :, -1], out_dtype, output_final_state)
 
 
 def _blockwise(q, k, v, S, chunk_size):

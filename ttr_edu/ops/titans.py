@@ -8,10 +8,10 @@ per-token gates ``β_t`` (the inner learning rate, the paper's ``θ_t``; ``beta`
     M_t = (1 − α_t) M_{t−1} + U_t                        (weight decay, then the step)
     o_t = f_{M_t}(q_t)                                   (q scaled by ``scale``)
 
-with ``ℓ = ½ ‖f_M(k) − v‖²`` (the paper's ``‖·‖²`` without ½: its ``θ`` is half our ``β``). The memory ``M`` is linear
-(``f(x) = Sᵀx``) or the two-layer GELU MLP of :mod:`ttr_edu.ops._memory`. Here the output reads the memory after the
-token's update, as every op of this package does; Titans' retrieval reads the memory "without weight update", a
-choice of the outer layer (see the titans-pytorch issues on the retrieve/update order).
+with ``ℓ = ½ ‖f_M(k) − v‖²`` (the paper's ``‖·‖²`` without ½: its ``θ`` is half our ``β``). The memory ``M`` is
+linear (``f(x) = Sᵀx``) or the two-layer GELU MLP of :mod:`ttr_edu._internal.mlp_memory`. Here the output reads the
+memory after the token's update, as every op of this package does; Titans' retrieval reads the memory "without weight
+update", a choice of the outer layer (see the titans-pytorch issues on the retrieve/update order).
 
 Limits: with a linear memory, ``η = 0`` and ``α = 0`` this is the delta rule with the same ``β``; with ``η = 0`` it is
 SGD with decoupled weight decay. The paper trains with chunked gradients (all taken at the chunk's start, as in TTT);

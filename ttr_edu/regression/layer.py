@@ -177,7 +177,7 @@ class TestTimeRegression:
         for name, x in (("beta", beta), ("g", g), ("eta", eta), ("alpha", alpha)):
             check_tensor(name, x, allow_none=True)
         for name, x in (("q", q), ("k", k), ("v", v), ("beta", beta), ("eta", eta), ("alpha", alpha)):
-            check_finite(name, x)  # the input policy of ttr_edu._validation (g is checked with the weights)
+            check_finite(name, x)  # the input policy of ttr_edu._internal.validation (g is checked with the weights)
         if not mlp:
             check_tensor("initial_state", initial_state, allow_none=True)
         check_same_device(q=q, k=k, v=v, beta=beta, g=g, eta=eta, alpha=alpha)

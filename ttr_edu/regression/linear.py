@@ -10,7 +10,7 @@ import torch
 
 from ttr_edu._internal.contract import decay_matrix
 
-from .optimizers import ExactSolve, GradientStep, MultiPassSGD, OnlineSGD, RecursiveLeastSquares  # noqa: F401
+from .optimizers import ExactSolve, GradientStep, MultiPassSGD, OnlineSGD, RecursiveLeastSquares
 from .weights import _decay_from_start, decayed_cumsum, regression_weights
 
 
@@ -75,8 +75,9 @@ def _online_sgd(opt: OnlineSGD, q, k, v, g, beta, S0):
 
         o_i = γ_i S_0ᵀ q_i + Σ_{j≤i} Γ_ij (q_i·k_j) e_j,      S_C = γ_C S_0 + Σ_j Γ_Cj k_j e_jᵀ.
 
-    The solve stays inside the loop over chunks, since its right side needs ``S_0``. The ops of chapter 09 hoist it
-    out of the loop instead (the WY/UT form: ``e = U − W S_0``), which is faster but further from the objective.
+    The solve stays inside the loop over chunks, since its right side needs ``S_0``. The ops (chapter
+    chunkwise_algorithms) hoist it out of the loop instead (the WY/UT form: ``e = U − W S_0``), which is faster but
+    further from the objective.
     """
     B, H, T, D_k = k.shape
     S = k.new_zeros(B, H, D_k, v.shape[-1]) if S0 is None else S0

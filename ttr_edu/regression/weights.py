@@ -86,7 +86,7 @@ def regression_weights(g: torch.Tensor | None, T: int | None = None) -> torch.Te
     Raises:
         ValueError: ``g`` not ``(B, T, H)``, or neither ``g`` nor ``T`` given.
 
-    Each entry sums its own segment of ``g`` (:func:`ttr_edu.ops._common.decay_matrix`), instead of taking
+    Each entry sums its own segment of ``g`` (:func:`ttr_edu._internal.contract.decay_matrix`), instead of taking
     differences ``G_t − G_i`` of one cumulative sum: a reset ``g = −inf`` gives exact zeros (the difference would be
     ``−inf − (−inf) = NaN``), and a very negative ``g`` loses no precision to a large ``|G|``.
     """
