@@ -27,6 +27,14 @@ def chunks_per_block(B: int, H: int, chunk_size: int, *, row_weight: int = 1) ->
     return max(1, BLOCK_ROWS // (row_weight * B * H * chunk_size))
 
 
+def even_chunk_size(T: int, largest: int = 64) -> int:
+    """The chunk size ``≤ largest`` that cuts ``T`` tokens into the fewest chunks, as equal as can be: the last chunk
+    is then padded by fewer than that many tokens. ``T = 96``: 2 chunks of 48 (64 would pad 32 zero tokens, whose
+    products cost a third more than the readout of :func:`ttr_edu.ops.rls_exact` needs at the MQAR grid's size)."""
+    n_chunks = -(-T // largest)
+    return -(-T // n_chunks)
+
+
 def chunk_blocks(tensors, chunk_size: int, per_block: int):
     """Yield ``(first, last, block)``: chunks ``first .. last − 1`` of heads-first ``(B, H, T, ·)`` (or per-token
     ``(B, H, T)``) tensors as one contiguous ``(n, B, H, C, W)`` tensor, ``n ≤ per_block``.

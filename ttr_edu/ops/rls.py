@@ -24,7 +24,7 @@ The forms:
 * :func:`rls_exact` writes ``A_t`` for all ``t`` at once from the definition (weights summed segment by segment,
   so a reset ``g = −inf`` is exact), solves ``A_t x_t = q_t`` for all ``t`` in one batch and reads
   ``o_t = b_tᵀ x_t``: (gated) linear attention with the query ``x_t``, so ``b_t`` and ``S_t`` are never formed per
-  token (MesaNet's readout). No recursion through the solve: ``O(T D_k² (D_k + C))`` with chunks of ``C = 64``.
+  token (MesaNet's readout). No recursion through the solve: ``O(T D_k² (D_k + C))`` with chunks of ``C ≤ 64`` tokens.
 
 State carried between calls (``initial_state`` and the returned final state): the pair ``(S, P)`` with
 ``S = A⁻¹ b`` of shape ``(B, H, D_k, D_v)`` and the inverse ``P = A⁻¹`` of shape ``(B, H, D_k, D_k)``. Without
@@ -55,6 +55,7 @@ from ttr_edu._internal.contract import (
 from ttr_edu._internal.deprecation import renamed_arguments
 from ttr_edu._internal.validation import check_positive_float, check_scalar_fits, guarded
 
+from ._chunking import even_chunk_size
 from .gated_linear_attention import gated_linear_attention_chunk
 from .linear_attention import linear_attention_chunk
 
@@ -260,23 +261,24 @@ def rls_exact(q, k, v, ridge=1.0, g=None, scale=None, initial_state=None, output
     :func:`ttr_edu.ops.linear_attention_chunk` without ``g``), as MesaNet reads it (von Oswald et al. 2025). The
     weights ``γ_i^{(t)}`` of ``A_t`` are summed segment by segment (a decayed cumulative sum in chunks), exact for
     ``g = −inf``. From a state ``(S_0, P_0)`` it starts at ``A_0 = P_0⁻¹``, ``b_0 = A_0 S_0``. Cost
-    ``O(T D_k² (D_k + C) + T C D_v)`` with chunks of ``C = 64``, memory ``O(T D_k²)``: nothing of size ``T × T``.
+    ``O(T D_k² (D_k + C) + T C D_v)`` with chunks of ``C ≤ 64`` tokens, memory ``O(T D_k²)``: nothing of size
+    ``T × T``.
     """
     out_dtype = q.dtype if isinstance(q, torch.Tensor) else None
     q, k, v, log_decay, S, P, ridge = _prepare(q, k, v, ridge, g, scale, initial_state)
-    D_k = q.shape[-1]
+    T, D_k = q.shape[-2:]
+    C = even_chunk_size(T)  # the chunks of the decayed sums and of the read, with as little padding as can be
     H0, b0 = (None, None) if initial_state is None else _prior(S, P, ridge)
-    A = decayed_cumsum(k.unsqueeze(-1) * k.unsqueeze(-2), log_decay, initial=H0)  # (B, H, T, D_k, D_k)
+    A = decayed_cumsum(k.unsqueeze(-1) * k.unsqueeze(-2), log_decay, C, initial=H0)  # (B, H, T, D_k, D_k)
     A = A + ridge * torch.eye(D_k, dtype=q.dtype, device=q.device)
     L = _factorise(A, ridge, "for some token")
     x = torch.cholesky_solve(q.unsqueeze(-1), L).squeeze(-1)  # x_t = A_t⁻¹ q_t, (B, H, T, D_k)
     fla = [y.transpose(1, 2) for y in (x, k, v)]  # (B, T, H, ·)
+    read = dict(scale=1.0, initial_state=b0, output_final_state=output_final_state, chunk_size=C)
     if log_decay is None:
-        o, b = linear_attention_chunk(*fla, scale=1.0, initial_state=b0, output_final_state=output_final_state)
+        o, b = linear_attention_chunk(*fla, **read)
     else:
-        o, b = gated_linear_attention_chunk(
-            *fla, log_decay.transpose(1, 2), scale=1.0, initial_state=b0, output_final_state=output_final_state
-        )
+        o, b = gated_linear_attention_chunk(*fla, log_decay.transpose(1, 2), **read)
     o = o.to(out_dtype)
     if not output_final_state:
         return o, None
