@@ -133,15 +133,24 @@ def test_many_passes_of_data_pin_the_ridge_solution():
 
 
 @pytest.mark.parametrize("form", FORMS)
-def test_gradcheck(form):
+@pytest.mark.parametrize("decay", [False, True])
+def test_gradcheck(form, decay):
+    """Gradients of o, S_T and P_T with respect to q, k, v (and g), from a fresh state and from a given one."""
     q, k, v, g = make_inputs(1, 4, 2, 3, 2, torch.float64, seed=4)
-    inputs = [x.requires_grad_() for x in (q, k, v, g)]
+    _, (S0, P0) = FORMS[form](q, k, v, ridge=0.8, output_final_state=True)
+    inputs = [x.requires_grad_() for x in ((q, k, v, g) if decay else (q, k, v))]
 
-    def fn(q, k, v, g):
-        o, (S, P) = FORMS[form](q, k, v, ridge=0.8, g=g, output_final_state=True)
+    def fn(q, k, v, g=None, state=None):
+        o, (S, P) = FORMS[form](q, k, v, ridge=0.8, g=g, initial_state=state, output_final_state=True)
         return o, S, P
 
     assert torch.autograd.gradcheck(fn, inputs, fast_mode=True)
+    # P_0 is symmetric: perturbed through its symmetric part (a Cholesky factorisation reads one triangle only)
+    symmetric = lambda P: (P + P.mT) / 2  # noqa: E731
+    S0, P0 = S0.requires_grad_(), P0.requires_grad_()
+    assert torch.autograd.gradcheck(
+        lambda *x: fn(*x[:-2], state=(x[-2], symmetric(x[-1]))), [*inputs, S0, P0], fast_mode=True
+    )
 
 
 @pytest.mark.parametrize("form", FORMS)
