@@ -57,8 +57,8 @@ OPS = {
         ("output_final_state",),
         "gated_delta_rule_recurrent",
     ),
-    "rls_recurrent": (("g",), ("scale", "lam"), ("output_final_state",), "rls_exact"),
-    "rls_exact": (("g",), ("scale", "lam"), ("output_final_state",), "rls_recurrent"),
+    "rls_recurrent": (("g",), ("scale", "ridge"), ("output_final_state",), "rls_exact"),
+    "rls_exact": (("g",), ("scale", "ridge"), ("output_final_state",), "rls_recurrent"),
     "softmax_attention": ((), ("scale",), ("qk_norm",), None),
     "local_linear_attention": ((), ("scale", "ridge"), ("qk_norm",), None),
 }
@@ -260,7 +260,6 @@ def test_ops_are_never_silent_or_obscure(name, mutation, data, B, T, H, D_k, D_v
         "o",
         "initial_state",
         "scale",
-        "lam",
         "ridge",
         "eps",
         "chunk_size",

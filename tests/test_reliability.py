@@ -61,12 +61,12 @@ def test_gated_rls_forms_agree_and_stay_finite_in_fp32(g_value):
     rls_exact(g = −50) raised LinAlgError. With the constant ridge both forms are finite and agree."""
     q, k, v = qkv(1, 300, 2, 8, seed=7)
     g = torch.full((1, 300, 2), g_value)
-    reference = ops.rls_exact(q.double(), k.double(), v.double(), lam=1.0, g=g.double())[0]
+    reference = ops.rls_exact(q.double(), k.double(), v.double(), ridge=1.0, g=g.double())[0]
     for form in (ops.rls_recurrent, ops.rls_exact):
-        o = form(q, k, v, lam=1.0, g=g)[0]
+        o = form(q, k, v, ridge=1.0, g=g)[0]
         assert torch.isfinite(o).all()
         assert relative_error(o, reference) < 1e-5
-    recurrent64 = ops.rls_recurrent(q.double(), k.double(), v.double(), lam=1.0, g=g.double())[0]
+    recurrent64 = ops.rls_recurrent(q.double(), k.double(), v.double(), ridge=1.0, g=g.double())[0]
     assert relative_error(recurrent64, reference) < 1e-12
 
 
@@ -81,7 +81,7 @@ def test_local_linear_attention_with_identical_keys_returns_the_running_mean():
 
 
 def test_rls_with_collinear_keys_and_a_tiny_ridge_in_fp32_is_never_silent():
-    """rls_collinear_fp32_garbage: collinear keys, lam = 1e-8, fp32: 1.8e2 relative error and no warning."""
+    """rls_collinear_fp32_garbage: collinear keys, ridge = 1e-8, fp32: 1.8e2 relative error and no warning."""
     q, _, v = qkv(1, 64, 1, 8, seed=8)
     base = torch.randn(8, generator=torch.Generator().manual_seed(9))
     k = base.expand(1, 64, 1, 8) * torch.linspace(0.5, 2, 64)[None, :, None, None]
@@ -90,15 +90,15 @@ def test_rls_with_collinear_keys_and_a_tiny_ridge_in_fp32_is_never_silent():
             with warnings.catch_warnings(record=True) as caught:
                 warnings.simplefilter("always")
                 try:
-                    form(q, k, v, lam=1e-8, g=g)
+                    form(q, k, v, ridge=1e-8, g=g)
                 except ValueError as error:
-                    assert str(error).startswith("lam:")
+                    assert str(error).startswith("ridge:")
                     continue
-            assert any(issubclass(w.category, RuntimeWarning) and "lam" in str(w.message) for w in caught)
+            assert any(issubclass(w.category, RuntimeWarning) and "ridge" in str(w.message) for w in caught)
 
 
 def test_a_well_posed_rls_gives_no_warning():
-    """The ill-conditioning warning must not cry wolf on ordinary input (unit keys, lam = 1)."""
+    """The ill-conditioning warning must not cry wolf on ordinary input (unit keys, ridge = 1)."""
     q, k, v = qkv(2, 50, 2, 8, seed=1)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
@@ -115,8 +115,8 @@ def test_a_ridge_too_small_to_solve_is_named(dtype):
     q, k, v = qkv(dtype=dtype)
     with pytest.raises(ValueError, match=r"^ridge: "):
         ops.local_linear_attention(q, k, v, ridge=1e-300)
-    with pytest.raises(ValueError, match=r"^lam: "):
-        ops.rls_exact(q, k, v, lam=1e-300, g=torch.full((1, 8, 1), -0.5, dtype=dtype))
+    with pytest.raises(ValueError, match=r"^ridge: "):
+        ops.rls_exact(q, k, v, ridge=1e-300, g=torch.full((1, 8, 1), -0.5, dtype=dtype))
 
 
 # ------------------------------------------------------------------------------------------------------------------
@@ -195,8 +195,8 @@ def test_a_full_reset_stays_allowed_in_g():
     [
         (lambda q, k, v: ops.linear_attention_chunk(q, k, v, scale=1e300), "scale"),
         (lambda q, k, v: ops.delta_rule_recurrent(q, k, v, torch.full((1, 8, 1), 0.5), scale=1e39), "scale"),
-        (lambda q, k, v: ops.rls_recurrent(q, k, v, lam=1e300), "lam"),
-        (lambda q, k, v: ops.rls_exact(q, k, v, lam=1e-300), "lam"),
+        (lambda q, k, v: ops.rls_recurrent(q, k, v, ridge=1e300), "ridge"),
+        (lambda q, k, v: ops.rls_exact(q, k, v, ridge=1e-300), "ridge"),
         (lambda q, k, v: ops.local_linear_attention(q, k, v, ridge=1e300), "ridge"),
         (lambda q, k, v: ops.l2_norm(q, eps=1e300), "eps"),
         (lambda q, k, v: ops.linear_attention_chunk(q, k, v, normalize=True, eps=1e-300), "eps"),

@@ -9,7 +9,8 @@ included, where there is no allocator statistic) and count exactly the tensors t
 * what a Triton kernel does with registers or shared memory is invisible here (it is not a PyTorch operation),
   but its output buffers, allocated with ``torch.empty``, are counted.
 
-Used by chapter 09 (memory against ``T`` and the chunk size) and chapter 10 (the reference's memory traffic)::
+Used by the chapters linear_attention_is_fwp (FLOPs, memory and time against ``T``), chunkwise_algorithms (memory
+against ``T`` and the chunk size) and triton_kernels (the reference's memory traffic)::
 
     from ttr_edu import profiling
     profiling.peak_memory(lambda: ops.delta_rule_chunk(q, k, v, beta))     # bytes

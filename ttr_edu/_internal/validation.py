@@ -1,7 +1,8 @@
 """Argument checks shared by every public function.
 
 Errors follow CONTRIBUTING.md ("Conventions"): ``TypeError`` for a wrong type or dtype, ``ValueError`` for a wrong
-shape or value, and the message always names the argument, the expected shape (with named dims) and what was received.
+shape or value, and the message always names the argument, the expected shape (with named dims) and what was
+received.
 
 The central helper is :class:`Dims`. Dimensions are named (``"B", "T", "H", "D_k"``) and bound on first
 sight, so a later tensor that disagrees is reported against the tensor that fixed the size::
@@ -302,10 +303,13 @@ def check_decayed_sum_args(x, g, chunk_size) -> None:
         raise ValueError(f"g: expected a log decay <= 0 (exp(g) a decay factor), got max {g.max().item():.4g}")
 
 
-#: Argument names that :func:`guarded` treats as boolean flags, and as scalars that must fit the compute dtype.
+#: Argument names that :func:`guarded` treats as boolean flags, and as scalars that must fit the compute dtype. An old
+#: name (``lam``) never reaches it: :func:`~ttr_edu._internal.deprecation.renamed_arguments` wraps outside it and
+#: renames first, so the checks hold for both spellings.
 BOOL_ARGS = frozenset({"output_final_state", "normalize", "qk_norm", "redraw"})
-SCALAR_ARGS = frozenset({"scale", "lam", "ridge", "eps"})
-#: A log decay may be −inf (a reset); its own check (``ops._common.check_log_decay``) refuses NaN and +inf.
+SCALAR_ARGS = frozenset({"scale", "ridge", "eps"})
+#: A log decay may be −inf (a reset); its own check (:func:`ttr_edu._internal.contract.check_log_decay`) refuses
+#: NaN and +inf.
 LOG_DECAY_ARGS = frozenset({"g"})
 
 

@@ -59,8 +59,8 @@ MAX_CONV_SIZE = 64
 
 
 def check_layer_input(module: nn.Module, x) -> None:
-    """The input policy for a layer's ``x`` (``ttr_edu._validation``): a floating ``(B, T, hidden_size)`` tensor
-    with ``B, T ≥ 1``, finite, and of the dtype and device of the module's parameters.
+    """The input policy for a layer's ``x`` (``ttr_edu._internal.validation``): a floating ``(B, T, hidden_size)``
+    tensor with ``B, T ≥ 1``, finite, and of the dtype and device of the module's parameters.
 
     Raises:
         TypeError: not a floating tensor, or a dtype other than the module's (``module.to(dtype)`` converts it).

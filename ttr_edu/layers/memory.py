@@ -64,7 +64,8 @@ class Longhorn(_NormedQK):
     Args:
         hidden_size, num_heads; diagonal: run the published layer's diagonal approximation
         (:func:`ttr_edu.ops.longhorn_diagonal_recurrent`, a token loop) instead of the exact step
-        (:func:`ttr_edu.ops.longhorn_chunk`); use_short_conv, conv_size.
+        (:func:`ttr_edu.ops.longhorn_chunk`); use_short_conv, conv_size; chunk_size: tokens per chunk of the chunk
+        form (32; a speed setting).
     """
 
     def __init__(
@@ -75,9 +76,11 @@ class Longhorn(_NormedQK):
         diagonal: bool = False,
         use_short_conv: bool = True,
         conv_size: int = 4,
+        chunk_size: int = 32,
     ) -> None:
         super().__init__(hidden_size, num_heads, use_short_conv, conv_size)
         self.diagonal = check_bool("diagonal", diagonal)
+        self.chunk_size = check_positive_int("chunk_size", chunk_size)
 
     def project(self, x):
         inputs = super().project(x)
@@ -87,7 +90,7 @@ class Longhorn(_NormedQK):
     def mix(self, q, k, v, beta):
         if self.diagonal:
             return self.o_norm(longhorn_diagonal_recurrent(q, k, v, beta)[0])
-        return self.o_norm(longhorn_chunk(q, k, v, beta, chunk_size=32)[0])
+        return self.o_norm(longhorn_chunk(q, k, v, beta, chunk_size=self.chunk_size)[0])
 
     def mix_step(self, memory, q, k, v, beta):
         recurrent = longhorn_diagonal_recurrent if self.diagonal else longhorn_recurrent
@@ -103,7 +106,8 @@ class DeltaProduct(_NormedQK):
     per token.
 
     Args:
-        hidden_size, num_heads; num_householder: ``n_h ≥ 1`` (1 is DeltaNet); use_short_conv, conv_size.
+        hidden_size, num_heads; num_householder: ``n_h ≥ 1`` (1 is DeltaNet); use_short_conv, conv_size;
+        chunk_size: tokens per chunk of the chunk form (32; a speed setting).
     """
 
     def __init__(
@@ -114,10 +118,12 @@ class DeltaProduct(_NormedQK):
         num_householder: int = 2,
         use_short_conv: bool = True,
         conv_size: int = 4,
+        chunk_size: int = 32,
     ) -> None:
         n = check_positive_int("num_householder", num_householder)
         super().__init__(hidden_size, num_heads, use_short_conv, conv_size, steps_per_token=n)
         self.num_householder = n
+        self.chunk_size = check_positive_int("chunk_size", chunk_size)
         if n > 1:
             self.extra_kv_proj = nn.Linear(hidden_size, 2 * (n - 1) * hidden_size, bias=False)
             if self.use_short_conv:  # the extra keys need the previous token as much as the first (MQAR's shift)
@@ -143,7 +149,9 @@ class DeltaProduct(_NormedQK):
 
     def mix(self, q, k, v, beta):
         k, v, beta = (x.flatten(1, 2) for x in (k, v, beta))  # the ops take token t's j-th pair at row t·n_h + j
-        o, _ = delta_product_chunk(q, k, v, beta, self.num_householder, chunk_size=32, check_stability="ignore")
+        o, _ = delta_product_chunk(
+            q, k, v, beta, self.num_householder, chunk_size=self.chunk_size, check_stability="ignore"
+        )
         return self.o_norm(o)
 
     def mix_step(self, memory, q, k, v, beta):
@@ -279,8 +287,9 @@ class TTTMLP(_MLPMemory):
 class TitansMemory(_MLPMemory):
     """Titans' neural memory (Behrouz et al. 2024): an MLP memory trained online with momentum and weight decay.
 
-    Per head and token: learning rate ``θ = σ(W_β x)``, momentum ``η = σ(W_η x)``, forgetting ``α = σ(W_α x − 4)``
-    (``σ(−4) ≈ 0.02`` at start: remember almost everything). A token loop (:func:`ttr_edu.ops.titans_recurrent`).
+    Per head and token: learning rate ``β = σ(W_β x)`` (the paper's ``θ``), momentum ``η = σ(W_η x)``, forgetting
+    ``α = σ(W_α x − 4)`` (``σ(−4) ≈ 0.02`` at start: remember almost everything). A token loop
+    (:func:`ttr_edu.ops.titans_recurrent`).
 
     Args:
         hidden_size, num_heads; expansion: the MLP's hidden size over ``D`` (2); use_short_conv, conv_size.

@@ -9,7 +9,7 @@ of ``b``; inside the mini-batch that starts from ``W_s``, every gradient is take
 and the next mini-batch starts from its last ``W_t``. With ``b = 1`` every gradient is taken at ``W_{t−1}``: plain
 online SGD, which for the linear memory ``f(x) = Sᵀx`` is the delta rule (DeltaNet) with ``β``.
 
-Memories (see :mod:`ttr_edu.ops._memory`): linear ``m(x) = Sᵀx`` (TTT-Linear) or the two-layer GELU MLP
+Memories (see :mod:`ttr_edu._internal.mlp_memory`): linear ``m(x) = Sᵀx`` (TTT-Linear) or the two-layer GELU MLP
 ``m(x) = W2ᵀ GELU(W1ᵀ x)`` (TTT-MLP), optionally wrapped as ``f(x) = x + LN(m(x))`` as in the paper's layers
 (``layer_norm=True, residual=True``; both off by default, so ``f = m``). Deviations from the paper's layer, all
 outer-model choices: no inner biases, no learnable LayerNorm scale and shift, and the reconstruction target ``v``

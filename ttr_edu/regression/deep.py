@@ -85,15 +85,15 @@ def linear_map_gradients(function_class, params, k, v):
 
 
 def mini_batch_gd(opt, function_class, params, q, k, v, beta):
-    """``W_t = W_s − Σ_{s<i≤t} β_i ∇ℓ(W_s; k_i, v_i)``, ``o_t = f_{W_t}(q_t)``; mini-batches of ``opt.batch_size``.
+    """``W_t = W_s − Σ_{s<i≤t} β_i ∇ℓ(W_s; k_i, v_i)``, ``o_t = f_{W_t}(q_t)``; mini-batches of ``opt.mini_batch_size``.
 
     Sun et al. 2024, §2.4 (mini-batch TTT) and §2.5 (its dual form). Takes heads-first ``q, k`` ``(B, H, T, D_k)``
     (``q`` scaled), ``v`` ``(B, H, T, D_v)``, ``beta`` ``(B, H, T)`` and the parameters ``(B, H, D_in, D_out)`` of
     each map; the caller (:class:`TestTimeRegression`) has validated them. Each mini-batch takes one backward pass
     at ``W_s`` and reads the queries through the dual form of every map (module docstring). :class:`OnlineSGD` is
-    the case ``batch_size = 1``. Returns ``o`` ``(B, H, T, D_v)`` and the final parameters.
+    the case ``mini_batch_size = 1``. Returns ``o`` ``(B, H, T, D_v)`` and the final parameters.
     """
-    size = 1 if isinstance(opt, OnlineSGD) else min(opt.batch_size, q.shape[2])  # a mini-batch never exceeds T
+    size = 1 if isinstance(opt, OnlineSGD) else min(opt.mini_batch_size, q.shape[2])  # a mini-batch never exceeds T
     causal = torch.ones(size, size, dtype=torch.bool, device=q.device).tril()
     outputs = []
     for s in range(0, q.shape[2], size):
@@ -121,9 +121,9 @@ def momentum_sgd(opt: MomentumSGD, function_class, params, q, k, v, beta, eta, a
     """
     B, H, T = beta.shape
     if eta is None:
-        eta = beta.new_full((B, H, T), opt.momentum)
+        eta = beta.new_full((B, H, T), opt.eta)
     if alpha is None:
-        alpha = beta.new_full((B, H, T), opt.weight_decay)
+        alpha = beta.new_full((B, H, T), opt.alpha)
     eta, alpha, beta = (x[..., None, None] for x in (eta, alpha, beta))  # (B, H, T, 1, 1)
     momentum = tuple(torch.zeros_like(P) for P in params)
     outputs = []

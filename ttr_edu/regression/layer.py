@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 
+from ttr_edu._internal.deprecation import rename_keywords
 from ttr_edu._internal.mlp_memory import check_mlp_state
 from ttr_edu._internal.validation import Dims, check_finite, check_positive_float, check_same_device, check_tensor
 
@@ -136,7 +137,7 @@ class TestTimeRegression:
         Args:
             q, k: ``(B, T, H, D_k)`` floating tensors; v: ``(B, T, H, D_v)``, the same dtype and device.
             beta: ``(B, T, H)`` step sizes, required by the stepped optimisers (:class:`OnlineSGD`,
-                :class:`MultiPassSGD`, :class:`ImplicitStep`, :class:`StepsPerToken` with ``T·steps`` rows,
+                :class:`MultiPassSGD`, :class:`ImplicitStep`, :class:`StepsPerToken` with ``T·num_householder`` rows,
                 :class:`MiniBatchGD`, :class:`MomentumSGD`) only.
             g: ``(B, T, H)`` log decays ``≤ 0``, required by :class:`Gates` only.
             scale: the query scale (``D_k ** -0.5`` by default). Linear class: ``y = m(scale · q)``;
@@ -160,10 +161,11 @@ class TestTimeRegression:
         empty = [name for name in ("B", "T", "H", "D_k") if dims[name] == 0]
         if empty:  # an empty batch or head has nothing to memorise; T = 0 has no token to answer
             raise ValueError(f"q: expected {', '.join(empty)} >= 1, got shape {tuple(q.shape)}")
-        pairs = "T"  # the rows of k, v and beta: T, or T·steps for StepsPerToken (DeltaProduct)
+        pairs = "T"  # the rows of k, v and beta: T, or T·num_householder for StepsPerToken (DeltaProduct)
         if isinstance(self.optimizer, StepsPerToken):
-            pairs = "T·steps"
-            dims.sizes[pairs], dims.owner[pairs] = dims["T"] * self.optimizer.steps, "q and optimizer.steps"
+            pairs = "T·num_householder"
+            dims.sizes[pairs] = dims["T"] * self.optimizer.num_householder
+            dims.owner[pairs] = "q and optimizer.num_householder"
         dims.bind("k", k, ("B", pairs, "H", "D_k"))
         dims.bind("v", v, ("B", pairs, "H", "D_v"))
         for name, x in (("k", k), ("v", v)):
@@ -175,7 +177,7 @@ class TestTimeRegression:
         for name, x in (("beta", beta), ("g", g), ("eta", eta), ("alpha", alpha)):
             check_tensor(name, x, allow_none=True)
         for name, x in (("q", q), ("k", k), ("v", v), ("beta", beta), ("eta", eta), ("alpha", alpha)):
-            check_finite(name, x)  # the input policy of ttr_edu._validation (g is checked with the weights)
+            check_finite(name, x)  # the input policy of ttr_edu._internal.validation (g is checked with the weights)
         if not mlp:
             check_tensor("initial_state", initial_state, allow_none=True)
         check_same_device(q=q, k=k, v=v, beta=beta, g=g, eta=eta, alpha=alpha)
@@ -366,7 +368,8 @@ def named_layer(name: str, *, ridge: float | None = None, **options) -> TestTime
         name: one of ``NAMED_LAYERS``.
         ridge: the ridge of RLS / Mesa (default 1.0, as ``ops.rls_recurrent``; constant in time), of mesa_cg,
             local linear attention and kernel ridge (default 1e-3).
-        options: passed to the optimiser, e.g. ``steps=3`` (deltaproduct, mesa_cg), ``batch_size=4`` (TTT).
+        options: passed to the optimiser, e.g. ``num_householder=3`` (deltaproduct), ``steps=3`` (mesa_cg),
+            ``mini_batch_size=4`` (TTT); an old name (``steps`` of deltaproduct, ``batch_size``) warns and works.
     Raises:
         ValueError: an unknown name (the message lists the valid ones) or a ridge on a layer that has none.
         TypeError: an option the optimiser does not take.
@@ -379,10 +382,11 @@ def named_layer(name: str, *, ridge: float | None = None, **options) -> TestTime
             raise ValueError(f"ridge: {name} inverts nothing, so it takes no ridge")
         opt = ExactSolve(ridge=0.0, **options)
     elif optimizer in (ExactSolve, RecursiveLeastSquares, ConjugateGradient):
-        default = 1.0 if name in ("rls", "mesa") else 1e-3  # the default lam of ops.rls_recurrent
+        default = 1.0 if name in ("rls", "mesa") else 1e-3  # the default ridge of ops.rls_recurrent
         opt = optimizer(ridge=default if ridge is None else ridge, **options)
     else:
         if ridge is not None:
             raise ValueError(f"ridge: {name} inverts nothing, so it takes no ridge")
-        opt = optimizer(**options)
+        renames = getattr(optimizer.__init__, "renamed_arguments", {})  # old option names warn at the caller's line
+        opt = optimizer(**rename_keywords(options, renames, f"named_layer({name!r})"))
     return TestTimeRegression(weights=weights(), function_class=function_class(), optimizer=opt)

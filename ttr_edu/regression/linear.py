@@ -10,7 +10,7 @@ import torch
 
 from ttr_edu._internal.contract import decay_matrix
 
-from .optimizers import ExactSolve, GradientStep, MultiPassSGD, OnlineSGD, RecursiveLeastSquares  # noqa: F401
+from .optimizers import ExactSolve, GradientStep, MultiPassSGD, OnlineSGD, RecursiveLeastSquares
 from .weights import _decay_from_start, decayed_cumsum, regression_weights
 
 
@@ -75,8 +75,9 @@ def _online_sgd(opt: OnlineSGD, q, k, v, g, beta, S0):
 
         o_i = γ_i S_0ᵀ q_i + Σ_{j≤i} Γ_ij (q_i·k_j) e_j,      S_C = γ_C S_0 + Σ_j Γ_Cj k_j e_jᵀ.
 
-    The solve stays inside the loop over chunks, since its right side needs ``S_0``. The ops of chapter 09 hoist it
-    out of the loop instead (the WY/UT form: ``e = U − W S_0``), which is faster but further from the objective.
+    The solve stays inside the loop over chunks, since its right side needs ``S_0``. The ops (chapter
+    chunkwise_algorithms) hoist it out of the loop instead (the WY/UT form: ``e = U − W S_0``), which is faster but
+    further from the objective.
     """
     B, H, T, D_k = k.shape
     S = k.new_zeros(B, H, D_k, v.shape[-1]) if S0 is None else S0
@@ -180,7 +181,7 @@ def _steps_per_token(opt, q, k, v, g, beta, S0):
     """DeltaProduct: online SGD over the ``T·n`` pairs; token t's query reads after its last pair, its decay before
     its first. Zero queries on the other rows read nothing we keep; a zero log decay there keeps the state."""
     B, H, T, D_k = q.shape
-    n = opt.steps
+    n = opt.num_householder
     q_rows = torch.cat([q.new_zeros(B, H, T, n - 1, D_k), q[:, :, :, None]], dim=3).flatten(2, 3)
     g_rows = None if g is None else torch.cat([g[..., None], g.new_zeros(B, H, T, n - 1)], dim=3).flatten(2)
     o, S = _online_sgd(OnlineSGD(chunk_size=opt.chunk_size), q_rows, k, v, g_rows, beta, S0)
@@ -228,8 +229,8 @@ def _mini_batch_gd(opt, q, k, v, g, beta, S0):
     B, H, T, D_k = k.shape
     S = k.new_zeros(B, H, D_k, v.shape[-1]) if S0 is None else S0
     outputs = []
-    for start in range(0, T, opt.batch_size):
-        batch = slice(start, start + opt.batch_size)
+    for start in range(0, T, opt.mini_batch_size):
+        batch = slice(start, start + opt.mini_batch_size)
         q_b, k_b = q[:, :, batch], k[:, :, batch]
         steps = beta[:, :, batch, None] * (k_b @ S - v[:, :, batch])  # β_i e_i, each at the mini-batch's start
         outputs.append(q_b @ S - (q_b @ k_b.mT).tril() @ steps)

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import torch
 
 from ttr_edu._internal.contract import check_log_decay, decay_matrix
+from ttr_edu._internal.contract import decayed_cumsum as _decayed_cumsum
 from ttr_edu._internal.validation import (
     Dims,
     check_decayed_sum_args,
@@ -85,7 +86,7 @@ def regression_weights(g: torch.Tensor | None, T: int | None = None) -> torch.Te
     Raises:
         ValueError: ``g`` not ``(B, T, H)``, or neither ``g`` nor ``T`` given.
 
-    Each entry sums its own segment of ``g`` (:func:`ttr_edu.ops._common.decay_matrix`), instead of taking
+    Each entry sums its own segment of ``g`` (:func:`ttr_edu._internal.contract.decay_matrix`), instead of taking
     differences ``G_t − G_i`` of one cumulative sum: a reset ``g = −inf`` gives exact zeros (the difference would be
     ``−inf − (−inf) = NaN``), and a very negative ``g`` loses no precision to a large ``|G|``.
     """
@@ -112,28 +113,8 @@ def decayed_cumsum(x: torch.Tensor, g: torch.Tensor | None, chunk_size: int = 64
     Raises:
         TypeError / ValueError: ``x`` or ``g`` not floating tensors of the shapes above, a bad ``g`` or ``chunk_size``.
     """
-    check_decayed_sum_args(x, g, chunk_size)  # the input policy of ttr_edu._validation
-    if g is None:
-        return x.cumsum(2)
-    B, H, T = x.shape[:3]
-    C = min(chunk_size, T)
-    pad = (-T) % C
-    flat = x.reshape(B, H, T, -1)
-    if pad:  # a zero input with a zero log decay changes nothing; the padded rows are cut off below
-        flat = torch.nn.functional.pad(flat, (0, 0, 0, pad))
-        g = torch.nn.functional.pad(g, (0, pad))
-    N = flat.shape[2] // C
-    xc = flat.reshape(B, H, N, C, -1)
-    Gc = g.reshape(B, H, N, C).cumsum(-1)  # log decay from the chunk start (a sum from the start: no difference)
-    local = decay_matrix(g.reshape(B, H, N, C))  # (B, H, N, C, C): segment sums, exact for g = −inf
-    inner = local @ xc  # the sums within each chunk
-    carry = torch.zeros_like(xc[:, :, 0, 0])  # (B, H, F): the sum up to the end of the previous chunk
-    chunks = []
-    for n in range(N):
-        y = inner[:, :, n] + Gc[:, :, n, :, None].exp() * carry[:, :, None]
-        chunks.append(y)
-        carry = y[:, :, -1]
-    return torch.stack(chunks, 2).reshape(B, H, N * C, *x.shape[3:])[:, :, :T]
+    check_decayed_sum_args(x, g, chunk_size)  # the input policy of ttr_edu._internal.validation
+    return _decayed_cumsum(x, g, chunk_size)
 
 
 def _decay_from_start(g, like):
