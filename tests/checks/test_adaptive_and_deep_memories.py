@@ -19,8 +19,8 @@ def longhorn_step(S, k, v, beta):
     return S + eps * torch.outer(k, v - S.T @ k)
 
 
-def momentum_step(S, U, k, v, theta, eta, alpha):
-    U_new = eta * U - theta * torch.outer(k, S.T @ k - v)
+def momentum_step(S, U, k, v, beta, eta, alpha):
+    U_new = eta * U - beta * torch.outer(k, S.T @ k - v)
     return (1 - alpha) * S + U_new, U_new
 
 
@@ -88,23 +88,23 @@ def in_place_longhorn(S, k, v, beta):  # right value, but the caller's S is over
     return S
 
 
-def decay_after_momentum(S, U, k, v, theta, eta, alpha):  # (1 − α) also shrinks the new step
-    U_new = eta * U - theta * torch.outer(k, S.T @ k - v)
+def decay_after_momentum(S, U, k, v, beta, eta, alpha):  # (1 − α) also shrinks the new step
+    U_new = eta * U - beta * torch.outer(k, S.T @ k - v)
     return (1 - alpha) * (S + U_new), U_new
 
 
-def alpha_as_keep(S, U, k, v, theta, eta, alpha):  # α read as the fraction kept
-    U_new = eta * U - theta * torch.outer(k, S.T @ k - v)
+def alpha_as_keep(S, U, k, v, beta, eta, alpha):  # α read as the fraction kept
+    U_new = eta * U - beta * torch.outer(k, S.T @ k - v)
     return alpha * S + U_new, U_new
 
 
-def gradient_ascent(S, U, k, v, theta, eta, alpha):  # the sign of the gradient flipped
-    U_new = eta * U + theta * torch.outer(k, S.T @ k - v)
+def gradient_ascent(S, U, k, v, beta, eta, alpha):  # the sign of the gradient flipped
+    U_new = eta * U + beta * torch.outer(k, S.T @ k - v)
     return (1 - alpha) * S + U_new, U_new
 
 
-def momentum_after_gradient(S, U, k, v, theta, eta, alpha):  # η multiplies the new gradient too
-    U_new = eta * (U - theta * torch.outer(k, S.T @ k - v))
+def momentum_after_gradient(S, U, k, v, beta, eta, alpha):  # η multiplies the new gradient too
+    U_new = eta * (U - beta * torch.outer(k, S.T @ k - v))
     return (1 - alpha) * S + U_new, U_new
 
 

@@ -45,13 +45,13 @@ def reference_longhorn_step(S, k, v, beta) -> torch.Tensor:
     return S_new[0, 0]
 
 
-def reference_momentum_step(S, U, k, v, theta, eta, alpha) -> tuple[torch.Tensor, torch.Tensor]:
-    """Titans, linear memory: ``U' = η U − θ k (Sᵀk − v)ᵀ``, ``S' = (1 − α) S + U'``; returns ``(S', U')``."""
+def reference_momentum_step(S, U, k, v, beta, eta, alpha) -> tuple[torch.Tensor, torch.Tensor]:
+    """Titans, linear memory: ``U' = η U − β k (Sᵀk − v)ᵀ``, ``S' = (1 − α) S + U'``; returns ``(S', U')``."""
     _, state = titans_recurrent(
         _token(k),
         _token(k),
         _token(v),
-        _gate(theta),
+        _gate(beta),
         _gate(eta),
         _gate(alpha),
         scale=1.0,
@@ -104,14 +104,12 @@ def check_longhorn_step(longhorn_step: Callable) -> bool:
 
 
 def check_momentum_step(momentum_step: Callable) -> bool:
-    """Check ``momentum_step(S, U, k, v, theta, eta, alpha)``: Titans' step on a linear memory, returns ``(S, U)``."""
+    """Check ``momentum_step(S, U, k, v, beta, eta, alpha)``: Titans' step on a linear memory, returns ``(S, U)``."""
     cases = []
-    for c, (theta, eta, alpha) in zip(
-        _cases(810), ((0.5, 0.9, 0.1), (0.2, 0.5, 0.3), (1.0, 0.0, 0.0), (0.3, 0.7, 0.6))
-    ):
+    for c, (beta, eta, alpha) in zip(_cases(810), ((0.5, 0.9, 0.1), (0.2, 0.5, 0.3), (1.0, 0.0, 0.0), (0.3, 0.7, 0.6))):
         S = torch.randn(c["d_k"], c["d_v"], generator=c["gen"], dtype=torch.float64)
         U = torch.randn(c["d_k"], c["d_v"], generator=c["gen"], dtype=torch.float64)
-        cases.append({"S": S, "U": U, "k": c["k"], "v": c["v"], "theta": theta, "eta": eta, "alpha": alpha})
+        cases.append({"S": S, "U": U, "k": c["k"], "v": c["v"], "beta": beta, "eta": eta, "alpha": alpha})
     return run_check("momentum_step", momentum_step, reference_momentum_step, cases, inputs_unchanged=True)
 
 
