@@ -281,15 +281,48 @@ def delta_rule_recurrent(
         )
     out_dtype = q.dtype if isinstance(q, torch.Tensor) else None
     q, k, v, beta, _, S, scale = prepare(q, k, v, beta, scale, initial_state, check_stability)
-    q = q * scale
+    o, S = recurrent_forward(q, k, v, beta, S, scale)
+    return o.to(out_dtype), (S if output_final_state else None)
+
+
+def recurrent_forward(q, k, v, beta, S, scale, g=None):
+    """The recurrent form on checked heads-first tensors, one :func:`recurrent_step` per token; gated (decay first,
+    as fla) when the log decay ``g`` is given. Takes ``q, k, v`` ``(B, H, T, ·)``, ``beta`` and ``g`` ``(B, H, T)``,
+    ``S`` ``(B, H, D_k, D_v)``; returns ``o`` ``(B, T, H, D_v)`` and ``S_T``."""
+    B, H, T, D_k = q.shape
+    rows = lambda x: x.reshape(B * H, T, -1)  # noqa: E731  (B·H, T, ·): one row per token of each head
+    q, k, v, beta = rows(q * scale), rows(k), rows(v), rows(beta)
+    decay = None if g is None else rows(torch.exp(g))
+    S = S.reshape(B * H, D_k, -1)
     outputs = []
-    for t in range(q.shape[2]):
-        k_t, beta_t = k[:, :, t], beta[:, :, t, None]
-        error = v[:, :, t] - torch.einsum("b h k v, b h k -> b h v", S, k_t)  # v_t − S_{t−1}ᵀ k_t
-        S = S + torch.einsum("b h k, b h v -> b h k v", k_t, beta_t * error)
-        outputs.append(torch.einsum("b h k v, b h k -> b h v", S, q[:, :, t]))
-    o = torch.stack(outputs, dim=2).transpose(1, 2).to(out_dtype)
-    return o, (S if output_final_state else None)
+    for t in range(T):
+        o, S = recurrent_step(
+            S,
+            q[:, t : t + 1],
+            k[:, t : t + 1],
+            v[:, t : t + 1],
+            beta[:, t : t + 1],
+            None if g is None else decay[:, t : t + 1],
+        )
+        outputs.append(o)
+    o = torch.cat(outputs, dim=1).unflatten(0, (B, H)).transpose(1, 2)  # (B, T, H, D_v)
+    return o, S.unflatten(0, (B, H))
+
+
+def recurrent_step(S, q, k, v, beta, decay=None):
+    """One token of the delta rule, unchecked: decay (gated), correct towards the value, read.
+
+    ``S_t = α_t S_{t−1} + β_t k_t (v_t − α_t S_{t−1}ᵀ k_t)ᵀ``, ``o_t = S_tᵀ q_t``, for ``N`` heads at once: ``S``
+    ``(N, D_k, D_v)``, ``q`` (already scaled) and ``k`` ``(N, 1, D_k)``, ``v`` ``(N, 1, D_v)``, ``beta`` and
+    ``decay = α_t = exp(g_t)`` ``(N, 1, 1)`` (``None``: no decay). Returns ``(o (N, 1, D_v), S_t)``. Three batched
+    products and no argument check: the recurrent forms call it after theirs, and the layers' one-token step
+    (:meth:`ttr_edu.layers.base._Mixer.step`) after the caller's checks.
+    """
+    if decay is not None:
+        S = S * decay  # decay first (fla), then the error against the decayed memory
+    error = torch.baddbmm(v, k, S, alpha=-1.0)  # v_t − S_{t−1}ᵀ k_t, as a row
+    S = torch.baddbmm(S, k.mT, error * beta)  # + β_t k_t errorᵀ
+    return torch.bmm(q, S), S
 
 
 @guarded

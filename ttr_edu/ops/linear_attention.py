@@ -151,16 +151,31 @@ def linear_attention_recurrent(
     out_dtype = q.dtype if isinstance(q, torch.Tensor) else None
     q, k, v, S, z, scale = _prepare(q, k, v, scale, normalize, eps, initial_state)
     q = q * scale
+    B, H, T, D_k = q.shape
+    rows = lambda x: x.reshape(B * H, T, -1)  # noqa: E731  (B·H, T, ·): one row per token of each head
+    q_rows, k_rows, v_rows, S = rows(q), rows(k), rows(v), S.reshape(B * H, D_k, -1)
     outputs, normalizers = [], []
-    for t in range(q.shape[2]):
-        S = S + torch.einsum("b h k, b h v -> b h k v", k[:, :, t], v[:, :, t])
-        outputs.append(torch.einsum("b h k v, b h k -> b h v", S, q[:, :, t]))
+    for t in range(T):
+        o_t, S = recurrent_step(S, q_rows[:, t : t + 1], k_rows[:, t : t + 1], v_rows[:, t : t + 1])
+        outputs.append(o_t)
         if z is not None:
             z = z + k[:, :, t]
             normalizers.append(torch.einsum("b h k, b h k -> b h", z, q[:, :, t]))
-    o = torch.stack(outputs, dim=2)  # (B, H, T, D_v)
+    o = torch.cat(outputs, dim=1).unflatten(0, (B, H))  # (B, H, T, D_v)
     normalizer = torch.stack(normalizers, dim=2) if z is not None else None
-    return _finish(o, normalizer, eps, S, z, out_dtype, output_final_state)
+    return _finish(o, normalizer, eps, S.unflatten(0, (B, H)), z, out_dtype, output_final_state)
+
+
+def recurrent_step(S, q, k, v, decay=None):
+    """One token of (gated) linear attention, unchecked: ``S_t = α_t S_{t−1} + k_t v_tᵀ``, ``o_t = S_tᵀ q_t``, for
+    ``N`` heads at once: ``S`` ``(N, D_k, D_v)``, ``q`` (already scaled) and ``k`` ``(N, 1, D_k)``, ``v``
+    ``(N, 1, D_v)``, ``decay = α_t`` ``(N, 1, 1)`` (``None``: none). Returns ``(o (N, 1, D_v), S_t)``: two batched
+    products, and no check (the recurrent form calls it after its own, a layer's one-token step after the caller's).
+    """
+    if decay is not None:
+        S = S * decay
+    S = torch.baddbmm(S, k.mT, v)
+    return torch.bmm(q, S), S
 
 
 @guarded
