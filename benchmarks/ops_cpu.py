@@ -3,11 +3,14 @@
 For T in {256, 1024, 4096}, D_k = D_v = 64, B·H = 8 (B = 1, H = 8), fp32, forward only (``torch.no_grad``), this
 prints per layer and form:
 
-* the median time over ``--repeats`` rounds; within a round every form of a layer runs in turn (timed on its second
-  consecutive call, see :func:`time_layer`), together with fla's naive chunk form of the layer and a reference
-  matmul, so all of them share whatever load the machine has at that moment. The clock is the process's CPU time
-  by default (``--clock cpu``): on a shared machine it counts the work done on our one thread, not the time spent
-  waiting for a core (``--clock wall`` for wall time);
+* the median time over ``--repeats`` rounds; within a round every form of a layer runs in turn (timed on its
+  second consecutive call, see :func:`time_layer`), together with fla's naive chunk form of the layer and a
+  reference matmul, so all of them share whatever load the machine has at that moment. The clock is the process's
+  CPU time by default (``--clock cpu``): on a shared machine it counts the work done on our one thread, not the time
+  spent waiting for a core (``--clock wall`` for wall time). The input policy's scans for NaN/inf are switched off
+  (:func:`ttr_edu.finite_checks`, as a training loop on known-finite data does; ``--finite-checks on`` includes
+  them): a pass or more over every input and the output that is not the algorithm, which fla's forms do not do
+  and issue 27's profile left out;
 * the speedup against the layer's recurrent form (its median time divided by this form's);
 * ``fla/ours``: for chunk forms, the time of flash-linear-attention's pure-PyTorch chunk form of the same layer at
   the same chunk size (``naive_chunk_linear_attn``, ``delta_rule_chunkwise``, ``naive_chunk_simple_gla``,
@@ -268,8 +271,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--finite-checks",
         choices=["on", "off"],
-        default="on",
-        help="the ops' NaN/inf scans of every input and output (on: as a caller gets them by default)",
+        default="off",
+        help="the input policy's NaN/inf scans of every input and output (ttr_edu.finite_checks); off by default",
     )
     parser.add_argument(
         "--max-T-quadratic",

@@ -32,13 +32,9 @@ import torch.nn.functional as F
 BLOCK_ROWS = 2048
 
 
-def chunks_per_block(B: int, H: int, chunk_size: int, *, row_weight: int = 1) -> int:
-    """How many chunks make one block: ``BLOCK_ROWS / row_weight`` rows of ``q``, at least one chunk.
-
-    ``row_weight`` is for a form whose intermediates per row are several times those of the others: per-key GLA
-    (:func:`ttr_edu.ops.gla_chunk`) keeps a ``(C, D_k)`` decay per chunk beside ``q`` and takes ``row_weight = 2``.
-    """
-    return max(1, BLOCK_ROWS // (row_weight * B * H * chunk_size))
+def chunks_per_block(B: int, H: int, chunk_size: int) -> int:
+    """How many chunks make one block: ``BLOCK_ROWS`` rows of ``q``, at least one chunk."""
+    return max(1, BLOCK_ROWS // (B * H * chunk_size))
 
 
 def even_chunk_size(T: int, largest: int = 64) -> int:
@@ -136,3 +132,12 @@ def pack(op, x: torch.Tensor, *args, out: torch.Tensor | None) -> torch.Tensor:
     else:
         op(x, *args, out=dest)
     return out
+
+
+def scaled_bmm(a: torch.Tensor, b: torch.Tensor, scale: float, out: torch.Tensor | None = None) -> torch.Tensor:
+    """``scale · (a @ b)`` for batches of matrices, the scale applied by the product itself (``baddbmm`` with
+    ``beta = 0``: as fast as ``bmm``, where a multiply after it would be one more pass); into ``out`` when given."""
+    if scale == 1.0:
+        return torch.bmm(a, b, out=out)
+    dest = out if out is not None else a.new_empty(a.shape[0], a.shape[1], b.shape[-1])
+    return torch.baddbmm(dest, a, b, beta=0.0, alpha=scale, out=out)

@@ -37,7 +37,7 @@ from ttr_edu._internal.contract import (
 )
 from ttr_edu._internal.validation import check_chunk_size, guarded
 
-from ._chunking import Scratch, chunk_blocks, chunks_per_block, no_grad_needed, output_view, pack, store
+from ._chunking import Scratch, chunk_blocks, chunks_per_block, no_grad_needed, output_view, pack, scaled_bmm, store
 from ._varlen import run_varlen
 
 __all__ = ["gla_recurrent", "gla_chunk"]
@@ -205,7 +205,7 @@ def gla_chunk(q, k, v, g, scale=None, initial_state=None, output_final_state=Fal
     o = q.new_empty(B, T, H, D_v)
     inputs = [x.transpose(1, 2) for x in (k, v, q, g)]  # (B, T, H, ·): fla's layout, where they lie
     state = S.reshape(B * H, D_k, D_v)
-    per_block = chunks_per_block(B, H, chunk_size, row_weight=2)  # the (C, D_k) decays: see chunks_per_block
+    per_block = chunks_per_block(B, H, chunk_size)
     for t0, t1, views in chunk_blocks(inputs, chunk_size, per_block):
         inter, intra, state = _block_forward(*views, state=state, scale=scale, scratch=scratch)
         store(output_view(o, t0, t1, chunk_size), inter, intra)
@@ -221,7 +221,7 @@ def _block_forward(k, v, q, g, *, state, scale, scratch):
     Everything but the chunk-to-chunk state update is computed for all n chunks at once, the outputs too, from the
     state each chunk starts with (as the scalar-gate forms do). Returns ``inter = (Q ⊙ γ) S``, ``intra = A V``
     ``(n, B, H, C, D_v)`` (see :func:`gla_chunk`; the caller adds them into its output) and the state after the
-    block. ``scale`` is folded into the packed ``Q``.
+    block. ``scale`` is applied by the two products that read ``Q`` (:func:`~ttr_edu.ops._chunking.scaled_bmm`).
     """
     n, B, H, C, D_k = k.shape
     D_v = v.shape[-1]
@@ -235,12 +235,12 @@ def _block_forward(k, v, q, g, *, state, scale, scratch):
         # chunk decays by at most e⁸ per key here, so 1/γ cannot overflow and Γ carries at most 2·8 units of
         # rounding: fp32 round-off of order 1e-6 (as the scalar gate's factorised path).
         gamma = G.exp_() if fast else G.exp()
-        chunk_decay = gamma[:, -1, :, None] if not fast else gamma[:, -1, :, None].clone()  # γ_C, (n·B·H, D_k, 1)
-        K = pack(torch.div, k, gamma.view(k.shape), out=scratch("K", M, C, D_k))  # K / γ
-        gamma = gamma.mul_(scale) if fast else gamma * scale
-        Q = pack(torch.mul, q, gamma.view(q.shape), out=scratch("Q", M, C, D_k))  # scale Q ⊙ γ
-        scores = torch.bmm(Q, K.mT, out=scratch("scores", M, C, C)).tril_()
-        k_to_end, write_scale = K, chunk_decay  # γ_C (K / γ)ᵀ V: each chunk's write decayed to its end
+        chunk_decay = gamma[:, -1, :, None].clone()  # γ_C, (n·B·H, D_k, 1)
+        Q = pack(torch.mul, q, gamma.view(q.shape), out=scratch("Q", M, C, D_k))  # Q ⊙ γ
+        inverse = gamma.reciprocal_() if fast else gamma.reciprocal()  # 1 / γ ≤ e⁸ (a multiply is cheaper than /)
+        K = pack(torch.mul, k, inverse.view(k.shape), out=scratch("K", M, C, D_k))  # K / γ
+        scores = scaled_bmm(Q, K.mT, scale, out=scratch("scores", M, C, C)).tril_()  # scale Q Kᵀ ⊙ Γ, causal
+        k_to_end, write_scale, inter_scale = K, chunk_decay, scale  # γ_C (K / γ)ᵀ V: each write decayed to its end
     else:  # strong decay or a reset: the exact sub-chunked form, every exponent a direct sum of log decays
         sub = SUB_CHUNK if C % SUB_CHUNK == 0 else C  # other chunk sizes: one sub-chunk, all exact
         gc = pack(None, g, out=scratch("g", M, C, D_k))
@@ -251,7 +251,7 @@ def _block_forward(k, v, q, g, *, state, scale, scratch):
         chunk_decay = gamma[:, -1, :, None]
         Q = Q * gamma  # scale Q ⊙ γ
         k_to_end = K * torch.exp(_suffix_sums(gc))  # K ⊙ γ_C / γ, without dividing by a γ that may be 0
-        write_scale = None
+        write_scale, inter_scale = None, 1.0  # Q is scaled here
 
     # The only sequential part: S_{i+1} = diag(γ_C) S_i + (each chunk's write decayed to its end), one op per chunk.
     decay = chunk_decay.view(n, BH, D_k, 1)
@@ -276,6 +276,6 @@ def _block_forward(k, v, q, g, *, state, scale, scratch):
             state = writes[i] + decay[i] * state
         starts = torch.cat(starts)
 
-    inter = torch.bmm(Q, starts, out=scratch("inter", M, C, D_v))  # (scale Q ⊙ γ) S_start
+    inter = scaled_bmm(Q, starts, inter_scale, out=scratch("inter", M, C, D_v))  # scale (Q ⊙ γ) S_start
     intra = torch.bmm(scores, V, out=scratch("intra", M, C, D_v))  # A V
     return inter.view(n, B, H, C, D_v), intra.view(n, B, H, C, D_v), state
