@@ -350,9 +350,9 @@ def _block_forward(k, v, q, g=None, *, state, scale, scratch):
         writes = torch.bmm(K_end.mT, V, out=states[BH:])
         if write_scale is not None:
             writes.mul_(write_scale)
-        if chunk_decay is None:
-            chain[1].add_(chain[0])
-            chain[1:].cumsum_(0)
+        if chunk_decay is None:  # a running sum, one add per chunk (a cumsum over the chunk dim is a slow scan)
+            for i in range(n):
+                chain[i + 1].add_(chain[i])
         else:
             decay = chunk_decay.view(n, BH, 1, 1)
             for i in range(n):
