@@ -29,8 +29,9 @@ of one quantity is compared with seed ``i`` of the other.
   exceeds ``m`` plus ``z`` standard errors of the difference of the means" (unpaired; the standard error comes from
   the spread over seeds).
 * :func:`trend` fits a line (a power law on log-log axes, a growth rate on semi-log axes, or a plain slope) to all
-  points of all seeds, with a Student-t confidence interval for the slope, and holds only when the **whole interval**
-  lies inside the claimed range. "The gap shrinks" (``high=0``) therefore fails when the interval admits growth.
+  points of all seeds (one common slope, one level per seed), with a Student-t confidence interval for the slope,
+  and holds only when the **whole interval** lies inside the claimed range. "The gap shrinks" (``high=0``) therefore
+  fails when the interval admits growth.
   :func:`slope` is the same fit without an interval, for deterministic quantities (FLOP counts, bytes).
 * With fewer than :data:`MIN_SEEDS` seeds a claim across seeds fails. Where three seeds do not fit the time budget,
   pass single numbers and let the prose say "in this run".
@@ -461,19 +462,25 @@ def _fit_points(x, y, scale: str) -> tuple[list[float], list[float], int]:
     return px, py, len(runs)
 
 
-def _least_squares(px: list[float], py: list[float]) -> tuple[float, float]:
-    """Slope and its standard error (0 for an exact fit or two points) of the least-squares line."""
+def _least_squares(px: list[float], py: list[float], runs: int = 1) -> tuple[float, float]:
+    """Slope and its standard error (0 for an exact fit) of the least-squares line through ``runs`` runs that share
+    their x values (``px`` and ``py`` run after run): one slope, and one level (intercept) per run, since seeds may
+    differ in level while the trend is common."""
     n = len(px)
-    mx, my = sum(px) / n, sum(py) / n
-    sxx = sum((a - mx) ** 2 for a in px)
+    per_run = n // runs
+    xs = px[:per_run]
+    mx = sum(xs) / per_run
+    sxx = runs * sum((a - mx) ** 2 for a in xs)
     if sxx == 0:
         raise ValueError("x: needs at least two distinct values")
-    p = sum((a - mx) * (b - my) for a, b in zip(px, py)) / sxx
-    if n <= 2:
+    levels = [sum(py[r * per_run : (r + 1) * per_run]) / per_run for r in range(runs)]
+    centred = [(a - mx, b - levels[i // per_run]) for i, (a, b) in enumerate(zip(px, py))]
+    p = sum(a * b for a, b in centred) / sxx
+    dof = n - runs - 1
+    if dof <= 0:
         return p, 0.0
-    intercept = my - p * mx
-    residual = sum((b - intercept - p * a) ** 2 for a, b in zip(px, py))
-    return p, math.sqrt(residual / (n - 2) / sxx)
+    residual = sum((b - p * a) ** 2 for a, b in centred)
+    return p, math.sqrt(residual / dof / sxx)
 
 
 def slope(statement: str, x: Sequence[float], y: Sequence[float], low: float, high: float) -> None:
@@ -512,7 +519,7 @@ def trend(
         scale: ``"loglog"`` (power-law exponent: log y on log x), ``"semilogy"`` (growth rate per unit of x: log y
             on x; geometric decay is a straight line here) or ``"linear"`` (y on x).
         confidence: the level of the Student-t interval for the slope, from the residuals of the least-squares fit
-            through all points of all seeds.
+            through all points of all seeds: one common slope, one level (intercept) per seed.
 
     The claim holds only when the whole interval lies inside ``[low, high]``: it fails when the data admit the
     opposite conclusion. With one row per seed it needs at least :data:`MIN_SEEDS` rows.
@@ -525,12 +532,14 @@ def trend(
     from scipy.special import stdtrit  # Student-t quantiles; scipy comes with scikit-learn
 
     px, py, runs = _fit_points(x, y, scale)
-    if len(px) < 3:
-        raise ValueError(f"x, y: a trend with an interval needs at least 3 points in all, got {len(px)}")
+    if len(px) - runs - 1 < 1:
+        raise ValueError(
+            f"x, y: a trend with an interval needs more points than runs + 1, got {len(px)} points in {runs} run(s)"
+        )
     if 1 < runs < MIN_SEEDS:
         _too_few_seeds(statement, runs, MIN_SEEDS)
-    p, se = _least_squares(px, py)
-    half = float(stdtrit(len(px) - 2, 0.5 + confidence / 2)) * se
+    p, se = _least_squares(px, py, runs)
+    half = float(stdtrit(len(px) - runs - 1, 0.5 + confidence / 2)) * se
     lo, hi = p - half, p + half
     ok = low <= lo and hi <= high
     name = _SCALES[scale][0]
