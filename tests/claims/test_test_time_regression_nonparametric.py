@@ -13,3 +13,14 @@ def test_the_mesa_tracking_claim_fails_when_the_gate_barely_forgets():
     )
     assert error is not None and "ClaimFailed" in error
     assert "gated RLS (Mesa) tracks the regimes: far below ungated RLS" in error
+
+
+def test_an_ungated_deltanet_in_the_gated_row_breaks_the_recovery_order():
+    # A comparative claim across streams: without its gate, "gated DeltaNet" is DeltaNet, which recovers slowly.
+    error = run_mutated(
+        "solutions/07_test_time_regression_nonparametric.ipynb",
+        '"g": constant(math.log(0.97))}',
+        '"g": constant(0.0)}',
+    )
+    assert error is not None and "ClaimFailed" in error
+    assert "gated DeltaNet recovers fastest right after a switch" in error
