@@ -178,3 +178,14 @@ def test_count_tells_claims_across_seeds_apart():
 def test_spread_renders_mean_and_sd():
     assert claims.spread([1.0, 2.0, 3.0]) == "2 ± 1"
     assert claims.spread([0.1, 0.2, 0.3], ".2f") == "0.20 ± 0.10"
+
+
+def test_check_can_declare_the_seeds_it_was_computed_over(capsys):
+    before = claims.count(across_seeds=True)
+    claims.check("every memory fails before its d_dot", True, "first failures [10, 10, 12] < 16", seeds=3)
+    assert "in each of 3 seeds" in capsys.readouterr().out
+    assert claims.count(across_seeds=True) == before + 1
+    with pytest.raises(claims.ClaimFailed, match="rests on 2 seeds"):
+        claims.check("every memory fails before its d_dot", True, "…", seeds=2)
+    with pytest.raises(TypeError, match="seeds"):
+        claims.check("x", True, "y", seeds=0)

@@ -123,21 +123,28 @@ def _record(statement: str, holds: bool, evidence: str, seeds: int) -> None:
     )
 
 
-def check(statement: str, holds: bool, evidence: str) -> None:
+def check(statement: str, holds: bool, evidence: str, *, seeds: int = 1) -> None:
     """Assert one claim of the prose and show it as checked.
 
     Args:
         statement: the claim as the prose makes it, e.g. ``"the delta rule solves the overwrite task"``.
         holds: whether the computed evidence supports it (a Python or NumPy/torch boolean).
         evidence: the numbers it rests on, e.g. ``"loss 0.003 ≤ 0.01"``.
+        seeds: how many seeds ``holds`` was computed over, when the caller checked every seed itself (e.g. "every
+            memory fails before its d_dot, in every seed"); the badge says so and :func:`count` counts it.
 
     Returns ``None``, so that a cell ending with a claim shows only the badge.
 
     Raises:
-        TypeError: ``statement`` or ``evidence`` is not a string.
-        ClaimFailed: ``holds`` is false; the message gives the statement and the evidence.
+        TypeError: ``statement`` or ``evidence`` is not a string, or ``seeds`` not an int.
+        ClaimFailed: ``holds`` is false, or ``1 < seeds <`` :data:`MIN_SEEDS`; the message gives the statement and
+            the evidence.
     """
-    _record(statement, holds, evidence, 1)
+    if not isinstance(seeds, int) or isinstance(seeds, bool) or seeds < 1:
+        raise TypeError(f"seeds: expected a positive int, got {seeds!r}")
+    if 1 < seeds < MIN_SEEDS:
+        _too_few_seeds(statement, seeds, MIN_SEEDS)
+    _record(statement, holds, evidence + (f"; in each of {seeds} seeds" if seeds > 1 else ""), seeds)
 
 
 # ----------------------------------------------------------------------------------------------- per-seed values
