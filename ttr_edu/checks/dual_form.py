@@ -127,6 +127,14 @@ def _on_fresh_setup(record_training: Callable) -> Callable:
                 f"hooks are still attached to {left} after your function returned; keep the handles "
                 "that register_*_hook returns and call handle.remove() on each"
             )
+        trained = model.get_submodule(name).weight
+        if isinstance(result, (tuple, list)) and result and isinstance(result[0], torch.Tensor):
+            if result[0].shape == trained.shape and torch.equal(result[0].detach(), trained.detach()):
+                raise CheckFailed(
+                    "record_training[0]: your W0 equals the weight *after* training. W0 is the weight before the "
+                    "first step: copy it first, with .detach().clone() (a .detach() alone is a view, which the "
+                    "optimiser's steps change in place)"
+                )
         return result
 
     return run
