@@ -16,10 +16,12 @@ def test_keys_that_switch_on_non_neighbours_break_the_one_hot_claim():
 
 
 def test_swapping_favor_for_dpfp_breaks_the_concentration_comparison():
-    # A comparative claim across seeds: with DPFP in FAVOR+'s place, "FAVOR+ piles its weight on a few keys, more than
-    # DPFP" is false in every seed.
+    # A comparative claim across seeds: with DPFP measured in FAVOR+'s row, "FAVOR+ piles its weight on a few keys, more
+    # than DPFP" is false in every seed.
     error = run_mutated(
-        NOTEBOOK, 'for label in ("FAVOR+ m=16", "DPFP ν=1"):', 'for label in ("DPFP ν=1", "FAVOR+ m=16"):'
+        NOTEBOOK,
+        "spec, top3[label] = capacity.MODELS[label], []",
+        'spec, top3[label] = capacity.MODELS["DPFP ν=1"], []',
     )
     assert error is not None and "ClaimFailed" in error
     assert "FAVOR+ piles its weight on a few keys" in error
