@@ -32,9 +32,11 @@ __all__ = [
     "random_unit_keys",
     "orthonormal_keys",
     "crosstalk_energy",
+    "crosstalk_energies",
     "predicted_crosstalk_energy",
     "recall_accuracy",
     "cleanup_scores",
+    "cleanup_accuracy",
     "rival_score_variance",
 ]
 
@@ -217,6 +219,26 @@ def crosstalk_energy(keys: torch.Tensor) -> torch.Tensor:
     return (off_diagonal**2).sum(dim=0).mean()
 
 
+def crosstalk_energies(keys: torch.Tensor) -> torch.Tensor:
+    """:func:`crosstalk_energy` of ``R`` key sets at once, as one batch of matrix products.
+
+    Args:
+        keys: shape ``(R, N, D_k)``: ``R`` independent sets of ``N`` keys.
+
+    Returns:
+        ``(R,)`` in the keys' dtype: entry ``r`` is the mean over ``j`` of ``Σ_{i≠j} (k_iᵀ k_j)²`` within set ``r``.
+
+    Raises:
+        TypeError: ``keys`` is not a floating tensor. ValueError: not ``(R, N, D_k)``, or ``N = 0``.
+    """
+    dims = Dims()
+    dims.bind("keys", keys, ("R", "N", "D_k"))
+    _check_not_empty("keys", dims)
+    gram = keys @ keys.transpose(1, 2)  # (R, N, N)
+    off_diagonal = gram - torch.diag_embed(torch.diagonal(gram, dim1=1, dim2=2))
+    return (off_diagonal**2).sum(dim=1).mean(dim=1)
+
+
 def predicted_crosstalk_energy(n: int, d: int) -> float:
     """``(N − 1) / d``: the expected :func:`crosstalk_energy` of ``n`` random unit keys in ``R^d``.
 
@@ -285,6 +307,30 @@ def cleanup_scores(keys: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
     _check_same_dtype(keys=keys, values=values)
     W = values.transpose(1, 2) @ keys  # (R, D_v, D_k): each memory's Σ v_l k_lᵀ
     return (keys @ W.transpose(1, 2)) @ values.transpose(1, 2)  # (R, N, D_v) @ (R, D_v, N)
+
+
+def cleanup_accuracy(scores: torch.Tensor) -> torch.Tensor:
+    """Per memory, the fraction of rows of :func:`cleanup_scores` whose own (diagonal) score strictly beats every
+    rival; ties fail, as in :func:`recall_accuracy`.
+
+    Args:
+        scores: ``(R, N, N)``, entry ``[r, j, i] = v_iᵀ (W_r k_j)``, with ``N ≥ 2``.
+
+    Returns:
+        ``(R,)`` float64 accuracies in ``[0, 1]``.
+
+    Raises:
+        TypeError: ``scores`` is not a floating tensor. ValueError: not ``(R, N, N)``, ``N < 2``, or a NaN entry.
+    """
+    dims = Dims()
+    dims.bind("scores", scores, ("R", "N", "N"))
+    if dims["N"] < 2:
+        raise ValueError(f"scores: a rival needs N ≥ 2 stored pairs, got shape {tuple(scores.shape)}")
+    if torch.isnan(scores).any():
+        raise ValueError("scores: expected no NaN entry (every comparison with NaN is false)")
+    own = torch.diagonal(scores, dim1=1, dim2=2)
+    rivals = scores.masked_fill(torch.eye(dims["N"], dtype=torch.bool, device=scores.device), -torch.inf)
+    return (own > rivals.max(dim=2).values).double().mean(dim=1)
 
 
 def rival_score_variance(n: int, d: int) -> float:

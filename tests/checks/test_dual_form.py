@@ -226,3 +226,16 @@ WRONG_RECORDERS = [
 def test_wrong_recorders_are_rejected(wrong):
     with pytest.raises(CheckFailed):
         checks.check_record_training(wrong)
+
+
+def _W0_detached_not_cloned(model, layer_name, optimizer, batches):  # a view of the weight: training changes it
+    W0 = model.get_submodule(layer_name).weight.detach()
+    _, keys, values = record_training(model, layer_name, optimizer, batches)
+    return W0, keys, values
+
+
+@pytest.mark.parametrize("wrong", [_W0_detached_not_cloned, _W0_after_training])
+def test_a_W0_taken_after_training_is_named(wrong):
+    # Review: the message said only "wrong values"; it now says that W0 is the trained weight and why.
+    with pytest.raises(CheckFailed, match=r"your W0 equals the weight \*after\* training"):
+        checks.check_record_training(wrong)

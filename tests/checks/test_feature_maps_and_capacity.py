@@ -10,6 +10,7 @@ import torch
 
 from ttr_edu.checks import CheckFailed
 from ttr_edu.checks import feature_maps_and_capacity as checks
+from ttr_edu.models.retrieval import sum_rule_retrieve
 
 
 def dpfp(x, nu):
@@ -127,3 +128,22 @@ def test_dpfp_rolled_the_other_way_is_told_so():
 
     with pytest.raises(CheckFailed, match="the same products in another order"):
         checks.check_dpfp(rolled_back)
+
+
+def test_a_sum_rule_without_gradient_is_rejected(capsys):
+    # Review: an answer under torch.no_grad() passed the check and then stopped the chapter's training.
+    def no_grad_sum_rule(phi_k, v, phi_q):
+        with torch.no_grad():
+            return sum_rule_retrieve(phi_k, v, phi_q)
+
+    with pytest.raises(CheckFailed, match="no gradient flows through your function"):
+        checks.check_sum_rule_retrieve(no_grad_sum_rule)
+    assert "PASS" not in capsys.readouterr().out
+
+
+def test_the_sum_rule_check_still_reports_an_unattempted_stub(capsys):
+    def stub(phi_k, v, phi_q):
+        raise NotImplementedError()
+
+    assert checks.check_sum_rule_retrieve(stub) is False
+    assert "not attempted yet" in capsys.readouterr().out

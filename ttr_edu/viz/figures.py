@@ -34,18 +34,33 @@ def line_figure(
     dashed: Sequence[str] = (),
     log_x: bool = False,
     log_y: bool = False,
+    errors: Mapping[str, Sequence[float]] | None = None,
 ) -> go.Figure:
     """One line per entry of ``series`` against the shared ``x``; names listed in ``dashed`` (predictions) are dashed.
 
+    ``errors`` gives, for some series, the half-length of an error bar at every point (e.g. the standard deviation
+    over seeds, with ``series`` holding the means).
+
     Raises:
-        ValueError: a series' length differs from ``x``'s.
+        ValueError: a series' length (or an error bar list's) differs from ``x``'s, or ``errors`` names a series that
+            is not in ``series``.
     """
     x = _as_list(x)
+    errors = dict(errors or {})
+    unknown = set(errors) - set(series)
+    if unknown:
+        raise ValueError(f"errors: names no series: {sorted(unknown)}; the series are {list(series)}")
     figure = go.Figure()
     for name, y in series.items():
         y = _as_list(y)
         if len(y) != len(x):
             raise ValueError(f"series[{name!r}]: expected {len(x)} values (one per x), got {len(y)}")
+        error_y = None
+        if name in errors:
+            bar = _as_list(errors[name])
+            if len(bar) != len(x):
+                raise ValueError(f"errors[{name!r}]: expected {len(x)} values (one per x), got {len(bar)}")
+            error_y = {"type": "data", "array": bar, "visible": True}
         figure.add_trace(
             go.Scatter(
                 x=x,
@@ -53,6 +68,7 @@ def line_figure(
                 name=name,
                 mode="lines" if name in dashed else "lines+markers",
                 line={"dash": "dash"} if name in dashed else {},
+                error_y=error_y,
             )
         )
     figure.update_layout(title=title, xaxis_title=x_title, yaxis_title=y_title, template=TEMPLATE)
