@@ -110,8 +110,11 @@ def test_torch_where_after_exp_passes():  # masking after exp without multiplyin
 
 def test_the_decay_check_gives_one_verdict_for_all_its_cases(capsys):
     # Review: the student saw "PASS decay_weights" and then a second verdict for the strong case.
-    def answer(g):
-        return checks.reference_decay_weights(g)
+    def answer(g):  # written as a student would: segment sums, masked before exp
+        T = g.shape[0]
+        G = torch.cumsum(g, 0)
+        causal = torch.ones(T, T, dtype=torch.bool).tril()
+        return (G[:, None] - G[None, :]).masked_fill(~causal, float("-inf")).exp()
 
     assert checks.check_decay_weights(answer) is True
     out = capsys.readouterr().out
