@@ -189,3 +189,46 @@ def test_check_can_declare_the_seeds_it_was_computed_over(capsys):
         claims.check("every memory fails before its d_dot", True, "…", seeds=2)
     with pytest.raises(TypeError, match="seeds"):
         claims.check("x", True, "y", seeds=0)
+
+
+# -- bad input: named errors, never a verdict from something that is not one (reliability review 2) --------------
+
+
+@pytest.mark.parametrize("holds", ["False", [False], float("nan"), lambda: False, 1, None])
+def test_a_verdict_that_is_not_a_bool_is_refused_by_name(holds):
+    with pytest.raises(TypeError, match="holds: expected a bool"):
+        claims.check("a claim", holds, "evidence")
+
+
+def test_numpy_and_one_element_torch_verdicts_are_read():
+    import numpy as np
+    import torch
+
+    claims.check("a numpy verdict", np.bool_(True), "e")
+    claims.check("a torch verdict", torch.tensor(True), "e")
+    with pytest.raises(claims.ClaimFailed):
+        claims.check("a false torch verdict", torch.tensor([False]), "e")
+    with pytest.raises(TypeError, match="one verdict"):
+        claims.check("two verdicts", torch.tensor([True, False]), "e")
+
+
+@pytest.mark.parametrize("value", [True, "0.5", b"0.5", [0.5, "x", 0.5]])
+def test_a_value_that_is_not_a_number_is_refused_by_name(value):
+    with pytest.raises(TypeError, match="value: expected a number"):
+        claims.between("a claim", value, 0.0, 1.0)
+
+
+def test_nan_is_no_evidence():
+    with pytest.raises(ValueError, match="NaN"):
+        claims.less("a claim", float("nan"), 1.0)
+
+
+def test_malformed_calls_name_their_argument():
+    with pytest.raises(TypeError, match="names: expected two labels"):
+        claims.less("a claim", 1.0, 2.0, names=("x",))
+    with pytest.raises(TypeError, match="values: expected a mapping"):
+        claims.ordered("a claim", [3.0, 2.0, 1.0])
+    with pytest.raises(ValueError, match="no value given for the field 'missing'"):
+        claims.render("{missing}")
+    with pytest.raises(TypeError, match="template: expected a str"):
+        claims.say(3)

@@ -108,12 +108,25 @@ def _term(name: str | None, value: float) -> str:
     return _fmt(value) if repeats or name == _fmt(value) else f"{name} = {_fmt(value)}"
 
 
+def _truth(holds) -> bool:
+    """``holds`` as a bool: a Python bool, a NumPy bool or a one-element bool tensor; nothing else is a verdict (a
+    string ``"False"``, a list ``[False]``, a NaN or a function passed uncalled are all truthy)."""
+    if isinstance(holds, bool):
+        return holds
+    dtype, shape = getattr(holds, "dtype", None), getattr(holds, "shape", None)
+    if dtype is not None and shape is not None and str(dtype) in ("bool", "torch.bool"):
+        if math.prod(shape) != 1:
+            raise TypeError(f"holds: expected one verdict, got a bool array of shape {tuple(shape)}; use .all()")
+        return bool(holds.item() if hasattr(holds, "item") else holds)
+    raise TypeError(f"holds: expected a bool (the result of a comparison), got {type(holds).__name__} {holds!r}")
+
+
 def _record(statement: str, holds: bool, evidence: str, seeds: int) -> None:
     if not isinstance(statement, str) or not statement:
         raise TypeError(f"statement: expected a non-empty str, got {statement!r}")
     if not isinstance(evidence, str):
         raise TypeError(f"evidence: expected a str, got {type(evidence).__name__}")
-    if not bool(holds):
+    if not _truth(holds):
         raise ClaimFailed(f"claim no longer holds: {statement!r}; evidence: {evidence}")
     _checked.append((statement, seeds))
     _show(
@@ -150,6 +163,27 @@ def check(statement: str, holds: bool, evidence: str, *, seeds: int = 1) -> None
 # ----------------------------------------------------------------------------------------------- per-seed values
 
 
+def _number(value, name: str) -> float:
+    """One number as a float; a bool, a string or anything else that only converts is refused, and so is NaN."""
+    if (
+        isinstance(value, (bool, str, bytes))
+        or getattr(value, "dtype", None) is not None
+        and str(value.dtype)
+        in (
+            "bool",
+            "torch.bool",
+        )
+    ):
+        raise TypeError(f"{name}: expected a number, got {type(value).__name__} {value!r}")
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        raise TypeError(f"{name}: expected a number, got {type(value).__name__}") from None
+    if math.isnan(number):
+        raise ValueError(f"{name}: got NaN, which no claim can rest on")
+    return number
+
+
 def _seeds_of(value, name: str) -> list[float] | None:
     """``None`` for a single number, else the per-seed numbers as floats (a 1-D sequence, array or tensor)."""
     if isinstance(value, (str, bytes, Mapping)):
@@ -159,9 +193,10 @@ def _seeds_of(value, name: str) -> list[float] | None:
             return None
         if value.ndim != 1:
             raise ValueError(f"{name}: expected one number per seed, shape (seeds,), got shape {tuple(value.shape)}")
-        return [float(v) for v in value.tolist()]
+        return [_number(v, name) for v in value.tolist()]
     if isinstance(value, Sequence):
-        return [float(v) for v in value]
+        return [_number(v, name) for v in value]
+    _number(value, name)
     return None
 
 
@@ -176,11 +211,11 @@ def _align(**quantities) -> tuple[int | None, dict[str, list[float]]]:
             + ")"
         )
     if not lengths:
-        return None, {name: [float(value)] for name, value in quantities.items()}
+        return None, {name: [_number(value, name)] for name, value in quantities.items()}
     n = lengths.pop()
     if n == 0:
         raise ValueError("one number per seed: got an empty sequence")
-    return n, {name: (v if v is not None else [float(quantities[name])] * n) for name, v in per_seed.items()}
+    return n, {name: (v if v is not None else [_number(quantities[name], name)] * n) for name, v in per_seed.items()}
 
 
 def _mean_sd(values: Sequence[float]) -> tuple[float, float]:
@@ -307,6 +342,8 @@ def less(
         ClaimFailed: the claim does not hold, or it rests on fewer than :data:`MIN_SEEDS` seeds.
         ValueError: per-seed sequences of different lengths.
     """
+    if not (isinstance(names, (tuple, list)) and len(names) == 2 and all(isinstance(x, str) for x in names)):
+        raise TypeError(f"names: expected two labels (str, str), got {names!r}")
     n, v = _align(smaller=smaller, larger=larger)
     a, b = names
     margin = float(margin)
@@ -381,6 +418,10 @@ def ordered(
         ValueError: fewer than 2 entries, or per-seed sequences of different lengths.
         ClaimFailed: the order does not hold, or it rests on fewer than :data:`MIN_SEEDS` seeds.
     """
+    if not isinstance(values, Mapping):
+        raise TypeError(
+            f"values: expected a mapping name -> number (in the prose's order), got {type(values).__name__}"
+        )
     if len(values) < 2:
         raise ValueError(f"values: an order needs at least 2 entries, got {len(values)}")
     n, v = _align(**{f"v{i}": x for i, x in enumerate(values.values())})
@@ -594,8 +635,22 @@ def say(template: str, **values) -> None:
 
 
 def render(template: str, **values) -> str:
-    """The text :func:`say` shows: ``template.format(**values)`` with floats to 3 significant digits by default."""
-    return template.format(**{k: (_Number(v) if isinstance(v, float) else v) for k, v in values.items()})
+    """The text :func:`say` shows: ``template.format(**values)`` with floats to 3 significant digits by default.
+
+    Raises:
+        TypeError: ``template`` is not a str. ValueError: a field of the template has no value (named), or the
+            template is malformed.
+    """
+    if not isinstance(template, str):
+        raise TypeError(f"template: expected a str with {{fields}}, got {type(template).__name__}")
+    try:
+        return template.format(**{k: (_Number(v) if isinstance(v, float) else v) for k, v in values.items()})
+    except KeyError as missing:
+        raise ValueError(
+            f"template: no value given for the field {missing}; pass it as {missing.args[0]}=..."
+        ) from None
+    except (IndexError, ValueError) as error:
+        raise ValueError(f"template: cannot be formatted ({error}); name every field and pass its value") from None
 
 
 class _Number(float):
