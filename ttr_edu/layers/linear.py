@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ttr_edu._internal.deprecation import renamed_arguments
-from ttr_edu._internal.validation import check_bool, check_positive_float, check_positive_int
+from ttr_edu._internal.validation import check_bool, check_choice, check_positive_float, check_positive_int
 from ttr_edu.layers.base import _Mixer, _same_width_feature_map
 from ttr_edu.ops import (
     delta_rule_chunk,
@@ -29,7 +29,7 @@ from ttr_edu.ops import (
     rls_recurrent,
     sum_norm,
 )
-from ttr_edu.ops.feature_maps import d_dot
+from ttr_edu.ops.feature_maps import FEATURE_MAPS, d_dot
 
 
 class LinearAttention(_Mixer):
@@ -76,6 +76,7 @@ class LinearAttention(_Mixer):
         params = dict(feature_map_params or {})
         if feature_map == "favor_plus":
             params = {"d_k": self.head_dim, "m": self.head_dim, **params}
+        check_choice("feature_map", feature_map, FEATURE_MAPS)
         self.feature_map = get_feature_map(feature_map, **params)
         self.d_k = d_dot(feature_map, self.head_dim, **{n: p for n, p in params.items() if n != "d_k"})
         self.normalize = check_bool("normalize", normalize)
@@ -105,6 +106,7 @@ class LinearAttention(_Mixer):
         return self.o_norm(o), memory
 
     def state_size(self, seq_len: int) -> int:
+        check_positive_int("seq_len", seq_len)
         return self.num_heads * self.d_k * self.head_dim
 
 
@@ -157,6 +159,7 @@ class DeltaNet(_Mixer):
         return self.o_norm(o), memory
 
     def state_size(self, seq_len: int) -> int:
+        check_positive_int("seq_len", seq_len)
         return self.num_heads * self.head_dim * self.head_dim
 
 
@@ -278,4 +281,5 @@ class MesaLayer(_Mixer):
         return self.o_norm(o), memory
 
     def state_size(self, seq_len: int) -> int:
+        check_positive_int("seq_len", seq_len)
         return self.num_heads * self.head_dim * (2 * self.head_dim)  # S and the (inverse) covariance
