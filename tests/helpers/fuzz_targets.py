@@ -1,0 +1,774 @@
+"""The recipes of the public-API fuzz: one :class:`~tests.helpers.fuzz.Target` per public callable (a class's
+constructor and its main methods are targets of their own, named ``module.Class.method``).
+
+Each recipe builds a small valid call from drawn sizes; the kinds of :mod:`tests.helpers.fuzz` then break one
+argument at a time. The names are the public paths users import (``ttr_edu.ops.delta_rule_chunk``), and
+``tests/test_fuzz_public_api.py`` checks that every callable of every public ``__all__`` has one (or a reason).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from tests.helpers.fuzz import As, F, Flag, Gen, Int, Num, Obj, Target, Tup
+from tests.helpers.fuzz import Choice as Ch
+
+TARGETS: dict[str, Target] = {}
+
+
+def add(target: Target) -> Target:
+    assert target.name not in TARGETS, target.name
+    TARGETS[target.name] = target
+    return target
+
+
+QK = ("B", "T", "H", "D_k")
+V = ("B", "T", "H", "D_v")
+PT = ("B", "T", "H")
+ST = ("B", "H", "D_k", "D_v")
+OP_DIMS = ("B", "T", "H", "D_k", "D_v")
+
+# ------------------------------------------------------------------------------------------------------------------
+# ttr_edu.ops: the reference ops
+# ------------------------------------------------------------------------------------------------------------------
+
+
+def _beta(lo=0.0, hi=1.0, neg="bad", dims=PT, rank="bad"):
+    return F(
+        dims, gen=("uniform", lo + 0.05, hi), linked=False, rank=rank, extra=(("negative", lambda x: -x - 0.5, neg),)
+    )
+
+
+def _g(dims=PT):
+    return F(dims, gen="logdecay", neginf=True, linked=False, extra=(("positive", lambda x: x + 1.0, "bad"),))
+
+
+SCALE = Num(None, lo=0.0, lo_open=True, optional=True)
+STATE = F(ST, gen="small", optional=True, linked=False)  # a state of another float dtype is cast
+STABILITY = Ch("warn", ("warn", "raise", "ignore"))
+
+
+def _cu_seqlens():
+    """fla's offsets: the valid value is ``None``; offsets of the wrong kind are refused by name."""
+    return Obj(
+        factory=lambda ctx: None,
+        extra=(
+            ("meta", lambda v, ctx: torch.tensor([0, ctx.sizes["T"]], device="meta"), "bad"),
+            ("float", lambda v, ctx: torch.tensor([0.0, ctx.sizes["T"]]), "bad"),
+            ("list", lambda v, ctx: [0, ctx.sizes["T"]], "bad"),
+            ("unsorted", lambda v, ctx: torch.tensor([0, ctx.sizes["T"] + 1, ctx.sizes["T"]]), "bad"),
+        ),
+        optional=True,
+    )
+
+
+def op(name, args, *, empty=OP_DIMS, module="ttr_edu.ops", **kw):
+    import importlib
+
+    fn_name = name
+
+    def call(**a):
+        return getattr(importlib.import_module(module), fn_name)(**a)
+
+    return add(Target(f"{module}.{name}", call, args, empty=empty, names=("o",), **kw))
+
+
+def qkv(unit_k=True):
+    return dict(q=F(QK), k=F(QK, gen="unit" if unit_k else "randn"), v=F(V))
+
+
+for form in ("recurrent", "parallel", "chunk"):
+    args = dict(
+        qkv(),
+        scale=SCALE,
+        normalize=Flag(),
+        initial_state=STATE,
+        output_final_state=Flag(),
+        eps=Num(1e-6, lo=0.0, tiny="either"),
+    )
+    if form == "chunk":
+        args["chunk_size"] = Int(2, huge="valid")
+    if form != "parallel":
+        args["cu_seqlens"] = _cu_seqlens()
+    op(f"linear_attention_{form}", args, skip=("normalize:flipped",))  # normalize needs positive features and (S, z)
+
+for form in ("recurrent", "parallel", "chunk"):
+    args = dict(qkv(), beta=_beta(neg="bad"), scale=SCALE, initial_state=STATE, output_final_state=Flag())
+    args["check_stability"] = STABILITY
+    if form == "chunk":
+        args["chunk_size"] = Int(2, huge="valid")
+    if form != "parallel":
+        args["cu_seqlens"] = _cu_seqlens()
+    op(f"delta_rule_{form}", args)
+
+op(
+    "delta_rule_pseudo_values",
+    dict(k=F(QK, gen="unit"), v=F(V), beta=_beta(), initial_state=STATE, check_stability=STABILITY),
+    empty=OP_DIMS,
+)
+
+for prefix, gdims in (("gated_linear_attention", PT), ("gla", QK)):
+    for form in ("recurrent", "chunk"):
+        args = dict(qkv(), g=_g(gdims), scale=SCALE, initial_state=STATE, output_final_state=Flag())
+        if form == "chunk":
+            args["chunk_size"] = Int(2, huge="valid")
+        args["cu_seqlens"] = _cu_seqlens()
+        op(f"{prefix}_{form}", args)
+
+for form in ("recurrent", "chunk"):
+    args = dict(qkv(), g=_g(), beta=_beta(), scale=SCALE, initial_state=STATE, output_final_state=Flag())
+    args["check_stability"] = STABILITY
+    if form == "chunk":
+        args["chunk_size"] = Int(2, huge="valid")
+    args["cu_seqlens"] = _cu_seqlens()
+    op(f"gated_delta_rule_{form}", args)
+
+
+def _spd(shape, gen, dtype):
+    *batch, d, _ = shape
+    return torch.eye(d, dtype=dtype).expand(*batch, d, d).clone()
+
+
+for form in ("recurrent", "exact"):
+    op(
+        f"rls_{form}",
+        dict(
+            qkv(),
+            ridge=Num(1.0, lo=0.0, lo_open=True),
+            g=F(PT, gen="logdecay", neginf=True, linked=False, optional=True),
+            scale=SCALE,
+            initial_state=Tup((F(ST, gen="small"), F(("B", "H", "D_k", "D_k"), gen=_spd))),
+            output_final_state=Flag(),
+        ),
+    )
+
+KV_CACHE = Tup((F(("B", "T_cache", "H", "D_k")), F(("B", "T_cache", "H", "D_v"))))
+op(
+    "softmax_attention",
+    dict(qkv(), scale=SCALE, qk_norm=Flag(), initial_state=KV_CACHE, output_final_state=Flag()),
+    sizes={"T_cache": (1, 3)},
+)
+op(
+    "local_linear_attention",
+    dict(
+        qkv(),
+        scale=SCALE,
+        ridge=Num(0.01, lo=0.0, lo_open=True),
+        qk_norm=Flag(),
+        initial_state=KV_CACHE,
+        output_final_state=Flag(),
+    ),
+    sizes={"T_cache": (1, 3)},
+)
+
+for form in ("recurrent", "chunk", "diagonal_recurrent"):
+    # an extra axis may read as a per-channel beta (B, T, H, D_v) when the sizes happen to agree
+    args = dict(qkv(), beta=_beta(0.0, 2.0, rank="either"), scale=SCALE, initial_state=STATE, output_final_state=Flag())
+    if form == "chunk":
+        args["chunk_size"] = Int(2, huge="valid")
+    op(f"longhorn_{form}", args)
+
+op(
+    "longhorn_step_size",
+    dict(beta=_beta(0.0, 2.0, rank="either"), k=F(QK)),
+    empty=("B", "T", "H", "D_k"),
+)
+
+
+def _n_rows(s):
+    return s["T"] * s["n_h"]
+
+
+DP_K = ("B", _n_rows, "H", "D_k")
+for form in ("recurrent", "chunk"):
+    args = dict(
+        q=F(QK),
+        k=F(DP_K, gen="unit"),
+        v=F(("B", _n_rows, "H", "D_v")),
+        beta=F(("B", _n_rows, "H"), gen=("uniform", 0.05, 1.0), linked=False),
+        num_householder=Int("n_h", hi=None, huge="bad"),
+        g=F(PT, gen="logdecay", neginf=True, linked=False, optional=True),
+        scale=SCALE,
+        initial_state=STATE,
+        output_final_state=Flag(),
+        check_stability=STABILITY,
+    )
+    if form == "chunk":
+        args["chunk_size"] = Int(2, huge="valid")
+    op(f"delta_product_{form}", args, sizes={"n_h": (1, 3)})
+
+
+def _mlp_state(optional):
+    return Tup((F(("B", "H", "D_k", "D_h"), gen="small"), F(("B", "H", "D_h", "D_v"), gen="small")), optional=optional)
+
+
+for memory in ("linear", "mlp"):
+    for form in ("recurrent", "chunk"):
+        args = dict(
+            qkv(),
+            beta=_beta(0.0, 1.0),
+            mini_batch_size=Int(2, huge="valid"),
+            scale=SCALE,
+            initial_state=STATE if memory == "linear" else _mlp_state(False),
+            output_final_state=Flag(),
+            layer_norm=Flag(),
+            residual=Flag(),
+        )
+        op(f"ttt_{memory}_{form}", args, sizes={"D_h": (1, 3)}, skip=("residual:flipped",))  # needs D_k == D_v
+
+
+def _titans_state(ctx):
+    from ttr_edu.ops import TitansState
+
+    s = ctx.sizes
+    S = 0.1 * torch.randn(s["B"], s["H"], s["D_k"], s["D_v"], generator=ctx.gen).to(ctx.dtype)
+    return TitansState(S, torch.zeros_like(S))
+
+
+def _titans_mutations():
+    from ttr_edu.ops import TitansState
+
+    def nan_memory(state, ctx):
+        S = state.memory.clone()
+        S.view(-1)[0] = math.nan
+        return TitansState(S, state.momentum)
+
+    def inf_momentum(state, ctx):
+        U = state.momentum.clone()
+        U.view(-1)[0] = math.inf
+        return TitansState(state.memory, U)
+
+    return (
+        ("none_none", lambda state, ctx: TitansState(None, None), "bad"),
+        ("nan_memory", nan_memory, "bad"),
+        ("inf_momentum", inf_momentum, "bad"),
+        ("momentum_shape", lambda state, ctx: TitansState(state.memory, state.momentum[None]), "bad"),
+        ("memory_drop_dim", lambda state, ctx: TitansState(state.memory[..., 0], state.momentum), "bad"),
+        ("meta", lambda state, ctx: TitansState(state.memory.to("meta"), state.momentum.to("meta")), "either"),
+        ("plain_state", lambda state, ctx: state.memory, "valid"),
+    )
+
+
+_GATE = F(PT, gen=("uniform", 0.0, 0.9), linked=False, extra=(("above_one", lambda x: x + 1.5, "bad"),))
+op(
+    "titans_recurrent",
+    dict(
+        qkv(),
+        beta=_beta(0.0, 0.5),
+        eta=_GATE,
+        alpha=_GATE,
+        scale=SCALE,
+        initial_state=Obj(_titans_state, extra=_titans_mutations(), optional=True),
+        output_final_state=Flag(),
+    ),
+)
+
+# ---- feature maps --------------------------------------------------------------------------------------------
+
+FEATURE_X = ("N", "D_k")
+ANY_X = F(FEATURE_X, rank="either")  # feature maps take any shape (..., D_k)
+for fname in ("elu_plus_one", "relu_feature_map", "identity_feature_map"):
+    op(fname, dict(x=ANY_X), empty=())
+op("dpfp", dict(x=ANY_X, nu=Int(1, hi=lambda s: 2 * s["D_k"] - 1)), empty=())
+op("sum_norm", dict(x=ANY_X, eps=Num(1e-6, lo=0.0, tiny="either")), empty=())
+op("l2_norm", dict(x=ANY_X, eps=Num(1e-12, lo=0.0, lo_open=True)), empty=())
+op("favor_plus", dict(x=ANY_X, projection=F(("M", "D_k"))), empty=(), sizes={"M": (1, 4)})
+op(
+    "orthogonal_random_features",
+    dict(
+        m=Int("M"),
+        d=Int("D_k"),
+        generator=Gen(),
+        dtype=Obj(lambda ctx: torch.float32, extra=(("int_dtype", lambda v, ctx: torch.int64, "bad"),)),
+        device=Obj(lambda ctx: "cpu", optional=True, extra=(("unknown", lambda v, ctx: "nodevice", "bad"),)),
+    ),
+    empty=(),
+    sizes={"M": (1, 4)},
+)
+op(
+    "d_dot",
+    dict(name=Ch("dpfp", ("elu_plus_one", "identity")), d_k=Int("D_k", huge="valid")),  # arithmetic only
+    empty=(),
+)
+op("get_feature_map", dict(name=Ch("dpfp", ("elu_plus_one", "identity", "relu"))), empty=())
+
+_FAVOR_CACHE: dict = {}
+
+
+def _favor(ctx):
+    from ttr_edu.ops import FavorPlus
+
+    return FavorPlus(ctx.sizes["D_k"], ctx.sizes["M"], seed=0)
+
+
+op(
+    "FavorPlus",
+    dict(
+        d_k=Int("D_k"), m=Int("M"), redraw=Flag(), generator=Gen(), seed=Int(0, lo=None, optional=True, huge="either")
+    ),
+    empty=(),
+    sizes={"M": (1, 4)},
+    skip=("generator:wrong_type",),  # covered below with the seed; a FavorPlus takes one of them
+)
+add(
+    Target(
+        "ttr_edu.ops.FavorPlus.forward",
+        lambda module, x: module(x),
+        dict(module=Obj(_favor, wrong_type=False), x=ANY_X),
+        sizes={"M": (1, 4)},
+        names=("o",),
+    )
+)
+
+# ------------------------------------------------------------------------------------------------------------------
+# ttr_edu.kernels: the same signatures as the ops' chunk forms (run when a GPU or Triton's interpreter is there)
+# ------------------------------------------------------------------------------------------------------------------
+
+
+def kernels_runnable() -> bool:
+    try:
+        from ttr_edu import kernels
+    except ImportError:
+        return False
+    return torch.cuda.is_available() or kernels.interpreter_active()
+
+
+KERNEL_CHUNK = Int(16, huge="bad", extra=(("not_power_of_two", lambda v: 24, "bad"),))
+op(
+    "linear_attention_chunk",
+    dict(
+        qkv(),
+        scale=SCALE,
+        normalize=Flag(),
+        initial_state=STATE,
+        output_final_state=Flag(),
+        chunk_size=KERNEL_CHUNK,
+        eps=Num(1e-6, lo=0.0, tiny="either"),
+        cu_seqlens=_cu_seqlens(),
+    ),
+    module="ttr_edu.kernels",
+    skip=("normalize:flipped",),
+)
+op(
+    "delta_rule_chunk",
+    dict(
+        qkv(),
+        beta=_beta(),
+        scale=SCALE,
+        initial_state=STATE,
+        output_final_state=Flag(),
+        chunk_size=KERNEL_CHUNK,
+        check_stability=STABILITY,
+        cu_seqlens=_cu_seqlens(),
+    ),
+    module="ttr_edu.kernels",
+)
+op(
+    "gated_delta_rule_chunk",
+    dict(
+        qkv(),
+        g=F(
+            PT, gen="logdecay", linked=False, extra=(("positive", lambda x: x + 1.0, "bad"),)
+        ),  # no −inf: a kernel limit
+        beta=_beta(),
+        scale=SCALE,
+        initial_state=STATE,
+        output_final_state=Flag(),
+        chunk_size=KERNEL_CHUNK,
+        check_stability=STABILITY,
+        cu_seqlens=_cu_seqlens(),
+    ),
+    module="ttr_edu.kernels",
+)
+add(Target("ttr_edu.kernels.interpreter_active", lambda: __import__("ttr_edu.kernels").kernels.interpreter_active()))
+add(
+    Target(
+        "ttr_edu.kernels.ptxas_report.read_shipped",
+        lambda: __import__("ttr_edu.kernels.ptxas_report", fromlist=["read_shipped"]).read_shipped(),
+    )
+)
+KERNEL_TARGETS = {n for n in TARGETS if n.startswith("ttr_edu.kernels.") and "ptxas" not in n}
+
+# ------------------------------------------------------------------------------------------------------------------
+# ttr_edu.regression: the three choices, the layer, its named points, and the helpers
+# ------------------------------------------------------------------------------------------------------------------
+
+
+def _reg(name):
+    import ttr_edu.regression as R
+
+    return getattr(R, name)
+
+
+def choice_target(name, args, **kw):
+    return add(Target(f"ttr_edu.regression.{name}", lambda **a: _reg(name)(**a), args, **kw))
+
+
+for name in ("Uniform", "Gates", "Linear"):
+    choice_target(name, {})
+choice_target("ExponentialDecay", dict(gamma=Num(0.5, lo=0.0, lo_open=True, hi=1.0, tiny="either")))
+choice_target("LocalConstant", dict(kernel=Ch("softmax", ("gaussian",))))
+choice_target("LocalLinear", dict(kernel=Ch("softmax", ("gaussian",))))
+choice_target("KernelRidge", dict(kernel=Ch("gaussian", ("exponential",))))
+# A hyperparameter is stored, not computed with: a huge ridge is refused at the call, when the dtype is known.
+RIDGE = dict(big="either", tiny="either")
+choice_target("ExactSolve", dict(ridge=Num(1e-3, lo=0.0, **RIDGE)))
+choice_target("RecursiveLeastSquares", dict(ridge=Num(1.0, lo=0.0, lo_open=True, **RIDGE)))
+choice_target("GradientStep", dict(lr=Num(1.0, lo=0.0, lo_open=True, **RIDGE)))
+choice_target("OnlineSGD", dict(chunk_size=Int(64, huge="either")))
+choice_target("ImplicitStep", dict(chunk_size=Int(64, huge="either")))
+choice_target("MultiPassSGD", dict(passes=Int(2, hi=1000)))
+choice_target("MLP", dict(layer_norm=Flag(), residual=Flag()))
+choice_target("StepsPerToken", dict(num_householder=Int(2, huge="either"), chunk_size=Int(64, huge="either")))
+choice_target("MiniBatchGD", dict(mini_batch_size=Int(16, huge="either")))
+choice_target(
+    "MomentumSGD", dict(eta=Num(0.5, lo=0.0, hi=1.0, tiny="either"), alpha=Num(0.1, lo=0.0, hi=1.0, tiny="either"))
+)
+choice_target("ConjugateGradient", dict(steps=Int(8, huge="either"), ridge=Num(1e-3, lo=0.0, lo_open=True, **RIDGE)))
+
+
+def _spd_batch(shape, gen, dtype):
+    *batch, d, _ = shape
+    m = torch.randn(*batch, d, d, generator=gen, dtype=torch.float64)
+    return (m @ m.mT + torch.eye(d, dtype=torch.float64)).to(dtype)
+
+
+choice_target(
+    "conjugate_gradient",
+    dict(
+        A=F(
+            ("B", "D", "D"),
+            gen=_spd_batch,
+            extra=(
+                ("not_definite", lambda A: -A, "bad"),
+                (
+                    "not_symmetric",
+                    lambda A: As(
+                        A + torch.ones_like(A).triu(1) * (A.abs().max() + 1), "bad" if A.shape[-1] > 1 else "valid"
+                    ),
+                    "bad",
+                ),
+            ),
+        ),
+        b=F(("B", "D")),
+        steps=Int(3, huge="valid"),  # capped at D: CG is exact after D steps
+    ),
+    sizes={"D": (1, 4)},
+    empty=("B", "D"),
+)
+choice_target(
+    "regression_weights",
+    dict(g=F(PT, gen="logdecay", neginf=True, optional=True), T=Int("T", optional=True)),
+    empty=("B", "T", "H"),
+)
+choice_target(
+    "decayed_cumsum",
+    dict(
+        x=F(("B", "H", "T", "D_v"), rank="either"),  # any trailing feature shape (B, H, T, *F)
+        g=F(("B", "H", "T"), gen="logdecay", neginf=True, linked=False, optional=True),
+        chunk_size=Int(2, huge="valid"),
+    ),
+    empty=("B", "H", "T"),
+)
+
+
+def _ttr_parts(ctx):
+    R = __import__("ttr_edu.regression", fromlist=["Uniform"])
+    return R
+
+
+choice_target(
+    "TestTimeRegression",
+    dict(
+        weights=Obj(lambda ctx: _reg("Uniform")(), extra=(("gates_with_mini_batch", lambda v, c: v, "valid"),)),
+        function_class=Obj(
+            lambda ctx: _reg("Linear")(),
+            extra=(("local_with_sgd", lambda v, c: _reg("LocalConstant")(), "bad"),),
+        ),
+        optimizer=Obj(
+            lambda ctx: _reg("OnlineSGD")(),
+            extra=(("solve_without_ridge", lambda v, c: _reg("ExactSolve")(ridge=0.0), "bad"),),
+        ),
+    ),
+)
+choice_target(
+    "named_layer",
+    dict(
+        name=Ch("deltanet", ("rls", "titans", "softmax_attention")),
+        ridge=Num(None, lo=0.0, lo_open=True, optional=True, **RIDGE),
+    ),
+    skip=tuple(f"ridge:{m}" for m in ("big", "tiny", "below", "at_lo", "str", "bool", "list", "nan", "inf")),
+)
+
+
+def named_call(layer, *, stepped, gated, warm, mlp, rows=1, local=False, momentum=False, options=None):
+    """A call of ``named_layer(layer)``: the tensors its three choices need, built from the drawn sizes."""
+    K = ("B", (lambda s: s["T"] * rows) if rows > 1 else "T", "H", "D_k")
+    VV = ("B", K[1], "H", "D_v")
+    args = dict(q=F(QK), k=F(K, gen="unit"), v=F(VV), scale=SCALE, output_final_state=Flag())
+    if stepped:
+        args["beta"] = F(("B", K[1], "H"), gen=("uniform", 0.05, 0.9), linked=False)
+    if gated:
+        args["g"] = F(
+            PT,
+            gen="logdecay",
+            neginf=layer not in ("rls",),
+            linked=False,
+            extra=(("positive", lambda x: x + 1, "bad"),),
+        )
+    if mlp:
+        args["initial_state"] = _mlp_state(False)
+    elif warm:
+        args["initial_state"] = STATE
+    if momentum:
+        args["eta"] = F(
+            PT, gen=("uniform", 0.0, 0.9), linked=False, optional=True, extra=(("above_one", lambda x: x + 1.5, "bad"),)
+        )
+        args["alpha"] = F(
+            PT, gen=("uniform", 0.0, 0.2), linked=False, optional=True, extra=(("above_one", lambda x: x + 1.5, "bad"),)
+        )
+    options = options or {}
+
+    def call(**a):
+        return _reg("named_layer")(layer, **options)(**a)
+
+    skip = ("output_final_state:flipped",) if local else ()
+    add(
+        Target(
+            f"ttr_edu.regression.TestTimeRegression.__call__.{layer}",
+            call,
+            args,
+            empty=OP_DIMS,
+            names=("o",),
+            sizes={"D_h": (1, 3)},
+            skip=skip,
+        )
+    )
+
+
+STEPPED_LAYERS = (
+    "deltanet",
+    "gated_deltanet",
+    "longhorn",
+    "deltaproduct",
+    "gated_deltaproduct",
+    "ttt_linear",
+    "ttt_mlp",
+    "titans",
+)
+for layer_name in (
+    "linear_attention",
+    "gated_linear_attention",
+    "deltanet",
+    "gated_deltanet",
+    "longhorn",
+    "deltaproduct",
+    "gated_deltaproduct",
+    "ttt_linear",
+    "ttt_mlp",
+    "titans",
+    "rls",
+    "mesa",
+    "mesa_cg",
+    "softmax_attention",
+    "local_linear_attention",
+    "kernel_ridge",
+):
+    named_call(
+        layer_name,
+        stepped=layer_name in STEPPED_LAYERS,
+        gated=layer_name.startswith("gated_") or layer_name.startswith("mesa"),
+        warm=layer_name
+        not in ("rls", "mesa", "mesa_cg", "softmax_attention", "local_linear_attention", "kernel_ridge"),
+        mlp=layer_name in ("ttt_mlp", "titans"),
+        rows=2 if "deltaproduct" in layer_name else 1,
+        local=layer_name in ("softmax_attention", "local_linear_attention", "kernel_ridge"),
+        momentum=layer_name == "titans",
+        options={"num_householder": 2}
+        if "deltaproduct" in layer_name
+        else {"mini_batch_size": 2}
+        if layer_name.startswith("ttt")
+        else None,
+    )
+
+for layer_name, stepped, gated in (
+    ("deltanet", True, False),
+    ("mesa", False, True),
+    ("softmax_attention", False, False),
+):
+    args = dict(k=F(("N", "D_k"), gen="unit"), v=F(("N", "D_v")), queries=F(("M", "D_k")), scale=SCALE)
+    if stepped:
+        args["beta"] = F(("N",), gen=("uniform", 0.05, 0.9), linked=False)
+    if gated:
+        args["g"] = F(("N",), gen="logdecay", neginf=True, linked=False)
+    add(
+        Target(
+            f"ttr_edu.regression.TestTimeRegression.predict.{layer_name}",
+            lambda layer_name=layer_name, **a: _reg("named_layer")(layer_name).predict(**a),
+            args,
+            empty=("N", "M", "D_k", "D_v"),
+            names=("o",),
+        )
+    )
+
+# ------------------------------------------------------------------------------------------------------------------
+# ttr_edu.layers: each mixer's constructor, forward, step, initial_state and state_size
+# ------------------------------------------------------------------------------------------------------------------
+
+
+def _hidden(s):
+    return s["H"] * s["D"]
+
+
+LAYER_SIZES = {"H": (1, 2), "D": (1, 4), "T": (1, 5)}
+COMMON_LAYER_ARGS = dict(
+    hidden_size=Int(_hidden),
+    num_heads=Int("H", huge="bad"),
+    use_short_conv=Flag(True),
+    conv_size=Int(2, hi=64),
+)
+LAYER_OPTIONS = {
+    "LinearAttention": dict(
+        feature_map=Ch("elu_plus_one", ("relu", "identity")),
+        normalize=Flag(),
+        qk_norm=Flag(),
+        sum_norm=Flag(),
+        output_norm=Flag(True),
+        chunk_size=Int(4, huge="either"),
+    ),
+    "DeltaNet": dict(use_beta=Flag(True), chunk_size=Int(4, huge="either")),
+    "GatedDeltaNet": dict(chunk_size=Int(4, huge="either")),
+    "MesaLayer": dict(ridge=Num(1.0, lo=0.0, lo_open=True, **RIDGE), use_gate=Flag(), solver=Ch("auto", ("exact",))),
+    "SoftmaxAttention": dict(qk_norm=Flag(), qk_scale=Num(10.0, lo=0.0, lo_open=True, **RIDGE)),
+    "LocalLinearAttention": dict(ridge=Num(0.01, lo=0.0, lo_open=True, **RIDGE)),
+    "Longhorn": dict(diagonal=Flag(), chunk_size=Int(4, huge="either")),
+    "DeltaProduct": dict(num_householder=Int(2, hi=64), chunk_size=Int(4, huge="either")),
+    "TTTLinear": dict(mini_batch_size=Int(2, huge="either"), layer_norm=Flag(), residual=Flag()),
+    "TTTMLP": dict(mini_batch_size=Int(2, huge="either"), expansion=Int(2, hi=64), layer_norm=Flag(), residual=Flag()),
+    "TitansMemory": dict(expansion=Int(2, hi=64)),
+}
+
+
+def _layers():
+    import ttr_edu.layers as L
+
+    return L
+
+
+def _build_layer(cls_name, ctx, **options):
+    torch.manual_seed(0)
+    s = ctx.sizes
+    return getattr(_layers(), cls_name)(_hidden(s), s["H"], **options).to(ctx.dtype)
+
+
+def _layer_state(cls_name, ctx, batch=None):
+    layer = _build_layer(cls_name, ctx)
+    B = ctx.sizes["B"] if batch is None else batch
+    state = layer.initial_state(B)
+    x = torch.randn(B, _hidden(ctx.sizes), generator=ctx.gen).to(ctx.dtype)
+    return layer.step(x, state)[1]
+
+
+for cls_name, options in LAYER_OPTIONS.items():
+    path = f"ttr_edu.layers.{cls_name}"
+    add(
+        Target(
+            path,
+            lambda cls_name=cls_name, **a: getattr(_layers(), cls_name)(**a),
+            dict(COMMON_LAYER_ARGS, **options),
+            sizes=LAYER_SIZES,
+            names=("hidden_size",),
+        )
+    )
+    module = Obj(lambda ctx, cls_name=cls_name: _build_layer(cls_name, ctx), wrong_type=False)
+    WIDE = (("wide", lambda x: torch.cat([x, x], -1), "bad"),)
+    X = F(("B", "T", _hidden), extra=WIDE, other_dtype="bad")  # x must have the module's dtype
+    add(
+        Target(
+            f"{path}.forward",
+            lambda module, x: module(x),
+            dict(module=module, x=X),
+            sizes=LAYER_SIZES,
+            empty=("B", "T"),
+        )
+    )
+    add(
+        Target(
+            f"{path}.step",
+            lambda module, x, state: module.step(x, state),
+            dict(
+                module=module,
+                x=F(("B", _hidden), extra=(*WIDE, ("no_rows", lambda x: x[:0], "bad")), other_dtype="bad"),
+                state=Obj(
+                    lambda ctx, cls_name=cls_name: _layer_state(cls_name, ctx),
+                    extra=(
+                        (
+                            "other_batch",
+                            lambda v, ctx, cls_name=cls_name: _layer_state(cls_name, ctx, ctx.sizes["B"] + 1),
+                            "bad",
+                        ),
+                        (
+                            "fresh",
+                            lambda v, ctx, cls_name=cls_name: _build_layer(cls_name, ctx).initial_state(ctx.sizes["B"]),
+                            "valid",
+                        ),
+                    ),
+                ),
+            ),
+            sizes=LAYER_SIZES,
+        )
+    )
+    add(
+        Target(
+            f"{path}.initial_state",
+            lambda module, batch_size: module.initial_state(batch_size),
+            dict(module=module, batch_size=Int("B", huge="bad")),
+            sizes=LAYER_SIZES,
+        )
+    )
+    add(
+        Target(
+            f"{path}.state_size",
+            lambda module, seq_len: module.state_size(seq_len),
+            dict(module=module, seq_len=Int("T", huge="valid")),  # arithmetic only
+            sizes=LAYER_SIZES,
+        )
+    )
+
+add(
+    Target(
+        "ttr_edu.layers.ShortConvolution",
+        lambda **a: _layers().ShortConvolution(**a),
+        dict(hidden_size=Int("D"), conv_size=Int(2, hi=64)),
+        sizes=LAYER_SIZES,
+    )
+)
+add(
+    Target(
+        "ttr_edu.layers.ShortConvolution.forward",
+        lambda module, x: module(x),
+        dict(
+            module=Obj(lambda ctx: _layers().ShortConvolution(ctx.sizes["D"], 2).to(ctx.dtype), wrong_type=False),
+            x=F(("B", "T", "D"), other_dtype="bad"),
+        ),
+        sizes=LAYER_SIZES,
+        empty=("B", "T"),
+    )
+)
+add(
+    Target(
+        "ttr_edu.layers.check_layer_input",
+        lambda module, x: _layers().check_layer_input(module, x),
+        dict(
+            module=Obj(
+                lambda ctx: _build_layer("DeltaNet", ctx),
+                extra=(("no_hidden_size", lambda v, c: torch.nn.Linear(2, 2), "bad"),),
+            ),
+            x=F(("B", "T", _hidden), other_dtype="bad"),
+        ),
+        sizes=LAYER_SIZES,
+        empty=("B", "T"),
+    )
+)
