@@ -12,7 +12,7 @@ import math
 
 import torch
 
-from tests.helpers.fuzz import As, F, Flag, Gen, Int, Num, Obj, Target, Tup
+from tests.helpers.fuzz import As, F, Flag, Gen, I, Int, Num, Obj, Target, Tup
 from tests.helpers.fuzz import Choice as Ch
 
 TARGETS: dict[str, Target] = {}
@@ -770,5 +770,139 @@ add(
         ),
         sizes=LAYER_SIZES,
         empty=("B", "T"),
+    )
+)
+
+# ------------------------------------------------------------------------------------------------------------------
+# ttr_edu.hebbian: chapter 01's memory (the papers' W, (D_v, D_k))
+# ------------------------------------------------------------------------------------------------------------------
+
+
+def _mod(name):
+    import importlib
+
+    return importlib.import_module(name)
+
+
+def fn_target(module, name, args, **kw):
+    return add(Target(f"{module}.{name}", lambda **a: getattr(_mod(module), name)(**a), args, **kw))
+
+
+HEB = "ttr_edu.hebbian"
+W_ = F(("D_v", "D_k"))
+fn_target(HEB, "hebbian_write", dict(W=W_, k=F(("D_k",)), v=F(("D_v",))))
+fn_target(HEB, "hebbian_read", dict(W=W_, q=F(("D_k",))))
+fn_target(HEB, "store", dict(keys=F(("N", "D_k"), gen="unit"), values=F(("N", "D_v"))))
+fn_target(HEB, "recall", dict(W=W_, queries=F(("N", "D_k"))))
+SEED = Int(0, lo=None, optional=True, huge="either")
+DTYPE = Obj(lambda ctx: torch.float64, extra=(("int_dtype", lambda v, c: torch.int64, "bad"),))
+fn_target(HEB, "random_unit_keys", dict(n=Int("N"), d=Int("D_k"), seed=SEED, dtype=DTYPE))
+fn_target(
+    HEB,
+    "orthonormal_keys",
+    dict(n=Int("N", extra=(("more_than_d", lambda n: 10**3, "bad"),)), d=Int(lambda s: s["N"] + s["D_k"]), seed=SEED, dtype=DTYPE),
+    sizes={"N": (1, 4), "D_k": (0, 3)},
+)
+fn_target(HEB, "crosstalk_energy", dict(keys=F(("N", "D_k"), gen="unit")), empty=("N",))
+fn_target(HEB, "predicted_crosstalk_energy", dict(n=Int("N", huge="valid"), d=Int("D_k", huge="valid")))  # arithmetic
+fn_target(
+    HEB,
+    "rival_score_variance",
+    dict(n=Int(lambda s: s["N"] + 1, lo=2, huge="valid"), d=Int("D_k", huge="valid")),
+    sizes={"N": (1, 4)},
+)
+fn_target(HEB, "recall_accuracy", dict(W=W_, keys=F(("N", "D_k"), gen="unit"), values=F(("N", "D_v"))), empty=("N",))
+fn_target(HEB, "cleanup_scores", dict(keys=F(("R", "N", "D_k"), gen="unit"), values=F(("R", "N", "D_v"))), sizes={"R": (1, 2)})
+
+# ------------------------------------------------------------------------------------------------------------------
+# ttr_edu.dual_form: the dual form of a linear layer trained by SGD
+# ------------------------------------------------------------------------------------------------------------------
+
+DF = "ttr_edu.dual_form"
+DUAL_SIZES = {"D_in": (1, 4), "D_out": (1, 3), "Q": (1, 3), "N": (1, 4), "C": (1, 3)}
+fn_target(
+    DF,
+    "dual_output",
+    dict(
+        W0=F(("D_out", "D_in"), linked=False),
+        keys=F(("N", "D_in"), linked=False),
+        values=F(("N", "D_out"), linked=False),
+        query=F(("Q", "D_in"), linked=False),
+    ),
+    sizes=DUAL_SIZES,
+)
+fn_target(DF, "momentum_rescale", dict(momentum=Num(0.5, lo=0.0, hi=0.99, tiny="either"), num_steps=Int("N")))
+fn_target(
+    DF,
+    "class_votes",
+    dict(scores=F(("Q", "N")), labels=I(("N",), high="C"), num_classes=Int("C", extra=(("too_few", lambda c: 1, "either"),))),
+    sizes=DUAL_SIZES,
+)
+
+
+def _recorded(ctx, *, labels=True):
+    """A recorder that watched a tiny linear layer train for two SGD steps of N patterns."""
+    from ttr_edu.dual_form import DualFormRecorder
+
+    s = ctx.sizes
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(s["D_in"], s["D_out"])).to(ctx.dtype)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    recorder = DualFormRecorder(model, opt, ["0"], max_steps=2, patterns_per_step=s["N"], verbose=False)
+    for step in range(2):
+        x = torch.randn(s["N"], s["D_in"], generator=ctx.gen).to(ctx.dtype)
+        opt.zero_grad()
+        model(x).square().sum().backward()
+        if labels:
+            recorder.annotate(labels=torch.arange(s["N"]) % 2, sample_ids=torch.arange(s["N"]) + step * s["N"])
+        opt.step()
+    recorder.close()
+    return recorder
+
+
+MEMORY = Obj(lambda ctx: _recorded(ctx).memory("0"))
+AT_STEP = Int(1, lo=0, hi=2, optional=True, huge="bad")
+QUERY = F(("Q", "D_in"), linked=False)
+fn_target(DF, "dual_linear", dict(memory=MEMORY, query=QUERY, at_step=AT_STEP), sizes=DUAL_SIZES)
+fn_target(DF, "spotlight_scores", dict(memory=MEMORY, query=QUERY, at_step=AT_STEP), sizes=DUAL_SIZES)
+fn_target(
+    DF,
+    "top_patterns",
+    dict(memory=MEMORY, query=QUERY, k=Int(1, hi=lambda s: 2 * s["N"]), at_step=Int(None, lo=0, hi=2, optional=True), distinct_samples=Flag()),
+    sizes=DUAL_SIZES,
+)
+
+
+def _model_and_opt(ctx):
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(ctx.sizes["D_in"], ctx.sizes["D_out"]))
+    return model
+
+
+def _recorder_call(model, optimizer, layers, **kw):
+    from ttr_edu.dual_form import DualFormRecorder
+
+    if optimizer == "sgd":  # the model's own SGD (or, for a mutated model, some SGD: the model is refused first)
+        params = model.parameters() if isinstance(model, torch.nn.Module) else [torch.zeros(1, requires_grad=True)]
+        optimizer = torch.optim.SGD(params, lr=0.1)
+    return DualFormRecorder(model, optimizer, layers, **kw)
+
+
+add(
+    Target(
+        f"{DF}.DualFormRecorder",
+        _recorder_call,
+        dict(
+            model=Obj(_model_and_opt),
+            optimizer=Obj(lambda ctx: "sgd", extra=(("adam", lambda v, c: "adam", "bad"),)),
+            layers=Obj(lambda ctx: ["0"], extra=(("unknown", lambda v, c: ["nope"], "bad"), ("str", lambda v, c: "0", "bad"))),
+            max_steps=Int(2, huge="bad"),
+            patterns_per_step=Int("N", huge="bad"),
+            key_dtype=Obj(lambda ctx: None, extra=(("int_dtype", lambda v, c: torch.int64, "bad"), ("half", lambda v, c: torch.float16, "valid"))),
+            allow_inexact=Flag(),
+            verify=Flag(True),
+            verbose=Flag(False),
+        ),
+        sizes=DUAL_SIZES,
     )
 )
