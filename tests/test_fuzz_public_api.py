@@ -398,7 +398,43 @@ NAMESPACES = {
     "ttr_edu.tasks": "a namespace of submodules (retrieval, mqar, images, text) plus the old flat names",
 }
 #: Public callables that are not fuzzed, each with its reason.
-EXCLUDED = {}
+_RECORD = "a record of results, returned by {} (fuzzed); users read it, never build it"
+EXCLUDED = {
+    "ttr_edu.ops.TitansState": "a NamedTuple (memory, momentum): titans_recurrent checks its fields by name, fuzzed as "
+    "its initial_state",
+    "ttr_edu.layers.base.MixerState": "the state _Mixer.initial_state returns and step carries: fuzzed as every "
+    "layer's step(state=...)",
+    "ttr_edu.models.lm.LMState": "the state TinyLM.init_state returns and TinyLM.step carries: fuzzed as step's state",
+    "ttr_edu.dual_form.LinearMemory": "built by DualFormRecorder (fuzzed) from the layer it hooks; fuzzed as the "
+    "memory "
+    "argument of dual_linear, spotlight_scores and top_patterns",
+    "ttr_edu.dual_form.InexactDualWarning": "a warning class, raised by the recorder, never called",
+    "ttr_edu.dual_form.TopPatterns": _RECORD.format("top_patterns"),
+    "ttr_edu.tasks.retrieval.RetrievalBatch": _RECORD.format("capacity_batch and overwrite_batch"),
+    "ttr_edu.tasks.retrieval.SwitchingStream": _RECORD.format("switching_regression"),
+    "ttr_edu.tasks.mqar.MQARBatch": _RECORD.format("mqar_batch"),
+    "ttr_edu.tasks.images.ImageDataset": _RECORD.format("load_digits and load_mnist"),
+    "ttr_edu.train.TrainResult": _RECORD.format("train"),
+    "ttr_edu.tasks.images.download_mnist": "downloads from OpenML, and no test reaches the network; its name and "
+    "data_home checks are load_mnist's (fuzzed)",
+    "ttr_edu.kernels.ptxas_report.compile_report": "compiles a Triton kernel for sm_90 with ptxas (a CUDA toolchain): "
+    "tests/kernels/test_ptxas_report.py",
+    "ttr_edu.kernels.ptxas_report.compile_kernel_report": "as compile_report",
+    "ttr_edu.viz.line_figure": "plotly data (lists and dicts of numbers), passed to plotly, which validates it; no "
+    "tensor input",
+    "ttr_edu.viz.slider_figure": "plotly traces, passed to plotly (fuzzed through block_decomposition_figure and "
+    "tile_map_figure)",
+    "ttr_edu.viz.dual_form.bar_figure": "plotly data (category names and lists of numbers); no tensor input",
+    "ttr_edu.viz.dual_form.table_figure": "plotly data (a header and rows of cells); no tensor input",
+    "ttr_edu.viz.widgets.hebbian_recall_explorer": "an ipywidgets widget that needs a running kernel; its figure is "
+    "recall_scores_figure (fuzzed)",
+}
+#: Modules another branch is rewriting: their targets run and are counted, and a bad outcome is an expected failure
+#: (xfail, not strict) until that branch lands, with the reason.
+OWNED_ELSEWHERE = {
+    "ttr_edu.tasks.mqar.": "issue 26 rewrites ttr_edu/tasks/mqar.py (mqar_layout, query_slots and their checks)",
+    "ttr_edu.models.mqar.": "issue 26 rewrites ttr_edu/models/mqar.py",
+}
 
 #: Size ranges drawn for each named dim (a recipe may override them).
 SIZE_RANGES = dict(B=(1, 2), T=(1, 5), H=(1, 2), D_k=(1, 4), D_v=(1, 3), N=(1, 4), M=(1, 4), D_h=(1, 3))
@@ -516,7 +552,10 @@ def _run_target(target, data):
     )
     allowed = set(target.args) | set(target.names) | {"o"}  # o: an output that overflows its dtype (guarded)
     tally = TALLY.setdefault(target.name, {})
+    invalid_sizes = target.valid_when is not None and not target.valid_when(sizes)
     for label, make, expect in _cases(target, sizes, seed, dtype):
+        if invalid_sizes and expect == "valid":  # at these sizes the call itself is bad (causal_lm_loss at T = 1)
+            expect = "bad"
         try:
             args = make()
         except Exception as error:  # a recipe that cannot build its case is a bug of the test
@@ -525,7 +564,13 @@ def _run_target(target, data):
             if isinstance(value, fuzz.As):
                 args[arg], expect = value.value, value.expect
         outcome = fuzz.classify(
-            lambda: target.call(**args), expect, allowed, target.check, target.limit or CASE_SECONDS
+            lambda: target.call(**args),
+            expect,
+            allowed,
+            target.check,
+            target.limit or CASE_SECONDS,
+            target.errors,
+            target.finite,
         )
         tally[outcome.kind] = tally.get(outcome.kind, 0) + 1
         if outcome.kind != "clean":
@@ -548,6 +593,9 @@ def test_public_callable_is_never_silent_obscure_or_hanging(name):
 
     run()
     failures = FAILURES.get(name, [])
+    owner = next((reason for prefix, reason in OWNED_ELSEWHERE.items() if name.startswith(prefix)), None)
+    if failures and owner:
+        pytest.xfail(f"{owner}: {len(failures)} bad outcomes, e.g. {failures[0]}")
     assert not failures, f"{len(failures)} bad outcomes:\n" + "\n".join(failures[:30])
 
 

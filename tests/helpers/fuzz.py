@@ -175,8 +175,11 @@ class I(Kind):  # noqa: E742 - the index kind, named like F
     dtype: torch.dtype = torch.int64
     extra: Sequence = ()
     low: int = 0
+    bounded: bool = True  # False: any int is valid (labels that only name groups)
 
     def bound(self, ctx):
+        if callable(self.high):
+            return self.high(ctx.sizes)
         return ctx.sizes[self.high] if isinstance(self.high, str) else self.high
 
     def make(self, ctx: Ctx):
@@ -201,7 +204,8 @@ class I(Kind):  # noqa: E742 - the index kind, named like F
             ("none", lambda: None, "bad"),
         ]
         if x.numel():
-            out += [("too_high", poke(self.bound(ctx)), "bad"), ("negative", poke(self.low - 1), "bad")]
+            expect = "bad" if self.bounded else "valid"
+            out += [("too_high", poke(self.bound(ctx)), expect), ("negative", poke(self.low - 1), expect)]
         out += tensor_mutations(x, self.dims, ctx)
         out += [(label, lambda fn=fn: fn(x.clone()), expect) for label, fn, expect in self.extra]
         return out
@@ -425,6 +429,9 @@ class Target:
     names: Sequence[str] = ()
     dtype: torch.dtype | None = None  # None: drawn, float32 or float64
     limit: float | None = None
+    finite: bool = True  # whether a valid output must be finite (tile_owner_map marks masked lanes with NaN)
+    errors: tuple = ()  # more exception types that are clean when they name an argument (a file's OSError)
+    valid_when: Callable | None = None  # sizes -> whether the unmutated call is valid at these sizes (default: yes)
     skip: Sequence[str] = ()  # mutation labels ("arg:label") that do not apply, each with its reason in a comment
 
     def dims(self) -> set[str]:
@@ -437,7 +444,7 @@ class Target:
         return found | set(self.sizes)
 
 
-NAMED = re.compile(r"^([A-Za-z_][A-Za-z_0-9.]*)(\[\d+\])*( \([^)]*\))?: ")
+NAMED = re.compile(r"^([A-Za-z_][A-Za-z_0-9.]*)(\[[^\]]+\])*( \([^)]*\))?: ")
 
 
 class Hang(BaseException):
@@ -464,8 +471,11 @@ class Outcome:
     detail: str = ""
 
 
-def classify(call: Callable[[], Any], expect: str, allowed: set[str], check, limit: float) -> Outcome:
-    """Run one case and classify its outcome (see the module docstring)."""
+def classify(
+    call: Callable[[], Any], expect: str, allowed: set[str], check, limit: float, errors=(), finite: bool = True
+) -> Outcome:
+    """Run one case and classify its outcome (see the module docstring); ``errors``: more exception types that count
+    as a named refusal (besides ``ValueError`` and ``TypeError``)."""
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:
@@ -473,7 +483,7 @@ def classify(call: Callable[[], Any], expect: str, allowed: set[str], check, lim
                 out = call()
         except Hang:
             return Outcome("hang", f"over {limit} s")
-        except (ValueError, TypeError) as error:
+        except (ValueError, TypeError, *errors) as error:
             message = str(error)
             match = NAMED.match(message)
             head = match.group(1).split(".")[0] if match else None
@@ -493,7 +503,7 @@ def classify(call: Callable[[], Any], expect: str, allowed: set[str], check, lim
         if announced:
             return Outcome("clean", "announced")
         return Outcome("silent", "a bad input was accepted without a word")
-    problem = finite_problem(out)
+    problem = finite_problem(out) if finite else None
     if problem is None and check is not None:
         problem = check(out)
     if problem:

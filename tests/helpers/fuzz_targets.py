@@ -9,6 +9,7 @@ argument at a time. The names are the public paths users import (``ttr_edu.ops.d
 from __future__ import annotations
 
 import math
+import os
 
 import torch
 
@@ -637,6 +638,9 @@ LAYER_OPTIONS = {
         sum_norm=Flag(),
         output_norm=Flag(True),
         chunk_size=Int(4, huge="either"),
+        feature_map_params=Obj(
+            lambda ctx: None, optional=True, extra=(("unknown_param", lambda v, c: {"nope": 1}, "bad"),)
+        ),
     ),
     "DeltaNet": dict(use_beta=Flag(True), chunk_size=Int(4, huge="either")),
     "GatedDeltaNet": dict(chunk_size=Int(4, huge="either")),
@@ -800,7 +804,12 @@ fn_target(HEB, "random_unit_keys", dict(n=Int("N"), d=Int("D_k"), seed=SEED, dty
 fn_target(
     HEB,
     "orthonormal_keys",
-    dict(n=Int("N", extra=(("more_than_d", lambda n: 10**3, "bad"),)), d=Int(lambda s: s["N"] + s["D_k"]), seed=SEED, dtype=DTYPE),
+    dict(
+        n=Int("N", extra=(("more_than_d", lambda n: 10**3, "bad"),)),
+        d=Int(lambda s: s["N"] + s["D_k"]),
+        seed=SEED,
+        dtype=DTYPE,
+    ),
     sizes={"N": (1, 4), "D_k": (0, 3)},
 )
 fn_target(HEB, "crosstalk_energy", dict(keys=F(("N", "D_k"), gen="unit")), empty=("N",))
@@ -812,7 +821,9 @@ fn_target(
     sizes={"N": (1, 4)},
 )
 fn_target(HEB, "recall_accuracy", dict(W=W_, keys=F(("N", "D_k"), gen="unit"), values=F(("N", "D_v"))), empty=("N",))
-fn_target(HEB, "cleanup_scores", dict(keys=F(("R", "N", "D_k"), gen="unit"), values=F(("R", "N", "D_v"))), sizes={"R": (1, 2)})
+fn_target(
+    HEB, "cleanup_scores", dict(keys=F(("R", "N", "D_k"), gen="unit"), values=F(("R", "N", "D_v"))), sizes={"R": (1, 2)}
+)
 
 # ------------------------------------------------------------------------------------------------------------------
 # ttr_edu.dual_form: the dual form of a linear layer trained by SGD
@@ -835,7 +846,11 @@ fn_target(DF, "momentum_rescale", dict(momentum=Num(0.5, lo=0.0, hi=0.99, tiny="
 fn_target(
     DF,
     "class_votes",
-    dict(scores=F(("Q", "N")), labels=I(("N",), high="C"), num_classes=Int("C", extra=(("too_few", lambda c: 1, "either"),))),
+    dict(
+        scores=F(("Q", "N")),
+        labels=I(("N",), high="C"),
+        num_classes=Int("C", extra=(("too_few", lambda c: 1, "either"),)),
+    ),
     sizes=DUAL_SIZES,
 )
 
@@ -868,7 +883,13 @@ fn_target(DF, "spotlight_scores", dict(memory=MEMORY, query=QUERY, at_step=AT_ST
 fn_target(
     DF,
     "top_patterns",
-    dict(memory=MEMORY, query=QUERY, k=Int(1, hi=lambda s: 2 * s["N"]), at_step=Int(None, lo=0, hi=2, optional=True), distinct_samples=Flag()),
+    dict(
+        memory=MEMORY,
+        query=QUERY,
+        k=Int(1, hi=lambda s: 2 * s["N"]),
+        at_step=Int(None, lo=0, hi=2, optional=True),
+        distinct_samples=Flag(),
+    ),
     sizes=DUAL_SIZES,
 )
 
@@ -895,14 +916,690 @@ add(
         dict(
             model=Obj(_model_and_opt),
             optimizer=Obj(lambda ctx: "sgd", extra=(("adam", lambda v, c: "adam", "bad"),)),
-            layers=Obj(lambda ctx: ["0"], extra=(("unknown", lambda v, c: ["nope"], "bad"), ("str", lambda v, c: "0", "bad"))),
+            layers=Obj(
+                lambda ctx: ["0"], extra=(("unknown", lambda v, c: ["nope"], "bad"), ("str", lambda v, c: "0", "bad"))
+            ),
             max_steps=Int(2, huge="bad"),
             patterns_per_step=Int("N", huge="bad"),
-            key_dtype=Obj(lambda ctx: None, extra=(("int_dtype", lambda v, c: torch.int64, "bad"), ("half", lambda v, c: torch.float16, "valid"))),
+            key_dtype=Obj(
+                lambda ctx: None,
+                extra=(("int_dtype", lambda v, c: torch.int64, "bad"), ("half", lambda v, c: torch.float16, "valid")),
+            ),
             allow_inexact=Flag(),
             verify=Flag(True),
             verbose=Flag(False),
         ),
         sizes=DUAL_SIZES,
     )
+)
+
+# ------------------------------------------------------------------------------------------------------------------
+# ttr_edu.models: the retrieval model (chapters 03-04), the MQAR models (chapter 09), the tiny LM (chapter 10)
+# ------------------------------------------------------------------------------------------------------------------
+
+RET = "ttr_edu.models.retrieval"
+fn_target(RET, "retrieval_loss", dict(y=F(("B", "D_v")), target=I(("B",), high="D_v")))
+fn_target(
+    RET,
+    "sum_rule_retrieve",
+    dict(
+        phi_k=F(("B", "T", "d_dot"), gen=("uniform", 0.1, 1.0)),
+        v=F(("B", "T", "D_v")),
+        phi_q=F(("B", "d_dot"), gen=("uniform", 0.1, 1.0)),
+    ),
+    sizes={"d_dot": (1, 4)},
+)
+RET_SIZES = {"K": (2, 5), "D_v": (2, 4), "d": (1, 4), "B": (1, 2)}
+add(
+    Target(
+        f"{RET}.RetrievalModel",
+        lambda **a: _mod(RET).RetrievalModel(**a),
+        dict(
+            num_keys=Int("K"),
+            num_values=Int("D_v"),
+            d_k=Int("d"),
+            feature_map=Ch("elu_plus_one", ("identity", "relu")),
+            feature_map_params=Obj(
+                lambda ctx: None, optional=True, extra=(("unknown_param", lambda v, c: {"nope": 1}, "bad"),)
+            ),
+            update_rule=Ch("sum", ("delta",)),
+            trained_keys=Flag(True),
+            read_out=Obj(lambda ctx: None, optional=True),
+        ),
+        sizes=RET_SIZES,
+    )
+)
+
+
+def _retrieval_batch(ctx, num_keys=None, num_values=None):
+    from ttr_edu.tasks.retrieval import capacity_batch
+
+    s = ctx.sizes
+    return capacity_batch(s["B"], num_keys or s["K"], seq_len=2, num_values=num_values or s["D_v"], generator=ctx.gen)
+
+
+def _retrieval_model(ctx):
+    torch.manual_seed(0)
+    return _mod(RET).RetrievalModel(ctx.sizes["K"], ctx.sizes["D_v"], d_k=ctx.sizes["d"], feature_map="elu_plus_one")
+
+
+for method in ("forward", "loss", "accuracy"):
+    add(
+        Target(
+            f"{RET}.RetrievalModel.{method}",
+            lambda module, batch, method=method: (
+                module(batch) if method == "forward" else getattr(module, method)(batch)
+            ),
+            dict(
+                module=Obj(_retrieval_model, wrong_type=False),
+                batch=Obj(
+                    _retrieval_batch,
+                    extra=(
+                        ("more_keys", lambda v, c: _retrieval_batch(c, num_keys=c.sizes["K"] + 3), "bad"),
+                        ("other_values", lambda v, c: _retrieval_batch(c, num_values=c.sizes["D_v"] + 1), "bad"),
+                    ),
+                ),
+            ),
+            sizes=RET_SIZES,
+        )
+    )
+
+LM = "ttr_edu.models.lm"
+LM_SIZES = {"V": (2, 9), "H": (1, 2), "D": (1, 4), "B": (1, 2), "T": (1, 4), "L": (1, 2)}
+
+
+def _lm_config(ctx, mixer="deltanet"):
+    s = ctx.sizes
+    return _mod(LM).LMConfig(
+        mixer=mixer, d_model=s["H"] * s["D"], num_heads=s["H"], n_layers=s["L"], mlp_ratio=2, vocab_size=s["V"]
+    )
+
+
+def _lm(ctx, mixer="deltanet"):
+    torch.manual_seed(0)
+    return _mod(LM).TinyLM(_lm_config(ctx, mixer))
+
+
+add(
+    Target(
+        f"{LM}.LMConfig",
+        lambda **a: _mod(LM).LMConfig(**a),
+        dict(
+            mixer=Ch("deltanet", ("linear", "softmax", "longhorn")),
+            d_model=Int(_hidden),
+            num_heads=Int("H", huge="bad"),
+            n_layers=Int("L"),
+            mlp_ratio=Int(2),
+            vocab_size=Int("V"),
+        ),
+        sizes=LM_SIZES,
+    )
+)
+add(
+    Target(
+        f"{LM}.TinyLM",
+        lambda config: _mod(LM).TinyLM(config),
+        dict(config=Obj(_lm_config)),
+        sizes=LM_SIZES,
+    )
+)
+for mixer in ("deltanet", "softmax", "linear_sumnorm", "titans"):
+    module = Obj(lambda ctx, mixer=mixer: _lm(ctx, mixer), wrong_type=False)
+    add(
+        Target(
+            f"{LM}.TinyLM.forward.{mixer}",
+            lambda module, tokens: module(tokens),
+            dict(module=module, tokens=I(("B", "T"), high="V")),
+            sizes=LM_SIZES,
+            empty=("B", "T"),
+        )
+    )
+
+    def _stepped(ctx, mixer=mixer, batch=None):
+        model = _lm(ctx, mixer)
+        state = model.init_state()
+        B = ctx.sizes["B"] if batch is None else batch
+        model.step(torch.zeros(B, dtype=torch.long), state)
+        return state
+
+    add(
+        Target(
+            f"{LM}.TinyLM.step.{mixer}",
+            lambda module, token, state: module.step(token, state),
+            dict(
+                module=module,
+                token=I(("B",), high="V", extra=(("batch_of_one_more", lambda t: torch.cat([t, t[:1]]), "bad"),)),
+                state=Obj(
+                    _stepped,
+                    extra=(
+                        ("fresh", lambda v, c, mixer=mixer: _lm(c, mixer).init_state(), "valid"),
+                        ("wider_model", lambda v, c, mixer=mixer: _stepped(_wider(c), mixer), "bad"),
+                    ),
+                ),
+            ),
+            sizes=LM_SIZES,
+        )
+    )
+
+
+def _wider(ctx):
+    import copy
+
+    wider = copy.copy(ctx)
+    wider.sizes = {**ctx.sizes, "D": ctx.sizes["D"] + 1}
+    return wider
+
+
+add(
+    Target(
+        f"{LM}.TinyLM.init_state",
+        lambda module: module.init_state(),
+        dict(module=Obj(_lm, wrong_type=False)),
+        sizes=LM_SIZES,
+    )
+)
+add(
+    Target(
+        f"{LM}.TinyLM.num_parameters",
+        lambda module: module.num_parameters(),
+        dict(module=Obj(_lm, wrong_type=False)),
+        sizes=LM_SIZES,
+    )
+)
+fn_target(
+    LM,
+    "lm_loss",
+    dict(
+        logits=F(("B", "T", "V")),
+        targets=I(("B", "T"), high="V", extra=(("ignore_index", lambda t: torch.full_like(t, -100), "bad"),)),
+    ),
+    sizes=LM_SIZES,
+    empty=("B", "T"),
+)
+fn_target(
+    LM,
+    "causal_lm_loss",
+    dict(logits=F(("B", "T", "V")), tokens=I(("B", "T"), high="V")),
+    sizes={**LM_SIZES, "T": (1, 4)},
+    empty=("B", "T"),
+    valid_when=lambda s: s["T"] >= 2,  # T = 1 scores no position: refused (it gave NaN)
+)
+fn_target(LM, "bits_per_byte", dict(loss_nats=Num(2.0, lo=0.0, big="either", tiny="either")))
+add(
+    Target(
+        f"{LM}.generate",
+        lambda **a: _mod(LM).generate(**a),
+        dict(
+            model=Obj(_lm),
+            prompt=I(("B", "T"), high="V"),
+            num_tokens=Int(2, huge="bad"),
+            temperature=Num(1.0, lo=0.0, big="either", tiny="valid"),  # greedy: exact in fp64
+            generator=Gen(),
+        ),
+        sizes=LM_SIZES,
+        empty=("B", "T"),
+    )
+)
+
+
+def _checkpoint_path(ctx):
+    import tempfile
+
+    folder = tempfile.mkdtemp(prefix="ttr-fuzz-")
+    return os.path.join(folder, "model.pt")
+
+
+add(
+    Target(
+        f"{LM}.save_checkpoint",
+        lambda **a: _mod(LM).save_checkpoint(**a),
+        dict(
+            model=Obj(_lm),
+            path=Obj(
+                _checkpoint_path,
+                extra=(
+                    ("missing_folder", lambda v, c: "/nonexistent-ttr-folder/x.pt", "bad"),
+                    ("a_folder", lambda v, c: os.path.dirname(v), "bad"),
+                ),
+            ),
+            metadata=Obj(
+                lambda ctx: {"seed": 0, "note": "fuzz"},
+                extra=(("a_tensor", lambda v, c: {"t": torch.zeros(1)}, "bad"), ("a_list", lambda v, c: [1], "bad")),
+            ),
+        ),
+        sizes=LM_SIZES,
+        errors=(FileNotFoundError, IsADirectoryError),  # a path that names no file: the file API's own errors
+    )
+)
+
+
+def _saved(ctx):
+    path = _checkpoint_path(ctx)
+    _mod(LM).save_checkpoint(_lm(ctx), path, {"seed": 0})
+    return path
+
+
+add(
+    Target(
+        f"{LM}.load_checkpoint",
+        lambda **a: _mod(LM).load_checkpoint(**a),
+        dict(
+            path=Obj(
+                _saved,
+                extra=(
+                    ("missing", lambda v, c: v + ".missing", "bad"),
+                    ("not_a_checkpoint", lambda v, c: _junk_file(v), "bad"),
+                    ("a_folder", lambda v, c: os.path.dirname(v), "bad"),
+                ),
+            ),
+        ),
+        sizes=LM_SIZES,
+        errors=(FileNotFoundError,),
+    )
+)
+
+
+def _junk_file(path):
+    with open(path, "wb") as f:
+        f.write(b"not a checkpoint")
+    return path
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# ttr_edu.tasks: retrieval settings, MQAR, images, text
+# ------------------------------------------------------------------------------------------------------------------
+
+TR = "ttr_edu.tasks.retrieval"
+DEVICE = Obj(
+    lambda ctx: "cpu", extra=(("unknown", lambda v, c: "nodevice", "bad"), ("meta", lambda v, c: "meta", "either"))
+)
+for fname in ("capacity_batch", "overwrite_batch"):
+    vocabulary = "bad" if fname == "capacity_batch" else "valid"  # a permutation of the vocabulary, or draws from it
+    fn_target(
+        TR,
+        fname,
+        dict(
+            batch_size=Int("B"),
+            num_keys=Int(lambda s: s["K"] + 2, huge=vocabulary),
+            seq_len=Int(2, optional=True),
+            num_values=Int(lambda s: s["K"] + 2, optional=True, huge=vocabulary),
+            generator=Gen(),
+            device=DEVICE,
+        ),
+        sizes={"K": (0, 3)},
+    )
+fn_target(
+    TR,
+    "switching_regression",
+    dict(
+        batch_size=Int("B"),
+        seq_len=Int("T"),
+        d_k=Int("D_k"),
+        d_v=Int("D_v", optional=True),
+        switch_every=Int(2, huge="valid"),  # longer than T: one regime
+        num_heads=Int("H"),
+        noise=Num(0.05, lo=0.0, tiny="either", big="either"),  # 1e300 fits float64 (refused for float32)
+        generator=Gen(),
+        device=DEVICE,
+        dtype=DTYPE,
+    ),
+)
+
+MQ = "ttr_edu.tasks.mqar"
+MQ_SIZES = {"P": (1, 3), "V": (16, 24), "B": (1, 2)}
+fn_target(
+    MQ,
+    "mqar_batch",
+    dict(
+        batch_size=Int("B"),
+        seq_len=Int(lambda s: 4 * s["P"] + 2),
+        num_pairs=Int("P"),
+        vocab_size=Int("V"),
+        power_a=Num(0.01, lo=0.0, lo_open=True, tiny="either"),
+        random_non_queries=Flag(True),
+        generator=Gen(),
+    ),
+    sizes=MQ_SIZES,
+)
+fn_target(
+    MQ, "query_slots", dict(seq_len=Int(lambda s: 4 * s["P"] + 2, huge="valid"), num_pairs=Int("P")), sizes=MQ_SIZES
+)
+fn_target(
+    MQ,
+    "free_slot_fraction",
+    dict(seq_len=Int(lambda s: 4 * s["P"] + 2, huge="valid"), num_pairs=Int("P")),
+    sizes=MQ_SIZES,
+)
+
+
+def _distinct_slots(shape, gen, dtype):
+    B, P = shape
+    return torch.stack([torch.randperm(P + 2, generator=gen)[:P] for _ in range(B)])
+
+
+fn_target(
+    MQ,
+    "mqar_layout",
+    dict(
+        keys=I(("B", "P"), high="V"),
+        values=I(("B", "P"), high="V"),
+        slots=I(
+            ("B", "P"),
+            high=lambda s: s["P"] + 2,
+            extra=(
+                ("repeated", lambda t: As(t[:, :1].expand_as(t).clone(), "bad" if t.shape[1] > 1 else "valid"), "bad"),
+            ),
+        ),
+        seq_len=Int(lambda s: 4 * s["P"] + 4),
+        filler=Obj(
+            lambda ctx: None,
+            optional=True,
+            extra=(("float", lambda v, c: torch.zeros(c.sizes["B"], 4 * c.sizes["P"] + 4), "bad"),),
+        ),
+    ),
+    sizes=MQ_SIZES,
+)
+fn_target(
+    MQ,
+    "mqar_accuracy",
+    dict(
+        logits=F(("B", "T", "V")),
+        labels=I(("B", "T"), high="V", extra=(("ignored", lambda t: torch.full_like(t, -100), "either"),)),
+    ),
+    sizes={"V": (2, 5)},
+)
+
+IMG = "ttr_edu.tasks.images"
+fn_target(IMG, "default_data_home", {})
+fn_target(
+    IMG,
+    "load_digits",
+    dict(test_fraction=Num(0.2, lo=0.0, lo_open=True, hi=0.9, tiny="bad"), seed=Int(0, lo=0, huge="bad")),
+)
+
+
+def _fake_mnist(ctx):
+    import tempfile
+
+    import numpy as np
+
+    folder = tempfile.mkdtemp(prefix="ttr-fuzz-mnist-")
+    images = np.zeros((12, 784), dtype=np.uint8)
+    np.savez_compressed(os.path.join(folder, "mnist.npz"), images=images, labels=np.arange(12) % 10)
+    return folder
+
+
+def _junk_folder(ctx):
+    folder = _fake_mnist(ctx)
+    with open(os.path.join(folder, "mnist.npz"), "wb") as f:
+        f.write(b"not an archive")
+    return folder
+
+
+fn_target(
+    IMG,
+    "load_mnist",
+    dict(
+        name=Ch("mnist", ()),
+        data_home=Obj(
+            _fake_mnist,
+            extra=(
+                ("empty_folder", lambda v, c: os.path.dirname(v), "bad"),
+                ("not_an_archive", lambda v, c: _junk_folder(c), "bad"),
+            ),
+        ),
+    ),
+    errors=(FileNotFoundError,),
+)
+
+TXT = "ttr_edu.tasks.text"
+fn_target(TXT, "load_stdlib_corpus", {})
+
+
+def _bytes(shape, gen, dtype):
+    return torch.randint(0, 256, shape, generator=gen, dtype=torch.uint8)
+
+
+BYTES = I(
+    ("N",),
+    high=256,
+    dtype=torch.uint8,
+    extra=(("wide_ids", lambda t: t.long() + 256, "bad"), ("int64", lambda t: t.long(), "valid")),
+)
+TEXT_SIZES = {"N": (8, 20), "L": (1, 4), "B": (1, 3)}
+fn_target(
+    TXT,
+    "random_windows",
+    dict(
+        tokens=BYTES,
+        batch_size=Int("B"),
+        seq_len=Int("L", extra=(("too_long", lambda n: 10**3, "bad"),)),
+        generator=Gen(),
+    ),
+    sizes=TEXT_SIZES,
+    skip=("tokens:negative", "tokens:too_high"),  # a uint8 tensor cannot hold them: wide_ids covers the range
+)
+fn_target(
+    TXT,
+    "eval_windows",
+    dict(
+        tokens=BYTES,
+        seq_len=Int("L", extra=(("too_long", lambda n: 10**3, "bad"),)),
+        max_windows=Int(2, optional=True, huge="valid"),
+    ),
+    sizes=TEXT_SIZES,
+    skip=("tokens:negative", "tokens:too_high"),
+)
+add(
+    Target(
+        f"{TXT}.TextCorpus.split",
+        lambda corpus, name: corpus.split(name),
+        dict(
+            corpus=Obj(lambda ctx: _mod(TXT).load_stdlib_corpus(), wrong_type=False),
+            name=Ch("train", ("valid", "test")),
+        ),
+    )
+)
+
+MM = "ttr_edu.models.mqar"
+MM_SIZES = {"H": (1, 2), "D": (1, 4), "V": (4, 9), "B": (1, 2), "T": (1, 5)}
+add(
+    Target(
+        f"{MM}.MQARModel",
+        lambda **a: _mod(MM).MQARModel(**a),
+        dict(
+            mixer=Ch("deltanet", ("softmax_attention", "linear_attention")),
+            vocab_size=Int("V"),
+            d_model=Int(_hidden),
+            num_heads=Int("H", huge="bad"),
+            feature_map=Ch("identity", ("elu_plus_one",)),
+            use_short_conv=Flag(True),
+        ),
+        sizes=MM_SIZES,
+    )
+)
+
+
+def _mqar_model(ctx):
+    torch.manual_seed(0)
+    s = ctx.sizes
+    return _mod(MM).MQARModel("deltanet", s["V"], _hidden(s), s["H"])
+
+
+add(
+    Target(
+        f"{MM}.MQARModel.forward",
+        lambda module, inputs: module(inputs),
+        dict(module=Obj(_mqar_model, wrong_type=False), inputs=I(("B", "T"), high="V")),
+        sizes=MM_SIZES,
+        empty=("B", "T"),
+    )
+)
+add(
+    Target(
+        f"{MM}.MQARLayer",
+        lambda **a: _mod(MM).MQARLayer(**a),
+        dict(
+            label=Obj(lambda ctx: "DeltaNet"),
+            layer=Obj(lambda ctx: _layers().DeltaNet),
+            kwargs=Obj(lambda ctx: {}, extra=(("not_a_dict", lambda v, c: [1], "bad"),)),
+            linear_memory=Flag(True),
+        ),
+    )
+)
+
+# ------------------------------------------------------------------------------------------------------------------
+# ttr_edu.train, ttr_edu.profiling, ttr_edu.viz (the figures of tensors and sizes)
+# ------------------------------------------------------------------------------------------------------------------
+
+TRN = "ttr_edu.train"
+
+
+def _tiny_model(ctx):
+    torch.manual_seed(0)
+    return torch.nn.Linear(2, 1)
+
+
+def _tiny_loss(model, batch):
+    return model(batch).square().mean()
+
+
+def _tiny_batch(generator):
+    return torch.randn(4, 2, generator=generator)
+
+
+CALLABLE = dict(wrong_type=True)
+add(
+    Target(
+        f"{TRN}.train",
+        lambda **a: _mod(TRN).train(**a),
+        dict(
+            model=Obj(_tiny_model, extra=(("frozen", lambda v, c: v.requires_grad_(False), "bad"),)),
+            sample_batch=Obj(lambda ctx: _tiny_batch),
+            loss_fn=Obj(lambda ctx: _tiny_loss),
+            max_steps=Int(3),
+            lr=Num(1e-3, lo=0.0, lo_open=True, tiny="either", big="either"),
+            target_loss=Num(1e-3, lo=0.0, optional=True, tiny="either", big="either"),
+            eval_every=Int(2, huge="valid"),  # evaluates at the last step
+            eval_batches=Int(2),
+            seed=Int(0, lo=None, huge="either"),
+            progress=Flag(False, optional=True),
+            desc=Obj(lambda ctx: "train", wrong_type=False),
+        ),
+        # a training budget (max_steps) and the evaluation set's size (eval_batches) are work the caller asks for:
+        # their huge values would run, not allocate, so they are not cases of the size policy
+        skip=("max_steps:huge", "eval_batches:huge"),
+        errors=(FloatingPointError,),  # a diverging run (lr=1e300), named by its loss_fn
+    )
+)
+add(
+    Target(
+        f"{TRN}.evaluate",
+        lambda **a: _mod(TRN).evaluate(**a),
+        dict(
+            model=Obj(_tiny_model),
+            batches=Obj(lambda ctx: [_tiny_batch(ctx.gen)], extra=(("empty", lambda v, c: [], "bad"),)),
+            loss_fn=Obj(lambda ctx: _tiny_loss),
+        ),
+    )
+)
+add(
+    Target(
+        f"{TRN}.progress_enabled",
+        lambda **a: _mod(TRN).progress_enabled(**a),
+        dict(progress=Flag(False, optional=True)),
+    )
+)
+
+PRF = "ttr_edu.profiling"
+for fname in ("peak_memory", "bytes_created", "matmul_flops"):
+    fn_target(PRF, fname, dict(fn=Obj(lambda ctx: lambda: torch.ones(3, 3) @ torch.ones(3, 3))))
+fn_target(PRF, "best_seconds", dict(fn=Obj(lambda ctx: lambda: torch.ones(3) * 2), repeats=Int(2, hi=1000)))
+for cname in ("PeakMemory", "BytesCreated"):
+    add(Target(f"{PRF}.{cname}", lambda cname=cname: getattr(_mod(PRF), cname)()))
+
+VIZ = "ttr_edu.viz"
+fn_target(
+    VIZ,
+    "heatmap",
+    dict(
+        matrix=F(("R", "C"), extra=(("ints", lambda x: x.round().long(), "valid"),)),
+        title=Obj(lambda ctx: "scores", wrong_type=False),
+        x_title=Obj(lambda ctx: "column", wrong_type=False),
+        y_title=Obj(lambda ctx: "row", wrong_type=False),
+        zmid=Num(0.0, big="either", tiny="valid", optional=True),  # None: plotly centres the scale itself
+    ),
+    sizes={"R": (1, 3), "C": (1, 3)},
+    skip=("matrix:int_dtype",),  # an int matrix is drawn: covered by "ints", valid
+)
+fn_target(VIZ, "recall_scores_figure", dict(n=Int("N"), d=Int("D_k"), seed=Int(0, lo=None, huge="either")))
+VD = "ttr_edu.viz.dual_form"
+fn_target(
+    VD,
+    "sorted_scores_figure",
+    dict(
+        scores=F(("N",), gen=("uniform", 0.0, 1.0)),
+        labels=I(("N",), high=3, bounded=False),  # any int names a group
+        title=Obj(lambda ctx: "scores", wrong_type=False),
+        top=Int(2, optional=True, huge="valid"),
+    ),
+)
+
+
+def _gallery(ctx):
+    s = ctx.sizes
+    images = torch.rand(2, s["h"] * s["w"], generator=ctx.gen)
+    return {"fc1": (images, ["a", "b"])}
+
+
+fn_target(
+    VD,
+    "spotlight_figure",
+    dict(
+        test_image=F((lambda s: s["h"] * s["w"],), gen=("uniform", 0.0, 1.0), rank="either"),
+        rows=Obj(
+            _gallery,
+            extra=(
+                ("few_captions", lambda v, c: {"fc1": (v["fc1"][0], ["a"])}, "bad"),
+                ("nan_image", lambda v, c: {"fc1": (v["fc1"][0] * math.nan, ["a", "b"])}, "bad"),
+                ("empty", lambda v, c: {}, "bad"),
+            ),
+        ),
+        image_shape=Obj(
+            lambda ctx: (ctx.sizes["h"], ctx.sizes["w"]), extra=(("wrong", lambda v, c: (v[0] + 1, v[1]), "bad"),)
+        ),
+        title=Obj(lambda ctx: "gallery", wrong_type=False),
+    ),
+    sizes={"h": (1, 3), "w": (1, 3)},
+)
+VC = "ttr_edu.viz.chunkwise"
+fn_target(VC, "block_decomposition", dict(T=Int("T"), chunk_size=Int(2, huge="valid")))
+fn_target(
+    VC,
+    "block_decomposition_figure",
+    dict(
+        T=Int("T"),
+        chunk_sizes=Obj(
+            lambda ctx: [1, 2], extra=(("empty", lambda v, c: [], "bad"), ("zero", lambda v, c: [0], "bad"))
+        ),
+        active=Int(0, lo=0, hi=1),
+    ),
+)
+fn_target(
+    VC,
+    "tile_owner_map",
+    dict(B=Int("B"), H=Int("H"), T=Int("T"), D_v=Int("D_v"), block_v=Int(2, huge="bad")),
+    finite=False,  # NaN marks the masked lanes d >= D_v, by design
+)
+fn_target(
+    VC,
+    "tile_map_figure",
+    dict(
+        B=Int("B"),
+        H=Int("H"),
+        T=Int("T"),
+        D_v=Int("D_v"),
+        block_vs=Obj(lambda ctx: [1, 2], extra=(("empty", lambda v, c: [], "bad"), ("zero", lambda v, c: [0], "bad"))),
+        active=Int(0, lo=0, hi=1),
+    ),
 )

@@ -35,6 +35,13 @@ from ttr_edu._internal.validation import (
 from ttr_edu.ops import get_feature_map
 from ttr_edu.ops.feature_maps import FEATURE_MAPS, d_dot
 
+__all__ = [
+    "ShortConvolution",
+    "MAX_CONV_SIZE",
+    "check_layer_input",
+    "MixerState",
+]
+
 
 class ShortConvolution(nn.Module):
     """A causal depthwise convolution over time with a SiLU, ``(B, T, C) -> (B, T, C)`` (as fla's ``ShortConvolution``).

@@ -31,6 +31,13 @@ from ttr_edu.ops import (
 )
 from ttr_edu.ops.feature_maps import FEATURE_MAPS, d_dot
 
+__all__ = [
+    "LinearAttention",
+    "DeltaNet",
+    "GatedDeltaNet",
+    "MesaLayer",
+]
+
 
 class LinearAttention(_Mixer):
     """Linear attention (Katharopoulos et al. 2020; Schlag et al. 2021): ``S_t = S_{t−1} + φ(k_t) v_tᵀ``.
@@ -73,12 +80,20 @@ class LinearAttention(_Mixer):
     ) -> None:
         super().__init__(hidden_size, num_heads, use_short_conv, conv_size)
         self.chunk_size = check_positive_int("chunk_size", chunk_size)
+        if feature_map_params is not None and not isinstance(feature_map_params, dict):
+            raise TypeError(
+                "feature_map_params: expected a dict such as {'nu': 2} or None, got "
+                f"{type(feature_map_params).__name__}"
+            )
         params = dict(feature_map_params or {})
         if feature_map == "favor_plus":
             params = {"d_k": self.head_dim, "m": self.head_dim, **params}
         check_choice("feature_map", feature_map, FEATURE_MAPS)
-        self.feature_map = get_feature_map(feature_map, **params)
-        self.d_k = d_dot(feature_map, self.head_dim, **{n: p for n, p in params.items() if n != "d_k"})
+        try:  # an unknown or bad parameter is the caller's feature_map_params
+            self.feature_map = get_feature_map(feature_map, **params)
+            self.d_k = d_dot(feature_map, self.head_dim, **{n: p for n, p in params.items() if n != "d_k"})
+        except (TypeError, ValueError) as error:
+            raise type(error)(f"feature_map_params: {error}") from None
         self.normalize = check_bool("normalize", normalize)
         self.qk_norm = check_bool("qk_norm", qk_norm)
         self.sum_norm = check_bool("sum_norm", sum_norm)
