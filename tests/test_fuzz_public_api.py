@@ -537,6 +537,20 @@ def _cases(target, sizes, seed, dtype):
     for d in target.empty:
         if d in sizes:
             yield f"empty:{d}", lambda d=d: build({**sizes, d: 0})[0], "bad"
+    if "all_meta" not in target.skip and any(_to_meta(v) is not v for v in base.values()):  # shapes only
+        yield "all_meta", lambda: {n: _to_meta(v) for n, v in build(sizes)[0].items()}, "either"
+
+
+def _to_meta(value):
+    """``value`` with every tensor (inside tuples and lists too) moved to the meta device."""
+    if isinstance(value, torch.Tensor):
+        return value.detach().to("meta")
+    if isinstance(value, tuple) and value and any(isinstance(v, torch.Tensor) for v in value):
+        items = [_to_meta(v) for v in value]
+        return type(value)(*items) if hasattr(value, "_fields") else tuple(items)
+    if isinstance(value, list) and any(isinstance(v, torch.Tensor) for v in value):
+        return [_to_meta(v) for v in value]
+    return value
 
 
 def _run_target(target, data):

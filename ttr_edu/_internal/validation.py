@@ -445,6 +445,12 @@ def _check_finite_tree(name: str, value) -> None:
         check_finite(name, value)
 
 
+def _has_meta(value) -> bool:
+    if isinstance(value, torch.Tensor):
+        return value.device.type == "meta"
+    return isinstance(value, (tuple, list)) and any(_has_meta(item) for item in value)
+
+
 def _capped_chunk(chunk_size, named: dict):
     """``chunk_size`` capped at the longest time axis of ``q, k, v`` (dim 1 in the fla layout); unchanged when it is
     no positive int (the op's own check names it) or no such tensor is given."""
@@ -464,8 +470,9 @@ def guarded(fn=None, *, cap_chunk: bool = True):
     ``q, k, v`` (:func:`check_chunk_size`: nothing is allocated for a huge one); every other tensor argument (and
     each tensor of a tuple, such as ``initial_state``) must be finite, except the log decay ``g``. After the call: a
     non-finite output ``o`` (the first returned tensor) from finite inputs is an overflow of its dtype and raises
-    ``ValueError`` naming ``o``. Shapes and dtypes stay with the function itself. The scans follow
-    :func:`finite_checks`.
+    ``ValueError`` naming ``o``. A function that reads the values of a meta tensor (which has none) fails with a
+    ``ValueError`` naming that argument, not torch's ``RuntimeError``. Shapes and dtypes stay with the function
+    itself. The scans follow :func:`finite_checks`.
 
     ``@guarded(cap_chunk=False)`` leaves ``chunk_size`` alone (the kernels, whose tiles need a power of two).
     """
@@ -502,7 +509,16 @@ def guarded(fn=None, *, cap_chunk: bool = True):
                     args = (*args[:chunk_index], capped, *args[chunk_index + 1 :])
                 else:
                     kwargs["chunk_size"] = capped
-        out = fn(*args, **kwargs)
+        try:
+            out = fn(*args, **kwargs)
+        except (RuntimeError, NotImplementedError) as error:
+            meta = next((n for n, v in named.items() if _has_meta(v)), None)
+            if meta is None or "meta" not in str(error):
+                raise
+            raise ValueError(
+                f"{meta}: a meta tensor carries no values, and {fn.__name__} reads them (a check or a branch on the "
+                "data); pass tensors with values"
+            ) from None
         o = out[0] if isinstance(out, tuple) else out
         if _FINITE_CHECKS and isinstance(o, torch.Tensor) and o.device.type != "meta" and o.is_floating_point():
             n_bad = 0 if all_finite(o) else int((~torch.isfinite(o.detach())).sum())

@@ -95,9 +95,8 @@ def _check_input(module: nn.Module, x, shape: tuple[str, ...]) -> None:
         )
     dims = Dims(hidden_size=module.hidden_size)
     dims.bind("x", x, shape)
-    empty = [d for d in shape[:-1] if dims[d] == 0]
-    if empty:
-        raise ValueError(f"x: expected {' and '.join(f'{d} >= 1' for d in empty)}, got shape {tuple(x.shape)}")
+    if any(dims[d] == 0 for d in shape[:-1]):
+        raise ValueError(f"x: expected {' and '.join(f'{d} >= 1' for d in shape[:-1])}, got shape {tuple(x.shape)}")
     weight = next(module.parameters(), None)
     if weight is not None and x.dtype != weight.dtype:
         raise TypeError(

@@ -333,7 +333,12 @@ class TestTimeRegression:
         M, N = dims["M"], dims["N"]
         if isinstance(self.function_class, Linear):  # a parametric memory: fit once, read S_N at every query
             kw = {name: x[None, :, None] for name, x in (("beta", beta), ("g", g)) if x is not None}
-            _, S = self(k[None, :, None], k[None, :, None], v[None, :, None], scale=1.0, output_final_state=True, **kw)
+            try:  # the keys are the layer's queries here: an error about q is about k
+                _, S = self(
+                    k[None, :, None], k[None, :, None], v[None, :, None], scale=1.0, output_final_state=True, **kw
+                )
+            except ValueError as error:
+                raise _renamed_q(error, "k") from None
             scale = dims["D_k"] ** -0.5 if scale is None else check_positive_float("scale", scale)
             return (scale * queries.to(S.dtype) @ S[0, 0]).to(queries.dtype)
         # Each query gets its own copy of the sequence and is asked at the last position, which sees all N pairs.
@@ -342,10 +347,19 @@ class TestTimeRegression:
             if x is not None:
                 per_token[name] = x[None, :, None].expand(M, N, 1)
         q = queries[:, None, None, :].expand(M, N, 1, dims["D_k"])
-        o, _ = self(
-            q, k[None, :, None].expand(M, N, 1, -1), v[None, :, None].expand(M, N, 1, -1), scale=scale, **per_token
-        )
+        try:
+            o, _ = self(
+                q, k[None, :, None].expand(M, N, 1, -1), v[None, :, None].expand(M, N, 1, -1), scale=scale, **per_token
+            )
+        except ValueError as error:  # the layer's q is made of the queries: name what the caller passed
+            raise _renamed_q(error, "queries") from None
         return o[:, -1, 0]
+
+
+def _renamed_q(error: ValueError, name: str) -> ValueError:
+    """``error`` from the inner call of :meth:`TestTimeRegression.predict`, naming ``name`` where it named ``q``."""
+    message = str(error)
+    return ValueError(f"{name}:{message[2:]}" if message.startswith("q:") else message)
 
 
 # --------------------------------------------------------------------------------------------------------------
