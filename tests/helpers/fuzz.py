@@ -281,6 +281,12 @@ class Num(Kind):
         return self.value
 
     def mutations(self, value, ctx):
+        # 1e300 and 1e-300 overflow and underflow float32, not float64: with float64 inputs they may run
+        big, tiny = (
+            ("either" if e == "bad" else e for e in (self.big, self.tiny))
+            if ctx.dtype == torch.float64
+            else (self.big, self.tiny)
+        )
         out: list[Mutation] = [
             ("nan", lambda: math.nan, "bad"),
             ("inf", lambda: math.inf, "bad"),
@@ -288,14 +294,14 @@ class Num(Kind):
             ("bool", lambda: True, "bad"),
             ("none", lambda: None, "valid" if self.optional else "bad"),
             ("list", lambda: [1.0], "bad"),
-            ("big", lambda: 1e300, self.big if self.hi is None else "bad"),
+            ("big", lambda: 1e300, big if self.hi is None else "bad"),
         ]
         if self.lo is not None:
             out.append(("below", lambda: self.lo - 1.0, "bad"))
             if self.lo_open:
                 out.append(("at_lo", lambda: self.lo, "bad"))
         if self.lo is None or self.lo < 1e-300 < (self.hi if self.hi is not None else math.inf):
-            out.append(("tiny", lambda: 1e-300, self.tiny))
+            out.append(("tiny", lambda: 1e-300, tiny))
         if self.hi is not None:
             out.append(("above", lambda: self.hi + 1.0, "bad"))
         return out

@@ -249,6 +249,8 @@ class FavorPlus(torch.nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """``(..., d_k) -> (..., 2m)``; see :func:`favor_plus`. Draws a fresh Ω first if ``redraw`` (see above)."""
         check_tensor("x", x)
+        if x.dim() == 0 or x.shape[-1] != self.d_k:
+            raise ValueError(f"x: expected shape (..., d_k) = (..., {self.d_k}), got {tuple(x.shape)}")
         if x.device != self.projection.device:
             raise ValueError(
                 f"x: expected a tensor on {self.projection.device} (the device of the module's projection; "
