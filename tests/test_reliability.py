@@ -689,3 +689,14 @@ def test_a_tiny_lm_refuses_a_state_of_another_batch_or_model():
     wider = TinyLM(LMConfig(d_model=12, num_heads=2, n_layers=1, mlp_ratio=2, vocab_size=17))
     with pytest.raises(ValueError, match=r"^state: carried by another model"):
         wider.step(torch.zeros(2, dtype=torch.long), state)
+
+
+def test_non_finite_values_are_also_floating_point_errors_for_training_loops():
+    """A refused NaN is a ValueError naming the argument and a FloatingPointError, so that a loop that keeps a
+    diverged run as a row (experiments.lm catches FloatingPointError) sees NaN logits as it sees a NaN loss."""
+    from ttr_edu.models.lm import lm_loss
+
+    logits = torch.full((2, 3, 5), float("nan"))
+    for kind in (ValueError, FloatingPointError):
+        with pytest.raises(kind, match=r"^logits: expected finite values"):
+            lm_loss(logits, torch.zeros(2, 3, dtype=torch.long))

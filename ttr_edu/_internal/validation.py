@@ -11,11 +11,12 @@ sight, so a later tensor that disagrees is reported against the tensor that fixe
     dims.bind("q", q, ("B", "T", "H", "D_k"))
     dims.bind("k", k, ("B", "T", "H", "D_k"))   # ValueError naming k, T and q on a mismatch
 
-The input policy (the same for every public op, kernel wrapper and layer; CONTRIBUTING.md "Input policy"):
+The input policy (the same for every public callable; CONTRIBUTING.md "Conventions"):
 
-* **Non-finite values are refused by name.** NaN or ±inf in ``q, k, v, beta``, a state or a layer's ``x`` raises
-  ``ValueError`` naming the argument and counting the bad entries; the log decay ``g`` may be ``−inf`` (a full
-  reset) where the op says so, never NaN or ``+inf``. An output that is not finite although its inputs are (an
+* **Non-finite values are refused by name.** NaN or ±inf in ``q, k, v, beta``, a state, a layer's ``x`` or any
+  other tensor argument raises :class:`NonFiniteError` (a ``ValueError``, and a ``FloatingPointError`` for training
+  loops) naming the argument and counting the bad entries; the log decay ``g`` may be ``−inf`` (a full reset) where
+  the op says so, never NaN or ``+inf``. An output that is not finite although its inputs are (an
   overflow of the dtype, e.g. fp16) is refused the same way, naming ``o``. Each scan costs one reduction and, on a
   GPU, one synchronisation; :func:`finite_checks` (exported as ``ttr_edu.finite_checks``) switches them off for
   speed in a training loop whose inputs you trust: then NaN in means NaN out and a ``g > 0`` goes unnoticed.
@@ -66,7 +67,15 @@ __all__ = [
     "check_device",
     "check_allocation",
     "check_real",
+    "NonFiniteError",
 ]
+
+
+class NonFiniteError(ValueError, FloatingPointError):
+    """NaN or inf where a finite number is needed: a ``ValueError`` (a bad value, named in the message) that is also a
+    ``FloatingPointError``, so that a training loop catching divergence (``except FloatingPointError``) sees NaN
+    activations or logits the same way it sees a NaN loss."""
+
 
 # The switch of the non-finite scans (module-level, so torch.compile guards on it like any global).
 _FINITE_CHECKS = True
@@ -140,7 +149,7 @@ def check_finite(name: str, x, *, allow_neginf: bool = False) -> None:
         n_bad = int(bad.sum())
     if n_bad:
         n_nan = int(torch.isnan(x).sum())
-        raise ValueError(
+        raise NonFiniteError(
             f"{name}: expected finite values, got {n_bad} of {x.numel()} entries NaN or inf ({n_nan} NaN); "
             f"the first at index {tuple(int(i) for i in bad.nonzero()[0])}. (ttr_edu.finite_checks(False) turns "
             "this check off.)"
@@ -523,7 +532,7 @@ def guarded(fn=None, *, cap_chunk: bool = True):
         if _FINITE_CHECKS and isinstance(o, torch.Tensor) and o.device.type != "meta" and o.is_floating_point():
             n_bad = 0 if all_finite(o) else int((~torch.isfinite(o.detach())).sum())
             if n_bad:
-                raise ValueError(
+                raise NonFiniteError(
                     f"o: {n_bad} of {o.numel()} outputs are NaN or inf although every input is finite: the result "
                     f"overflows {o.dtype} (largest finite {torch.finfo(o.dtype).max:.3g}); lower scale, normalise q "
                     "and k (l2_norm) or the values, or compute in float32/float64"
