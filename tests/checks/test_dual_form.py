@@ -92,6 +92,21 @@ WRONG = [
     ("votes: mean instead of sum", checks.check_class_votes, _votes_mean),
     ("votes: count of the best match", checks.check_class_votes, _votes_count_of_best),
     ("votes: normalised to shares", checks.check_class_votes, _votes_normalised),
+    # Review: scores.abs() @ one_hot passed while every case drew non-negative scores.
+    (
+        "votes: absolute scores",
+        checks.check_class_votes,
+        lambda scores, labels, num_classes: (
+            scores.abs() @ torch.nn.functional.one_hot(labels.long(), num_classes).to(scores.dtype)
+        ),
+    ),
+    (
+        "votes: scores clamped at 0",
+        checks.check_class_votes,
+        lambda scores, labels, num_classes: (
+            scores.clamp(min=0) @ torch.nn.functional.one_hot(labels.long(), num_classes).to(scores.dtype)
+        ),
+    ),
 ]
 
 
@@ -225,4 +240,17 @@ WRONG_RECORDERS = [
 @pytest.mark.parametrize("wrong", WRONG_RECORDERS, ids=[w.__name__ for w in WRONG_RECORDERS])
 def test_wrong_recorders_are_rejected(wrong):
     with pytest.raises(CheckFailed):
+        checks.check_record_training(wrong)
+
+
+def _W0_detached_not_cloned(model, layer_name, optimizer, batches):  # a view of the weight: training changes it
+    W0 = model.get_submodule(layer_name).weight.detach()
+    _, keys, values = record_training(model, layer_name, optimizer, batches)
+    return W0, keys, values
+
+
+@pytest.mark.parametrize("wrong", [_W0_detached_not_cloned, _W0_after_training])
+def test_a_W0_taken_after_training_is_named(wrong):
+    # Review: the message said only "wrong values"; it now says that W0 is the trained weight and why.
+    with pytest.raises(CheckFailed, match=r"your W0 equals the weight \*after\* training"):
         checks.check_record_training(wrong)

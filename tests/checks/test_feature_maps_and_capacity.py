@@ -10,6 +10,7 @@ import torch
 
 from ttr_edu.checks import CheckFailed
 from ttr_edu.checks import feature_maps_and_capacity as checks
+from ttr_edu.models.retrieval import sum_rule_retrieve
 
 
 def dpfp(x, nu):
@@ -90,7 +91,6 @@ def _sum_rule(phi_k, v, phi_q):  # the solution, written as a student would
 
 
 def test_sum_rule_check_passes_a_right_answer_and_refuses_the_packages_own(capsys):
-    from ttr_edu.models.retrieval import sum_rule_retrieve
 
     assert checks.check_sum_rule_retrieve(_sum_rule) is True
     assert capsys.readouterr().out.startswith("PASS")
@@ -120,6 +120,28 @@ def test_sum_rule_check_rejects_plausible_wrong_answers(wrong):
         checks.check_sum_rule_retrieve(wrong)
 
 
+def test_a_sum_rule_without_eps_is_told_so():
+    # Review: the answer without ε was refused with "got -0.1828823, expected -0.1828822", which reads as rounding.
+    with pytest.raises(CheckFailed, match=r"without ε: the denominator is zᵀφ\(q\) \+ 1e-6"):
+        checks.check_sum_rule_retrieve(_normaliser_without_eps)
+
+
+def test_a_sum_rule_with_another_eps_is_refused_without_the_note():
+    def other_eps(phi_k, v, phi_q):  # ε = 1e-9: not the formula without ε, so no note; still wrong
+        return _no_normaliser(phi_k, v, phi_q) / (torch.einsum("btk,bk->b", phi_k, phi_q)[:, None] + 1e-9)
+
+    with pytest.raises(CheckFailed, match="sum_rule_retrieve: wrong values") as failure:
+        checks.check_sum_rule_retrieve(other_eps)
+    assert "note" not in str(failure.value)
+
+
+def test_the_tiny_features_case_alone_tells_a_missing_eps_apart():
+    # The tiny case is where a missing ε shows: there the answer without ε is off by more than 100%, not by rounding.
+    tiny = list(checks._sum_rule_cases())[-1]
+    want = sum_rule_retrieve(**tiny)
+    assert ((_normaliser_without_eps(**tiny) - want).norm() / want.norm()).item() > 1.0
+
+
 def test_dpfp_rolled_the_other_way_is_told_so():
     def rolled_back(x, nu):
         r = torch.cat([torch.relu(x), torch.relu(-x)], dim=-1)
@@ -127,3 +149,26 @@ def test_dpfp_rolled_the_other_way_is_told_so():
 
     with pytest.raises(CheckFailed, match="the same products in another order"):
         checks.check_dpfp(rolled_back)
+
+
+def test_a_sum_rule_without_gradient_is_rejected(capsys):
+    # Review: an answer under torch.no_grad() passed the check and then stopped the chapter's training.
+    def no_grad_sum_rule(phi_k, v, phi_q):  # the right formula, written out, under no_grad
+        with torch.no_grad():
+            S = torch.einsum("b t k, b t v -> b k v", phi_k, v)
+            z = phi_k.sum(1)
+            return torch.einsum("b k v, b k -> b v", S, phi_q) / (
+                torch.einsum("b k, b k -> b", z, phi_q)[:, None] + 1e-6
+            )
+
+    with pytest.raises(CheckFailed, match="no gradient flows through your function"):
+        checks.check_sum_rule_retrieve(no_grad_sum_rule)
+    assert "PASS" not in capsys.readouterr().out
+
+
+def test_the_sum_rule_check_still_reports_an_unattempted_stub(capsys):
+    def stub(phi_k, v, phi_q):
+        raise NotImplementedError()
+
+    assert checks.check_sum_rule_retrieve(stub) is False
+    assert "not attempted yet" in capsys.readouterr().out

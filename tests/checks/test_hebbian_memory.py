@@ -70,6 +70,12 @@ def _crosstalk_sum_not_mean(keys):
     return ((gram - torch.diag(torch.diagonal(gram))) ** 2).sum()
 
 
+def _crosstalk_unsquared_diagonal(keys):
+    # Subtracts k_jᵀk_j instead of (k_jᵀk_j)²: the same numbers for unit keys, wrong for any other key.
+    gram = keys @ keys.T
+    return ((gram**2).sum() - torch.diagonal(gram).sum()) / len(keys)
+
+
 def _accuracy_ties_pass(W, keys, values):
     scores = (keys @ W.T) @ values.T
     return (scores.argmax(dim=1) == torch.arange(len(keys))).double().mean().item()
@@ -90,6 +96,7 @@ WRONG = [
     ("store: only the last pair", checks.check_store, lambda keys, values: torch.outer(values[-1], keys[-1])),
     ("crosstalk: keeps the diagonal", checks.check_crosstalk_energy, _crosstalk_with_diagonal),
     ("crosstalk: sum instead of mean", checks.check_crosstalk_energy, _crosstalk_sum_not_mean),
+    ("crosstalk: unsquared diagonal subtracted", checks.check_crosstalk_energy, _crosstalk_unsquared_diagonal),
     ("accuracy: ties counted as success", checks.check_recall_accuracy, _accuracy_ties_pass),
     ("accuracy: wrong values", checks.check_recall_accuracy, _accuracy_transposed_memory),
 ]

@@ -5,12 +5,42 @@ import pytest
 from tests.claims.mutation import run_mutated
 
 pytestmark = [pytest.mark.slow, pytest.mark.notebook]
+NOTEBOOK = "solutions/03_feature_maps_and_capacity.ipynb"
 
 
 def test_keys_that_switch_on_non_neighbours_break_the_one_hot_claim():
     # Switch on r_j and r_{j−2}: DPFP ν = 1 multiplies neighbours only, so every feature of these keys is 0.
-    error = run_mutated(
-        "solutions/03_feature_maps_and_capacity.ipynb", "r[j] = r[j - 1] = 1.0", "r[j] = r[j - 2] = 1.0"
-    )
+    error = run_mutated(NOTEBOOK, "r[j] = r[j - 1] = 1.0", "r[j] = r[j - 2] = 1.0")
     assert error is not None and "ClaimFailed" in error
     assert "the 32 hand-built keys have one-hot features" in error
+
+
+def test_swapping_favor_for_dpfp_breaks_the_concentration_comparison():
+    # A comparative claim across seeds: with DPFP measured in FAVOR+'s row, "FAVOR+ piles its weight on a few keys, more
+    # than DPFP" is false in every seed.
+    error = run_mutated(
+        NOTEBOOK,
+        "spec, top3[label], wrong_top[label], target_weight[label] = capacity.MODELS[label], [], [], []",
+        'spec, top3[label], wrong_top[label], target_weight[label] = capacity.MODELS["DPFP ν=1"], [], [], []',
+    )
+    assert error is not None and "ClaimFailed" in error
+    assert "FAVOR+ piles its weight on a few keys" in error
+
+
+def test_one_seed_of_the_grid_breaks_the_claims_across_seeds():
+    # Another seed set: with the shipped grid read for seed 0 alone, the order of the limits rests on one seed and
+    # fails by name instead of reading as a result across seeds.
+    error = run_mutated(
+        NOTEBOOK,
+        'grid_seeds = sorted({r["train_seed"] for r in rows})',
+        'grid_seeds = sorted({r["train_seed"] for r in rows})[:1]',
+    )
+    assert error is not None and "ClaimFailed" in error
+    assert "the larger d_dot, the more keys fit" in error and "rests on 1 seed" in error
+
+
+def test_a_paper_limit_below_ours_breaks_the_comparison():
+    # Had the paper solved DPFP ν = 3 only up to 200 of its 384 features, our limits would lie above it in every seed.
+    error = run_mutated(NOTEBOOK, '"DPFP ν=3": {340: 0.0, 400: 0.036},', '"DPFP ν=3": {200: 0.0, 240: 0.036},')
+    assert error is not None and "ClaimFailed" in error
+    assert "no memory's limit lies above the paper's, in any seed" in error

@@ -268,8 +268,16 @@ def test_a_patched_torch_or_package_function_stops_every_check(monkeypatch):
 
 #: checks that refuse the copy by a reason of their own: rotation_keys compares the answer (two keys) through an
 #: adapter with a reference of another kind (their product), so the copy fails on its type; solve_tril refuses any
-#: solve wider than a diagonal block, which the reference's one dense inverse is
-ADAPTED = {"rotation_keys": "expected two tensors", "solve_tril": "inverts only the 16×16 diagonal blocks"}
+#: solve wider than a diagonal block, which the reference's one dense inverse is; update_eigenvalues rules out the
+#: eigensolver its reference calls
+ADAPTED = {
+    "rotation_keys": "expected two tensors",
+    "solve_tril": "inverts only the 16×16 diagonal blocks",
+    "update_eigenvalues": "eigvalsh is ruled out here",
+    "rls_memory": "linalg.solve is ruled out here",  # the same for the linear solve of 6.4's reference
+    # the reference trains the check's own model in place, so the copy hands back a W0 taken after training
+    "record_training": r"your W0 equals the weight \*after\* training",
+}
 
 
 def test_an_answer_that_calls_its_own_reference_is_refused_by_every_check():

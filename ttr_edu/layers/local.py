@@ -14,6 +14,11 @@ from ttr_edu.layers.base import MixerState, _Mixer
 from ttr_edu.ops import l2_norm, local_linear_attention, softmax_attention
 from ttr_edu.ops.softmax_attention import attend_last
 
+__all__ = [
+    "SoftmaxAttention",
+    "LocalLinearAttention",
+]
+
 
 class SoftmaxAttention(_Mixer):
     """Causal softmax attention: the Nadaraya–Watson smoother with kernel ``exp(scale · q·k)`` (Wang et al. 2025 §4.1).

@@ -253,7 +253,8 @@ def _block_forward(k, v, q, g, *, state, scale, scratch):
     fast = scratch.enabled
     G = _log_decays(g, scratch)  # log γ_i = Σ_{j≤i} g_j, per key, an (n, B, H, C, D_k) view of a buffer
     V = pack(None, v, out=scratch("V", M, C, D_v))  # V: no op to fold its packing into
-    if bool((G[..., -1, :] >= _MIN_FACTORED_LOG_DECAY).all()):  # (NaN from a reset, g = −inf, fails it)
+    # (NaN from a reset, g = −inf, fails the test; a meta tensor has no values and takes the exact path)
+    if G.device.type != "meta" and bool((G[..., -1, :] >= _MIN_FACTORED_LOG_DECAY).all()):
         # Γ_ijd = γ_id / γ_jd has rank one in (i, j) for each d: Q Kᵀ ⊙ Γ = (Q ⊙ γ)(K / γ)ᵀ, one product. Every
         # chunk decays by at most e⁸ per key here, so 1/γ cannot overflow and Γ carries at most 2·8 units of
         # rounding: fp32 round-off of order 1e-6 (as the scalar gate's factorised path).

@@ -320,7 +320,8 @@ def _block_forward(k, v, q, g=None, *, state, scale, scratch):
         G = torch.cumsum(g, -1, out=None if not fast else scratch("G", M, C).view(g.shape))  # log γ_i
         gamma = torch.exp(G)  # (n, B, H, C)
         chunk_decay = gamma[..., -1].reshape(M, 1, 1)  # γ_C
-        factorised = bool((chunk_decay >= _MIN_FACTORED_DECAY).all())
+        # (a meta tensor has no values to test: it takes the exact path, which holds for any decay)
+        factorised = g.device.type != "meta" and bool((chunk_decay >= _MIN_FACTORED_DECAY).all())
     V = pack(None, v, out=scratch("V", M, C, D_v))  # V: no op to fold its packing into
     if factorised:
         if gamma is None:
