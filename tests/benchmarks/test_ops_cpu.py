@@ -1,10 +1,12 @@
-"""benchmarks/ops_cpu.py prints its new columns (fla/ours, GFLOP/s, % of the matmul rate) with fla and without."""
+"""benchmarks/ops_cpu.py prints its columns (fla/ours, GFLOP/s, % of the matmul rate, the share of time moving data)
+with fla and without, and every target of issue 27 with "met" or "NOT met"."""
 
 import importlib.util
 import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "ops_cpu.py"
 
@@ -28,8 +30,10 @@ def test_table_has_the_new_columns(bench, capsys):
     bench.main(["--T", "128", "--repeats", "1", "--layers", "gated_linear_attention", "gla"])
     out = capsys.readouterr().out
     assert "fla/ours" in out and "% mm" in out and "one-core matmul" in out and "load average" in out
+    assert "copy %" in out and bench.cpu_model() in out
     chunk_rows = [line for line in out.splitlines() if line.split()[1:2] == ["chunk"]]
     assert len(chunk_rows) == 2 and all(line.rstrip()[-1].isdigit() for line in chunk_rows)
+    assert all(line.split()[-2].endswith("%") for line in chunk_rows)  # copy %, before the peak memory
     if bench.fla_version() is not None:  # fla is an optional benchmark dependency (the bench extra)
         assert chunk_rows[0].split()[5].endswith("x")  # a measured ratio
         assert "no fla naive chunk" in chunk_rows[1]  # per-key GLA has no naive chunk form in fla
@@ -42,3 +46,25 @@ def test_without_fla_the_column_says_so(bench, capsys, monkeypatch):
     bench.main(["--T", "64", "--repeats", "1", "--layers", "gated_linear_attention"])
     chunk_row = next(line for line in capsys.readouterr().out.splitlines() if line.split()[1:2] == ["chunk"])
     assert "fla not installed" in chunk_row
+
+
+def test_copy_share_counts_copies_and_concatenations(bench):
+    x = torch.randn(256, 256)
+    assert bench.copy_share(lambda: x @ x, calls=3) == 0.0
+    assert bench.copy_share(lambda: torch.cat([x, x]).t().contiguous(), calls=3) > 0.5
+
+
+def test_every_target_is_printed_met_or_not(bench, capsys):
+    results, fla_ratios = {}, {}
+    for layer in ("delta_rule", "gla"):
+        for T in (1024, 4096):
+            results[layer, "copy", T] = (0.05 if T == 1024 else 0.2, 0)
+            results[layer, "share", T] = (0.5, 0)
+    fla_ratios["delta_rule", 1024], fla_ratios["delta_rule", 4096] = 1.3, 1.1
+    bench.report_targets(results, fla_ratios, ["delta_rule", "gla"])
+    lines = capsys.readouterr().out.splitlines()[1:]
+    assert all(line.endswith((": met", ": NOT met", "nothing to compare")) for line in lines), lines
+    verdicts = [line.rsplit(": ", 1)[1] for line in lines if "copy_/cat" in line]
+    assert verdicts == ["met", "NOT met", "met", "NOT met"]
+    assert sum("of the one-core matmul rate" in line for line in lines) == 4  # delta_rule >= 45 %, gla >= 35 %
+    assert [line.rsplit(": ", 1)[1] for line in lines if "fla/ours" in line] == ["met", "NOT met"]

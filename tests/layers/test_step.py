@@ -5,8 +5,8 @@ import pytest
 import torch
 
 from tests.helpers import relative_error
-from ttr_edu.layers import MEMORY_MIXERS, MIXERS, DeltaNet, LinearAttention, Longhorn, MesaLayer, SoftmaxAttention
-from ttr_edu.layers.base import MixerState
+from ttr_edu.layers import MEMORY_MIXERS, MIXERS, DeltaNet, LinearAttention, Longhorn, MesaLayer, SoftmaxAttention, base
+from ttr_edu.layers.base import MixerState, ShortConvolution
 
 REGISTERED = {**MIXERS, **MEMORY_MIXERS}
 #: options that change the recurrent form a layer steps with, beside the registry's defaults
@@ -17,6 +17,8 @@ VARIANTS = {
     "softmax_qk_norm": lambda: SoftmaxAttention(8, 2, qk_norm=True),
     "longhorn_diagonal": lambda: Longhorn(8, 2, diagonal=True),
     "deltanet_no_conv": lambda: DeltaNet(8, 2, use_short_conv=False),
+    "deltanet_no_beta_relu": lambda: DeltaNet(8, 2, use_beta=False, feature_map="relu"),
+    "softmax_no_conv": lambda: SoftmaxAttention(8, 2, use_short_conv=False),
     "ttt_linear_b3": lambda: MEMORY_MIXERS["ttt_linear"](8, 2, mini_batch_size=3),
     "ttt_mlp_b3": lambda: MEMORY_MIXERS["ttt_mlp"](8, 2, mini_batch_size=3, expansion=2),
 }
@@ -61,3 +63,33 @@ def test_a_step_is_checked():
         layer.step(torch.randn(3, 8), state)
     with pytest.raises(ValueError, match="batch_size"):
         layer.initial_state(0)
+
+
+def test_the_convolution_at_the_last_position_is_the_forward_pass_there():
+    """A step convolves only the last position of its window: the last conv_size inputs, fewer at the start."""
+    torch.manual_seed(0)
+    conv = ShortConvolution(6, conv_size=4).double()
+    x = torch.randn(2, 9, 6, dtype=torch.float64)
+    full = conv(x)
+    for t in range(9):
+        window = x[:, max(0, t - 3) : t + 1]
+        assert torch.allclose(conv.last(window), full[:, t], rtol=1e-13, atol=1e-13)
+
+
+def test_the_unchecked_step_is_the_step_and_scans_nothing(monkeypatch):
+    """step checks x once and runs step_unchecked; step_unchecked alone gives the same outputs and states without a
+    single call of the input policy (a language model's generation checks its prompt once, then steps unchecked)."""
+    torch.manual_seed(0)
+    x = torch.randn(2, 7, 8)
+    for name in ("deltanet", "gated_deltanet", "softmax_attention", "linear_attention"):
+        layer = REGISTERED[name](8, 2)
+        with torch.no_grad():
+            stepped, _ = step_through(layer, x)
+            calls = []
+            monkeypatch.setattr(base, "check_layer_input", lambda *a: calls.append(a))
+            state, unchecked = layer.initial_state(2), []
+            for t in range(7):
+                o, state = layer.step_unchecked(x[:, t], state)
+                unchecked.append(o)
+            monkeypatch.undo()
+        assert calls == [] and torch.equal(torch.stack(unchecked, dim=1), stepped), name

@@ -52,6 +52,32 @@ def test_generate_keeps_the_prompt_and_is_reproducible():
     assert greedy[0, 3].item() == model(prompt)[0, -1].argmax().item()  # the first sample is the forward's argmax
 
 
+def test_generate_checks_once_and_steps_unchecked(monkeypatch):
+    """The prompt is checked once per generation; every token then takes step_unchecked, which neither checks its
+    token nor scans an activation, and gives step's logits."""
+    from ttr_edu._internal import validation
+    from ttr_edu.layers import base
+
+    torch.manual_seed(0)
+    model = TinyLM(LMConfig(mixer="gated_deltanet")).eval()
+    prompt = torch.tensor([[100, 101, 102], [7, 8, 9]])
+    expected = generate(model, prompt, 6, temperature=0)
+    checks = []
+    monkeypatch.setattr(TinyLM, "_check_tokens", lambda self, *a: checks.append("tokens"))
+    monkeypatch.setattr(base, "check_layer_input", lambda *a: checks.append("layer input"))
+    monkeypatch.setattr(validation, "check_finite", lambda *a, **kw: checks.append("finite"))
+    assert torch.equal(generate(model, prompt, 6, temperature=0), expected)
+    assert checks == ["tokens"]  # the prompt, once
+    monkeypatch.undo()
+    state, unchecked = model.init_state(), model.init_state_for(2)
+    for t in range(3):
+        logits, state = model.step(prompt[:, t], state)
+        logits_unchecked, unchecked = model.step_unchecked(prompt[:, t], unchecked)
+        assert torch.equal(logits, logits_unchecked)
+    with pytest.raises(ValueError, match="token"):
+        model.step(torch.tensor([1, 300]), state)  # a direct step still checks its token
+
+
 @pytest.mark.parametrize(
     "call, error, match",
     [

@@ -215,17 +215,3 @@ def test_chunk_forward_is_the_same_for_any_block_split(monkeypatch, block_rows, 
     grads_ref = torch.autograd.grad((o_ref * probe).sum() + S_ref.sum(), inputs)
     for a, b in zip(grads, grads_ref):
         assert relative_error(a, b) <= 1e-10
-
-
-@pytest.mark.parametrize("C", [1, 7, 16, 17, 64, 200])
-def test_ut_solve_in_halves_equals_one_triangular_solve(C):
-    """The chunk forms' UT transform solves in two halves with a product between them; it must equal one solve
-    with the unit lower-triangular L taken from the strict lower triangle of ``gram`` (fp64), and ignore the rest."""
-    from ttr_edu.ops.delta_rule import ut_solve
-
-    gen = torch.Generator().manual_seed(C)
-    gram = torch.randn(3, C, C, generator=gen, dtype=torch.float64) / C**0.5
-    rhs = torch.randn(3, C, 5, generator=gen, dtype=torch.float64)
-    L = gram.tril(-1) + torch.eye(C, dtype=torch.float64)
-    expected = torch.linalg.solve_triangular(L, rhs, upper=False)
-    assert torch.allclose(ut_solve(gram, rhs), expected, rtol=1e-10, atol=1e-10)

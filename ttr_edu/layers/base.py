@@ -13,6 +13,10 @@ Every mixer also reads one token at a time: :meth:`_Mixer.step` carries a :class
 (``mix_step`` beside ``mix``). A parametric memory's step costs the same at any position; a nonparametric one's grows
 with its key-value cache. The tests prove, for every registered mixer, that stepping through a sequence gives the
 outputs of the whole-sequence forward pass.
+
+A step checks its arguments, then runs :meth:`_Mixer.step_unchecked`, which a caller that checked once (a language
+model's generation) runs directly: at a few dozen tensor ops per token, a check per token would cost as much as the
+step (issue 27: 1,116 ops per token of a 2-layer DeltaNet language model before, most of them checks).
 """
 
 from __future__ import annotations
@@ -67,6 +71,15 @@ class ShortConvolution(nn.Module):
         T = x.shape[1]
         y = self.conv(x.transpose(1, 2))[..., :T]  # (B, C, T); padding both sides, the right end cut: causal
         return F.silu(y.contiguous()).transpose(1, 2)
+
+    def last(self, window: torch.Tensor) -> torch.Tensor:
+        """The output at the last position of ``window`` ``(B, L, C)``, ``L ≤ conv_size``: what :meth:`forward`
+        gives there when these are the sequence's last ``L`` inputs (older ones lie outside the receptive field, or
+        before the start, where the convolution sees zeros). ``(B, C)``, two elementwise ops and a sum where the
+        padded convolution over the window costs a dozen. Unchecked: for a one-token step whose caller checked ``x``.
+        """
+        taps = self.conv.weight[:, 0, -window.shape[1] :]  # (C, L): the taps that meet the last L inputs
+        return F.silu((window * taps.T).sum(1) + self.conv.bias)
 
 
 #: The longest short convolution: fla's layers use 4; a huge kernel would only run (for minutes) over padding.
@@ -128,8 +141,9 @@ class _Mixer(nn.Module):
     """What every mixer shares: q, k, v projections, optional short convolutions, heads, the output projection.
 
     A subclass defines ``mix`` (the chunk form of its op over a whole sequence) and ``mix_step`` (the recurrent
-    form over one token, from and to its memory); it overrides ``project`` to add ``beta``, ``g`` or feature maps,
-    ``initial_memory`` when its memory does not start at the op's zero state, and ``state_size``.
+    form over one token, from and to its memory); it overrides ``op_inputs`` (or ``project``) to add ``beta``, ``g``
+    or feature maps, ``initial_memory`` when its memory does not start at the op's zero state, and ``state_size``.
+    For a one-token step without a check per token it may also define ``mix_step_unchecked`` (see :meth:`step`).
     """
 
     parametric = True  # a fixed-size memory S (else: the key-value cache)
@@ -149,7 +163,7 @@ class _Mixer(nn.Module):
             self.qkv_conv1d = ShortConvolution(3 * hidden_size, conv_size)
 
     def _heads(self, x: torch.Tensor) -> torch.Tensor:
-        return x.unflatten(-1, (self.num_heads, self.head_dim))  # (B, T, hidden) -> (B, T, H, D)
+        return x.view(*x.shape[:-1], self.num_heads, self.head_dim)  # (B, T, hidden) -> (B, T, H, D)
 
     def project(self, x: torch.Tensor) -> dict[str, torch.Tensor]:
         """``x`` ``(B, T, hidden_size)`` -> the op's inputs: ``q, k, v`` ``(B, T, H, D)`` (+ ``beta``, ``g``)."""
@@ -157,6 +171,12 @@ class _Mixer(nn.Module):
         qkv = self.qkv_proj(x)
         if self.use_short_conv:
             qkv = self.qkv_conv1d(qkv)
+        return self.op_inputs(x, qkv)
+
+    def op_inputs(self, x: torch.Tensor, qkv: torch.Tensor) -> dict[str, torch.Tensor]:
+        """The op's inputs from ``x`` ``(B, T, hidden_size)`` and its projected (and convolved) ``qkv``
+        ``(B, T, 3 hidden_size)``: ``q, k, v`` ``(B, T, H, D)``; a subclass adds ``beta``, ``g`` or feature maps.
+        Unchecked: :meth:`project` and :meth:`step` check ``x`` first."""
         q, k, v = qkv.chunk(3, dim=-1)
         return {"q": self._heads(q), "k": self._heads(k), "v": self._heads(v)}
 
@@ -167,6 +187,13 @@ class _Mixer(nn.Module):
     def mix_step(self, memory, **inputs: torch.Tensor) -> tuple[torch.Tensor, Any]:
         """The recurrent form over one token: inputs ``(B, 1, H, D)`` and the memory -> ``(o, memory)``."""
         raise NotImplementedError
+
+    def mix_step_unchecked(self, memory, **inputs: torch.Tensor) -> tuple[torch.Tensor, Any]:
+        """:meth:`mix_step` without the op's argument checks, for inputs this layer made (a step of
+        :meth:`step_unchecked`). By default the checked :meth:`mix_step` itself; the layers a language model
+        generates with override it with their op's one-token step (e.g. :func:`ttr_edu.ops.delta_rule.recurrent_step`).
+        """
+        return self.mix_step(memory, **inputs)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """``(B, T, hidden_size) -> (B, T, hidden_size)``, through the chunk form of the layer's op.
@@ -209,9 +236,9 @@ class _Mixer(nn.Module):
     def step(self, x: torch.Tensor, state: MixerState) -> tuple[torch.Tensor, MixerState]:
         """Read one token per sequence with the recurrent form of the layer's op.
 
-        The short convolution sees the last ``conv_size`` inputs only, so projecting that window and keeping its
-        last position gives exactly the whole-sequence projection at this token, at a cost independent of the
-        position.
+        The short convolution sees the last ``conv_size`` inputs only, so its output at the last position of that
+        window is exactly the whole-sequence projection at this token, at a cost independent of the position.
+        Checks its arguments, then runs :meth:`step_unchecked`.
 
         Args:
             x: ``(B, hidden_size)``, the token's input, of the module's dtype and device.
@@ -236,11 +263,46 @@ class _Mixer(nn.Module):
                 f"x: expected the batch size of the state (B = {state.window.shape[0]}), got B = {x.shape[0]}; "
                 "start a new state with initial_state(B) for another batch"
             )
-        window = x[:, None] if state.window is None else torch.cat([state.window, x[:, None]], dim=1)
-        window = window[:, -self.receptive_field :]
-        inputs = {name: value[:, -1:] for name, value in self.project(window).items()}  # this token's, T = 1
-        o, memory = self.mix_step(state.memory, **inputs)
-        return self.o_proj(o.flatten(-2))[:, 0], MixerState(window, memory)
+        check_layer_input(self, x.unsqueeze(1))
+        return self.step_unchecked(x, state)
+
+    def step_unchecked(self, x: torch.Tensor, state: MixerState) -> tuple[torch.Tensor, MixerState]:
+        """:meth:`step` without its argument checks, for a caller that checked its arguments once: a language
+        model's generation checks the prompt, then steps token by token through here
+        (:func:`ttr_edu.models.lm.generate`). Same arguments and result as :meth:`step`; a wrong argument fails
+        deep inside, or not at all.
+
+        Only this token is projected: the short convolution's output at the last position of the window
+        (:meth:`ShortConvolution.last`), then :meth:`op_inputs`. A layer that still overrides ``project`` instead
+        projects the window through it, checks included.
+        """
+        last = x[:, None]  # (B, 1, hidden_size)
+        if type(self).project is _Mixer.project:
+            window, qkv = self._step_projection(x, state.window)
+            inputs = self.op_inputs(last, qkv[:, None])  # this token's, T = 1
+        else:
+            window = self._step_window(x, state.window)
+            inputs = {name: value[:, -1:] for name, value in self.project(window).items()}
+        o, memory = self.mix_step_unchecked(state.memory, **inputs)
+        o = F.linear(o.reshape(x.shape[0], -1), self.o_proj.weight, self.o_proj.bias)
+        return o, MixerState(window, memory)
+
+    def _step_window(self, x: torch.Tensor, window: torch.Tensor | None) -> torch.Tensor:
+        """The short convolution's window after the input ``x`` ``(B, hidden_size)``: its last ``conv_size`` inputs
+        ``(B, ≤ conv_size, hidden_size)`` (``x`` alone without the convolution)."""
+        if window is None or not self.use_short_conv:
+            return x[:, None]
+        window = torch.cat([window, x[:, None]], dim=1)
+        drop = window.shape[1] - self.qkv_conv1d.conv_size
+        return window if drop <= 0 else window[:, drop:]
+
+    def _step_projection(self, x: torch.Tensor, window: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(window, qkv)`` for one token: the new window (:meth:`_step_window`) and this token's projected and
+        convolved ``qkv`` ``(B, 3 hidden_size)``, what :meth:`project` gives at the last position. Unchecked."""
+        window = self._step_window(x, window)
+        if not self.use_short_conv:
+            return window, F.linear(x, self.qkv_proj.weight, self.qkv_proj.bias)
+        return window, self.qkv_conv1d.last(F.linear(window, self.qkv_proj.weight, self.qkv_proj.bias))
 
     def state_size(self, seq_len: int) -> int:
         """Floats kept per sequence to produce the next output (see the module docstring)."""

@@ -6,9 +6,13 @@ Nadaraya–Watson smoother, local linear attention fits a kernel-weighted line a
 
 from __future__ import annotations
 
+import torch
+import torch.nn.functional as F
+
 from ttr_edu._internal.validation import check_bool, check_positive_float
-from ttr_edu.layers.base import _Mixer
-from ttr_edu.ops import local_linear_attention, softmax_attention
+from ttr_edu.layers.base import MixerState, _Mixer
+from ttr_edu.ops import l2_norm, local_linear_attention, softmax_attention
+from ttr_edu.ops.softmax_attention import attend_last
 
 __all__ = [
     "SoftmaxAttention",
@@ -49,6 +53,25 @@ class SoftmaxAttention(_Mixer):
 
     def mix_step(self, memory, q, k, v):
         return softmax_attention(q, k, v, initial_state=memory, output_final_state=True, **self._options())
+
+    def mix_step_unchecked(self, memory, q, k, v):
+        if memory is not None:  # the cache grows by this token
+            k, v = torch.cat([memory[0], k], dim=1), torch.cat([memory[1], v], dim=1)
+        q_c, k_c, v_c = q, k, v
+        if q.dtype not in (torch.float32, torch.float64):  # the op computes in fp32
+            q_c, k_c, v_c = q.float(), k.float(), v.float()
+        if self.qk_norm:
+            q_c, k_c = l2_norm(q_c), l2_norm(k_c)
+        o = attend_last(q_c, k_c, v_c, self.qk_scale if self.qk_norm else q.shape[-1] ** -0.5)
+        return o.to(q.dtype), (k, v)
+
+    def step_unchecked(self, x, state):
+        # The template's step written out flat (see DeltaNet.step_unchecked): q, k, v of this token straight from
+        # the projection, the cache grown by it, the newest query attending to all of it.
+        window, qkv = self._step_projection(x, state.window)  # qkv: (B, 3 hidden)
+        q, k, v = qkv.view(x.shape[0], 1, 3, self.num_heads, self.head_dim).unbind(2)
+        o, memory = self.mix_step_unchecked(state.memory, q, k, v)
+        return F.linear(o.reshape(x.shape[0], -1), self.o_proj.weight, self.o_proj.bias), MixerState(window, memory)
 
 
 class LocalLinearAttention(_Mixer):

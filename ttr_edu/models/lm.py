@@ -131,6 +131,15 @@ class Block(nn.Module):
         x = x + self.mixer(self.mixer_norm(x))  # (B, T, d_model)
         return x + self.mlp(self.mlp_norm(x))
 
+    def step_unchecked(self, x: torch.Tensor, state: MixerState) -> tuple[torch.Tensor, MixerState]:
+        """:meth:`forward` for one token ``x`` ``(B, d_model)``, the mixer stepping from ``state``; unchecked, with
+        the norms and the MLP called as functions on their weights (a module call costs as much as a small op)."""
+        o, state = self.mixer.step_unchecked(_rms_norm(self.mixer_norm, x), state)
+        x = x + o
+        up, act, down = self.mlp
+        hidden = F.gelu(F.linear(_rms_norm(self.mlp_norm, x), up.weight, up.bias), approximate=act.approximate)
+        return x + F.linear(hidden, down.weight, down.bias), state
+
 
 def build_mixer(name: str, d_model: int, num_heads: int) -> nn.Module:
     """The mixer named ``name``: a variant of :data:`LM_MIXERS`, or a layer of the registries with its defaults."""
@@ -245,13 +254,31 @@ class TinyLM(nn.Module):
                 f"token: expected the batch size of the state (B = {state.batch_size}), got B = {token.shape[0]}; "
                 "start a new state with init_state() for another batch"
             )
-        x = self.embedding(token)  # (B, d_model)
+        return self.step_unchecked(token, state)
+
+    def step_unchecked(self, token: torch.Tensor, state: LMState) -> tuple[torch.Tensor, LMState]:
+        """:meth:`step` without its argument checks, for a caller that checked once (:func:`generate` checks the
+        prompt, then runs every token through here): each mixer's :meth:`~ttr_edu.layers.base._Mixer.step_unchecked`
+        and no scan of any tensor. ``state`` must already hold one :class:`~ttr_edu.layers.base.MixerState` per
+        block (:meth:`init_state` then one checked :meth:`step`, or :meth:`init_state_for`). Call it under
+        ``torch.no_grad()``. Same result as :meth:`step`."""
+        x = F.embedding(token, self.embedding.weight)  # (B, d_model)
+        mixers = state.mixers
         for i, block in enumerate(self.blocks):
-            o, state.mixers[i] = block.mixer.step(block.mixer_norm(x), state.mixers[i])
-            x = x + o
-            x = x + block.mlp(block.mlp_norm(x))
+            x, mixers[i] = block.step_unchecked(x, mixers[i])
         state.position += 1
-        return self._logits(x), state
+        return _rms_norm(self.final_norm, x) @ self.embedding.weight.T, state
+
+    def init_state_for(self, batch_size: int) -> LMState:
+        """An :class:`LMState` for ``batch_size`` sequences with every mixer's state made, ready for
+        :meth:`step_unchecked` (:meth:`step` makes them at the first token)."""
+        check_positive_int("batch_size", batch_size)
+        return LMState([block.mixer.initial_state(batch_size) for block in self.blocks], batch_size, 0)
+
+
+def _rms_norm(norm: nn.RMSNorm, x: torch.Tensor) -> torch.Tensor:
+    """``norm(x)`` without the module call (a one-token step calls seven of them per token)."""
+    return F.rms_norm(x, norm.normalized_shape, norm.weight, norm.eps)
 
 
 def _check_vocabulary(name: str, tokens: torch.Tensor, vocab_size: int) -> None:
@@ -351,7 +378,8 @@ def generate(
     temperature: float = 1.0,
     generator: torch.Generator | None = None,
 ) -> torch.Tensor:
-    """Sample ``num_tokens`` bytes after ``prompt`` with the recurrent form: each token costs one :meth:`TinyLM.step`.
+    """Sample ``num_tokens`` bytes after ``prompt`` with the recurrent form: each token costs one step of the model
+    (:meth:`TinyLM.step_unchecked`: the arguments are checked once, here, not once per token).
 
     Args:
         model: a :class:`TinyLM`.
@@ -379,9 +407,10 @@ def generate(
     was_training = model.training
     model.eval()
     try:
-        state, tokens = model.init_state(), [prompt]
+        # checked once, above: every token, prompt or sampled, then takes the unchecked step
+        state, tokens = model.init_state_for(prompt.shape[0]), [prompt]
         for t in range(prompt.shape[1]):
-            logits, state = model.step(prompt[:, t], state)
+            logits, state = model.step_unchecked(prompt[:, t], state)
         for _ in range(num_tokens):
             if temperature == 0:
                 nxt = logits.argmax(-1)
@@ -391,7 +420,7 @@ def generate(
                 scaled = (logits - logits.amax(-1, keepdim=True)).double() / temperature
                 nxt = torch.multinomial(scaled.softmax(-1), 1, generator=generator)[:, 0]
             tokens.append(nxt[:, None])
-            logits, state = model.step(nxt, state)
+            logits, state = model.step_unchecked(nxt, state)
         return torch.cat(tokens, dim=1)
     finally:
         model.train(was_training)

@@ -1,30 +1,41 @@
-"""What the chunk forms share: a sequence cut into chunks of ``C`` tokens, the chunks taken a block at a time.
+"""What the chunk forms share: a sequence cut into chunks of ``C`` tokens, the chunks taken a block at a time, read
+in the caller's layout and computed in buffers that every block reuses.
 
-A chunk form does its batched products for many chunks at once, and only the chunk-to-chunk state update in a loop.
-Taking *all* chunks at once made those products stream over 100 MB of intermediates at ``T = 4096``, ``B·H = 8``,
-``D = 64`` (out to main memory and back, 1.6× slower on one core); a block of chunks keeps them in the CPU's cache.
-:func:`chunks_per_block` sizes the block and :func:`chunk_blocks` gathers it from fla's layout in one pass. Used by
-:func:`ttr_edu.ops.delta_rule.chunk_forward` (the delta rule, gated delta rule, DeltaProduct and Longhorn),
+A chunk form does its batched products for a block of chunks at once, and only the chunk-to-chunk state update in a
+loop. Three rules keep the data movement down (issue 27: moving data between layouts cost a third to a half of the
+time on some machines):
+
+* **Strided views in, one pass.** :func:`chunk_blocks` hands out each block as strided views of the caller's
+  ``(B, T, H, ·)`` tensors, shaped ``(n, B, H, C, ·)``; nothing is gathered. A form packs what its products need into
+  contiguous ``(n·B·H, C, ·)`` matrices with the elementwise op it must do anyway (``β K``, ``γ Q``, ``K / γ``), so
+  an input is read once, and a plain copy is left only where the maths has no such op (``K`` of the delta rule).
+* **One pass out.** The output's two terms (``Q S`` and the masked scores times the values) are added straight
+  into the caller's ``(B, T, H, D_v)`` layout (:func:`store`), with no gathered copy of ``o`` and no concatenation.
+* **Buffers reused.** Under ``torch.no_grad`` (or when no input requires a gradient) every block writes its
+  intermediates into the same few buffers (:class:`Scratch`, products with ``out=``, updates in place). A block of a
+  few thousand rows keeps them in the CPU's cache, and a fresh buffer per block would cost page faults on first touch
+  (which the profiler then books to the copy that touches it). When autograd records the call, the same code runs
+  out of place (``Scratch`` hands out no buffers, :func:`store` copies into the output).
+
+Used by :func:`ttr_edu.ops.delta_rule.chunk_forward` (the delta rule, gated delta rule, DeltaProduct and Longhorn),
 :func:`ttr_edu.ops.linear_attention_chunk`, :func:`ttr_edu.ops.gated_linear_attention_chunk` and
 :func:`ttr_edu.ops.gla_chunk`.
 """
 
 from __future__ import annotations
 
-#: Rows of ``q`` per block of chunks (chunks × C × B·H): about 1.5 MiB of fp32 ``[K V Q]`` at ``D = 64``. The delta
-#: rule's chunk form ran at the same speed for 2048 to 8192 rows (``T = 4096``, ``B·H = 8``, one core), 1.3× slower at
-#: 16384 and 1.6× slower with all chunks at once (32768 rows); the linear-attention forms were tuned at 2048.
+import torch
+import torch.nn.functional as F
+
+#: Rows of ``q`` per block of chunks (chunks × C × B·H): 4 chunks of 64 tokens at B·H = 8, whose buffers (a few
+#: MiB) stay in cache. On one core at ``B·H = 8``, ``D = 64`` (issue 27): 4096 rows ran as fast at ``T = 4096`` and
+#: up to 1.5× slower at ``T = 1024``, 1024 rows about 5 % slower at both.
 BLOCK_ROWS = 2048
 
 
-def chunks_per_block(B: int, H: int, chunk_size: int, *, row_weight: int = 1) -> int:
-    """How many chunks make one block: ``BLOCK_ROWS / row_weight`` rows of ``q``, at least one chunk.
-
-    ``row_weight`` is for a form whose intermediates per row are several times those of the others: per-key GLA
-    (:func:`ttr_edu.ops.gla_chunk`) keeps a ``(sub, sub, D_k)`` decay tensor per sub-chunk, 16× the size of ``q``
-    against the ``C``-wide score rows of the scalar-gate forms, and takes ``row_weight = 2``.
-    """
-    return max(1, BLOCK_ROWS // (row_weight * B * H * chunk_size))
+def chunks_per_block(B: int, H: int, chunk_size: int) -> int:
+    """How many chunks make one block: ``BLOCK_ROWS`` rows of ``q``, at least one chunk."""
+    return max(1, BLOCK_ROWS // (B * H * chunk_size))
 
 
 def even_chunk_size(T: int, largest: int = 64) -> int:
@@ -35,34 +46,99 @@ def even_chunk_size(T: int, largest: int = 64) -> int:
     return -(-T // n_chunks)
 
 
-def chunk_blocks(tensors, chunk_size: int, per_block: int):
-    """Yield ``(first, last, block)``: chunks ``first .. last − 1`` of heads-first ``(B, H, T, ·)`` (or per-token
-    ``(B, H, T)``) tensors as one contiguous ``(n, B, H, C, W)`` tensor, ``n ≤ per_block``.
+def as_chunks(x: torch.Tensor, rows: int) -> torch.Tensor:
+    """A view of ``x`` ``(B, n·rows, H, ·)`` (or per-token ``(B, n·rows, H)``) as ``(n, B, H, rows, ·)``: chunk i of
+    head h of sequence b is ``[i, b, h]``, a matrix whose rows are ``H·D`` apart in memory. No copy."""
+    x = x.unflatten(1, (-1, rows))  # (B, n, rows, H, ·)
+    return x.permute(1, 0, 3, 2, *range(4, x.dim()))
 
-    The tensors' last dims lie side by side (W in all), the last chunk is zero-padded, and each chunk of each head is
-    one matrix, ready for batched products. Each block is gathered in one pass over rows of ``D`` numbers: the
-    heads-first inputs are usually transposed views of fla's ``(B, T, H, ·)``, which are contiguous again after
-    ``transpose(1, 2)``. Gathering from the strided heads-first views instead, or packing the whole sequence into one
-    large fresh buffer, cost a third of the chunk form's time on one core.
+
+def chunk_blocks(tensors, chunk_size: int, per_block: int):
+    """Yield ``(t0, t1, views)``: tokens ``t0 .. t1 − 1`` of the ``(B, T, H, ·)`` / ``(B, T, H)`` ``tensors`` as
+    ``(n, B, H, C, ·)`` / ``(n, B, H, C)`` views, ``n ≤ per_block`` whole chunks at a time.
+
+    The whole chunks are views of the tensors themselves. A last, partial chunk comes alone, zero-padded to ``C``
+    tokens (a copy of fewer than ``C`` tokens): a zero key or ``β`` writes nothing, a zero log decay keeps the state,
+    and its padded outputs are not stored (:func:`output_view`).
     """
-    B, H, T = tensors[0].shape[:3]
-    C = chunk_size
-    columns = [(x.unsqueeze(-1) if x.dim() == 3 else x).transpose(1, 2) for x in tensors]  # (B, T, H, w)
-    width = sum(x.shape[-1] for x in columns)
-    n_chunks = -(-T // C)
-    for first in range(0, n_chunks, per_block):
-        last = min(first + per_block, n_chunks)
-        t0, t1 = first * C, min(last * C, T)
-        full, tail = divmod(t1 - t0, C)
-        block = columns[0].new_empty(last - first, B, H, C, width)
-        dest = block.permute(1, 0, 3, 2, 4)  # (B, n, C, H, W): the inputs' order
-        start = 0
-        for x in columns:
-            cols = slice(start, start + x.shape[-1])
-            dest[:, :full, :, :, cols] = x[:, t0 : t0 + full * C].unflatten(1, (full, C))
-            if tail:
-                dest[:, full, :tail, :, cols] = x[:, t0 + full * C : t1]
-            start += x.shape[-1]
-        if tail:
-            dest[:, full, tail:] = 0  # zero padding: writes nothing, keeps the state
-        yield first, last, block
+    T, C = tensors[0].shape[1], chunk_size
+    whole = T // C
+    for first in range(0, whole, per_block):
+        t0, t1 = first * C, min(first + per_block, whole) * C
+        yield t0, t1, [as_chunks(x[:, t0:t1], C) for x in tensors]
+    if T % C:
+        t0 = whole * C
+        pad = lambda x: F.pad(x[:, t0:], [0, 0] * (x.dim() - 2) + [0, C - (T - t0)])  # noqa: E731
+        yield t0, T, [as_chunks(pad(x), C) for x in tensors]
+
+
+def output_view(o: torch.Tensor, t0: int, t1: int, chunk_size: int) -> torch.Tensor:
+    """Tokens ``t0 .. t1 − 1`` of the output ``o`` ``(B, T, H, D_v)`` as ``(n, B, H, rows, D_v)``: whole chunks
+    (``rows = C``), or the last partial chunk (``n = 1``, ``rows = t1 − t0``)."""
+    return as_chunks(o[:, t0:t1], min(chunk_size, t1 - t0))
+
+
+def store(dest: torch.Tensor, first: torch.Tensor, second: torch.Tensor) -> None:
+    """``dest = first + second`` for a block's two output terms ``(n, B, H, C, D_v)``: added straight into ``dest``,
+    a strided view of the output from :func:`output_view` (of ``rows ≤ C`` rows, the padded rows dropped), in the
+    output's dtype. Out of place (a copy into the view, which autograd records) when either term needs a gradient."""
+    rows = dest.shape[-2]
+    first, second = first[..., :rows, :], second[..., :rows, :]
+    if torch.is_grad_enabled() and (first.requires_grad or second.requires_grad):
+        dest.copy_(first + second)
+    else:
+        torch.add(first, second, out=dest)
+
+
+def no_grad_needed(*tensors) -> bool:
+    """Whether nothing of this call is recorded by autograd: then the blocks may reuse buffers and work in place."""
+    return not torch.is_grad_enabled() or not any(isinstance(x, torch.Tensor) and x.requires_grad for x in tensors)
+
+
+class Scratch:
+    """Buffers that every block of one call reuses, by name; or none at all (``enabled=False``, under autograd).
+
+    ``scratch("K", rows, C, D)`` is a contiguous ``(rows, C, D)`` view of the buffer ``"K"``, made on its first
+    request (the first block is the largest) and sliced along the first dim for smaller blocks; ``None`` when
+    disabled, which makes every ``out=scratch(...)`` in the forms an ordinary out-of-place call.
+    """
+
+    def __init__(self, enabled: bool, like: torch.Tensor) -> None:
+        self.enabled = enabled
+        self.dtype, self.device = like.dtype, like.device
+        self.buffers: dict[str, torch.Tensor] = {}
+
+    def __call__(self, name: str, rows: int, *shape: int) -> torch.Tensor | None:
+        if not self.enabled:
+            return None
+        buf = self.buffers.get(name)
+        if buf is None or buf.shape[0] < rows or tuple(buf.shape[1:]) != shape:
+            buf = self.buffers[name] = torch.empty(rows, *shape, dtype=self.dtype, device=self.device)
+        return buf[:rows]
+
+
+def pack(op, x: torch.Tensor, *args, out: torch.Tensor | None) -> torch.Tensor:
+    """``op(x, *args)`` for a block's ``(n, B, H, r, c)`` view ``x``, as contiguous matrices ``(n·B·H, r, c)``.
+
+    With a buffer ``out`` ``(n·B·H, r, c)`` the op writes into it, reading ``x`` where it lies (the one pass over
+    this input); without one (under autograd) the result is made contiguous. ``op`` is an elementwise torch function
+    taking ``out=`` (``torch.mul``, ``torch.div``), or ``None`` for a plain copy.
+    """
+    if out is None:
+        result = x.contiguous() if op is None else op(x, *args)
+        return result.reshape(-1, *x.shape[-2:])
+    dest = out.view(x.shape)
+    if op is None:
+        dest.copy_(x)
+    else:
+        op(x, *args, out=dest)
+    return out
+
+
+def scaled_bmm(a: torch.Tensor, b: torch.Tensor, scale: float, out: torch.Tensor | None = None) -> torch.Tensor:
+    """``scale · (a @ b)`` for batches of matrices, the scale applied by the product itself (``baddbmm`` with
+    ``beta = 0``: as fast as ``bmm``, where a multiply after it would be one more pass); into ``out`` when given."""
+    if scale == 1.0:
+        return torch.bmm(a, b, out=out)
+    dest = out if out is not None else a.new_empty(a.shape[0], a.shape[1], b.shape[-1])
+    return torch.baddbmm(dest, a, b, beta=0.0, alpha=scale, out=out)

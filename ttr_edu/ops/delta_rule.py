@@ -25,6 +25,8 @@ Correspondence with flash-linear-attention 0.6.0: :func:`delta_rule_chunk` is ``
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from ttr_edu._internal.contract import (
@@ -46,7 +48,7 @@ from ttr_edu._internal.contract import (
 )
 from ttr_edu._internal.validation import Dims, check_chunk_size, check_same_device, guarded
 
-from ._chunking import chunk_blocks, chunks_per_block
+from ._chunking import Scratch, chunk_blocks, chunks_per_block, no_grad_needed, output_view, pack, store
 from ._varlen import run_varlen
 
 __all__ = ["delta_rule_recurrent", "delta_rule_parallel", "delta_rule_chunk", "delta_rule_pseudo_values"]
@@ -108,104 +110,155 @@ def chunk_forward(q, k, v, beta, S, chunk_size, scale=1.0, g=None):
         L = I + tril(diag(β) (Γ ⊙ K Kᵀ), −1),    W = L⁻¹ diag(β) diag(γ) K,    U = L⁻¹ diag(β) V    (UT transform)
         O = diag(γ) Q S_0 + (Q Kᵀ ⊙ Γ ⊙ M) u,     S_C = γ_C S_0 + (diag(γ_C / γ) K)ᵀ u.
 
-    Without decay, γ = Γ = 1 and this is fla's chunked delta rule: ``O = Q S + (Q Kᵀ ⊙ M)(U − W S)``,
-    ``S' = S + Kᵀ (U − W S)``.
+    Without decay, γ = Γ = 1 and this is fla's chunked delta rule:
+    ``O = Q S + (Q Kᵀ ⊙ M)(U − W S)``, ``S' = S + Kᵀ (U − W S)``.
 
     The chunks are taken a block at a time (:func:`_block_forward`, :mod:`ttr_edu.ops._chunking`), a block being
-    about ``BLOCK_ROWS`` rows of ``q`` (4 chunks of 64 tokens at B·H = 8), whose intermediates stay in the CPU's
-    cache.
+    about ``BLOCK_ROWS`` rows of ``q`` (4 chunks of 64 tokens at B·H = 8), read where they lie in the caller's
+    ``(B, T, H, ·)`` layout, and the output is written there too.
 
-    Takes ``q, k, v`` ``(B, H, T, ·)``, ``beta`` and ``g`` ``(B, H, T)`` and ``S`` ``(B, H, D_k, D_v)``; returns
-    ``o`` ``(B, T, H, D_v)`` (fla's layout) and ``S_T``.
+    Takes ``q, k, v`` ``(B, H, T, ·)`` (usually transposed views of fla's layout), ``beta`` and ``g`` ``(B, H, T)``
+    and ``S`` ``(B, H, D_k, D_v)``; returns ``o`` ``(B, T, H, D_v)`` (fla's layout) and ``S_T``.
     """
     B, H, T, D_k = q.shape
     D_v = v.shape[-1]
-    per_block = chunks_per_block(B, H, chunk_size)
-    S = S.flatten(0, 1)  # (B·H, D_k, D_v)
-    o = q.new_empty(B, -(-T // chunk_size) * chunk_size, H, D_v)
-    # [K V Q β (g)] of each chunk of each head, side by side: (n, B, H, C, 2 D_k + D_v + 1 (+ 1))
-    for first, last, block in chunk_blocks([k, v, q, beta] if g is None else [k, v, q, beta, g], chunk_size, per_block):
-        o_block, S = _block_forward(block, D_k=D_k, D_v=D_v, gated=g is not None, S=S, scale=scale)
-        # (n, B, H, C, D_v) into fla's (B, n·C, H, D_v) layout
-        o[:, first * chunk_size : last * chunk_size].view(B, last - first, chunk_size, H, D_v).copy_(
-            o_block.permute(1, 0, 3, 2, 4)
-        )
-    return o[:, :T], S.unflatten(0, (B, H))
+    fast = no_grad_needed(q, k, v, beta, S, g)
+    scratch = Scratch(fast, q)
+    o = q.new_empty(B, T, H, D_v)
+    inputs = [x.transpose(1, 2) for x in ([k, v, q, beta] if g is None else [k, v, q, beta, g])]  # (B, T, H, ·)
+    state = S.reshape(B * H, D_k, D_v)
+    for t0, t1, views in chunk_blocks(inputs, chunk_size, chunks_per_block(B, H, chunk_size)):
+        inter, intra, state = _block_forward(*views, state=state, scale=scale, scratch=scratch)
+        store(output_view(o, t0, t1, chunk_size), inter, intra)
+    if fast:
+        state = state.clone()  # not a view of the block's buffer
+    return o, state.unflatten(0, (B, H))
 
 
-def ut_solve(gram, rhs):
-    """``L⁻¹ rhs`` for the unit lower-triangular ``L`` whose strict lower triangle is that of ``gram`` ``(N, C, C)``.
+#: The smallest chunk decay γ_C = exp(Σ g) for which a block factorises the decays of the gated delta rule.
+_MIN_FACTORED_DECAY = math.exp(-8.0)
 
-    One triangular solve per half of the chunk and a product between them (block forward substitution):
-    ``X_1 = L_11⁻¹ R_1``, ``X_2 = L_22⁻¹ (R_2 − L_21 X_1)``. The product moves a quarter of the solve's work into a
-    matrix product, which runs several times faster per FLOP on a CPU; at C = 64 this took the solve from 1.1 to
-    0.8 ms for 64 chunks. Each solve is taken in transposed form, ``Xᵀ Lᵀ = Rᵀ``, whose solution lands row-major
-    (the direct form returns it column-major after a copy). ``rhs`` ``(N, C, R)``; returns ``(N, C, R)``.
+
+def ut_solve(gram, rhs, *, in_place=False):
+    """``L⁻¹ rhs`` for the unit lower-triangular ``L`` whose strict lower triangle is that of ``gram`` ``(N, C, C)``:
+    the UT transform's triangular solve (never ``L⁻¹`` itself, which would cost ``C³``: ``T³`` in the parallel form).
+
+    It reads only the strict lower triangle of ``gram`` and takes ones on its diagonal, so ``gram`` needs no masked
+    copy. ``rhs`` ``(N, C, R)``; returns ``(N, C, R)``. With ``in_place`` the solution overwrites a contiguous
+    ``rhs`` (LAPACK's triangular solve works in place on a row-major right-hand side: no copy at all).
     """
-
-    def solve(L, R):  # reads only the strict lower triangle of L, and takes ones on its diagonal
-        return torch.linalg.solve_triangular(L.mT, R.mT, upper=True, left=False, unitriangular=True).mT
-
-    h = gram.shape[-1] // 2
-    if h < 8:  # small chunks: one solve
-        return solve(gram, rhs)
-    first = solve(gram[:, :h, :h], rhs[:, :h])
-    second = solve(gram[:, h:, h:], torch.baddbmm(rhs[:, h:], gram[:, h:, :h], first, alpha=-1.0))
-    return torch.cat([first, second], dim=1)
+    return torch.linalg.solve_triangular(gram, rhs, upper=False, unitriangular=True, out=rhs if in_place else None)
 
 
-def _block_forward(block, *, D_k, D_v, gated, S, scale):
-    """One block of n chunks: ``block`` ``(n, B, H, C, W)`` from :func:`~ttr_edu.ops._chunking.chunk_blocks`,
-    ``[K V Q β (g)]`` per chunk, ``S`` ``(B·H, D_k, D_v)``.
+def _block_forward(k, v, q, beta, g=None, *, state, scale, scratch):
+    """One block of n chunks, each input an ``(n, B, H, C, ·)`` (``beta``, ``g``: ``(n, B, H, C)``) view from
+    :func:`~ttr_edu.ops._chunking.chunk_blocks`; ``state`` ``(B·H, D_k, D_v)`` is the state before the block.
 
-    Three stages, as fla's kernels do it: (1) the UT transforms and masked scores of all n chunks at once; (2) a loop
-    over the chunks for what is truly sequential, the pseudo-values ``u`` and the state each chunk starts from (two
-    fused products per chunk); (3) the outputs of all n chunks at once from those states. Computing each chunk's
-    output inside the loop would add two small products per step, which on a CPU run several times slower per FLOP
-    than one batched product. ``q`` enters only the output, linearly, so ``scale`` multiplies ``O`` once at the end.
-    Returns ``o`` ``(n, B, H, C, D_v)`` and the state after the block.
+    Three stages, as fla's kernels do it: (1) for all n chunks at once, the inputs packed into matrices with the
+    decays folded in, the masked scores and the UT transforms (two triangular solves, in place); (2) a loop over the
+    chunks for what is truly sequential, the pseudo-values ``u = U − W S`` and the state each chunk starts from
+    (two products per chunk); (3) for all n chunks at once, the two terms of the output, ``inter = diag(γ) Q S``
+    and ``intra = (Q Kᵀ ⊙ Γ ⊙ M) u``, which the caller adds into its output
+    (:func:`~ttr_edu.ops._chunking.store`). Computing the outputs inside the loop would add two small products per
+    step, which on a CPU run slower per FLOP than one batched product. (Folding each chunk into a transition
+    ``S ← (γ_C I − K̃ᵀ W) S + K̃ᵀ U`` leaves one product per step but costs 4 more ``C·D²`` products per chunk: 13 %
+    slower here.) ``scale`` is folded into the packed ``Q``.
+
+    Where every chunk of the block decays by at most e⁸ (always without decay), ``Γ_ij = γ_i / γ_j`` factorises:
+    ``Q Kᵀ ⊙ Γ = (diag(γ) Q)(diag(1/γ) K)ᵀ``, so the decays enter as the inputs are packed and every product is a
+    plain batched product; ``1/γ ≤ e⁸`` cannot overflow, and ``Γ`` carries at most 2·8 units of rounding.
+    Otherwise (strong decay, or a reset ``g = −inf``) each ``Γ_ij`` comes from its own segment sum, exact.
+
+    Under ``torch.no_grad`` the intermediates live in ``scratch`` buffers and the solves and updates work in
+    place; under autograd the same steps run out of place. Returns ``inter``, ``intra`` ``(n, B, H, C, D_v)`` and
+    the state after the block.
     """
-    n, B, H, C, _ = block.shape
-    x = block.flatten(0, 2)  # (n·B·H, C, W); K, V, Q, β and g are views of its columns
-    kvq = x[..., : 2 * D_k + D_v]
-    kc, qc = kvq[..., :D_k], kvq[..., -D_k:]
-    betac = x[..., 2 * D_k + D_v, None]  # (n·B·H, C, 1)
-    g = x[..., -1] if gated else None
-    rhs = kvq[..., :-D_k] * betac  # β [K V]: the UT transform's right-hand sides
-    gram = rhs[..., :D_k] @ kc.mT  # β_i k_i · k_j
-    scores = (qc @ kc.mT).tril_()  # q_i · k_j, causal mask M with the diagonal
-    if g is None:
-        k_to_end, chunk_decay = kc, None
+    n, B, H, C, D_k = k.shape
+    D_v = v.shape[-1]
+    BH = B * H
+    M = n * BH
+    fast = scratch.enabled
+    beta = beta.unsqueeze(-1)  # (n, B, H, C, 1)
+    gamma = chunk_decay = None
+    factorised = True
+    if g is not None:
+        G = torch.cumsum(g, -1, out=_viewed(scratch("G", M, C), g.shape))  # log γ_i
+        gamma = torch.exp(G)  # (n, B, H, C)
+        chunk_decay = gamma[..., -1].reshape(M, 1, 1)  # γ_C
+        factorised = bool((chunk_decay >= _MIN_FACTORED_DECAY).all())
+
+    # (1) The right-hand sides of the UT transform, β diag(γ) K and β V, packed as the inputs are read.
+    W = pack(torch.mul, k, beta if gamma is None else beta * gamma.unsqueeze(-1), out=scratch("W", M, C, D_k))
+    U = pack(torch.mul, v, beta, out=scratch("U", M, C, D_v))
+    if factorised:
+        # K̂ = diag(1/γ) K and Q̂ = scale diag(γ) Q: then β_i Γ_ij k_i·k_j = (β γ K)_i·K̂_j and Γ_ij q_i·k_j = Q̂_i·K̂_j
+        if gamma is None:
+            K = pack(None, k, out=scratch("K", M, C, D_k))  # K: the one input with no op to fold its packing into
+            Q = pack(torch.mul, q, scale, out=scratch("Q", M, C, D_k))
+        else:
+            K = pack(torch.mul, k, torch.reciprocal(gamma).unsqueeze(-1), out=scratch("K", M, C, D_k))
+            Q = pack(torch.mul, q, (scale * gamma).unsqueeze(-1), out=scratch("Q", M, C, D_k))
+        gram = torch.bmm(W, K.mT, out=scratch("gram", M, C, C))  # β_i Γ_ij k_i·k_j (its strict lower triangle)
+        scores = torch.bmm(Q, K.mT, out=scratch("scores", M, C, C)).tril_()  # scale Γ_ij q_i·k_j, causal
+        K_end = K  # the state update uses γ_C (S + K̂ᵀ u) = γ_C S + K̃ᵀ u
+    else:  # strong decay or a reset in this block: each Γ_ij from its own segment sum, exact for g = −inf
+        Gamma = decay_matrix(g).reshape(M, C, C)  # Γ_ij, 0 above the diagonal (so Γ ⊙ M = Γ)
+        K = pack(None, k, out=scratch("K", M, C, D_k))
+        Q = pack(torch.mul, q, scale, out=scratch("Q", M, C, D_k))
+        gram = _mul(torch.bmm(K, K.mT, out=scratch("gram", M, C, C)), Gamma * beta.reshape(M, C, 1), fast)
+        scores = _mul(torch.bmm(Q, K.mT, out=scratch("scores", M, C, C)), Gamma, fast)
+        Q = _mul(Q, gamma.reshape(M, C, 1), fast)  # scale diag(γ) Q, for the state term of the output
+        # K̃ = diag(γ_C / γ) K = diag(Γ_C·) K, without dividing by a γ_j that may be 0
+        K_end = torch.mul(K, Gamma[:, -1, :, None], out=scratch("K_end", M, C, D_k))
+
+    # The UT transform, in place: W ← L⁻¹ β diag(γ) K, U ← L⁻¹ β V (two solves keep W and U contiguous).
+    W, U = ut_solve(gram, W, in_place=fast), ut_solve(gram, U, in_place=fast)
+
+    # (2) The only sequential part, per chunk: the pseudo-values u = U − W S (in place of U) and the next state,
+    # S ← S + K̂ᵀ u times γ_C (factorised) or S ← γ_C S + K̃ᵀ u (exact); the states written into one buffer.
+    Us, Ws, Kt = U.unflatten(0, (n, BH)), W.unflatten(0, (n, BH)), K_end.mT.unflatten(0, (n, BH))
+    decay = None if chunk_decay is None else chunk_decay.view(n, BH, 1, 1)
+    states = scratch("states", M + BH, D_k, D_v)
+    if states is not None:
+        chain = states.view(n + 1, BH, D_k, D_v)
+        if chain[0].data_ptr() != state.data_ptr():
+            chain[0].copy_(state)
+        for i in range(n):
+            u = Us[i].baddbmm_(Ws[i], chain[i], alpha=-1.0)
+            if decay is None:
+                torch.baddbmm(chain[i], Kt[i], u, out=chain[i + 1])
+            elif factorised:
+                torch.baddbmm(chain[i], Kt[i], u, out=chain[i + 1]).mul_(decay[i])
+            else:
+                torch.mul(chain[i], decay[i], out=chain[i + 1]).baddbmm_(Kt[i], u)
+        starts, state, u = states[:M], chain[n], U
     else:
-        gc = g  # (n·B·H, C); zero-padded g keeps the state
-        Gamma = decay_matrix(gc)  # Γ_ij, 0 above the diagonal (so Γ ⊙ M = Γ)
-        gram, scores = gram * Gamma, scores * Gamma
-        gamma = torch.exp(gc.cumsum(-1)).unsqueeze(-1)  # (n·B·H, C, 1): γ_i
-        rhs = torch.cat([rhs[..., :D_k] * gamma, rhs[..., D_k:]], dim=-1)  # β [diag(γ) K  V]
-        qc = qc * gamma
-        k_to_end = kc * Gamma[:, -1, :, None]  # γ_C / γ_j = Γ_Cj, without dividing by a γ_j that may be 0
-        chunk_decay = gamma[:, -1:].unflatten(0, (n, -1))  # (n, B·H, 1, 1): γ_C
+        starts, pseudo_values = [], []
+        for i in range(n):
+            starts.append(state)
+            pseudo_values.append(torch.baddbmm(Us[i], Ws[i], state, alpha=-1.0))
+            if decay is None:
+                state = torch.baddbmm(state, Kt[i], pseudo_values[-1])
+            elif factorised:
+                state = torch.baddbmm(state, Kt[i], pseudo_values[-1]) * decay[i]
+            else:
+                state = torch.baddbmm(decay[i] * state, Kt[i], pseudo_values[-1])
+        starts, u = torch.cat(starts), torch.cat(pseudo_values)
 
-    # (1) The UT transform, triangular solves for [W U] (never L⁻¹ itself, which would cost C³: T³ in the parallel
-    # form). They read only the strict lower triangle of `gram` and take ones on the diagonal: that is L, with no
-    # masked copy (see ut_solve).
-    WU = ut_solve(gram, rhs)
-    W, U = (x.unflatten(0, (n, -1)) for x in (WU[..., :D_k], WU[..., D_k:]))  # (n, B·H, C, ·)
-    k_to_end = k_to_end.mT.unflatten(0, (n, -1))  # (n, B·H, D_k, C)
+    # (3) All n outputs at once: O = Q̂ S_start + (Q Kᵀ ⊙ Γ ⊙ M) u.
+    inter = torch.bmm(Q, starts, out=scratch("inter", M, C, D_v))
+    intra = torch.bmm(scores, u, out=scratch("intra", M, C, D_v))
+    return inter.view(n, B, H, C, D_v), intra.view(n, B, H, C, D_v), state
 
-    # (2) The only sequential part: per chunk, the pseudo-values u = U − W S and the next state S ← γ_C S + K̃ᵀ u,
-    # with K̃ = diag(γ_C / γ) K (`k_to_end`, K itself without decay).
-    starts, pseudo_values = [], []
-    for i in range(n):
-        starts.append(S)
-        pseudo_values.append(torch.baddbmm(U[i], W[i], S, alpha=-1.0))  # (B·H, C, D_v)
-        carried = S if chunk_decay is None else chunk_decay[i] * S
-        S = torch.baddbmm(carried, k_to_end[i], pseudo_values[-1])
-    u, starts = torch.cat(pseudo_values), torch.cat(starts)  # (n·B·H, C, D_v), (n·B·H, D_k, D_v)
 
-    # (3) All n outputs at once: O = scale (Q S_start + (Q Kᵀ ⊙ Γ ⊙ M) u).
-    o = (scores @ u).baddbmm_(qc, starts).mul_(scale)  # (n·B·H, C, D_v)
-    return o.unflatten(0, (n, B, H)), S
+def _viewed(buffer, shape):
+    """``buffer`` viewed as ``shape``, or ``None`` (no buffer: the op allocates)."""
+    return None if buffer is None else buffer.view(shape)
+
+
+def _mul(x, factor, in_place):
+    """``x * factor``, in place on a buffer when nothing is recorded by autograd."""
+    return x.mul_(factor) if in_place else x * factor
 
 
 @guarded
@@ -229,15 +282,48 @@ def delta_rule_recurrent(
         )
     out_dtype = q.dtype if isinstance(q, torch.Tensor) else None
     q, k, v, beta, _, S, scale = prepare(q, k, v, beta, scale, initial_state, check_stability)
-    q = q * scale
+    o, S = recurrent_forward(q, k, v, beta, S, scale)
+    return o.to(out_dtype), (S if output_final_state else None)
+
+
+def recurrent_forward(q, k, v, beta, S, scale, g=None):
+    """The recurrent form on checked heads-first tensors, one :func:`recurrent_step` per token; gated (decay first,
+    as fla) when the log decay ``g`` is given. Takes ``q, k, v`` ``(B, H, T, ·)``, ``beta`` and ``g`` ``(B, H, T)``,
+    ``S`` ``(B, H, D_k, D_v)``; returns ``o`` ``(B, T, H, D_v)`` and ``S_T``."""
+    B, H, T, D_k = q.shape
+    rows = lambda x: x.reshape(B * H, T, -1)  # noqa: E731  (B·H, T, ·): one row per token of each head
+    q, k, v, beta = rows(q * scale), rows(k), rows(v), rows(beta)
+    decay = None if g is None else rows(torch.exp(g))
+    S = S.reshape(B * H, D_k, -1)
     outputs = []
-    for t in range(q.shape[2]):
-        k_t, beta_t = k[:, :, t], beta[:, :, t, None]
-        error = v[:, :, t] - torch.einsum("b h k v, b h k -> b h v", S, k_t)  # v_t − S_{t−1}ᵀ k_t
-        S = S + torch.einsum("b h k, b h v -> b h k v", k_t, beta_t * error)
-        outputs.append(torch.einsum("b h k v, b h k -> b h v", S, q[:, :, t]))
-    o = torch.stack(outputs, dim=2).transpose(1, 2).to(out_dtype)
-    return o, (S if output_final_state else None)
+    for t in range(T):
+        o, S = recurrent_step(
+            S,
+            q[:, t : t + 1],
+            k[:, t : t + 1],
+            v[:, t : t + 1],
+            beta[:, t : t + 1],
+            None if g is None else decay[:, t : t + 1],
+        )
+        outputs.append(o)
+    o = torch.cat(outputs, dim=1).unflatten(0, (B, H)).transpose(1, 2)  # (B, T, H, D_v)
+    return o, S.unflatten(0, (B, H))
+
+
+def recurrent_step(S, q, k, v, beta, decay=None):
+    """One token of the delta rule, unchecked: decay (gated), correct towards the value, read.
+
+    ``S_t = α_t S_{t−1} + β_t k_t (v_t − α_t S_{t−1}ᵀ k_t)ᵀ``, ``o_t = S_tᵀ q_t``, for ``N`` heads at once: ``S``
+    ``(N, D_k, D_v)``, ``q`` (already scaled) and ``k`` ``(N, 1, D_k)``, ``v`` ``(N, 1, D_v)``, ``beta`` and
+    ``decay = α_t = exp(g_t)`` ``(N, 1, 1)`` (``None``: no decay). Returns ``(o (N, 1, D_v), S_t)``. Three batched
+    products and no argument check: the recurrent forms call it after theirs, and the layers' one-token step
+    (:meth:`ttr_edu.layers.base._Mixer.step`) after the caller's checks.
+    """
+    if decay is not None:
+        S = S * decay  # decay first (fla), then the error against the decayed memory
+    error = torch.baddbmm(v, k, S, alpha=-1.0)  # v_t − S_{t−1}ᵀ k_t, as a row
+    S = torch.baddbmm(S, k.mT, error * beta)  # + β_t k_t errorᵀ
+    return torch.bmm(q, S), S
 
 
 @guarded

@@ -24,7 +24,7 @@ from ttr_edu._internal.contract import require_tensor, shares_doc
 from ttr_edu._internal.validation import check_chunk_size, guarded
 
 from ._varlen import run_varlen
-from .delta_rule import chunk_forward, prepare
+from .delta_rule import chunk_forward, prepare, recurrent_forward
 
 __all__ = ["gated_delta_rule_recurrent", "gated_delta_rule_chunk"]
 
@@ -88,16 +88,8 @@ def gated_delta_rule_recurrent(
         )
     out_dtype = q.dtype if isinstance(q, torch.Tensor) else None
     q, k, v, beta, g, S, scale = prepare(q, k, v, beta, scale, initial_state, check_stability, g=require_tensor("g", g))
-    q = q * scale
-    outputs = []
-    for t in range(q.shape[2]):
-        k_t, beta_t = k[:, :, t], beta[:, :, t, None]
-        S = torch.exp(g[:, :, t, None, None]) * S  # decay first (fla) ...
-        error = v[:, :, t] - torch.einsum("b h k v, b h k -> b h v", S, k_t)  # ... then the error
-        S = S + torch.einsum("b h k, b h v -> b h k v", k_t, beta_t * error)
-        outputs.append(torch.einsum("b h k v, b h k -> b h v", S, q[:, :, t]))
-    o = torch.stack(outputs, dim=2).transpose(1, 2).to(out_dtype)
-    return o, (S if output_final_state else None)
+    o, S = recurrent_forward(q, k, v, beta, S, scale, g=g)  # decay first (fla), then the delta-rule correction
+    return o.to(out_dtype), (S if output_final_state else None)
 
 
 @guarded

@@ -16,8 +16,6 @@ argument order, ``g`` and state layout. For per-key gates ``(B, T, H, D_k)`` (fl
 
 from __future__ import annotations
 
-import math
-
 import torch
 
 from ttr_edu._internal.contract import (
@@ -25,16 +23,14 @@ from ttr_edu._internal.contract import (
     check_inputs,
     check_state,
     compute_dtype,
-    decay_matrix,
-    pad_time,
     resolve_scale,
     shares_doc,
     zero_state,
 )
 from ttr_edu._internal.validation import check_chunk_size, guarded
 
-from ._chunking import chunk_blocks, chunks_per_block
 from ._varlen import run_varlen
+from .linear_attention import blockwise
 
 __all__ = ["gated_linear_attention_recurrent", "gated_linear_attention_chunk"]
 
@@ -136,61 +132,5 @@ def gated_linear_attention_chunk(
     out_dtype = q.dtype if isinstance(q, torch.Tensor) else None
     chunk_size = check_chunk_size(chunk_size, q)  # capped at T
     q, k, v, g, S, scale = _prepare(q, k, v, g, scale, initial_state)
-    B, H, T, D_k = q.shape
-    D_v = v.shape[-1]
-    per_block = chunks_per_block(B, H, chunk_size)
-    S = S.flatten(0, 1)  # (B·H, D_k, D_v)
-    o = q.new_empty(B, -(-T // chunk_size) * chunk_size, H, D_v)
-    # g of every chunk, (N, B·H, C): small, gathered apart so that the blocks hold matrices only
-    g_chunks = pad_time(g, chunk_size).unflatten(2, (-1, chunk_size)).permute(2, 0, 1, 3).flatten(1, 2).contiguous()
-    for first, last, block in chunk_blocks([k, v, q], chunk_size, per_block):  # [K V Q] per chunk
-        o_block, S = _block_forward(block, g_chunks[first:last].flatten(0, 1), D_k=D_k, D_v=D_v, S=S, scale=scale)
-        o[:, first * chunk_size : last * chunk_size].view(B, last - first, chunk_size, H, D_v).copy_(
-            o_block.permute(1, 0, 3, 2, 4)
-        )
-    o = o[:, :T]
-    return o.to(out_dtype), (S.unflatten(0, (B, H)) if output_final_state else None)
-
-
-#: The smallest chunk decay γ_C = exp(Σ g) for which a block uses the rank-one factorisation of the decay matrix.
-_MIN_FACTORED_DECAY = math.exp(-8.0)
-
-
-def _block_forward(block, gc, *, D_k, D_v, S, scale):
-    """One block of n chunks: ``block`` ``(n, B, H, C, W)`` holds ``[K V Q]`` per chunk (q not scaled), ``gc``
-    ``(n·B·H, C)`` their log decays, ``S`` ``(B·H, D_k, D_v)``. Returns ``o`` ``(n, B, H, C, D_v)`` and the state
-    after the block.
-
-    Everything but the chunk-to-chunk state update is computed for all n chunks at once; the outputs too, from the
-    state each chunk starts with, in one batched product after the loop (as the delta rule's block does).
-    """
-    n, B, H, C, _ = block.shape
-    x = block.flatten(0, 2)  # (n·B·H, C, W): each chunk of each head one matrix; K, V and Q are views
-    kc, vc, qc = x[..., :D_k], x[..., D_k : D_k + D_v], x[..., D_k + D_v :]
-    gamma = torch.exp(gc.cumsum(-1)).unsqueeze(-1)  # (n·B·H, C, 1): γ_i = exp(G_i)
-    q_decayed = qc * gamma
-    if gamma.device.type != "meta" and bool((gamma[:, -1] >= _MIN_FACTORED_DECAY).all()):
-        # Γ_ij = γ_i / γ_j has rank one: Q Kᵀ ⊙ Γ = (diag(γ) Q)(diag(1/γ) K)ᵀ, no C×C exponentials. The chunk's decay
-        # is at most e⁸ here, so 1/γ cannot overflow, and Γ carries at most 2·8 units of rounding (against 8 for the
-        # segment sums below): fp32 round-off of order 1e-6.
-        k_undecayed = kc / gamma
-        scores = (q_decayed @ k_undecayed.mT).tril_()
-        # each chunk's write decayed to its end, Σ_j (γ_C / γ_j) k_j v_jᵀ, is γ_C times (diag(1/γ) K)ᵀ V: the
-        # factor γ_C is applied in the loop below, with the state's own decay
-        chunk_kv, write_decay = k_undecayed.mT @ vc, gamma[:, -1:].unflatten(0, (n, -1))
-    else:  # strong decay or a reset (γ = 0) in this block: each Γ_ij from its own segment sum, exact for g = −inf
-        Gamma = decay_matrix(gc)  # Γ_ij, 0 above the diagonal (so Γ ⊙ M = Γ)
-        scores = (qc @ kc.mT).mul_(Gamma)  # (Q Kᵀ ⊙ Γ ⊙ M)
-        # each chunk's write decayed to its end, (diag(Γ_C·) K)ᵀ V, without dividing by a γ_j that may be 0
-        chunk_kv, write_decay = (kc * Gamma[:, -1, :, None]).mT @ vc, None
-    chunk_kv, chunk_decay = chunk_kv.unflatten(0, (n, -1)), gamma[:, -1:].unflatten(0, (n, -1))  # (n, B·H, ·, ·)
-    starts = []
-    for i in range(n):  # the only sequential part: one step per chunk, S ← γ_C S + (diag(γ_C / γ) K)ᵀ V
-        starts.append(S)
-        if write_decay is None:
-            S = torch.addcmul(chunk_kv[i], chunk_decay[i], S)
-        else:
-            S = (S + chunk_kv[i]).mul_(chunk_decay[i])
-    # O = scale (diag(γ) Q S_start + (Q Kᵀ ⊙ Γ ⊙ M) V); q enters only here, linearly, so scale multiplies O once
-    o = (scores @ vc).baddbmm_(q_decayed, torch.cat(starts)).mul_(scale)
-    return o.unflatten(0, (n, B, H)), S
+    o, S = blockwise(q, k, v, S, chunk_size, scale, g=g)  # the block form shared with linear attention
+    return o.to(out_dtype), (S if output_final_state else None)

@@ -33,12 +33,11 @@ from ttr_edu._internal.contract import (
     compute_dtype,
     resolve_scale,
     shares_doc,
-    to_chunks,
     zero_state,
 )
 from ttr_edu._internal.validation import check_chunk_size, guarded
 
-from ._chunking import chunks_per_block
+from ._chunking import Scratch, chunk_blocks, chunks_per_block, no_grad_needed, output_view, pack, scaled_bmm, store
 from ._varlen import run_varlen
 
 __all__ = ["gla_recurrent", "gla_chunk"]
@@ -91,8 +90,8 @@ def _prepare(q, k, v, g, scale, initial_state):
     if initial_state is not None:
         check_state("initial_state", initial_state, dims, STATE, q.device)
     S = zero_state(dims, dtype, q.device) if initial_state is None else initial_state.to(dtype)
-    q, k, v, g = (x.to(dtype).transpose(1, 2) for x in (q, k, v, g))  # (B, H, T, ·)
-    return q * scale, k, v, g, S
+    q, k, v, g = (x.to(dtype).transpose(1, 2) for x in (q, k, v, g))  # (B, H, T, ·), q not yet scaled
+    return q, k, v, g, S, scale
 
 
 @guarded
@@ -108,7 +107,8 @@ def gla_recurrent(q, k, v, g, scale=None, initial_state=None, output_final_state
             gla_recurrent, cu_seqlens, dict(q=q, k=k, v=v, g=g), initial_state, output_final_state, scale=scale
         )
     out_dtype = q.dtype if isinstance(q, torch.Tensor) else None
-    q, k, v, g, S = _prepare(q, k, v, g, scale, initial_state)
+    q, k, v, g, S, scale = _prepare(q, k, v, g, scale, initial_state)
+    q = q * scale
     outputs = []
     for t in range(q.shape[2]):
         S = torch.exp(g[:, :, t, :, None]) * S + torch.einsum("b h k, b h v -> b h k v", k[:, :, t], v[:, :, t])
@@ -164,6 +164,29 @@ def _intra_chunk_scores(q, k, g, sub):
     return blocks.transpose(-3, -2).reshape(*lead, C, C)
 
 
+def _log_decays(g: torch.Tensor, scratch) -> torch.Tensor:
+    """``G_i = Σ_{j≤i} g_j`` within each chunk of a block ``g`` ``(n, B, H, C, D_k)`` (a view from
+    :func:`~ttr_edu.ops._chunking.chunk_blocks`), as the same ``(n, B, H, C, D_k)`` view of a buffer laid out as the
+    caller's ``(B, T, H, D_k)``.
+
+    One product per sequence with the lower-triangular ones ``L`` ``(C, C)``: ``L`` times the chunk's ``(C, H D_k)``
+    slab of ``g`` as it lies, for all heads and keys at once, twice as fast on a CPU as ``cumsum`` along the chunk,
+    which scans element by element. A ``g = −inf`` (a reset) makes ``0 · (−inf) = NaN`` here: the caller then takes
+    the exact path, which sums ``g`` itself.
+    """
+    n, B, H, C, D_k = g.shape
+    slab = g.permute(1, 0, 3, 2, 4)  # (B, n, C, H, D_k): the block where it lies
+    ones = torch.ones(C, C, dtype=g.dtype, device=g.device).tril().expand(n, C, C)
+    out = scratch("G", B * n, C, H * D_k)
+    if out is None:
+        G = torch.stack([torch.bmm(ones, slab[b].reshape(n, C, H * D_k)) for b in range(B)])
+    else:
+        G = out.view(B, n, C, H * D_k)
+        for b in range(B):
+            torch.bmm(ones, slab[b].reshape(n, C, H * D_k), out=G[b])
+    return G.view(B, n, C, H, D_k).permute(1, 0, 3, 2, 4)
+
+
 #: The smallest per-key chunk log decay for which :func:`gla_chunk` uses the rank-one factorisation of the decays.
 _MIN_FACTORED_LOG_DECAY = -8.0
 
@@ -197,37 +220,86 @@ def gla_chunk(q, k, v, g, scale=None, initial_state=None, output_final_state=Fal
         )
     out_dtype = q.dtype if isinstance(q, torch.Tensor) else None
     chunk_size = check_chunk_size(chunk_size, q)  # capped at T
-    q, k, v, g, S = _prepare(q, k, v, g, scale, initial_state)
-    B, H, T = q.shape[:3]
-    C = chunk_size
-    sub = SUB_CHUNK if C % SUB_CHUNK == 0 else C  # other chunk sizes: one sub-chunk, all exact
-    qc, kc, vc, gc = (to_chunks(x, C) for x in (q, k, v, g))  # (B, H, N, C, ·)
-    n_chunks = qc.shape[2]
-    per_block = chunks_per_block(B, H, C, row_weight=2)  # the (sub, sub, D_k) decays: see chunks_per_block
-    outputs = []
-    for first in range(0, n_chunks, per_block):
-        chunks = slice(first, min(first + per_block, n_chunks))
-        q_b, k_b, v_b, g_b = (x[:, :, chunks] for x in (qc, kc, vc, gc))
-        from_start = g_b.cumsum(-2)  # log γ_i, (B, H, n, C, D_k)
-        q_decayed = q_b * torch.exp(from_start)
-        if q.device.type != "meta" and bool((from_start[..., -1, :] >= _MIN_FACTORED_LOG_DECAY).all()):
-            # Γ_ijd = γ_id / γ_jd has rank one in (i, j) for each d: Q Kᵀ ⊙ Γ = (Q ⊙ γ)(K / γ)ᵀ, one product. Every
-            # chunk decays by at most e⁸ per key here, so 1/γ cannot overflow and Γ carries at most 2·8 units of
-            # rounding: fp32 round-off of order 1e-6 (as the scalar gate's factorised path).
-            k_undecayed = k_b * torch.exp(-from_start)
-            intra = (q_decayed @ k_undecayed.transpose(-1, -2)).tril_() @ v_b
-            k_to_end = k_undecayed * torch.exp(from_start[..., -1:, :])  # γ_C / γ_j
-        else:  # strong decay or a reset: the exact sub-chunked form, every exponent a direct sum of log decays
-            intra = _intra_chunk_scores(q_b, k_b, g_b, sub) @ v_b  # (B, H, n, C, D_v)
-            k_to_end = k_b * torch.exp(_suffix_sums(g_b))
-        chunk_kv = k_to_end.transpose(-1, -2) @ v_b  # (B, H, n, D_k, D_v): each chunk's write, at its end
-        chunk_decay = torch.exp(from_start[..., -1, :]).unsqueeze(-1)  # (B, H, n, D_k, 1)
-        for i in range(q_b.shape[2]):  # the only sequential part: one step per chunk
-            outputs.append(
-                torch.baddbmm(
-                    intra[:, :, i].flatten(0, 1), q_decayed[:, :, i].flatten(0, 1), S.flatten(0, 1)
-                ).unflatten(0, (B, H))
-            )
-            S = chunk_decay[:, :, i] * S + chunk_kv[:, :, i]
-    o = torch.stack(outputs, dim=2).flatten(2, 3)[:, :, :T]
-    return o.transpose(1, 2).to(out_dtype), (S if output_final_state else None)
+    q, k, v, g, S, scale = _prepare(q, k, v, g, scale, initial_state)
+    B, H, T, D_k = q.shape
+    D_v = v.shape[-1]
+    fast = no_grad_needed(q, k, v, g, S)
+    scratch = Scratch(fast, q)
+    o = q.new_empty(B, T, H, D_v)
+    inputs = [x.transpose(1, 2) for x in (k, v, q, g)]  # (B, T, H, ·): fla's layout, where they lie
+    state = S.reshape(B * H, D_k, D_v)
+    per_block = chunks_per_block(B, H, chunk_size)
+    for t0, t1, views in chunk_blocks(inputs, chunk_size, per_block):
+        inter, intra, state = _block_forward(*views, state=state, scale=scale, scratch=scratch)
+        store(output_view(o, t0, t1, chunk_size), inter, intra)
+    if fast:
+        state = state.clone()  # not a view of the block's buffer
+    return o.to(out_dtype), (state.unflatten(0, (B, H)) if output_final_state else None)
+
+
+def _block_forward(k, v, q, g, *, state, scale, scratch):
+    """One block of n chunks, each input an ``(n, B, H, C, ·)`` view from
+    :func:`~ttr_edu.ops._chunking.chunk_blocks`; ``state`` ``(B·H, D_k, D_v)`` is the state before the block.
+
+    Everything but the chunk-to-chunk state update is computed for all n chunks at once, the outputs too, from the
+    state each chunk starts with (as the scalar-gate forms do). Returns ``inter = (Q ⊙ γ) S``, ``intra = A V``
+    ``(n, B, H, C, D_v)`` (see :func:`gla_chunk`; the caller adds them into its output) and the state after the
+    block. ``scale`` is applied by the two products that read ``Q`` (:func:`~ttr_edu.ops._chunking.scaled_bmm`).
+    """
+    n, B, H, C, D_k = k.shape
+    D_v = v.shape[-1]
+    BH = B * H
+    M = n * BH
+    fast = scratch.enabled
+    G = _log_decays(g, scratch)  # log γ_i = Σ_{j≤i} g_j, per key, an (n, B, H, C, D_k) view of a buffer
+    V = pack(None, v, out=scratch("V", M, C, D_v))  # V: no op to fold its packing into
+    # (NaN from a reset, g = −inf, fails the test; a meta tensor has no values and takes the exact path)
+    if G.device.type != "meta" and bool((G[..., -1, :] >= _MIN_FACTORED_LOG_DECAY).all()):
+        # Γ_ijd = γ_id / γ_jd has rank one in (i, j) for each d: Q Kᵀ ⊙ Γ = (Q ⊙ γ)(K / γ)ᵀ, one product. Every
+        # chunk decays by at most e⁸ per key here, so 1/γ cannot overflow and Γ carries at most 2·8 units of
+        # rounding: fp32 round-off of order 1e-6 (as the scalar gate's factorised path).
+        chunk_decay = G[..., -1, :].exp().reshape(M, D_k, 1)  # γ_C, a tensor of its own
+        gamma = G.exp_() if fast else G.exp()
+        Q = pack(torch.mul, q, gamma, out=scratch("Q", M, C, D_k))  # Q ⊙ γ
+        inverse = gamma.reciprocal_() if fast else gamma.reciprocal()  # 1 / γ ≤ e⁸ (a multiply is cheaper than /)
+        K = pack(torch.mul, k, inverse, out=scratch("K", M, C, D_k))  # K / γ
+        scores = scaled_bmm(Q, K.mT, scale, out=scratch("scores", M, C, C)).tril_()  # scale Q Kᵀ ⊙ Γ, causal
+        k_to_end, write_scale, inter_scale = K, chunk_decay, scale  # γ_C (K / γ)ᵀ V: each write decayed to its end
+    else:  # strong decay or a reset: the exact sub-chunked form, every exponent a direct sum of log decays
+        sub = SUB_CHUNK if C % SUB_CHUNK == 0 else C  # other chunk sizes: one sub-chunk, all exact
+        gc = pack(None, g, out=scratch("g", M, C, D_k))
+        K = pack(None, k, out=scratch("K", M, C, D_k))
+        Q = pack(torch.mul, q, scale, out=scratch("Q", M, C, D_k))
+        scores = _intra_chunk_scores(Q, K, gc, sub)  # (n·B·H, C, C)
+        gamma = torch.exp(gc.cumsum(-2))  # each γ_i a running sum of g: −inf stays −inf, exp gives 0
+        chunk_decay = gamma[:, -1, :, None]
+        Q = Q * gamma  # scale Q ⊙ γ
+        k_to_end = K * torch.exp(_suffix_sums(gc))  # K ⊙ γ_C / γ, without dividing by a γ that may be 0
+        write_scale, inter_scale = None, 1.0  # Q is scaled here
+
+    # The only sequential part: S_{i+1} = diag(γ_C) S_i + (each chunk's write decayed to its end), one op per chunk.
+    decay = chunk_decay.view(n, BH, D_k, 1)
+    states = scratch("states", M + BH, D_k, D_v)
+    if states is not None:
+        chain = states.view(n + 1, BH, D_k, D_v)
+        if chain[0].data_ptr() != state.data_ptr():
+            chain[0].copy_(state)
+        writes = torch.bmm(k_to_end.mT, V, out=states[BH:])
+        if write_scale is not None:
+            writes.mul_(write_scale)
+        for i in range(n):
+            chain[i + 1].addcmul_(chain[i], decay[i])
+        starts, state = states[:M], chain[n]
+    else:
+        writes = torch.bmm(k_to_end.mT, V)
+        if write_scale is not None:
+            writes = writes * write_scale
+        writes, starts = writes.unflatten(0, (n, BH)), []
+        for i in range(n):
+            starts.append(state)
+            state = writes[i] + decay[i] * state
+        starts = torch.cat(starts)
+
+    inter = scaled_bmm(Q, starts, inter_scale, out=scratch("inter", M, C, D_v))  # scale (Q ⊙ γ) S_start
+    intra = torch.bmm(scores, V, out=scratch("intra", M, C, D_v))  # A V
+    return inter.view(n, B, H, C, D_v), intra.view(n, B, H, C, D_v), state

@@ -27,6 +27,8 @@ chunk_linear_attn`` (and ``naive_chunk_linear_attn``), :func:`linear_attention_r
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from ttr_edu._internal.contract import (
@@ -34,6 +36,7 @@ from ttr_edu._internal.contract import (
     check_inputs,
     check_state,
     compute_dtype,
+    decay_matrix,
     resolve_scale,
     shares_doc,
     to_chunks,
@@ -41,7 +44,7 @@ from ttr_edu._internal.contract import (
 )
 from ttr_edu._internal.validation import check_chunk_size, check_positive_float, guarded
 
-from ._chunking import chunk_blocks, chunks_per_block
+from ._chunking import Scratch, chunk_blocks, chunks_per_block, no_grad_needed, output_view, pack, store
 from ._varlen import run_varlen
 
 __all__ = ["linear_attention_recurrent", "linear_attention_parallel", "linear_attention_chunk"]
@@ -75,7 +78,8 @@ _SHARED_DOC = """
 
 
 def _prepare(q, k, v, scale, normalize, eps, initial_state):
-    """Check everything, upcast, scale q; return heads-first tensors ``(B, H, T, ·)`` and the initial (S, z)."""
+    """Check everything and upcast; return heads-first tensors ``(B, H, T, ·)`` (``q`` not yet scaled), the initial
+    (S, z) and the scale."""
     dims = check_inputs(q, k, v)
     scale = resolve_scale(scale, dims["D_k"])
     check_positive_float("eps", eps, allow_zero=True)
@@ -86,7 +90,7 @@ def _prepare(q, k, v, scale, normalize, eps, initial_state):
     if normalize:
         z = q.new_zeros(dims["B"], dims["H"], dims["D_k"], dtype=dtype) if z0 is None else z0.to(dtype)
     q, k, v = (x.to(dtype).transpose(1, 2) for x in (q, k, v))
-    return q * scale, k, v, S, z
+    return q, k, v, S, z, scale
 
 
 def unpack_state(initial_state, normalize, dims, device):
@@ -145,17 +149,33 @@ def linear_attention_recurrent(
             eps=eps,
         )
     out_dtype = q.dtype if isinstance(q, torch.Tensor) else None
-    q, k, v, S, z = _prepare(q, k, v, scale, normalize, eps, initial_state)
+    q, k, v, S, z, scale = _prepare(q, k, v, scale, normalize, eps, initial_state)
+    q = q * scale
+    B, H, T, D_k = q.shape
+    rows = lambda x: x.reshape(B * H, T, -1)  # noqa: E731  (B·H, T, ·): one row per token of each head
+    q_rows, k_rows, v_rows, S = rows(q), rows(k), rows(v), S.reshape(B * H, D_k, -1)
     outputs, normalizers = [], []
-    for t in range(q.shape[2]):
-        S = S + torch.einsum("b h k, b h v -> b h k v", k[:, :, t], v[:, :, t])
-        outputs.append(torch.einsum("b h k v, b h k -> b h v", S, q[:, :, t]))
+    for t in range(T):
+        o_t, S = recurrent_step(S, q_rows[:, t : t + 1], k_rows[:, t : t + 1], v_rows[:, t : t + 1])
+        outputs.append(o_t)
         if z is not None:
             z = z + k[:, :, t]
             normalizers.append(torch.einsum("b h k, b h k -> b h", z, q[:, :, t]))
-    o = torch.stack(outputs, dim=2)  # (B, H, T, D_v)
+    o = torch.cat(outputs, dim=1).unflatten(0, (B, H))  # (B, H, T, D_v)
     normalizer = torch.stack(normalizers, dim=2) if z is not None else None
-    return _finish(o, normalizer, eps, S, z, out_dtype, output_final_state)
+    return _finish(o, normalizer, eps, S.unflatten(0, (B, H)), z, out_dtype, output_final_state)
+
+
+def recurrent_step(S, q, k, v, decay=None):
+    """One token of (gated) linear attention, unchecked: ``S_t = α_t S_{t−1} + k_t v_tᵀ``, ``o_t = S_tᵀ q_t``, for
+    ``N`` heads at once: ``S`` ``(N, D_k, D_v)``, ``q`` (already scaled) and ``k`` ``(N, 1, D_k)``, ``v``
+    ``(N, 1, D_v)``, ``decay = α_t`` ``(N, 1, 1)`` (``None``: none). Returns ``(o (N, 1, D_v), S_t)``: two batched
+    products, and no check (the recurrent form calls it after its own, a layer's one-token step after the caller's).
+    """
+    if decay is not None:
+        S = S * decay
+    S = torch.baddbmm(S, k.mT, v)
+    return torch.bmm(q, S), S
 
 
 @guarded
@@ -169,7 +189,8 @@ def linear_attention_parallel(
     Cost ``O(T² (D_k + D_v))``, memory ``O(T²)``.
     """
     out_dtype = q.dtype if isinstance(q, torch.Tensor) else None
-    q, k, v, S0, z0 = _prepare(q, k, v, scale, normalize, eps, initial_state)
+    q, k, v, S0, z0, scale = _prepare(q, k, v, scale, normalize, eps, initial_state)
+    q = q * scale
     scores = (q @ k.transpose(-1, -2)).tril()  # (B, H, T, T), causal mask M with the diagonal
     o = torch.einsum("b h k v, b h t k -> b h t v", S0, q) + scores @ v
     S = S0 + k.transpose(-1, -2) @ v
@@ -218,10 +239,11 @@ def linear_attention_chunk(
         )
     out_dtype = q.dtype if isinstance(q, torch.Tensor) else None
     chunk_size = check_chunk_size(chunk_size, q)  # capped at T
-    q, k, v, S0, z0 = _prepare(q, k, v, scale, normalize, eps, initial_state)
-    if z0 is None:  # without the normaliser: a block of chunks at a time, gathered from fla's layout
-        o, S = _blockwise(q, k, v, S0, chunk_size)
-        return _finish(o, None, eps, S, None, out_dtype, output_final_state)
+    q, k, v, S0, z0, scale = _prepare(q, k, v, scale, normalize, eps, initial_state)
+    if z0 is None:  # without the normaliser: a block of chunks at a time, read where they lie in fla's layout
+        o, S = blockwise(q, k, v, S0, chunk_size, scale)
+        return o.to(out_dtype), (S if output_final_state else None)
+    q = q * scale
     T, C = q.shape[2], chunk_size
     qc, kc, vc = (to_chunks(x, C) for x in (q, k, v))  # (B, H, N, C, ·)
     scores = (qc @ kc.transpose(-1, -2)).tril()  # (B, H, N, C, C), causal mask M with the diagonal
@@ -241,26 +263,113 @@ def linear_attention_chunk(
     return _finish(o, normalizer, eps, S, z_after[:, :, -1], out_dtype, output_final_state)
 
 
-def _blockwise(q, k, v, S, chunk_size):
-    """The chunk form without the normaliser, a block of chunks at a time (:func:`ttr_edu.ops._chunking.chunk_blocks`
-    gathers each block in one pass from fla's layout, and its intermediates stay in cache): per block, all chunks'
-    ``Q Kᵀ ⊙ M`` and ``Kᵀ V`` at once, the states each chunk starts from by a running sum, then all outputs at once.
-    Takes heads-first ``q`` (scaled), ``k``, ``v`` and ``S`` ``(B, H, D_k, D_v)``; returns heads-first ``o`` and
-    ``S_T``."""
+def blockwise(q, k, v, S, chunk_size, scale, g=None):
+    """The chunk form without the normaliser, a block of chunks at a time (:mod:`ttr_edu.ops._chunking`); with a
+    scalar log decay ``g`` it is the chunk form of :func:`ttr_edu.ops.gated_linear_attention_chunk`.
+
+    Takes heads-first ``q`` (not scaled), ``k``, ``v`` ``(B, H, T, ·)`` (usually transposed views of fla's layout),
+    ``g`` ``(B, H, T)`` and ``S`` ``(B, H, D_k, D_v)``; returns ``o`` ``(B, T, H, D_v)`` (fla's layout) and ``S_T``.
+    """
     B, H, T, D_k = q.shape
-    D_v, C = v.shape[-1], chunk_size
-    per_block = chunks_per_block(B, H, C)
-    S = S.flatten(0, 1)  # (B·H, D_k, D_v)
-    o = q.new_empty(B, -(-T // C) * C, H, D_v)
-    for first, last, block in chunk_blocks([k, v, q], C, per_block):
-        n = last - first
-        x = block.flatten(0, 2)  # (n·B·H, C, W): [K V Q] of each chunk of each head
-        kc, vc, qc = x[..., :D_k], x[..., D_k : D_k + D_v], x[..., D_k + D_v :]
-        chunk_kv = (kc.mT @ vc).unflatten(0, (n, -1))  # what each chunk writes
-        starts = []
-        for i in range(n):  # the only sequential part: S ← S + Kᵀ V
-            starts.append(S)
-            S = S + chunk_kv[i]
-        o_block = ((qc @ kc.mT).tril_() @ vc).baddbmm_(qc, torch.cat(starts))  # Q S + (Q Kᵀ ⊙ M) V
-        o[:, first * C : last * C].view(B, n, C, H, D_v).copy_(o_block.unflatten(0, (n, B, H)).permute(1, 0, 3, 2, 4))
-    return o[:, :T].transpose(1, 2), S.unflatten(0, (B, H))
+    D_v = v.shape[-1]
+    fast = no_grad_needed(q, k, v, S, g)
+    scratch = Scratch(fast, q)
+    o = q.new_empty(B, T, H, D_v)
+    inputs = [x.transpose(1, 2) for x in ([k, v, q] if g is None else [k, v, q, g])]  # (B, T, H, ·)
+    state = S.reshape(B * H, D_k, D_v)
+    for t0, t1, views in chunk_blocks(inputs, chunk_size, chunks_per_block(B, H, chunk_size)):
+        inter, intra, state = _block_forward(*views, state=state, scale=scale, scratch=scratch)
+        store(output_view(o, t0, t1, chunk_size), inter, intra)
+    if fast:
+        state = state.clone()  # not a view of the block's buffer
+    return o, state.unflatten(0, (B, H))
+
+
+#: The smallest chunk decay γ_C = exp(Σ g) for which a block uses the rank-one factorisation of the decay matrix.
+_MIN_FACTORED_DECAY = math.exp(-8.0)
+
+
+def _block_forward(k, v, q, g=None, *, state, scale, scratch):
+    """One block of n chunks, each input an ``(n, B, H, C, ·)`` (``g``: ``(n, B, H, C)``) view from
+    :func:`~ttr_edu.ops._chunking.chunk_blocks`; ``state`` ``(B·H, D_k, D_v)`` is the state before the block.
+
+    With the in-chunk cumulative log decay ``G_i = Σ_{j≤i} g_j``, ``γ = exp(G)``, ``Γ_ij = exp(G_i − G_j)`` (i ≥ j;
+    ``γ = Γ = 1`` without decay), chunk by chunk (Yang et al. 2024, chunkwise form):
+
+        O = diag(γ) Q S + (Q Kᵀ ⊙ Γ ⊙ M) V,        S ← γ_C S + (diag(γ_C / γ) K)ᵀ V.
+
+    Everything but the chunk-to-chunk state update is computed for all n chunks at once, the outputs too, from the
+    state each chunk starts with; the update is a running sum without decay, a loop of one op per chunk with it.
+    Where every chunk of the block decays by at most e⁸, ``Γ_ij = γ_i / γ_j`` has rank one:
+    ``Q Kᵀ ⊙ Γ = (diag(γ) Q)(diag(1/γ) K)ᵀ``, folded into the inputs as they are packed, with no ``C × C``
+    exponentials; ``1/γ ≤ e⁸`` cannot overflow and ``Γ`` carries at most 2·8 units of rounding (fp32 round-off of
+    order 1e-6). Otherwise (strong decay or a reset, ``γ = 0``) each ``Γ_ij`` comes from its own segment sum, exact
+    for ``g = −inf``. ``scale`` is folded into the packed ``Q``.
+
+    Returns ``inter = diag(γ) Q S``, ``intra = (Q Kᵀ ⊙ Γ ⊙ M) V`` ``(n, B, H, C, D_v)`` (the caller adds them into
+    its output) and the state after the block.
+    """
+    n, B, H, C, D_k = k.shape
+    D_v = v.shape[-1]
+    BH = B * H
+    M = n * BH
+    fast = scratch.enabled
+    gamma = chunk_decay = None
+    factorised = True
+    if g is not None:
+        G = torch.cumsum(g, -1, out=None if not fast else scratch("G", M, C).view(g.shape))  # log γ_i
+        gamma = torch.exp(G)  # (n, B, H, C)
+        chunk_decay = gamma[..., -1].reshape(M, 1, 1)  # γ_C
+        # (a meta tensor has no values to test: it takes the exact path, which holds for any decay)
+        factorised = g.device.type != "meta" and bool((chunk_decay >= _MIN_FACTORED_DECAY).all())
+    V = pack(None, v, out=scratch("V", M, C, D_v))  # V: no op to fold its packing into
+    if factorised:
+        if gamma is None:
+            K = pack(None, k, out=scratch("K", M, C, D_k))
+            Q = pack(torch.mul, q, scale, out=scratch("Q", M, C, D_k))
+        else:  # K̂ = diag(1/γ) K, Q̂ = scale diag(γ) Q: Q Kᵀ ⊙ Γ = Q̂ K̂ᵀ, and K̃ = diag(γ_C / γ) K = γ_C K̂
+            K = pack(torch.div, k, gamma.unsqueeze(-1), out=scratch("K", M, C, D_k))
+            Q = pack(torch.mul, q, (scale * gamma).unsqueeze(-1), out=scratch("Q", M, C, D_k))
+        scores = torch.bmm(Q, K.mT, out=scratch("scores", M, C, C)).tril_()  # causal mask M with the diagonal
+        K_end, write_scale = K, chunk_decay
+    else:  # strong decay or a reset (γ = 0) in this block: each Γ_ij from its own segment sum, exact for g = −inf
+        Gamma = decay_matrix(g).reshape(M, C, C)  # Γ_ij, 0 above the diagonal (so Γ ⊙ M = Γ)
+        K = pack(None, k, out=scratch("K", M, C, D_k))
+        Q = pack(torch.mul, q, scale, out=scratch("Q", M, C, D_k))
+        scores = torch.bmm(Q, K.mT, out=scratch("scores", M, C, C))
+        scores = scores.mul_(Gamma) if fast else scores * Gamma
+        Q = Q.mul_(gamma.reshape(M, C, 1)) if fast else Q * gamma.reshape(M, C, 1)
+        # each chunk's write decayed to its end, (diag(Γ_C·) K)ᵀ V, without dividing by a γ_j that may be 0
+        K_end, write_scale = torch.mul(K, Gamma[:, -1, :, None], out=scratch("K_end", M, C, D_k)), None
+
+    # The only sequential part: S_{i+1} = γ_C S_i + K̃_iᵀ V_i (a running sum without decay), states in one buffer.
+    states = scratch("states", M + BH, D_k, D_v)
+    if states is not None:
+        chain = states.view(n + 1, BH, D_k, D_v)
+        if chain[0].data_ptr() != state.data_ptr():
+            chain[0].copy_(state)
+        writes = torch.bmm(K_end.mT, V, out=states[BH:])
+        if write_scale is not None:
+            writes.mul_(write_scale)
+        if chunk_decay is None:  # a running sum, one add per chunk (a cumsum over the chunk dim is a slow scan)
+            for i in range(n):
+                chain[i + 1].add_(chain[i])
+        else:
+            decay = chunk_decay.view(n, BH, 1, 1)
+            for i in range(n):
+                chain[i + 1].addcmul_(chain[i], decay[i])
+        starts, state = states[:M], chain[n]
+    else:
+        writes = torch.bmm(K_end.mT, V)
+        if write_scale is not None:
+            writes = writes * write_scale
+        writes, starts = writes.unflatten(0, (n, BH)), []
+        decay = None if chunk_decay is None else chunk_decay.view(n, BH, 1, 1)
+        for i in range(n):
+            starts.append(state)
+            state = writes[i] + (state if decay is None else decay[i] * state)
+        starts = torch.cat(starts)
+
+    inter = torch.bmm(Q, starts, out=scratch("inter", M, C, D_v))  # diag(γ) Q S_start (scaled)
+    intra = torch.bmm(scores, V, out=scratch("intra", M, C, D_v))  # (Q Kᵀ ⊙ Γ ⊙ M) V (scaled)
+    return inter.view(n, B, H, C, D_v), intra.view(n, B, H, C, D_v), state

@@ -56,3 +56,12 @@ def softmax_attention(q, k, v, scale=None, qk_norm=False, initial_state=None, ou
     logits = (scale * q @ k.transpose(-1, -2)).masked_fill(~causal, float("-inf"))  # (B, H, T, T_cache + T)
     o = torch.softmax(logits, dim=-1) @ v
     return o.transpose(1, 2).to(out_dtype), cache
+
+
+def attend_last(q, k, v, scale):
+    """Softmax attention of each sequence's newest query over all its keys, unchecked: ``q`` ``(B, 1, H, D_k)``,
+    ``k`` ``(B, t, H, D_k)``, ``v`` ``(B, t, H, D_v)`` (the key-value cache with this token last) -> ``(B, 1, H, D_v)``.
+    The newest position sees every key, so there is no mask to build. For a layer's one-token step
+    (:meth:`ttr_edu.layers.SoftmaxAttention.mix_step_unchecked`), whose caller checked its arguments once."""
+    logits = torch.einsum("bqhd,bthd->bhqt", q * scale, k)
+    return torch.einsum("bhqt,bthd->bqhd", torch.softmax(logits, dim=-1), v)
