@@ -138,7 +138,7 @@ def test_empty_key_sets_are_refused_instead_of_nan():
 def test_recall_accuracy_refuses_values_on_another_device_and_nan():
     with pytest.raises(ValueError, match=r"values on meta"):
         hebbian.recall_accuracy(torch.zeros(3, 4), torch.zeros(2, 4), torch.zeros(2, 3, device="meta"))
-    with pytest.raises(ValueError, match=r"W: expected finite entries"):
+    with pytest.raises(ValueError, match=r"W: expected finite values"):
         hebbian.recall_accuracy(torch.full((3, 4), float("nan")), torch.randn(2, 4), torch.randn(2, 3))
 
 

@@ -175,6 +175,10 @@ def matmul_flops(fn: Callable[[], object]) -> int:
     return int(counter.get_total_flops())
 
 
+#: The most calls :func:`best_seconds` makes.
+MAX_REPEATS = 1000
+
+
 def best_seconds(fn: Callable[[], object], repeats: int = 5) -> float:
     """The shortest wall-clock time of ``repeats`` calls of ``fn()``, in seconds.
 
@@ -183,10 +187,10 @@ def best_seconds(fn: Callable[[], object], repeats: int = 5) -> float:
 
     Raises:
         TypeError: ``fn`` is not callable, or ``repeats`` is not an int.
-        ValueError: ``repeats`` < 1.
+        ValueError: ``repeats`` outside ``[1, 1000]`` (the best of a few calls is the measurement; more only waits).
     """
     _check_callable(fn)
-    check_positive_int("repeats", repeats)
+    check_positive_int("repeats", repeats, maximum=MAX_REPEATS, why="the best of a few calls is the measurement")
     times = []
     for _ in range(repeats):
         start = time.perf_counter()

@@ -400,7 +400,7 @@ def test_gradcheck_ttt_and_titans():
 def test_bad_inputs_are_refused_by_name():
     q, k, v = qkv()
     beta = torch.rand(v.shape[:3], dtype=torch.float64)
-    with pytest.raises(ValueError, match="beta: expected a finite weight >= 0"):
+    with pytest.raises(ValueError, match=r"beta: expected a weight .* in \[0, inf\)"):
         longhorn_recurrent(q, k, v, -beta)
     with pytest.raises(ValueError, match="beta"):
         longhorn_chunk(q, k, v, beta[:, :3])
@@ -412,13 +412,13 @@ def test_bad_inputs_are_refused_by_name():
         ttt_mlp_chunk(q, k, v, beta)
     with pytest.raises(ValueError, match="residual: f\\(x\\) = x \\+ m\\(x\\) needs D_k == D_v"):
         ttt_linear_chunk(q, k, v, beta, residual=True)
-    with pytest.raises(TypeError, match="layer_norm: expected a bool"):
+    with pytest.raises(TypeError, match="layer_norm: expected True or False"):
         ttt_linear_recurrent(q, k, v, beta, layer_norm="false")
     with pytest.raises(ValueError, match="mini_batch_size"):
         ttt_linear_chunk(q, k, v, beta, 0)
     with pytest.raises(ValueError, match=r"initial_state\[1\] \(W2\)"):
         ttt_mlp_recurrent(q, k, v, beta, initial_state=(rand(2, 2, 4, 5), rand(2, 2, 6, 3)))
-    with pytest.raises(ValueError, match="eta: expected values in \\[0, 1\\]"):
+    with pytest.raises(ValueError, match="eta: expected a momentum in \\[0, 1\\]"):
         titans_recurrent(q, k, v, beta, beta + 1, beta)
     with pytest.raises(ValueError, match="alpha"):
         titans_recurrent(q, k, v, beta, beta, beta * float("nan"))

@@ -375,7 +375,7 @@ def test_bad_combinations_and_inputs_are_named():
         named_layer("ttt_mlp")(q, k, v, beta=beta)
     with pytest.raises(ValueError, match="eta: only optimizer=MomentumSGD"):
         named_layer("deltanet")(q, k, v, beta=beta, eta=beta)
-    with pytest.raises(ValueError, match="alpha: expected values in"):
+    with pytest.raises(ValueError, match=r"alpha: expected a weight decay in \[0, 1\]"):
         named_layer("titans")(q, k, v, beta=beta, alpha=beta + 2, initial_state=mlp_weights())
     with pytest.raises(ValueError, match=r"k: expected shape \(B, T·num_householder, H, D_k\)"):
         named_layer("deltaproduct")(q, k, v, beta=beta)

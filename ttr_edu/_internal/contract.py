@@ -112,6 +112,23 @@ def check_log_decay(g: torch.Tensor, allow_reset: bool = True, shape: str = "(B,
     )
 
 
+def check_nonnegative(name: str, x: torch.Tensor, what: str, high: float | None = None) -> None:
+    """Refuse entries of ``x`` that are negative (or above ``high``, when given), naming ``name`` and saying ``what``
+    the values are (``"a learning rate"``). A scan of the values: skipped for meta tensors and when
+    :func:`~ttr_edu._internal.validation.finite_checks` is off."""
+    if not isinstance(x, torch.Tensor) or x.device.type == "meta" or not finite_checks_enabled():
+        return
+    with torch.no_grad():
+        bad = x < 0 if high is None else (x < 0) | (x > high)
+        n_bad = int(bad.sum())
+    if n_bad:
+        interval = "[0, inf)" if high is None else f"[0, {high:g}]"
+        raise ValueError(
+            f"{name}: expected {what} in {interval}, got {n_bad} of {x.numel()} entries outside it "
+            f"(the first: {x[bad][0].item():.4g})"
+        )
+
+
 def decay_matrix(g: torch.Tensor) -> torch.Tensor:
     """Within-chunk decays ``Γ_ij = exp(Σ_{l=j+1..i} g_l)`` for ``i ≥ j`` and ``0`` above the diagonal.
 

@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ttr_edu._internal.deprecation import renamed_arguments
-from ttr_edu._internal.validation import check_bool, check_positive_float, check_positive_int
+from ttr_edu._internal.validation import check_bool, check_choice, check_positive_float, check_positive_int
 from ttr_edu.layers.base import _Mixer, _same_width_feature_map
 from ttr_edu.ops import (
     delta_rule_chunk,
@@ -29,7 +29,14 @@ from ttr_edu.ops import (
     rls_recurrent,
     sum_norm,
 )
-from ttr_edu.ops.feature_maps import d_dot
+from ttr_edu.ops.feature_maps import FEATURE_MAPS, d_dot
+
+__all__ = [
+    "LinearAttention",
+    "DeltaNet",
+    "GatedDeltaNet",
+    "MesaLayer",
+]
 
 
 class LinearAttention(_Mixer):
@@ -73,11 +80,20 @@ class LinearAttention(_Mixer):
     ) -> None:
         super().__init__(hidden_size, num_heads, use_short_conv, conv_size)
         self.chunk_size = check_positive_int("chunk_size", chunk_size)
+        if feature_map_params is not None and not isinstance(feature_map_params, dict):
+            raise TypeError(
+                "feature_map_params: expected a dict such as {'nu': 2} or None, got "
+                f"{type(feature_map_params).__name__}"
+            )
         params = dict(feature_map_params or {})
         if feature_map == "favor_plus":
             params = {"d_k": self.head_dim, "m": self.head_dim, **params}
-        self.feature_map = get_feature_map(feature_map, **params)
-        self.d_k = d_dot(feature_map, self.head_dim, **{n: p for n, p in params.items() if n != "d_k"})
+        check_choice("feature_map", feature_map, FEATURE_MAPS)
+        try:  # an unknown or bad parameter is the caller's feature_map_params
+            self.feature_map = get_feature_map(feature_map, **params)
+            self.d_k = d_dot(feature_map, self.head_dim, **{n: p for n, p in params.items() if n != "d_k"})
+        except (TypeError, ValueError) as error:
+            raise type(error)(f"feature_map_params: {error}") from None
         self.normalize = check_bool("normalize", normalize)
         self.qk_norm = check_bool("qk_norm", qk_norm)
         self.sum_norm = check_bool("sum_norm", sum_norm)
@@ -105,6 +121,7 @@ class LinearAttention(_Mixer):
         return self.o_norm(o), memory
 
     def state_size(self, seq_len: int) -> int:
+        check_positive_int("seq_len", seq_len)
         return self.num_heads * self.d_k * self.head_dim
 
 
@@ -157,6 +174,7 @@ class DeltaNet(_Mixer):
         return self.o_norm(o), memory
 
     def state_size(self, seq_len: int) -> int:
+        check_positive_int("seq_len", seq_len)
         return self.num_heads * self.head_dim * self.head_dim
 
 
@@ -278,4 +296,5 @@ class MesaLayer(_Mixer):
         return self.o_norm(o), memory
 
     def state_size(self, seq_len: int) -> int:
+        check_positive_int("seq_len", seq_len)
         return self.num_heads * self.head_dim * (2 * self.head_dim)  # S and the (inverse) covariance

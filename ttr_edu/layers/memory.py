@@ -30,7 +30,13 @@ from ttr_edu.ops import (
     ttt_mlp_chunk,
 )
 
-__all__ = ["Longhorn", "DeltaProduct", "TTTLinear", "TTTMLP", "TitansMemory"]
+__all__ = ["Longhorn", "DeltaProduct", "TTTLinear", "TTTMLP", "TitansMemory", "MAX_STEPS_PER_TOKEN", "MAX_EXPANSION"]
+
+#: The most Householder steps per token of :class:`DeltaProduct` (the paper uses 1 to 4; each step multiplies the
+#: work per token, so a huge count is refused rather than run for hours).
+MAX_STEPS_PER_TOKEN = 64
+#: The widest MLP memory of :class:`TTTMLP` and :class:`TitansMemory`, as the hidden width over the head width.
+MAX_EXPANSION = 64
 
 
 class _NormedQK(_Mixer):
@@ -106,7 +112,7 @@ class DeltaProduct(_NormedQK):
     per token.
 
     Args:
-        hidden_size, num_heads; num_householder: ``n_h ≥ 1`` (1 is DeltaNet); use_short_conv, conv_size;
+        hidden_size, num_heads; num_householder: ``1 ≤ n_h ≤ 64`` (1 is DeltaNet); use_short_conv, conv_size;
         chunk_size: tokens per chunk of the chunk form (32; a speed setting).
     """
 
@@ -120,7 +126,9 @@ class DeltaProduct(_NormedQK):
         conv_size: int = 4,
         chunk_size: int = 32,
     ) -> None:
-        n = check_positive_int("num_householder", num_householder)
+        n = check_positive_int(
+            "num_householder", num_householder, maximum=MAX_STEPS_PER_TOKEN, why="each multiplies the work per token"
+        )
         super().__init__(hidden_size, num_heads, use_short_conv, conv_size, steps_per_token=n)
         self.num_householder = n
         self.chunk_size = check_positive_int("chunk_size", chunk_size)
@@ -223,7 +231,9 @@ class _MLPMemory(_NormedQK):
 
     def __init__(self, hidden_size, num_heads, expansion, use_short_conv, conv_size):
         super().__init__(hidden_size, num_heads, use_short_conv, conv_size)
-        self.expansion = check_positive_int("expansion", expansion)
+        self.expansion = check_positive_int(
+            "expansion", expansion, maximum=MAX_EXPANSION, why="the hidden width over D; the papers use 2 to 4"
+        )
         D, D_h = self.head_dim, self.expansion * self.head_dim
         self.W1 = nn.Parameter(torch.randn(num_heads, D, D_h) / D**0.5)
         self.W2 = nn.Parameter(torch.randn(num_heads, D_h, D) / D_h**0.5)
@@ -292,7 +302,7 @@ class TitansMemory(_MLPMemory):
     (:func:`ttr_edu.ops.titans_recurrent`).
 
     Args:
-        hidden_size, num_heads; expansion: the MLP's hidden size over ``D`` (2); use_short_conv, conv_size.
+        hidden_size, num_heads; expansion: the MLP's hidden size over ``D`` (2; at most 64); use_short_conv, conv_size.
     """
 
     def __init__(
@@ -327,6 +337,7 @@ class TitansMemory(_MLPMemory):
         return self.o_norm(o), memory
 
     def state_size(self, seq_len: int) -> int:
+        check_positive_int("seq_len", seq_len)
         return 2 * super().state_size(seq_len)  # the memory and its momentum
 
 

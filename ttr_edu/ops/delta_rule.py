@@ -33,6 +33,7 @@ from ttr_edu._internal.contract import (
     STATE,
     V,
     check_inputs,
+    check_nonempty,
     check_state,
     compute_dtype,
     decay_matrix,
@@ -332,6 +333,7 @@ def delta_rule_pseudo_values(k, v, beta, initial_state=None, check_stability="wa
     dims.bind("beta", beta, PER_TOKEN)
     if dims["T"] == 0:
         raise ValueError(f"k: expected at least one token, got shape {tuple(k.shape)} with T = 0")
+    check_nonempty(dims, k=("B", "H", "D_k"), v=("D_v",))
     check_same_device(k=k, v=v, beta=beta)
     if v.dtype != k.dtype:
         raise TypeError(f"v: expected the dtype of k ({k.dtype}), got {v.dtype}")

@@ -169,7 +169,7 @@ def _block_forward(block, gc, *, D_k, D_v, S, scale):
     kc, vc, qc = x[..., :D_k], x[..., D_k : D_k + D_v], x[..., D_k + D_v :]
     gamma = torch.exp(gc.cumsum(-1)).unsqueeze(-1)  # (n·B·H, C, 1): γ_i = exp(G_i)
     q_decayed = qc * gamma
-    if bool((gamma[:, -1] >= _MIN_FACTORED_DECAY).all()):
+    if gamma.device.type != "meta" and bool((gamma[:, -1] >= _MIN_FACTORED_DECAY).all()):
         # Γ_ij = γ_i / γ_j has rank one: Q Kᵀ ⊙ Γ = (diag(γ) Q)(diag(1/γ) K)ᵀ, no C×C exponentials. The chunk's decay
         # is at most e⁸ here, so 1/γ cannot overflow, and Γ carries at most 2·8 units of rounding (against 8 for the
         # segment sums below): fp32 round-off of order 1e-6.

@@ -210,7 +210,7 @@ def gla_chunk(q, k, v, g, scale=None, initial_state=None, output_final_state=Fal
         q_b, k_b, v_b, g_b = (x[:, :, chunks] for x in (qc, kc, vc, gc))
         from_start = g_b.cumsum(-2)  # log γ_i, (B, H, n, C, D_k)
         q_decayed = q_b * torch.exp(from_start)
-        if bool((from_start[..., -1, :] >= _MIN_FACTORED_LOG_DECAY).all()):
+        if q.device.type != "meta" and bool((from_start[..., -1, :] >= _MIN_FACTORED_LOG_DECAY).all()):
             # Γ_ijd = γ_id / γ_jd has rank one in (i, j) for each d: Q Kᵀ ⊙ Γ = (Q ⊙ γ)(K / γ)ᵀ, one product. Every
             # chunk decays by at most e⁸ per key here, so 1/γ cannot overflow and Γ carries at most 2·8 units of
             # rounding: fp32 round-off of order 1e-6 (as the scalar gate's factorised path).

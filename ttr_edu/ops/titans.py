@@ -24,7 +24,15 @@ from typing import NamedTuple
 
 import torch
 
-from ttr_edu._internal.contract import STATE, check_inputs, check_state, compute_dtype, resolve_scale, zero_state
+from ttr_edu._internal.contract import (
+    STATE,
+    check_inputs,
+    check_nonnegative,
+    check_state,
+    compute_dtype,
+    resolve_scale,
+    zero_state,
+)
 from ttr_edu._internal.deprecation import renamed_arguments
 from ttr_edu._internal.mlp_memory import check_mlp_state, gelu_derivative, mlp_hidden
 from ttr_edu._internal.validation import guarded
@@ -37,16 +45,6 @@ class TitansState(NamedTuple):
 
     memory: torch.Tensor | tuple
     momentum: torch.Tensor | tuple
-
-
-def _check_gate(name, x):
-    with torch.no_grad():
-        bad = ~torch.isfinite(x) | (x < 0) | (x > 1)
-        if bad.any():
-            raise ValueError(
-                f"{name}: expected values in [0, 1], got {int(bad.sum())} entries outside it "
-                f"(the first: {x[bad][0].item()})"
-            )
 
 
 @renamed_arguments(theta="beta")
@@ -77,15 +75,17 @@ def titans_recurrent(q, k, v, beta, eta, alpha, scale=None, initial_state=None, 
     """
     out_dtype = q.dtype if isinstance(q, torch.Tensor) else None
     dims = check_inputs(q, k, v, beta=beta, eta=eta, alpha=alpha)
-    with torch.no_grad():
-        bad = ~torch.isfinite(beta) | (beta < 0)
-        if bad.any():
-            raise ValueError(f"beta: expected a finite learning rate >= 0, got {beta[bad][0].item()} among others")
-    _check_gate("eta", eta)
-    _check_gate("alpha", alpha)
+    check_nonnegative("beta", beta, "a learning rate")
+    check_nonnegative("eta", eta, "a momentum", high=1.0)
+    check_nonnegative("alpha", alpha, "a forgetting rate", high=1.0)
     scale = resolve_scale(scale, dims["D_k"])
     dtype = compute_dtype(q.dtype)
     memory, momentum = initial_state if isinstance(initial_state, TitansState) else (initial_state, None)
+    if isinstance(initial_state, TitansState) and memory is None:
+        raise TypeError(
+            "initial_state.memory: expected S (B, H, D_k, D_v) or the MLP's (W1, W2), got None (pass "
+            "initial_state=None for a zero linear memory)"
+        )
     if memory is None:
         memory = (zero_state(dims, dtype, q.device),)
     elif isinstance(memory, torch.Tensor):

@@ -30,6 +30,7 @@ import torch
 from ttr_edu._internal.contract import (
     STATE,
     check_inputs,
+    check_nonnegative,
     check_state,
     compute_dtype,
     resolve_scale,
@@ -78,6 +79,7 @@ _SHARED_DOC = """
 def _prepare(q, k, v, beta, mini_batch_size, scale, initial_state, layer_norm, residual, mlp):
     check_positive_int("mini_batch_size", mini_batch_size)
     dims = check_inputs(q, k, v, beta=beta)
+    check_nonnegative("beta", beta, "a learning rate")
     check_wrap_flags(layer_norm, residual, dims)
     scale = resolve_scale(scale, dims["D_k"])
     dtype = compute_dtype(q.dtype)

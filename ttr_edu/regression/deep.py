@@ -12,7 +12,8 @@ With it, the mini-batch of TTT needs no copy of the weights per pair. Its weight
 ``W_t = W_s − Σ_{j≤t} β_j x_j δ_jᵀ``, so a query's map reads ``h_t W_t = h_t W_s − Σ_{j≤t} β_j (h_t · x_j) δ_j``: causal
 linear attention from the map's inputs ``h_t`` over its training inputs ``x_j`` with values ``−β_j δ_j``. This is
 the dual form of a layer trained by gradient descent (Irie, Csordás, Schmidhuber 2022; Sun et al. 2024, §2.5, for
-TTT), here derived for each map of any such network. Tensors are heads-first, ``q`` already scaled.
+TTT), here derived for each map of any such network. Tensors are heads-first, ``q`` already scaled: the functions take
+the checked inputs of :class:`~ttr_edu.regression.TestTimeRegression` and are not public API (``__all__`` is empty).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import torch
 
 from ttr_edu._internal.mlp_memory import layer_norm
 
-from .function_classes import MLP, Linear
+from .function_classes import Linear
 from .optimizers import MomentumSGD, OnlineSGD
 
 
@@ -136,4 +137,7 @@ def momentum_sgd(opt: MomentumSGD, function_class, params, q, k, v, beta, eta, a
     return torch.cat(outputs, dim=2), params
 
 
-__all__ = ["forward", "linear_map_gradients", "mini_batch_gd", "momentum_sgd", "MLP"]
+#: Nothing here is public API: these are the solvers behind :class:`~ttr_edu.regression.TestTimeRegression`, which
+#: checks their inputs (``named_layer("ttt_mlp")``, ``named_layer("titans")``); :class:`MLP` is the public name of
+#: :mod:`.function_classes`.
+__all__: list[str] = []

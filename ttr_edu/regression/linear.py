@@ -9,9 +9,21 @@ from __future__ import annotations
 import torch
 
 from ttr_edu._internal.contract import decay_matrix
+from ttr_edu._internal.validation import (
+    Dims,
+    check_positive_int,
+    check_same_device,
+    check_tensor,
+    finite_checks_enabled,
+    guarded,
+)
 
 from .optimizers import ExactSolve, GradientStep, MultiPassSGD, OnlineSGD, RecursiveLeastSquares
 from .weights import _decay_from_start, decayed_cumsum, regression_weights
+
+__all__ = [
+    "conjugate_gradient",
+]
 
 
 def _weighted_readout(x, k, v, g, chunk_size: int = 64):
@@ -188,35 +200,81 @@ def _steps_per_token(opt, q, k, v, g, beta, S0):
     return o[:, :, n - 1 :: n], S
 
 
+@guarded
 def conjugate_gradient(A, b, steps: int):
-    """``steps`` CG iterations for ``A x = b`` from ``x = 0``; ``A`` ``(..., D, D)`` SPD, ``b`` ``(..., D)``.
+    """``steps`` conjugate-gradient iterations for ``A x = b`` from ``x = 0`` (Hestenes & Stiefel 1952).
 
-    Each step minimises ``½ xᵀAx − bᵀx`` along a direction conjugate to the earlier ones (Hestenes & Stiefel 1952);
-    after ``D`` steps the answer is exact in exact arithmetic. A residual that is already zero stops the updates
-    (``0/0`` is taken as 0).
+    Each step minimises ``½ xᵀAx − bᵀx`` along a direction conjugate to the earlier ones; after ``D`` steps the answer
+    is exact in exact arithmetic, so ``steps`` is capped at ``D`` (as ``chunk_size`` is capped at ``T``). A residual
+    that is already zero stops the updates (``0/0`` is taken as 0).
+
+    Args:
+        A: ``(*batch, D, D)``, symmetric positive definite, floating.
+        b: ``(*batch, D)``, the same batch dims (no broadcasting), dtype and device.
+        steps: a positive int.
+
+    Returns:
+        ``x`` ``(*batch, D)`` in the dtype of ``b``.
+
+    Raises:
+        TypeError: non-tensors, integer or mixed dtypes, a non-int ``steps``.
+        ValueError: shapes that disagree (named dims), an empty dim, another device, ``steps < 1``, NaN/inf, an
+            ``A`` that is not symmetric or not positive definite (a direction with ``pᵀAp ≤ 0``).
     """
+    check_tensor("A", A)
+    check_tensor("b", b)
+    if A.dim() < 2:
+        raise ValueError(f"A: expected (*batch, D, D), got shape {tuple(A.shape)}")
+    batch = tuple(f"batch{i}" for i in range(A.dim() - 2))
+    dims = Dims()
+    dims.bind("A", A, (*batch, "D", "D"))
+    dims.bind("b", b, (*batch, "D"))
+    if b.dtype != A.dtype:
+        raise TypeError(f"b: expected the dtype of A ({A.dtype}), got {b.dtype}")
+    check_same_device(A=A, b=b)
+    if 0 in A.shape:
+        raise ValueError(f"A: expected no empty dim, got shape {tuple(A.shape)}")
+    check_positive_int("steps", steps)
+    if A.device.type != "meta" and finite_checks_enabled():
+        scale = A.abs().amax(dim=(-2, -1), keepdim=True)
+        if not bool(((A - A.mT).abs() <= 1e-5 * scale).all()):
+            raise ValueError("A: expected a symmetric positive definite matrix, got one that is not symmetric")
+    x, definite = _cg(A, b, min(steps, dims["D"]))
+    if not definite:
+        raise ValueError("A: expected a symmetric positive definite matrix, got a direction p with pᵀAp <= 0")
+    return x
+
+
+def _cg(A, b, steps: int):
+    """The iterations of :func:`conjugate_gradient` on checked (or broadcasting) inputs; returns ``x`` and whether
+    every direction met ``pᵀAp > 0`` where the residual was not yet zero."""
+    definite = True
     x = torch.zeros_like(b)
     r, p = b, b
     rr = (r * r).sum(-1, keepdim=True)
+    unsolved = torch.finfo(b.dtype).eps * rr  # a residual above rounding: pᵀAp must be positive there
     for _ in range(steps):
         Ap = (A @ p[..., None])[..., 0]
         pAp = (p * Ap).sum(-1, keepdim=True)
+        if p.device.type != "meta" and bool(((pAp <= 0) & (rr > unsolved)).any()):
+            definite = False
         step = torch.where(pAp > 0, rr / torch.where(pAp > 0, pAp, 1), 0)
         x = x + step * p
         r = r - step * Ap
         rr_new = (r * r).sum(-1, keepdim=True)
         p = r + torch.where(rr > 0, rr_new / torch.where(rr > 0, rr, 1), 0) * p
         rr = rr_new
-    return x
+    return x, definite
 
 
 def _conjugate_gradient(opt, q, k, v, g, beta, S0):
     """MesaNet's readout: ``x_t ≈ (A_t + λI)⁻¹ q_t`` by CG, then ``o_t = Σ γ (k_i·x_t) v_i``; ``S_T`` by CG too."""
     D_k = q.shape[3]
     A = _covariances(k, g) + opt.ridge * torch.eye(D_k, dtype=q.dtype, device=q.device)
-    x = conjugate_gradient(A, q, opt.steps)
+    steps = min(opt.steps, D_k)  # exact after D_k steps: more would only repeat zero updates
+    x = _cg(A, q, steps)[0]
     o, moment = _weighted_readout(x, k, v, g)
-    S = conjugate_gradient(A[:, :, -1, None], moment.mT, opt.steps).mT  # each column of S: (A_T + λI) s = m
+    S = _cg(A[:, :, -1, None], moment.mT, steps)[0].mT  # each column of S: (A_T + λI) s = m
     return o, S
 
 

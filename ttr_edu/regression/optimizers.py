@@ -7,6 +7,20 @@ from dataclasses import dataclass
 from ttr_edu._internal.deprecation import renamed_arguments
 from ttr_edu._internal.validation import check_positive_float, check_positive_int
 
+__all__ = [
+    "ExactSolve",
+    "RecursiveLeastSquares",
+    "GradientStep",
+    "OnlineSGD",
+    "MultiPassSGD",
+    "ImplicitStep",
+    "StepsPerToken",
+    "MiniBatchGD",
+    "MomentumSGD",
+    "ConjugateGradient",
+    "MAX_PASSES",
+]
+
 
 @dataclass(frozen=True)
 class ExactSolve:
@@ -82,6 +96,10 @@ class OnlineSGD:
         check_positive_int("chunk_size", self.chunk_size)
 
 
+#: The most passes :class:`MultiPassSGD` takes: a teaching tool, whose every pass costs ``O(T² D_k D_v)``.
+MAX_PASSES = 1000
+
+
 @dataclass(frozen=True)
 class MultiPassSGD:
     """``passes`` cyclic passes of online SGD over the prefix ``1..t``, for every ``t``; step ``β_i γ_i^{(t)}``.
@@ -89,12 +107,15 @@ class MultiPassSGD:
     One pass with :class:`Uniform` weights is DeltaNet. More passes with a small step approach the least-squares
     answer (Kaczmarz's method), the exact solution RLS computes. The cost is ``O(passes · T² · D_k · D_v)``: a
     teaching tool for short sequences.
+
+    Raises:
+        TypeError / ValueError: ``passes`` not an int from 1 to :data:`MAX_PASSES` (1000).
     """
 
     passes: int = 2
 
     def __post_init__(self):
-        check_positive_int("passes", self.passes)
+        check_positive_int("passes", self.passes, maximum=MAX_PASSES, why="each pass costs O(T² D_k D_v)")
 
 
 OPTIMIZERS = (ExactSolve, RecursiveLeastSquares, GradientStep, OnlineSGD, MultiPassSGD)

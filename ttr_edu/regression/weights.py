@@ -12,14 +12,23 @@ from dataclasses import dataclass
 
 import torch
 
-from ttr_edu._internal.contract import check_log_decay, decay_matrix
+from ttr_edu._internal.contract import check_log_decay, check_nonempty, decay_matrix
 from ttr_edu._internal.contract import decayed_cumsum as _decayed_cumsum
 from ttr_edu._internal.validation import (
     Dims,
+    check_allocation,
     check_decayed_sum_args,
     check_positive_float,
     check_positive_int,
 )
+
+__all__ = [
+    "Uniform",
+    "ExponentialDecay",
+    "Gates",
+    "regression_weights",
+    "decayed_cumsum",
+]
 
 
 @dataclass(frozen=True)
@@ -84,7 +93,9 @@ def regression_weights(g: torch.Tensor | None, T: int | None = None) -> torch.Te
     Returns:
         ``Γ`` of shape ``(B, H, T, T)`` (``(1, 1, T, T)`` when ``g`` is ``None``), the dtype of ``g`` (fp32 if None).
     Raises:
-        ValueError: ``g`` not ``(B, T, H)``, or neither ``g`` nor ``T`` given.
+        ValueError: ``g`` not ``(B, T, H)``, neither ``g`` nor ``T`` given, a ``T`` that is not the length of ``g``,
+            or a ``T`` whose ``(T, T)`` matrix would not fit in memory.
+        TypeError: ``T`` not an int.
 
     Each entry sums its own segment of ``g`` (:func:`ttr_edu._internal.contract.decay_matrix`), instead of taking
     differences ``G_t − G_i`` of one cumulative sum: a reset ``g = −inf`` gives exact zeros (the difference would be
@@ -94,8 +105,13 @@ def regression_weights(g: torch.Tensor | None, T: int | None = None) -> torch.Te
         if T is None:
             raise ValueError("T: needed when g is None (uniform weights)")
         check_positive_int("T", T)
+        check_allocation("T", (T, T), what="the (T, T) weight matrix")
         return torch.ones(T, T).tril()[None, None]
-    Dims().bind("g", g, ("B", "T", "H"))
+    dims = Dims()
+    dims.bind("g", g, ("B", "T", "H"))
+    check_nonempty(dims, g=("B", "T", "H"))
+    if T is not None and check_positive_int("T", T) != g.shape[1]:
+        raise ValueError(f"T: expected the length of g ({g.shape[1]}) or None, got {T}")
     check_log_decay(g)
     return decay_matrix(g.transpose(1, 2))  # (B, H, T, T)
 
@@ -114,7 +130,7 @@ def decayed_cumsum(x: torch.Tensor, g: torch.Tensor | None, chunk_size: int = 64
         TypeError / ValueError: ``x`` or ``g`` not floating tensors of the shapes above, a bad ``g`` or ``chunk_size``.
     """
     check_decayed_sum_args(x, g, chunk_size)  # the input policy of ttr_edu._internal.validation
-    return _decayed_cumsum(x, g, chunk_size)
+    return _decayed_cumsum(x, None if g is None else g.to(x.dtype), chunk_size)  # g: any floating dtype
 
 
 def _decay_from_start(g, like):

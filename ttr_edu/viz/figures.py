@@ -12,6 +12,7 @@ import plotly.graph_objects as go
 import torch
 
 from ttr_edu import hebbian
+from ttr_edu._internal.validation import check_finite, check_real
 
 __all__ = ["line_figure", "slider_figure", "heatmap", "recall_scores_figure"]
 
@@ -80,7 +81,7 @@ def line_figure(
 
 
 def heatmap(
-    matrix: torch.Tensor, *, title: str = "", x_title: str = "", y_title: str = "", zmid: float = 0.0
+    matrix: torch.Tensor, *, title: str = "", x_title: str = "", y_title: str = "", zmid: float | None = 0.0
 ) -> go.Heatmap:
     """A diverging heatmap trace of a 2-D tensor, centred on ``zmid``.
 
@@ -88,10 +89,20 @@ def heatmap(
     figure its axis titles with ``figure.update_layout(xaxis_title=..., yaxis_title=...)``. Plotly draws row 0 at
     the bottom; set ``yaxis_autorange="reversed"`` on the figure to put it at the top, as
     :func:`recall_scores_figure` does.
+
+    Raises:
+        TypeError: ``matrix`` not a tensor, ``zmid`` not a number or None.
+        ValueError: ``matrix`` not 2-D, on the meta device, or with NaN/inf entries; ``zmid`` NaN or inf.
     """
-    if not isinstance(matrix, torch.Tensor) or matrix.dim() != 2:
-        shape = tuple(matrix.shape) if isinstance(matrix, torch.Tensor) else type(matrix).__name__
-        raise ValueError(f"matrix: expected a 2-D tensor (rows, cols), got {shape}")
+    if not isinstance(matrix, torch.Tensor):
+        raise TypeError(f"matrix: expected a 2-D tensor (rows, cols), got {type(matrix).__name__}")
+    if matrix.dim() != 2:
+        raise ValueError(f"matrix: expected a 2-D tensor (rows, cols), got {tuple(matrix.shape)}")
+    if matrix.device.type == "meta":
+        raise ValueError("matrix: expected a tensor with values to draw, got a meta tensor")
+    check_finite("matrix", matrix)
+    if zmid is not None:
+        check_real("zmid", zmid)
     hover = f"{x_title or 'column'} %{{x}}<br>{y_title or 'row'} %{{y}}<br>value %{{z}}<extra>{title}</extra>"
     return go.Heatmap(
         z=matrix.detach().cpu().double().round(decimals=4).tolist(),
@@ -164,6 +175,8 @@ def recall_scores_figure(n: int, d: int, *, seed: int = 0) -> go.Figure:
     The diagonal is the signal (≈ 1), everything else is crosstalk; recall fails where an off-diagonal entry of a
     column beats its diagonal.
     """
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise TypeError(f"seed: expected an int, got {type(seed).__name__} {seed!r}")
     keys = hebbian.random_unit_keys(n, d, seed=seed)
     values = hebbian.random_unit_keys(n, d, seed=seed + 1)
     W = hebbian.store(keys, values)
