@@ -230,6 +230,7 @@ def crosstalk_energy(keys: torch.Tensor) -> torch.Tensor:
     return (off_diagonal**2).sum(dim=0).mean()
 
 
+@guarded
 def crosstalk_energies(keys: torch.Tensor) -> torch.Tensor:
     """:func:`crosstalk_energy` of ``R`` key sets at once, as one batch of matrix products.
 
@@ -322,6 +323,7 @@ def cleanup_scores(keys: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
     return (keys @ W.transpose(1, 2)) @ values.transpose(1, 2)  # (R, N, D_v) @ (R, D_v, N)
 
 
+@guarded
 def cleanup_accuracy(scores: torch.Tensor) -> torch.Tensor:
     """Per memory, the fraction of rows of :func:`cleanup_scores` whose own (diagonal) score strictly beats every
     rival; ties fail, as in :func:`recall_accuracy`.

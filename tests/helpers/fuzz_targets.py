@@ -813,6 +813,8 @@ fn_target(
     sizes={"N": (1, 4), "D_k": (0, 3)},
 )
 fn_target(HEB, "crosstalk_energy", dict(keys=F(("N", "D_k"), gen="unit")), empty=("N",))
+fn_target(HEB, "crosstalk_energies", dict(keys=F(("R", "N", "D_k"), gen="unit")), sizes={"R": (1, 2)}, empty=("N",))
+fn_target(HEB, "cleanup_accuracy", dict(scores=F(("R", "N", "N"))), sizes={"R": (1, 2), "N": (2, 4)})
 fn_target(HEB, "predicted_crosstalk_energy", dict(n=Int("N", huge="valid"), d=Int("D_k", huge="valid")))  # arithmetic
 fn_target(
     HEB,
