@@ -213,3 +213,12 @@ WRONG = [
 def test_plausible_wrong_answers_are_rejected(label, check, wrong):
     with pytest.raises(CheckFailed):
         check(wrong)
+
+
+def test_the_explicit_step_fails_on_a_case_that_shows_how_far_off_it_is():
+    # the first case has β‖k‖² = 4.5: the explicit step is off by a relative error of order one there, not 1e-4 (a
+    # near miss to the eye) as when the first key happened to be almost zero
+    with pytest.raises(CheckFailed) as failure:
+        checks.check_longhorn_step(explicit_step)
+    error = float(str(failure.value).split("relative error ")[1].split(")")[0])
+    assert error > 1.0

@@ -1,6 +1,7 @@
 """The chunkwise algorithms chapter's checks accept the solutions, reject plausible wrong answers and report
 unsolved stubs."""
 
+import numpy as np
 import pytest
 import torch
 
@@ -260,6 +261,125 @@ def test_a_blocked_inverse_of_a_instead_of_i_plus_a_is_rejected():
 )
 def test_a_solve_of_the_whole_matrix_is_refused(cheat):
     with pytest.raises(CheckFailed, match="inverts only the 16×16 diagonal blocks"):
+        checks.check_solve_tril(cheat)
+
+
+# Right answers other than the reference's loop: a block row in one product, the student's own substitution inside the
+# diagonal blocks, NumPy on a diagonal block. Wrong ones: the whole matrix through NumPy or Python lists, and forward
+# substitution across the whole matrix (by rows, by columns, with Python numbers), which inverts nothing by blocks.
+def block_rows_at_once(A, block):  # every off-diagonal block of a block row in one product
+    C = A.shape[0]
+    L = torch.eye(C, dtype=A.dtype) + A
+    X = torch.zeros_like(L)
+    for a in range(0, C, block):
+        b = min(a + block, C)
+        X[a:b, a:b] = torch.linalg.inv(L[a:b, a:b])
+        if a:
+            X[a:b, :a] = -X[a:b, a:b] @ (L[a:b, :a] @ X[:a, :a])
+    return X
+
+
+def own_substitution_in_blocks(A, block):  # the diagonal blocks by the student's own forward substitution
+    C = A.shape[0]
+    L = torch.eye(C, dtype=A.dtype) + A
+    X = torch.zeros_like(L)
+    for a in range(0, C, block):
+        b = min(a + block, C)
+        Xi = torch.eye(b - a, dtype=A.dtype)
+        for i in range(1, b - a):
+            Xi[i] = Xi[i] - A[a + i, a : a + i] @ Xi[:i]
+        X[a:b, a:b] = Xi
+        if a:
+            X[a:b, :a] = -Xi @ (L[a:b, :a] @ X[:a, :a])
+    return X
+
+
+def numpy_blocks(A, block):  # NumPy inverts each diagonal block: allowed
+    C = A.shape[0]
+    L = torch.eye(C, dtype=A.dtype) + A
+    X = torch.zeros_like(L)
+    for a in range(0, C, block):
+        b = min(a + block, C)
+        X[a:b, a:b] = torch.from_numpy(np.linalg.inv(L[a:b, a:b].numpy()))
+        if a:
+            X[a:b, :a] = -X[a:b, a:b] @ (L[a:b, :a] @ X[:a, :a])
+    return X
+
+
+def numpy_inverse(A, block):
+    return torch.from_numpy(np.linalg.inv(np.eye(A.shape[0]) + A.numpy()))
+
+
+def numpy_asarray(A, block):
+    return torch.from_numpy(np.linalg.inv(np.eye(A.shape[0]) + np.asarray(A)))
+
+
+def full_substitution(A, block):  # forward substitution over all C rows
+    C = A.shape[0]
+    X = torch.eye(C, dtype=A.dtype)
+    for i in range(1, C):
+        X[i] = X[i] - A[i, :i] @ X[:i]
+    return X
+
+
+def full_substitution_elementwise(A, block):
+    C = A.shape[0]
+    X = torch.eye(C, dtype=A.dtype)
+    for i in range(1, C):
+        X[i] -= (A[i, :i, None] * X[:i]).sum(0)
+    return X
+
+
+def column_substitution(A, block):  # column j of X solves (I + A) x = e_j, by substitution down the column
+    C = A.shape[0]
+    X = torch.eye(C, dtype=A.dtype)
+    for j in range(C):
+        for i in range(j + 1, C):
+            X[i, j] = -(A[i, j:i] @ X[j:i, j])
+    return X
+
+
+def python_numbers(A, block):
+    C = A.shape[0]
+    a = [[float(A[i, j]) for j in range(C)] for i in range(C)]
+    X = [[1.0 if i == j else 0.0 for j in range(C)] for i in range(C)]
+    for i in range(C):
+        for j in range(i):
+            X[i][j] = -sum(a[i][m] * X[m][j] for m in range(j, i))
+    return torch.tensor(X, dtype=A.dtype)
+
+
+def tolist_route(A, block):
+    C = A.shape[0]
+    a = A.tolist()
+    X = [[1.0 if i == j else 0.0 for j in range(C)] for i in range(C)]
+    for i in range(C):
+        for j in range(i):
+            X[i][j] = -sum(a[i][m] * X[m][j] for m in range(j, i))
+    return torch.tensor(X, dtype=A.dtype)
+
+
+@pytest.mark.parametrize("answer", [block_rows_at_once, own_substitution_in_blocks, numpy_blocks])
+def test_other_blocked_inverses_pass(answer, capsys):
+    assert checks.check_solve_tril(answer)
+    assert capsys.readouterr().out.startswith("PASS")
+
+
+@pytest.mark.parametrize(
+    "cheat, says",
+    [
+        (numpy_inverse, "converted a 64×64 tensor with .numpy()"),
+        (numpy_asarray, "converted a 64×64 tensor with np.asarray"),
+        (tolist_route, "converted a 64×64 tensor with .tolist()"),
+        (full_substitution, "a substitution across the whole matrix"),
+        (full_substitution_elementwise, "a substitution across the whole matrix"),
+        (column_substitution, "works entry by entry outside the diagonal blocks"),
+        (python_numbers, "works entry by entry outside the diagonal blocks"),
+    ],
+    ids=lambda x: getattr(x, "__name__", ""),
+)
+def test_inverses_that_are_not_blocked_are_refused(cheat, says):
+    with pytest.raises(CheckFailed, match=says):
         checks.check_solve_tril(cheat)
 
 

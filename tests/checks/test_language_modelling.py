@@ -189,3 +189,21 @@ def test_a_finished_loop_calling_the_unsolved_10_1_is_told_so_by_name():
     exec(NOTEBOOK, namespace)  # as in a notebook: the loop's globals hold the stub
     with pytest.raises(CheckFailed, match="calls `causal_lm_loss`, which is not written yet"):
         checks.check_train_lm(namespace["train_lm"])
+
+
+@pytest.mark.parametrize(
+    "check, wrong, names",
+    [
+        (checks.check_greedy_generate, generate_with_a_fresh_state_each_token, "expected byte"),
+        (checks.check_train_lm, train_with_sgd, "the loss of step"),
+    ],
+    ids=["greedy_generate", "train_lm"],
+)
+def test_a_failure_message_is_short_and_names_what_differs(check, wrong, names):
+    # one line per fact: the model by name (not its module tree), and for bytes no "relative error" of byte ids
+    with pytest.raises(CheckFailed) as failure:
+        check(wrong)
+    message = str(failure.value)
+    assert len(message.splitlines()) <= 4 and names in message and "TinyLM('" in message
+    if check is checks.check_greedy_generate:
+        assert "relative error" not in message

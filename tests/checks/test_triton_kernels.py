@@ -20,8 +20,10 @@ from tests.checks.triton_puzzle_kernels import (  # noqa: E402  (the reference a
     chunk_dv,
     chunk_linear_attention,
     delta_rule_chunk,
+    delta_rule_chunk_int32_inputs,
     gated_delta_rule_chunk,
     running_sum,
+    running_sum_batch_widened,
     running_sum_int32,
     scale_tile,
     scale_tile_first_rows_only,
@@ -215,7 +217,7 @@ def test_a_dot_without_input_precision_is_named_by_the_lint():
 
 
 def test_offsets_left_in_int32_are_reported_although_the_numbers_agree():
-    with pytest.raises(CheckFailed, match="(?s)right numbers here.*never widens a program id to int64"):
+    with pytest.raises(CheckFailed, match="(?s)right numbers here.*in int32, where `i_b`, `i_h`"):
         checks.check_running_sum(running_sum_int32)
 
 
@@ -228,3 +230,23 @@ def test_the_reference_kernels_pass_the_lint():
         (chunk_dv, False),
     ]:
         assert checks.lint_kernel(kernel, needs_int64=needs_int64) == []
+
+
+def test_widening_only_the_state_offsets_is_reported():
+    # i_bh widened for the state, i_b and i_h left int32 in the offsets of q, k, v, o and β: the numbers agree here,
+    # and the lint names the int32 product in the inputs' offsets (a check that only asked "is some program id
+    # widened?" passed this kernel)
+    with pytest.raises(CheckFailed, match=r"(?s)right numbers here.*in int32, where `i_b`, `i_h`"):
+        checks.check_delta_rule_chunk(delta_rule_chunk_int32_inputs)
+
+
+def test_a_head_offset_left_int32_beside_a_widened_batch_is_not_reported(capsys):
+    # i_h * D is at most H * D: only the batch index needs int64 there
+    assert checks.check_running_sum(running_sum_batch_widened)
+    assert capsys.readouterr().out.startswith("PASS")
+
+
+def test_the_package_kernel_passes_the_lint():
+    from ttr_edu.kernels import _triton_kernels
+
+    assert checks.lint_kernel(_triton_kernels.delta_rule_fwd_kernel, needs_int64=True) == []

@@ -408,3 +408,61 @@ def chunk_dv(
     else:
         d_v = beta[:, None] * tl.dot(tl.trans(inverse), d_pseudo, input_precision="ieee")  # 𝒯ᵀ = diag(β) Xᵀ
     tl.store(dv_ptr + t[:, None] * D_v + dv[None, :], d_v, mask=v_mask)
+
+
+@triton.jit
+def delta_rule_chunk_int32_inputs(
+    q_ptr, k_ptr, v_ptr, beta_ptr, o_ptr, s0_ptr, s_ptr, T, H, D_k, D_v,
+    BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_V: tl.constexpr,
+):  # fmt: skip
+    # right at every size a check can run; only the state's offsets are widened (i_bh), while i_b and i_h stay int32
+    # in the offsets of q, k, v, o and β, which overflow past 2**31 elements
+    i_bh, i_v = tl.program_id(0), tl.program_id(1)
+    i_b, i_h = i_bh // H, i_bh % H
+    t = tl.arange(0, BLOCK_T)
+    dk = tl.arange(0, BLOCK_K)
+    dv = i_v * BLOCK_V + tl.arange(0, BLOCK_V)
+    s_offsets = i_bh.to(tl.int64) * D_k * D_v + dk[:, None] * D_v + dv[None, :]
+    s_mask = (dk[:, None] < D_k) & (dv[None, :] < D_v)
+    S = tl.load(s0_ptr + s_offsets, mask=s_mask, other=0.0)
+    for start in range(0, T, BLOCK_T):
+        rows = start + t
+        qk_mask = (rows[:, None] < T) & (dk[None, :] < D_k)
+        v_mask = (rows[:, None] < T) & (dv[None, :] < D_v)
+        qk_offsets = ((i_b * T + rows[:, None]) * H + i_h) * D_k + dk[None, :]
+        v_offsets = ((i_b * T + rows[:, None]) * H + i_h) * D_v + dv[None, :]
+        q = tl.load(q_ptr + qk_offsets, mask=qk_mask, other=0.0)
+        k = tl.load(k_ptr + qk_offsets, mask=qk_mask, other=0.0)
+        v = tl.load(v_ptr + v_offsets, mask=v_mask, other=0.0)
+        beta = tl.load(beta_ptr + (i_b * T + rows) * H + i_h, mask=rows < T, other=0.0)
+        A = tl.where(t[:, None] > t[None, :], beta[:, None] * tl.dot(k, tl.trans(k), input_precision="ieee"), 0.0)
+        inverse = tl.where(t[:, None] == t[None, :], 1.0, 0.0)
+        for i in range(1, BLOCK_T):
+            a_i = tl.sum(tl.where(t[:, None] == i, A, 0.0), 0)
+            inverse = tl.where(t[:, None] == i, inverse - tl.sum(a_i[:, None] * inverse, 0)[None, :], inverse)
+        ut = inverse * beta[None, :]
+        W = tl.dot(ut, k, input_precision="ieee")
+        U = tl.dot(ut, v, input_precision="ieee") - tl.dot(W, S, input_precision="ieee")
+        scores = tl.where(t[:, None] >= t[None, :], tl.dot(q, tl.trans(k), input_precision="ieee"), 0.0)
+        o = tl.dot(q, S, input_precision="ieee") + tl.dot(scores, U, input_precision="ieee")
+        tl.store(o_ptr + v_offsets, o, mask=v_mask)
+        S += tl.dot(tl.trans(k), U, input_precision="ieee")
+    tl.store(s_ptr + s_offsets, S, mask=s_mask)
+
+
+@triton.jit
+def running_sum_batch_widened(x_ptr, out_ptr, T, H, D, BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr):
+    # right: only the batch index is widened; the head's i_h * D stays int32, which is at most H * D
+    i_bh, i_d = tl.program_id(0), tl.program_id(1)
+    i_b, i_h = (i_bh // H).to(tl.int64), i_bh % H
+    cols = i_d * BLOCK_D + tl.arange(0, BLOCK_D)
+    t = tl.arange(0, BLOCK_T)
+    base = i_b * T * H * D + i_h * D
+    carry = tl.zeros([BLOCK_D], dtype=tl.float32)
+    for start in range(0, T, BLOCK_T):
+        rows = start + t
+        mask = (rows[:, None] < T) & (cols[None, :] < D)
+        offsets = base + rows[:, None] * H * D + cols[None, :]
+        x = tl.load(x_ptr + offsets, mask=mask, other=0.0)
+        tl.store(out_ptr + offsets, tl.cumsum(x, 0) + carry[None, :], mask=mask)
+        carry += tl.sum(x, 0)

@@ -31,6 +31,12 @@ MUTATIONS = [
         "batch_sizes, eta_ttt = [1, 2, 4, 8, 16, 32, 64], 0.05",
         "once the product of the mini-batch steps expands, the error exceeds the values' energy, every seed",
     ),
+    # random keys instead of mutually orthogonal ones: the two readings of gated DeltaNet part
+    (
+        "k_o = basis_o.transpose(1, 2)",
+        "k_o = ops.l2_norm(torch.randn_like(basis_o)).transpose(1, 2)",
+        "with D_k = 6 keys each orthogonal to every earlier one, the two readings agree even at a = 0.5",
+    ),
     # a map that never switches: forgetting no longer helps the exact solver
     (
         "switch_every = 50  # steps per regime",

@@ -25,3 +25,24 @@ def test_backward_claim_fails_when_a_term_of_the_derivation_is_dropped():
     error = run_mutated(CHAPTER, "dS0 = q.T @ dO + dS - W.T @ d_pseudo", "dS0 = q.T @ dO + dS")
     assert error is not None and "ClaimFailed" in error
     assert "the derived chunk backward gives autograd's five gradients to rounding" in error
+
+
+def test_fla_builds_its_64_wide_inverse_from_four_diagonal_blocks_as_the_chapter_says():
+    # section 3 describes fla's solve_tril: for chunks of 64, one kernel inverts the four 16 x 16 diagonal blocks and
+    # builds the six off-diagonal blocks directly, down to X_41 = -X_44 (A_41 X_11 + A_42 X_21 + A_43 X_31); the
+    # 32 x 32 kernel serves chunks of 32. Read from the installed fla (a test peer, never a runtime dependency).
+    import inspect
+    import re
+
+    solve_tril = pytest.importorskip("fla.ops.utils.solve_tril")
+    source = inspect.getsource(solve_tril)
+    kernel = source[source.index("def merge_16x16_to_64x64_inverse_kernel") : source.index("def solve_tril(")]
+    for block in ("11", "22", "33", "44"):  # four diagonal blocks, each by substitution
+        assert f"b_Ai_{block} += m_I" in kernel
+    assert sorted(set(re.findall(r"b_Ai_(\d\d) = -tl\.dot", kernel))) == ["21", "31", "32", "41", "42", "43"]
+    last = kernel[kernel.index("b_Ai_41 = -tl.dot") :]
+    for j in "123":  # X_41 = -X_44 (A_41 X_11 + A_42 X_21 + A_43 X_31)
+        assert f"tl.dot(b_A_4{j}, b_Ai_{j}1" in last
+    dispatch = source[source.index("def solve_tril(") :]
+    assert "BT == 32" in dispatch and "merge_16x16_to_32x32_inverse_kernel" in dispatch
+    assert "BT == 64" in dispatch and "merge_16x16_to_64x64_inverse_kernel" in dispatch

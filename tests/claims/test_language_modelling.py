@@ -24,3 +24,10 @@ def test_a_vote_that_drops_the_signs_no_longer_beats_the_frequencies():
     )
     assert error is not None and "ClaimFailed" in error
     assert "the signed vote agrees with the model's prediction more often than the most frequent label" in error
+
+
+def test_pushes_that_outweigh_w0_fail_the_claim_that_w0_does_most_of_the_work():
+    # every pattern's push scaled up 10⁴ times: without the pushes the predictions change at most positions
+    error = run_mutated(CHAPTER, "pattern_pushes = (sim @ mem.values())", "pattern_pushes = 1e4 * (sim @ mem.values())")
+    assert error is not None and "ClaimFailed" in error
+    assert "in every recording the prediction is mostly the work of W₀" in error

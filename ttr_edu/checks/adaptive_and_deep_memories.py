@@ -94,12 +94,14 @@ def check_longhorn_step(longhorn_step: Callable) -> bool:
     """Check ``longhorn_step(S, k, v, beta)``: the implicit (proximal) step, returns the new ``S``.
 
     The states are small (entries ~0.1), so a wrong step shows as a large relative error of the result rather than
-    hiding behind the part of ``S`` that every step keeps.
+    hiding behind the part of ``S`` that every step keeps. The keys have set lengths, none near zero, and the first
+    case has ``β‖k‖² = 4.5``, far from the explicit step's range: a wrong step fails there, by a wide margin, first.
     """
     cases = []
-    for c, beta in zip(_cases(800), (0.3, 2.0, 10.0, 0.7)):
+    for c, beta, norm in zip(_cases(800), (2.0, 0.3, 10.0, 0.7), (1.5, 0.6, 2.0, 1.2)):
         S = 0.1 * torch.randn(c["d_k"], c["d_v"], generator=c["gen"], dtype=torch.float64)
-        cases.append({"S": S, "k": c["k"], "v": c["v"], "beta": beta})
+        k = norm * c["k"] / torch.linalg.vector_norm(c["k"])  # ‖k‖ = norm: keys are not unit vectors here
+        cases.append({"S": S, "k": k, "v": c["v"], "beta": beta})
     return run_check("longhorn_step", longhorn_step, reference_longhorn_step, cases, inputs_unchanged=True)
 
 

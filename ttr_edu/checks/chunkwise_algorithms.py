@@ -13,12 +13,15 @@ writes first.
   **autograd** through :func:`ut_transform_spec` (an independent reference); :func:`ut_transform_backward_spec` is the
   same gradient written out, as the chapter derives it;
 * ``solve_tril(A, block) -> (I + A)⁻¹`` for a strictly lower triangular ``A``, by blocks as fla's ``solve_tril``:
-  compared with the inverse, and run under :class:`_LargeSolveGuard`, which refuses an inverse or a triangular solve
-  of any matrix wider than ``block`` (the exercise inverts only the diagonal blocks).
+  compared with the inverse, and run under :class:`_LargeSolveGuard`, which refuses what the exercise rules out: an
+  inverse, factorisation or solve of any matrix wider than ``block``, a substitution that runs row by row (or column
+  by column) across more than ``block`` columns, and work done outside torch on anything wider than a block (NumPy,
+  Python lists, or Python numbers read from the off-diagonal blocks).
 """
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Iterator
 
 import torch
@@ -287,23 +290,109 @@ _SOLVES = (
 )
 
 
-class _LargeSolveGuard(TorchDispatchMode):
-    """Refuse any inverse, factorisation or solve of a matrix wider than ``block`` while active."""
+#: aten operations that compute (not views, not factories): a vector result of one of these wider than ``block`` is a
+#: "row step" of a substitution across the whole matrix.
+_ARITHMETIC = (
+    "mm", "mv", "addmm", "addmv", "bmm", "baddbmm", "dot", "vdot", "matmul", "mul", "div", "add", "sub", "rsub",
+    "neg", "sum", "addcmul", "addcdiv", "copy_", "index_put", "index_put_", "where", "linalg_vecdot", "fill_",
+)  # fmt: skip
 
-    def __init__(self, block: int) -> None:
+
+class _LargeSolveGuard(TorchDispatchMode):
+    """What Exercise 11.5 rules out, refused while active (``C`` is the matrix's size, ``block`` the diagonal blocks'):
+
+    * an inverse, factorisation or solve (:data:`_SOLVES`) of a matrix wider than ``block``;
+    * a forward (or backward) substitution across the whole matrix: more than ``C // 2`` **row steps**, arithmetic
+      whose result is a single row or column wider than ``block`` (a blocked inverse computes whole blocks, so it makes
+      none; a substitution across the matrix makes one or more per row);
+    * element by element outside the diagonal blocks: more than ``C`` single entries written there by torch
+      (``X[i, j] = ...``) or read from there as Python numbers (``float(L[i, j])``, ``.item()``) is a substitution
+      entry by entry. Positions are read from the tensor's storage, so this covers ``C × C`` tensors (the input,
+      ``I + A``, ``X``) and their views.
+
+    Conversions to NumPy or Python lists of a tensor wider than ``block`` are refused by :func:`_torch_only`.
+    """
+
+    def __init__(self, block: int, size: int) -> None:
         super().__init__()
-        self.block = block
+        self.block, self.size = block, size
+        self.row_steps = 0
+        self.element_steps = 0
+
+    def _refuse(self, what: str) -> None:
+        raise CheckFailed(
+            f"your function {what}; the exercise inverts only the {self.block}×{self.block} diagonal blocks and "
+            "builds the rest with matrix products of whole blocks"
+        )
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         name = func.__name__.split(".")[0]
         if name.startswith(_SOLVES):
             widest = max((max(a.shape[-2:]) for a in args if isinstance(a, torch.Tensor) and a.dim() >= 2), default=0)
             if widest > self.block:
-                raise CheckFailed(
-                    f"solve_tril: your function called {name} on a {widest}-wide matrix; the exercise inverts only the "
-                    f"{self.block}×{self.block} diagonal blocks and builds the rest with matrix products"
+                self._refuse(f"called {name} on a {widest}-wide matrix")
+        if name == "_local_scalar_dense" and args and isinstance(args[0], torch.Tensor):
+            self._count_element(args[0], "read")
+        out = func(*args, **(kwargs or {}))
+        if name in _ARITHMETIC and isinstance(out, torch.Tensor) and out.dim() == 0:
+            self._count_element(out, "written")
+        if (
+            name in _ARITHMETIC
+            and isinstance(out, torch.Tensor)
+            and out.dim() in (1, 2)
+            and (out.dim() == 1 or 1 in out.shape)
+            and out.numel() > self.block
+        ):
+            self.row_steps += 1
+            if self.row_steps > self.size // 2:
+                self._refuse(
+                    f"works one row (or column) of {out.numel()} entries at a time: {self.row_steps} vector steps "
+                    f"wider than a block, a substitution across the whole matrix"
                 )
-        return func(*args, **(kwargs or {}))
+        return out
+
+    def _count_element(self, element: torch.Tensor, how: str) -> None:
+        C = self.size
+        if element.untyped_storage().nbytes() != C * C * element.element_size():
+            return  # not an entry of a C × C matrix (a fresh scalar)
+        row, column = divmod(element.storage_offset(), C)
+        if row // self.block != column // self.block:
+            self.element_steps += 1
+            if self.element_steps > C:
+                self._refuse(
+                    f"works entry by entry outside the diagonal blocks ({self.element_steps} single entries "
+                    f"{how} there, e.g. row {row}, column {column}), a substitution across the whole matrix"
+                )
+
+
+@contextlib.contextmanager
+def _torch_only(block: int):
+    """Refuse ``.numpy()``, ``np.asarray(...)`` and ``.tolist()`` of a tensor wider than ``block`` while active: the
+    exercise is done with torch tensors (a diagonal block may still go to NumPy)."""
+    originals = {name: getattr(torch.Tensor, name) for name in ("numpy", "tolist", "__array__")}
+    spelled = {"numpy": ".numpy()", "tolist": ".tolist()", "__array__": "np.asarray or np.array"}
+
+    def refusing(name):
+        original = originals[name]
+
+        def method(self, *args, **kwargs):
+            if self.dim() and max(self.shape) > block:
+                raise CheckFailed(
+                    f"your function converted a {'×'.join(map(str, self.shape))} tensor with {spelled[name]}; the "
+                    f"exercise works on torch tensors (NumPy or Python may handle a diagonal block of at most "
+                    f"{block}×{block}, not the whole matrix)"
+                )
+            return original(self, *args, **kwargs)
+
+        return method
+
+    for name in originals:
+        setattr(torch.Tensor, name, refusing(name))
+    try:
+        yield
+    finally:
+        for name, original in originals.items():
+            setattr(torch.Tensor, name, original)
 
 
 def solve_tril_spec(A: torch.Tensor, block: int = 16) -> torch.Tensor:
@@ -339,11 +428,12 @@ def _solve_tril_cases() -> Iterator[dict]:
 
 
 def check_solve_tril(solve_tril: Callable) -> bool:
-    """Check ``solve_tril(A, block) -> (I + A)⁻¹`` for ``A = tril(diag(β) K Kᵀ, −1)``, with no inverse or solve of
-    a matrix wider than ``block`` (see :class:`_LargeSolveGuard`)."""
+    """Check ``solve_tril(A, block) -> (I + A)⁻¹`` for ``A = tril(diag(β) K Kᵀ, −1)``, by blocks: no inverse or solve
+    of a matrix wider than ``block``, no substitution across the whole matrix, no work outside torch on more than a
+    block (see :class:`_LargeSolveGuard` and :func:`_torch_only`)."""
 
     def guarded_call(A, block):
-        with _LargeSolveGuard(block):
+        with _torch_only(block), _LargeSolveGuard(block, A.shape[0]):
             return solve_tril(A=A, block=block)
 
     guarded_call.__name__ = getattr(solve_tril, "__name__", "solve_tril")

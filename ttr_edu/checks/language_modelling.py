@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import copy
+import re
 from collections.abc import Callable, Iterator
 
 import torch
@@ -43,7 +44,15 @@ def check_causal_lm_loss(student_causal_lm_loss: Callable) -> bool:
     )
 
 
-class _StepOnlyLM(TinyLM):
+class _CheckLM(TinyLM):
+    """A TinyLM that names itself in one line, so that a failure message shows the case, not a 25-line module tree."""
+
+    def __repr__(self) -> str:
+        c = self.config
+        return f"TinyLM({c.mixer!r}, d_model={c.d_model}, n_layers={c.n_layers}, num_heads={c.num_heads})"
+
+
+class _StepOnlyLM(_CheckLM):
     """A TinyLM whose whole-sequence ``forward`` is refused: generation must go token by token through ``step``.
 
     Its ``step`` works on a copy of the state and returns the copy (the state passed in is left as it was), as a
@@ -76,16 +85,33 @@ def _generate_cases() -> Iterator[dict]:
 
 
 def check_greedy_generate(student_greedy_generate: Callable) -> bool:
-    """Check ``greedy_generate(model, prompt, num_tokens)``: the prompt and the argmax continuation, via ``step``."""
-    return run_check(
-        "greedy_generate",
-        student_greedy_generate,
-        lambda model, prompt, num_tokens: generate(model, prompt, num_tokens, temperature=0),
-        _generate_cases(),
-        rtol=0,
-        atol=0,
-        inputs_unchanged=True,
-    )
+    """Check ``greedy_generate(model, prompt, num_tokens)``: the prompt and the argmax continuation, via ``step``.
+
+    The outputs are byte ids, compared exactly: a failure names the first wrong byte (its row and position, the one
+    generated and the one expected), never a "relative error" of ids.
+    """
+    try:
+        return run_check(
+            "greedy_generate",
+            student_greedy_generate,
+            lambda model, prompt, num_tokens: generate(model, prompt, num_tokens, temperature=0),
+            _generate_cases(),
+            rtol=0,
+            atol=0,
+            inputs_unchanged=True,
+        )
+    except CheckFailed as failure:
+        message = str(failure)
+        found = re.search(r"first wrong element at index \((\d+), (\d+)\): got (\S+), expected (\S+)", message)
+        if found is None:
+            raise
+        row, position, got, want = found.groups()
+        message = re.sub(r"wrong values \(relative error [^)]*\)", "wrong bytes", message)
+        message = message.replace(
+            found.group(0),
+            f"row {row}, position {position} (counted from the start of the prompt): byte {got}, expected byte {want}",
+        )
+        raise CheckFailed(message) from None
 
 
 def train_lm_spec(
@@ -111,7 +137,7 @@ def _train_cases() -> Iterator[dict]:
     tokens = torch.randint(0, 256, (400,), generator=torch.Generator().manual_seed(3000))
     for i, mixer in enumerate(["linear_sumnorm", "deltanet"]):
         torch.manual_seed(i)
-        model = TinyLM(LMConfig(mixer=mixer, d_model=16, num_heads=1, n_layers=1))
+        model = _CheckLM(LMConfig(mixer=mixer, d_model=16, num_heads=1, n_layers=1))
         yield {"model": model, "tokens": tokens, "steps": 4, "batch_size": 3, "seq_len": 12, "lr": 1e-2, "seed": 7 + i}
 
 
@@ -144,4 +170,14 @@ def check_train_lm(student_train_lm: Callable) -> bool:
             raise
 
     loop.__name__ = name
-    return run_check("train_lm", loop, train_lm_spec, _train_cases(), rtol=1e-4, atol=1e-6)
+    try:
+        return run_check("train_lm", loop, train_lm_spec, _train_cases(), rtol=1e-4, atol=1e-6)
+    except CheckFailed as failure:  # name the training step whose loss differs, not an "element at index (i,)"
+        message = str(failure)
+        found = re.search(r"first wrong element at index \((\d+),\): got (\S+), expected (\S+)", message)
+        if found is None:
+            raise
+        step, got, want = found.groups()
+        message = message.replace("wrong values (relative error", "wrong losses (relative error")
+        message = message.replace(found.group(0), f"the loss of step {step}: got {got}, expected {want}")
+        raise CheckFailed(message) from None

@@ -173,12 +173,141 @@ def _is_tl(node: ast.AST, name: str) -> bool:
     return isinstance(node, ast.Attribute) and node.attr == name
 
 
+class _Width:
+    """What :func:`lint_kernel` knows of an integer expression: whether it depends on a program id, and whether it is
+    int64 (a ``.to(tl.int64)`` in it, or a name assigned from one: int32 with int64 promotes to int64)."""
+
+    def __init__(self, pid: bool = False, wide: bool = False, runtime: bool = False) -> None:
+        self.pid, self.wide, self.runtime = pid, wide, runtime  # runtime: depends on a non-constexpr argument
+
+
+class _OffsetWidths:
+    """Follows the names of a kernel's source through their assignments and finds, in every address a ``tl.load``,
+    ``tl.store`` or ``tl.make_block_ptr`` computes, a product of a program id with a runtime size done in int32."""
+
+    def __init__(self, tree: ast.AST) -> None:
+        function = next((n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)), None)
+        self.constexprs, self.arguments = set(), set()
+        if function is not None:
+            for arg in function.args.args:
+                self.arguments.add(arg.arg)
+                if arg.annotation is not None and "constexpr" in ast.unparse(arg.annotation):
+                    self.constexprs.add(arg.arg)
+        self.assigned: dict[str, list[ast.AST]] = {}  # name -> every expression assigned to it
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Assign):
+                for target in node.targets:
+                    self._bind(target, node.value)
+            elif isinstance(node, (ast.AugAssign, ast.AnnAssign)) and node.value is not None:
+                self._bind(node.target, node.value)
+        self._cache: dict[str, _Width] = {}
+        self._visiting: set[str] = set()
+
+    def _bind(self, target: ast.AST, value: ast.AST) -> None:
+        if isinstance(target, ast.Name):
+            self.assigned.setdefault(target.id, []).append(value)
+        elif isinstance(target, (ast.Tuple, ast.List)):
+            if isinstance(value, (ast.Tuple, ast.List)) and len(value.elts) == len(target.elts):
+                for t, v in zip(target.elts, value.elts):
+                    self._bind(t, v)
+            else:
+                for t in target.elts:
+                    self._bind(t, value)
+
+    def name(self, identifier: str) -> _Width:
+        if identifier in self._cache:
+            return self._cache[identifier]
+        if identifier in self._visiting:  # a loop-carried name: no new information
+            return _Width()
+        if identifier not in self.assigned:
+            runtime = identifier in self.arguments and identifier not in self.constexprs
+            return _Width(runtime=runtime)
+        self._visiting.add(identifier)
+        widths = [self.expr(value) for value in self.assigned[identifier]]
+        self._visiting.discard(identifier)
+        width = _Width(any(w.pid for w in widths), all(w.wide for w in widths), any(w.runtime for w in widths))
+        self._cache[identifier] = width
+        return width
+
+    def expr(self, node: ast.AST) -> _Width:
+        if isinstance(node, ast.Name):
+            return self.name(node.id)
+        if isinstance(node, ast.Constant):
+            return _Width()
+        if isinstance(node, ast.Call):
+            if _is_tl(node.func, "program_id"):
+                return _Width(pid=True)
+            if isinstance(node.func, ast.Attribute) and node.func.attr == "to" and node.args:
+                inner = self.expr(node.func.value)
+                return _Width(inner.pid, _is_tl(node.args[0], "int64"), inner.runtime)
+            if _is_tl(node.func, "load"):  # data, not an index computed here
+                return _Width()
+            parts = [self.expr(a) for a in node.args]
+            return _Width(any(p.pid for p in parts), any(p.wide for p in parts), any(p.runtime for p in parts))
+        if isinstance(node, ast.BinOp):
+            left, right = self.expr(node.left), self.expr(node.right)
+            return _Width(left.pid or right.pid, left.wide or right.wide, left.runtime or right.runtime)
+        if isinstance(node, ast.UnaryOp):
+            return self.expr(node.operand)
+        if isinstance(node, ast.Subscript):
+            return self.expr(node.value)
+        return _Width()
+
+    def _bounded_index(self, node: ast.AST) -> bool:
+        """A name assigned only from ``x % N`` (a head index ``i_bh % H``): times one size it stays below a row of the
+        tensor (``i_h * D``), so that product alone cannot overflow."""
+        return (
+            isinstance(node, ast.Name)
+            and node.id in self.assigned
+            and all(isinstance(v, ast.BinOp) and isinstance(v.op, ast.Mod) for v in self.assigned[node.id])
+        )
+
+    def _narrow(self, product: ast.BinOp) -> bool:
+        left, right = self.expr(product.left), self.expr(product.right)
+        if left.wide or right.wide:
+            return False
+        for index, size in ((product.left, product.right), (product.right, product.left)):
+            if self._bounded_index(index) and isinstance(size, (ast.Name, ast.Constant)):
+                return False
+        return (left.pid and (right.runtime or right.pid)) or (right.pid and (left.runtime or left.pid))
+
+    def narrow_products(self, node: ast.AST, seen: set[str] | None = None) -> list[ast.BinOp]:
+        """The outermost int32 products of a program id with a runtime size inside ``node``, following names."""
+        seen = set() if seen is None else seen
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mult) and self._narrow(node):
+            return [node]
+        if isinstance(node, ast.Name):
+            if node.id not in self.assigned or node.id in seen:
+                return []
+            seen.add(node.id)
+            return [p for value in self.assigned[node.id] for p in self.narrow_products(value, seen)]
+        return [p for child in ast.iter_child_nodes(node) for p in self.narrow_products(child, seen)]
+
+
+def _addresses(tree: ast.AST) -> Iterator[tuple[ast.Call, ast.AST]]:
+    """``(call, address expression)`` for every pointer a kernel loads from, stores to or builds a block pointer on."""
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        if _is_tl(node.func, "load") or _is_tl(node.func, "store"):
+            pointer = node.args[0] if node.args else next((k.value for k in node.keywords if k.arg == "pointer"), None)
+            if pointer is not None:
+                yield node, pointer
+        elif _is_tl(node.func, "make_block_ptr"):
+            for keyword in node.keywords:
+                if keyword.arg in ("base", "offsets"):
+                    yield node, keyword.value
+
+
 def lint_kernel(kernel, *, needs_int64: bool) -> list[str]:
     """Problems a GPU would show and the interpreter cannot, found in ``kernel``'s source (empty: none found).
 
     * a ``tl.dot`` without ``input_precision=``: on a GPU an fp32 product then runs in tf32;
-    * with ``needs_int64``: no program id (``tl.program_id(...)`` or a name computed from one) is ever widened with
-      ``.to(tl.int64)``, so offsets such as ``((i_b * T + t) * H + i_h) * D`` are int32 and overflow past 2³¹.
+    * with ``needs_int64``: an address (of a ``tl.load``, a ``tl.store`` or a block pointer) that multiplies a program
+      id, or a name computed from one, by a runtime size (``T``, ``H``, ``D``: not a ``tl.constexpr``) in int32, such
+      as ``i_b * T`` in ``((i_b * T + t) * H + i_h) * D`` with ``i_b`` left int32: past 2³¹ elements it overflows.
+      Every address is checked, so widening one program id (for the state) while the inputs' offsets stay int32 is
+      still reported. A kernel that never widens a program id at all is reported too.
     """
     source = _kernel_source(kernel)
     if source is None:
@@ -190,31 +319,44 @@ def lint_kernel(kernel, *, needs_int64: bool) -> list[str]:
             if not any(keyword.arg == "input_precision" for keyword in node.keywords):
                 problems.append(
                     f"line {node.lineno} of your kernel: `{ast.unparse(node)}` has no input_precision; on a GPU an "
-                    'fp32 tl.dot then runs in tf32 (about 1e-3 relative error). Pass input_precision="ieee".'
+                    "fp32 tl.dot then runs in tf32 (about 1e-4 to 1e-3 relative error, section 7). Pass "
+                    'input_precision="ieee".'
                 )
     if needs_int64:
-        derived: set[str] = set()  # names computed from a program id, in the order the kernel assigns them
-
-        def from_program_id(expr: ast.AST) -> bool:
-            return any(
-                (isinstance(n, ast.Call) and _is_tl(n.func, "program_id"))
-                or (isinstance(n, ast.Name) and n.id in derived)
-                for n in ast.walk(expr)
-            )
-
-        for node in ast.walk(tree):
-            if isinstance(node, ast.Assign) and from_program_id(node.value):
-                for target in node.targets:
-                    derived.update(n.id for n in ast.walk(target) if isinstance(n, ast.Name))
+        widths = _OffsetWidths(tree)
+        reported, narrow = set(), []
+        for call, address in _addresses(tree):
+            for product in widths.narrow_products(address):
+                text = ast.unparse(product)
+                if text in reported:
+                    continue
+                reported.add(text)
+                names = sorted(
+                    {
+                        n.id
+                        for n in ast.walk(product)
+                        if isinstance(n, ast.Name) and widths.name(n.id).pid and not widths.name(n.id).wide
+                    }
+                )
+                narrow.append(
+                    f"line {call.lineno} of your kernel: the address of `{ast.unparse(call.func)}` multiplies "
+                    f"`{text}` (line {product.lineno}) in int32, where {', '.join(f'`{n}`' for n in names)} "
+                    "(from a program id) is not widened: a program id times a size overflows once a tensor holds "
+                    "2**31 elements (B = 8, T = 65536, H = 32, D = 128 is enough), far beyond what a check can run. "
+                    "Widen it with .to(tl.int64) before it is multiplied, in every offset that uses it."
+                )
+        if len(narrow) > 2:
+            narrow = narrow[:2] + [f"(and {len(narrow) - 2} more addresses like these)"]
+        problems.extend(narrow)
         widened = any(
             isinstance(node, ast.Call)
             and isinstance(node.func, ast.Attribute)
             and node.func.attr == "to"
             and any(_is_tl(arg, "int64") for arg in node.args)
-            and from_program_id(node.func.value)
+            and widths.expr(node.func.value).pid
             for node in ast.walk(tree)
         )
-        if not widened:
+        if not widened and not reported:
             problems.append(
                 "your kernel never widens a program id to int64: its offsets, like ((i_b * T + t) * H + i_h) * D, are "
                 "int32 and overflow once a tensor holds 2**31 elements (B = 8, T = 65536, H = 32, D = 128 is enough), "
