@@ -340,6 +340,32 @@ def test_a_wrong_answer_reports_and_runs_on_in_the_students_kernel(monkeypatch, 
         checks.check_store(lambda keys, values: 2 * values.T @ keys)
 
 
+def test_passed_tells_a_later_cell_whether_to_use_the_students_function(monkeypatch, capsys):
+    """A cell below an exercise uses the student's function only once its check has passed (checks.passed): a wrong
+    answer, an unattempted one and a check not yet run all leave it on the package's own implementation."""
+    import IPython
+
+    from ttr_edu.checks import hebbian_memory as checks
+    from ttr_edu.checks import passed
+
+    monkeypatch.delenv("NBGRADER_EXECUTION", raising=False)
+    monkeypatch.setattr(IPython, "get_ipython", lambda: object())  # as in JupyterLab
+
+    def unattempted(keys, values):
+        raise NotImplementedError()
+
+    def right(keys, values):
+        return sum(torch.outer(v, k) for k, v in zip(keys, values))
+
+    assert passed("no_such_exercise") is False
+    assert checks.check_store(unattempted) is False and passed("store") is False
+    assert checks.check_store(right) is True and passed("store") is True
+    assert checks.check_store(lambda keys, values: 2 * values.T @ keys) is False and passed("store") is False
+    capsys.readouterr()
+    with pytest.raises(TypeError, match="^exercise: expected the exercise's name as a string"):
+        passed(checks.check_store)
+
+
 def test_unsetting_nbgrader_execution_in_the_notebook_changes_nothing():
     """The autograder's kernel starts with NBGRADER_EXECUTION=autograde; a cell that unsets it (os.environ.pop,
     unsetenv, even clearenv) still gets 0 for an unattempted exercise."""

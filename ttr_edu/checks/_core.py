@@ -708,6 +708,24 @@ def _cloned(case: dict) -> dict:
 
 _GOES_ON = "The notebook goes on: the cells below use the package's own implementation."
 
+#: The outcome of the latest run of each graded check in this process, by exercise name (see :func:`passed`).
+_OUTCOMES: dict[str, bool] = {}
+
+
+def passed(exercise: str) -> bool:
+    """Whether the latest run of the graded check of ``exercise`` (``"pseudo_values"`` for ``check_pseudo_values``)
+    in this process passed. ``False`` when it failed, was not attempted or has not run yet.
+
+    A cell below an exercise uses the student's function only when this is ``True`` and the package's own
+    implementation otherwise, so that a wrong answer, like an unattempted one, never breaks "Run All".
+
+    Raises:
+        TypeError: ``exercise`` is not a string.
+    """
+    if not isinstance(exercise, str):
+        raise TypeError(f"exercise: expected the exercise's name as a string, got {type(exercise).__name__}")
+    return _OUTCOMES.get(exercise, False)
+
 
 def graded(check: Callable[..., bool]) -> Callable[..., bool]:
     """Wrap a chapter's ``check_...`` function (done for every one by :func:`seal`) for the cell that calls it.
@@ -726,9 +744,12 @@ def graded(check: Callable[..., bool]) -> Callable[..., bool]:
         if getattr(_state, "depth", 0):  # a check calling another check: the outer one reports
             return check(*args, **kwargs)
         _state.depth = 1
+        _OUTCOMES[exercise] = False  # until this run passes
         try:
             _refuse_tampering(exercise)
-            return check(*args, **kwargs)
+            outcome = check(*args, **kwargs)
+            _OUTCOMES[exercise] = outcome is True
+            return outcome
         except CheckFailed as failure:
             if under_autograder() or not _in_kernel():
                 raise failure.with_traceback(None) from None
