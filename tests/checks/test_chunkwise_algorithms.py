@@ -129,6 +129,27 @@ def test_step_is_checked_with_the_reference_ut_transform_while_11_2_is_a_stub(ca
     assert namespace["ut_transform"] is stub  # the student's namespace is restored
 
 
+def test_a_right_step_is_not_failed_for_a_wrong_11_2(capsys):
+    """A written but wrong ut_transform (11.2) is replaced by the reference while 11.3 is checked, and the note says
+    why: a right step passes instead of failing for the other exercise's mistake. A right ut_transform is kept."""
+    for body, note in (
+        ("return torch.tril(torch.ones(k.shape[0], k.shape[0], dtype=k.dtype))", "does not pass its check"),
+        ("raise ValueError('oops')", "does not pass its check"),
+        ("return checks_spec(k, beta)", None),
+    ):
+        namespace = notebook_namespace()
+        namespace["checks_spec"] = checks.ut_transform_spec
+        exec(f"def ut_transform(k, beta):\n    {body}", namespace)
+        mine = namespace["ut_transform"]
+        assert checks.check_delta_rule_chunk_step(namespace["delta_rule_chunk_step"]) is True
+        out = capsys.readouterr().out
+        if note is None:
+            assert "lends" not in out
+        else:
+            assert f"ut_transform (Exercise 11.2) {note}" in out
+        assert namespace["ut_transform"] is mine  # the student's namespace is restored
+
+
 def test_a_wrong_step_is_still_rejected_while_11_2_is_a_stub():
     namespace = notebook_namespace()
     exec(

@@ -216,9 +216,10 @@ def test_a_dot_without_input_precision_is_named_by_the_lint():
     assert len(problems) == 2 and all("input_precision" in p for p in problems)
 
 
-def test_offsets_left_in_int32_are_reported_although_the_numbers_agree():
+def test_offsets_left_in_int32_are_reported_although_the_numbers_agree(capsys):
     with pytest.raises(CheckFailed, match="(?s)right numbers here.*in int32, where `i_b`, `i_h`"):
         checks.check_running_sum(running_sum_int32)
+    assert "PASS" not in capsys.readouterr().out  # the source is read before PASS: no PASS line beside the failure
 
 
 def test_the_reference_kernels_pass_the_lint():

@@ -603,6 +603,7 @@ def run_check(
     rtol: float = 1e-6,
     atol: float = 1e-8,
     inputs_unchanged: bool = False,
+    then: Callable[[], None] | None = None,
 ) -> bool:
     """Compare ``student_fn(**case)`` with ``reference_fn(**case)`` on every case.
 
@@ -615,6 +616,8 @@ def run_check(
         rtol, atol: tolerances of ``torch.allclose`` (floats compare the same way).
         inputs_unchanged: also fail when the student's function modifies an input tensor in place (for exercises
             whose text says "do not modify ... in place"; the copy it was given is compared with the case).
+        then: a last test once every case agrees (e.g. reading a kernel's source for what the interpreter cannot
+            show); it raises :class:`CheckFailed` to fail the check, before ``PASS`` is printed.
 
     Returns:
         ``True`` when every case agrees, ``False`` when the student's function is not written yet.
@@ -686,6 +689,8 @@ def run_check(
         n_cases += 1
     if n_cases == 0:
         raise ValueError(f"{name}: the check has no cases, so it could not fail")
+    if then is not None:
+        then()
     print(f"PASS {name}: your function agrees with the reference on {n_cases} random cases.")
     return True
 

@@ -140,16 +140,22 @@ def check_ut_transform(ut_transform: Callable) -> bool:
     return run_check("ut_transform", ut_transform, ut_transform_spec, _ut_cases(), rtol=1e-8, atol=1e-10)
 
 
-def _is_stub(helper: Callable) -> bool:
-    """Whether ``helper(k, beta)`` still raises ``NotImplementedError`` (an unsolved exercise)."""
+def _helper_state(helper: Callable) -> str | None:
+    """Why ``helper(k, beta)`` (the notebook's ``ut_transform``) cannot be trusted by the next check: ``"is still a
+    stub"`` (it raises ``NotImplementedError``), ``"does not pass its check"`` (it raises, or it disagrees with
+    :func:`ut_transform_spec` on the first case), or ``None`` when it agrees."""
     case = next(_ut_cases())
     try:
-        helper(**case)
+        got = helper(**case)
     except NotImplementedError:
-        return True
-    except Exception:  # a written but wrong helper: its own check reports it, and this one will see the result
-        return False
-    return False
+        return "is still a stub"
+    except Exception:  # a written but broken helper: its own check names the error
+        return "does not pass its check"
+    want = ut_transform_spec(**case)
+    agrees = (
+        type(got) is torch.Tensor and got.shape == want.shape and bool(torch.allclose(got, want, rtol=1e-8, atol=1e-10))
+    )
+    return None if agrees else "does not pass its check"
 
 
 def _raised_in(error: BaseException, fn: Callable) -> str:
@@ -163,13 +169,15 @@ def _raised_in(error: BaseException, fn: Callable) -> str:
 def check_delta_rule_chunk_step(delta_rule_chunk_step: Callable) -> bool:
     """Check ``delta_rule_chunk_step(q, k, v, beta, S) -> (o, S')`` for one chunk, ``scale = 1``.
 
-    The step calls ``ut_transform`` from the notebook (Exercise 11.2). If that is still a stub, the check puts
-    :func:`ut_transform_spec` in its place for the duration of the check (and says so), so that a written step is
-    checked, not reported as "not attempted". A ``NotImplementedError`` from any other helper is reported by name.
+    The step calls ``ut_transform`` from the notebook (Exercise 11.2). If that is still a stub, or written but wrong,
+    the check puts :func:`ut_transform_spec` in its place for the duration of the check (and says so), so that a
+    written step is checked on its own: not reported as "not attempted", nor failed for 11.2's mistake. A
+    ``NotImplementedError`` from any other helper is reported by name.
     """
     namespace = getattr(delta_rule_chunk_step, "__globals__", {})
     helper = namespace.get("ut_transform")
-    lend = callable(helper) and helper is not ut_transform_spec and _is_stub(helper)
+    why = _helper_state(helper) if callable(helper) and helper is not ut_transform_spec else None
+    lend = why is not None
 
     noted = []
 
@@ -179,7 +187,7 @@ def check_delta_rule_chunk_step(delta_rule_chunk_step: Callable) -> bool:
             if lend and not noted:  # said once, and only when the step itself is written
                 noted.append(True)
                 print(
-                    "note: ut_transform (Exercise 11.2) is still a stub, so this check lends your "
+                    f"note: ut_transform (Exercise 11.2) {why}, so this check lends your "
                     "delta_rule_chunk_step the package's checks.ut_transform_spec in its place."
                 )
             return result

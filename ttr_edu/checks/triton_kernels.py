@@ -33,7 +33,7 @@ import ast
 import inspect
 import math
 import textwrap
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import torch
 
@@ -366,16 +366,18 @@ def lint_kernel(kernel, *, needs_int64: bool) -> list[str]:
     return problems
 
 
-def _checked_with_lint(name: str, passed: bool, kernel, *, needs_int64: bool) -> bool:
-    """After the numbers agree, read the source: report what the interpreter cannot show, or pass."""
-    if not passed:
-        return passed
-    problems = lint_kernel(kernel, needs_int64=needs_int64)
-    if problems:
-        raise CheckFailed(
-            f"{name}: your kernel computes the right numbers here, but on a GPU:\n  - " + "\n  - ".join(problems)
-        )
-    return passed
+def _lint(name: str, kernel, *, needs_int64: bool) -> Callable[[], None]:
+    """The last test of a puzzle's check (``run_check``'s ``then``): once the numbers agree, read the source and
+    report what the interpreter cannot show, before the check prints ``PASS``."""
+
+    def read_source() -> None:
+        problems = lint_kernel(kernel, needs_int64=needs_int64)
+        if problems:
+            raise CheckFailed(
+                f"{name}: your kernel computes the right numbers here, but on a GPU:\n  - " + "\n  - ".join(problems)
+            )
+
+    return read_source
 
 
 def _generator(seed: int) -> torch.Generator:
@@ -446,8 +448,15 @@ def check_causal_chunk(kernel) -> bool:
                 "v": torch.randn(C, d_v, generator=g),
             }
 
-    passed = run_check("causal_chunk", launch, causal_chunk_spec, cases(), rtol=DOT_TOLERANCE[0], atol=DOT_TOLERANCE[1])
-    return _checked_with_lint("causal_chunk", passed, kernel, needs_int64=False)
+    return run_check(
+        "causal_chunk",
+        launch,
+        causal_chunk_spec,
+        cases(),
+        rtol=DOT_TOLERANCE[0],
+        atol=DOT_TOLERANCE[1],
+        then=_lint("causal_chunk", kernel, needs_int64=False),
+    )
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -486,15 +495,15 @@ def check_chunk_linear_attention(kernel) -> bool:
                 "v": torch.randn(T, d_v, generator=g),
             }
 
-    passed = run_check(
+    return run_check(
         "chunk_linear_attention",
         launch,
         chunk_linear_attention_spec,
         cases(),
         rtol=DOT_TOLERANCE[0],
         atol=DOT_TOLERANCE[1],
+        then=_lint("chunk_linear_attention", kernel, needs_int64=False),
     )
-    return _checked_with_lint("chunk_linear_attention", passed, kernel, needs_int64=False)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -523,8 +532,15 @@ def check_ut_transform(kernel) -> bool:
             k = torch.randn(C, d_k, generator=g)
             yield {"k": k / k.norm(dim=-1, keepdim=True), "beta": torch.rand(C, generator=g)}
 
-    passed = run_check("ut_transform", launch, ut_transform_spec, cases(), rtol=1e-5, atol=1e-6)
-    return _checked_with_lint("ut_transform", passed, kernel, needs_int64=False)
+    return run_check(
+        "ut_transform",
+        launch,
+        ut_transform_spec,
+        cases(),
+        rtol=1e-5,
+        atol=1e-6,
+        then=_lint("ut_transform", kernel, needs_int64=False),
+    )
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -556,8 +572,15 @@ def check_running_sum(kernel) -> bool:
         for i, shape in enumerate([(1, 16, 1, 16), (2, 37, 3, 20), (3, 5, 2, 40), (1, 1, 1, 1), (2, 20, 4, 7)]):
             yield {"x": torch.randn(*shape, generator=_generator(1400 + i))}
 
-    passed = run_check("running_sum", launch, running_sum_spec, cases(), rtol=1e-5, atol=1e-5)
-    return _checked_with_lint("running_sum", passed, kernel, needs_int64=True)
+    return run_check(
+        "running_sum",
+        launch,
+        running_sum_spec,
+        cases(),
+        rtol=1e-5,
+        atol=1e-5,
+        then=_lint("running_sum", kernel, needs_int64=True),
+    )
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -605,15 +628,15 @@ def check_delta_rule_chunk(kernel) -> bool:
         )
         return o.result(), s.result()
 
-    passed = run_check(
+    return run_check(
         "delta_rule_chunk",
         launch,
         delta_rule_chunk_spec,
         _delta_rule_cases(1500, gated=False),
         rtol=DOT_TOLERANCE[0],
         atol=DOT_TOLERANCE[1],
+        then=_lint("delta_rule_chunk", kernel, needs_int64=True),
     )
-    return _checked_with_lint("delta_rule_chunk", passed, kernel, needs_int64=True)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -668,15 +691,15 @@ def check_gated_delta_rule_chunk(kernel) -> bool:
         _launch(kernel, grid, inputs + [o, s0, s], T, H, d_k, d_v, BLOCK_T=16, BLOCK_K=_pow2(d_k), BLOCK_V=16)
         return o.result(), s.result()
 
-    passed = run_check(
+    return run_check(
         "gated_delta_rule_chunk",
         launch,
         gated_delta_rule_chunk_spec,
         _delta_rule_cases(1700, gated=True),
         rtol=DOT_TOLERANCE[0],
         atol=DOT_TOLERANCE[1],
+        then=_lint("gated_delta_rule_chunk", kernel, needs_int64=True),
     )
-    return _checked_with_lint("gated_delta_rule_chunk", passed, kernel, needs_int64=True)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -735,5 +758,12 @@ def check_chunk_dv(kernel) -> bool:
                 "ds": torch.randn(d_k, d_v, generator=g),
             }
 
-    passed = run_check("chunk_dv", launch, chunk_dv_spec, cases(), rtol=DOT_TOLERANCE[0], atol=DOT_TOLERANCE[1])
-    return _checked_with_lint("chunk_dv", passed, kernel, needs_int64=False)
+    return run_check(
+        "chunk_dv",
+        launch,
+        chunk_dv_spec,
+        cases(),
+        rtol=DOT_TOLERANCE[0],
+        atol=DOT_TOLERANCE[1],
+        then=_lint("chunk_dv", kernel, needs_int64=False),
+    )
