@@ -28,9 +28,15 @@ def mlp_loss(W1, W2, k, v):
     return 0.5 * ((torch.nn.functional.gelu(k @ W1) @ W2 - v) ** 2).sum()
 
 
-def mlp_gradient_step(W1, W2, k, v, lr):
-    g1, g2 = grad(mlp_loss, argnums=(0, 1))(W1, W2, k, v)
+def mlp_gradient_by_torch_func(W1, W2, k, v, lr):  # right numbers, but autograd: the exercise rules it out
+    g1, g2 = torch.func.grad(mlp_loss, argnums=(0, 1))(W1, W2, k, v)
     return W1 - lr * g1, W2 - lr * g2
+
+
+def mlp_gradient_by_backward(W1, W2, k, v, lr):  # the same with .backward()
+    W1, W2 = W1.clone().requires_grad_(), W2.clone().requires_grad_()
+    mlp_loss(W1, W2, k, v).backward()
+    return (W1 - lr * W1.grad).detach(), (W2 - lr * W2.grad).detach()
 
 
 def mlp_gradient_step_by_hand(W1, W2, k, v, lr):  # the exercise's own way: both gradients written out
@@ -59,7 +65,6 @@ CHECKS = [
     (checks.check_rotation_keys, rotation_keys_turned),
     (checks.check_mlp_gradient_step, mlp_gradient_step_by_hand),
     (checks.check_momentum_step, momentum_step),
-    (checks.check_mlp_gradient_step, mlp_gradient_step),
 ]
 
 
@@ -206,6 +211,8 @@ WRONG = [
     ("MLP: tanh GELU", checks.check_mlp_gradient_step, tanh_gelu),
     ("MLP: last layer only", checks.check_mlp_gradient_step, only_last_layer),
     ("MLP: layers updated in turn", checks.check_mlp_gradient_step, second_layer_at_new_first),
+    ("MLP: autograd (torch.func.grad)", checks.check_mlp_gradient_step, mlp_gradient_by_torch_func),
+    ("MLP: autograd (.backward())", checks.check_mlp_gradient_step, mlp_gradient_by_backward),
 ]
 
 
@@ -222,3 +229,10 @@ def test_the_explicit_step_fails_on_a_case_that_shows_how_far_off_it_is():
         checks.check_longhorn_step(explicit_step)
     error = float(str(failure.value).split("relative error ")[1].split(")")[0])
     assert error > 1.0
+
+
+def test_autograd_is_named_as_ruled_out():
+    with pytest.raises(CheckFailed, match="torch.func.grad is ruled out here: write both gradients out"):
+        checks.check_mlp_gradient_step(mlp_gradient_by_torch_func)
+    with pytest.raises(CheckFailed, match="torch.autograd.backward is ruled out here"):
+        checks.check_mlp_gradient_step(mlp_gradient_by_backward)
