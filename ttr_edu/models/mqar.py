@@ -1,17 +1,24 @@
 """Tiny one-layer models for multi-query associative recall (chapter 09), small enough to train on a CPU.
 
-    tokens -> embedding -> x + mixer(x) -> LayerNorm -> readout (logits over the vocabulary)
+    tokens -> embedding E -> x + mixer(x) -> LayerNorm -> readout Eᵀ/√d (logits over the vocabulary)
 
 The mixer is one test-time-regression layer of :mod:`ttr_edu.layers`, with its short convolutions: the key of the
 pair ``(k_i, v_i)`` is written at the position of ``v_i`` and must hold ``k_i``, the previous token, which the
 convolution supplies. One layer with that shift is the smallest circuit that can solve MQAR (Arora et al. 2023
-use two layers; with the convolution built into the layer one is enough).
+use two layers; with the convolution built into the layer one is enough). As in Zoology's language-model backbone
+the readout is tied to the embedding (``lm_head.weight = word_embeddings.weight``, no bias), so a memory that
+returns the embedding of the stored value already points the readout at it, whatever the vocabulary size.
 
 :data:`MODELS` names the layers an MQAR grid can train. Every *linear memory* in it (linear attention, DeltaNet,
 gated DeltaNet, RLS, Mesa) takes the same feature map ``φ`` on ``q`` and ``k`` followed by the same L2 norm, so
 that two of them differ only in how they solve the regression (Wang, Shi, Fox 2025): the feature map is a setting
-of the model, not a hidden difference between layers. Names follow the course: ``rls`` is the ungated exact ridge
-regression (recursive least squares), ``mesa`` the gated one (MesaNet, von Oswald et al. 2025).
+of the model, not a hidden difference between layers. Where ``φ`` sits follows flash-linear-attention's DeltaNet
+(Yang et al. 2024): the short convolution on ``v`` ends in a SiLU; on ``q`` and ``k`` the SiLU *is* the feature map
+(``φ = "silu"``, the DeltaNet and Gated DeltaNet papers' choice), and any other ``φ`` (``"identity"``,
+``"elu_plus_one"``, ``"relu"``) replaces it, applied to the convolution's linear output. (Applying ELU+1 *after* a
+SiLU, as an earlier version of this model did, squeezes every coordinate into ``[0.76, ∞)``: the keys start almost
+collinear; chapter 09 measures it.) Names follow the course: ``rls`` is the ungated exact ridge regression
+(recursive least squares), ``mesa`` the gated one (MesaNet, von Oswald et al. 2025).
 
 The loss is the cross-entropy at the query positions only (labels ``-100`` elsewhere); the readout is applied only
 there, which keeps a vocabulary-sized matrix product off every other position.
@@ -26,14 +33,49 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ttr_edu._internal.validation import check_positive_int
-from ttr_edu.layers import DeltaNet, GatedDeltaNet, LinearAttention, LocalLinearAttention, MesaLayer, SoftmaxAttention
+from ttr_edu._internal.validation import check_bool, check_positive_int
+from ttr_edu.layers import (
+    DeltaNet,
+    GatedDeltaNet,
+    LinearAttention,
+    LocalLinearAttention,
+    MesaLayer,
+    ShortConvolution,
+    SoftmaxAttention,
+)
 from ttr_edu.tasks.mqar import IGNORE_INDEX, MQARBatch
 
-__all__ = ["MQARLayer", "MODELS", "LINEAR_MEMORIES", "FEATURE_MAPS", "MQARModel"]
+__all__ = ["MQARLayer", "MODELS", "LINEAR_MEMORIES", "FEATURE_MAPS", "MQARModel", "QKVConvolution"]
 
-#: the feature maps a linear memory of :data:`MODELS` accepts (each keeps the width, then the L2 norm follows)
-FEATURE_MAPS = ("identity", "elu_plus_one", "relu")
+#: the feature maps a linear memory of :data:`MODELS` accepts (each keeps the width, then the L2 norm follows):
+#: ``"silu"`` is the short convolution's own SiLU (DeltaNet's choice); the others replace it on ``q`` and ``k``
+FEATURE_MAPS = ("silu", "identity", "elu_plus_one", "relu")
+
+
+class QKVConvolution(ShortConvolution):
+    """The short convolution over the ``q, k, v`` channels side by side, ``(B, T, 3 d) -> (B, T, 3 d)``, with the
+    SiLU on the ``v`` channels always and on ``q, k`` only when ``qk_silu`` (flash-linear-attention's DeltaNet:
+    ``activation='silu' if qk_activation == 'silu' else None`` for its q and k convolutions).
+
+    Args:
+        hidden_size: ``3 d``, the channels (q, k, v in that order, each ``d = hidden_size / 3``).
+        conv_size: taps of the causal depthwise convolution; the last tap weighs the current token.
+        qk_silu: apply the SiLU to the q and k channels as well.
+    """
+
+    def __init__(self, hidden_size: int, conv_size: int = 4, *, qk_silu: bool = True) -> None:
+        super().__init__(hidden_size, conv_size)
+        if hidden_size % 3:
+            raise ValueError(f"hidden_size: expected 3 d channels (q, k, v side by side), got {hidden_size}")
+        self.qk_silu = check_bool("qk_silu", qk_silu)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """``(B, T, 3 d) -> (B, T, 3 d)``: causal, the SiLU as configured."""
+        if self.qk_silu:
+            return super().forward(x)
+        T, d = x.shape[1], self.hidden_size // 3
+        y = self.conv(x.transpose(1, 2))[..., :T].transpose(1, 2)  # (B, T, 3 d), causal
+        return torch.cat([y[..., : 2 * d], F.silu(y[..., 2 * d :])], dim=-1)
 
 
 @dataclass(frozen=True)
@@ -54,19 +96,35 @@ class MQARLayer:
     linear_memory: bool = True
 
     def build(self, d_model: int, num_heads: int, feature_map: str | None, use_short_conv: bool) -> nn.Module:
+        """The mixer, with ``φ`` placed as the module docstring says.
+
+        Raises:
+            ValueError: a linear memory given a feature map outside :data:`FEATURE_MAPS`, or a key-value-cache
+                layer given one at all.
+        """
         kwargs = dict(self.kwargs, use_short_conv=use_short_conv)
-        if self.linear_memory:
-            if feature_map not in FEATURE_MAPS:
+        if not self.linear_memory:
+            if feature_map is not None:
                 raise ValueError(
-                    f"feature_map: a linear memory needs one of {', '.join(FEATURE_MAPS)}, got {feature_map!r}"
+                    f"feature_map: {self.label} reads the key-value cache through its kernel and takes no "
+                    f"feature map; pass None, got {feature_map!r}"
                 )
-            kwargs["feature_map"] = feature_map
-        elif feature_map is not None:
+            return self.layer(d_model, num_heads, **kwargs)
+        if feature_map not in FEATURE_MAPS:
             raise ValueError(
-                f"feature_map: {self.label} reads the key-value cache through its kernel and takes no "
-                f"feature map; pass None, got {feature_map!r}"
+                f"feature_map: a linear memory needs one of {', '.join(FEATURE_MAPS)}, got {feature_map!r}"
             )
-        return self.layer(d_model, num_heads, **kwargs)
+        if self.layer is MesaLayer and d_model // num_heads >= 32:
+            kwargs["solver"] = "auto"  # the same function; Sherman-Morrison is 2-4 times faster to train at D >= 32
+        silu = feature_map == "silu"
+        mixer = self.layer(d_model, num_heads, feature_map="identity" if silu else feature_map, **kwargs)
+        if use_short_conv:
+            conv = mixer.qkv_conv1d
+            mixer.qkv_conv1d = QKVConvolution(conv.hidden_size, conv.conv_size, qk_silu=silu)
+            mixer.qkv_conv1d.load_state_dict(conv.state_dict())  # the same initial weights as the plain one
+        elif silu:
+            mixer.feature_map = F.silu  # no convolution to carry it: the SiLU is applied as the feature map
+        return mixer
 
 
 #: name -> how to build it. To add a layer, add an entry (the grid and the chapter read names from here).
@@ -74,7 +132,7 @@ MODELS: dict[str, MQARLayer] = {
     "linear_attention": MQARLayer("linear attention", LinearAttention, {"qk_norm": True}),
     "deltanet": MQARLayer("DeltaNet", DeltaNet),
     "gated_deltanet": MQARLayer("gated DeltaNet", GatedDeltaNet),
-    # the exact ridge solution of every prefix at once: the function RLS computes, 2–3× faster to train here
+    # the exact ridge solution of every prefix at once: the function RLS computes, 2–3× faster to train at D = 16
     "rls": MQARLayer("RLS", MesaLayer, {"use_gate": False, "solver": "exact"}),
     "mesa": MQARLayer("Mesa (gated RLS)", MesaLayer, {"use_gate": True, "solver": "exact"}),
     "softmax_attention": MQARLayer("softmax attention", SoftmaxAttention, linear_memory=False),
@@ -86,16 +144,19 @@ LINEAR_MEMORIES = tuple(name for name, entry in MODELS.items() if entry.linear_m
 
 
 class MQARModel(nn.Module):
-    """Embedding, one token mixer with short convolutions, a residual, LayerNorm and a linear readout.
+    """Embedding, one token mixer with short convolutions, a residual, LayerNorm and the tied readout.
 
     Args:
         mixer: a name in :data:`MODELS` (``"deltanet"``, ``"rls"``, ``"softmax_attention"``, ...).
         vocab_size: ``V``.
         d_model: the width (``hidden_size`` of the mixer); with one head the parametric state is ``d_model²``.
         num_heads: heads of the mixer.
-        feature_map: for a linear memory, ``φ`` in :data:`FEATURE_MAPS` (default ``"identity"``); ``None`` for
-            softmax and local linear attention.
+        feature_map: for a linear memory, ``φ`` in :data:`FEATURE_MAPS` (default ``"silu"``, DeltaNet's); ``None``
+            for softmax and local linear attention (for them the default is ignored).
         use_short_conv: the causal depthwise convolution on ``q, k, v`` (the ablation turns it off).
+
+    The readout is the embedding's transpose (no bias), scaled by ``1/√d`` so that the logits start near unit size
+    with the embedding's default ``N(0, 1)`` rows.
 
     Raises:
         ValueError: an unknown mixer name (the message lists the valid ones), or a feature map the layer refuses.
@@ -108,20 +169,25 @@ class MQARModel(nn.Module):
         d_model: int,
         num_heads: int = 1,
         *,
-        feature_map: str | None = "identity",
+        feature_map: str | None = "silu",
         use_short_conv: bool = True,
     ) -> None:
         super().__init__()
         if mixer not in MODELS:
             raise ValueError(f"mixer: unknown name {mixer!r}; valid names are {', '.join(MODELS)}")
         self.vocab_size = check_positive_int("vocab_size", vocab_size)
+        check_positive_int("d_model", d_model)
         self.mixer_name = mixer
         entry = MODELS[mixer]
         self.feature_map = feature_map if entry.linear_memory else None
         self.embed = nn.Embedding(vocab_size, d_model)
         self.mixer = entry.build(d_model, num_heads, self.feature_map, use_short_conv)
         self.norm = nn.LayerNorm(d_model)
-        self.readout = nn.Linear(d_model, vocab_size)
+        self.logit_scale = d_model**-0.5
+
+    def readout(self, h: torch.Tensor) -> torch.Tensor:
+        """``(..., d_model)`` features -> ``(..., V)`` logits: ``h Eᵀ / √d``, the readout tied to the embedding."""
+        return F.linear(h, self.embed.weight) * self.logit_scale
 
     def hidden(self, inputs: torch.Tensor) -> torch.Tensor:
         """``(B, T)`` int64 tokens -> ``(B, T, d_model)`` features before the readout."""
