@@ -24,7 +24,7 @@ Two sizes of the same grid: ``--grid course`` (the default; :data:`COURSE_GRID`,
 first seed; under an hour on two cores, its CSV shipped as ``ttr_edu/experiments/results/mqar_grid.csv`` and read by
 chapter 09) and ``--grid full``
 (:data:`FULL_GRID`, Zoology's scale: widths up to 128, sequences up to 256 tokens; a cluster's job, see
-``docs/cluster.md``). ``--quick`` runs the two cells chapter 09 trains live.
+``docs/cluster.md``). ``--quick`` runs two small cells, a smoke test of the command (a minute or so).
 
 Rows are appended as cells finish, under lines that record the command, the package version, the git commit and the
 recipe; every row carries the recipe's hash and the version, and ``--resume`` refuses a CSV of another recipe::
@@ -211,7 +211,7 @@ class MQARGrid:
                     f"seq_len: {n} pairs in {t} tokens leave {free_slot_fraction(t, n):.0%} of the query slots free; "
                     f"MQAR needs room between the queries, use seq_len >= 6 * num_pairs = {6 * n}"
                 )
-        if self.batch_size < 32 and self.name != "quick":
+        if self.batch_size < 32:
             raise ValueError(f"batch_size: expected at least 32 examples per step, got {self.batch_size}")
 
     def cells(self) -> list[Cell]:
@@ -270,7 +270,7 @@ FULL_GRID = MQARGrid(
     eval_examples=1000,
     sweep_on_first_seed=False,
 )
-#: the two cells chapter 09 trains live (a few seconds): DeltaNet with and without its short convolution
+#: a smoke test of the command (two small cells): DeltaNet with and without its short convolution
 QUICK_GRID = MQARGrid(
     name="quick",
     blocks=(Block("quick", ("deltanet",), (32,), ((32, 4),), short_conv=(True, False), lrs=(3e-3,), seeds=(0,)),),
@@ -523,7 +523,7 @@ def _main(argv: list[str] | None = None) -> int:
         formatter_class=__import__("argparse").RawDescriptionHelpFormatter,
     )
     parser.add_argument("--grid", choices=("course", "full"), default="course", help="which grid (default: course)")
-    parser.add_argument("--quick", action="store_true", help="only the two cells chapter 09 trains live")
+    parser.add_argument("--quick", action="store_true", help="two small cells only: a smoke test of the command")
     parser.add_argument("--max-steps", type=int, default=None, help="override the grid's max_steps (a new recipe)")
     runner.add_arguments(parser, "mqar_grid.csv")
     args = parser.parse_args(argv)

@@ -319,8 +319,9 @@ def _resume_rows(experiment: Experiment, path: Path, recipe: dict, version: str,
         written = json.loads(written)
     except json.JSONDecodeError:
         raise ResumeRefused(f"{path}: its recipe line is not JSON") from None
-    if written != recipe:
-        shown = "; ".join(_differences(written, recipe)[:4])
+    here = json.loads(json.dumps(recipe))  # as the header holds it: tuples become lists
+    if written != here:
+        shown = "; ".join(_differences(written, here)[:4])
         raise ResumeRefused(
             f"{path} was written with another recipe ({shown}); resume with the options it was started with, or "
             "write to another file"
@@ -643,7 +644,8 @@ def guarded(main: Callable[[list[str] | None], int]) -> Callable[[list[str] | No
             print(f"error: --resume: {error}", file=sys.stderr)
             return 2
 
-    wrapper.__doc__, wrapper.__name__, wrapper.__wrapped__ = main.__doc__, main.__name__, main
+    wrapper.__doc__ = getattr(main, "__doc__", None)
+    wrapper.__wrapped__ = main
     return wrapper
 
 
