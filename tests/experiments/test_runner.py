@@ -94,6 +94,7 @@ def test_resume_refuses_a_file_that_is_not_a_grid_csv(tmp_path):
 
 
 def test_a_cut_last_row_is_dropped_and_trained_again(tmp_path):
+    """Reproducers mqar_resume_corrupt_csv_traceback (a cut row) and mqar_resume_appends_to_unterminated_line."""
     out = tmp_path / "g.csv"
     runner.run(TOY, RECIPE, CELLS[:3], toy_cell, out)
     lines = out.read_text().splitlines()
@@ -241,6 +242,7 @@ def cli(*args, cwd):
     ],
 )
 def test_argument_errors_are_one_line_and_exit_2(tmp_path, args, message):
+    """Reproducer experiments_bad_jobs_and_out, and the other argument errors: one line, exit 2, no CSV written."""
     (tmp_path / "adir").mkdir()
     p = cli(*args, cwd=tmp_path)
     assert p.returncode == 2 and len(p.stderr.strip().splitlines()) == 1 and message in p.stderr, p.stderr
@@ -248,7 +250,31 @@ def test_argument_errors_are_one_line_and_exit_2(tmp_path, args, message):
 
 
 @pytest.mark.slow
+def test_resume_with_another_max_steps_is_refused_on_the_command_line(tmp_path):
+    """Reproducer mqar_resume_mixes_recipes: ``--resume --max-steps 3`` on a CSV written with ``--max-steps 2`` used to
+    train the missing cells with 3 steps under a header saying 2."""
+    from dataclasses import asdict, replace
+
+    from ttr_edu.experiments import mqar
+
+    grid = replace(mqar.QUICK_GRID, max_steps=2)
+    cells = [asdict(c) for c in grid.cells()]
+
+    def fake(cell):  # a row without training: only the recipe in the header matters here
+        fields = {k: 0 for k in mqar.EXPERIMENT.fields}
+        return {**fields, **cell, "final_eval_loss": 1.0, "accuracy": 0.5}
+
+    runner.run(mqar.EXPERIMENT, grid.recipe(), cells[:1], fake, tmp_path / "g.csv")
+    before = (tmp_path / "g.csv").read_text()
+    p = cli("mqar", "--quick", "--max-steps", "3", "--out", "g.csv", "--resume", cwd=tmp_path)
+    assert p.returncode == 2 and len(p.stderr.strip().splitlines()) == 1, p.stderr
+    assert "another recipe (max_steps: 2 there, 3 here)" in p.stderr
+    assert (tmp_path / "g.csv").read_text() == before
+
+
+@pytest.mark.slow
 def test_resume_refusal_on_the_command_line_is_one_line(tmp_path):
+    """Reproducer mqar_resume_corrupt_csv_traceback: a CSV that is not a grid CSV ended in a KeyError traceback."""
     (tmp_path / "g.csv").write_text("hello,world\n1,2\n")
     p = cli("mqar", "--quick", "--max-steps", "1", "--out", "g.csv", "--resume", cwd=tmp_path)
     assert p.returncode == 2 and len(p.stderr.strip().splitlines()) == 1 and "not a CSV of the mqar grid" in p.stderr

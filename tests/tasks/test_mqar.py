@@ -155,7 +155,7 @@ def test_the_readout_is_the_embedding_transposed():
     assert not any(p.shape == (32, 8) and p is not model.embed.weight for p in model.parameters())
 
 
-@pytest.mark.parametrize("fm", ["silu", "identity", "elu_plus_one"])
+@pytest.mark.parametrize("fm", ["silu", "identity", "elu_plus_one", "elu_plus_one_after_silu"])
 def test_every_linear_memory_gets_the_same_feature_map_placed_as_fla_places_it(fm):
     """φ = silu is the convolution's SiLU on q and k; any other φ replaces it, on the convolution's linear output
     (fla's DeltaNet: ``activation='silu' if qk_activation == 'silu' else None``); v always ends in the SiLU."""
@@ -163,6 +163,7 @@ def test_every_linear_memory_gets_the_same_feature_map_placed_as_fla_places_it(f
         "silu": torch.nn.functional.silu,
         "identity": lambda t: t,
         "elu_plus_one": lambda t: torch.nn.functional.elu(t) + 1,
+        "elu_plus_one_after_silu": lambda t: torch.nn.functional.elu(torch.nn.functional.silu(t)) + 1,
     }[fm]
     torch.manual_seed(0)
     x = torch.randn(2, 10, 8)

@@ -18,6 +18,8 @@ The grid is a union of :class:`Block` s, each a product in which one thing varie
   SiLU, then the L2 norm: DeltaNet's own choice) and RLS keeps its true state, twice DeltaNet's;
 * ``features``: the same three linear memories with ``φ = ELU+1`` (non-negative keys) at the middle width;
 * ``no_conv``: DeltaNet and softmax attention without the short convolution, at the smallest width;
+* ``stacked``: linear attention and DeltaNet with ELU+1 stacked on the convolution's SiLU (keys that start almost
+  collinear), at the middle width;
 * (the full grid only) ``gated``: gated DeltaNet and Mesa (gated RLS) beside the others at every width.
 
 Two sizes of the same grid: ``--grid course`` (the default; :data:`COURSE_GRID`, the learning rates swept on the
@@ -235,6 +237,13 @@ COURSE_GRID = MQARGrid(
             "features", ("linear_attention", "deltanet", "rls"), (32,), (COURSE_TASK,), feature_maps=("elu_plus_one",)
         ),
         Block("no_conv", ("deltanet", "softmax_attention"), (16,), (COURSE_TASK,), short_conv=(False,)),
+        Block(
+            "stacked",
+            ("linear_attention", "deltanet"),
+            (32,),
+            (COURSE_TASK,),
+            feature_maps=("elu_plus_one_after_silu",),
+        ),
     ),
 )
 #: Zoology's scale (figure 2: T = 16 N at N = 4, 8, 16; widths 64 to 512, here 32 to 128): a cluster's job
@@ -566,6 +575,7 @@ FEATURE_MAP_TITLES = {
     "silu": "φ = SiLU (the convolution's)",
     "identity": "φ = identity (signed keys)",
     "elu_plus_one": "φ = ELU+1 (non-negative keys)",
+    "elu_plus_one_after_silu": "φ = ELU+1 after the SiLU (almost collinear keys at the start)",
     "relu": "φ = ReLU (non-negative keys)",
     "": "no feature map",
 }

@@ -48,8 +48,10 @@ from ttr_edu.tasks.mqar import IGNORE_INDEX, MQARBatch
 __all__ = ["MQARLayer", "MODELS", "LINEAR_MEMORIES", "FEATURE_MAPS", "MQARModel", "QKVConvolution"]
 
 #: the feature maps a linear memory of :data:`MODELS` accepts (each keeps the width, then the L2 norm follows):
-#: ``"silu"`` is the short convolution's own SiLU (DeltaNet's choice); the others replace it on ``q`` and ``k``
-FEATURE_MAPS = ("silu", "identity", "elu_plus_one", "relu")
+#: ``"silu"`` is the short convolution's own SiLU (DeltaNet's choice); ``"identity"``, ``"elu_plus_one"`` and ``"relu"``
+#: replace it on ``q`` and ``k``; ``"elu_plus_one_after_silu"`` stacks ELU+1 on the SiLU (what an earlier version of
+#: this model did for ``"elu_plus_one"``; chapter 09 measures what it does to the keys)
+FEATURE_MAPS = ("silu", "identity", "elu_plus_one", "relu", "elu_plus_one_after_silu")
 
 
 class QKVConvolution(ShortConvolution):
@@ -76,6 +78,10 @@ class QKVConvolution(ShortConvolution):
         T, d = x.shape[1], self.hidden_size // 3
         y = self.conv(x.transpose(1, 2))[..., :T].transpose(1, 2)  # (B, T, 3 d), causal
         return torch.cat([y[..., : 2 * d], F.silu(y[..., 2 * d :])], dim=-1)
+
+
+def _elu_plus_one_after_silu(z: torch.Tensor) -> torch.Tensor:
+    return F.elu(F.silu(z)) + 1
 
 
 @dataclass(frozen=True)
@@ -116,14 +122,16 @@ class MQARLayer:
             )
         if self.layer is MesaLayer and d_model // num_heads >= 32:
             kwargs["solver"] = "auto"  # the same function; Sherman-Morrison is 2-4 times faster to train at D >= 32
-        silu = feature_map == "silu"
-        mixer = self.layer(d_model, num_heads, feature_map="identity" if silu else feature_map, **kwargs)
+        stacked = feature_map == "elu_plus_one_after_silu"
+        silu = feature_map == "silu" or stacked  # the convolution's SiLU stays on q and k
+        after = {"silu": "identity", "elu_plus_one_after_silu": "elu_plus_one"}.get(feature_map, feature_map)
+        mixer = self.layer(d_model, num_heads, feature_map=after, **kwargs)
         if use_short_conv:
             conv = mixer.qkv_conv1d
             mixer.qkv_conv1d = QKVConvolution(conv.hidden_size, conv.conv_size, qk_silu=silu)
             mixer.qkv_conv1d.load_state_dict(conv.state_dict())  # the same initial weights as the plain one
-        elif silu:
-            mixer.feature_map = F.silu  # no convolution to carry it: the SiLU is applied as the feature map
+        elif silu:  # no convolution to carry the SiLU: it is applied as (part of) the feature map
+            mixer.feature_map = _elu_plus_one_after_silu if stacked else F.silu
         return mixer
 
 
