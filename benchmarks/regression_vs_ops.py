@@ -5,6 +5,10 @@
 
     python benchmarks/regression_vs_ops.py            # T = 1024, D = 64, B = 1, H = 2
     python benchmarks/regression_vs_ops.py --T 256 --repeats 5 --threads 2
+    python benchmarks/regression_vs_ops.py --train --B 16 --T 96 --H 1 --D 16 --only RLS Mesa   # MQAR's training
+
+A layer calls the op (CONTRIBUTING.md, "Which implementation a layer calls"): a ratio well below 1 means the
+generic path has found a faster algorithm, which then moves into the op.
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ import time
 import torch
 
 from ttr_edu import ops
-from ttr_edu.regression import named_layer
+from ttr_edu.regression import ExactSolve, Linear, TestTimeRegression, Uniform, named_layer
 
 
 def best_times(fns, repeats: int) -> list[float]:
@@ -35,6 +39,15 @@ def best_times(fns, repeats: int) -> list[float]:
     return best
 
 
+def trained(fn):
+    """``fn`` followed by the backward pass of the sum of its output (the inputs that require grad collect it)."""
+
+    def run():
+        fn()[0].sum().backward()
+
+    return run
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--T", type=int, default=1024)
@@ -43,6 +56,8 @@ def main() -> None:
     parser.add_argument("--H", type=int, default=2)
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--threads", type=int, default=1, help="torch threads (1: least sensitive to other load)")
+    parser.add_argument("--train", action="store_true", help="time forward and backward (as training does)")
+    parser.add_argument("--only", nargs="+", default=None, help="the layers whose name starts with one of these")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     B, T, H, D = args.B, args.T, args.H, args.D
@@ -60,6 +75,9 @@ def main() -> None:
     eta, alpha = 0.9 * torch.rand(B, T, H, generator=gen), 0.1 * torch.rand(B, T, H, generator=gen)
     # the MLP memories' inner learning rate: TTT's b = 16 gradients taken at one state add up to a step of about
     # b·β, which diverges (and is refused as an overflow of o) for β near 1
+    if args.train:  # the gradients reach every tensor input
+        for x in (q, k, v, beta, g, k2, v2, beta2, *W, eta, alpha):
+            x.requires_grad_()
     beta_mlp = 0.1 * beta
 
     cases = [  # (layer, generic call, specialised op, the op's name)
@@ -94,10 +112,22 @@ def main() -> None:
             "gated_delta_rule_chunk",
         ),
         (
-            "RLS / Mesa",
+            "RLS",
             lambda: named_layer("rls")(q, k, v),
-            lambda: ops.rls_recurrent(q, k, v, lam=1.0),
+            lambda: ops.rls_recurrent(q, k, v, ridge=1.0),
             "rls_recurrent",
+        ),
+        (
+            "RLS (exact)",
+            lambda: TestTimeRegression(Uniform(), Linear(), ExactSolve(ridge=1.0))(q, k, v),
+            lambda: ops.rls_exact(q, k, v, ridge=1.0),
+            "rls_exact",
+        ),
+        (
+            "Mesa (gated RLS)",
+            lambda: named_layer("mesa")(q, k, v, g=g),
+            lambda: ops.rls_exact(q, k, v, ridge=1.0, g=g),
+            "rls_exact",
         ),
         (
             "softmax attention",
@@ -119,7 +149,7 @@ def main() -> None:
         ),
         (
             "DeltaProduct (n_h = 2)",
-            lambda: named_layer("deltaproduct", steps=2)(q, k2, v2, beta=beta2),
+            lambda: named_layer("deltaproduct", num_householder=2)(q, k2, v2, beta=beta2),
             lambda: ops.delta_product_chunk(q, k2, v2, beta2, 2),
             "delta_product_chunk",
         ),
@@ -142,11 +172,15 @@ def main() -> None:
             "titans_recurrent",
         ),
     ]
-    print(f"B={B} T={T} H={H} D_k=D_v={D}, fp32, {torch.get_num_threads()} threads, best of {args.repeats}")
+    if args.only:
+        cases = [case for case in cases if case[0].startswith(tuple(args.only))]
+    mode = "forward + backward" if args.train else "forward"
+    print(f"B={B} T={T} H={H} D_k=D_v={D}, fp32, {torch.get_num_threads()} threads, {mode}, best of {args.repeats}")
     print(f"{'layer':<24}{'specialised op':<30}{'op ms':>9}{'generic ms':>12}{'generic/op':>12}")
-    with torch.no_grad():
+    with torch.set_grad_enabled(args.train):
         for layer, generic, specialised, name in cases:
-            t_op, t_gen = best_times([specialised, generic], args.repeats)
+            fns = [trained(specialised), trained(generic)] if args.train else [specialised, generic]
+            t_op, t_gen = best_times(fns, args.repeats)
             print(f"{layer:<24}{name:<30}{1e3 * t_op:>9.1f}{1e3 * t_gen:>12.1f}{t_gen / t_op:>11.2f}x")
 
 

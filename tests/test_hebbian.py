@@ -138,7 +138,7 @@ def test_empty_key_sets_are_refused_instead_of_nan():
 def test_recall_accuracy_refuses_values_on_another_device_and_nan():
     with pytest.raises(ValueError, match=r"values on meta"):
         hebbian.recall_accuracy(torch.zeros(3, 4), torch.zeros(2, 4), torch.zeros(2, 3, device="meta"))
-    with pytest.raises(ValueError, match=r"W: expected finite entries"):
+    with pytest.raises(ValueError, match=r"W: expected finite values"):
         hebbian.recall_accuracy(torch.full((3, 4), float("nan")), torch.randn(2, 4), torch.randn(2, 3))
 
 
@@ -191,3 +191,27 @@ def test_rival_score_variance_matches_a_monte_carlo_estimate():
 def test_rival_score_variance_needs_a_rival():
     with pytest.raises(ValueError, match="n"):
         hebbian.rival_score_variance(1, 8)
+
+
+def test_crosstalk_energies_are_the_per_set_energies():
+    keys = hebbian.random_unit_keys(60, 8, seed=3).view(3, 20, 8)
+    batched = hebbian.crosstalk_energies(keys)
+    assert batched.shape == (3,)
+    for r in range(3):
+        assert torch.allclose(batched[r], hebbian.crosstalk_energy(keys[r]), rtol=1e-12)
+    with pytest.raises(ValueError, match="keys"):
+        hebbian.crosstalk_energies(keys[0])
+
+
+def test_cleanup_accuracy_counts_strict_wins_per_memory():
+    keys = hebbian.random_unit_keys(3 * 40, 16, seed=4).view(3, 40, 16)
+    values = hebbian.random_unit_keys(3 * 40, 16, seed=5).view(3, 40, 16)
+    accuracy = hebbian.cleanup_accuracy(hebbian.cleanup_scores(keys, values))
+    for r in range(3):
+        W = hebbian.store(keys[r], values[r])
+        assert accuracy[r].item() == pytest.approx(hebbian.recall_accuracy(W, keys[r], values[r]))
+    assert hebbian.cleanup_accuracy(torch.ones(2, 4, 4, dtype=torch.float64)).tolist() == [0.0, 0.0]  # ties fail
+    with pytest.raises(ValueError, match="N ≥ 2"):
+        hebbian.cleanup_accuracy(torch.ones(2, 1, 1, dtype=torch.float64))
+    with pytest.raises(ValueError, match="NaN"):
+        hebbian.cleanup_accuracy(torch.full((1, 3, 3), float("nan"), dtype=torch.float64))

@@ -1,11 +1,14 @@
-"""Regression tests for the reliability review of 2026-12-01 (issue 13): every bad input it found is now refused by
-name, warned about, or computed right, and the numerics it broke stay finite.
+"""Regression tests for the reliability reviews of 2026-12-01 (issue 13, and its second round, issue 24): every bad
+input they found is now refused by name, warned about, or computed right, and the numerics they broke stay finite.
 
-Each test restates one reproducer of ``reviews/2026-12-01/reproducers.py`` (named in its docstring) in this
-project's words. The input policy itself is in ``ttr_edu/_validation.py`` and CONTRIBUTING.md.
+Each test restates one reproducer of ``reviews/2026-12-01/reproducers.py`` or
+``reviews/2026-12-01-round2/reproducers-2.py`` (named in its docstring) in this project's words. The input policy
+itself is in ``ttr_edu/_internal/validation.py`` and CONTRIBUTING.md; ``tests/test_fuzz_public_api.py`` checks it on
+every public callable.
 """
 
 import math
+import re
 import warnings
 
 import pytest
@@ -61,12 +64,12 @@ def test_gated_rls_forms_agree_and_stay_finite_in_fp32(g_value):
     rls_exact(g = −50) raised LinAlgError. With the constant ridge both forms are finite and agree."""
     q, k, v = qkv(1, 300, 2, 8, seed=7)
     g = torch.full((1, 300, 2), g_value)
-    reference = ops.rls_exact(q.double(), k.double(), v.double(), lam=1.0, g=g.double())[0]
+    reference = ops.rls_exact(q.double(), k.double(), v.double(), ridge=1.0, g=g.double())[0]
     for form in (ops.rls_recurrent, ops.rls_exact):
-        o = form(q, k, v, lam=1.0, g=g)[0]
+        o = form(q, k, v, ridge=1.0, g=g)[0]
         assert torch.isfinite(o).all()
         assert relative_error(o, reference) < 1e-5
-    recurrent64 = ops.rls_recurrent(q.double(), k.double(), v.double(), lam=1.0, g=g.double())[0]
+    recurrent64 = ops.rls_recurrent(q.double(), k.double(), v.double(), ridge=1.0, g=g.double())[0]
     assert relative_error(recurrent64, reference) < 1e-12
 
 
@@ -81,7 +84,7 @@ def test_local_linear_attention_with_identical_keys_returns_the_running_mean():
 
 
 def test_rls_with_collinear_keys_and_a_tiny_ridge_in_fp32_is_never_silent():
-    """rls_collinear_fp32_garbage: collinear keys, lam = 1e-8, fp32: 1.8e2 relative error and no warning."""
+    """rls_collinear_fp32_garbage: collinear keys, ridge = 1e-8, fp32: 1.8e2 relative error and no warning."""
     q, _, v = qkv(1, 64, 1, 8, seed=8)
     base = torch.randn(8, generator=torch.Generator().manual_seed(9))
     k = base.expand(1, 64, 1, 8) * torch.linspace(0.5, 2, 64)[None, :, None, None]
@@ -90,15 +93,15 @@ def test_rls_with_collinear_keys_and_a_tiny_ridge_in_fp32_is_never_silent():
             with warnings.catch_warnings(record=True) as caught:
                 warnings.simplefilter("always")
                 try:
-                    form(q, k, v, lam=1e-8, g=g)
+                    form(q, k, v, ridge=1e-8, g=g)
                 except ValueError as error:
-                    assert str(error).startswith("lam:")
+                    assert str(error).startswith("ridge:")
                     continue
-            assert any(issubclass(w.category, RuntimeWarning) and "lam" in str(w.message) for w in caught)
+            assert any(issubclass(w.category, RuntimeWarning) and "ridge" in str(w.message) for w in caught)
 
 
 def test_a_well_posed_rls_gives_no_warning():
-    """The ill-conditioning warning must not cry wolf on ordinary input (unit keys, lam = 1)."""
+    """The ill-conditioning warning must not cry wolf on ordinary input (unit keys, ridge = 1)."""
     q, k, v = qkv(2, 50, 2, 8, seed=1)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
@@ -115,8 +118,8 @@ def test_a_ridge_too_small_to_solve_is_named(dtype):
     q, k, v = qkv(dtype=dtype)
     with pytest.raises(ValueError, match=r"^ridge: "):
         ops.local_linear_attention(q, k, v, ridge=1e-300)
-    with pytest.raises(ValueError, match=r"^lam: "):
-        ops.rls_exact(q, k, v, lam=1e-300, g=torch.full((1, 8, 1), -0.5, dtype=dtype))
+    with pytest.raises(ValueError, match=r"^ridge: "):
+        ops.rls_exact(q, k, v, ridge=1e-300, g=torch.full((1, 8, 1), -0.5, dtype=dtype))
 
 
 # ------------------------------------------------------------------------------------------------------------------
@@ -195,8 +198,8 @@ def test_a_full_reset_stays_allowed_in_g():
     [
         (lambda q, k, v: ops.linear_attention_chunk(q, k, v, scale=1e300), "scale"),
         (lambda q, k, v: ops.delta_rule_recurrent(q, k, v, torch.full((1, 8, 1), 0.5), scale=1e39), "scale"),
-        (lambda q, k, v: ops.rls_recurrent(q, k, v, lam=1e300), "lam"),
-        (lambda q, k, v: ops.rls_exact(q, k, v, lam=1e-300), "lam"),
+        (lambda q, k, v: ops.rls_recurrent(q, k, v, ridge=1e300), "ridge"),
+        (lambda q, k, v: ops.rls_exact(q, k, v, ridge=1e-300), "ridge"),
         (lambda q, k, v: ops.local_linear_attention(q, k, v, ridge=1e300), "ridge"),
         (lambda q, k, v: ops.l2_norm(q, eps=1e300), "eps"),
         (lambda q, k, v: ops.linear_attention_chunk(q, k, v, normalize=True, eps=1e-300), "eps"),
@@ -433,3 +436,267 @@ def test_a_singular_rls_state_is_named_not_a_linalg_error():
     for form in (ops.rls_recurrent, ops.rls_exact):
         with pytest.raises(ValueError, match=r"^initial_state\[1\] \(P\): "):
             form(q, k, v, initial_state=state)
+
+
+# ==================================================================================================================
+# Review 2 (issue 24, item 5): each reproducer of reviews/2026-12-01-round2/reproducers-2.py in the input policy's
+# scope, named in its test's docstring. (The grading, CLI, experiments, MQAR and claims reproducers have their own
+# tests beside that code.)
+# ==================================================================================================================
+
+
+def _step_inputs(B=2, T=7, H=2, D=4, D_v=3):
+    q, k, v = qkv(B, T, H, D, D_v)
+    return q, k, v, torch.rand(B, T, H) * 0.8 + 0.1
+
+
+def test_the_old_layers_memory_name_imports_first_in_a_fresh_interpreter():
+    """layers_memory_import_first: `import ttr_edu.layers_memory` alone failed with a circular ImportError."""
+    import subprocess
+    import sys
+
+    code = "import ttr_edu.layers_memory as m; print(m.Longhorn.__name__)"
+    result = subprocess.run([sys.executable, "-W", "ignore", "-c", code], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0 and result.stdout.strip() == "Longhorn", result.stderr[-1000:]
+
+
+def test_causal_lm_loss_of_one_token_is_refused_not_nan():
+    """causal_lm_loss_T1_nan: T = 1 scores no position, and the mean of nothing was NaN."""
+    from ttr_edu.models.lm import causal_lm_loss
+
+    with pytest.raises(ValueError, match=r"^tokens: expected T >= 2"):
+        causal_lm_loss(torch.randn(2, 1, 11), torch.zeros(2, 1, dtype=torch.long))
+    loss = causal_lm_loss(torch.randn(2, 3, 11), torch.zeros(2, 3, dtype=torch.long))
+    assert torch.isfinite(loss)
+
+
+def test_lm_loss_scores_every_position_and_names_bad_targets():
+    """lm_loss_ignore_index, lm_loss_target_out_of_range: a -100 target was silently skipped (all -100 gave NaN) and
+    a target V raised torch's IndexError."""
+    from ttr_edu.models.lm import lm_loss
+
+    logits, targets = torch.randn(2, 5, 11), torch.randint(0, 11, (2, 5))
+    targets[:, 0] = -100
+    with pytest.raises(ValueError, match=r"^targets: expected values in \[0, 11\).*ignore_index"):
+        lm_loss(logits, targets)
+    with pytest.raises(ValueError, match=r"^targets: expected values in \[0, 11\)"):
+        lm_loss(logits, torch.full((2, 5), -100))
+    with pytest.raises(ValueError, match=r"^targets: expected values in \[0, 11\), got range \[11, 11\]"):
+        lm_loss(logits, torch.full((2, 5), 11))
+    with pytest.raises(TypeError, match=r"^targets: expected an int64 tensor"):
+        lm_loss(logits, torch.zeros(2, 5))
+    with pytest.raises(ValueError, match=r"^logits: expected finite values"):
+        lm_loss(torch.full((2, 5, 11), float("nan")), torch.zeros(2, 5, dtype=torch.long))
+    with pytest.raises(ValueError, match=r"^logits: expected B >= 1"):
+        lm_loss(torch.randn(0, 5, 11), torch.zeros(0, 5, dtype=torch.long))
+
+
+def test_bits_per_byte_refuses_a_diverged_or_impossible_loss():
+    """bits_per_byte_accepts_nan_and_negative: nan -> nan and -1.0 -> -1.44 passed as results."""
+    from ttr_edu.models.lm import bits_per_byte
+
+    for bad in (float("nan"), float("inf"), -1.0):
+        with pytest.raises(ValueError, match=r"^loss_nats: "):
+            bits_per_byte(bad)
+    for bad in ("0.5", True, None):
+        with pytest.raises(TypeError, match=r"^loss_nats: "):
+            bits_per_byte(bad)
+    assert bits_per_byte(torch.tensor(math.log(256.0))) == pytest.approx(8.0)
+
+
+def test_conjugate_gradient_checks_its_system():
+    """conjugate_gradient_unchecked: steps=-3 and a non-SPD A = -I returned zeros; A and b broadcast silently."""
+    from ttr_edu.regression import conjugate_gradient
+
+    gen = torch.Generator().manual_seed(0)
+    m = torch.randn(3, 4, 4, generator=gen, dtype=torch.float64)
+    A, b = m @ m.mT + torch.eye(4, dtype=torch.float64), torch.randn(3, 4, generator=gen, dtype=torch.float64)
+    exact = torch.linalg.solve(A, b[..., None])[..., 0]
+    assert relative_error(conjugate_gradient(A, b, 4), exact) < 1e-10
+    assert relative_error(conjugate_gradient(A, b, 10**9), exact) < 1e-10  # capped at D = 4 steps: exact, at once
+    with pytest.raises(ValueError, match=r"^steps: expected a positive int"):
+        conjugate_gradient(A, b, -3)
+    with pytest.raises(TypeError, match=r"^steps: "):
+        conjugate_gradient(A, b, True)
+    with pytest.raises(ValueError, match=r"^A: expected a symmetric positive definite matrix"):
+        conjugate_gradient(-torch.eye(4, dtype=torch.float64).expand(3, 4, 4), b, 4)
+    with pytest.raises(ValueError, match=r"^A: expected a symmetric positive definite matrix, got one that is not"):
+        conjugate_gradient(A + torch.ones(4, 4, dtype=torch.float64).triu(1), b, 4)
+    with pytest.raises(ValueError, match=r"^b: expected shape \(batch0, D\)"):
+        conjugate_gradient(A, b[:1], 4)  # no broadcasting over the batch
+    with pytest.raises(TypeError, match=r"^b: expected the dtype of A"):
+        conjugate_gradient(A, b.float(), 4)
+    with pytest.raises(ValueError, match=r"^b: expected finite values"):
+        conjugate_gradient(A, b * float("nan"), 4)
+
+
+def test_longhorn_step_size_checks_its_inputs_and_returns_the_shape_of_beta():
+    """longhorn_step_size_unchecked: a negative beta (which the ops refuse) and a broadcasting (B, 1, H, 1) beta were
+    accepted; integer dtypes and a Python float too."""
+    q, k, v, beta = _step_inputs()
+    eps = ops.longhorn_step_size(beta, k)
+    assert eps.shape == beta.shape
+    assert relative_error(eps, beta / (1 + beta * k.pow(2).sum(-1))) < 1e-6
+    per_channel = torch.rand(2, 7, 2, 3)
+    assert ops.longhorn_step_size(per_channel, k).shape == per_channel.shape
+    with pytest.raises(ValueError, match=r"^beta: expected a weight .* in \[0, inf\)"):
+        ops.longhorn_step_size(-beta - 1, k)
+    with pytest.raises(ValueError, match=r"^beta: expected shape \(B, T, H\)"):
+        ops.longhorn_step_size(beta[:, :1], k)
+    with pytest.raises(TypeError, match=r"^beta: "):
+        ops.longhorn_step_size(0.5, k)
+    with pytest.raises(TypeError, match=r"^k: expected a floating-point tensor"):
+        ops.longhorn_step_size(beta, k.long())
+
+
+def test_random_windows_take_byte_ids_only():
+    """random_windows_float_tokens: float tokens and ids > 255 were cast to int64 silently."""
+    from ttr_edu.tasks.text import eval_windows, random_windows
+
+    bytes_ = torch.arange(40, dtype=torch.uint8)
+    assert random_windows(bytes_, 2, 5).shape == (2, 6)
+    assert eval_windows(bytes_.long(), 5).dtype == torch.int64
+    for call in (random_windows, lambda t, *_: eval_windows(t, 5)):
+        with pytest.raises(TypeError, match=r"^tokens: expected an integer tensor"):
+            call(torch.rand(40) * 300, 2, 5)
+        with pytest.raises(ValueError, match=r"^tokens: expected byte values in \[0, 255\]"):
+            call(torch.arange(40) * 100, 2, 5)
+
+
+def test_the_gated_kernel_refuses_g_none_as_its_op_does():
+    """kernels_gdr_accepts_g_none: kernels.gated_delta_rule_chunk(g=None) ran the ungated rule."""
+    pytest.importorskip("triton")
+    from ttr_edu import kernels
+
+    q, k, v, beta = _step_inputs()
+    for fn in (kernels.gated_delta_rule_chunk, ops.gated_delta_rule_chunk):
+        with pytest.raises(TypeError, match=r"^g: expected a torch.Tensor, got NoneType"):
+            fn(q, k, v, None, beta, chunk_size=16)
+
+
+@pytest.mark.parametrize("name", ["deltanet", "longhorn", "ttt_linear", "ttt_mlp", "titans", "gated_linear_attention"])
+def test_the_regression_framework_refuses_a_non_finite_initial_state(name):
+    """regression_initial_state_nan: one NaN in initial_state gave NaN outputs, with no error or warning."""
+    from ttr_edu import regression as R
+
+    q, k, v, beta = _step_inputs()
+    kw = {"beta": beta} if name in ("deltanet", "longhorn", "ttt_linear", "ttt_mlp", "titans") else {}
+    if name == "gated_linear_attention":
+        kw["g"] = -torch.rand(2, 7, 2)
+    if name in ("ttt_mlp", "titans"):
+        state = [0.1 * torch.randn(2, 2, 4, 5), 0.1 * torch.randn(2, 2, 5, 3)]
+        state[1][0, 0, 0, 0] = float("nan")
+        pattern = r"^initial_state\[1\]: expected finite values"
+    else:
+        state = 0.1 * torch.randn(2, 2, 4, 3)
+        state[0, 0, 0, 0] = float("inf")
+        pattern = r"^initial_state: expected finite values"
+    with pytest.raises(ValueError, match=pattern):
+        R.named_layer(name)(q, k, v, initial_state=tuple(state) if isinstance(state, list) else state, **kw)
+
+
+def test_the_regression_framework_refuses_truthy_flags_and_scales_that_overflow():
+    """regression_truthy_flag_and_huge_scale: output_final_state='false' returned the state; scale=1e300 gave NaN."""
+    from ttr_edu import regression as R
+
+    q, k, v, beta = _step_inputs()
+    layer = R.named_layer("deltanet")
+    with pytest.raises(TypeError, match=r"^output_final_state: expected True or False"):
+        layer(q, k, v, beta=beta, output_final_state="false")
+    with pytest.raises(ValueError, match=r"^scale: 1e\+300 does not fit float32"):
+        layer(q, k, v, beta=beta, scale=1e300)
+    with pytest.raises(ValueError, match=r"^o: .* NaN or inf although every input is finite"):
+        layer(q, k, v, beta=beta, scale=3e38)  # fits fp32, but the output overflows: named, not returned
+    with pytest.raises(ValueError, match=r"^queries: expected finite values"):
+        R.named_layer("softmax_attention").predict(k[0, :, 0], v[0, :, 0], torch.full((2, 4), float("nan")))
+
+
+def test_late_or_missing_checks_now_happen_where_the_value_is_given():
+    """late_or_missing_validation_misc: LMConfig(d_model=8, num_heads=3) was refused only by TinyLM, Longhorn took
+    diagonal='false', titans_recurrent took TitansState(None, None) as a zero start."""
+    from ttr_edu.layers import Longhorn
+    from ttr_edu.models.lm import LMConfig
+
+    with pytest.raises(ValueError, match=r"^num_heads: must divide d_model=8, got 3"):
+        LMConfig(d_model=8, num_heads=3)
+    with pytest.raises(TypeError, match=r"^diagonal: expected True or False"):
+        Longhorn(8, 2, diagonal="false")
+    q, k, v, beta = _step_inputs()
+    gates = torch.rand(2, 7, 2) * 0.5
+    with pytest.raises(TypeError, match=r"^initial_state.memory: expected S"):
+        ops.titans_recurrent(q, k, v, beta, gates, gates, initial_state=ops.TitansState(None, None))
+
+
+@pytest.mark.parametrize("form", [ops.delta_product_chunk, ops.delta_product_recurrent])
+@pytest.mark.parametrize("B, H, D_k, D_v", [(0, 2, 4, 3), (2, 0, 4, 3), (2, 2, 0, 3), (2, 2, 4, 0)])
+def test_delta_product_names_an_empty_dim(form, B, H, D_k, D_v):
+    """delta_product_zero_dims: B = 0 or H = 0 raised ZeroDivisionError, D_k = 0 one from the default scale."""
+    q, k, v = torch.randn(B, 7, H, D_k), torch.randn(B, 14, H, D_k), torch.randn(B, 14, H, D_v)
+    with pytest.raises(ValueError, match=r"^(q|v): expected (B|H|D_k|D_v)(, H)? >= 1"):
+        form(q, k, v, torch.rand(B, 14, H), 2)
+
+
+def test_a_huge_chunk_size_is_capped_at_the_sequence_in_every_chunk_form():
+    """longhorn_chunk_huge_chunk_size: longhorn_chunk and delta_product_chunk with chunk_size=10**6 at T = 7 asked
+    for 16 TB; delta_rule_chunk capped the chunk at T."""
+    q, k, v, beta = _step_inputs()
+    for fn, extra in ((ops.longhorn_chunk, ()), (ops.delta_rule_chunk, ())):
+        assert relative_error(fn(q, k, v, beta, *extra, chunk_size=10**6)[0], fn(q, k, v, beta, chunk_size=7)[0]) < 1e-6
+    k2, v2 = torch.cat([k, k], 1), torch.cat([v, v], 1)
+    beta2 = torch.cat([beta, beta], 1) * 0.5
+    huge = ops.delta_product_chunk(q, k2, v2, beta2, 2, chunk_size=10**6)[0]
+    assert relative_error(huge, ops.delta_product_recurrent(q, k2, v2, beta2, 2)[0]) < 1e-5
+
+
+def test_meta_offsets_are_named():
+    """cu_seqlens_meta: cu_seqlens on the meta device raised NotImplementedError 'Cannot copy out of meta tensor'."""
+    q, k, v = qkv(1, 7, 2, 4)
+    with pytest.raises(ValueError, match=r"^cu_seqlens: expected offsets with values"):
+        ops.linear_attention_chunk(q, k, v, cu_seqlens=torch.tensor([0, 3, 7], device="meta"))
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda q, k, v, b: ops.longhorn_chunk(q, k, v, b, chunk_size=3),
+        lambda q, k, v, b: ops.gla_chunk(q, k, v, -b[..., None].expand(*q.shape), chunk_size=3),
+        lambda q, k, v, b: ops.gated_linear_attention_chunk(q, k, v, -b, chunk_size=3),
+        lambda q, k, v, b: ops.titans_recurrent(q, k, v, b, b, b),
+        lambda q, k, v, b: ops.rls_recurrent(q, k, v, g=-b),
+    ],
+)
+def test_meta_tensors_run_for_shapes_or_are_named(call):
+    """meta_tensors_item: all tensors on the meta device raised 'Tensor.item() cannot be called on meta tensors'."""
+    q, k, v = (x.to("meta") for x in qkv(2, 7, 2, 4, 3))
+    try:
+        o = call(q, k, v, torch.rand(2, 7, 2).to("meta"))[0]
+    except ValueError as error:
+        assert re.match(r"^[a-z_]+: ", str(error)), error
+    else:
+        assert o.shape == (2, 7, 2, 3) and o.device.type == "meta"
+
+
+def test_a_tiny_lm_refuses_a_state_of_another_batch_or_model():
+    """tinylm_step_batch_change: a state carried from a batch of 2, then a batch of 3, raised torch.cat's error."""
+    from ttr_edu.models.lm import LMConfig, TinyLM
+
+    torch.manual_seed(0)
+    model = TinyLM(LMConfig(d_model=8, num_heads=2, n_layers=1, mlp_ratio=2, vocab_size=17))
+    state = model.init_state()
+    model.step(torch.zeros(2, dtype=torch.long), state)
+    with pytest.raises(ValueError, match=r"^token: expected the batch size of the state \(B = 2\), got B = 3"):
+        model.step(torch.zeros(3, dtype=torch.long), state)
+    wider = TinyLM(LMConfig(d_model=12, num_heads=2, n_layers=1, mlp_ratio=2, vocab_size=17))
+    with pytest.raises(ValueError, match=r"^state: carried by another model"):
+        wider.step(torch.zeros(2, dtype=torch.long), state)
+
+
+def test_non_finite_values_are_also_floating_point_errors_for_training_loops():
+    """A refused NaN is a ValueError naming the argument and a FloatingPointError, so that a loop that keeps a
+    diverged run as a row (experiments.lm catches FloatingPointError) sees NaN logits as it sees a NaN loss."""
+    from ttr_edu.models.lm import lm_loss
+
+    logits = torch.full((2, 3, 5), float("nan"))
+    for kind in (ValueError, FloatingPointError):
+        with pytest.raises(kind, match=r"^logits: expected finite values"):
+            lm_loss(logits, torch.zeros(2, 3, dtype=torch.long))

@@ -15,14 +15,16 @@ random unit keys in ``D_k`` dimensions, ``E[(k_iᵀ k_j)²] = 1/D_k``, so the cr
 ``Σ_{i≠j} (k_iᵀ k_j)²`` grows like ``(N − 1) / D_k``.
 
 All functions take float tensors of one floating dtype, on one device, and return that dtype; mixing dtypes
-raises ``TypeError`` rather than promoting silently.
+raises ``TypeError`` rather than promoting silently. They follow the ops' input policy
+(:func:`ttr_edu._internal.validation.guarded`): NaN/inf entries are refused by name, and so is an output that
+overflows the dtype (named ``o``); ``ttr_edu.finite_checks(False)`` turns these scans off.
 """
 
 from __future__ import annotations
 
 import torch
 
-from ttr_edu._internal.validation import Dims, check_positive_int, check_same_device
+from ttr_edu._internal.validation import Dims, check_allocation, check_positive_int, check_same_device, guarded
 
 __all__ = [
     "hebbian_write",
@@ -32,9 +34,11 @@ __all__ = [
     "random_unit_keys",
     "orthonormal_keys",
     "crosstalk_energy",
+    "crosstalk_energies",
     "predicted_crosstalk_energy",
     "recall_accuracy",
     "cleanup_scores",
+    "cleanup_accuracy",
     "rival_score_variance",
 ]
 
@@ -58,6 +62,7 @@ def _check_dtype(dtype) -> None:
         raise TypeError(f"dtype: expected a floating torch.dtype such as torch.float64, got {dtype!r}")
 
 
+@guarded
 def hebbian_write(W: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
     """One Hebbian write: ``W + v kᵀ`` (a new tensor; ``W`` is not modified).
 
@@ -84,6 +89,7 @@ def hebbian_write(W: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Te
     return W + torch.outer(v, k)
 
 
+@guarded
 def hebbian_read(W: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
     """Read the memory with a query: ``W q``.
 
@@ -105,6 +111,7 @@ def hebbian_read(W: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
     return W @ q
 
 
+@guarded
 def store(keys: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
     """Write ``N`` pairs at once: ``W = Σ_i v_i k_iᵀ = Vᵀ K`` (the sum of :func:`hebbian_write` from zero).
 
@@ -126,6 +133,7 @@ def store(keys: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
     return values.transpose(0, 1) @ keys  # (D_v, N) @ (N, D_k)
 
 
+@guarded
 def recall(W: torch.Tensor, queries: torch.Tensor) -> torch.Tensor:
     """Read many queries at once: row ``j`` is ``W q_j``.
 
@@ -158,6 +166,7 @@ def _generator(seed: int | None) -> torch.Generator:
     return generator
 
 
+@guarded
 def random_unit_keys(n: int, d: int, *, seed: int | None = None, dtype: torch.dtype = torch.float64) -> torch.Tensor:
     """``n`` keys drawn uniformly on the unit sphere of ``R^d`` (normalised Gaussians), shape ``(n, d)``.
 
@@ -170,10 +179,12 @@ def random_unit_keys(n: int, d: int, *, seed: int | None = None, dtype: torch.dt
     check_positive_int("n", n)
     check_positive_int("d", d)
     _check_dtype(dtype)
+    check_allocation("n" if n >= d else "d", (n, d), dtype=torch.float64, what="the keys")
     keys = torch.randn(n, d, generator=_generator(seed), dtype=torch.float64)
     return (keys / keys.norm(dim=1, keepdim=True)).to(dtype)
 
 
+@guarded
 def orthonormal_keys(n: int, d: int, *, seed: int | None = None, dtype: torch.dtype = torch.float64) -> torch.Tensor:
     """``n`` random orthonormal keys in ``R^d`` (rows of a random orthogonal matrix), shape ``(n, d)``.
 
@@ -189,11 +200,13 @@ def orthonormal_keys(n: int, d: int, *, seed: int | None = None, dtype: torch.dt
     _check_dtype(dtype)
     if n > d:
         raise ValueError(f"n: at most d = {d} keys of R^{d} can be orthonormal, got n = {n}")
+    check_allocation("d", (d, d), dtype=torch.float64, what="a random orthogonal matrix")
     gaussian = torch.randn(d, d, generator=_generator(seed), dtype=torch.float64)
     basis, _ = torch.linalg.qr(gaussian)  # columns are orthonormal
     return basis.transpose(0, 1)[:n].contiguous().to(dtype)
 
 
+@guarded
 def crosstalk_energy(keys: torch.Tensor) -> torch.Tensor:
     """Mean over ``j`` of ``Σ_{i≠j} (k_iᵀ k_j)²``: the interference a stored key meets on recall.
 
@@ -217,6 +230,26 @@ def crosstalk_energy(keys: torch.Tensor) -> torch.Tensor:
     return (off_diagonal**2).sum(dim=0).mean()
 
 
+def crosstalk_energies(keys: torch.Tensor) -> torch.Tensor:
+    """:func:`crosstalk_energy` of ``R`` key sets at once, as one batch of matrix products.
+
+    Args:
+        keys: shape ``(R, N, D_k)``: ``R`` independent sets of ``N`` keys.
+
+    Returns:
+        ``(R,)`` in the keys' dtype: entry ``r`` is the mean over ``j`` of ``Σ_{i≠j} (k_iᵀ k_j)²`` within set ``r``.
+
+    Raises:
+        TypeError: ``keys`` is not a floating tensor. ValueError: not ``(R, N, D_k)``, or ``N = 0``.
+    """
+    dims = Dims()
+    dims.bind("keys", keys, ("R", "N", "D_k"))
+    _check_not_empty("keys", dims)
+    gram = keys @ keys.transpose(1, 2)  # (R, N, N)
+    off_diagonal = gram - torch.diag_embed(torch.diagonal(gram, dim1=1, dim2=2))
+    return (off_diagonal**2).sum(dim=1).mean(dim=1)
+
+
 def predicted_crosstalk_energy(n: int, d: int) -> float:
     """``(N − 1) / d``: the expected :func:`crosstalk_energy` of ``n`` random unit keys in ``R^d``.
 
@@ -227,6 +260,7 @@ def predicted_crosstalk_energy(n: int, d: int) -> float:
     return (n - 1) / d
 
 
+@guarded
 def recall_accuracy(W: torch.Tensor, keys: torch.Tensor, values: torch.Tensor) -> float:
     """Fraction of stored pairs recalled correctly, after clean-up by the nearest stored value.
 
@@ -262,6 +296,7 @@ def recall_accuracy(W: torch.Tensor, keys: torch.Tensor, values: torch.Tensor) -
     return (target > rivals.max(dim=1).values).double().mean().item()
 
 
+@guarded
 def cleanup_scores(keys: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
     """The clean-up scores of ``R`` memories at once: entry ``[r, j, i] = v_iᵀ (W_r k_j)``, ``W_r = Σ_l v_l k_lᵀ``.
 
@@ -285,6 +320,30 @@ def cleanup_scores(keys: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
     _check_same_dtype(keys=keys, values=values)
     W = values.transpose(1, 2) @ keys  # (R, D_v, D_k): each memory's Σ v_l k_lᵀ
     return (keys @ W.transpose(1, 2)) @ values.transpose(1, 2)  # (R, N, D_v) @ (R, D_v, N)
+
+
+def cleanup_accuracy(scores: torch.Tensor) -> torch.Tensor:
+    """Per memory, the fraction of rows of :func:`cleanup_scores` whose own (diagonal) score strictly beats every
+    rival; ties fail, as in :func:`recall_accuracy`.
+
+    Args:
+        scores: ``(R, N, N)``, entry ``[r, j, i] = v_iᵀ (W_r k_j)``, with ``N ≥ 2``.
+
+    Returns:
+        ``(R,)`` float64 accuracies in ``[0, 1]``.
+
+    Raises:
+        TypeError: ``scores`` is not a floating tensor. ValueError: not ``(R, N, N)``, ``N < 2``, or a NaN entry.
+    """
+    dims = Dims()
+    dims.bind("scores", scores, ("R", "N", "N"))
+    if dims["N"] < 2:
+        raise ValueError(f"scores: a rival needs N ≥ 2 stored pairs, got shape {tuple(scores.shape)}")
+    if torch.isnan(scores).any():
+        raise ValueError("scores: expected no NaN entry (every comparison with NaN is false)")
+    own = torch.diagonal(scores, dim1=1, dim2=2)
+    rivals = scores.masked_fill(torch.eye(dims["N"], dtype=torch.bool, device=scores.device), -torch.inf)
+    return (own > rivals.max(dim=2).values).double().mean(dim=1)
 
 
 def rival_score_variance(n: int, d: int) -> float:

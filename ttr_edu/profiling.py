@@ -9,7 +9,8 @@ included, where there is no allocator statistic) and count exactly the tensors t
 * what a Triton kernel does with registers or shared memory is invisible here (it is not a PyTorch operation),
   but its output buffers, allocated with ``torch.empty``, are counted.
 
-Used by chapter 09 (memory against ``T`` and the chunk size) and chapter 10 (the reference's memory traffic)::
+Used by the chapters linear_attention_is_fwp (FLOPs, memory and time against ``T``), chunkwise_algorithms (memory
+against ``T`` and the chunk size) and triton_kernels (the reference's memory traffic)::
 
     from ttr_edu import profiling
     profiling.peak_memory(lambda: ops.delta_rule_chunk(q, k, v, beta))     # bytes
@@ -174,6 +175,10 @@ def matmul_flops(fn: Callable[[], object]) -> int:
     return int(counter.get_total_flops())
 
 
+#: The most calls :func:`best_seconds` makes.
+MAX_REPEATS = 1000
+
+
 def best_seconds(fn: Callable[[], object], repeats: int = 5) -> float:
     """The shortest wall-clock time of ``repeats`` calls of ``fn()``, in seconds.
 
@@ -182,10 +187,10 @@ def best_seconds(fn: Callable[[], object], repeats: int = 5) -> float:
 
     Raises:
         TypeError: ``fn`` is not callable, or ``repeats`` is not an int.
-        ValueError: ``repeats`` < 1.
+        ValueError: ``repeats`` outside ``[1, 1000]`` (the best of a few calls is the measurement; more only waits).
     """
     _check_callable(fn)
-    check_positive_int("repeats", repeats)
+    check_positive_int("repeats", repeats, maximum=MAX_REPEATS, why="the best of a few calls is the measurement")
     times = []
     for _ in range(repeats):
         start = time.perf_counter()

@@ -16,7 +16,7 @@ import torch
 from tqdm.auto import tqdm
 
 from ttr_edu._internal.progress import progress_enabled  # one rule for bars: off while the book builds
-from ttr_edu._internal.validation import check_positive_float, check_positive_int
+from ttr_edu._internal.validation import check_positive_float, check_positive_int, check_scalar_fits
 
 __all__ = ["TrainResult", "train", "evaluate", "progress_enabled"]
 
@@ -44,13 +44,30 @@ def _default_loss(model: torch.nn.Module, batch: Any) -> torch.Tensor:
     return model.loss(batch)
 
 
+def _check_model_and_loss(model, loss_fn) -> None:
+    if not isinstance(model, torch.nn.Module):
+        raise TypeError(f"model: expected a torch.nn.Module, got {type(model).__name__}")
+    if not callable(loss_fn):
+        raise TypeError(f"loss_fn: expected a function (model, batch) -> loss, got {type(loss_fn).__name__}")
+
+
 @torch.no_grad()
 def evaluate(
     model: torch.nn.Module,
     batches: list,
     loss_fn: Callable[[torch.nn.Module, Any], torch.Tensor] = _default_loss,
 ) -> float:
-    """Mean of ``loss_fn(model, batch)`` over ``batches``, in eval mode, without gradients."""
+    """Mean of ``loss_fn(model, batch)`` over ``batches``, in eval mode, without gradients.
+
+    Raises:
+        TypeError: ``model`` not an ``nn.Module``, ``batches`` not a list or tuple, ``loss_fn`` not callable.
+        ValueError: no batches (the mean of nothing).
+    """
+    _check_model_and_loss(model, loss_fn)
+    if not isinstance(batches, (list, tuple)):
+        raise TypeError(f"batches: expected a list of batches, got {type(batches).__name__}")
+    if not batches:
+        raise ValueError("batches: expected at least one batch, got an empty list")
     was_training = model.training
     model.eval()
     try:
@@ -93,14 +110,21 @@ def train(
         A :class:`TrainResult`.
 
     Raises:
-        TypeError / ValueError: a step count, ``lr`` or ``target_loss`` of the wrong type or sign.
+        TypeError / ValueError: a step count, ``lr`` or ``target_loss`` of the wrong type or sign, an ``lr`` that
+            overflows float32, a ``model``, ``sample_batch`` or ``loss_fn`` of the wrong kind, a ``progress`` that
+            is neither a bool nor None.
         ValueError: the model has no trainable parameters (use :func:`evaluate` instead).
-        FloatingPointError: the training loss became NaN or infinite.
+        FloatingPointError: the training loss became NaN or infinite (named ``loss_fn``: a diverging run).
     """
+    _check_model_and_loss(model, loss_fn)
+    if not callable(sample_batch):
+        raise TypeError(f"sample_batch: expected a function generator -> batch, got {type(sample_batch).__name__}")
+    progress_enabled(progress)  # a bool or None
     check_positive_int("max_steps", max_steps)
     check_positive_int("eval_every", eval_every)
     check_positive_int("eval_batches", eval_batches)
     check_positive_float("lr", lr)
+    check_scalar_fits("lr", lr, torch.float32)  # Adam keeps it as a float32 tensor on the GPU
     if target_loss is not None:
         check_positive_float("target_loss", target_loss, allow_zero=True)
     if isinstance(seed, bool) or not isinstance(seed, int):
@@ -126,7 +150,10 @@ def train(
             while step < max_steps:
                 loss = loss_fn(model, sample_batch(train_gen))
                 if not torch.isfinite(loss):
-                    raise FloatingPointError(f"training loss became {loss.item()} at step {step}")
+                    raise FloatingPointError(
+                        f"loss_fn: the training loss became {loss.item()} at step {step} (a diverging run: try a "
+                        f"lower lr than {lr:g})"
+                    )
                 optimizer.zero_grad(set_to_none=True)
                 loss.backward()
                 optimizer.step()

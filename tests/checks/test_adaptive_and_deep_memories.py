@@ -3,6 +3,8 @@
 That an unattempted stub is reported is tested for every check at once in test_checks_contract.py.
 """
 
+import math
+
 import pytest
 import torch
 from torch.func import grad
@@ -17,8 +19,8 @@ def longhorn_step(S, k, v, beta):
     return S + eps * torch.outer(k, v - S.T @ k)
 
 
-def momentum_step(S, U, k, v, theta, eta, alpha):
-    U_new = eta * U - theta * torch.outer(k, S.T @ k - v)
+def momentum_step(S, U, k, v, beta, eta, alpha):
+    U_new = eta * U - beta * torch.outer(k, S.T @ k - v)
     return (1 - alpha) * S + U_new, U_new
 
 
@@ -31,8 +33,31 @@ def mlp_gradient_step(W1, W2, k, v, lr):
     return W1 - lr * g1, W2 - lr * g2
 
 
+def mlp_gradient_step_by_hand(W1, W2, k, v, lr):  # the exercise's own way: both gradients written out
+    a = k @ W1
+    h = torch.nn.functional.gelu(a)
+    delta = h @ W2 - v
+    gelu_prime = torch.special.ndtr(a) + a * torch.exp(-0.5 * a**2) / math.sqrt(2 * math.pi)
+    return W1 - lr * torch.outer(k, gelu_prime * (W2 @ delta)), W2 - lr * torch.outer(h, delta)
+
+
+def unit(angle):
+    return torch.tensor([math.cos(angle), math.sin(angle)], dtype=torch.float64)
+
+
+def rotation_keys(theta):
+    return unit(0.0), unit(theta / 2)
+
+
+def rotation_keys_turned(theta):  # any pair at the right angle apart is right, and a key's sign does not matter
+    return unit(1.0), -unit(1.0 + theta / 2)
+
+
 CHECKS = [
     (checks.check_longhorn_step, longhorn_step),
+    (checks.check_rotation_keys, rotation_keys),
+    (checks.check_rotation_keys, rotation_keys_turned),
+    (checks.check_mlp_gradient_step, mlp_gradient_step_by_hand),
     (checks.check_momentum_step, momentum_step),
     (checks.check_mlp_gradient_step, mlp_gradient_step),
 ]
@@ -63,23 +88,23 @@ def in_place_longhorn(S, k, v, beta):  # right value, but the caller's S is over
     return S
 
 
-def decay_after_momentum(S, U, k, v, theta, eta, alpha):  # (1 − α) also shrinks the new step
-    U_new = eta * U - theta * torch.outer(k, S.T @ k - v)
+def decay_after_momentum(S, U, k, v, beta, eta, alpha):  # (1 − α) also shrinks the new step
+    U_new = eta * U - beta * torch.outer(k, S.T @ k - v)
     return (1 - alpha) * (S + U_new), U_new
 
 
-def alpha_as_keep(S, U, k, v, theta, eta, alpha):  # α read as the fraction kept
-    U_new = eta * U - theta * torch.outer(k, S.T @ k - v)
+def alpha_as_keep(S, U, k, v, beta, eta, alpha):  # α read as the fraction kept
+    U_new = eta * U - beta * torch.outer(k, S.T @ k - v)
     return alpha * S + U_new, U_new
 
 
-def gradient_ascent(S, U, k, v, theta, eta, alpha):  # the sign of the gradient flipped
-    U_new = eta * U + theta * torch.outer(k, S.T @ k - v)
+def gradient_ascent(S, U, k, v, beta, eta, alpha):  # the sign of the gradient flipped
+    U_new = eta * U + beta * torch.outer(k, S.T @ k - v)
     return (1 - alpha) * S + U_new, U_new
 
 
-def momentum_after_gradient(S, U, k, v, theta, eta, alpha):  # η multiplies the new gradient too
-    U_new = eta * (U - theta * torch.outer(k, S.T @ k - v))
+def momentum_after_gradient(S, U, k, v, beta, eta, alpha):  # η multiplies the new gradient too
+    U_new = eta * (U - beta * torch.outer(k, S.T @ k - v))
     return (1 - alpha) * S + U_new, U_new
 
 
@@ -106,7 +131,69 @@ def second_layer_at_new_first(W1, W2, k, v, lr):  # layers updated one after the
     return W1, W2 - lr * g2
 
 
+def keys_a_full_angle_apart(theta):  # two reflections rotate by twice the angle between their keys
+    return unit(0.0), unit(theta)
+
+
+def keys_in_the_wrong_order(theta):  # k2 first: the rotation by −θ
+    k1, k2 = rotation_keys(theta)
+    return k2, k1
+
+
+def keys_the_other_way(theta):  # the half angle with the wrong sign: also −θ
+    return unit(0.0), unit(-theta / 2)
+
+
+def keys_not_normalised(theta):  # the right direction, but I − 2kkᵀ is then no reflection
+    return unit(0.0), torch.tensor([1.0, math.tan(theta / 4)], dtype=torch.float64)
+
+
+def keys_always_orthogonal(theta):  # two orthogonal reflections: −I, a half turn whatever θ
+    return unit(0.0), unit(math.pi / 2)
+
+
+def rotation_rows(theta):  # the rows of R(θ), not keys
+    return unit(theta), unit(theta + math.pi / 2)
+
+
+def keys_of_wrong_shape(theta):  # column vectors
+    k1, k2 = rotation_keys(theta)
+    return k1[:, None], k2[:, None]
+
+
+def mlp_gradient_without_gelu_derivative(W1, W2, k, v, lr):  # back-propagated through W2 but not through GELU
+    h = torch.nn.functional.gelu(k @ W1)
+    delta = h @ W2 - v
+    return W1 - lr * torch.outer(k, W2 @ delta), W2 - lr * torch.outer(h, delta)
+
+
+def mlp_gradient_with_relu_derivative(W1, W2, k, v, lr):  # GELU′ taken as the step function of ReLU
+    a = k @ W1
+    h = torch.nn.functional.gelu(a)
+    delta = h @ W2 - v
+    return W1 - lr * torch.outer(k, (a > 0).double() * (W2 @ delta)), W2 - lr * torch.outer(h, delta)
+
+
+def mlp_gradient_transposed_w2(W1, W2, k, v, lr):  # W2ᵀ δ where W2 δ belongs (square when D_h = D_v only)
+    a = k @ W1
+    h = torch.nn.functional.gelu(a)
+    delta = h @ W2 - v
+    gelu_prime = torch.special.ndtr(a) + a * torch.exp(-0.5 * a**2) / math.sqrt(2 * math.pi)
+    back = (W2.T @ delta[: W2.shape[1]]) if W2.shape[0] == W2.shape[1] else delta.sum() * W2.sum(1)
+    return W1 - lr * torch.outer(k, gelu_prime * back), W2 - lr * torch.outer(h, delta)
+
+
 WRONG = [
+    ("rotation: keys θ apart", checks.check_rotation_keys, keys_a_full_angle_apart),
+    ("rotation: keys in the wrong order", checks.check_rotation_keys, keys_in_the_wrong_order),
+    ("rotation: half angle negated", checks.check_rotation_keys, keys_the_other_way),
+    ("rotation: keys not unit vectors", checks.check_rotation_keys, keys_not_normalised),
+    ("rotation: always orthogonal keys", checks.check_rotation_keys, keys_always_orthogonal),
+    ("rotation: rows of R instead of keys", checks.check_rotation_keys, rotation_rows),
+    ("rotation: keys of shape (2, 1)", checks.check_rotation_keys, keys_of_wrong_shape),
+    ("MLP by hand: GELU′ forgotten", checks.check_mlp_gradient_step, mlp_gradient_without_gelu_derivative),
+    ("MLP by hand: ReLU′ for GELU′", checks.check_mlp_gradient_step, mlp_gradient_with_relu_derivative),
+    ("MLP by hand: wrong back-propagation through W2", checks.check_mlp_gradient_step, mlp_gradient_transposed_w2),
     ("Longhorn: explicit step β", checks.check_longhorn_step, explicit_step),
     ("Longhorn: ‖k‖² forgotten", checks.check_longhorn_step, step_without_key_norm),
     ("Longhorn: diagonal approximation", checks.check_longhorn_step, diagonal_longhorn),

@@ -147,3 +147,131 @@ def test_the_step_stub_itself_is_not_attempted(capsys):
     assert checks.check_delta_rule_chunk_step(notebook_namespace()["step_stub"]) is False
     out = capsys.readouterr().out
     assert "not attempted yet" in out and "lends" not in out  # nothing to lend to: no note
+
+
+# ---- Exercise 11.4: the backward pass through the UT transform ------------------------------------------------------
+
+
+def ut_transform_backward(
+    k, v, beta, dW, dU, beta_term=True, transposed_solve=True, both_sides=True, strict=True, beta_in_dX=True
+):
+    eye = torch.eye(k.shape[0], dtype=k.dtype)
+    gram = k @ k.T
+    A = torch.tril(beta[:, None] * gram, diagonal=-1)
+    X = torch.linalg.inv(eye + A)
+    ut = X * beta[None, :]
+    d_ut = dW @ k.T + dU @ v.T
+    dX = d_ut * beta[None, :] if beta_in_dX else d_ut
+    dA = -(X.T @ dX @ X.T if transposed_solve else X @ dX @ X)
+    dA = torch.tril(dA, diagonal=-1 if strict else 0)
+    through_A = beta[:, None] * dA + (dA.T * beta[None, :] if both_sides else 0)
+    dk = ut.T @ dW + through_A @ k
+    dbeta = (dA * gram).sum(1) + (torch.diagonal(X.T @ d_ut) if beta_term else 0)
+    return dk, ut.T @ dU, dbeta
+
+
+def test_the_written_out_backward_passes_and_the_spec_agrees_with_autograd(capsys):
+    assert checks.check_ut_transform_backward(ut_transform_backward)
+    assert checks.check_ut_transform_backward(checks.ut_transform_backward_spec)
+    assert capsys.readouterr().out.count("PASS") == 2
+
+
+UT_BACKWARD_WRONG = {
+    "dβ without the diag(β) factor's term": {"beta_term": False},
+    "the inverse's rule untransposed (X dX X)": {"transposed_solve": False},
+    "each key counted once in A (row side only)": {"both_sides": False},
+    "dA keeps its diagonal": {"strict": False},
+    "diag(β) left out of dX": {"beta_in_dX": False},
+}
+
+
+@pytest.mark.parametrize("mistake", UT_BACKWARD_WRONG)
+def test_wrong_backward_passes_are_rejected(mistake):
+    with pytest.raises(CheckFailed, match="first wrong element"):
+        checks.check_ut_transform_backward(lambda **case: ut_transform_backward(**case, **UT_BACKWARD_WRONG[mistake]))
+
+
+def test_ut_backward_that_modifies_its_input_is_rejected():
+    def in_place(k, v, beta, dW, dU):
+        dk, dv, dbeta = ut_transform_backward(k, v, beta, dW, dU)
+        dW.zero_()
+        return dk, dv, dbeta
+
+    with pytest.raises(CheckFailed, match="modified its input dW in place"):
+        checks.check_ut_transform_backward(in_place)
+
+
+# ---- Exercise 11.5: the blocked triangular inverse ----------------------------------------------------------------
+
+
+def solve_tril(A, block, sign=-1.0, accumulate=True, swap=False, identity=True):
+    C = A.shape[0]
+    L = torch.eye(C, dtype=A.dtype) + A
+    X = torch.zeros_like(L)
+    starts = list(range(0, C, block))
+    for i, a in enumerate(starts):
+        b = min(a + block, C)
+        diagonal = L[a:b, a:b] if identity else A[a:b, a:b] + 1e-300 * torch.eye(b - a, dtype=A.dtype)
+        X[a:b, a:b] = torch.linalg.solve_triangular(diagonal, torch.eye(b - a, dtype=A.dtype), upper=False)
+        for c in starts[:i]:
+            d = min(c + block, C)
+            rows = slice(c, a) if accumulate else slice(c, d)  # without accumulating: only the term m = j
+            inner = L[a:b, rows] @ X[rows, c:d]
+            X[a:b, c:d] = sign * (inner @ X[a:b, a:b] if swap else X[a:b, a:b] @ inner)
+    return X
+
+
+def test_the_blocked_inverse_passes(capsys):
+    assert checks.check_solve_tril(solve_tril)
+    assert checks.check_solve_tril(checks.solve_tril_spec)
+    assert capsys.readouterr().out.count("PASS") == 2
+
+
+SOLVE_TRIL_WRONG = {
+    "off-diagonal blocks without the minus sign": {"sign": 1.0},
+    "only the term m = j of the sum": {"accumulate": False},
+    "X_ii multiplied on the wrong side": {"swap": True},
+}
+
+
+@pytest.mark.parametrize("mistake", SOLVE_TRIL_WRONG)
+def test_wrong_blocked_inverses_are_rejected(mistake):
+    with pytest.raises(CheckFailed, match="first wrong element"):
+        checks.check_solve_tril(lambda A, block: solve_tril(A, block, **SOLVE_TRIL_WRONG[mistake]))
+
+
+def test_a_blocked_inverse_of_a_instead_of_i_plus_a_is_rejected():
+    with pytest.raises(CheckFailed):
+        checks.check_solve_tril(lambda A, block: solve_tril(A, block, identity=False))
+
+
+@pytest.mark.parametrize(
+    "cheat",
+    [
+        lambda A, block: torch.linalg.inv(torch.eye(A.shape[0], dtype=A.dtype) + A),
+        lambda A, block: torch.linalg.solve_triangular(
+            torch.eye(A.shape[0], dtype=A.dtype) + A, torch.eye(A.shape[0], dtype=A.dtype), upper=False
+        ),
+        lambda A, block: torch.linalg.solve(
+            torch.eye(A.shape[0], dtype=A.dtype) + A, torch.eye(A.shape[0], dtype=A.dtype)
+        ),
+    ],
+    ids=["inv", "solve_triangular", "solve"],
+)
+def test_a_solve_of_the_whole_matrix_is_refused(cheat):
+    with pytest.raises(CheckFailed, match="inverts only the 16×16 diagonal blocks"):
+        checks.check_solve_tril(cheat)
+
+
+def test_chunked_linear_attention_that_overwrites_the_initial_state_is_rejected():
+    def in_place(q, k, v, S, chunk_size):
+        outputs = []
+        for start in range(0, q.shape[0], chunk_size):
+            Q, K, V = q[start : start + chunk_size], k[start : start + chunk_size], v[start : start + chunk_size]
+            mask = torch.tril(torch.ones(len(Q), len(Q), dtype=torch.bool))
+            outputs.append(Q @ S + ((Q @ K.T) * mask) @ V)
+            S += K.T @ V  # right numbers, but the caller's S is changed
+        return torch.cat(outputs), S
+
+    with pytest.raises(CheckFailed, match="modified its input S in place"):
+        checks.check_chunk_linear_attention(in_place)

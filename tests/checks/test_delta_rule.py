@@ -97,3 +97,21 @@ def test_pseudo_values_turn_linear_attention_into_the_delta_rule():
         q[None, :, None], k[None, :, None], v[None, :, None], beta[None, :, None], scale=1.0
     )
     torch.testing.assert_close(linear, delta)
+
+
+def _eigenvalues_by_eigensolver(k, beta):  # right values, but the exercise asks for the derivation
+    return torch.linalg.eigvalsh(torch.eye(len(k), dtype=k.dtype) - beta * torch.outer(k, k))
+
+
+def _eigenvalues_by_svd(k, beta):  # singular values are |eigenvalues|: wrong past β‖k‖² > 1, and ruled out anyway
+    return torch.sort(torch.linalg.svdvals(torch.eye(len(k), dtype=k.dtype) - beta * torch.outer(k, k))).values
+
+
+@pytest.mark.parametrize("answer", [_eigenvalues_by_eigensolver, _eigenvalues_by_svd])
+def test_an_eigensolver_does_not_pass_the_derivation_exercise(answer, capsys):
+    # Review: 4.2 accepted torch.linalg.eigvalsh, which the text forbids.
+    with pytest.raises(CheckFailed, match="ForbiddenCall: torch.linalg.(eigvalsh|svdvals) is ruled out here"):
+        checks.check_update_eigenvalues(answer)
+    assert "PASS" not in capsys.readouterr().out
+    # The patch is lifted afterwards: the reference and everyone else still have their eigensolver.
+    assert torch.linalg.eigvalsh(torch.eye(2, dtype=torch.float64)).tolist() == [1.0, 1.0]

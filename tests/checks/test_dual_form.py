@@ -1,4 +1,5 @@
-"""Chapter 05's checks accept the reference and reject plausible wrong answers.
+"""Chapter 05's checks accept a right answer, refuse the package's own implementation and reject plausible wrong
+answers.
 
 That an unattempted stub is reported is tested for every check at once in test_checks_contract.py.
 """
@@ -10,17 +11,35 @@ from ttr_edu import dual_form
 from ttr_edu.checks import CheckFailed
 from ttr_edu.checks import dual_form as checks
 
+
+def dual_output(W0, keys, values, query):  # the solutions, written as a student would
+    return query @ W0.T + (query @ keys.T) @ values
+
+
+def momentum_rescale(momentum, num_steps):
+    t = torch.arange(1, num_steps + 1, dtype=torch.float64)
+    if momentum == 0:
+        return torch.ones(num_steps, dtype=torch.float64)
+    return (1 - momentum ** (num_steps - t + 1)) / (1 - momentum)
+
+
+def class_votes(scores, labels, num_classes):
+    return scores @ torch.nn.functional.one_hot(labels.long(), num_classes).to(scores.dtype)
+
+
 CHECKS = [
-    (checks.check_dual_output, dual_form.dual_output),
-    (checks.check_momentum_rescale, dual_form.momentum_rescale),
-    (checks.check_class_votes, dual_form.class_votes),
+    (checks.check_dual_output, dual_output, dual_form.dual_output),
+    (checks.check_momentum_rescale, momentum_rescale, dual_form.momentum_rescale),
+    (checks.check_class_votes, class_votes, dual_form.class_votes),
 ]
 
 
-@pytest.mark.parametrize("check,reference", CHECKS)
-def test_reference_passes(check, reference, capsys):
-    assert check(reference) is True
+@pytest.mark.parametrize("check,solution,reference", CHECKS)
+def test_a_right_answer_passes_and_the_packages_own_is_refused(check, solution, reference, capsys):
+    assert check(solution) is True
     assert capsys.readouterr().out.startswith("PASS")
+    with pytest.raises(CheckFailed, match=r"calls the package's own implementation"):
+        check(reference)
 
 
 def _rescale_off_by_one(momentum, num_steps):
@@ -152,10 +171,11 @@ def record_training(model, layer_name, optimizer, batches):  # the solution, wri
     return W0, torch.cat(keys), values
 
 
-def test_record_training_reference_and_solution_pass(capsys):
-    assert checks.check_record_training(checks.reference_record_training) is True
+def test_record_training_solution_passes_and_the_packages_recorder_is_refused(capsys):
     assert checks.check_record_training(record_training) is True
-    assert capsys.readouterr().out.count("PASS") == 2
+    assert capsys.readouterr().out.count("PASS") == 1
+    with pytest.raises(CheckFailed, match=r"calls the package's own implementation"):
+        checks.check_record_training(checks.reference_record_training)  # it records with DualFormRecorder
 
 
 def _values_without_lr(model, layer_name, optimizer, batches):
@@ -205,4 +225,17 @@ WRONG_RECORDERS = [
 @pytest.mark.parametrize("wrong", WRONG_RECORDERS, ids=[w.__name__ for w in WRONG_RECORDERS])
 def test_wrong_recorders_are_rejected(wrong):
     with pytest.raises(CheckFailed):
+        checks.check_record_training(wrong)
+
+
+def _W0_detached_not_cloned(model, layer_name, optimizer, batches):  # a view of the weight: training changes it
+    W0 = model.get_submodule(layer_name).weight.detach()
+    _, keys, values = record_training(model, layer_name, optimizer, batches)
+    return W0, keys, values
+
+
+@pytest.mark.parametrize("wrong", [_W0_detached_not_cloned, _W0_after_training])
+def test_a_W0_taken_after_training_is_named(wrong):
+    # Review: the message said only "wrong values"; it now says that W0 is the trained weight and why.
+    with pytest.raises(CheckFailed, match=r"your W0 equals the weight \*after\* training"):
         checks.check_record_training(wrong)

@@ -10,6 +10,7 @@ import torch
 
 from ttr_edu.checks import CheckFailed
 from ttr_edu.checks import feature_maps_and_capacity as checks
+from ttr_edu.models.retrieval import sum_rule_retrieve
 
 
 def dpfp(x, nu):
@@ -83,11 +84,18 @@ def test_wrong_answer_is_rejected(check, answer, words):
         check(answer)
 
 
-def test_sum_rule_check_passes_the_reference(capsys):
-    from ttr_edu.models.retrieval import sum_rule_retrieve
+def _sum_rule(phi_k, v, phi_q):  # the solution, written as a student would
+    S = torch.einsum("btk,btv->bkv", phi_k, v)
+    z = phi_k.sum(1)
+    return torch.einsum("bkv,bk->bv", S, phi_q) / (torch.einsum("bk,bk->b", z, phi_q)[:, None] + 1e-6)
 
-    assert checks.check_sum_rule_retrieve(sum_rule_retrieve) is True
+
+def test_sum_rule_check_passes_a_right_answer_and_refuses_the_packages_own(capsys):
+
+    assert checks.check_sum_rule_retrieve(_sum_rule) is True
     assert capsys.readouterr().out.startswith("PASS")
+    with pytest.raises(CheckFailed, match=r"calls the package's own implementation"):
+        checks.check_sum_rule_retrieve(sum_rule_retrieve)
 
 
 def _no_normaliser(phi_k, v, phi_q):
@@ -119,3 +127,26 @@ def test_dpfp_rolled_the_other_way_is_told_so():
 
     with pytest.raises(CheckFailed, match="the same products in another order"):
         checks.check_dpfp(rolled_back)
+
+
+def test_a_sum_rule_without_gradient_is_rejected(capsys):
+    # Review: an answer under torch.no_grad() passed the check and then stopped the chapter's training.
+    def no_grad_sum_rule(phi_k, v, phi_q):  # the right formula, written out, under no_grad
+        with torch.no_grad():
+            S = torch.einsum("b t k, b t v -> b k v", phi_k, v)
+            z = phi_k.sum(1)
+            return torch.einsum("b k v, b k -> b v", S, phi_q) / (
+                torch.einsum("b k, b k -> b", z, phi_q)[:, None] + 1e-6
+            )
+
+    with pytest.raises(CheckFailed, match="no gradient flows through your function"):
+        checks.check_sum_rule_retrieve(no_grad_sum_rule)
+    assert "PASS" not in capsys.readouterr().out
+
+
+def test_the_sum_rule_check_still_reports_an_unattempted_stub(capsys):
+    def stub(phi_k, v, phi_q):
+        raise NotImplementedError()
+
+    assert checks.check_sum_rule_retrieve(stub) is False
+    assert "not attempted yet" in capsys.readouterr().out

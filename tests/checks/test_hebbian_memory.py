@@ -1,4 +1,5 @@
-"""Chapter 01's checks accept the reference and reject plausible wrong answers.
+"""Chapter 01's checks accept a right answer, refuse the package's own implementation and reject plausible wrong
+answers.
 
 That an unattempted stub is reported is tested for every check at once in test_checks_contract.py.
 """
@@ -10,18 +11,54 @@ from ttr_edu import hebbian
 from ttr_edu.checks import CheckFailed
 from ttr_edu.checks import hebbian_memory as checks
 
+
+def write(W, k, v):  # the solutions, written as a student would
+    return W + torch.outer(v, k)
+
+
+def store(keys, values):
+    return values.T @ keys
+
+
+def crosstalk_energy(keys):
+    gram = keys @ keys.T
+    return ((gram - torch.diag(torch.diagonal(gram))) ** 2).sum(dim=0).mean()
+
+
+def recall_accuracy(W, keys, values):
+    scores = (keys @ W.T) @ values.T
+    others = scores.clone()
+    others.fill_diagonal_(-torch.inf)
+    return (torch.diagonal(scores) > others.max(dim=1).values).double().mean().item()
+
+
+def cleanup_scores(keys, values):
+    W = values.transpose(1, 2) @ keys
+    return (keys @ W.transpose(1, 2)) @ values.transpose(1, 2)
+
+
+def rival_score_variance(n, d):
+    return 2 / d + (n - 2) / d**2
+
+
 CHECKS = [
-    (checks.check_write, hebbian.hebbian_write),
-    (checks.check_store, hebbian.store),
-    (checks.check_crosstalk_energy, hebbian.crosstalk_energy),
-    (checks.check_recall_accuracy, hebbian.recall_accuracy),
+    (checks.check_write, write, hebbian.hebbian_write),
+    (checks.check_store, store, hebbian.store),
+    (checks.check_crosstalk_energy, crosstalk_energy, hebbian.crosstalk_energy),
+    (checks.check_recall_accuracy, recall_accuracy, hebbian.recall_accuracy),
+    (checks.check_cleanup_scores, cleanup_scores, hebbian.cleanup_scores),
+    (checks.check_rival_score_variance, rival_score_variance, hebbian.rival_score_variance),
 ]
 
 
-@pytest.mark.parametrize("check,reference", CHECKS)
-def test_reference_passes(check, reference, capsys):
-    assert check(reference) is True
+@pytest.mark.parametrize("check,solution,reference", CHECKS)
+def test_a_right_answer_passes_and_the_packages_own_is_refused(check, solution, reference, capsys):
+    assert check(solution) is True
     assert capsys.readouterr().out.startswith("PASS")
+    with pytest.raises(CheckFailed, match=r"calls the package's own implementation \(ttr_edu\.hebbian\."):
+        check(lambda **arguments: reference(**arguments))  # a one-line call to the package's solution
+    with pytest.raises(CheckFailed, match=r"calls the package's own implementation"):
+        check(reference)  # the package's function itself
 
 
 def _crosstalk_with_diagonal(keys):
@@ -31,6 +68,12 @@ def _crosstalk_with_diagonal(keys):
 def _crosstalk_sum_not_mean(keys):
     gram = keys @ keys.T
     return ((gram - torch.diag(torch.diagonal(gram))) ** 2).sum()
+
+
+def _crosstalk_unsquared_diagonal(keys):
+    # Subtracts k_jᵀk_j instead of (k_jᵀk_j)²: the same numbers for unit keys, wrong for any other key.
+    gram = keys @ keys.T
+    return ((gram**2).sum() - torch.diagonal(gram).sum()) / len(keys)
 
 
 def _accuracy_ties_pass(W, keys, values):
@@ -53,6 +96,7 @@ WRONG = [
     ("store: only the last pair", checks.check_store, lambda keys, values: torch.outer(values[-1], keys[-1])),
     ("crosstalk: keeps the diagonal", checks.check_crosstalk_energy, _crosstalk_with_diagonal),
     ("crosstalk: sum instead of mean", checks.check_crosstalk_energy, _crosstalk_sum_not_mean),
+    ("crosstalk: unsquared diagonal subtracted", checks.check_crosstalk_energy, _crosstalk_unsquared_diagonal),
     ("accuracy: ties counted as success", checks.check_recall_accuracy, _accuracy_ties_pass),
     ("accuracy: wrong values", checks.check_recall_accuracy, _accuracy_transposed_memory),
 ]
@@ -123,12 +167,6 @@ def test_a_tensor_where_a_number_is_expected_is_a_clear_failure():
         checks.check_recall_accuracy(
             lambda W, keys, values: ((keys @ W.T) @ values.T).argmax(dim=1) == torch.arange(len(keys))
         )
-
-
-def test_new_checks_pass_the_reference(capsys):
-    assert checks.check_cleanup_scores(hebbian.cleanup_scores) is True
-    assert checks.check_rival_score_variance(hebbian.rival_score_variance) is True
-    assert capsys.readouterr().out.count("PASS") == 2
 
 
 SCORES_WRONG = [

@@ -21,13 +21,21 @@ def greedy_generate(model, prompt, num_tokens):
     return torch.cat(out, dim=1)
 
 
-def test_references_pass(capsys):
+def _causal_lm_loss(logits, tokens):  # the solution, written as a student would
+    return F.cross_entropy(logits[:, :-1].flatten(0, 1).float(), tokens[:, 1:].flatten())
+
+
+def test_right_answers_pass_and_the_packages_own_are_refused(capsys):
     assert checks.check_train_lm(_loop_with_a_mistake)  # with no mistake switched on it is the exercise's loop
-    capsys.readouterr()
-    assert checks.check_causal_lm_loss(causal_lm_loss)
+    assert checks.check_causal_lm_loss(_causal_lm_loss)
     assert checks.check_greedy_generate(greedy_generate)
-    assert checks.check_train_lm(checks.train_lm_spec)
     assert capsys.readouterr().out.count("PASS") == 3
+    for check, own in (
+        (checks.check_causal_lm_loss, causal_lm_loss),
+        (checks.check_train_lm, checks.train_lm_spec),
+    ):
+        with pytest.raises(CheckFailed, match=r"calls the package's own implementation"):
+            check(own)
 
 
 def stub(*args, **kwargs):
@@ -135,3 +143,49 @@ def train_with_sgd(model, tokens, steps, batch_size, seq_len, lr, seed):
 def test_plausible_mistakes_are_rejected(check, wrong):
     with pytest.raises(CheckFailed):
         check(wrong)
+
+
+def generate_dropping_the_returned_state(model, prompt, num_tokens):
+    # right only while step mutates the state it is given; the check's models return a new one
+    state, pieces = model.init_state(), [prompt]
+    for t in range(prompt.shape[1]):
+        logits, _ = model.step(prompt[:, t], state)
+    for _ in range(num_tokens):
+        token = logits.argmax(-1)
+        pieces.append(token[:, None])
+        logits, _ = model.step(token, state)
+    return torch.cat(pieces, dim=1)
+
+
+def test_an_answer_that_drops_the_returned_state_is_rejected():
+    with pytest.raises(CheckFailed):
+        checks.check_greedy_generate(generate_dropping_the_returned_state)
+
+
+NOTEBOOK = """
+import torch
+from ttr_edu.tasks.text import random_windows
+
+def causal_lm_loss(logits, tokens):
+    raise NotImplementedError()  # Exercise 10.1, still a stub
+
+def train_lm(model, tokens, steps, batch_size, seq_len, lr, seed):
+    optimizer = torch.optim.Adam(model.parameters(), lr=lr)
+    generator = torch.Generator().manual_seed(seed)
+    losses = []
+    for _ in range(steps):
+        window = random_windows(tokens, batch_size, seq_len, generator)
+        loss = causal_lm_loss(model(window), window)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+    return torch.tensor(losses, dtype=torch.float64)
+"""
+
+
+def test_a_finished_loop_calling_the_unsolved_10_1_is_told_so_by_name():
+    namespace: dict = {}
+    exec(NOTEBOOK, namespace)  # as in a notebook: the loop's globals hold the stub
+    with pytest.raises(CheckFailed, match="calls `causal_lm_loss`, which is not written yet"):
+        checks.check_train_lm(namespace["train_lm"])

@@ -45,6 +45,11 @@ def normalized(q, k, v):
     return (scores @ v) / (scores.sum(-1, keepdim=True) + 1e-6)
 
 
+def normalized_without_eps(q, k, v):  # the text asks for ε = 1e-6
+    scores = torch.tril(q @ k.T)
+    return (scores @ v) / scores.sum(dim=-1, keepdim=True)
+
+
 def normalized_by_all_keys(q, k, v):  # z = Σ over the whole sequence, not the prefix
     scores = torch.tril(q @ k.T)
     return (scores @ v) / ((q @ k.sum(0))[:, None] + 1e-6)
@@ -67,6 +72,7 @@ WRONG = [
     (checks.check_normalized_linear_attention, normalized_by_all_keys),
     (checks.check_normalized_linear_attention, normalized_by_column_sums),
     (checks.check_normalized_linear_attention, parallel),  # forgot the normaliser
+    (checks.check_normalized_linear_attention, normalized_without_eps),
 ]
 
 
@@ -146,3 +152,46 @@ def test_a_float32_answer_is_told_that_only_the_dtype_differs():
 
     with pytest.raises(CheckFailed, match="only the dtype differs: your result is float32, the reference float64"):
         checks.check_causal_linear_attention(in_float32)
+
+
+def _chunk_per_token(q, k, v, chunk_size):  # the recurrence, ignoring chunk_size: right values, no matrix product
+    S, outputs = torch.zeros(k.shape[1], v.shape[1], dtype=q.dtype), []
+    for t in range(len(q)):
+        S = S + torch.outer(k[t], v[t])
+        outputs.append(S.T @ q[t])
+    return torch.stack(outputs)
+
+
+def _chunk_per_token_matmul(q, k, v, chunk_size):  # a per-token loop whose reads are 1 × d matrix products
+    S, outputs = torch.zeros(k.shape[1], v.shape[1], dtype=q.dtype), []
+    for t in range(len(q)):
+        S = S + k[t : t + 1].T @ v[t : t + 1]
+        outputs.append(q[t : t + 1] @ S)
+    return torch.cat(outputs)
+
+
+def _chunk_secretly_quadratic(q, k, v, chunk_size):  # one T × T matrix, whatever chunk_size says
+    return torch.tril(q @ k.T) @ v
+
+
+@pytest.mark.parametrize(
+    ("wrong", "message"),
+    [
+        (_chunk_per_token, "ran no matrix product"),
+        (_chunk_per_token_matmul, "do not grow with chunk_size"),
+        (_chunk_secretly_quadratic, "do not grow with chunk_size"),
+    ],
+)
+def test_chunk_check_rejects_right_values_computed_without_chunks(wrong, message, capsys):
+    # Review N5: a per-token loop passed and then crashed the cost section; the FLOP count now refuses it.
+    with pytest.raises(CheckFailed, match=message):
+        checks.check_chunk_linear_attention(wrong)
+    assert "PASS" not in capsys.readouterr().out  # no PASS line before the failure
+
+
+def test_chunk_check_reports_an_unattempted_stub(capsys):
+    def stub(q, k, v, chunk_size):
+        raise NotImplementedError()
+
+    assert checks.check_chunk_linear_attention(stub) is False
+    assert "not attempted yet" in capsys.readouterr().out

@@ -106,3 +106,85 @@ def test_torch_where_after_exp_passes():  # masking after exp without multiplyin
         return torch.where(causal, (G[:, None] - G[None, :]).exp(), torch.zeros(()))
 
     assert checks.check_decay_weights(answer) is True
+
+
+def test_the_decay_check_gives_one_verdict_for_all_its_cases(capsys):
+    # Review: the student saw "PASS decay_weights" and then a second verdict for the strong case.
+    def answer(g):  # written as a student would: segment sums, masked before exp
+        T = g.shape[0]
+        G = torch.cumsum(g, 0)
+        causal = torch.ones(T, T, dtype=torch.bool).tril()
+        return (G[:, None] - G[None, :]).masked_fill(~causal, float("-inf")).exp()
+
+    assert checks.check_decay_weights(answer) is True
+    out = capsys.readouterr().out
+    assert out.count("PASS") == 1 and "6 random cases" in out
+
+
+# --- Exercise 6.4: RLS from scratch (Sherman–Morrison) -----------------------------------------------------------
+
+
+def rls_memory(k, v, ridge):
+    D_k = k.shape[1]
+    P, S = torch.eye(D_k, dtype=k.dtype) / ridge, torch.zeros(D_k, v.shape[1], dtype=k.dtype)
+    for t in range(k.shape[0]):
+        Pk = P @ k[t]
+        P = P - torch.outer(Pk, Pk) / (1 + k[t] @ Pk)
+        S = S + torch.outer(P @ k[t], v[t] - S.T @ k[t])
+    return S
+
+
+def _rls_variant(*, p0="inverse", sign=-1.0, one_plus=True, gain="new", error_after=False):
+    def answer(k, v, ridge):
+        D_k = k.shape[1]
+        eye = torch.eye(D_k, dtype=k.dtype)
+        P = eye / ridge if p0 == "inverse" else (ridge * eye if p0 == "ridge" else eye)
+        S = torch.zeros(D_k, v.shape[1], dtype=k.dtype)
+        for t in range(k.shape[0]):
+            old = P
+            Pk = P @ k[t]
+            P = P + sign * torch.outer(Pk, Pk) / ((1 if one_plus else 0) + k[t] @ Pk)
+            g = (P if gain == "new" else old) @ k[t]
+            if error_after:  # the error read from the memory after this step's write
+                S = S + torch.outer(g, v[t])
+                S = S - torch.outer(g, S.T @ k[t])
+            else:
+                S = S + torch.outer(g, v[t] - S.T @ k[t])
+        return S
+
+    return answer
+
+
+def rls_by_solve(k, v, ridge):  # right values, but the exercise asks for the recursion
+    return torch.linalg.solve(k.T @ k + ridge * torch.eye(k.shape[1], dtype=k.dtype), k.T @ v)
+
+
+def rls_transposed(k, v, ridge):  # the papers' W = Sᵀ, (D_v, D_k)
+    return rls_memory(k, v, ridge).T
+
+
+RLS_WRONG = [
+    ("P_0 = λ I instead of I / λ", _rls_variant(p0="ridge")),
+    ("P_0 = I, the ridge forgotten", _rls_variant(p0="identity")),
+    ("Sherman–Morrison with a plus sign", _rls_variant(sign=+1.0)),
+    ("denominator kᵀPk without the 1 +", _rls_variant(one_plus=False)),
+    ("gain from the old P without the denominator", _rls_variant(gain="old")),
+    ("error read after the write", _rls_variant(error_after=True)),
+    ("the memory transposed", rls_transposed),
+]
+
+
+def test_rls_check_passes_the_recursion(capsys):
+    assert checks.check_rls_memory(rls_memory) is True
+    assert capsys.readouterr().out.startswith("PASS rls_memory")
+
+
+@pytest.mark.parametrize("label,wrong", RLS_WRONG, ids=[w[0] for w in RLS_WRONG])
+def test_rls_check_rejects_plausible_wrong_recursions(label, wrong):
+    with pytest.raises(CheckFailed, match="rls_memory"):
+        checks.check_rls_memory(wrong)
+
+
+def test_rls_check_rejects_a_linear_solve():
+    with pytest.raises(CheckFailed, match="ForbiddenCall: torch.linalg.solve is ruled out here"):
+        checks.check_rls_memory(rls_by_solve)

@@ -16,9 +16,13 @@ if type(triton.jit(lambda: None)).__name__ != "InterpretedFunction":
 from tests.checks.triton_puzzle_kernels import Bound as _Bound  # noqa: E402
 from tests.checks.triton_puzzle_kernels import (  # noqa: E402  (the reference and wrong kernels, after the interpreter check)
     causal_chunk,
+    causal_chunk_default_precision,
+    chunk_dv,
     chunk_linear_attention,
     delta_rule_chunk,
+    gated_delta_rule_chunk,
     running_sum,
+    running_sum_int32,
     scale_tile,
     scale_tile_first_rows_only,
     scale_tile_not_power_of_two,
@@ -40,7 +44,9 @@ def test_solutions_pass(capsys):
     assert checks.check_ut_transform(ut_transform)
     assert checks.check_running_sum(running_sum)
     assert checks.check_delta_rule_chunk(delta_rule_chunk)
-    assert capsys.readouterr().out.count("PASS") == 6
+    assert checks.check_gated_delta_rule_chunk(gated_delta_rule_chunk)
+    assert checks.check_chunk_dv(chunk_dv)
+    assert capsys.readouterr().out.count("PASS") == 8
 
 
 Bound.__name__ = "InterpretedFunction"  # the checks run these wrappers in the interpreter, by this name
@@ -109,7 +115,7 @@ def test_wild_stride_is_stopped_before_the_access_and_named():
 @pytest.mark.parametrize(
     "check, wrong",
     [
-        (checks.check_causal_chunk, Bound(causal_chunk, DEFAULT_PRECISION=True)),
+        (checks.check_causal_chunk, causal_chunk_default_precision),
         (checks.check_delta_rule_chunk, Bound(delta_rule_chunk, PRECISION="tf32")),
     ],
     ids=["causal chunk", "delta rule"],
@@ -157,3 +163,68 @@ def test_the_interpreter_is_restored_after_a_check():
 
     checks.check_scale_tile(scale_tile)
     assert not {"create_masked_load", "create_masked_store", "create_dot"} & set(vars(interpreter.interpreter_builder))
+
+
+class _IgnoresG:
+    """Puzzle 12.6's kernel launched with the gated puzzle's arguments: the g pointer is dropped."""
+
+    def __getitem__(self, grid):
+        def launch(q, k, v, beta, g, o, s0, s, *rest, **constants):
+            return delta_rule_chunk[grid](q, k, v, beta, o, s0, s, *rest, **constants)
+
+        return launch
+
+
+delta_rule_chunk_ignoring_g = _IgnoresG()
+
+
+@pytest.mark.parametrize(
+    "check, wrong",
+    [
+        (checks.check_gated_delta_rule_chunk, Bound(gated_delta_rule_chunk, NO_STATE_DECAY=True)),
+        (checks.check_gated_delta_rule_chunk, Bound(gated_delta_rule_chunk, NO_DECAY_IN_A=True)),
+        (checks.check_gated_delta_rule_chunk, Bound(gated_delta_rule_chunk, NO_QUERY_DECAY=True)),
+        (checks.check_gated_delta_rule_chunk, Bound(gated_delta_rule_chunk, SUM_NOT_CUMSUM=True)),
+        (checks.check_gated_delta_rule_chunk, Bound(delta_rule_chunk_ignoring_g)),
+        (checks.check_chunk_dv, Bound(chunk_dv, NO_DS=True)),
+        (checks.check_chunk_dv, Bound(chunk_dv, UT_NOT_TRANSPOSED=True)),
+        (checks.check_chunk_dv, Bound(chunk_dv, STRICT=True)),
+        (checks.check_chunk_dv, Bound(chunk_dv, P_NOT_TRANSPOSED=True)),
+    ],
+    ids=[
+        "gate: state not decayed",
+        "gate: no decay inside A",
+        "gate: QS not decayed",
+        "gate: chunk total instead of the running sum",
+        "gate: ignored (puzzle 12.6's kernel)",
+        "dV: no dS term",
+        "dV: 𝒯 where 𝒯ᵀ belongs",
+        "dV: strict mask",
+        "dV: P where Pᵀ belongs",
+    ],
+)
+def test_wrong_gated_and_backward_kernels_are_rejected(check, wrong):
+    with pytest.raises(CheckFailed, match="first wrong element"):
+        check(wrong)
+
+
+def test_a_dot_without_input_precision_is_named_by_the_lint():
+    # tf32 already fails the numbers; the lint names the line, whatever the numbers say
+    problems = checks.lint_kernel(causal_chunk_default_precision, needs_int64=False)
+    assert len(problems) == 2 and all("input_precision" in p for p in problems)
+
+
+def test_offsets_left_in_int32_are_reported_although_the_numbers_agree():
+    with pytest.raises(CheckFailed, match="(?s)right numbers here.*never widens a program id to int64"):
+        checks.check_running_sum(running_sum_int32)
+
+
+def test_the_reference_kernels_pass_the_lint():
+    for kernel, needs_int64 in [
+        (causal_chunk, False),
+        (running_sum, True),
+        (delta_rule_chunk, True),
+        (gated_delta_rule_chunk, True),
+        (chunk_dv, False),
+    ]:
+        assert checks.lint_kernel(kernel, needs_int64=needs_int64) == []

@@ -25,7 +25,9 @@ assert checks.check_scale_tile(K.scale_tile)
 assert checks.check_causal_chunk(K.causal_chunk)
 assert checks.check_running_sum(K.running_sum)
 assert checks.check_delta_rule_chunk(K.delta_rule_chunk)
-for check, wrong in [(checks.check_causal_chunk, K.Bound(K.causal_chunk, DEFAULT_PRECISION=True)),
+assert checks.check_gated_delta_rule_chunk(K.gated_delta_rule_chunk)
+assert checks.check_chunk_dv(K.chunk_dv)
+for check, wrong in [(checks.check_causal_chunk, K.causal_chunk_default_precision),
                      (checks.check_delta_rule_chunk, K.Bound(K.delta_rule_chunk, NO_WS=True)),
                      (checks.check_running_sum, K.Bound(K.running_sum, TIME_STRIDE_D=True))]:
     try:

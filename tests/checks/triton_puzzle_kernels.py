@@ -68,7 +68,6 @@ def causal_chunk(
     BLOCK_V: tl.constexpr,
     STRICT: tl.constexpr = False,
     NO_OTHER: tl.constexpr = False,
-    DEFAULT_PRECISION: tl.constexpr = False,
 ):
     t = tl.arange(0, BLOCK_C)
     dk = tl.arange(0, BLOCK_K)
@@ -83,19 +82,30 @@ def causal_chunk(
         q = tl.load(q_ptr + t[:, None] * D_k + dk[None, :], mask=qk_mask, other=0.0)
         k = tl.load(k_ptr + t[:, None] * D_k + dk[None, :], mask=qk_mask, other=0.0)
         v = tl.load(v_ptr + t[:, None] * D_v + dv[None, :], mask=v_mask, other=0.0)
-    if DEFAULT_PRECISION:  # wrong on a GPU: tl.dot without input_precision multiplies fp32 tiles in tf32
-        scores = tl.dot(q, tl.trans(k))
-    else:
-        scores = tl.dot(q, tl.trans(k), input_precision="ieee")
+    scores = tl.dot(q, tl.trans(k), input_precision="ieee")
     if STRICT:
         scores = tl.where(t[:, None] > t[None, :], scores, 0.0)
     else:
         scores = tl.where(t[:, None] >= t[None, :], scores, 0.0)
-    if DEFAULT_PRECISION:
-        out = tl.dot(scores, v)
-    else:
-        out = tl.dot(scores, v, input_precision="ieee")
+    out = tl.dot(scores, v, input_precision="ieee")
     tl.store(out_ptr + t[:, None] * D_v + dv[None, :], out, mask=v_mask)
+
+
+@triton.jit
+def causal_chunk_default_precision(
+    q_ptr, k_ptr, v_ptr, out_ptr, C, D_k, D_v, BLOCK_C: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_V: tl.constexpr
+):
+    # wrong on a GPU: tl.dot without input_precision multiplies fp32 tiles in tf32
+    t = tl.arange(0, BLOCK_C)
+    dk = tl.arange(0, BLOCK_K)
+    dv = tl.arange(0, BLOCK_V)
+    qk_mask = (t[:, None] < C) & (dk[None, :] < D_k)
+    v_mask = (t[:, None] < C) & (dv[None, :] < D_v)
+    q = tl.load(q_ptr + t[:, None] * D_k + dk[None, :], mask=qk_mask, other=0.0)
+    k = tl.load(k_ptr + t[:, None] * D_k + dk[None, :], mask=qk_mask, other=0.0)
+    v = tl.load(v_ptr + t[:, None] * D_v + dv[None, :], mask=v_mask, other=0.0)
+    scores = tl.where(t[:, None] >= t[None, :], tl.dot(q, tl.trans(k)), 0.0)
+    tl.store(out_ptr + t[:, None] * D_v + dv[None, :], tl.dot(scores, v), mask=v_mask)
 
 
 @triton.jit
@@ -261,3 +271,140 @@ def scale_tile_row_loop(x_ptr, out_ptr, T, D, scale, BLOCK_T: tl.constexpr, BLOC
 def scale_tile_not_power_of_two(x_ptr, out_ptr, T, D, scale, BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr):
     cols = tl.arange(0, 3)  # wrong: tl.arange needs a power-of-two length
     tl.store(out_ptr + cols, tl.load(x_ptr + cols))
+
+
+@triton.jit
+def running_sum_int32(x_ptr, out_ptr, T, H, D, BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr):
+    # right at every size a check can run, wrong past 2**31 elements: the offsets stay int32
+    i_bh, i_d = tl.program_id(0), tl.program_id(1)
+    i_b, i_h = i_bh // H, i_bh % H
+    cols = i_d * BLOCK_D + tl.arange(0, BLOCK_D)
+    t = tl.arange(0, BLOCK_T)
+    base = (i_b * T * H + i_h) * D
+    carry = tl.zeros([BLOCK_D], dtype=tl.float32)
+    for start in range(0, T, BLOCK_T):
+        rows = start + t
+        mask = (rows[:, None] < T) & (cols[None, :] < D)
+        offsets = base + rows[:, None] * H * D + cols[None, :]
+        x = tl.load(x_ptr + offsets, mask=mask, other=0.0)
+        tl.store(out_ptr + offsets, tl.cumsum(x, 0) + carry[None, :], mask=mask)
+        carry += tl.sum(x, 0)
+
+
+@triton.jit
+def gated_delta_rule_chunk(
+    q_ptr,
+    k_ptr,
+    v_ptr,
+    beta_ptr,
+    g_ptr,
+    o_ptr,
+    s0_ptr,
+    s_ptr,
+    T,
+    H,
+    D_k,
+    D_v,
+    BLOCK_T: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    BLOCK_V: tl.constexpr,
+    NO_STATE_DECAY: tl.constexpr = False,
+    NO_DECAY_IN_A: tl.constexpr = False,
+    NO_QUERY_DECAY: tl.constexpr = False,
+    SUM_NOT_CUMSUM: tl.constexpr = False,
+):
+    i_bh, i_v = tl.program_id(0), tl.program_id(1)
+    i_b, i_h = (i_bh // H).to(tl.int64), (i_bh % H).to(tl.int64)
+    t = tl.arange(0, BLOCK_T)
+    dk = tl.arange(0, BLOCK_K)
+    dv = i_v * BLOCK_V + tl.arange(0, BLOCK_V)
+    s_offsets = i_bh.to(tl.int64) * D_k * D_v + dk[:, None] * D_v + dv[None, :]
+    s_mask = (dk[:, None] < D_k) & (dv[None, :] < D_v)
+    S = tl.load(s0_ptr + s_offsets, mask=s_mask, other=0.0)
+    causal = t[:, None] >= t[None, :]
+    for start in range(0, T, BLOCK_T):
+        rows = start + t
+        qk_mask = (rows[:, None] < T) & (dk[None, :] < D_k)
+        v_mask = (rows[:, None] < T) & (dv[None, :] < D_v)
+        qk_offsets = ((i_b * T + rows[:, None]) * H + i_h) * D_k + dk[None, :]
+        v_offsets = ((i_b * T + rows[:, None]) * H + i_h) * D_v + dv[None, :]
+        q = tl.load(q_ptr + qk_offsets, mask=qk_mask, other=0.0)
+        k = tl.load(k_ptr + qk_offsets, mask=qk_mask, other=0.0)
+        v = tl.load(v_ptr + v_offsets, mask=v_mask, other=0.0)
+        beta = tl.load(beta_ptr + (i_b * T + rows) * H + i_h, mask=rows < T, other=0.0)
+        g = tl.load(g_ptr + (i_b * T + rows) * H + i_h, mask=rows < T, other=0.0)
+        G = tl.cumsum(g, 0)  # log γ_i
+        if SUM_NOT_CUMSUM:  # wrong: every token decayed by the whole chunk's decay
+            G = tl.zeros([BLOCK_T], dtype=tl.float32) + tl.sum(g, 0)
+        G_last = tl.sum(tl.where(t == BLOCK_T - 1, G, 0.0), 0)
+        decay = tl.exp(tl.where(causal, G[:, None] - G[None, :], 0.0))
+        kk = tl.dot(k, tl.trans(k), input_precision="ieee")
+        if not NO_DECAY_IN_A:  # wrong without it: A ignores the decay between the tokens of the chunk
+            kk = kk * decay
+        A = tl.where(t[:, None] > t[None, :], beta[:, None] * kk, 0.0)
+        inverse = tl.where(t[:, None] == t[None, :], 1.0, 0.0)
+        for i in range(1, BLOCK_T):
+            a_i = tl.sum(tl.where(t[:, None] == i, A, 0.0), 0)
+            inverse = tl.where(t[:, None] == i, inverse - tl.sum(a_i[:, None] * inverse, 0)[None, :], inverse)
+        ut = inverse * beta[None, :]
+        W = tl.dot(ut, k * tl.exp(G)[:, None], input_precision="ieee")
+        U = tl.dot(ut, v, input_precision="ieee") - tl.dot(W, S, input_precision="ieee")
+        scores = tl.where(causal, tl.dot(q, tl.trans(k), input_precision="ieee") * decay, 0.0)
+        q_decayed = q if NO_QUERY_DECAY else q * tl.exp(G)[:, None]
+        o = tl.dot(q_decayed, S, input_precision="ieee") + tl.dot(scores, U, input_precision="ieee")
+        tl.store(o_ptr + v_offsets, o, mask=v_mask)
+        if not NO_STATE_DECAY:  # wrong without it: the state never forgets
+            S = S * tl.exp(G_last)
+        S += tl.dot(tl.trans(k * tl.exp(G_last - G)[:, None]), U, input_precision="ieee")
+    tl.store(s_ptr + s_offsets, S, mask=s_mask)
+
+
+@triton.jit
+def chunk_dv(
+    q_ptr,
+    k_ptr,
+    beta_ptr,
+    do_ptr,
+    ds_ptr,
+    dv_ptr,
+    C,
+    D_k,
+    D_v,
+    BLOCK_C: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    BLOCK_V: tl.constexpr,
+    NO_DS: tl.constexpr = False,
+    UT_NOT_TRANSPOSED: tl.constexpr = False,
+    STRICT: tl.constexpr = False,
+    P_NOT_TRANSPOSED: tl.constexpr = False,
+):
+    t = tl.arange(0, BLOCK_C)
+    dk = tl.arange(0, BLOCK_K)
+    dv = tl.arange(0, BLOCK_V)
+    qk_mask = (t[:, None] < C) & (dk[None, :] < D_k)
+    v_mask = (t[:, None] < C) & (dv[None, :] < D_v)
+    q = tl.load(q_ptr + t[:, None] * D_k + dk[None, :], mask=qk_mask, other=0.0)
+    k = tl.load(k_ptr + t[:, None] * D_k + dk[None, :], mask=qk_mask, other=0.0)
+    beta = tl.load(beta_ptr + t, mask=t < C, other=0.0)
+    do = tl.load(do_ptr + t[:, None] * D_v + dv[None, :], mask=v_mask, other=0.0)
+    ds = tl.load(ds_ptr + dk[:, None] * D_v + dv[None, :], mask=(dk[:, None] < D_k) & (dv[None, :] < D_v), other=0.0)
+    A = tl.where(t[:, None] > t[None, :], beta[:, None] * tl.dot(k, tl.trans(k), input_precision="ieee"), 0.0)
+    inverse = tl.where(t[:, None] == t[None, :], 1.0, 0.0)
+    for i in range(1, BLOCK_C):
+        a_i = tl.sum(tl.where(t[:, None] == i, A, 0.0), 0)
+        inverse = tl.where(t[:, None] == i, inverse - tl.sum(a_i[:, None] * inverse, 0)[None, :], inverse)
+    if STRICT:  # wrong: a token's own write is read by its own query
+        P = tl.where(t[:, None] > t[None, :], tl.dot(q, tl.trans(k), input_precision="ieee"), 0.0)
+    else:
+        P = tl.where(t[:, None] >= t[None, :], tl.dot(q, tl.trans(k), input_precision="ieee"), 0.0)
+    if P_NOT_TRANSPOSED:
+        d_pseudo = tl.dot(P, do, input_precision="ieee")
+    else:
+        d_pseudo = tl.dot(tl.trans(P), do, input_precision="ieee")
+    if not NO_DS:
+        d_pseudo += tl.dot(k, ds, input_precision="ieee")
+    if UT_NOT_TRANSPOSED:
+        d_v = tl.dot(inverse * beta[None, :], d_pseudo, input_precision="ieee")
+    else:
+        d_v = beta[:, None] * tl.dot(tl.trans(inverse), d_pseudo, input_precision="ieee")  # 𝒯ᵀ = diag(β) Xᵀ
+    tl.store(dv_ptr + t[:, None] * D_v + dv[None, :], d_v, mask=v_mask)

@@ -19,6 +19,24 @@ MUTATIONS = [
         "ExactSolve(ridge=0.2))(q, k, v, g=g)",
         "D_k conjugate-gradient steps give the exact solve",
     ),
+    # DeltaProduct given one step per token is DeltaNet: it no longer counts modulo 3
+    (
+        '("DeltaProduct (two steps)", 2)',
+        '("DeltaProduct (two steps)", 1)',
+        "DeltaProduct's two steps count exactly for every modulus, in every seed",
+    ),
+    # a small enough step keeps every mini-batch stable: nothing diverges any more
+    (
+        "batch_sizes, eta_ttt = [1, 2, 4, 8, 16, 32, 64], 0.5",
+        "batch_sizes, eta_ttt = [1, 2, 4, 8, 16, 32, 64], 0.05",
+        "once the product of the mini-batch steps expands, the error exceeds the values' energy, every seed",
+    ),
+    # a map that never switches: forgetting no longer helps the exact solver
+    (
+        "switch_every = 50  # steps per regime",
+        "switch_every = 5000  # steps per regime",
+        "when the map switches, forgetting helps the exact solver: Mesa beats RLS in every seed",
+    ),
 ]
 
 

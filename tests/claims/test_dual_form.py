@@ -13,3 +13,15 @@ def test_the_weight_decay_claim_fails_without_momentum():
     )
     assert error is not None and "ClaimFailed" in error
     assert "with momentum, W0 decays by about (1 − ηλ/(1 − μ)) per step" in error
+
+
+def test_replacing_adam_by_sgd_breaks_the_optimiser_comparison():
+    # A comparative claim across seeds: with SGD in Adam's row, its naive dual is exact, so "off by a large relative
+    # error" fails in every seed.
+    error = run_mutated(
+        "solutions/05_dual_form.ipynb",
+        '"Adam (naive SGD dual)": (torch.optim.Adam, dict(lr=1e-3)),',
+        '"Adam (naive SGD dual)": (torch.optim.SGD, dict(lr=1e-3)),',
+    )
+    assert error is not None and "ClaimFailed" in error
+    assert "the naive dual of Adam is off by a large relative error" in error

@@ -5,10 +5,19 @@ import pytest
 from tests.claims.mutation import run_mutated
 
 pytestmark = [pytest.mark.slow, pytest.mark.notebook]
+NOTEBOOK = "solutions/01_hebbian_memory.ipynb"
 
 
 def test_too_few_draws_break_the_crosstalk_claim():
-    # One draw per N instead of about 4000/N: the average is far from (N − 1)/d at small N.
-    error = run_mutated("solutions/01_hebbian_memory.ipynb", "draws = max(20, 4000 // n)", "draws = 1")
+    # One draw per N instead of about 2000/N: the average is far from (N − 1)/d at small N.
+    error = run_mutated(NOTEBOOK, "draws = max(20, 2000 // n)", "draws = 1")
     assert error is not None and "ClaimFailed" in error
     assert "the measured crosstalk energy matches (N − 1)/d within 10%" in error
+
+
+def test_swapping_two_scalings_breaks_the_collapse_order():
+    # A comparative claim across seeds: with N/d swapped for N ln N/d², "N/d collapses worst" is false in every seed.
+    error = run_mutated(NOTEBOOK, '"N / d": lambda n, d: n / d,', '"N / d": lambda n, d: n * math.log(n) / d**2,')
+    assert error is not None and "ClaimFailed" in error
+    assert "the curves collapse better under N/d² than under N/d" in error
+    assert "in only 0 of 3 seeds" in error

@@ -130,6 +130,7 @@ def test_book_fails_when_myst_exits_0_without_executing(tmp_path, monkeypatch):
     )
     fake.chmod(0o755)
     (tmp_path / "course").mkdir()
+    shutil.copy(ROOT / "book.yml", tmp_path / "course")  # its pinned theme: --site puts a stub in its place
     monkeypatch.setenv("PATH", f"{fake.parent}:/usr/bin:/bin")
     monkeypatch.setattr(book, "jupyter_server", lambda root, env: __import__("contextlib").nullcontext(("u", "t")))
     with pytest.raises(BookError, match="did not execute"):
@@ -149,7 +150,8 @@ def test_progress_bars_are_off_while_the_book_builds_and_on_otherwise(monkeypatc
 
 
 def _jupyter_processes(marker: str) -> list[str]:
-    ps = subprocess.run(["ps", "-eo", "pid,args"], capture_output=True, text=True).stdout
+    # -ww: whole command lines (ps cuts them at 80 columns when it cannot tell a terminal's width)
+    ps = subprocess.run(["ps", "-ww", "-eo", "pid,args"], capture_output=True, text=True).stdout
     return [line for line in ps.splitlines() if marker in line and "jupyter" in line and "ps -eo" not in line]
 
 

@@ -23,6 +23,8 @@ def test_quick_start_has_exactly_two_commands_and_ci_runs_the_second():
     assert len(commands) == 2
     course, tests = ([line for line in c.splitlines() if not line.startswith("#")] for c in commands)
     assert len(course) == 1 and "ttr-edu start" in course[0]
+    assert 'pip install "ttr-edu[course]"' in course[0] and " -e " not in course[0]  # students need no clone
+    assert "git clone" in quick_start.split(commands[1])[0]  # contributors are told where the second one runs
     assert len(tests) == 1 and "pytest" in tests[0]
     assert "# 2. set up and run the tests" in commands[1]  # the marker .ci/run reads the command after
     assert "README.md" in (ROOT / ".ci" / "run").read_text()

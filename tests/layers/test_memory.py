@@ -43,9 +43,9 @@ def mixes_like(layer, framework, rename=None, **kw):
 
 def test_each_layer_mixes_as_its_point_of_the_framework():
     mixes_like(Longhorn(16, 2), named_layer("longhorn"))
-    mixes_like(DeltaProduct(16, 2, num_householder=3), named_layer("deltaproduct", steps=3))
-    mixes_like(TTTLinear(16, 2, mini_batch_size=4), named_layer("ttt_linear", batch_size=4))
+    mixes_like(DeltaProduct(16, 2, num_householder=3), named_layer("deltaproduct", num_householder=3))
+    mixes_like(TTTLinear(16, 2, mini_batch_size=4), named_layer("ttt_linear", mini_batch_size=4))
     layer = TTTMLP(16, 2, mini_batch_size=4, expansion=2)
-    mixes_like(layer, named_layer("ttt_mlp", batch_size=4), initial_state=layer.start_weights(2))
+    mixes_like(layer, named_layer("ttt_mlp", mini_batch_size=4), initial_state=layer.start_weights(2))
     layer = TitansMemory(16, 2)
     mixes_like(layer, named_layer("titans"), initial_state=layer.start_weights(2))

@@ -105,7 +105,7 @@ def test_gradients_reach_the_key_projection_and_beta():
     "kwargs, words",
     [
         ({"update_rule": "hebb"}, "valid rules are sum, delta, softmax"),
-        ({"feature_map": "relu6"}, "valid names are .*dpfp"),
+        ({"feature_map": "relu6"}, "^feature_map: expected one of .*'dpfp'"),
         ({"feature_map": "dpfp", "update_rule": "softmax"}, "uses no feature map"),
         ({"feature_map": None}, "needs one of"),
         ({"num_keys": 0}, "num_keys"),

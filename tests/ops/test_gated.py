@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from tests.helpers import fla_inputs, relative_error
 from ttr_edu.ops import (
-    delta_rule,
+    _chunking,
     delta_rule_chunk,
     delta_rule_recurrent,
     gated_delta_rule_chunk,
@@ -200,7 +200,7 @@ def test_gated_delta_warns_when_unstable(form):
 def test_chunk_forward_is_the_same_for_any_block_split(monkeypatch, block_rows, gated):
     """The chunk forms take their chunks a block at a time; one chunk per block, or ragged blocks of 3, 3, 3 and 1
     chunks (B·H·C = 24 rows per chunk), give the recurrence's outputs, state and gradients."""
-    monkeypatch.setattr(delta_rule, "_BLOCK_ROWS", block_rows)
+    monkeypatch.setattr(_chunking, "BLOCK_ROWS", block_rows)
     q, k, v, g, beta = make_inputs(2, 37, 3, 5, 4, torch.float64, seed=5)
     S0 = torch.randn(2, 3, 5, 4, dtype=torch.float64)
     inputs = [x.requires_grad_() for x in ((q, k, v, g, beta) if gated else (q, k, v, beta))]

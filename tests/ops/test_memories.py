@@ -287,7 +287,7 @@ def test_ttt_with_mini_batch_one_is_deltanet():
 # ---- Titans ----------------------------------------------------------------------------------------------------
 
 
-def titans_loop(q, k, v, theta, eta, alpha, params0, scale):
+def titans_loop(q, k, v, beta, eta, alpha, params0, scale):
     """Behrouz et al. 2024 eqs. 13–14: ``U = η U − θ ∇ℓ(M)``, ``M = (1 − α) M + U``, gradients by autodiff."""
     B, T, H, _ = q.shape
     o = torch.zeros(B, T, H, v.shape[-1], dtype=torch.float64)
@@ -297,7 +297,7 @@ def titans_loop(q, k, v, theta, eta, alpha, params0, scale):
             U = [torch.zeros_like(m) for m in M]
             for t in range(T):
                 G = grad(loss)(M, k[b, t, h].double(), v[b, t, h].double())
-                U = [eta[b, t, h] * u - theta[b, t, h] * gm for u, gm in zip(U, G)]
+                U = [eta[b, t, h] * u - beta[b, t, h] * gm for u, gm in zip(U, G)]
                 M = [(1 - alpha[b, t, h]) * m + u for m, u in zip(M, U)]
                 o[b, t, h] = f_mem(M, scale * q[b, t, h].double())
     return o
@@ -312,34 +312,34 @@ def gates(shape, seed):
 @pytest.mark.parametrize("memory", ["linear", "mlp"])
 def test_titans_equals_momentum_with_decay(dtype, memory):
     q, k, v = qkv()
-    theta, eta, alpha = gates(v.shape[:3], 5)
+    beta, eta, alpha = gates(v.shape[:3], 5)
     params = (0.3 * rand(2, 2, 4, 3, seed=11),) if memory == "linear" else mlp_weights()
-    q, k, v, theta, eta, alpha, *params = rounded(dtype, q, k, v, theta, eta, alpha, *params)
-    ref = titans_loop(q, k, v, theta, eta, alpha, params, 0.5)
+    q, k, v, beta, eta, alpha, *params = rounded(dtype, q, k, v, beta, eta, alpha, *params)
+    ref = titans_loop(q, k, v, beta, eta, alpha, params, 0.5)
     init = params[0] if memory == "linear" else params
     init = init.to(dtype) if memory == "linear" else tuple(cast(dtype, *init))
     o, state = titans_recurrent(
-        *cast(dtype, q, k, v, theta, eta, alpha), scale=0.5, initial_state=init, output_final_state=True
+        *cast(dtype, q, k, v, beta, eta, alpha), scale=0.5, initial_state=init, output_final_state=True
     )
     close(o, ref, dtype)
     # Carrying the state across a split equals one call.
     o1, st = titans_recurrent(
-        *(x[:, :5].to(dtype) for x in (q, k, v, theta, eta, alpha)),
+        *(x[:, :5].to(dtype) for x in (q, k, v, beta, eta, alpha)),
         scale=0.5,
         initial_state=init,
         output_final_state=True,
     )
-    o2, _ = titans_recurrent(*(x[:, 5:].to(dtype) for x in (q, k, v, theta, eta, alpha)), scale=0.5, initial_state=st)
+    o2, _ = titans_recurrent(*(x[:, 5:].to(dtype) for x in (q, k, v, beta, eta, alpha)), scale=0.5, initial_state=st)
     close(torch.cat([o1, o2], 1), ref, dtype)
     assert isinstance(state, TitansState)
 
 
 def test_titans_linear_without_momentum_or_decay_is_deltanet():
     q, k, v = qkv()
-    theta = torch.rand(v.shape[:3], generator=torch.Generator().manual_seed(3), dtype=torch.float64)
-    zero = torch.zeros_like(theta)
-    o_t, st = titans_recurrent(q, k, v, theta, zero, zero, output_final_state=True)
-    o_d, S_d = delta_rule_recurrent(q, k, v, theta, output_final_state=True)
+    beta = torch.rand(v.shape[:3], generator=torch.Generator().manual_seed(3), dtype=torch.float64)
+    zero = torch.zeros_like(beta)
+    o_t, st = titans_recurrent(q, k, v, beta, zero, zero, output_final_state=True)
+    o_d, S_d = delta_rule_recurrent(q, k, v, beta, output_final_state=True)
     assert relative_error(o_t, o_d) < 1e-12 and relative_error(st.memory, S_d) < 1e-12
 
 
@@ -385,12 +385,12 @@ def test_gradcheck_ttt_and_titans():
             lambda *a: (lambda o, W: (o, *W))(*op(*a[:4], 2, initial_state=a[4:], output_final_state=True)),
             (q, k, v, beta, W1, W2),
         )
-    theta, eta, alpha = (x.requires_grad_() for x in gates((1, 5, 1), 2))
+    beta, eta, alpha = (x.requires_grad_() for x in gates((1, 5, 1), 2))
     assert torch.autograd.gradcheck(
         lambda *a: (lambda o, st: (o, *st.memory, *st.momentum))(
             *titans_recurrent(*a[:6], initial_state=a[6:], output_final_state=True)
         ),
-        (q, k, v, theta, eta, alpha, W1, W2),
+        (q, k, v, beta, eta, alpha, W1, W2),
     )
 
 
@@ -400,7 +400,7 @@ def test_gradcheck_ttt_and_titans():
 def test_bad_inputs_are_refused_by_name():
     q, k, v = qkv()
     beta = torch.rand(v.shape[:3], dtype=torch.float64)
-    with pytest.raises(ValueError, match="beta: expected a finite weight >= 0"):
+    with pytest.raises(ValueError, match=r"beta: expected a weight .* in \[0, inf\)"):
         longhorn_recurrent(q, k, v, -beta)
     with pytest.raises(ValueError, match="beta"):
         longhorn_chunk(q, k, v, beta[:, :3])
@@ -412,13 +412,13 @@ def test_bad_inputs_are_refused_by_name():
         ttt_mlp_chunk(q, k, v, beta)
     with pytest.raises(ValueError, match="residual: f\\(x\\) = x \\+ m\\(x\\) needs D_k == D_v"):
         ttt_linear_chunk(q, k, v, beta, residual=True)
-    with pytest.raises(TypeError, match="layer_norm: expected a bool"):
+    with pytest.raises(TypeError, match="layer_norm: expected True or False"):
         ttt_linear_recurrent(q, k, v, beta, layer_norm="false")
     with pytest.raises(ValueError, match="mini_batch_size"):
         ttt_linear_chunk(q, k, v, beta, 0)
     with pytest.raises(ValueError, match=r"initial_state\[1\] \(W2\)"):
         ttt_mlp_recurrent(q, k, v, beta, initial_state=(rand(2, 2, 4, 5), rand(2, 2, 6, 3)))
-    with pytest.raises(ValueError, match="eta: expected values in \\[0, 1\\]"):
+    with pytest.raises(ValueError, match="eta: expected a momentum in \\[0, 1\\]"):
         titans_recurrent(q, k, v, beta, beta + 1, beta)
     with pytest.raises(ValueError, match="alpha"):
         titans_recurrent(q, k, v, beta, beta, beta * float("nan"))

@@ -20,7 +20,7 @@ def make_inputs(B, T, H, D_k, D_v, dtype, seed, max_decay=0.2):
     return [x["q"], x["k"], x["v"], x["g"]]
 
 
-def ridge_argmin_loop(q, k, v, lam, g, scale):
+def ridge_argmin_loop(q, k, v, ridge, g, scale):
     """For each t, solve argmin_M Σ_{i≤t} γ_i ‖v_i − M k_i‖² + γ_0 λ ‖M‖² as a least-squares problem.
 
     γ_i = Π_{j=i+1..t} α_j (Wang, Shi, Fox 2025 §3.1-3.2); the ridge is the pseudo-observation √λ I, which does
@@ -36,7 +36,7 @@ def ridge_argmin_loop(q, k, v, lam, g, scale):
                 logs = log_alpha[b, : t + 1, h]
                 log_gamma = torch.cat([logs.flip(0).cumsum(0).flip(0), torch.zeros(1, dtype=torch.float64)])
                 rows = torch.sqrt(torch.exp(log_gamma[1:])).unsqueeze(-1)
-                ridge_rows = lam**0.5 * torch.eye(D_k, dtype=torch.float64)
+                ridge_rows = ridge**0.5 * torch.eye(D_k, dtype=torch.float64)
                 design = torch.cat([rows * k[b, : t + 1, h], ridge_rows])
                 target = torch.cat([rows * v[b, : t + 1, h], torch.zeros(D_k, v.shape[-1], dtype=torch.float64)])
                 S = torch.linalg.lstsq(design, target).solution  # (D_k, D_v), the ridge solution Mᵀ
@@ -52,13 +52,13 @@ shapes = st.fixed_dictionaries(
         "D_k": st.integers(1, 5),
         "D_v": st.integers(1, 5),
         "decay": st.booleans(),
-        "lam": st.floats(0.3, 3.0),
+        "ridge": st.floats(0.3, 3.0),
         "seed": st.integers(0, 2**16),
     }
 )
 CORNER_CASES = [
-    dict(B=1, T=1, H=1, D_k=3, D_v=2, decay=False, lam=1.0, seed=0),  # T = 1
-    dict(B=2, T=13, H=3, D_k=4, D_v=5, decay=True, lam=0.5, seed=1),  # D_k != D_v, H > 1, decay
+    dict(B=1, T=1, H=1, D_k=3, D_v=2, decay=False, ridge=1.0, seed=0),  # T = 1
+    dict(B=2, T=13, H=3, D_k=4, D_v=5, decay=True, ridge=0.5, seed=1),  # D_k != D_v, H > 1, decay
 ]
 
 
@@ -75,8 +75,8 @@ def _with_examples(test):
 def test_forms_agree(dtype, case):
     q, k, v, g = make_inputs(case["B"], case["T"], case["H"], case["D_k"], case["D_v"], dtype, case["seed"])
     g = g if case["decay"] else None
-    o_rec, (S_rec, P_rec) = rls_recurrent(q, k, v, lam=case["lam"], g=g, scale=0.9, output_final_state=True)
-    o_ex, (S_ex, P_ex) = rls_exact(q, k, v, lam=case["lam"], g=g, scale=0.9, output_final_state=True)
+    o_rec, (S_rec, P_rec) = rls_recurrent(q, k, v, ridge=case["ridge"], g=g, scale=0.9, output_final_state=True)
+    o_ex, (S_ex, P_ex) = rls_exact(q, k, v, ridge=case["ridge"], g=g, scale=0.9, output_final_state=True)
     assert o_rec.dtype == o_ex.dtype == dtype
     assert relative_error(o_rec, o_ex) <= TOL[dtype]
     assert relative_error(S_rec, S_ex) <= TOL[dtype]
@@ -90,8 +90,8 @@ def test_forms_agree(dtype, case):
 def test_matches_ridge_argmin(form, case):
     q, k, v, g = make_inputs(case["B"], case["T"], case["H"], case["D_k"], case["D_v"], torch.float64, case["seed"])
     g = g if case["decay"] else None
-    o, _ = FORMS[form](q, k, v, lam=case["lam"], g=g, scale=0.9)
-    assert relative_error(o, ridge_argmin_loop(q, k, v, case["lam"], g, 0.9)) <= 1e-10
+    o, _ = FORMS[form](q, k, v, ridge=case["ridge"], g=g, scale=0.9)
+    assert relative_error(o, ridge_argmin_loop(q, k, v, case["ridge"], g, 0.9)) <= 1e-10
 
 
 @pytest.mark.parametrize("form", FORMS)
@@ -103,16 +103,16 @@ def test_split_with_state_equals_whole_run(form, decay, T, data):
     q, k, v, g = make_inputs(2, T, 2, 3, 4, torch.float64, seed=T)
     g = g if decay else None
     cut = lambda x, s: None if x is None else x[:, s]  # noqa: E731
-    o_whole, (S_whole, P_whole) = FORMS[form](q, k, v, lam=0.7, g=g, output_final_state=True)
+    o_whole, (S_whole, P_whole) = FORMS[form](q, k, v, ridge=0.7, g=g, output_final_state=True)
     first, second = slice(None, split), slice(split, None)
     o_first, state = FORMS[form](
-        q[:, first], k[:, first], v[:, first], lam=0.7, g=cut(g, first), output_final_state=True
+        q[:, first], k[:, first], v[:, first], ridge=0.7, g=cut(g, first), output_final_state=True
     )
     o_second, (S_end, P_end) = FORMS[form](
         q[:, second],
         k[:, second],
         v[:, second],
-        lam=0.7,
+        ridge=0.7,
         g=cut(g, second),
         initial_state=state,
         output_final_state=True,
@@ -128,20 +128,29 @@ def test_many_passes_of_data_pin_the_ridge_solution():
     M = torch.randn(3, 4, generator=gen, dtype=torch.float64)
     k = torch.randn(1, 200, 1, 4, generator=gen, dtype=torch.float64)
     v = torch.einsum("v k, b t h k -> b t h v", M, k)
-    _, (S, _) = rls_recurrent(k, k, v, lam=1e-6, output_final_state=True)
+    _, (S, _) = rls_recurrent(k, k, v, ridge=1e-6, output_final_state=True)
     assert relative_error(S[0, 0].T, M) <= 1e-8
 
 
 @pytest.mark.parametrize("form", FORMS)
-def test_gradcheck(form):
+@pytest.mark.parametrize("decay", [False, True])
+def test_gradcheck(form, decay):
+    """Gradients of o, S_T and P_T with respect to q, k, v (and g), from a fresh state and from a given one."""
     q, k, v, g = make_inputs(1, 4, 2, 3, 2, torch.float64, seed=4)
-    inputs = [x.requires_grad_() for x in (q, k, v, g)]
+    _, (S0, P0) = FORMS[form](q, k, v, ridge=0.8, output_final_state=True)
+    inputs = [x.requires_grad_() for x in ((q, k, v, g) if decay else (q, k, v))]
 
-    def fn(q, k, v, g):
-        o, (S, P) = FORMS[form](q, k, v, lam=0.8, g=g, output_final_state=True)
+    def fn(q, k, v, g=None, state=None):
+        o, (S, P) = FORMS[form](q, k, v, ridge=0.8, g=g, initial_state=state, output_final_state=True)
         return o, S, P
 
     assert torch.autograd.gradcheck(fn, inputs, fast_mode=True)
+    # P_0 is symmetric: perturbed through its symmetric part (a Cholesky factorisation reads one triangle only)
+    symmetric = lambda P: (P + P.mT) / 2  # noqa: E731
+    S0, P0 = S0.requires_grad_(), P0.requires_grad_()
+    assert torch.autograd.gradcheck(
+        lambda *x: fn(*x[:-2], state=(x[-2], symmetric(x[-1]))), [*inputs, S0, P0], fast_mode=True
+    )
 
 
 @pytest.mark.parametrize("form", FORMS)
@@ -155,11 +164,120 @@ def test_output_keeps_dtype_and_state_is_fp32(form, dtype):
 @pytest.mark.parametrize("form", FORMS)
 def test_bad_lam_and_state(form):
     q, k, v, _ = make_inputs(1, 5, 1, 3, 2, torch.float64, seed=6)
-    for lam in (0.0, -1.0):
-        with pytest.raises(ValueError, match="lam"):
-            FORMS[form](q, k, v, lam=lam)
+    for ridge in (0.0, -1.0):
+        with pytest.raises(ValueError, match="ridge"):
+            FORMS[form](q, k, v, ridge=ridge)
     with pytest.raises(TypeError, match="initial_state"):
         FORMS[form](q, k, v, initial_state=torch.zeros(1, 1, 3, 2, dtype=torch.float64))
     S0, P0 = torch.zeros(1, 1, 3, 2, dtype=torch.float64), torch.eye(2, dtype=torch.float64).expand(1, 1, 2, 2)
     with pytest.raises(ValueError, match=r"initial_state\[1\] \(P\)"):
         FORMS[form](q, k, v, initial_state=(S0, P0))
+
+
+# ---- the forms as they were before release 0.2 (an einsum loop; b_t formed for every token), kept as references:
+# the faster forms of today must compute the same function, with the same gradients
+
+
+def einsum_recurrent(q, k, v, ridge, scale):
+    """The ungated Sherman–Morrison loop of release 0.1, one einsum per product (fp64, no gates)."""
+    B, T, H, D_k = q.shape
+    q, k, v = (x.transpose(1, 2) for x in (q * scale, k, v))
+    P = torch.eye(D_k, dtype=q.dtype).expand(B, H, D_k, D_k) / ridge
+    S = q.new_zeros(B, H, D_k, v.shape[-1])
+    outputs = []
+    for t in range(T):
+        k_t = k[:, :, t]
+        Pk = torch.einsum("b h i j, b h j -> b h i", P, k_t)
+        gain = Pk / (1.0 + (k_t * Pk).sum(-1, keepdim=True))
+        P = P - torch.einsum("b h i, b h j -> b h i j", gain, Pk)
+        error = v[:, :, t] - torch.einsum("b h k v, b h k -> b h v", S, k_t)
+        S = S + torch.einsum("b h k, b h v -> b h k v", gain, error)
+        outputs.append(torch.einsum("b h k v, b h k -> b h v", S, q[:, :, t]))
+    return torch.stack(outputs, dim=1), S, P
+
+
+def full_b_exact(q, k, v, ridge, g, scale):
+    """The exact form of release 0.1: the T×T weights, ``A_t`` and ``b_t`` ``(B, H, T, D_k, D_v)`` for every t."""
+    from ttr_edu._internal.contract import decay_matrix
+
+    q, k, v = (x.transpose(1, 2) for x in (q * scale, k, v))
+    B, H, T, D_k = q.shape
+    if g is None:
+        weights = torch.ones(T, T, dtype=q.dtype).tril().expand(B, H, T, T)
+    else:
+        weights = decay_matrix(g.transpose(1, 2))
+    A = torch.einsum("b h t i, b h i j l -> b h t j l", weights, k.unsqueeze(-1) * k.unsqueeze(-2))
+    A = A + ridge * torch.eye(D_k, dtype=q.dtype)
+    b = (weights @ (k.unsqueeze(-1) * v.unsqueeze(-2)).flatten(-2)).unflatten(-1, (D_k, v.shape[-1]))
+    L = torch.linalg.cholesky(A)
+    o = (b.mT @ torch.cholesky_solve(q.unsqueeze(-1), L)).squeeze(-1).transpose(1, 2)
+    return o, torch.cholesky_solve(b[:, :, -1], L[:, :, -1]), torch.cholesky_inverse(L[:, :, -1])
+
+
+def _grads(outputs, inputs):
+    """The gradients of a fixed random projection of ``outputs`` with respect to ``inputs``."""
+    gen = torch.Generator().manual_seed(11)
+    loss = sum((y * torch.randn(y.shape, generator=gen, dtype=y.dtype)).sum() for y in outputs)
+    return torch.autograd.grad(loss, inputs, retain_graph=True)
+
+
+@pytest.mark.parametrize("decay", [False, True, "reset"])
+def test_forms_equal_the_previous_release_with_their_gradients(decay):
+    """fp64: today's forms (batched Sherman–Morrison; the exact form read as linear attention) and the forms of
+    release 0.1 agree to 1e-12 in o, S_T, P_T and in the gradients with respect to q, k, v and g."""
+    q, k, v, g = make_inputs(2, 23, 3, 4, 5, torch.float64, seed=12, max_decay=0.5)
+    if decay == "reset":
+        g[1, 9, 2] = float("-inf")
+    inputs = [x.clone().requires_grad_() for x in ((q, k, v) if decay is False else (q, k, v, g))]
+    g_in = None if decay is False else inputs[3]
+    old = full_b_exact(*inputs[:3], 0.6, g_in, 0.9)
+    o, (S, P) = rls_exact(*inputs[:3], ridge=0.6, g=g_in, scale=0.9, output_final_state=True)
+    for new, want in zip((o, S, P), old):
+        assert relative_error(new, want) <= 1e-12
+    for new, want in zip(_grads((o, S), inputs), _grads(old[:2], inputs)):
+        assert relative_error(new, want) <= 1e-12
+    if decay is False:
+        old = einsum_recurrent(*inputs, 0.6, 0.9)
+        o, (S, P) = rls_recurrent(*inputs, ridge=0.6, scale=0.9, output_final_state=True)
+        for new, want in zip((o, S, P), old):
+            assert relative_error(new, want) <= 1e-12
+        for new, want in zip(_grads((o, S, P), inputs), _grads(old, inputs)):
+            assert relative_error(new, want) <= 1e-12
+
+
+@pytest.mark.parametrize("decay", [False, True])
+def test_forms_equal_the_regression_framework_with_their_gradients(decay):
+    """The ops equal the generic path that explains them (ttr_edu.regression), in fp64 to 1e-12, gradients too:
+    RecursiveLeastSquares and ExactSolve without gates, ExactSolve under Gates (Mesa's constant ridge) with them."""
+    from ttr_edu.regression import ExactSolve, Gates, Linear, RecursiveLeastSquares, TestTimeRegression, Uniform
+
+    q, k, v, g = make_inputs(2, 29, 2, 4, 3, torch.float64, seed=13, max_decay=0.5)
+    inputs = [x.clone().requires_grad_() for x in ((q, k, v) if decay is False else (q, k, v, g))]
+    kw = {} if decay is False else {"g": inputs[3]}
+    frameworks = [TestTimeRegression(Gates() if decay else Uniform(), Linear(), ExactSolve(0.6))]
+    if decay is False:
+        frameworks.append(TestTimeRegression(Uniform(), Linear(), RecursiveLeastSquares(0.6)))
+    for form in FORMS.values():
+        o, (S, _) = form(*inputs[:3], ridge=0.6, scale=0.9, output_final_state=True, **kw)
+        for framework in frameworks:
+            want = framework(*inputs[:3], scale=0.9, output_final_state=True, **kw)
+            for new, old in zip((o, S), want):
+                assert relative_error(new, old) <= 1e-12
+            for new, old in zip(_grads((o, S), inputs), _grads(want, inputs)):
+                assert relative_error(new, old) <= 1e-12
+
+
+@pytest.mark.parametrize("form", FORMS)
+@pytest.mark.parametrize("decay", [False, True])
+def test_ill_conditioning_warning_points_at_the_caller(form, decay):
+    """The RuntimeWarning of an ill-conditioned ridge system names the user's line, through both wrappers of the op
+    (renamed_arguments, guarded), with the new and with the old name of the ridge."""
+    q, _, v, _ = make_inputs(1, 16, 1, 4, 2, torch.float32, seed=7)
+    k = torch.ones(1, 16, 1, 4) * torch.linspace(0.5, 2, 16)[None, :, None, None]  # collinear keys
+    g = torch.full((1, 16, 1), -0.05) if decay else None
+    with pytest.warns(RuntimeWarning, match="^ridge: the ridge system") as record:
+        FORMS[form](q, k, v, ridge=1e-4, g=g)
+    assert {w.filename for w in record if issubclass(w.category, RuntimeWarning)} == {__file__}
+    with pytest.warns(RuntimeWarning) as record:
+        FORMS[form](q, k, v, lam=1e-4, g=g)
+    assert {w.filename for w in record if issubclass(w.category, RuntimeWarning)} == {__file__}

@@ -133,6 +133,25 @@ def test_first_token_returns_its_value_and_few_points_stay_finite():
     assert relative_error(o[:, 0], v[:, 0]) <= 1e-12
 
 
+def test_local_linear_qk_norm_is_the_fit_on_normalised_queries_and_keys():
+    q, k, v = make_qkv(2, 9, 2, 3, 2, torch.float64, seed=8)
+    unit = torch.nn.functional.normalize
+    o, _ = local_linear_attention(q, k, v, scale=2.0, ridge=0.05, qk_norm=True)
+    assert (
+        relative_error(o, local_linear_attention(unit(q, dim=-1), unit(k, dim=-1), v, scale=2.0, ridge=0.05)[0])
+        <= 1e-12
+    )
+
+
+def test_local_linear_warns_when_the_ridge_is_below_rounding():
+    """A ridge under the fp32 rounding of the key covariance leaves the slope to noise: a RuntimeWarning at the
+    caller's line, naming the ridge."""
+    q, k, v = make_qkv(1, 6, 1, 3, 2, torch.float32, seed=9)
+    with pytest.warns(RuntimeWarning, match="^ridge: 1e-09 is below the rounding error") as record:
+        local_linear_attention(100 * q, 100 * k, v, ridge=1e-9)
+    assert {w.filename for w in record} == {__file__}
+
+
 @pytest.mark.parametrize("ridge", [0.0, -1e-3])
 def test_non_positive_ridge_is_rejected(ridge):
     q, k, v = make_qkv(1, 3, 1, 2, 2, torch.float64, seed=6)

@@ -79,7 +79,7 @@ def test_longhorn_layer_equals_its_op():
 def test_deltaproduct_layer_equals_its_op(gated):
     q, k, v, beta = inputs(n=2)
     g = gate() if gated else None
-    layer = named_layer("gated_deltaproduct" if gated else "deltaproduct", steps=2, chunk_size=5)
+    layer = named_layer("gated_deltaproduct" if gated else "deltaproduct", num_householder=2, chunk_size=5)
     o, S = layer(q, k, v, beta=beta, g=g, output_final_state=True)
     o_op, S_op = delta_product_recurrent(q, k, v, beta, 2, g=g, output_final_state=True)
     assert_equal(o, o_op)
@@ -88,12 +88,14 @@ def test_deltaproduct_layer_equals_its_op(gated):
 
 def test_ttt_layers_equal_their_ops():
     q, k, v, beta = inputs()
-    o, S = named_layer("ttt_linear", batch_size=4)(q, k, v, beta=beta, output_final_state=True)
+    o, S = named_layer("ttt_linear", mini_batch_size=4)(q, k, v, beta=beta, output_final_state=True)
     o_op, S_op = ttt_linear_recurrent(q, k, v, beta, 4, output_final_state=True)
     assert_equal(o, o_op)
     assert_equal(S, S_op)
     W = mlp_weights()
-    o, (W1, W2) = named_layer("ttt_mlp", batch_size=4)(q, k, v, beta=beta, initial_state=W, output_final_state=True)
+    o, (W1, W2) = named_layer("ttt_mlp", mini_batch_size=4)(
+        q, k, v, beta=beta, initial_state=W, output_final_state=True
+    )
     o_op, (W1_op, W2_op) = ttt_mlp_recurrent(q, k, v, beta, 4, initial_state=W, output_final_state=True)
     assert_equal(o, o_op)
     assert_equal(W1, W1_op)
@@ -101,16 +103,16 @@ def test_ttt_layers_equal_their_ops():
 
 
 @pytest.mark.parametrize("wrap", [{"layer_norm": True}, {"residual": True}, {"layer_norm": True, "residual": True}])
-@pytest.mark.parametrize("batch_size", [1, 4, 16])
-def test_ttt_mlp_layer_equals_its_op_with_layer_norm_and_residual(wrap, batch_size):
+@pytest.mark.parametrize("mini_batch_size", [1, 4, 16])
+def test_ttt_mlp_layer_equals_its_op_with_layer_norm_and_residual(wrap, mini_batch_size):
     """The generic path reads its gradients off autodiff through whatever the MLP wraps around its maps."""
     q, k, v, beta = inputs()
     v = rand(B, T, H, D_k, seed=12)  # the residual needs D_v == D_k
     W = (0.5 * rand(B, H, D_k, 6, seed=7), 0.5 * rand(B, H, 6, D_k, seed=8))
-    layer = TestTimeRegression(weights=Uniform(), function_class=MLP(**wrap), optimizer=MiniBatchGD(batch_size))
+    layer = TestTimeRegression(weights=Uniform(), function_class=MLP(**wrap), optimizer=MiniBatchGD(mini_batch_size))
     o, (W1, W2) = layer(q, k, v, beta=beta, initial_state=W, output_final_state=True)
     o_op, (W1_op, W2_op) = ttt_mlp_recurrent(
-        q, k, v, beta, batch_size, initial_state=W, output_final_state=True, **wrap
+        q, k, v, beta, mini_batch_size, initial_state=W, output_final_state=True, **wrap
     )
     for a, b in ((o, o_op), (W1, W1_op), (W2, W2_op)):
         assert_equal(a, b)
@@ -125,7 +127,7 @@ def test_mlp_memories_differentiate_like_their_ops(layer):
     alpha = 0.2 * torch.rand(B, T, H, generator=torch.Generator().manual_seed(9), dtype=torch.float64)
     W = mlp_weights()
     if layer == "ttt_mlp":
-        generic = lambda q, k, v, beta, W1, W2: named_layer("ttt_mlp", batch_size=4)(  # noqa: E731
+        generic = lambda q, k, v, beta, W1, W2: named_layer("ttt_mlp", mini_batch_size=4)(  # noqa: E731
             q, k, v, beta=beta, initial_state=(W1, W2)
         )[0]
         op = lambda q, k, v, beta, W1, W2: ttt_mlp_recurrent(q, k, v, beta, 4, initial_state=(W1, W2))[0]  # noqa: E731
@@ -171,24 +173,24 @@ def test_generic_mlp_path_handles_huge_batches_plain_calls_and_inference_mode():
     q, k, v, beta = inputs()
     W = mlp_weights()
     op = ttt_mlp_recurrent(q, k, v, beta, 10**6, initial_state=W)[0]
-    o = named_layer("ttt_mlp", batch_size=10**6)(q, k, v, beta=beta, initial_state=W)[0]  # one mini-batch of T
+    o = named_layer("ttt_mlp", mini_batch_size=10**6)(q, k, v, beta=beta, initial_state=W)[0]  # one mini-batch of T
     assert_equal(o, op)
     assert not o.requires_grad  # grad mode on, nothing needs a gradient: no graph is kept through the steps
     with torch.inference_mode():
         assert_equal(
-            named_layer("ttt_mlp", batch_size=4)(q, k, v, beta=beta, initial_state=W)[0],
+            named_layer("ttt_mlp", mini_batch_size=4)(q, k, v, beta=beta, initial_state=W)[0],
             ttt_mlp_recurrent(q, k, v, beta, 4, initial_state=W)[0],
         )
-        theta = 0.5 * beta
+        step = 0.5 * beta
         assert_equal(
-            named_layer("titans")(q, k, v, beta=theta, initial_state=W)[0],
-            titans_recurrent(q, k, v, theta, torch.zeros_like(theta), torch.zeros_like(theta), initial_state=W)[0],
+            named_layer("titans")(q, k, v, beta=step, initial_state=W)[0],
+            titans_recurrent(q, k, v, step, torch.zeros_like(step), torch.zeros_like(step), initial_state=W)[0],
         )
 
 
 @pytest.mark.parametrize("memory", ["linear", "mlp"])
 def test_titans_layer_equals_its_op(memory):
-    q, k, v, theta = inputs()
+    q, k, v, step = inputs()
     eta = torch.rand(B, T, H, generator=torch.Generator().manual_seed(8), dtype=torch.float64)
     alpha = 0.2 * torch.rand(B, T, H, generator=torch.Generator().manual_seed(9), dtype=torch.float64)
     if memory == "mlp":
@@ -196,8 +198,8 @@ def test_titans_layer_equals_its_op(memory):
     else:
         layer = TestTimeRegression(weights=Uniform(), function_class=Linear(), optimizer=MomentumSGD())
         init = rand(B, H, D_k, D_v, seed=5)
-    o, mem = layer(q, k, v, beta=theta, eta=eta, alpha=alpha, initial_state=init, output_final_state=True)
-    o_op, state = titans_recurrent(q, k, v, theta, eta, alpha, initial_state=init, output_final_state=True)
+    o, mem = layer(q, k, v, beta=step, eta=eta, alpha=alpha, initial_state=init, output_final_state=True)
+    o_op, state = titans_recurrent(q, k, v, step, eta, alpha, initial_state=init, output_final_state=True)
     assert_equal(o, o_op)
     for a, b in zip(mem if memory == "mlp" else (mem,), state.memory if memory == "mlp" else (state.memory,)):
         assert_equal(a, b)
@@ -208,11 +210,11 @@ def test_titans_layer_equals_its_op(memory):
 
 def test_ttt_with_mini_batch_one_is_deltanet():
     q, k, v, beta = inputs()
-    ttt = TestTimeRegression(weights=Uniform(), function_class=Linear(), optimizer=MiniBatchGD(batch_size=1))
+    ttt = TestTimeRegression(weights=Uniform(), function_class=Linear(), optimizer=MiniBatchGD(mini_batch_size=1))
     assert_equal(ttt(q, k, v, beta=beta)[0], named_layer("deltanet")(q, k, v, beta=beta)[0])
     assert (
         relative_error(
-            named_layer("ttt_linear", batch_size=4)(q, k, v, beta=beta)[0],
+            named_layer("ttt_linear", mini_batch_size=4)(q, k, v, beta=beta)[0],
             named_layer("deltanet")(q, k, v, beta=beta)[0],
         )
         > 1e-3
@@ -373,12 +375,12 @@ def test_bad_combinations_and_inputs_are_named():
         named_layer("ttt_mlp")(q, k, v, beta=beta)
     with pytest.raises(ValueError, match="eta: only optimizer=MomentumSGD"):
         named_layer("deltanet")(q, k, v, beta=beta, eta=beta)
-    with pytest.raises(ValueError, match="alpha: expected values in"):
+    with pytest.raises(ValueError, match=r"alpha: expected a weight decay in \[0, 1\]"):
         named_layer("titans")(q, k, v, beta=beta, alpha=beta + 2, initial_state=mlp_weights())
-    with pytest.raises(ValueError, match=r"k: expected shape \(B, T·steps, H, D_k\)"):
+    with pytest.raises(ValueError, match=r"k: expected shape \(B, T·num_householder, H, D_k\)"):
         named_layer("deltaproduct")(q, k, v, beta=beta)
-    with pytest.raises(TypeError, match="steps"):
-        TestTimeRegression(weights=Uniform(), function_class=Linear(), optimizer=StepsPerToken(steps=1.5))
+    with pytest.raises(TypeError, match="num_householder"):
+        TestTimeRegression(weights=Uniform(), function_class=Linear(), optimizer=StepsPerToken(num_householder=1.5))
     with pytest.raises(TypeError, match="layer_norm: expected a bool"):
         MLP(layer_norm="false")
     with pytest.raises(ValueError, match="kernel"):

@@ -78,12 +78,12 @@ def test_gated_deltanet_is_online_sgd_after_decay():
 
 def test_rls_and_exact_solve_equal_the_rls_ops():
     q, k, v, _, _ = inputs(4)
-    o_op, (S_op, _) = ops.rls_recurrent(q, k, v, lam=0.3, output_final_state=True)
+    o_op, (S_op, _) = ops.rls_recurrent(q, k, v, ridge=0.3, output_final_state=True)
     for layer in (named_layer("rls", ridge=0.3), TestTimeRegression(Uniform(), Linear(), ExactSolve(ridge=0.3))):
         o, S = layer(q, k, v, output_final_state=True)
         close(o, o_op)
         close(S, S_op)
-    close(ops.rls_exact(q, k, v, lam=0.3)[0], o_op)
+    close(ops.rls_exact(q, k, v, ridge=0.3)[0], o_op)
 
 
 def test_mesa_is_the_constant_ridge_exact_solve_of_the_gated_rls_ops():
@@ -91,11 +91,11 @@ def test_mesa_is_the_constant_ridge_exact_solve_of_the_gated_rls_ops():
     the forgetting-factor RecursiveLeastSquares under Gates, whose ridge decays with the data, is a different layer."""
     q, k, v, _, g = inputs(5, t=40)
     assert NAMED_LAYERS["mesa"] == (Gates, Linear, ExactSolve)
-    o_op, (S_op, _) = ops.rls_recurrent(q, k, v, lam=0.3, g=g, output_final_state=True)
+    o_op, (S_op, _) = ops.rls_recurrent(q, k, v, ridge=0.3, g=g, output_final_state=True)
     o, S = named_layer("mesa", ridge=0.3)(q, k, v, g=g, output_final_state=True)
     close(o, o_op)
     close(S, S_op)
-    close(ops.rls_exact(q, k, v, lam=0.3, g=g)[0], o_op)
+    close(ops.rls_exact(q, k, v, ridge=0.3, g=g)[0], o_op)
     close(named_layer("mesa")(q, k, v, g=g)[0], ops.rls_recurrent(q, k, v, g=g)[0])  # the same default ridge, 1.0
     forgetting = TestTimeRegression(Gates(), Linear(), RecursiveLeastSquares(ridge=0.3))(q, k, v, g=g)[0]
     assert relative_error(forgetting, o_op) > 1e-2  # its ridge has faded to γ_0^{(t)} λ: not Mesa
@@ -122,8 +122,12 @@ def test_mesa_stays_finite_in_fp32_at_ordinary_gates():
     assert o.dtype == torch.float32 and torch.isfinite(o).all()
     reference = ops.rls_exact(q.double(), k.double(), v.double(), g=g.double())[0]  # = rls_recurrent, faster
     assert relative_error(o.double(), reference) < 1e-5
-    forgetting = TestTimeRegression(Gates(), Linear(), RecursiveLeastSquares(ridge=1.0))(q, k, v, g=g)[0]
-    assert not torch.allclose(forgetting, o, rtol=1e-2, atol=1e-2)  # NaN, or far from Mesa: not the same layer
+    try:  # NaN (refused by name, naming the output o), or far from Mesa: not the same layer
+        forgetting = TestTimeRegression(Gates(), Linear(), RecursiveLeastSquares(ridge=1.0))(q, k, v, g=g)[0]
+    except ValueError as error:
+        assert str(error).startswith("o: ") and "NaN or inf" in str(error)
+    else:
+        assert not torch.allclose(forgetting, o, rtol=1e-2, atol=1e-2)
 
 
 def test_softmax_attention_is_nadaraya_watson():
@@ -298,7 +302,7 @@ def test_readouts_across_chunk_boundaries_match_the_ops():
     close(named_layer("linear_attention")(q, k, v)[0], ops.linear_attention_recurrent(q, k, v)[0])
     close(named_layer("gated_linear_attention")(q, k, v, g=g)[0], ops.gated_linear_attention_recurrent(q, k, v, g)[0])
     exact = TestTimeRegression(Uniform(), Linear(), ExactSolve(ridge=0.5))(q, k, v, output_final_state=True)
-    o_op, (S_op, _) = ops.rls_recurrent(q, k, v, lam=0.5, output_final_state=True)
+    o_op, (S_op, _) = ops.rls_recurrent(q, k, v, ridge=0.5, output_final_state=True)
     close(exact[0], o_op)
     close(exact[1], S_op)
 
@@ -409,3 +413,11 @@ def test_an_empty_sequence_is_refused_by_name(optimizer):
 def test_framework_refuses_empty_non_finite_and_mismatched_inputs_by_name(call, error, match):
     with pytest.raises(error, match=match):
         call()
+
+
+def test_named_layer_refuses_unknown_names_and_a_ridge_it_has_no_use_for():
+    with pytest.raises(ValueError, match="name: unknown layer 'mamba'; valid names are linear_attention"):
+        named_layer("mamba")
+    for name in ("softmax_attention", "deltanet"):
+        with pytest.raises(ValueError, match=f"ridge: {name} inverts nothing"):
+            named_layer(name, ridge=0.1)

@@ -7,6 +7,8 @@
   (``q, k`` ``(B, T, H, D_k)``, ``v`` ``(B, T, H, D_v)``, state ``(B, H, D_k, D_v)``, the compute dtype, the decay
   matrix, the stability check);
 * :mod:`.mlp_memory`: the two-layer MLP memory of TTT-MLP and Titans with its hand-written gradients;
+* :mod:`.deprecation`: :func:`~.deprecation.renamed_arguments`, old argument names kept for one release with a
+  ``DeprecationWarning``;
 * :mod:`.progress`: when to draw a progress bar (never while the book builds).
 
 Nothing here is public API: names may change between releases. A module inside another folder whose name starts with

@@ -1,6 +1,6 @@
 """What every op in :mod:`ttr_edu.ops` shares: argument checks, the compute dtype, padding to whole chunks.
 
-The contract (DESIGN.md §3, the flash-linear-attention convention):
+The contract (CONTRIBUTING.md, "Conventions"; the flash-linear-attention convention):
 
 * ``q, k`` are ``(B, T, H, D_k)``, ``v`` is ``(B, T, H, D_v)``, ``beta`` and the log decay ``g`` are ``(B, T, H)``;
 * the maths runs in fp32 (fp64 when the inputs are fp64); the state stays in that dtype and ``o`` is cast back to
@@ -43,7 +43,7 @@ def compute_dtype(dtype: torch.dtype) -> torch.dtype:
 def check_inputs(q, k, v, **per_token) -> Dims:
     """Check ``q, k, v`` (and the per-token ``(B, T, H)`` tensors given by keyword, e.g. ``beta=beta``).
 
-    Non-finite values are refused by :func:`ttr_edu._validation.guarded`, which wraps every public op (the log
+    Non-finite values are refused by :func:`ttr_edu._internal.validation.guarded`, which wraps every public op (the log
     decay ``g`` here, by :func:`check_log_decay`).
 
     Raises:
@@ -86,14 +86,15 @@ def check_nonempty(dims: Dims, **named: tuple[str, ...]) -> None:
             raise ValueError(f"{name}: expected {', '.join(empty)} >= 1, got {', '.join(f'{d} = 0' for d in empty)}")
 
 
-def check_log_decay(g: torch.Tensor, allow_reset: bool = True) -> None:
+def check_log_decay(g: torch.Tensor, allow_reset: bool = True, shape: str = "(B, T, H)") -> None:
     """Refuse a ``g`` that is not a log decay: NaN, ``+inf`` or ``g > 0`` (``exp(g) > 1`` would grow the state).
 
     ``g = −inf`` (``exp(g) = 0``, a full reset of the memory) is allowed unless ``allow_reset=False``. Called by
-    :func:`check_inputs` for a per-token tensor named ``g``.
+    :func:`check_inputs` for a per-token tensor named ``g``, and for per-key gates (``shape="(B, T, H, D_k)"``). A
+    scan of the values, so it follows :func:`~ttr_edu._internal.validation.finite_checks`.
 
     Raises:
-        ValueError: naming ``g``, how many ``(B, T, H)`` entries are bad and the first one.
+        ValueError: naming ``g``, how many ``shape`` entries are bad and the first one.
     """
     if g.device.type == "meta" or not finite_checks_enabled():
         return
@@ -107,8 +108,25 @@ def check_log_decay(g: torch.Tensor, allow_reset: bool = True) -> None:
     allowed = "[-inf, 0]" if allow_reset else "(-inf, 0] (finite)"
     raise ValueError(
         f"g: expected a log decay in {allowed}, so that exp(g) is a decay factor; got {n_bad} of {g.numel()} "
-        f"(B, T, H) entries outside it (the first: {g[bad][0].item()})"
+        f"{shape} entries outside it (the first: {g[bad][0].item()})"
     )
+
+
+def check_nonnegative(name: str, x: torch.Tensor, what: str, high: float | None = None) -> None:
+    """Refuse entries of ``x`` that are negative (or above ``high``, when given), naming ``name`` and saying ``what``
+    the values are (``"a learning rate"``). A scan of the values: skipped for meta tensors and when
+    :func:`~ttr_edu._internal.validation.finite_checks` is off."""
+    if not isinstance(x, torch.Tensor) or x.device.type == "meta" or not finite_checks_enabled():
+        return
+    with torch.no_grad():
+        bad = x < 0 if high is None else (x < 0) | (x > high)
+        n_bad = int(bad.sum())
+    if n_bad:
+        interval = "[0, inf)" if high is None else f"[0, {high:g}]"
+        raise ValueError(
+            f"{name}: expected {what} in {interval}, got {n_bad} of {x.numel()} entries outside it "
+            f"(the first: {x[bad][0].item():.4g})"
+        )
 
 
 def decay_matrix(g: torch.Tensor) -> torch.Tensor:
@@ -124,6 +142,42 @@ def decay_matrix(g: torch.Tensor) -> torch.Tensor:
     log_decay = terms.cumsum(-2)  # [i, j] = Σ_{j<l≤i} g_l on and below the diagonal
     # −inf above the diagonal: exp gives 0 there, where exp of the (positive) sums could overflow.
     return torch.exp(log_decay.masked_fill(~causal, float("-inf")))
+
+
+def decayed_cumsum(
+    x: torch.Tensor, g: torch.Tensor | None, chunk_size: int = 64, initial: torch.Tensor | None = None
+) -> torch.Tensor:
+    """``y_t = exp(g_t) y_{t−1} + x_t`` from ``y_0 = initial``: ``y_t = γ_0^{(t)} y_0 + Σ_{i≤t} γ_i^{(t)} x_i``.
+
+    Along dim 2 of a heads-first ``x`` ``(B, H, T, *F)`` with any trailing feature shape; ``g`` ``(B, H, T)`` or
+    ``None`` (a plain cumulative sum); ``initial`` ``(B, H, *F)`` or ``None`` (zero). With ``g`` the sum runs in
+    chunks of ``C = chunk_size``: a dense ``C × C`` block of weights inside each chunk (:func:`decay_matrix`, each
+    weight its own segment sum, so ``g = −inf`` is an exact reset) and a carry between chunks, ``O(T · C · |F|)``
+    instead of the ``O(T² |F|)`` of a full weight matrix. Returns ``y``, the shape and dtype of ``x``. Unchecked:
+    the public callers (``regression.decayed_cumsum``, the ops) check their arguments.
+    """
+    if g is None:
+        y = x.cumsum(2)
+        return y if initial is None else y + initial.unsqueeze(2)
+    B, H, T = x.shape[:3]
+    C = min(chunk_size, T)
+    pad = (-T) % C
+    flat = x.reshape(B, H, T, -1)
+    if pad:  # a zero input with a zero log decay changes nothing; the padded rows are cut off below
+        flat = F.pad(flat, (0, 0, 0, pad))
+        g = F.pad(g, (0, pad))
+    N = flat.shape[2] // C
+    xc = flat.reshape(B, H, N, C, -1)
+    Gc = g.reshape(B, H, N, C).cumsum(-1)  # log decay from the chunk start (a sum from the start: no difference)
+    inner = decay_matrix(g.reshape(B, H, N, C)) @ xc  # the sums within each chunk
+    # the sum up to the end of the previous chunk, (B, H, |F|)
+    carry = torch.zeros_like(xc[:, :, 0, 0]) if initial is None else initial.reshape(B, H, -1).to(x.dtype)
+    chunks = []
+    for n in range(N):
+        y = inner[:, :, n] + Gc[:, :, n, :, None].exp() * carry[:, :, None]
+        chunks.append(y)
+        carry = y[:, :, -1]
+    return torch.stack(chunks, 2).reshape(B, H, N * C, *x.shape[3:])[:, :, :T]
 
 
 def resolve_scale(scale, d_k: int) -> float:

@@ -24,10 +24,15 @@ def progress_enabled(progress: bool | None) -> bool:
 
     Returns:
         ``False`` whenever the book is being built (``TTR_EDU_BOOK`` set and not ``0``), else as above.
+
+    Raises:
+        TypeError: ``progress`` is neither a bool nor None (``"false"`` would be truthy).
     """
+    if progress is not None and not isinstance(progress, bool):
+        raise TypeError(f"progress: expected True, False or None, got {type(progress).__name__} {progress!r}")
     if os.environ.get(BOOK_ENV, "0") not in ("", "0"):
         return False
     if progress is not None:
-        return bool(progress)
+        return progress
     in_kernel = "ipykernel" in sys.modules
     return in_kernel or (hasattr(sys.stderr, "isatty") and sys.stderr.isatty())

@@ -1,7 +1,8 @@
 """Argument checks shared by every public function.
 
-Errors follow DESIGN.md §3: ``TypeError`` for a wrong type or dtype, ``ValueError`` for a wrong shape or
-value, and the message always names the argument, the expected shape (with named dims) and what was received.
+Errors follow CONTRIBUTING.md ("Conventions"): ``TypeError`` for a wrong type or dtype, ``ValueError`` for a wrong
+shape or value, and the message always names the argument, the expected shape (with named dims) and what was
+received.
 
 The central helper is :class:`Dims`. Dimensions are named (``"B", "T", "H", "D_k"``) and bound on first
 sight, so a later tensor that disagrees is reported against the tensor that fixed the size::
@@ -10,11 +11,12 @@ sight, so a later tensor that disagrees is reported against the tensor that fixe
     dims.bind("q", q, ("B", "T", "H", "D_k"))
     dims.bind("k", k, ("B", "T", "H", "D_k"))   # ValueError naming k, T and q on a mismatch
 
-The input policy (the same for every public op, kernel wrapper and layer; CONTRIBUTING.md "Input policy"):
+The input policy (the same for every public callable; CONTRIBUTING.md "Conventions"):
 
-* **Non-finite values are refused by name.** NaN or ±inf in ``q, k, v, beta``, a state or a layer's ``x`` raises
-  ``ValueError`` naming the argument and counting the bad entries; the log decay ``g`` may be ``−inf`` (a full
-  reset) where the op says so, never NaN or ``+inf``. An output that is not finite although its inputs are (an
+* **Non-finite values are refused by name.** NaN or ±inf in ``q, k, v, beta``, a state, a layer's ``x`` or any
+  other tensor argument raises :class:`NonFiniteError` (a ``ValueError``, and a ``FloatingPointError`` for training
+  loops) naming the argument and counting the bad entries; the log decay ``g`` may be ``−inf`` (a full reset) where
+  the op says so, never NaN or ``+inf``. An output that is not finite although its inputs are (an
   overflow of the dtype, e.g. fp16) is refused the same way, naming ``o``. Each scan costs one reduction and, on a
   GPU, one synchronisation; :func:`finite_checks` (exported as ``ttr_edu.finite_checks``) switches them off for
   speed in a training loop whose inputs you trust: then NaN in means NaN out and a ``g > 0`` goes unnoticed.
@@ -22,7 +24,12 @@ The input policy (the same for every public op, kernel wrapper and layer; CONTRI
   ``ridge=1e-300`` in fp32 is a ``ValueError`` (:func:`check_scalar_fits`), not a silent ``inf`` or ``0``.
 * **Boolean flags take booleans only** (:func:`check_bool`): ``normalize="false"`` is a ``TypeError``.
 * **Sizes:** zero-size ``B, H, D_k, D_v`` or ``T`` raise ``ValueError``; a ``chunk_size`` larger than ``T`` is
-  capped at ``T`` (:func:`check_chunk_size`), so nothing is allocated for it.
+  capped at ``T`` (:func:`check_chunk_size`, applied by :func:`guarded`), so nothing is allocated for it. A size
+  that asks for more memory than the device has is refused by name before anything is allocated
+  (:func:`check_allocation`), and a count of steps has a documented bound (:func:`check_positive_int`'s ``maximum``).
+* **Other arguments:** a ``generator`` is a ``torch.Generator`` or ``None``, a ``dtype`` a floating ``torch.dtype``,
+  a ``device`` one torch knows (:func:`guarded` checks these by name), a named choice one of its options
+  (:func:`check_choice`). Meta tensors either run (shapes only) or are refused by name, never with a torch error.
 * **Ill-posed solves** (a ridge too small for the keys) raise a ``ValueError`` naming the ridge when a
   factorisation fails, and warn (``RuntimeWarning``) when the system is too ill-conditioned for the dtype.
 """
@@ -33,6 +40,7 @@ import contextlib
 import functools
 import inspect
 import math
+import os
 from collections.abc import Iterator, Sequence
 
 import torch
@@ -53,7 +61,21 @@ __all__ = [
     "guarded",
     "check_decayed_sum_args",
     "check_cu_seqlens",
+    "check_choice",
+    "check_generator",
+    "check_dtype",
+    "check_device",
+    "check_allocation",
+    "check_real",
+    "NonFiniteError",
 ]
+
+
+class NonFiniteError(ValueError, FloatingPointError):
+    """NaN or inf where a finite number is needed: a ``ValueError`` (a bad value, named in the message) that is also a
+    ``FloatingPointError``, so that a training loop catching divergence (``except FloatingPointError``) sees NaN
+    activations or logits the same way it sees a NaN loss."""
+
 
 # The switch of the non-finite scans (module-level, so torch.compile guards on it like any global).
 _FINITE_CHECKS = True
@@ -127,7 +149,7 @@ def check_finite(name: str, x, *, allow_neginf: bool = False) -> None:
         n_bad = int(bad.sum())
     if n_bad:
         n_nan = int(torch.isnan(x).sum())
-        raise ValueError(
+        raise NonFiniteError(
             f"{name}: expected finite values, got {n_bad} of {x.numel()} entries NaN or inf ({n_nan} NaN); "
             f"the first at index {tuple(int(i) for i in bad.nonzero()[0])}. (ttr_edu.finite_checks(False) turns "
             "this check off.)"
@@ -255,13 +277,118 @@ def check_same_device(**tensors: torch.Tensor | None) -> torch.device:
     return first
 
 
-def check_positive_int(name: str, value) -> int:
-    """Raise ``TypeError``/``ValueError`` unless ``value`` is a positive int (bools are rejected)."""
+def check_positive_int(name: str, value, *, maximum: int | None = None, why: str = "") -> int:
+    """Raise ``TypeError``/``ValueError`` unless ``value`` is a positive int (bools are rejected), at most ``maximum``
+    when given (``why`` says where the bound comes from)."""
     if isinstance(value, bool) or not isinstance(value, int):
         raise TypeError(f"{name}: expected a positive int, got {type(value).__name__} {value!r}")
     if value <= 0:
         raise ValueError(f"{name}: expected a positive int, got {value}")
+    if maximum is not None and value > maximum:
+        raise ValueError(f"{name}: expected an int from 1 to {maximum}{f' ({why})' if why else ''}, got {value}")
     return value
+
+
+def check_real(name: str, value, *, low: float | None = None, high: float | None = None, dtype=None) -> float:
+    """A finite real number (not a bool) in ``[low, high]``, returned as a float; with ``dtype``, one that fits it
+    (:func:`check_scalar_fits`).
+
+    Raises:
+        TypeError: not an int or float (a bool, a str, a tensor).
+        ValueError: NaN, ±inf, or outside ``[low, high]``.
+    """
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{name}: expected a number, got {type(value).__name__} {value!r}")
+    value = float(value)
+    if not math.isfinite(value):
+        raise ValueError(f"{name}: expected a finite number, got {value}")
+    if (low is not None and value < low) or (high is not None and value > high):
+        bounds = f"[{'-inf' if low is None else f'{low:g}'}, {'inf' if high is None else f'{high:g}'}]"
+        raise ValueError(f"{name}: expected a number in {bounds}, got {value:g}")
+    if dtype is not None:
+        check_scalar_fits(name, value, dtype)
+    return value
+
+
+def check_choice(name: str, value, options) -> str:
+    """Raise ``TypeError`` unless ``value`` is a str, ``ValueError`` unless it is one of ``options`` (listed)."""
+    listing = ", ".join(repr(o) for o in options)
+    if not isinstance(value, str):
+        raise TypeError(f"{name}: expected one of {listing}, got {type(value).__name__} {value!r}")
+    if value not in options:
+        raise ValueError(f"{name}: expected one of {listing}, got {value!r}")
+    return value
+
+
+def check_generator(name: str, generator) -> None:
+    """Raise ``TypeError`` unless ``generator`` is a ``torch.Generator`` or ``None``."""
+    if generator is not None and not isinstance(generator, torch.Generator):
+        raise TypeError(f"{name}: expected a torch.Generator or None, got {type(generator).__name__} {generator!r}")
+
+
+def check_dtype(name: str, dtype, *, floating: bool = True) -> torch.dtype:
+    """Raise ``TypeError`` unless ``dtype`` is a ``torch.dtype`` (a floating one when ``floating``)."""
+    if not isinstance(dtype, torch.dtype) or (floating and not dtype.is_floating_point):
+        kind = "a floating torch.dtype such as torch.float32" if floating else "a torch.dtype"
+        raise TypeError(f"{name}: expected {kind}, got {dtype!r}")
+    return dtype
+
+
+def check_device(name: str, device, *, allow_none: bool = True) -> torch.device | None:
+    """A ``torch.device`` from ``device`` (a ``torch.device`` or a str such as ``"cpu"``, ``"cuda:0"``).
+
+    Raises:
+        TypeError: neither a str nor a ``torch.device`` (nor ``None`` when allowed).
+        ValueError: a string torch does not parse, or a device this machine does not have (``"cuda"`` without a GPU).
+    """
+    if device is None and allow_none:
+        return None
+    if not isinstance(device, (str, torch.device)):
+        raise TypeError(
+            f"{name}: expected a torch.device or a str such as 'cpu', got {type(device).__name__} {device!r}"
+        )
+    try:
+        parsed = torch.device(device)
+    except RuntimeError as error:
+        raise ValueError(f"{name}: not a device torch knows: {device!r} ({str(error).splitlines()[0][:80]})") from None
+    if parsed.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"{name}: {device!r} asks for a CUDA GPU, and this machine has none")
+    return parsed
+
+
+def memory_bytes(device=None) -> int:
+    """The memory a tensor on ``device`` may at most occupy: the GPU's total memory, or the host's physical memory
+    (unbounded for the meta device, which allocates nothing)."""
+    device = torch.device("cpu") if device is None else torch.device(device)
+    if device.type == "meta":
+        return 2**62
+    if device.type == "cuda" and torch.cuda.is_available():
+        return torch.cuda.get_device_properties(device).total_memory
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, ValueError, OSError):  # pragma: no cover - not POSIX
+        return 2**40
+
+
+def check_allocation(name: str, shape: Sequence[int], *, dtype=torch.float32, device=None, what: str = "") -> None:
+    """Refuse, naming the argument ``name``, a tensor of ``shape`` that could not fit in the device's memory.
+
+    Called before the allocation, so a huge size (``hidden_size=10**9``) is a one-line ``ValueError`` instead of
+    a torch allocator error (or minutes of swapping).
+
+    Raises:
+        ValueError: ``prod(shape) × itemsize`` exceeds :func:`memory_bytes` of ``device``.
+    """
+    numel = math.prod(int(n) for n in shape)
+    itemsize = torch.empty((), dtype=dtype).element_size() if isinstance(dtype, torch.dtype) else 4
+    needed, available = numel * itemsize, memory_bytes(device)
+    if needed > available:
+        label = f" for {what}" if what else ""
+        raise ValueError(
+            f"{name}: asks for {fmt_dims(tuple(int(n) for n in shape))} = {numel:.3g} entries{label}, "
+            f"{needed / 2**30:.3g} GiB of {str(dtype).replace('torch.', '')}, more than the {available / 2**30:.3g} "
+            f"GiB of memory of {torch.device('cpu') if device is None else device}"
+        )
 
 
 def check_positive_float(name: str, value, *, allow_zero: bool = False) -> float:
@@ -288,6 +415,8 @@ def check_decayed_sum_args(x, g, chunk_size) -> None:
     check_tensor("x", x)
     if x.dim() < 3:
         raise ValueError(f"x: expected at least 3 dims (B, H, T, *F), got shape {tuple(x.shape)}")
+    if 0 in x.shape[:3]:
+        raise ValueError(f"x: expected B, H, T >= 1 in (B, H, T, *F), got shape {tuple(x.shape)}")
     check_finite("x", x)
     if g is None:
         return
@@ -302,11 +431,19 @@ def check_decayed_sum_args(x, g, chunk_size) -> None:
         raise ValueError(f"g: expected a log decay <= 0 (exp(g) a decay factor), got max {g.max().item():.4g}")
 
 
-#: Argument names that :func:`guarded` treats as boolean flags, and as scalars that must fit the compute dtype.
+#: Argument names that :func:`guarded` treats as boolean flags (beside every argument whose default is a bool), and
+#: as scalars that must fit the compute dtype. An old name (``lam``) never reaches it:
+#: :func:`~ttr_edu._internal.deprecation.renamed_arguments` wraps outside it and renames first, so the checks hold
+#: for both spellings.
 BOOL_ARGS = frozenset({"output_final_state", "normalize", "qk_norm", "redraw"})
-SCALAR_ARGS = frozenset({"scale", "lam", "ridge", "eps"})
-#: A log decay may be −inf (a reset); its own check (``ops._common.check_log_decay``) refuses NaN and +inf.
+SCALAR_ARGS = frozenset({"scale", "ridge", "eps"})
+#: A log decay may be −inf (a reset); its own check (:func:`ttr_edu._internal.contract.check_log_decay`) refuses
+#: NaN and +inf.
 LOG_DECAY_ARGS = frozenset({"g"})
+#: Arguments checked by their name: a random generator, a floating dtype, a device.
+GENERATOR_ARGS = frozenset({"generator"})
+DTYPE_ARGS = frozenset({"dtype"})
+DEVICE_ARGS = frozenset({"device"})
 
 
 def _check_finite_tree(name: str, value) -> None:
@@ -317,16 +454,43 @@ def _check_finite_tree(name: str, value) -> None:
         check_finite(name, value)
 
 
-def guarded(fn):
-    """Wrap a public op with the input policy of this module, keyed on its argument names.
+def _has_meta(value) -> bool:
+    if isinstance(value, torch.Tensor):
+        return value.device.type == "meta"
+    return isinstance(value, (tuple, list)) and any(_has_meta(item) for item in value)
 
-    Before the call: flags named in :data:`BOOL_ARGS` must be bools; numbers named in :data:`SCALAR_ARGS` must fit
-    the compute dtype of the first tensor argument; every other tensor argument (and each tensor of a tuple, such
-    as ``initial_state``) must be finite, except the log decay ``g``. After the call: a non-finite output ``o``
-    (the first returned tensor) from finite inputs is an overflow of its dtype and raises ``ValueError`` naming
-    ``o``. Shapes and dtypes stay with the op itself. The scans follow :func:`finite_checks`.
+
+def _capped_chunk(chunk_size, named: dict):
+    """``chunk_size`` capped at the longest time axis of ``q, k, v`` (dim 1 in the fla layout); unchanged when it is
+    no positive int (the op's own check names it) or no such tensor is given."""
+    if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size <= 0:
+        return chunk_size
+    lengths = [x.shape[1] for n in ("q", "k", "v") if isinstance(x := named.get(n), torch.Tensor) and x.dim() >= 2]
+    longest = max(lengths, default=0)
+    return min(chunk_size, longest) if longest > 0 else chunk_size
+
+
+def guarded(fn=None, *, cap_chunk: bool = True):
+    """Wrap a public function with the input policy of this module, keyed on its argument names.
+
+    Before the call: flags (the names in :data:`BOOL_ARGS` and every argument whose default is a bool) must be
+    bools; numbers named in :data:`SCALAR_ARGS` must fit the compute dtype of the first tensor argument; a
+    ``generator``, ``dtype`` or ``device`` must be one; a ``chunk_size`` is capped at the longest time axis of
+    ``q, k, v`` (:func:`check_chunk_size`: nothing is allocated for a huge one); every other tensor argument (and
+    each tensor of a tuple, such as ``initial_state``) must be finite, except the log decay ``g``. After the call: a
+    non-finite output ``o`` (the first returned tensor) from finite inputs is an overflow of its dtype and raises
+    ``ValueError`` naming ``o``. A function that reads the values of a meta tensor (which has none) fails with a
+    ``ValueError`` naming that argument, not torch's ``RuntimeError``. Shapes and dtypes stay with the function
+    itself. The scans follow :func:`finite_checks`.
+
+    ``@guarded(cap_chunk=False)`` leaves ``chunk_size`` alone (the kernels, whose tiles need a power of two).
     """
-    params = list(inspect.signature(fn).parameters)
+    if fn is None:
+        return functools.partial(guarded, cap_chunk=cap_chunk)
+    signature = inspect.signature(fn)
+    params = list(signature.parameters)
+    flags = BOOL_ARGS | {n for n, p in signature.parameters.items() if isinstance(p.default, bool)}
+    chunk_index = params.index("chunk_size") if cap_chunk and "chunk_size" in params else None
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
@@ -335,18 +499,40 @@ def guarded(fn):
         first = next((x for x in named.values() if isinstance(x, torch.Tensor)), None)
         dtype = first.dtype if first is not None else torch.float32
         for name, value in named.items():
-            if name in BOOL_ARGS:
+            if name in flags:
                 check_bool(name, value)
             elif name in SCALAR_ARGS:
                 check_scalar_fits(name, value, dtype)
+            elif name in GENERATOR_ARGS:
+                check_generator(name, value)
+            elif name in DTYPE_ARGS:
+                check_dtype(name, value)
+            elif name in DEVICE_ARGS:
+                check_device(name, value)
             elif name not in LOG_DECAY_ARGS:
                 _check_finite_tree(name, value)
-        out = fn(*args, **kwargs)
+        if chunk_index is not None and "chunk_size" in named:
+            capped = _capped_chunk(named["chunk_size"], named)
+            if capped != named["chunk_size"]:
+                if chunk_index < len(args):
+                    args = (*args[:chunk_index], capped, *args[chunk_index + 1 :])
+                else:
+                    kwargs["chunk_size"] = capped
+        try:
+            out = fn(*args, **kwargs)
+        except (RuntimeError, NotImplementedError) as error:
+            meta = next((n for n, v in named.items() if _has_meta(v)), None)
+            if meta is None or "meta" not in str(error):
+                raise
+            raise ValueError(
+                f"{meta}: a meta tensor carries no values, and {fn.__name__} reads them (a check or a branch on the "
+                "data); pass tensors with values"
+            ) from None
         o = out[0] if isinstance(out, tuple) else out
         if _FINITE_CHECKS and isinstance(o, torch.Tensor) and o.device.type != "meta" and o.is_floating_point():
             n_bad = 0 if all_finite(o) else int((~torch.isfinite(o.detach())).sum())
             if n_bad:
-                raise ValueError(
+                raise NonFiniteError(
                     f"o: {n_bad} of {o.numel()} outputs are NaN or inf although every input is finite: the result "
                     f"overflows {o.dtype} (largest finite {torch.finfo(o.dtype).max:.3g}); lower scale, normalise q "
                     "and k (l2_norm) or the values, or compute in float32/float64"
@@ -375,6 +561,8 @@ def check_cu_seqlens(cu_seqlens, q) -> list[int]:
         )
     if cu_seqlens.is_floating_point() or cu_seqlens.is_complex() or cu_seqlens.dtype == torch.bool:
         raise TypeError(f"cu_seqlens: expected an integer dtype (int32 or int64 offsets), got {cu_seqlens.dtype}")
+    if cu_seqlens.device.type == "meta":
+        raise ValueError("cu_seqlens: expected offsets with values (on the CPU or the device of q), got a meta tensor")
     if cu_seqlens.dim() != 1 or cu_seqlens.numel() < 2:
         raise ValueError(
             "cu_seqlens: expected a 1-D tensor of shape (N + 1,) with N >= 1 sequences, "

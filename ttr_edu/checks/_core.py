@@ -1,4 +1,4 @@
-"""The machinery every exercise check shares (DESIGN.md §4).
+"""The machinery every exercise check shares (CONTRIBUTING.md, "Notebooks and exercises").
 
 A check calls the student's function on seeded random cases and compares it with the package's reference.
 It has exactly three outcomes:
@@ -12,21 +12,69 @@ It has exactly three outcomes:
   the first wrong element, the expected and the received value. In Jupyter only this message is shown, not a
   traceback through the package (``CheckFailed._render_traceback_``); when the student's function raised, the
   message names the line of the student's code where it did.
+
+Where a wrong answer goes depends on who runs the notebook. In the student's own kernel (JupyterLab, Run All) a failed
+check prints ``FAIL`` with the reason and returns ``False``: the notebook runs on, and the cells below use the
+package's own implementation, as for an unattempted exercise. Under nbgrader's autograder or *Validate* (and
+``ttr-edu check``, which grades the same way) it raises, so the graded cell fails and scores 0. Elsewhere (a plain
+Python process, the test suite) it raises too.
+
+Grading integrity (see ``grading.md`` for what this can and cannot defend against):
+
+* whether the autograder runs is read from ``NBGRADER_EXECUTION`` in the environment this process **started** with
+  (``/proc/self/environ``) and at import, not only from ``os.environ``, so a cell that unsets it changes nothing;
+* the package's check modules are read-only (:func:`seal`): a cell cannot replace a check, a reference, or this
+  machinery by assigning to a module attribute, and each graded cell imports its check module afresh, so rebinding
+  the notebook's ``checks`` changes nothing either;
+* a check refuses to run when a function of ``torch``, of Python's builtins or of the package was replaced by code
+  from the notebook, or a torch function/dispatch mode is active, and it compares with ``torch`` functions held
+  from import time;
+* a result must be a plain ``torch.Tensor`` (a subclass could answer ``torch.allclose`` itself) or a plain number;
+* the student's function is traced while it runs: calling the package's own implementation of the exercise (the
+  reference, or the one package function a check's reference wraps) is a failure, not a pass.
 """
 
 from __future__ import annotations
 
+import builtins
 import copy
 import dis
+import functools
 import os
+import site
+import sys
+import sysconfig
+import threading
 import traceback
+import types
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
 import torch
 
-__all__ = ["CheckFailed", "run_check", "random_case", "relative_error", "first_mismatch", "describe"]
+__all__ = [
+    "CheckFailed",
+    "run_check",
+    "random_case",
+    "relative_error",
+    "first_mismatch",
+    "describe",
+    "under_autograder",
+    "graded",
+    "seal",
+]
+
+# -- torch as it was when the checks were imported ---------------------------------------------------------------------
+# The comparisons call these, never a name looked up at check time: a cell that rebinds torch.allclose changes nothing
+# here (and is refused by _refuse_tampering as well).
+_PLAIN_TENSORS = (torch.Tensor, torch.nn.Parameter)  # Parameter disables __torch_function__ like a plain tensor
+_allclose = torch.allclose
+_isclose = torch.isclose
+_equal = torch.equal
+_vector_norm = torch.linalg.vector_norm
+_to_double = torch.Tensor.double
+_STRIDED = torch.strided
 
 
 class CheckFailed(AssertionError):
@@ -37,10 +85,209 @@ class CheckFailed(AssertionError):
         return [f"CheckFailed: {line}" if i == 0 else line for i, line in enumerate(str(self).splitlines())]
 
 
+# -- who runs the notebook ---------------------------------------------------------------------------------------------
+
+#: What nbgrader 0.9 sets in NBGRADER_EXECUTION while it autogrades or validates (the kernel inherits it).
+_GRADER_MODES = frozenset({"autograde", "validate"})
+
+
+def _started_under_grader() -> bool:
+    """Whether NBGRADER_EXECUTION named the autograder when this process started or when this module was imported.
+
+    The environment a process started with stays in ``/proc/self/environ`` whatever ``os.environ`` later becomes
+    (``os.environ.pop``, ``unsetenv`` and ``clearenv`` change a copy). Where there is no ``/proc`` (macOS, Windows),
+    psutil reads the start-up environment if it is installed; the value at import is kept in any case.
+    """
+    if os.environ.get("NBGRADER_EXECUTION") in _GRADER_MODES:
+        return True
+    try:
+        with open("/proc/self/environ", "rb") as f:
+            entries = f.read().split(b"\0")
+        return any(entry == b"NBGRADER_EXECUTION=" + mode.encode() for entry in entries for mode in _GRADER_MODES)
+    except OSError:
+        pass
+    try:
+        import psutil
+
+        return psutil.Process().environ().get("NBGRADER_EXECUTION") in _GRADER_MODES
+    except Exception:  # noqa: BLE001 - no psutil, or a platform it cannot read: the value at import stands
+        return False
+
+
+_STARTED_UNDER_GRADER = _started_under_grader()
+
+
+def under_autograder() -> bool:
+    """True while nbgrader autogrades or validates this notebook (or ``ttr-edu check`` grades it): a check then raises
+    on an unattempted or wrong exercise, so its graded cell scores 0. A cell cannot turn this off by unsetting
+    ``NBGRADER_EXECUTION``: the value the process started with counts."""
+    return _STARTED_UNDER_GRADER or os.environ.get("NBGRADER_EXECUTION") in _GRADER_MODES
+
+
+def _in_kernel() -> bool:
+    """Whether the check runs in an IPython kernel or shell (JupyterLab, the student's own notebook)."""
+    ipython = sys.modules.get("IPython")
+    try:
+        return ipython is not None and ipython.get_ipython() is not None
+    except Exception:  # noqa: BLE001 - a broken IPython is no kernel
+        return False
+
+
+# -- what the student's code may not have changed ----------------------------------------------------------------------
+
+_PACKAGE_DIR = Path(__file__).resolve().parents[1]
+
+
+def _trusted_roots() -> tuple[str, ...]:
+    """Folders whose code is a library's, not the notebook's: the package, torch, the stdlib, site-packages."""
+    paths = sysconfig.get_paths()
+    roots = {paths.get(key) for key in ("stdlib", "platstdlib", "purelib", "platlib")}
+    try:
+        roots.update(site.getsitepackages())
+    except AttributeError:  # pragma: no cover - very old virtualenvs
+        pass
+    roots.add(site.getusersitepackages() if site.ENABLE_USER_SITE else None)
+    roots.update({str(Path(torch.__file__).resolve().parent), str(_PACKAGE_DIR)})
+    return tuple(sorted({str(Path(root).resolve()) + os.sep for root in roots if root}))
+
+
+_TRUSTED_ROOTS = _trusted_roots()
+
+
+@functools.lru_cache(maxsize=4096)
+def _trusted_file(filename: str) -> bool:
+    try:
+        return str(Path(filename).resolve()).startswith(_TRUSTED_ROOTS)
+    except (OSError, ValueError):
+        return False
+
+
+def _trusted_module(name: str) -> bool:
+    module = sys.modules.get(name)
+    if module is None or name == "__main__":
+        return False
+    file = getattr(module, "__file__", None)
+    return file is None or _trusted_file(file)  # a built-in module has no file
+
+
+def _from_notebook(value: Any, depth: int = 0) -> bool:
+    """Whether ``value`` (a function, method, partial or class) was defined by the notebook rather than a library.
+
+    A function counts as the notebook's when its code lives outside every trusted folder (an IPython cell, a module
+    beside the notebook), or was compiled from a string with the notebook's globals. Wrappers are followed through
+    ``__wrapped__``, ``__func__`` and ``func``, and every layer is looked at (a notebook function cannot hide behind a
+    ``__wrapped__`` that names a package function).
+    """
+    if depth > 8:
+        return False
+    if isinstance(value, (types.FunctionType, types.LambdaType)):
+        code = value.__code__
+        if code.co_filename.startswith("<"):  # compiled from a string: namedtuple and dataclass methods, or a cell's
+            name = value.__globals__.get("__name__", "")
+            own = not name or name == "__main__" or (name in sys.modules and not _trusted_module(name))
+        else:
+            own = not _trusted_file(code.co_filename)
+        if own:
+            return True
+    elif isinstance(value, type):
+        if value.__module__ == "__main__" or not _trusted_module(value.__module__):
+            return True
+        return False
+    elif type(value).__module__ == "__main__":  # an instance of a notebook class standing in for a function
+        return True
+    for attribute in ("__wrapped__", "__func__", "func"):
+        try:
+            inner = object.__getattribute__(value, attribute)
+        except AttributeError:
+            continue
+        if inner is not value and _from_notebook(inner, depth + 1):
+            return True
+    return False
+
+
+def _watched() -> dict[str, dict]:
+    """The namespaces whose functions a check relies on: builtins, torch and its tensor methods, the linear algebra
+    and functional namespaces. (The package's own modules are scanned by :func:`_refuse_tampering` instead.)"""
+    return {
+        "builtins": vars(builtins),
+        "torch": vars(torch),
+        "torch.Tensor": {**vars(torch._C.TensorBase), **vars(torch.Tensor)},
+        "torch.linalg": vars(torch.linalg),
+        "torch.nn.functional": vars(torch.nn.functional),
+    }
+
+
+def _snapshot() -> dict[str, dict[str, Any]]:
+    snapshot = {}
+    for where, namespace in _watched().items():
+        if where == "builtins":  # only real builtins: kernels rebind input/exit/quit per cell, as bound methods
+            kept = {k: v for k, v in namespace.items() if isinstance(v, (types.BuiltinFunctionType, type))}
+        else:
+            kept = {k: v for k, v in namespace.items() if callable(v)}
+        snapshot[where] = kept
+    return snapshot
+
+
+_SNAPSHOT = _snapshot()
+
+
+def _wraps(value: Any, original: Any) -> bool:
+    """Whether ``value`` wraps ``original`` (``functools.wraps``): torch._dynamo wraps ``torch.manual_seed`` so."""
+    for _ in range(8):
+        value = getattr(value, "__wrapped__", None)
+        if value is None:
+            return False
+        if value is original:
+            return True
+    return False
+
+
+def _tampering() -> str | None:
+    """What the notebook changed that a check relies on, or ``None``: a replaced or deleted function of builtins,
+    torch or the package, a function of the notebook put into one of them, or an active torch mode."""
+    current = _watched()
+    for where, kept in _SNAPSHOT.items():
+        namespace = current[where]
+        for name, original in kept.items():
+            now = namespace.get(name)
+            if now is not original and not _wraps(now, original):
+                return f"{where}.{name} was {'deleted' if now is None else 'replaced'}"
+        for name, value in namespace.items():
+            if callable(value) and _from_notebook(value):
+                return f"{where}.{name} was replaced by code from the notebook"
+    for module_name, module in list(sys.modules.items()):
+        if not (module_name == "ttr_edu" or module_name.startswith("ttr_edu.")) or not isinstance(
+            module, types.ModuleType
+        ):
+            continue
+        for name, value in list(vars(module).items()):
+            if name.startswith("__") or not callable(value):
+                continue
+            if _from_notebook(value):
+                return f"{module_name}.{name} was replaced by code from the notebook"
+            if isinstance(value, type) and value.__module__.startswith("ttr_edu"):
+                for attribute, member in list(vars(value).items()):
+                    if callable(member) or isinstance(member, (staticmethod, classmethod)):
+                        if _from_notebook(member):
+                            return f"{module_name}.{name}.{attribute} was replaced by code from the notebook"
+    if torch._C._len_torch_function_stack() or torch._C._len_torch_dispatch_stack():
+        return "a torch function or dispatch mode is active (it could answer for torch's own functions)"
+    return None
+
+
+def _refuse_tampering(name: str) -> None:
+    problem = _tampering()
+    if problem is not None:
+        raise CheckFailed(
+            f"{name}: the check refuses to run: {problem}. Checks compare with torch and the package as they are "
+            "installed; restart the kernel, remove that code and run the notebook again."
+        )
+
+
+# -- calling the student's function ------------------------------------------------------------------------------------
+
 #: Frames in these folders are the package's or torch's, not the student's.
-_LIBRARY_DIRS = tuple(str(Path(m.__file__).resolve().parent) for m in (torch,)) + (
-    str(Path(__file__).resolve().parents[1]),
-)
+_LIBRARY_DIRS = tuple(str(Path(m.__file__).resolve().parent) for m in (torch,)) + (str(_PACKAGE_DIR),)
 #: Bytecode a function runs before its first statement (not a statement of the body).
 _PROLOGUE = {"RESUME", "NOP", "COPY_FREE_VARS", "MAKE_CELL", "RETURN_GENERATOR", "POP_TOP", "CACHE"}
 
@@ -89,14 +336,147 @@ def _where(err: BaseException) -> str:
     return f"\n  at line {frame.lineno} of your code ({frame.name}){source}"
 
 
-def _call_student(student_fn: Callable, kwargs: dict):
-    """Call the student's function; a ``NotImplementedError`` other than the untouched stub's is a wrong answer."""
+def _function(value: Any) -> types.FunctionType | None:
+    """The Python function behind ``value`` (through ``__wrapped__``, bound methods and partials), or None."""
+    for _ in range(8):
+        if isinstance(value, types.FunctionType) and not hasattr(value, "__wrapped__"):
+            return value
+        inner = getattr(value, "__wrapped__", None) or getattr(value, "__func__", None)
+        if inner is None and isinstance(value, functools.partial):
+            inner = value.func
+        if inner is None:
+            return value if isinstance(value, types.FunctionType) else None
+        value = inner
+    return None
+
+
+def _label(fn: types.FunctionType) -> str:
+    module = fn.__module__ or "?"
+    return f"{module}.{fn.__qualname__}"
+
+
+def _in_checks(fn: types.FunctionType) -> bool:
+    return (fn.__module__ or "").startswith("ttr_edu.checks")
+
+
+def _package_code(value: Any) -> bool:
+    module = getattr(value, "__module__", "") or ""
+    return module.startswith("ttr_edu.") and not module.startswith(("ttr_edu.checks", "ttr_edu._internal"))
+
+
+def _callees(fn: types.FunctionType) -> list[Any]:
+    """The functions and classes that ``fn`` names: globals, attributes of package modules it names
+    (``hebbian.store``), and what its closure holds (a reference built by a factory)."""
+    names, stack = set(), [fn.__code__]
+    while stack:
+        code = stack.pop()
+        names.update(code.co_names)
+        stack.extend(c for c in code.co_consts if isinstance(c, types.CodeType))
+    found = []
+    for name in sorted(names):
+        value = fn.__globals__.get(name)
+        if isinstance(value, types.ModuleType) and value.__name__.startswith("ttr_edu."):
+            found.extend(getattr(value, attribute) for attribute in sorted(names) if hasattr(value, attribute))
+        elif value is not None:
+            found.append(value)
+    for cell in fn.__closure__ or ():
+        try:
+            found.append(cell.cell_contents)
+        except ValueError:  # an empty cell
+            pass
+    unique = []
+    for value in found:
+        if callable(value) and all(value is not u for u in unique):
+            unique.append(value)
+    return unique
+
+
+def _methods(cls: type) -> dict[types.CodeType, str]:
+    """The code of a package class's own methods that do its work: ``__init__``, ``__call__`` and public methods."""
+    found = {}
+    for klass in cls.__mro__:
+        if not _package_code(klass):
+            continue
+        for name, member in vars(klass).items():
+            method = _function(member)
+            if method is not None and (name in ("__init__", "__call__") or not name.startswith("_")):
+                found[method.__code__] = _label(method)
+    return found
+
+
+def implementations(reference_fn: Callable, _depth: int = 0) -> dict[types.CodeType, str]:
+    """The package's own implementations of the exercise a check compares with ``reference_fn``: code objects and
+    their names. A student's function that runs one of them is not the student's own work.
+
+    * ``reference_fn`` itself (the package function, or the check's own reference);
+    * when ``reference_fn`` is a check's adapter (defined in ``ttr_edu.checks``): the one package function it calls,
+      if it calls exactly one (``delta_rule_recurrent`` behind chapter 04's one-head step); when it calls no package
+      function but builds package classes (the regression framework), those classes' methods; and, for an
+      adapter built around another one (held in its closure), the same for the inner one. An adapter that calls
+      several package functions (a training loop calling ``random_windows`` and ``causal_lm_loss``) uses them as
+      tools the exercise may use too, so only the adapter itself counts.
+    """
+    fn = _function(reference_fn)
+    if fn is None:
+        return {}
+    found = {fn.__code__: _label(fn)}
+    if _in_checks(fn) and _depth < 3:
+        callees = _callees(fn)
+        package = [c for c in callees if _package_code(c)]
+        functions = [f for f in (_function(c) for c in package if not isinstance(c, type)) if f is not None]
+        if len(functions) == 1:
+            found[functions[0].__code__] = _label(functions[0])
+        elif not functions:
+            for cls in (c for c in package if isinstance(c, type)):
+                found.update(_methods(cls))
+        for cell in fn.__closure__ or ():  # an adapter built around another (a check's fresh-setup wrapper)
+            try:
+                inner = _function(cell.cell_contents)
+            except ValueError:  # an empty cell
+                continue
+            if inner is not None and inner is not fn and _in_checks(inner):
+                found.update(implementations(inner, _depth + 1))
+    return found
+
+
+class _Tracer:
+    """Records whether any of ``targets`` (code objects) starts running while it is installed with ``sys.settrace``.
+
+    Only the call event of each new frame reaches it (it returns None: no line events), so the student's function
+    runs at nearly full speed.
+    """
+
+    def __init__(self, targets: dict[types.CodeType, str]) -> None:
+        self.targets = targets
+        self.hit: str | None = None
+
+    def __call__(self, frame, event, arg):
+        if self.hit is None and frame.f_code in self.targets:
+            self.hit = self.targets[frame.f_code]
+
+
+def _call_student(student_fn: Callable, kwargs: dict, targets: dict | None = None) -> tuple[Any, str | None]:
+    """Call the student's function; returns its result and the package implementation it ran, if any.
+
+    A ``NotImplementedError`` other than the untouched stub's is a wrong answer.
+    """
+    tracer = _Tracer(targets) if targets else None
+    previous = sys.gettrace()
+    if tracer is not None:
+        sys.settrace(tracer)
     try:
-        return student_fn(**kwargs)
+        result = student_fn(**kwargs)
     except NotImplementedError as err:
         if _is_untouched_stub(err):
             raise
         raise _PartlyWritten(err) from None
+    finally:
+        if tracer is not None:
+            current = sys.gettrace()
+            sys.settrace(previous)
+            if current is not tracer and current is not None and _from_notebook(current):
+                raise CheckFailed("your function replaced the check's tracing (sys.settrace); remove that code")
+    return result, tracer.hit if tracer is not None else None
 
 
 class _PartlyWritten(Exception):
@@ -108,17 +488,20 @@ class _PartlyWritten(Exception):
         self.__traceback__ = err.__traceback__
 
 
+# -- comparing ---------------------------------------------------------------------------------------------------------
+
+
 def relative_error(a: torch.Tensor, b: torch.Tensor) -> float:
-    """``‖a − b‖ / ‖b‖`` in float64 (DESIGN.md §3); ``‖a − b‖`` when ``b`` is zero."""
-    a64, b64 = a.detach().double(), b.detach().double()
-    denominator = torch.linalg.vector_norm(b64).item()
-    numerator = torch.linalg.vector_norm(a64 - b64).item()
+    """``‖a − b‖ / ‖b‖`` in float64, as fla's tests compare; ``‖a − b‖`` when ``b`` is zero."""
+    a64, b64 = _to_double(a.detach()), _to_double(b.detach())
+    denominator = _vector_norm(b64).item()
+    numerator = _vector_norm(a64 - b64).item()
     return numerator / denominator if denominator > 0 else numerator
 
 
 def first_mismatch(got: torch.Tensor, want: torch.Tensor, rtol: float, atol: float) -> str:
     """Describe the first element where ``got`` and ``want`` differ beyond tolerance."""
-    close = torch.isclose(got.double(), want.double(), rtol=rtol, atol=atol)
+    close = _isclose(_to_double(got), _to_double(want), rtol=rtol, atol=atol)
     bad = (~close).nonzero()
     if len(bad) == 0:
         return "all elements agree"
@@ -144,7 +527,7 @@ def _dtype_note(got: torch.Tensor, want: torch.Tensor) -> str:
     g, w = (str(t.dtype).replace("torch.", "") for t in (got, want))
     if got.is_floating_point() and want.is_floating_point():
         eps = torch.finfo(got.dtype).eps
-        if torch.allclose(got.double(), want.double(), rtol=100 * eps, atol=100 * eps):
+        if _allclose(_to_double(got), _to_double(want), rtol=100 * eps, atol=100 * eps):
             return (
                 f"\n  only the dtype differs: your result is {g}, the reference {w}; the values agree to {g}'s "
                 f"rounding. Compute in {w} (e.g. pass dtype=torch.{w} to torch.arange / torch.tensor)."
@@ -152,37 +535,63 @@ def _dtype_note(got: torch.Tensor, want: torch.Tensor) -> str:
     return f"\n  note: your result is {g}, the reference {w}"
 
 
+def _plain_number(value: Any) -> bool:
+    """A Python or NumPy number, or a one-element plain tensor: nothing whose comparison its own code could answer."""
+    if type(value) in (int, float, bool):
+        return True
+    if type(value) in _PLAIN_TENSORS:
+        return value.numel() == 1
+    numpy = sys.modules.get("numpy")
+    return numpy is not None and type(value).__module__ == "numpy" and isinstance(value, numpy.number | numpy.bool_)
+
+
 def _compare(name: str, got: Any, want: Any, case: dict, rtol: float, atol: float) -> None:
     inputs = ", ".join(f"{k}={describe(v)}" for k, v in case.items())
     if isinstance(want, torch.Tensor):
-        if not isinstance(got, torch.Tensor):
-            raise CheckFailed(f"{name}: expected a torch.Tensor, got {type(got).__name__}\n  inputs: {inputs}")
+        if type(got) not in _PLAIN_TENSORS:
+            kind = "a subclass of torch.Tensor" if isinstance(got, torch.Tensor) else "not a tensor"
+            raise CheckFailed(
+                f"{name}: expected a plain torch.Tensor, got {type(got).__name__} ({kind})\n  inputs: {inputs}"
+            )
+        if got.layout != _STRIDED or got.device != want.device:
+            raise CheckFailed(
+                f"{name}: expected a dense tensor on {want.device}, got a {got.layout} tensor on {got.device}\n"
+                f"  inputs: {inputs}"
+            )
         if got.shape != want.shape:
             raise CheckFailed(
                 f"{name}: wrong shape: got {tuple(got.shape)}, expected {tuple(want.shape)}\n  inputs: {inputs}"
             )
-        if not torch.allclose(got.double(), want.double(), rtol=rtol, atol=atol):
+        if not _allclose(_to_double(got.detach()), _to_double(want.detach()), rtol=rtol, atol=atol):
             raise CheckFailed(
                 f"{name}: wrong values (relative error {relative_error(got, want):.3g})\n"
-                f"  inputs: {inputs}\n  {first_mismatch(got, want, rtol, atol)}{_dtype_note(got, want)}"
+                f"  inputs: {inputs}\n  {first_mismatch(got.detach(), want.detach(), rtol, atol)}"
+                f"{_dtype_note(got, want)}"
             )
     elif isinstance(want, (tuple, list)):
         if not isinstance(got, (tuple, list)) or len(got) != len(want):
             raise CheckFailed(f"{name}: expected a sequence of {len(want)} results, got {got!r}\n  inputs: {inputs}")
-        for i, (g, w) in enumerate(zip(got, want)):
+        for i, (g, w) in enumerate(zip(list(got), want)):
             _compare(f"{name}[{i}]", g, w, case, rtol, atol)
-    else:
-        if isinstance(got, torch.Tensor) and got.numel() != 1:
+    elif _plain_number(want):
+        if isinstance(got, torch.Tensor) and type(got) in _PLAIN_TENSORS and got.numel() != 1:
             raise CheckFailed(
                 f"{name}: expected a single number like {want!r}, got a tensor of shape {tuple(got.shape)}\n"
                 f"  inputs: {inputs}"
             )
-        try:
-            ok = abs(float(got) - float(want)) <= atol + rtol * abs(float(want))
-        except (TypeError, ValueError):
-            ok = got == want
+        if not _plain_number(got):
+            raise CheckFailed(
+                f"{name}: expected a plain number like {want!r}, got {type(got).__name__}\n  inputs: {inputs}"
+            )
+        ok = abs(float(got) - float(want)) <= atol + rtol * abs(float(want))
         if not ok:
             raise CheckFailed(f"{name}: got {got!r}, expected {want!r}\n  inputs: {inputs}")
+    else:
+        if type(got) is not type(want) or not got == want:
+            raise CheckFailed(f"{name}: got {got!r}, expected {want!r}\n  inputs: {inputs}")
+
+
+_state = threading.local()  # depth of nested graded checks in this thread: only the outermost one reports
 
 
 def run_check(
@@ -211,24 +620,42 @@ def run_check(
         ``True`` when every case agrees, ``False`` when the student's function is not written yet.
 
     Raises:
-        CheckFailed: on the first disagreeing case, with the case and the first wrong element.
+        CheckFailed: on the first disagreeing case, with the case and the first wrong element; when the student's
+            function calls the package's own implementation (:func:`implementations`); when it returns a tensor
+            subclass or something else than a plain tensor or number; when the notebook replaced a function the
+            check relies on; and, under the autograder, when the exercise is not attempted. A check called from a
+            graded cell reports these in the student's own kernel instead (see :func:`graded`).
         ValueError: ``cases`` is empty (a check with no case could not fail).
     """
+    if not getattr(_state, "depth", 0):  # called directly, not through a graded check (which has looked already)
+        _refuse_tampering(name)
     if not callable(student_fn):
-        raise TypeError(f"{name}: expected your function, got {type(student_fn).__name__}")
+        raise CheckFailed(f"{name}: expected your function, got {type(student_fn).__name__}")
+    targets = implementations(reference_fn)
+    launcher = _function(student_fn)
+    if (
+        launcher is not None
+        and _in_checks(launcher)
+        and launcher.__closure__
+        and launcher is not _function(reference_fn)
+    ):
+        # the check's own wrapper around the student's function, built as the reference's wrapper (the same code)
+        targets = {code: label for code, label in targets.items() if code is not launcher.__code__}
     n_cases = 0
     for case in cases:
         want = reference_fn(**_cloned(case))
         given = _cloned(case)
         try:
-            got = _call_student(student_fn, given)
+            got, used = _call_student(student_fn, given, targets)
         except NotImplementedError:
             # nbgrader sets NBGRADER_EXECUTION while it autogrades ("autograde") or validates ("validate"): there an
             # unattempted exercise must fail its graded cell (0 points); in the student's own kernel it runs on.
-            if os.environ.get("NBGRADER_EXECUTION") in ("autograde", "validate"):
+            if under_autograder():
                 raise CheckFailed(f"{name}: not attempted (the stub still raises NotImplementedError)") from None
             print(f"[not attempted yet] {name}: fill in the function above, run its cell, then run this check again.")
             return False
+        except CheckFailed as failure:
+            raise CheckFailed(f"{name}: {failure}") from None
         except Exception as err:  # the student's own bug: show it with the case that triggered it
             inputs = ", ".join(f"{k}={describe(v)}" for k, v in case.items())
             hint = ""
@@ -242,7 +669,7 @@ def run_check(
             ) from None
         if inputs_unchanged:
             for key, value in case.items():
-                if isinstance(value, torch.Tensor) and not torch.equal(given[key], value):
+                if isinstance(value, torch.Tensor) and not _equal(given[key], value):
                     raise CheckFailed(
                         f"{name}: your function modified its input {key} in place; return a new tensor instead\n"
                         f"  inputs: {', '.join(f'{k}={describe(v)}' for k, v in case.items())}"
@@ -251,6 +678,11 @@ def run_check(
             _compare(name, got, want, case, rtol, atol)
         except CheckFailed as failure:  # a short traceback: the check's frames below here tell a student nothing
             raise failure.with_traceback(None) from None
+        if used is not None:  # right, but not the student's work (a wrong answer is shown as wrong first)
+            raise CheckFailed(
+                f"{name}: your function calls the package's own implementation ({used}); the exercise is to write "
+                "it yourself, so this does not count as an answer"
+            )
         n_cases += 1
     if n_cases == 0:
         raise ValueError(f"{name}: the check has no cases, so it could not fail")
@@ -270,3 +702,70 @@ def _cloned(case: dict) -> dict:
         k: v.clone() if isinstance(v, torch.Tensor) else copy.deepcopy(v) if isinstance(v, torch.nn.Module) else v
         for k, v in case.items()
     }
+
+
+# -- graded checks and read-only modules -------------------------------------------------------------------------------
+
+_GOES_ON = "The notebook goes on: the cells below use the package's own implementation."
+
+
+def graded(check: Callable[..., bool]) -> Callable[..., bool]:
+    """Wrap a chapter's ``check_...`` function (done for every one by :func:`seal`) for the cell that calls it.
+
+    Before the check runs, the notebook's changes to torch, builtins and the package are looked for
+    (:func:`_tampering`). Then a failed check raises :class:`CheckFailed` under the autograder (the graded cell scores
+    0) and outside a kernel, while in the student's own kernel it prints ``FAIL`` with the reason and returns
+    ``False``, so that "Run All" runs every cell, the cells below using the package's implementation.
+    """
+    if getattr(check, "__ttr_edu_graded__", False):
+        return check
+    exercise = check.__name__.removeprefix("check_")
+
+    @functools.wraps(check)
+    def checked(*args, **kwargs):
+        if getattr(_state, "depth", 0):  # a check calling another check: the outer one reports
+            return check(*args, **kwargs)
+        _state.depth = 1
+        try:
+            _refuse_tampering(exercise)
+            return check(*args, **kwargs)
+        except CheckFailed as failure:
+            if under_autograder() or not _in_kernel():
+                raise failure.with_traceback(None) from None
+            lines = str(failure).splitlines() or [exercise]
+            print("\n".join([f"FAIL {lines[0]}", *lines[1:], _GOES_ON]), file=sys.stderr, flush=True)
+            return False
+        finally:
+            _state.depth = 0
+
+    checked.__ttr_edu_graded__ = True
+    return checked
+
+
+class _ReadOnlyModule(types.ModuleType):
+    """A module of the package's checks: its attributes can be added (the import system adds submodules) but never
+    replaced or deleted, so a notebook cannot swap a check, a reference or this machinery by assignment."""
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name in self.__dict__ and not (name.startswith("__") and name.endswith("__")):
+            raise AttributeError(f"{self.__name__}.{name} is read-only: a notebook cannot change the course's checks")
+        super().__setattr__(name, value)
+        if isinstance(value, types.ModuleType) and value.__name__.startswith("ttr_edu.checks."):
+            seal(value)
+
+    def __delattr__(self, name: str) -> None:
+        raise AttributeError(f"{self.__name__}.{name} is read-only: a notebook cannot change the course's checks")
+
+
+def seal(module: types.ModuleType) -> None:
+    """Make a module of ``ttr_edu.checks`` read-only, its ``check_...`` functions wrapped by :func:`graded`; the
+    package itself passes each submodule here as the import system attaches it. Idempotent."""
+    if isinstance(module, _ReadOnlyModule):
+        return
+    for name, value in list(vars(module).items()):
+        if name.startswith("check_") and isinstance(value, types.FunctionType) and value.__module__ == module.__name__:
+            vars(module)[name] = graded(value)
+    module.__class__ = _ReadOnlyModule
+    for value in list(vars(module).values()):  # submodules attached before the package was sealed (_core)
+        if isinstance(value, types.ModuleType) and value.__name__.startswith("ttr_edu.checks."):
+            seal(value)

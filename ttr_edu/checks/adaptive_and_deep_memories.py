@@ -1,5 +1,9 @@
 """Checks for chapter 08, adaptive steps and deep memories. Each compares with :mod:`ttr_edu.ops`.
 
+* ``longhorn_step``, ``momentum_step``, ``mlp_gradient_step``: one token of one head against the package's ops;
+* ``rotation_keys(theta) -> (k1, k2)``: two unit keys whose reflections (β = 2, first ``k1``) compose the rotation
+  ``R(θ)``; the check compares the product of the two steps with ``R(θ)``, so every right pair of keys passes.
+
 One head, one token: a linear memory ``S`` is ``(D_k, D_v)``, a key ``k`` is ``(D_k,)``, a value ``v`` is ``(D_v,)``;
 the MLP memory is ``(W1, W2)`` of shapes ``(D_k, D_h)`` and ``(D_h, D_v)``. The references run the package's ops in
 the fla layout ``(1, 1, 1, D)`` (one batch, one token, one head).
@@ -7,14 +11,22 @@ the fla layout ``(1, 1, 1, D)`` (one batch, one token, one head).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterator
 
 import torch
 
-from ttr_edu.checks._core import run_check
+from ttr_edu.checks._core import CheckFailed, run_check
 from ttr_edu.ops import TitansState, longhorn_recurrent, titans_recurrent, ttt_mlp_recurrent
 
-__all__ = ["check_longhorn_step", "check_momentum_step", "check_mlp_gradient_step"]
+__all__ = [
+    "check_longhorn_step",
+    "check_rotation_keys",
+    "check_momentum_step",
+    "check_mlp_gradient_step",
+    "rotation_keys_spec",
+    "householder_product",
+]
 
 
 def _token(x: torch.Tensor) -> torch.Tensor:
@@ -33,13 +45,13 @@ def reference_longhorn_step(S, k, v, beta) -> torch.Tensor:
     return S_new[0, 0]
 
 
-def reference_momentum_step(S, U, k, v, theta, eta, alpha) -> tuple[torch.Tensor, torch.Tensor]:
-    """Titans, linear memory: ``U' = η U − θ k (Sᵀk − v)ᵀ``, ``S' = (1 − α) S + U'``; returns ``(S', U')``."""
+def reference_momentum_step(S, U, k, v, beta, eta, alpha) -> tuple[torch.Tensor, torch.Tensor]:
+    """Titans, linear memory: ``U' = η U − β k (Sᵀk − v)ᵀ``, ``S' = (1 − α) S + U'``; returns ``(S', U')``."""
     _, state = titans_recurrent(
         _token(k),
         _token(k),
         _token(v),
-        _gate(theta),
+        _gate(beta),
         _gate(eta),
         _gate(alpha),
         scale=1.0,
@@ -79,23 +91,25 @@ def _cases(seed: int, n: int = 4) -> Iterator[dict]:
 
 
 def check_longhorn_step(longhorn_step: Callable) -> bool:
-    """Check ``longhorn_step(S, k, v, beta)``: the implicit (proximal) step, returns the new ``S``."""
+    """Check ``longhorn_step(S, k, v, beta)``: the implicit (proximal) step, returns the new ``S``.
+
+    The states are small (entries ~0.1), so a wrong step shows as a large relative error of the result rather than
+    hiding behind the part of ``S`` that every step keeps.
+    """
     cases = []
     for c, beta in zip(_cases(800), (0.3, 2.0, 10.0, 0.7)):
-        S = torch.randn(c["d_k"], c["d_v"], generator=c["gen"], dtype=torch.float64)
+        S = 0.1 * torch.randn(c["d_k"], c["d_v"], generator=c["gen"], dtype=torch.float64)
         cases.append({"S": S, "k": c["k"], "v": c["v"], "beta": beta})
     return run_check("longhorn_step", longhorn_step, reference_longhorn_step, cases, inputs_unchanged=True)
 
 
 def check_momentum_step(momentum_step: Callable) -> bool:
-    """Check ``momentum_step(S, U, k, v, theta, eta, alpha)``: Titans' step on a linear memory, returns ``(S, U)``."""
+    """Check ``momentum_step(S, U, k, v, beta, eta, alpha)``: Titans' step on a linear memory, returns ``(S, U)``."""
     cases = []
-    for c, (theta, eta, alpha) in zip(
-        _cases(810), ((0.5, 0.9, 0.1), (0.2, 0.5, 0.3), (1.0, 0.0, 0.0), (0.3, 0.7, 0.6))
-    ):
+    for c, (beta, eta, alpha) in zip(_cases(810), ((0.5, 0.9, 0.1), (0.2, 0.5, 0.3), (1.0, 0.0, 0.0), (0.3, 0.7, 0.6))):
         S = torch.randn(c["d_k"], c["d_v"], generator=c["gen"], dtype=torch.float64)
         U = torch.randn(c["d_k"], c["d_v"], generator=c["gen"], dtype=torch.float64)
-        cases.append({"S": S, "U": U, "k": c["k"], "v": c["v"], "theta": theta, "eta": eta, "alpha": alpha})
+        cases.append({"S": S, "U": U, "k": c["k"], "v": c["v"], "beta": beta, "eta": eta, "alpha": alpha})
     return run_check("momentum_step", momentum_step, reference_momentum_step, cases, inputs_unchanged=True)
 
 
@@ -108,3 +122,49 @@ def check_mlp_gradient_step(mlp_gradient_step: Callable) -> bool:
         W2 = torch.randn(d_h, c["d_v"], generator=c["gen"], dtype=torch.float64) / d_h**0.5
         cases.append({"W1": W1, "W2": W2, "k": c["k"], "v": c["v"], "lr": lr})
     return run_check("mlp_gradient_step", mlp_gradient_step, reference_mlp_gradient_step, cases, inputs_unchanged=True)
+
+
+def householder_product(k1: torch.Tensor, k2: torch.Tensor, beta: float = 2.0) -> torch.Tensor:
+    """The transition of one DeltaProduct token with two steps on keys ``k1`` then ``k2``:
+    ``(I − β k2 k2ᵀ)(I − β k1 k1ᵀ)`` (Siems et al. 2025, eq. 4), ``(D, D)`` in float64."""
+    eye = torch.eye(k1.shape[0], dtype=torch.float64)
+    k1, k2 = k1.double(), k2.double()
+    return (eye - beta * torch.outer(k2, k2)) @ (eye - beta * torch.outer(k1, k1))
+
+
+def rotation_keys_spec(theta: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """Two unit keys of ``R²`` whose reflections compose the rotation by ``theta``: ``k1 = e1`` and ``k2`` at the
+    angle ``θ/2`` (a product of two reflections rotates by twice the angle between their keys)."""
+    k1 = torch.tensor([1.0, 0.0], dtype=torch.float64)
+    k2 = torch.tensor([math.cos(theta / 2), math.sin(theta / 2)], dtype=torch.float64)
+    return k1, k2
+
+
+def _rotation(theta: float) -> torch.Tensor:
+    c, s = math.cos(theta), math.sin(theta)
+    return torch.tensor([[c, -s], [s, c]], dtype=torch.float64)
+
+
+def check_rotation_keys(rotation_keys: Callable) -> bool:
+    """Check ``rotation_keys(theta) -> (k1, k2)``: ``(I − 2 k2 k2ᵀ)(I − 2 k1 k1ᵀ) = R(θ)`` for several angles.
+
+    Compared: the ``(2, 2)`` transition the two keys give, so any correct pair passes (the keys are not unique).
+
+    Raises:
+        CheckFailed: a wrong transition, or keys that are not two tensors of shape ``(2,)``.
+    """
+
+    def transition(theta):
+        keys = rotation_keys(theta=theta)
+        if not (
+            isinstance(keys, (tuple, list))
+            and len(keys) == 2
+            and all(isinstance(k, torch.Tensor) and k.shape == (2,) for k in keys)
+        ):
+            raise CheckFailed(f"rotation_keys: expected two tensors of shape (2,), (k1, k2), got {keys!r}")
+        return householder_product(*keys)
+
+    transition.__name__ = getattr(rotation_keys, "__name__", "rotation_keys")
+    transition.__wrapped__ = rotation_keys
+    cases = [{"theta": t} for t in (2 * math.pi / 3, math.pi / 2, 2 * math.pi / 5, -math.pi / 3, math.pi, 0.0)]
+    return run_check("rotation_keys", transition, _rotation, cases, rtol=1e-6, atol=1e-8)

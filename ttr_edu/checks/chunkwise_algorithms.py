@@ -8,7 +8,13 @@ writes first.
   by Yang et al. 2024; fla's convention). It is written 𝒯 (code: ``ut``), never ``T``, which is the sequence length;
 * ``delta_rule_chunk_step(q, k, v, beta, S) -> (o, S')`` (one chunk) with :func:`ttr_edu.ops.delta_rule_chunk`.
   It calls the student's ``ut_transform``; while that is still a stub, the check lends the package's
-  :func:`ut_transform_spec` in its place and says so, so the step can be checked on its own.
+  :func:`ut_transform_spec` in its place and says so, so the step can be checked on its own;
+* ``ut_transform_backward(k, v, beta, dW, dU) -> (dk, dv, dbeta)``, the backward pass of ``W = 𝒯K, U = 𝒯V``, with
+  **autograd** through :func:`ut_transform_spec` (an independent reference); :func:`ut_transform_backward_spec` is the
+  same gradient written out, as the chapter derives it;
+* ``solve_tril(A, block) -> (I + A)⁻¹`` for a strictly lower triangular ``A``, by blocks as fla's ``solve_tril``:
+  compared with the inverse, and run under :class:`_LargeSolveGuard`, which refuses an inverse or a triangular solve
+  of any matrix wider than ``block`` (the exercise inverts only the diagonal blocks).
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from ttr_edu import ops
 from ttr_edu.checks._core import CheckFailed, random_case, run_check
@@ -27,6 +34,10 @@ __all__ = [
     "chunk_linear_attention_spec",
     "ut_transform_spec",
     "delta_rule_chunk_step_spec",
+    "check_ut_transform_backward",
+    "ut_transform_backward_spec",
+    "check_solve_tril",
+    "solve_tril_spec",
 ]
 
 
@@ -117,6 +128,7 @@ def check_chunk_linear_attention(chunk_linear_attention: Callable) -> bool:
         _linear_attention_cases(),
         rtol=1e-8,
         atol=1e-10,
+        inputs_unchanged=True,  # `S += K.T @ V` would overwrite the caller's initial state
     )
 
 
@@ -187,3 +199,155 @@ def check_delta_rule_chunk_step(delta_rule_chunk_step: Callable) -> bool:
     finally:
         if lend:
             namespace["ut_transform"] = helper
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The backward pass through the UT transform (Exercise 11.4).
+
+
+def _ut_outputs_autograd(k, v, beta, dW, dU):
+    """Autograd's gradients of ``⟨dW, 𝒯K⟩ + ⟨dU, 𝒯V⟩`` with respect to ``k, v, beta`` (the check's reference)."""
+    k, v, beta = (x.detach().clone().requires_grad_() for x in (k, v, beta))
+    ut = ut_transform_spec(k, beta)
+    loss = (dW * (ut @ k)).sum() + (dU * (ut @ v)).sum()
+    return tuple(torch.autograd.grad(loss, (k, v, beta)))
+
+
+def ut_transform_backward_spec(k, v, beta, dW, dU):
+    """The backward pass of ``W = 𝒯K, U = 𝒯V`` with ``𝒯 = (I + A)⁻¹ diag(β)``, ``A = tril(diag(β) K Kᵀ, −1)``,
+    written out (Yang et al. 2024, the chunkwise backward of the delta rule): returns ``(dk, dv, dbeta)``.
+
+    ``d𝒯 = dW Kᵀ + dU Vᵀ``; with ``X = (I + A)⁻¹``: ``dA = −Xᵀ (d𝒯 diag(β)) Xᵀ`` on the strict lower triangle (the
+    second triangular solve, with the transposed factor); then ``A``'s dependence on ``β`` and ``K``.
+    Shapes: ``k`` ``(C, D_k)``, ``v`` and ``dU`` ``(C, D_v)``, ``beta`` ``(C,)``, ``dW`` ``(C, D_k)``.
+    """
+    C = k.shape[0]
+    eye = torch.eye(C, dtype=k.dtype)
+    gram = k @ k.T  # (C, C)
+    A = torch.tril(beta[:, None] * gram, diagonal=-1)
+    X = torch.linalg.solve_triangular(eye + A, eye, upper=False, unitriangular=True)  # (I + A)⁻¹
+    ut = X * beta[None, :]  # 𝒯 = X diag(β)
+    d_ut = dW @ k.T + dU @ v.T  # (C, C)
+    dk = ut.T @ dW  # W = 𝒯K, through K
+    dv = ut.T @ dU  # U = 𝒯V
+    dbeta = torch.diagonal(X.T @ d_ut).clone()  # 𝒯 = X diag(β), through diag(β)
+    dA = torch.tril(-X.T @ (d_ut * beta[None, :]) @ X.T, diagonal=-1)  # through X = (I + A)⁻¹
+    dbeta = dbeta + (dA * gram).sum(1)  # A = tril(diag(β) K Kᵀ, −1), through β ...
+    dk = dk + (beta[:, None] * dA + dA.T * beta[None, :]) @ k  # ... and through both K's
+    return dk, dv, dbeta
+
+
+def _ut_backward_cases() -> Iterator[dict]:
+    for i, (C, d_k, d_v) in enumerate([(1, 3, 2), (4, 4, 3), (6, 5, 4), (8, 8, 5), (12, 6, 7)]):
+        g = _generator(930 + i)
+        yield {
+            "k": _unit_rows(C, d_k, g),
+            "v": torch.randn(C, d_v, generator=g, dtype=torch.float64),
+            "beta": torch.rand(C, generator=g, dtype=torch.float64),
+            "dW": torch.randn(C, d_k, generator=g, dtype=torch.float64),
+            "dU": torch.randn(C, d_v, generator=g, dtype=torch.float64),
+        }
+
+
+def check_ut_transform_backward(ut_transform_backward: Callable) -> bool:
+    """Check ``ut_transform_backward(k, v, beta, dW, dU) -> (dk, dv, dbeta)`` against autograd through
+    :func:`ut_transform_spec`: the gradients of ``⟨dW, 𝒯K⟩ + ⟨dU, 𝒯V⟩``."""
+    return run_check(
+        "ut_transform_backward",
+        ut_transform_backward,
+        _ut_outputs_autograd,
+        _ut_backward_cases(),
+        rtol=1e-8,
+        atol=1e-10,
+        inputs_unchanged=True,
+    )
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The blocked triangular inverse (Exercise 11.5).
+
+#: aten operations that invert, factorise or solve with a matrix (what "invert only the diagonal blocks" forbids for
+#: wider matrices).
+_SOLVES = (
+    "linalg_inv",
+    "linalg_solve",
+    "_linalg_solve",
+    "linalg_solve_triangular",
+    "triangular_solve",
+    "linalg_lu",
+    "lu_",
+    "linalg_cholesky",
+    "cholesky",
+    "linalg_pinv",
+    "linalg_lstsq",
+    "_linalg_svd",
+    "linalg_eig",
+    "_linalg_eigh",
+    "linalg_qr",
+)
+
+
+class _LargeSolveGuard(TorchDispatchMode):
+    """Refuse any inverse, factorisation or solve of a matrix wider than ``block`` while active."""
+
+    def __init__(self, block: int) -> None:
+        super().__init__()
+        self.block = block
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        name = func.__name__.split(".")[0]
+        if name.startswith(_SOLVES):
+            widest = max((max(a.shape[-2:]) for a in args if isinstance(a, torch.Tensor) and a.dim() >= 2), default=0)
+            if widest > self.block:
+                raise CheckFailed(
+                    f"solve_tril: your function called {name} on a {widest}-wide matrix; the exercise inverts only the "
+                    f"{self.block}×{self.block} diagonal blocks and builds the rest with matrix products"
+                )
+        return func(*args, **(kwargs or {}))
+
+
+def solve_tril_spec(A: torch.Tensor, block: int = 16) -> torch.Tensor:
+    """``(I + A)⁻¹`` for a strictly lower triangular ``A`` ``(C, C)``, by blocks of ``block`` rows, as fla's
+    ``solve_tril`` does for its UT transform: invert the diagonal blocks ``L_ii`` (forward substitution, here a
+    triangular solve of ``block`` rows), then, block row by block row, ``X_ij = −L_ii⁻¹ Σ_{j≤m<i} L_im X_mj``.
+    ``C`` need not be a multiple of ``block`` (the last block is shorter)."""
+    C = A.shape[0]
+    L = torch.eye(C, dtype=A.dtype) + A
+    X = torch.zeros_like(L)
+    starts = list(range(0, C, block))
+    for i, a in enumerate(starts):
+        b = min(a + block, C)
+        eye = torch.eye(b - a, dtype=A.dtype)
+        X[a:b, a:b] = torch.linalg.solve_triangular(L[a:b, a:b], eye, upper=False, unitriangular=True)
+        for c in starts[:i]:  # the blocks left of the diagonal, from the ones already known
+            d = min(c + block, C)
+            X[a:b, c:d] = -X[a:b, a:b] @ (L[a:b, c:a] @ X[c:a, c:d])
+    return X
+
+
+def _inverse(A: torch.Tensor, block: int = 16) -> torch.Tensor:
+    return torch.linalg.inv(torch.eye(A.shape[0], dtype=A.dtype) + A)
+
+
+def _solve_tril_cases() -> Iterator[dict]:
+    # C = 64 as in fla (four blocks), one block, two, a ragged last block, and smaller blocks
+    for i, (C, block) in enumerate([(64, 16), (16, 16), (32, 16), (40, 16), (24, 8)]):
+        g = _generator(940 + i)
+        k = _unit_rows(C, 16, g)
+        beta = torch.rand(C, generator=g, dtype=torch.float64)
+        yield {"A": torch.tril(beta[:, None] * (k @ k.T), diagonal=-1), "block": block}
+
+
+def check_solve_tril(solve_tril: Callable) -> bool:
+    """Check ``solve_tril(A, block) -> (I + A)⁻¹`` for ``A = tril(diag(β) K Kᵀ, −1)``, with no inverse or solve of
+    a matrix wider than ``block`` (see :class:`_LargeSolveGuard`)."""
+
+    def guarded_call(A, block):
+        with _LargeSolveGuard(block):
+            return solve_tril(A=A, block=block)
+
+    guarded_call.__name__ = getattr(solve_tril, "__name__", "solve_tril")
+    guarded_call.__wrapped__ = solve_tril
+    return run_check(
+        "solve_tril", guarded_call, _inverse, _solve_tril_cases(), rtol=1e-8, atol=1e-10, inputs_unchanged=True
+    )

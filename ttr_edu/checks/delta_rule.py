@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterator
 import torch
 
 from ttr_edu.checks._core import run_check
+from ttr_edu.checks._forbid import forbid
 from ttr_edu.ops import delta_rule_pseudo_values, delta_rule_recurrent
 
 __all__ = ["check_delta_rule_step", "check_update_eigenvalues", "check_pseudo_values"]
@@ -78,11 +79,23 @@ def check_delta_rule_step(delta_rule_step: Callable) -> bool:
     return run_check("delta_rule_step", delta_rule_step, _reference_step, _step_cases())
 
 
+#: Routines that would compute the eigenvalues instead of deriving them (the exercise rules them out).
+EIGENSOLVERS = [
+    f"{module}.{name}"
+    for module in ("torch.linalg", "numpy.linalg")
+    for name in ("eigvalsh", "eigh", "eigvals", "eig", "svd", "svdvals")
+] + ["torch.svd", "torch.lobpcg"]
+
+
 def check_update_eigenvalues(update_eigenvalues: Callable) -> bool:
-    """Check ``update_eigenvalues(k, beta)``: the eigenvalues of ``I − β k kᵀ`` in ascending order."""
-    return run_check(
-        "update_eigenvalues", update_eigenvalues, _reference_eigenvalues, _eigen_cases(), rtol=1e-9, atol=1e-9
+    """Check ``update_eigenvalues(k, beta)``: the eigenvalues of ``I − β k kᵀ`` in ascending order, derived, not
+    computed: an eigensolver or SVD called inside the function is reported (``ForbiddenCall``)."""
+    derived = forbid(
+        update_eigenvalues,
+        EIGENSOLVERS,
+        "derive the two eigenvalues of I − β k kᵀ (try a vector orthogonal to k, then k itself) and build them",
     )
+    return run_check("update_eigenvalues", derived, _reference_eigenvalues, _eigen_cases(), rtol=1e-9, atol=1e-9)
 
 
 def check_pseudo_values(pseudo_values: Callable) -> bool:

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
 from collections.abc import Callable, Iterator
 
 import torch
@@ -87,5 +89,25 @@ def _sum_rule_cases() -> Iterator[dict]:
 
 def check_sum_rule_retrieve(student_sum_rule: Callable) -> bool:
     """Check ``sum_rule_retrieve(phi_k, v, phi_q) = Sᵀφ(q) / (zᵀφ(q) + 1e-6)``, ``S = Σ_t φ(k_t) v_tᵀ``,
-    ``z = Σ_t φ(k_t)``."""
-    return run_check("sum_rule_retrieve", student_sum_rule, sum_rule_retrieve, _sum_rule_cases(), rtol=1e-9, atol=1e-12)
+    ``z = Σ_t φ(k_t)``.
+
+    The chapter trains a model through this function, so the check also asks that a gradient flows from the output
+    back to ``phi_k`` and ``phi_q`` (an answer computed under ``torch.no_grad()`` or detached has the right values
+    and would stop the training)."""
+    captured = io.StringIO()
+    with contextlib.redirect_stdout(captured):  # one verdict: PASS only once the gradient is checked too
+        passed = run_check(
+            "sum_rule_retrieve", student_sum_rule, sum_rule_retrieve, _sum_rule_cases(), rtol=1e-9, atol=1e-12
+        )
+    if passed:
+        case = next(iter(_sum_rule_cases()))
+        phi_k, phi_q = case["phi_k"].requires_grad_(), case["phi_q"].requires_grad_()
+        y = student_sum_rule(phi_k=phi_k, v=case["v"], phi_q=phi_q)
+        if not (isinstance(y, torch.Tensor) and y.requires_grad):
+            raise CheckFailed(
+                "sum_rule_retrieve: right values, but no gradient flows through your function: its output does not "
+                "require grad when phi_k and phi_q do.\n  Was it computed under torch.no_grad(), or with .detach() or "
+                ".item()? The training below backpropagates through it into the key and query projections."
+            )
+    print(captured.getvalue(), end="")
+    return passed

@@ -43,6 +43,10 @@ def _store_cases() -> Iterator[dict]:
 def _key_cases() -> Iterator[dict]:
     for i, (n, d_k, _) in enumerate(SHAPES + [(20, 8, 0)]):
         yield {"keys": hebbian.random_unit_keys(n, d_k, seed=300 + i)}
+    # Keys of any length (the exercise does not ask for unit keys): there the diagonal k_jᵀk_j differs from its
+    # square, so subtracting the diagonal instead of its square no longer passes by accident.
+    for i, (n, d_k) in enumerate([(5, 4), (9, 6)]):
+        yield {"keys": 1.5 * torch.randn(n, d_k, generator=_generator(350 + i), dtype=torch.float64)}
 
 
 def _accuracy_cases() -> Iterator[dict]:

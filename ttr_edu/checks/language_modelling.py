@@ -2,19 +2,23 @@
 
 * ``causal_lm_loss(logits, tokens)``: against :func:`ttr_edu.models_lm.causal_lm_loss`, on logits that favour the
   next byte, so a loss without the shift (or shifted the wrong way) is far off;
-* ``greedy_generate(model, prompt, num_tokens)``: against :func:`ttr_edu.models_lm.generate` at temperature 0, on
-  small random models whose ``forward`` is switched off, so only the recurrent :meth:`TinyLM.step` can be used;
+* ``greedy_generate(model, prompt, num_tokens)``: against :func:`ttr_edu.models.lm.generate` at temperature 0, on
+  small random models whose ``forward`` is switched off, so only the recurrent :meth:`TinyLM.step` can be used, and
+  whose ``step`` leaves the state it is given unchanged and returns a new one: an answer that drops the returned
+  state (``logits, _ = model.step(token, state)``) then starts every token from the empty state, and fails;
 * ``train_lm(model, tokens, steps, batch_size, seq_len, lr, seed)``: against :func:`train_lm_spec`, the loop the
-  exercise describes, compared loss by loss.
+  exercise describes, compared loss by loss. A finished loop that calls a function of the notebook that is still a
+  stub (Exercise 10.1's ``causal_lm_loss``) is told so by name, not reported as "not attempted".
 """
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable, Iterator
 
 import torch
 
-from ttr_edu.checks._core import CheckFailed, run_check
+from ttr_edu.checks._core import CheckFailed, _is_untouched_stub, run_check
 from ttr_edu.models.lm import LMConfig, TinyLM, causal_lm_loss, generate
 from ttr_edu.tasks.text import random_windows
 
@@ -40,13 +44,20 @@ def check_causal_lm_loss(student_causal_lm_loss: Callable) -> bool:
 
 
 class _StepOnlyLM(TinyLM):
-    """A TinyLM whose whole-sequence ``forward`` is refused: generation must go token by token through ``step``."""
+    """A TinyLM whose whole-sequence ``forward`` is refused: generation must go token by token through ``step``.
+
+    Its ``step`` works on a copy of the state and returns the copy (the state passed in is left as it was), as a
+    functional cache would, so the answer must carry the state that ``step`` returns.
+    """
 
     def forward(self, tokens):  # noqa: D102 - see the class docstring
         raise CheckFailed(
             "greedy_generate: call model.step(token, state) one token at a time; calling model(...) on "
             "the whole prefix costs O(t) per new token, which is what the recurrent form avoids"
         )
+
+    def step(self, token, state):  # noqa: D102 - see the class docstring
+        return super().step(token, copy.deepcopy(state))
 
 
 def _model(mixer: str, seed: int) -> TinyLM:
@@ -104,6 +115,33 @@ def _train_cases() -> Iterator[dict]:
         yield {"model": model, "tokens": tokens, "steps": 4, "batch_size": 3, "seq_len": 12, "lr": 1e-2, "seed": 7 + i}
 
 
+def _innermost_function(error: BaseException) -> str | None:
+    """The name of the function whose code raised ``error`` (the last frame of its traceback)."""
+    tb = error.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    return None if tb is None else tb.tb_frame.f_code.co_name
+
+
 def check_train_lm(student_train_lm: Callable) -> bool:
-    """Check ``train_lm(model, tokens, steps, batch_size, seq_len, lr, seed)``: the ``(steps,)`` tensor of losses."""
-    return run_check("train_lm", student_train_lm, train_lm_spec, _train_cases(), rtol=1e-4, atol=1e-6)
+    """Check ``train_lm(model, tokens, steps, batch_size, seq_len, lr, seed)``: the ``(steps,)`` tensor of losses.
+
+    Raises:
+        CheckFailed: a wrong loop, or a finished loop that calls another exercise's stub (named in the message).
+    """
+    name = getattr(student_train_lm, "__name__", "train_lm")
+
+    def loop(**case):
+        try:
+            return student_train_lm(**case)
+        except NotImplementedError as error:
+            where = _innermost_function(error)
+            if where is not None and where != name and _is_untouched_stub(error):
+                raise CheckFailed(
+                    f"train_lm: your loop calls `{where}`, which is not written yet (it raised NotImplementedError). "
+                    "Solve its exercise first, or call the package's ttr_edu.models.lm.causal_lm_loss"
+                ) from None
+            raise
+
+    loop.__name__ = name
+    return run_check("train_lm", loop, train_lm_spec, _train_cases(), rtol=1e-4, atol=1e-6)

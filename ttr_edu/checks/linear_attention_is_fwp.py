@@ -7,11 +7,14 @@ paper), on random cases where ``D_k ≠ D_v`` so that a transposed state cannot 
 
 from __future__ import annotations
 
+import contextlib
+import io
 from collections.abc import Callable, Iterator
 
 import torch
 
-from ttr_edu.checks._core import run_check
+from ttr_edu import profiling
+from ttr_edu.checks._core import CheckFailed, run_check
 from ttr_edu.ops import linear_attention_chunk, linear_attention_parallel, linear_attention_recurrent
 from ttr_edu.ops.feature_maps import elu_plus_one
 
@@ -58,13 +61,22 @@ def check_causal_linear_attention(causal_linear_attention: Callable) -> bool:
     )
 
 
+def _normalized_cases() -> Iterator[dict]:
+    yield from _cases(300, positive=True)
+    # Tiny features: zᵀq is about 1e-7, below ε = 1e-6, so an answer without ε is far off (not only by rounding).
+    g = torch.Generator().manual_seed(350)
+    q, k = (1e-4 * torch.rand(6, 3, generator=g, dtype=torch.float64) for _ in range(2))
+    yield {"q": q, "k": k, "v": torch.randn(6, 2, generator=g, dtype=torch.float64)}
+
+
 def check_normalized_linear_attention(normalized_linear_attention: Callable) -> bool:
-    """Check ``o_t = S_tᵀ q_t / (z_tᵀ q_t + 1e-6)`` with ``z_t = Σ_{i≤t} k_i`` (on positive features)."""
+    """Check ``o_t = S_tᵀ q_t / (z_tᵀ q_t + 1e-6)`` with ``z_t = Σ_{i≤t} k_i`` (on positive features; one case has
+    features so small that forgetting ``ε`` changes the answer)."""
     return run_check(
         "normalized_linear_attention",
         normalized_linear_attention,
         _one_head(linear_attention_parallel, normalize=True, eps=1e-6),
-        _cases(300, positive=True),
+        _normalized_cases(),
     )
 
 
@@ -79,7 +91,38 @@ def _chunk_cases() -> Iterator[dict]:
 
 def check_chunk_linear_attention(chunk_linear_attention: Callable) -> bool:
     """Check ``chunk_linear_attention(q, k, v, chunk_size)``: per chunk ``O_n = Q_n S_n + (Q_n K_nᵀ ⊙ M) V_n``,
-    ``S_{n+1} = S_n + K_nᵀ V_n``; any ``T`` (the last chunk may be short)."""
-    return run_check(
-        "chunk_linear_attention", chunk_linear_attention, _one_head(linear_attention_chunk), _chunk_cases()
-    )
+    ``S_{n+1} = S_n + K_nᵀ V_n``; any ``T`` (the last chunk may be short).
+
+    Beyond the values, the check counts the matrix-product FLOPs (:func:`ttr_edu.profiling.matmul_flops`) of one call
+    at ``T = 64`` with ``C = 4`` and ``C = 32``: a chunk form does ``4 T C d + 4 T d²`` of them, so they grow with
+    ``C``. A per-token loop of outer products does none, and a hidden ``T × T`` matrix does as many at every ``C``:
+    both are refused with a message, before chapter 02's cost measurement would trip over them.
+    """
+    captured = io.StringIO()
+    with contextlib.redirect_stdout(captured):  # show PASS only once the FLOPs are checked too
+        passed = run_check(
+            "chunk_linear_attention", chunk_linear_attention, _one_head(linear_attention_chunk), _chunk_cases()
+        )
+    if passed:
+        _check_chunked(chunk_linear_attention)
+    print(captured.getvalue(), end="")
+    return passed
+
+
+def _check_chunked(chunk_linear_attention: Callable) -> None:
+    g = torch.Generator().manual_seed(450)
+    q, k, v = (torch.randn(64, 4, generator=g, dtype=torch.float64) for _ in range(3))
+    flops = {c: profiling.matmul_flops(lambda c=c: chunk_linear_attention(q, k, v, c)) for c in (4, 32)}
+    counted = f"matrix-product FLOPs at T = 64, d = 4: {flops[4]:,} with chunk_size 4, {flops[32]:,} with 32"
+    if flops[32] == 0:
+        raise CheckFailed(
+            "chunk_linear_attention: right values, but your function ran no matrix product (@, torch.matmul, "
+            f"einsum) ({counted}).\n  Did you loop over the tokens one by one? The chunk form computes each chunk "
+            "with C × C matrix products: Q_n S_n, (Q_n K_nᵀ ⊙ M) V_n and K_nᵀ V_n."
+        )
+    if flops[32] < 1.5 * flops[4]:
+        raise CheckFailed(
+            "chunk_linear_attention: right values, but your function's matrix products do not grow with chunk_size "
+            f"({counted}).\n  A chunk form does about 4·T·C·d + 4·T·d² FLOPs: its intra-chunk products grow with C. "
+            "Equal counts mean the work ignores the chunks: one T × T matrix, or a loop over single tokens."
+        )

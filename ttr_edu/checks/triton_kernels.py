@@ -18,12 +18,21 @@ Two guards make the usual kernel bugs visible in both cases:
   NaNs with different bit patterns, so even copying an input's NaN into an output's band is seen);
 * outputs start as NaN, so an element the kernel never writes is a wrong element too.
 
+Two GPU bugs cannot show at test sizes in any run, so once a kernel computes the right numbers its **source** is read
+(:func:`lint_kernel`, with :mod:`ast`): every ``tl.dot`` must name its ``input_precision`` (without it an fp32 product
+runs in tf32 on a GPU, whatever the interpreter does), and a kernel addressing the ``(B, T, H, D)`` layout must widen
+a program id to int64 (``.to(tl.int64)``) before its offsets are multiplied out, or they overflow int32 once a tensor
+has 2³¹ elements.
+
 No Triton import happens at import time: launching a kernel needs only the kernel object.
 """
 
 from __future__ import annotations
 
+import ast
+import inspect
 import math
+import textwrap
 from collections.abc import Iterator
 
 import torch
@@ -40,14 +49,22 @@ __all__ = [
     "check_ut_transform",
     "check_running_sum",
     "check_delta_rule_chunk",
+    "check_gated_delta_rule_chunk",
+    "check_chunk_dv",
+    "lint_kernel",
     "scale_tile_spec",
     "causal_chunk_spec",
     "chunk_linear_attention_spec",
     "running_sum_spec",
     "delta_rule_chunk_spec",
+    "gated_delta_rule_chunk_spec",
+    "chunk_dv_spec",
 ]
 
 GUARD = 4096  # NaN elements on each side of every tensor handed to a kernel
+#: ``(rtol, atol)`` of the puzzles whose products must be fp32-accurate: an ``ieee`` kernel is within about 3e-6 of the
+#: references here, a plain-tf32 one about 1e-4 relative or more off, so both sides keep a margin of several times.
+DOT_TOLERANCE = (2e-5, 2e-5)
 INPUT_NAN, OUTPUT_NAN = 0x7FC01111, 0x7FC02222  # two quiet-NaN bit patterns (as int32) for the bands
 
 
@@ -138,6 +155,87 @@ def _launch(kernel, grid, buffers: list[_Guarded], *scalars, **constants) -> Non
         raise
 
 
+# ---------------------------------------------------------------------------------------------------------------
+# Reading the kernel's source: what no run at test sizes can show.
+
+
+def _kernel_source(kernel) -> str | None:
+    """The Python source of a ``@triton.jit`` kernel (interpreted or compiled), or None when it is not available."""
+    fn = getattr(getattr(kernel, "kernel", kernel), "fn", None)  # a wrapper with .kernel (tests), then JITFunction.fn
+    try:
+        return textwrap.dedent(inspect.getsource(fn)) if fn is not None else None
+    except (OSError, TypeError):
+        return None
+
+
+def _is_tl(node: ast.AST, name: str) -> bool:
+    """``node`` is ``tl.<name>`` (or ``triton.language.<name>``)."""
+    return isinstance(node, ast.Attribute) and node.attr == name
+
+
+def lint_kernel(kernel, *, needs_int64: bool) -> list[str]:
+    """Problems a GPU would show and the interpreter cannot, found in ``kernel``'s source (empty: none found).
+
+    * a ``tl.dot`` without ``input_precision=``: on a GPU an fp32 product then runs in tf32;
+    * with ``needs_int64``: no program id (``tl.program_id(...)`` or a name computed from one) is ever widened with
+      ``.to(tl.int64)``, so offsets such as ``((i_b * T + t) * H + i_h) * D`` are int32 and overflow past 2³¹.
+    """
+    source = _kernel_source(kernel)
+    if source is None:
+        return []
+    tree = ast.parse(source)
+    problems = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and _is_tl(node.func, "dot"):
+            if not any(keyword.arg == "input_precision" for keyword in node.keywords):
+                problems.append(
+                    f"line {node.lineno} of your kernel: `{ast.unparse(node)}` has no input_precision; on a GPU an "
+                    'fp32 tl.dot then runs in tf32 (about 1e-3 relative error). Pass input_precision="ieee".'
+                )
+    if needs_int64:
+        derived: set[str] = set()  # names computed from a program id, in the order the kernel assigns them
+
+        def from_program_id(expr: ast.AST) -> bool:
+            return any(
+                (isinstance(n, ast.Call) and _is_tl(n.func, "program_id"))
+                or (isinstance(n, ast.Name) and n.id in derived)
+                for n in ast.walk(expr)
+            )
+
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Assign) and from_program_id(node.value):
+                for target in node.targets:
+                    derived.update(n.id for n in ast.walk(target) if isinstance(n, ast.Name))
+        widened = any(
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr == "to"
+            and any(_is_tl(arg, "int64") for arg in node.args)
+            and from_program_id(node.func.value)
+            for node in ast.walk(tree)
+        )
+        if not widened:
+            problems.append(
+                "your kernel never widens a program id to int64: its offsets, like ((i_b * T + t) * H + i_h) * D, are "
+                "int32 and overflow once a tensor holds 2**31 elements (B = 8, T = 65536, H = 32, D = 128 is enough), "
+                "far beyond what a check can run. Convert the batch index (or i_bh) with .to(tl.int64) before you "
+                "multiply, as the package's kernel does."
+            )
+    return problems
+
+
+def _checked_with_lint(name: str, passed: bool, kernel, *, needs_int64: bool) -> bool:
+    """After the numbers agree, read the source: report what the interpreter cannot show, or pass."""
+    if not passed:
+        return passed
+    problems = lint_kernel(kernel, needs_int64=needs_int64)
+    if problems:
+        raise CheckFailed(
+            f"{name}: your kernel computes the right numbers here, but on a GPU:\n  - " + "\n  - ".join(problems)
+        )
+    return passed
+
+
 def _generator(seed: int) -> torch.Generator:
     return torch.Generator().manual_seed(seed)
 
@@ -206,7 +304,8 @@ def check_causal_chunk(kernel) -> bool:
                 "v": torch.randn(C, d_v, generator=g),
             }
 
-    return run_check("causal_chunk", launch, causal_chunk_spec, cases(), rtol=1e-4, atol=1e-4)
+    passed = run_check("causal_chunk", launch, causal_chunk_spec, cases(), rtol=DOT_TOLERANCE[0], atol=DOT_TOLERANCE[1])
+    return _checked_with_lint("causal_chunk", passed, kernel, needs_int64=False)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -245,7 +344,15 @@ def check_chunk_linear_attention(kernel) -> bool:
                 "v": torch.randn(T, d_v, generator=g),
             }
 
-    return run_check("chunk_linear_attention", launch, chunk_linear_attention_spec, cases(), rtol=1e-4, atol=1e-4)
+    passed = run_check(
+        "chunk_linear_attention",
+        launch,
+        chunk_linear_attention_spec,
+        cases(),
+        rtol=DOT_TOLERANCE[0],
+        atol=DOT_TOLERANCE[1],
+    )
+    return _checked_with_lint("chunk_linear_attention", passed, kernel, needs_int64=False)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -274,7 +381,8 @@ def check_ut_transform(kernel) -> bool:
             k = torch.randn(C, d_k, generator=g)
             yield {"k": k / k.norm(dim=-1, keepdim=True), "beta": torch.rand(C, generator=g)}
 
-    return run_check("ut_transform", launch, ut_transform_spec, cases(), rtol=1e-4, atol=1e-5)
+    passed = run_check("ut_transform", launch, ut_transform_spec, cases(), rtol=1e-5, atol=1e-6)
+    return _checked_with_lint("ut_transform", passed, kernel, needs_int64=False)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -306,7 +414,8 @@ def check_running_sum(kernel) -> bool:
         for i, shape in enumerate([(1, 16, 1, 16), (2, 37, 3, 20), (3, 5, 2, 40), (1, 1, 1, 1), (2, 20, 4, 7)]):
             yield {"x": torch.randn(*shape, generator=_generator(1400 + i))}
 
-    return run_check("running_sum", launch, running_sum_spec, cases(), rtol=1e-5, atol=1e-5)
+    passed = run_check("running_sum", launch, running_sum_spec, cases(), rtol=1e-5, atol=1e-5)
+    return _checked_with_lint("running_sum", passed, kernel, needs_int64=True)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -354,19 +463,135 @@ def check_delta_rule_chunk(kernel) -> bool:
         )
         return o.result(), s.result()
 
+    passed = run_check(
+        "delta_rule_chunk",
+        launch,
+        delta_rule_chunk_spec,
+        _delta_rule_cases(1500, gated=False),
+        rtol=DOT_TOLERANCE[0],
+        atol=DOT_TOLERANCE[1],
+    )
+    return _checked_with_lint("delta_rule_chunk", passed, kernel, needs_int64=True)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Puzzle 7: the gate.
+
+
+def gated_delta_rule_chunk_spec(q, k, v, beta, g, initial_state):
+    """The package's chunked gated delta rule, ``scale = 1``, chunks of 16: ``g`` ``(B, T, H)`` is the log decay;
+    returns ``(o, final_state)``."""
+    return ops.gated_delta_rule_chunk(
+        q, k, v, g, beta, scale=1.0, initial_state=initial_state, output_final_state=True, chunk_size=16
+    )
+
+
+def _delta_rule_cases(seed: int, gated: bool) -> Iterator[dict]:
+    # (B, T, H, D_k, D_v): one chunk; tail chunks with several heads and two value blocks; D_v not a multiple of 16
+    for i, (B, T, H, d_k, d_v) in enumerate(
+        [(1, 16, 1, 16, 16), (2, 20, 2, 8, 20), (1, 40, 1, 16, 24), (2, 5, 1, 4, 3)]
+    ):
+        g = _generator(seed + i)
+        k = torch.randn(B, T, H, d_k, generator=g)
+        case = {
+            "q": torch.randn(B, T, H, d_k, generator=g),
+            "k": k / k.norm(dim=-1, keepdim=True),
+            "v": torch.randn(B, T, H, d_v, generator=g),
+            "beta": torch.rand(B, T, H, generator=g),
+        }
+        if gated:  # decays from none to strong: γ over a chunk of 16 falls as low as e^-8
+            case["g"] = -torch.rand(B, T, H, generator=g) * (0.5 if i % 2 else 0.1)
+        case["initial_state"] = torch.randn(B, H, d_k, d_v, generator=g)  # nonzero: U − W S matters
+        yield case
+
+
+def check_gated_delta_rule_chunk(kernel) -> bool:
+    """Check ``kernel(q_ptr, k_ptr, v_ptr, beta_ptr, g_ptr, o_ptr, s0_ptr, s_ptr, T, H, D_k, D_v, BLOCK_T, BLOCK_K,
+    BLOCK_V)``: puzzle 12.6 with the gate (Yang et al. 2025; the gated chunk form of the chunkwise chapter).
+
+    Launched as :func:`check_delta_rule_chunk`; ``g`` ``(B, T, H)`` is the log decay ``log α_t ≤ 0``, at
+    ``(b T + t) H + h`` like ``beta``.
+    """
+
+    def launch(q, k, v, beta, g, initial_state):
+        B, T, H, d_k = q.shape
+        d_v = v.shape[-1]
+        device = _device_for(kernel)
+        named = (("q", q), ("k", k), ("v", v), ("beta", beta), ("g", g))
+        inputs = [_Guarded(n, t.shape, t, device) for n, t in named]
+        o = _Guarded("o", v.shape, device=device)
+        s0 = _Guarded("s0", initial_state.shape, initial_state, device)
+        s = _Guarded("s", initial_state.shape, device=device)
+        grid = (B * H, math.ceil(d_v / 16))
+        _launch(kernel, grid, inputs + [o, s0, s], T, H, d_k, d_v, BLOCK_T=16, BLOCK_K=_pow2(d_k), BLOCK_V=16)
+        return o.result(), s.result()
+
+    passed = run_check(
+        "gated_delta_rule_chunk",
+        launch,
+        gated_delta_rule_chunk_spec,
+        _delta_rule_cases(1700, gated=True),
+        rtol=DOT_TOLERANCE[0],
+        atol=DOT_TOLERANCE[1],
+    )
+    return _checked_with_lint("gated_delta_rule_chunk", passed, kernel, needs_int64=True)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Puzzle 8: the backward pass, dV of one chunk.
+
+
+def chunk_dv_spec(q, k, beta, do, ds):
+    """``dV`` of one chunk of the delta rule (one head, ``scale = 1``) by **autograd** through
+    :func:`ttr_edu.ops.delta_rule_chunk`: the gradient of ``⟨dO, O⟩ + ⟨dS, S_C⟩`` with respect to the values, for the
+    chunk's ``q, k`` ``(C, D_k)``, ``beta`` ``(C,)``, ``do`` ``(C, D_v)`` and ``ds`` ``(D_k, D_v)``. It does not depend
+    on ``v`` or on the initial state (both enter linearly), so neither is an input.
+
+    Written out (the chunkwise chapter's backward): ``dV = 𝒯ᵀ ((Q Kᵀ ⊙ M)ᵀ dO + K dS)``.
+    """
+    C, d_v = do.shape
+    v = torch.zeros(1, C, 1, d_v, dtype=torch.float64, requires_grad=True)
+    S0 = torch.zeros(1, 1, k.shape[1], d_v, dtype=torch.float64)
+    o, S = ops.delta_rule_chunk(
+        q.double()[None, :, None],
+        k.double()[None, :, None],
+        v,
+        beta.double()[None, :, None],
+        scale=1.0,
+        initial_state=S0,
+        output_final_state=True,
+        chunk_size=C,
+        check_stability="ignore",
+    )
+    (dv,) = torch.autograd.grad((o[0, :, 0] * do.double()).sum() + (S[0, 0] * ds.double()).sum(), v)
+    return dv[0, :, 0].to(do.dtype)
+
+
+def check_chunk_dv(kernel) -> bool:
+    """Check ``kernel(q_ptr, k_ptr, beta_ptr, do_ptr, ds_ptr, dv_ptr, C, D_k, D_v, BLOCK_C, BLOCK_K, BLOCK_V)``:
+    ``dV = 𝒯ᵀ ((Q Kᵀ ⊙ M)ᵀ dO + K dS)`` for one chunk, on one program, ``C ≤ BLOCK_C = 16``; ``do`` is ``(C, D_v)``,
+    ``ds`` ``(D_k, D_v)``, all row-major."""
+
+    def launch(q, k, beta, do, ds):
+        (C, d_k), d_v = q.shape, do.shape[1]
+        device = _device_for(kernel)
+        named = (("q", q), ("k", k), ("beta", beta), ("do", do), ("ds", ds))
+        inputs = [_Guarded(n, t.shape, t, device) for n, t in named]
+        dv = _Guarded("dv", (C, d_v), device=device)
+        _launch(kernel, (1,), inputs + [dv], C, d_k, d_v, BLOCK_C=16, BLOCK_K=_pow2(d_k), BLOCK_V=_pow2(d_v))
+        return dv.result()
+
     def cases() -> Iterator[dict]:
-        # (B, T, H, D_k, D_v): one chunk; tail chunks with several heads and two value blocks; D_v not a multiple of 16
-        for i, (B, T, H, d_k, d_v) in enumerate(
-            [(1, 16, 1, 16, 16), (2, 20, 2, 8, 20), (1, 40, 1, 16, 24), (2, 5, 1, 4, 3)]
-        ):
-            g = _generator(1500 + i)
-            k = torch.randn(B, T, H, d_k, generator=g)
+        for i, (C, d_k, d_v) in enumerate([(16, 16, 16), (10, 5, 7), (1, 3, 2), (13, 20, 24)]):
+            g = _generator(1800 + i)
+            k = torch.randn(C, d_k, generator=g)
             yield {
-                "q": torch.randn(B, T, H, d_k, generator=g),
+                "q": torch.randn(C, d_k, generator=g),
                 "k": k / k.norm(dim=-1, keepdim=True),
-                "v": torch.randn(B, T, H, d_v, generator=g),
-                "beta": torch.rand(B, T, H, generator=g),
-                "initial_state": torch.randn(B, H, d_k, d_v, generator=g),  # nonzero: U − W S matters
+                "beta": torch.rand(C, generator=g),
+                "do": torch.randn(C, d_v, generator=g),
+                "ds": torch.randn(d_k, d_v, generator=g),
             }
 
-    return run_check("delta_rule_chunk", launch, delta_rule_chunk_spec, cases(), rtol=1e-4, atol=1e-4)
+    passed = run_check("chunk_dv", launch, chunk_dv_spec, cases(), rtol=DOT_TOLERANCE[0], atol=DOT_TOLERANCE[1])
+    return _checked_with_lint("chunk_dv", passed, kernel, needs_int64=False)

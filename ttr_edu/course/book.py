@@ -1,10 +1,16 @@
 """Build the book with MyST, and prove it executed.
 
-``ttr-edu book --execute`` starts its own Jupyter server (this interpreter, ``--allow-root`` when root) and points
-MyST at it (``JUPYTER_BASE_URL``/``JUPYTER_TOKEN``), so the server is always stopped afterwards: left to itself MyST
-leaves the server it launched running. MyST runs with ``--strict`` (a notebook that could not execute is an error),
-and the built content is then read back: every notebook page must hold outputs, and none an error, a widget with
-no static figure before it, or a raw ``[@key]`` citation (:func:`page_problems`).
+``ttr-edu book`` executes every notebook: it starts its own Jupyter server (this interpreter, ``--allow-root`` when
+root) and points MyST at it (``JUPYTER_BASE_URL``/``JUPYTER_TOKEN``), so the server is always stopped afterwards: left
+to itself MyST leaves the server it launched running. MyST runs with ``--strict`` (a notebook that could not execute
+is an error), and the built content is then read back: every notebook page must hold outputs, and none an error, a
+widget with no static figure before it, or a raw ``[@key]`` citation (:func:`page_problems`). ``--no-execute`` is
+a quick preview and says so.
+
+MyST and the Jupyter server each run in a process group of their own, which is emptied when the build ends, however
+it ends: MyST's theme server (``node server.js``) does not outlive a failed HTML build. The web theme is downloaded
+on first use; offline, ``--site`` builds the pages' content with a stub theme put in its place
+(:func:`theme_folder`), and an HTML build that cannot download the theme says so and names ``--site``.
 
 Everything MyST executes sees ``TTR_EDU_BOOK=1``: progress bars stay off there (``ttr_edu.progress``).
 """
@@ -16,6 +22,7 @@ import os
 import re
 import secrets
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -48,6 +55,87 @@ class BookError(Exception):
     """The book did not build, or built without executing; the message says what to do."""
 
 
+#: a theme for content-only (``--site``) builds: MyST needs a template folder, and a site build uses none of it
+THEME_STUB = "myst: v1\nkind: site\n"
+OFFLINE = (
+    "MyST could not get the book's web theme (downloaded from the URL pinned in book.yml on first use; offline?). "
+    "Offline, `ttr-edu book --site` builds the pages' content in _build/site; online, run this again"
+)
+
+
+def _is_stub(theme: Path) -> bool:
+    try:
+        return [p.name for p in theme.iterdir()] == ["template.yml"] and (
+            (theme / "template.yml").read_text(encoding="utf-8") == THEME_STUB
+        )
+    except OSError:
+        return False
+
+
+def _prepare_theme(root: Path, site: bool) -> Path:
+    """A ``--site`` build gets the stub theme where the pinned theme is missing; any other build gets the stub
+    removed, so that MyST downloads the real theme instead of rendering with the stub."""
+    theme = theme_folder(root)
+    if site and not (theme / "template.yml").is_file():
+        theme.mkdir(parents=True, exist_ok=True)
+        (theme / "template.yml").write_text(THEME_STUB, encoding="utf-8")
+        print(f"note: --site needs no web theme; put a stub in its place ({theme.relative_to(root)})", flush=True)
+    elif not site and _is_stub(theme):
+        shutil.rmtree(theme)
+        print("note: removed the --site theme stub; MyST downloads the pinned web theme", flush=True)
+    return theme
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # pragma: no cover - a reused id owned by someone else: not ours
+        return False
+    return True
+
+
+def stop_group(process: subprocess.Popen, grace: float = 10.0) -> None:
+    """Stop ``process`` (started with ``start_new_session=True``) and everything left in its process group: SIGTERM,
+    then SIGKILL after ``grace`` seconds."""
+    if process.poll() is None:
+        process.terminate()
+        try:
+            process.wait(timeout=grace)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+    if not hasattr(os, "killpg") or not _group_alive(process.pid):
+        return
+    os.killpg(process.pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    while _group_alive(process.pid):
+        if time.monotonic() > deadline:
+            os.killpg(process.pid, signal.SIGKILL)
+            break
+        time.sleep(0.1)
+
+
+def _run_in_own_group(command: list[str], cwd: Path, env: dict[str, str]) -> int:
+    """Run ``command`` in a process group of its own and wait; Ctrl-C is passed on to it, and whatever it started
+    is stopped when it ends. Returns its exit status (130 after Ctrl-C)."""
+    process = subprocess.Popen(command, cwd=cwd, env=env, start_new_session=True)
+    interrupted = False
+    try:
+        while True:
+            try:
+                status = process.wait()
+                break
+            except KeyboardInterrupt:  # the terminal's Ctrl-C reached us alone: pass it on
+                interrupted = True
+                if hasattr(os, "killpg") and _group_alive(process.pid):
+                    os.killpg(process.pid, signal.SIGINT)
+    finally:
+        stop_group(process)
+    return 130 if interrupted else status
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -72,7 +160,7 @@ def jupyter_server(root: Path, env: dict[str, str], timeout: float = 180.0):
     if hasattr(os, "geteuid") and os.geteuid() == 0:
         command.append("--allow-root")
     with tempfile.TemporaryFile("w+") as log:
-        process = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT)
+        process = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         try:
             url = f"http://127.0.0.1:{port}/"
             deadline = time.monotonic() + timeout
@@ -90,12 +178,7 @@ def jupyter_server(root: Path, env: dict[str, str], timeout: float = 180.0):
                     time.sleep(0.5)
             yield url, token
         finally:
-            process.terminate()  # Jupyter stops its kernels on SIGTERM
-            try:
-                process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+            stop_group(process, grace=30)  # Jupyter stops its kernels on SIGTERM
 
 
 def _outputs(node):
@@ -178,27 +261,40 @@ def site_problems(content: Path) -> list[str]:
     return problems
 
 
-def build(root: Path, *, site: bool = False, serve: bool = False, execute: bool = False) -> int:
-    """Run MyST on ``root/book.yml``; with ``execute``, fail unless every notebook page executed cleanly.
+def build(root: Path, *, site: bool = False, serve: bool = False, execute: bool = True) -> int:
+    """Run MyST on ``root/book.yml``; with ``execute`` (the default), fail unless every notebook page executed
+    cleanly. Returns 0, or 130 after Ctrl-C.
 
     Raises:
-        BookError: MyST is missing, the Jupyter server did not start, or the built pages show a problem.
+        BookError: MyST is missing or failed (offline: the message names ``--site``), the Jupyter server did not
+            start, or the built pages show a problem.
     """
     myst = shutil.which("myst")
     if myst is None:
         raise BookError("the book needs MyST: pip install 'ttr-edu[book]'")
+    theme = _prepare_theme(root, site)
     command = [myst, "--config", "book.yml"]
     command += ["start"] if serve else ["build", "--site" if site else "--html", "--strict"]
     env = {**os.environ, BOOK_ENV: "1"}
     if execute:
         command.append("--execute")
+    else:
+        print(
+            "note: --no-execute: the notebooks do not run, so the pages show no outputs, figures or checks", flush=True
+        )
     print("running:", " ".join(command), flush=True)
     with jupyter_server(root, env) if execute else nullcontext() as server:
         if server is not None:
             env["JUPYTER_BASE_URL"], env["JUPYTER_TOKEN"] = server
-        status = subprocess.call(command, cwd=root, env=env)
-    if status != 0 or serve or not execute:
+        status = _run_in_own_group(command, root, env)
+    if status == 130 or (serve and status == 0):
         return status
+    if status != 0:
+        if not site and not (theme / "template.yml").is_file():
+            raise BookError(OFFLINE)
+        raise BookError(f"MyST stopped with exit status {status}; its messages are above")
+    if not execute:
+        return 0
     problems = site_problems(root / "_build" / "site" / "content")
     if problems:
         raise BookError(f"the book built, but {len(problems)} page problem(s); first: {problems[0]}")

@@ -14,6 +14,7 @@ import importlib.util
 import json
 import os
 import re
+import shlex
 import signal
 import subprocess
 import sys
@@ -21,15 +22,19 @@ import tempfile
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
+from ttr_edu import __version__
+from ttr_edu.course import student_copy
 from ttr_edu.course.book import BookError
 from ttr_edu.course.notebooks import (
     CHAPTER_NAME,
     CHECK_CALL,
     CourseLayoutError,
     NotebookError,
+    course_content,
     course_root,
+    file_mode,
     generate,
     list_chapters,
     write_atomically,
@@ -37,10 +42,10 @@ from ttr_edu.course.notebooks import (
 
 DESCRIPTION = (
     "ttr-edu: the course's command. Students: `ttr-edu start my-course` copies the notebooks into my-course/ (keeping "
-    "your edits) and opens JupyterLab there; `ttr-edu check NOTEBOOK` grades your exercises. Instructors: `ttr-edu "
-    "generate` rebuilds chapters/ from solutions/; `ttr-edu book` builds the book."
+    "your edits) and opens JupyterLab there; `ttr-edu check NOTEBOOK` grades your exercises. Instructors, in a clone "
+    "of the repository: `ttr-edu generate` rebuilds chapters/ from solutions/; `ttr-edu book` builds the book."
 )
-MANIFEST = ".ttr-edu-copy.json"  # per chapter slug: the file name, and hashes of what we wrote and of the release
+MANIFEST = ".ttr-edu-copy.json"  # per chapter slug (and per page copied along): hashes of what we wrote, of the release
 LOCK = ".ttr-edu.lock"
 BESIDE = "new-release"  # a changed release of an edited notebook goes beside it as NN_slug.new-release.ipynb
 
@@ -58,7 +63,7 @@ def _file_digest(path: Path) -> str:
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    chapters = list_chapters(course_root(args.root), "chapters")
+    chapters = list_chapters(course_content(args.root), "chapters")
     if not chapters:
         raise UsageError("no chapters found; instructors run `ttr-edu generate` first")
     titles = [_short_title(chapter.title, chapter.number) for chapter in chapters]
@@ -134,8 +139,19 @@ def _read_manifest(path: Path) -> dict[str, dict]:
     return converted
 
 
-def _write_manifest(path: Path, manifest: dict[str, dict]) -> None:
-    write_atomically(path, json.dumps({"format": 2, "notebooks": manifest}, indent=1, sort_keys=True) + "\n")
+def _read_pages(path: Path) -> dict[str, dict]:
+    """Per page copied along with the notebooks (``notation.ipynb``): ``written`` and ``release`` hashes, as for a
+    notebook. Missing or damaged counts as empty (an existing page then counts as edited and is kept)."""
+    try:
+        pages = json.loads(path.read_text(encoding="utf-8")).get("pages", {})
+    except (OSError, ValueError, AttributeError):
+        return {}
+    return {name: entry for name, entry in pages.items() if isinstance(entry, dict)} if isinstance(pages, dict) else {}
+
+
+def _write_manifest(path: Path, manifest: dict[str, dict], pages: dict[str, dict] | None = None) -> None:
+    content = {"format": 2, "notebooks": manifest, **({"pages": pages} if pages else {})}
+    write_atomically(path, json.dumps(content, indent=1, sort_keys=True) + "\n")
 
 
 @contextmanager
@@ -172,6 +188,7 @@ def _create_exclusive(path: Path, data: bytes) -> Path:
     """
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
+        os.chmod(tmp, file_mode(path.with_name(f".{path.name}.new")))  # a new file's mode: 0666 less the umask
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()
@@ -237,10 +254,12 @@ def _existing(dest: Path, slug: str, entry: dict, target: Path) -> Path | None:
     return found[0] if found else None
 
 
-def _sync(source: Path, dest: Path, manifest: dict[str, dict], force: bool, stamp: str, report: Report) -> None:
-    """Bring one chapter into DEST; records it in ``manifest`` only after its files are written."""
+def _sync(
+    source: Path, data: bytes, dest: Path, manifest: dict[str, dict], force: bool, stamp: str, report: Report
+) -> None:
+    """Bring one chapter (``data``: its student copy, :func:`student_copy.render`) into DEST; records it in
+    ``manifest`` only after its files are written."""
     slug = CHAPTER_NAME.match(source.name)[2]
-    data = source.read_bytes()
     want = _digest(data)
     entry = dict(manifest.get(slug, {}))
     target = dest / source.name
@@ -285,6 +304,27 @@ def _sync(source: Path, dest: Path, manifest: dict[str, dict], force: bool, stam
     manifest[slug] = entry
 
 
+def _sync_page(relative: PurePosixPath, data: bytes, dest: Path, pages: dict[str, dict], report: Report) -> None:
+    """Bring one page the notebooks link to (``notation.ipynb``) into DEST: written when missing or untouched since we
+    wrote it; a page the student edited is kept as it is."""
+    target, want = dest.joinpath(*relative.parts), _digest(data)
+    entry = pages.get(str(relative), {})
+    if not target.exists() and not target.is_symlink():
+        target.parent.mkdir(parents=True, exist_ok=True)
+        write_atomically(target, data)
+        pages[str(relative)] = {"written": want, "release": want}
+        return
+    have = _file_digest(target) if target.is_file() and not target.is_symlink() else None
+    if have == want:
+        pages[str(relative)] = {"written": want, "release": want}
+    elif have is not None and entry.get("written") == have:
+        write_atomically(target, data)
+        pages[str(relative)] = {"written": want, "release": want}
+    elif entry.get("release") != want:
+        report.notes.append(f"kept your {relative} (edited); the course's new version of it was not copied")
+        pages[str(relative)] = {**entry, "release": want}
+
+
 def _put_beside(target: Path, data: bytes, entry: dict) -> Path:
     """Write a new release of an edited notebook beside it; replace an earlier one only if still untouched."""
     path = target.with_name(f"{target.stem}.{BESIDE}.ipynb")
@@ -326,14 +366,33 @@ def _check_dest(root: Path, raw: str | None, command: str) -> Path:
     return dest
 
 
+def _student_copies(root: Path, sources: list[Path]) -> tuple[dict[Path, bytes], dict[PurePosixPath, bytes]]:
+    """Each chapter's student copy, and the pages they link to (by path in DEST): citations written out and links
+    aimed inside the student's folder (:mod:`ttr_edu.course.student_copy`). Everything is rendered before anything
+    is written."""
+    try:
+        bibliography = student_copy.bibliography_of(root)
+    except ValueError as err:
+        raise NotebookError(f"{root / 'references.bib'}: {err}") from err
+    notebooks, linked = {}, set()
+    for source in sources:
+        try:
+            notebooks[source], links = student_copy.render(root, PurePosixPath("chapters", source.name), bibliography)
+        except ValueError as err:
+            raise NotebookError(f"{source}: not a readable notebook ({type(err).__name__})") from err
+        linked |= links
+    return notebooks, student_copy.linked_pages(root, linked, bibliography)
+
+
 def cmd_copy(args: argparse.Namespace) -> int:
-    root = course_root(args.root)
+    root = course_content(args.root)
     dest = _check_dest(root, args.dest, args.command)
     sources = _select(root, args.chapters)
-    for source in sources:
-        target = dest / source.name
+    notebooks, pages = _student_copies(root, sources)
+    for name in [*(source.name for source in sources), *(str(page) for page in pages)]:
+        target = dest / name
         if target.exists() and not target.is_file():
-            raise UsageError(f"cannot copy {source.name}: {target} exists and is not a file; move it away first")
+            raise UsageError(f"cannot copy {name}: {target} exists and is not a file; move it away first")
     dest.mkdir(exist_ok=True)
     report = Report()
     with _locked(dest):
@@ -341,15 +400,18 @@ def cmd_copy(args: argparse.Namespace) -> int:
         for leftover in [*dest.glob(".*.ipynb.*.tmp"), *dest.glob(f".{MANIFEST}.*.tmp")]:
             leftover.unlink(missing_ok=True)
         manifest_path = dest / MANIFEST
-        manifest = _read_manifest(manifest_path)
+        manifest, copied_pages = _read_manifest(manifest_path), _read_pages(manifest_path)
         stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
         for source in sources:
-            _sync(source, dest, manifest, args.force, stamp, report)
-            _write_manifest(manifest_path, manifest)  # after each chapter: a failure later leaves it true
+            _sync(source, notebooks[source], dest, manifest, args.force, stamp, report)
+            _write_manifest(manifest_path, manifest, copied_pages)  # after each chapter: a failure later leaves it true
+        for page, data in pages.items():
+            _sync_page(page, data, dest, copied_pages, report)
+        _write_manifest(manifest_path, manifest, copied_pages)
     for line in report.lines(dest):
         print(line)
     if args.command == "copy":
-        print(f"Open them with: ttr-edu start {dest}")
+        print(f"Open them with: ttr-edu start {shlex.quote(str(dest))}")
     return 0
 
 
@@ -369,26 +431,41 @@ def lab_command(dest: Path, options: list[str]) -> list[str]:
     return command + options
 
 
-def run_foreground(command: list[str]) -> int:
-    """Run ``command`` and wait; Ctrl-C goes to it alone (the terminal signals the whole process group), so Jupyter
-    shuts down in its own way while this process waits for it. A no-op handler, unlike ``SIG_IGN``, is not
-    inherited by the child."""
-    previous = signal.signal(signal.SIGINT, lambda *_: None)
+def run_foreground(command: list[str], stopped: str = "") -> int:
+    """Run ``command`` (JupyterLab) and wait. Ctrl-C stops it: one line (``stopped``), exit status 130.
+
+    On POSIX the command runs in a session of its own, so the terminal's Ctrl-C reaches this process alone, which then
+    asks JupyterLab to stop with SIGTERM: its own clean shutdown, kernels included, with no confirmation prompt and
+    no traceback of its own. If it has not stopped after 30 s, its process group is killed (its kernels, which poll
+    their parent, then end by themselves). Elsewhere Ctrl-C goes to JupyterLab as the terminal sends it.
+    """
+    if not hasattr(os, "killpg"):  # pragma: no cover - Windows: the console signals JupyterLab itself
+        previous = signal.signal(signal.SIGINT, lambda *_: None)  # a no-op handler, unlike SIG_IGN, is not inherited
+        try:
+            status = subprocess.Popen(command).wait()
+        finally:
+            signal.signal(signal.SIGINT, previous)
+        return 130 if status == -signal.SIGINT else status
+    process = subprocess.Popen(command, start_new_session=True)
     try:
-        process = subprocess.Popen(command)
-        while True:
+        return process.wait()
+    except KeyboardInterrupt:
+        previous = signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not cut the shutdown short
+        try:
+            process.terminate()
             try:
-                status = process.wait()
-                break
-            except KeyboardInterrupt:  # pragma: no cover - the handler above makes this unlikely
-                continue
-    finally:
-        signal.signal(signal.SIGINT, previous)
-    return 130 if status == -signal.SIGINT else status
+                process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait()
+        finally:
+            signal.signal(signal.SIGINT, previous)
+        print(f"ttr-edu: {stopped or 'stopped'}", file=sys.stderr, flush=True)
+        return 130
 
 
 def cmd_start(args: argparse.Namespace) -> int:
-    root = course_root(args.root)
+    root = course_content(args.root)
     dest = _check_dest(root, args.dest, "start")
     options = list(args.lab_options)
     for flag, value in (("--port", args.port), ("--ip", args.ip)):
@@ -398,50 +475,31 @@ def cmd_start(args: argparse.Namespace) -> int:
         options.append("--no-browser")
     command = lab_command(dest, options)  # fail before copying if JupyterLab is missing
     cmd_copy(args)
-    print(f"Opening JupyterLab in {dest}; stop it with Ctrl-C, resume any day with: ttr-edu start {dest}", flush=True)
-    return run_foreground(command)
+    again = f"ttr-edu start {shlex.quote(str(dest))}"
+    print(f"Opening JupyterLab in {dest}; stop it with Ctrl-C, resume any day with: {again}", flush=True)
+    return run_foreground(command, stopped=f"JupyterLab stopped; your notebooks are saved in {dest} (resume: {again})")
 
 
 # -- checking a student's notebook -------------------------------------------------------------------------------------
 
 
-EXERCISE_HEADING = re.compile(r"^#+\s*(.*?)\s*[★☆]", re.MULTILINE)
-
-
-def exercise_results(nb) -> list[tuple[str, str, str]]:
-    """``(exercise, outcome, detail)`` for each check cell of an executed notebook.
-
-    The outcome is ``PASS``, ``FAIL`` (detail: the first line of the reason), ``not attempted`` or ``not run``.
-    """
-    results, heading = [], None
-    for cell in nb.cells:
-        if cell.cell_type == "markdown":
-            match = EXERCISE_HEADING.search(cell.source)
-            heading = match.group(1) if match else heading
-            continue
-        call = CHECK_CALL.search(cell.source) if cell.cell_type == "code" else None
-        if not call:
-            continue
-        name = heading or call.group(1)
-        text = "".join(out.get("text", "") for out in cell.get("outputs", []) if out.get("output_type") == "stream")
-        error = next((out for out in cell.get("outputs", []) if out.get("output_type") == "error"), None)
-        if error is not None:
-            reason = (str(error.get("evalue", "")).strip().splitlines() or [""])[0]
-            kind = error.get("ename", "error")
-            results.append((name, "FAIL", reason if kind == "CheckFailed" else f"{kind}: {reason}"))
-        elif "[not attempted yet]" in text:
-            results.append((name, "not attempted", ""))
-        elif "PASS" in text:
-            results.append((name, "PASS", ""))
-        else:
-            results.append((name, "not run", "the cell gave no result (did an earlier cell stop the notebook?)"))
-    return results
-
-
 def cmd_check(args: argparse.Namespace) -> int:
+    """Grade NOTEBOOK as nbgrader's autograder would: the release's check cells, run in a fresh kernel."""
+    try:
+        return _check(args)
+    except KeyboardInterrupt:  # before the kernel started; afterwards checking.Interrupted says the same
+        print(CHECK_INTERRUPTED, file=sys.stderr)
+        return 130
+
+
+CHECK_INTERRUPTED = "ttr-edu: interrupted; the check stopped and its kernel is shut down (your notebook is unchanged)"
+
+
+def _check(args: argparse.Namespace) -> int:
     import nbformat
-    from nbclient import NotebookClient
-    from nbclient.exceptions import CellTimeoutError, DeadKernelError
+
+    import ttr_edu
+    from ttr_edu.course import checking
 
     path = Path(args.notebook)
     if not path.is_file():
@@ -450,25 +508,29 @@ def cmd_check(args: argparse.Namespace) -> int:
         nb = nbformat.read(path, as_version=4)
     except Exception as err:
         raise UsageError(f"{path}: not a readable notebook ({type(err).__name__})") from err
-    if not CHECK_CALL.search("\n".join(c.source for c in nb.cells if c.cell_type == "code")):
-        raise UsageError(f"{path}: this notebook has no exercise checks (checks.check_...)")
-    env_grading = os.environ.pop("NBGRADER_EXECUTION", None)  # the student's view: "not attempted", not a failure
-    client = NotebookClient(
-        nb,
-        timeout=args.timeout,
-        allow_errors=True,
-        kernel_name="python3",
-        resources={"metadata": {"path": str(path.parent.resolve())}},
-    )
-    print(f"running {path} ...", file=sys.stderr, flush=True)
+    releases = sorted((course_content(args.root) / "chapters").glob("*.ipynb"))
+    release_path = checking.release_for(path, nb, releases)
+    if release_path is None:
+        if not CHECK_CALL.search("\n".join(c.source for c in nb.cells if c.cell_type == "code")):
+            raise UsageError(f"{path}: this notebook has no exercise checks (checks.check_...)")
+        raise UsageError(
+            f"{path}: not one of the course's chapters (its exercise cells have no course ids and its name is no "
+            "chapter's); check runs the course's own check cells, so it needs a copy made by ttr-edu copy or start"
+        )
+    release = nbformat.read(release_path, as_version=4)
+    restored = checking.restore_checks(nb, release)
+    print(f"running {path} with the check cells of {release_path.name} ...", file=sys.stderr, flush=True)
     try:
-        client.execute()
-    except (CellTimeoutError, DeadKernelError) as err:
-        print(f"ttr-edu: {path}: the notebook stopped early ({type(err).__name__}); results so far:", file=sys.stderr)
-    finally:
-        if env_grading is not None:
-            os.environ["NBGRADER_EXECUTION"] = env_grading
-    results = exercise_results(nb)
+        run = checking.run_graded(restored, path.parent.resolve(), args.timeout, Path(ttr_edu.__file__).resolve())
+    except checking.Interrupted:
+        print(CHECK_INTERRUPTED, file=sys.stderr)
+        return 130
+    if run.setup_error is not None:
+        tail = "".join(run.kernel_log.strip().splitlines(keepends=True)[-5:])
+        raise UsageError(f"{path}: the check could not start: {run.setup_error}" + (f"\n{tail}" if tail else ""))
+    if run.stopped:
+        print(f"ttr-edu: {path}: the notebook stopped early ({run.stopped}); results so far:", file=sys.stderr)
+    results = checking.exercise_results(run.nb, release)
     width = max(len(name) for name, _, _ in results)
     for name, outcome, detail in results:
         print(f"{outcome:<13}  {name:<{width}}" + (f"  {detail}" if detail else ""))
@@ -487,7 +549,7 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
-    root = course_root(args.root)
+    root = course_root(args.root, command="generate")
     changes = generate(root, check=args.check)
     for line in changes:
         print(line)
@@ -504,12 +566,16 @@ def cmd_generate(args: argparse.Namespace) -> int:
 def cmd_book(args: argparse.Namespace) -> int:
     from ttr_edu.course import book
 
-    return book.build(course_root(args.root), site=args.site, serve=args.serve, execute=args.execute)
+    root = course_root(args.root, command="book")
+    return book.build(root, site=args.site, serve=args.serve, execute=not args.no_execute)
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="ttr-edu", description=DESCRIPTION)
-    parser.add_argument("--root", help="the course folder (default: found from the current folder)")
+    parser.add_argument(
+        "--root", help="the course folder (default: a clone found from the current folder, else the installed course)"
+    )
+    parser.add_argument("--version", action="version", version=f"ttr-edu {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     sub.add_parser("list", help="list the chapters").set_defaults(run=cmd_list)
@@ -539,10 +605,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     check = sub.add_parser(
         "check",
-        help="run a notebook and print each exercise's result",
-        description="Run NOTEBOOK from the top and print one line per exercise: PASS, FAIL with the reason, or not "
+        help="grade a notebook as the autograder will and print each exercise's result",
+        description="Run NOTEBOOK from the top with the course's own check cells (an edited or deleted check cell is "
+        "put back, as nbgrader does) and print one line per exercise: PASS, FAIL with the reason, or not "
         "attempted. Exit status: 0 every exercise passes; 1 one fails (or a check did not run); "
-        "3 none fails but some are not attempted; 2 the notebook cannot be read.",
+        "3 none fails but some are not attempted; 2 the notebook cannot be read; 130 interrupted.",
     )
     check.add_argument("notebook", metavar="NOTEBOOK")
     check.add_argument("--timeout", type=int, default=600, help="seconds allowed per cell (default: 600)")
@@ -552,11 +619,21 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--check", action="store_true", help="write nothing; fail if anything is out of date")
     gen.set_defaults(run=cmd_generate)
 
-    book = sub.add_parser("book", help="build (or serve) the book with MyST")
+    book = sub.add_parser(
+        "book",
+        help="build (or serve) the book with MyST, every notebook executed (instructors, in a clone)",
+        description="Build the HTML book in _build/html with MyST, executing every notebook on a Jupyter server of "
+        "this Python, and fail unless every page executed cleanly. The web theme is downloaded on first use; "
+        "offline, --site builds the pages' content only.",
+    )
     mode = book.add_mutually_exclusive_group()
-    mode.add_argument("--site", action="store_true", help="build the site's content only (works offline)")
+    mode.add_argument("--site", action="store_true", help="build the site's content only (_build/site; works offline)")
     mode.add_argument("--serve", action="store_true", help="serve the book locally with live reload")
-    book.add_argument("--execute", action="store_true", help="execute the notebooks; fail if any did not execute")
+    run = book.add_mutually_exclusive_group()
+    run.add_argument(
+        "--no-execute", action="store_true", help="do not run the notebooks (a quick preview: pages show no outputs)"
+    )
+    run.add_argument("--execute", action="store_true", help=argparse.SUPPRESS)  # the default; kept for old scripts
     book.set_defaults(run=cmd_book)
     return parser
 

@@ -3,8 +3,9 @@
 A student notebook is the solved notebook passed through nbgrader's ``ClearSolutions`` (each region between
 ``### BEGIN SOLUTION`` and ``### END SOLUTION`` becomes ``raise NotImplementedError()``) and nbconvert's
 ``ClearOutputPreprocessor``. ``generate`` also stamps nbgrader's test metadata on every check cell (the cell that calls
-``checks.check_...``): graded, locked, worth as many points as the exercise has stars. Instructors can therefore
-import either folder into nbgrader unchanged and get a graded assignment (see ``grading.md``).
+``checks.check_...``): graded, locked, worth as many points as the exercise has stars, its first line importing the
+check module afresh. Instructors can therefore import either folder into nbgrader unchanged and get a graded
+assignment (see ``grading.md``).
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ __all__ = [
     "NotebookError",
     "Chapter",
     "course_root",
+    "course_content",
+    "PACKAGED_COURSE",
     "list_chapters",
     "clean_notebook",
     "student_notebook",
@@ -38,6 +41,10 @@ __all__ = [
 SOLUTION_MARKERS = ("BEGIN SOLUTION", "END SOLUTION")
 CHAPTER_NAME = re.compile(r"^(\d\d)_([a-z0-9_]+)\.ipynb$")
 CHECK_CALL = re.compile(r"\bchecks\.(check_\w+)\(")  # a check cell calls checks.check_..., alone or in an expression
+CHECKS_IMPORT = re.compile(r"^from ttr_edu\.checks import (\w+) as checks\b.*$", re.MULTILINE)
+#: The first line of every graded check cell: the cell imports its check module itself, so that a cell above which
+#: rebinds ``checks`` changes nothing (the modules themselves are read-only: ttr_edu.checks._core.seal).
+FRESH_IMPORT = "from ttr_edu.checks import {module} as checks  # the graded check, fresh from the package"
 STARS = re.compile(r"★+")  # an exercise heading's difficulty, "★★☆": its filled stars are its points
 
 
@@ -63,35 +70,84 @@ class Chapter:
         return f"{self.number}_{self.slug}.ipynb"
 
 
-def course_root(start: str | Path | None = None) -> Path:
-    """Find the course checkout: the first folder holding ``book.yml`` and ``solutions/``.
+#: the course a wheel installs (``setup.py`` copies chapters/, the pages, images/ and references.bib here when it
+#: builds the wheel); a clone has none and uses its own folders
+PACKAGED_COURSE = Path(__file__).resolve().with_name("content")
+REPOSITORY = "https://github.com/ttr-edu/ttr-edu"
+
+
+def _is_clone(folder: Path) -> bool:
+    return (folder / "book.yml").is_file() and (folder / "solutions").is_dir()
+
+
+def _explicit(start: str | Path) -> Path:
+    start = Path(start)
+    if not start.exists():
+        raise CourseLayoutError(f"root: {start} does not exist")
+    if not start.is_dir():
+        raise CourseLayoutError(f"root: {start} is a file; pass the course folder (it holds book.yml and solutions/)")
+    return start.resolve()
+
+
+def course_root(start: str | Path | None = None, *, command: str | None = None) -> Path:
+    """Find the course's sources, a clone of the repository: the first folder holding ``book.yml`` and
+    ``solutions/``. ``generate`` and ``book`` need them; the student commands use :func:`course_content`.
 
     With ``start`` (``--root``), only that folder is accepted: a wrong root is an error, not a reason to use
     another course. Without it, looks at the current folder and its parents, then at the folder this package was
     installed from (an editable install of a clone).
 
     Raises:
-        CourseLayoutError: no such folder was found (or ``start`` is a file); the message says where it looked.
+        CourseLayoutError: no such folder was found (or ``start`` is a file); the message says where it looked, and
+            for ``command`` (``"generate"``) that the command works from a clone.
     """
     if start is not None:  # an explicit root is used as given, never replaced by another course found elsewhere
-        start = Path(start)
-        if not start.exists():
-            raise CourseLayoutError(f"root: {start} does not exist")
-        if not start.is_dir():
-            raise CourseLayoutError(
-                f"root: {start} is a file; pass the course folder (it holds book.yml and solutions/)"
-            )
-        candidates = [start.resolve()]
+        candidates = [_explicit(start)]
     else:
         here = Path.cwd().resolve()
-        candidates = [here, *here.parents, Path(__file__).resolve().parents[1]]
+        candidates = [here, *here.parents, Path(__file__).resolve().parents[2]]
     for folder in candidates:
-        if (folder / "book.yml").is_file() and (folder / "solutions").is_dir():
+        if _is_clone(folder):
             return folder
     where = f"at {start}" if start is not None else f"at {Path.cwd()} or above"
+    if command is not None:
+        raise CourseLayoutError(
+            f"ttr-edu {command} works from a clone of ttr-edu, which holds the course's sources (book.yml and "
+            f"solutions/); there is none {where}: git clone {REPOSITORY}, then run it there or pass --root"
+        )
     raise CourseLayoutError(
         f"root: no course found {where} (a course folder holds book.yml and solutions/); "
         "run from a clone of ttr-edu or pass --root"
+    )
+
+
+def course_content(start: str | Path | None = None) -> Path:
+    """Where the student notebooks come from (``list``, ``copy``, ``start``): a folder holding ``chapters/`` and
+    the pages and ``references.bib`` the chapters refer to.
+
+    With ``start`` (``--root``), that folder, which must hold ``chapters/``. Without it, a clone found as
+    :func:`course_root` finds one (so a clone's own chapters win), else the course installed with this package
+    (:data:`PACKAGED_COURSE`).
+
+    Raises:
+        CourseLayoutError: no course was found; the message says where it looked.
+    """
+    if start is not None:
+        folder = _explicit(start)
+        if (folder / "chapters").is_dir():
+            return folder
+        raise CourseLayoutError(
+            f"root: no course found at {start} (a course folder holds chapters/, as a clone of ttr-edu does)"
+        )
+    try:
+        return course_root()
+    except CourseLayoutError:
+        pass
+    if (PACKAGED_COURSE / "chapters").is_dir():
+        return PACKAGED_COURSE
+    raise CourseLayoutError(
+        f"no course found: {Path.cwd()} is not in a clone of ttr-edu, and this installation of ttr-edu holds no "
+        "course files (pip install 'ttr-edu[course]' from PyPI installs them)"
     )
 
 
@@ -109,26 +165,39 @@ def _read(path: Path) -> nbformat.NotebookNode:
         ) from err
 
 
-def _exercise_count(nb: nbformat.NotebookNode) -> int:
-    return sum(cell.get("metadata", {}).get("nbgrader", {}).get("solution", False) for cell in nb.cells)
+def _exercise_count(nb: dict) -> int:
+    return sum(cell.get("metadata", {}).get("nbgrader", {}).get("solution", False) for cell in nb["cells"])
 
 
-def _title(nb: nbformat.NotebookNode, fallback: str) -> str:
-    for cell in nb.cells:
-        if cell.cell_type == "markdown":
-            for line in cell.source.splitlines():
+def _title(nb: dict, fallback: str) -> str:
+    for cell in nb["cells"]:
+        if cell.get("cell_type") == "markdown":
+            source = cell.get("source", "")
+            for line in ("".join(source) if isinstance(source, list) else source).splitlines():
                 if line.startswith("# "):
                     return line[2:].strip()
     return fallback
 
 
 def list_chapters(root: Path, folder: str = "solutions") -> list[Chapter]:
-    """The chapters in ``root/folder``, in order. Files not named ``NN_slug.ipynb`` are ignored."""
+    """The chapters in ``root/folder``, in order. Files not named ``NN_slug.ipynb`` are ignored.
+
+    Read as plain JSON, so ``ttr-edu list`` needs no Jupyter package.
+
+    Raises:
+        NotebookError: a chapter file is not a notebook.
+    """
     chapters = []
     for path in sorted((root / folder).glob("*.ipynb")):
         match = CHAPTER_NAME.match(path.name)
         if match:
-            nb = _read(path)
+            try:
+                nb = json.loads(path.read_text(encoding="utf-8"))
+                cells = nb["cells"]
+            except (ValueError, KeyError, TypeError) as err:
+                raise NotebookError(f"{path}: not a readable notebook ({type(err).__name__})") from err
+            if not isinstance(cells, list):
+                raise NotebookError(f"{path}: not a readable notebook (its cells are not a list)")
             chapters.append(Chapter(match[1], match[2], _title(nb, match[2]), _exercise_count(nb)))
     return chapters
 
@@ -158,15 +227,32 @@ def student_notebook(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
     return nb
 
 
+def _fresh_import(source: str, module: str | None) -> str:
+    """``source`` of a check cell with :data:`FRESH_IMPORT` as its first line (replacing an earlier one): the same
+    text when it is already there, so generating twice changes nothing."""
+    if module is None:
+        return source
+    lines = source.split("\n")
+    if lines and CHECKS_IMPORT.match(lines[0]):
+        lines = lines[1:]
+    return "\n".join([FRESH_IMPORT.format(module=module), *lines])
+
+
 def stamp_grading(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
-    """A copy of ``nb`` whose check cells carry nbgrader's autograder-test metadata.
+    """A copy of ``nb`` whose check cells carry nbgrader's autograder-test metadata and import their check afresh.
 
     A check cell is a code cell calling ``checks.check_...`` (alone, or in an expression such as
     ``f = mine if checks.check_f(mine) else reference``). It becomes graded and locked, with ``grade_id``
     ``test_<check name>`` and as many points as filled stars (★) in the last exercise heading above it (1 if none).
-    Under nbgrader's autograder an unattempted check raises, so it scores 0 (``ttr_edu.checks._core.run_check``).
+    Its first line imports the chapter's check module again (:data:`FRESH_IMPORT`; the module is the one the
+    notebook imports as ``checks``), so the graded cell uses no name another cell could rebind. Under nbgrader's
+    autograder an unattempted or wrong exercise raises, so it scores 0 (``ttr_edu.checks._core``).
     """
     nb = copy.deepcopy(nb)
+    imports = [
+        CHECKS_IMPORT.search(c.source) for c in nb.cells if c.cell_type == "code" and not CHECK_CALL.search(c.source)
+    ]
+    module = next((match.group(1) for match in imports if match), None)
     points, seen = 1, set()
     for cell in nb.cells:
         if cell.cell_type == "markdown":
@@ -183,6 +269,7 @@ def stamp_grading(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
             n += 1
             grade_id = f"test_{match.group(1)}_{n}"
         seen.add(grade_id)
+        cell.source = _fresh_import(cell.source, module)
         cell.metadata["nbgrader"] = {
             "grade": True,
             "grade_id": grade_id,
@@ -201,15 +288,30 @@ def _serialise(nb: nbformat.NotebookNode) -> str:
     return nbformat.writes(nb) + "\n"
 
 
-def write_atomically(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` so that a reader, a crash or a Ctrl-C sees the old file or the new, never half.
+def file_mode(path: Path) -> int:
+    """The mode a file written at ``path`` gets: the existing file's (not following a symlink), or ``0666`` less the
+    umask, as ``open`` would create it."""
+    try:
+        if not path.is_symlink():
+            return path.stat().st_mode & 0o7777
+    except OSError:
+        pass
+    umask = os.umask(0o022)
+    os.umask(umask)
+    return 0o666 & ~umask
+
+
+def write_atomically(path: Path, text: str | bytes) -> None:
+    """Write ``text`` (UTF-8 text, or bytes as they are) to ``path`` so that a reader, a crash or a Ctrl-C sees the
+    old file or the new, never half.
 
     The text goes to a temporary file in the same folder, then ``os.replace`` swaps it in. If ``path`` is a
     symbolic link, the link itself is replaced: nothing is ever written through it to a file elsewhere.
     """
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
+        os.chmod(tmp, file_mode(path))  # mkstemp's 0600 would hide the notebook from a group sharing the folder
+        with os.fdopen(fd, "wb") if isinstance(text, bytes) else os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
             f.flush()
             os.fsync(f.fileno())

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from ttr_edu._internal.validation import Dims, check_positive_int, check_same_device
+from ttr_edu._internal.validation import Dims, check_allocation, check_positive_int, check_same_device, guarded
 
 __all__ = ["InexactDualWarning", "dual_output", "momentum_rescale", "class_votes"]
 
@@ -18,6 +18,7 @@ class InexactDualWarning(UserWarning):
     """The recorded optimiser does not update weights by ``Σ e_t x_tᵀ``: the 'dual' is not the model's output."""
 
 
+@guarded
 def dual_output(W0: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, query: torch.Tensor) -> torch.Tensor:
     """The dual form of a linear layer: ``W₀ x + Σ_t e_t (x_tᵀ x)`` for each query row x.
 
@@ -47,6 +48,7 @@ def dual_output(W0: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, quer
     return query @ W0.to(dtype).T + scores @ values  # (Q, D_out)
 
 
+@guarded
 def momentum_rescale(momentum: float, num_steps: int) -> torch.Tensor:
     """How much SGD with momentum μ scales the value of step t after T steps: ``(1 − μ^{T−t+1}) / (1 − μ)``.
 
@@ -70,12 +72,14 @@ def momentum_rescale(momentum: float, num_steps: int) -> torch.Tensor:
     if not 0.0 <= momentum < 1.0:
         raise ValueError(f"momentum: expected a number in [0, 1), got {momentum}")
     check_positive_int("num_steps", num_steps)
+    check_allocation("num_steps", (num_steps,), dtype=torch.float64)
     t = torch.arange(1, num_steps + 1, dtype=torch.float64)
     if momentum == 0.0:
         return torch.ones(num_steps, dtype=torch.float64)
     return (1.0 - momentum ** (num_steps - t + 1)) / (1.0 - momentum)
 
 
+@guarded
 def class_votes(scores: torch.Tensor, labels: torch.Tensor, num_classes: int) -> torch.Tensor:
     """The per-class 'vote': the sum of the spotlight scores of the training patterns of each class.
 
@@ -106,6 +110,7 @@ def class_votes(scores: torch.Tensor, labels: torch.Tensor, num_classes: int) ->
             f"labels: expected classes in [0, {num_classes}), got values from {labels.min().item()} to "
             f"{labels.max().item()} (−1 marks an unlabelled pattern: pass labels to DualFormRecorder.annotate)"
         )
+    check_allocation("num_classes", (scores.shape[0], num_classes), dtype=scores.dtype, device=scores.device)
     votes = scores.new_zeros(scores.shape[0], num_classes)
     return votes.index_add_(1, labels.long(), scores)  # (Q, C)
 

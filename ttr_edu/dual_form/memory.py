@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from ttr_edu._internal.validation import check_positive_int, check_same_device, check_tensor
+from ttr_edu._internal.validation import check_positive_int, check_tensor, guarded
 from ttr_edu.dual_form.maths import (
     InexactDualWarning,
     _dtype_name,
@@ -361,7 +361,11 @@ def _check_query(memory: LinearMemory, query: torch.Tensor) -> None:
         raise ValueError(
             f"query: expected shape (Q, D_in) = (Q, {memory.d_in}) for layer {memory.name}, got {tuple(query.shape)}"
         )
-    check_same_device(query=query, keys=memory.keys_buffer)
+    if query.device != memory.keys_buffer.device:
+        raise ValueError(
+            f"query: expected a tensor on {memory.keys_buffer.device} (the device of the record of {memory.name}), "
+            f"got one on {query.device}"
+        )
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -369,6 +373,7 @@ def _check_query(memory: LinearMemory, query: torch.Tensor) -> None:
 # ----------------------------------------------------------------------------------------------------------------
 
 
+@guarded
 def dual_linear(memory: LinearMemory, query: torch.Tensor, *, at_step: int | None = None) -> torch.Tensor:
     """The recorded layer's output in dual form: ``a W₀x + c buf₀x + Σ_t e_t (x_tᵀ x)`` (+ the bias terms).
 
@@ -410,6 +415,7 @@ def dual_linear(memory: LinearMemory, query: torch.Tensor, *, at_step: int | Non
     return out
 
 
+@guarded
 def spotlight_scores(memory: LinearMemory, query: torch.Tensor, *, at_step: int | None = None) -> torch.Tensor:
     """The spotlight score ``|x_tᵀ x|`` of every stored training pattern for each test input.
 
@@ -447,6 +453,7 @@ class TopPatterns:
     sample_id: torch.Tensor
 
 
+@guarded
 def top_patterns(
     memory: LinearMemory, query: torch.Tensor, k: int, *, at_step: int | None = None, distinct_samples: bool = False
 ) -> TopPatterns:

@@ -13,7 +13,7 @@ from collections.abc import Iterator, Sequence
 import torch
 from torch import nn
 
-from ttr_edu._internal.validation import check_positive_int
+from ttr_edu._internal.validation import check_allocation, check_bool, check_positive_int
 from ttr_edu.dual_form.maths import InexactDualWarning, _describe, _is_integer_tensor
 from ttr_edu.dual_form.memory import LinearMemory, _Update, dual_linear
 
@@ -61,9 +61,10 @@ class DualFormRecorder:
 
     Raises:
         TypeError: a layer is not ``nn.Linear``; ``layers`` is not a list of names; an unsupported optimiser without
-            ``allow_inexact``; a non-floating ``key_dtype``.
+            ``allow_inexact``; a non-floating ``key_dtype``; a flag that is not a bool.
         ValueError: an unknown layer name, a layer not optimised by ``optimizer`` or frozen, SGD with dampening or
-            ``maximize``, a non-positive ``max_steps`` / ``patterns_per_step``.
+            ``maximize``, a non-positive ``max_steps`` / ``patterns_per_step``, or buffers for
+            ``max_steps × patterns_per_step`` patterns that would not fit in memory.
         RuntimeError: during training, when the buffers are full or momentum changed; when a record is read, when
             a step's gradient was not the recorded sum (``verify``).
 
@@ -93,6 +94,8 @@ class DualFormRecorder:
             raise ValueError("layers: expected at least one layer name, got an empty list")
         check_positive_int("max_steps", max_steps)
         check_positive_int("patterns_per_step", patterns_per_step)
+        for name, flag in (("allow_inexact", allow_inexact), ("verify", verify), ("verbose", verbose)):
+            check_bool(name, flag)
         if key_dtype is not None and (not isinstance(key_dtype, torch.dtype) or not key_dtype.is_floating_point):
             raise TypeError(f"key_dtype: expected a floating torch.dtype such as torch.float16, got {key_dtype!r}")
         self.exact = self._check_optimizer(optimizer, allow_inexact)
@@ -114,6 +117,15 @@ class DualFormRecorder:
             self.layers[name] = layer
 
         capacity = max_steps * patterns_per_step
+        width = sum(layer.in_features + layer.out_features for layer in self.layers.values())
+        weight = next(iter(self.layers.values())).weight
+        check_allocation(
+            "max_steps" if max_steps >= patterns_per_step else "patterns_per_step",
+            (capacity, width),
+            dtype=weight.dtype,
+            device=weight.device,
+            what="the buffers of max_steps × patterns_per_step keys and gradients",
+        )
         self.max_steps, self.patterns_per_step = max_steps, patterns_per_step
         self._memories = {
             name: LinearMemory(

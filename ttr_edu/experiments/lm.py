@@ -67,7 +67,7 @@ class LMGrid:
     """
 
     mixers: tuple[str, ...] = tuple(LM_MIXERS)
-    seeds: tuple[int, ...] = (0, 1)
+    seeds: tuple[int, ...] = (0, 1, 2)
     d_model: int = 64
     n_layers: int = 2
     num_heads: int = 2

@@ -31,7 +31,9 @@ def interpreter_active() -> bool:
 
 
 def check_runnable(device: torch.device, reference: str) -> None:
-    """Raise ``RuntimeError`` unless a kernel can run on tensors living on ``device``.
+    """Raise unless a kernel can run on tensors living on ``device``: ``RuntimeError`` for CPU tensors without
+    Triton's interpreter (the environment, not the input, is at fault), ``ValueError`` naming ``q`` for any other
+    device (meta, MPS, ...).
 
     Args:
         device: the inputs' device.
@@ -46,8 +48,8 @@ def check_runnable(device: torch.device, reference: str) -> None:
             "os.environ['TRITON_INTERPRET'] = '1'` in the first cell (in Jupyter, restart the kernel first). "
             f"Or call the reference op {reference}, which computes the same function in PyTorch."
         )
-    raise RuntimeError(
-        f"Triton kernels run on CUDA tensors (or on CPU tensors in Triton's interpreter), got tensors on "
+    raise ValueError(
+        f"q: Triton kernels run on CUDA tensors (or on CPU tensors in Triton's interpreter), got tensors on "
         f"{device}; call the reference op {reference} instead."
     )
 

@@ -5,7 +5,7 @@ value columns; the grid is ``(B * H, cdiv(D_v, BV))`` (``(N * H, ·)`` with N se
 because CUDA allows 2**31 - 1 programs there but only 65 535 on axes 1 and 2. It walks the sequence chunk by chunk
 (``BT`` tokens each), keeps the state block ``S`` (``BK x BV``, fp32) in registers, and writes each chunk's output once.
 Every matrix product is a ``tl.dot`` on a ``BT``-sized tile: this is what makes the chunk form fast on matrix units
-(chapter 09).
+(chapter chunkwise_algorithms).
 
 Layout (contiguous, as flash-linear-attention): ``q, k`` are ``(B, T, H, D_k)``, ``v, o`` are ``(B, T, H, D_v)``,
 ``beta, g`` are ``(B, T, H)``, states are ``(B, H, D_k, D_v)`` fp32. The element ``(b, t, h, d)`` of a

@@ -10,7 +10,15 @@ from __future__ import annotations
 import torch
 import triton
 
-from ttr_edu._internal.contract import STATE, check_inputs, check_log_decay, check_state, compute_dtype, resolve_scale
+from ttr_edu._internal.contract import (
+    STATE,
+    check_inputs,
+    check_log_decay,
+    check_state,
+    compute_dtype,
+    require_tensor,
+    resolve_scale,
+)
 from ttr_edu._internal.contract import check_stability as check_stability_of
 from ttr_edu._internal.validation import check_positive_int, guarded
 from ttr_edu.kernels import _triton_kernels
@@ -116,7 +124,7 @@ def _check(
     return scale
 
 
-@guarded
+@guarded(cap_chunk=False)  # the tiles need a power of two: check_kernel_sizes bounds it
 def delta_rule_chunk(
     q,
     k,
@@ -167,8 +175,8 @@ def delta_rule_chunk(
         TypeError, ValueError: as :func:`ttr_edu.ops.delta_rule_chunk`, for the same mistakes.
         ValueError: ``chunk_size`` not a power of two in [16, 128], D_k > 256, or ``T·H·max(D_k, D_v) ≥ 2³⁰``
             (kernel limits).
-        RuntimeError: CPU tensors without Triton's interpreter (the message says how to switch it on), or a
-            device that is neither CUDA nor CPU.
+        RuntimeError: CPU tensors without Triton's interpreter (the message says how to switch it on).
+        ValueError: a device that is neither CUDA nor CPU (named ``q``).
     """
     reference = "ttr_edu.ops.delta_rule_chunk"
     scale = _check(q, k, v, beta, scale, initial_state, chunk_size, check_stability, reference, cu_seqlens=cu_seqlens)
@@ -177,7 +185,7 @@ def delta_rule_chunk(
     return o, (state if output_final_state else None)
 
 
-@guarded
+@guarded(cap_chunk=False)  # the tiles need a power of two: check_kernel_sizes bounds it
 def gated_delta_rule_chunk(
     q,
     k,
@@ -219,9 +227,12 @@ def gated_delta_rule_chunk(
         TypeError, ValueError: as :func:`ttr_edu.ops.gated_delta_rule_chunk`, for the same mistakes.
         ValueError: ``chunk_size`` not a power of two in [16, 128], D_k > 256, or ``T·H·max(D_k, D_v) ≥ 2³⁰``
             (kernel limits); ``g = −inf`` (a full reset: use the reference op, which handles it exactly).
-        RuntimeError: CPU tensors without Triton's interpreter, or a device that is neither CUDA nor CPU.
+        RuntimeError: CPU tensors without Triton's interpreter.
+        ValueError: a device that is neither CUDA nor CPU (named ``q``).
+        TypeError: ``g=None`` (the ungated rule is :func:`delta_rule_chunk`).
     """
     reference = "ttr_edu.ops.gated_delta_rule_chunk"
+    require_tensor("g", g)  # g=None would run the ungated rule, which ops.gated_delta_rule_chunk refuses
     scale = _check(
         q, k, v, beta, scale, initial_state, chunk_size, check_stability, reference, g=g, cu_seqlens=cu_seqlens
     )

@@ -101,7 +101,7 @@ def _reference(q, k, v, S0, z0, *, normalize: bool, **options):
     return _reference_chunk(q, k, v, initial_state=S0, output_final_state=True, **options)
 
 
-@guarded
+@guarded(cap_chunk=False)  # the tiles need a power of two: check_kernel_sizes bounds it
 def linear_attention_chunk(
     q,
     k,
@@ -151,8 +151,8 @@ def linear_attention_chunk(
         TypeError, ValueError: as :func:`ttr_edu.ops.linear_attention_chunk`, for the same mistakes.
         ValueError: ``chunk_size`` not a power of two in [16, 128], D_k > 256, or ``T·H·max(D_k, D_v) ≥ 2³⁰``
             (kernel limits).
-        RuntimeError: CPU tensors without Triton's interpreter (the message says how to switch it on), or a
-            device that is neither CUDA nor CPU.
+        RuntimeError: CPU tensors without Triton's interpreter (the message says how to switch it on).
+        ValueError: a device that is neither CUDA nor CPU (named ``q``).
     """
     # The reference op's checks, in its order and with its helpers, then the kernel's own limits.
     check_positive_int("chunk_size", chunk_size)

@@ -24,9 +24,23 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ttr_edu._internal.validation import Dims, check_bool, check_finite, check_positive_int
+from ttr_edu._internal.validation import (
+    Dims,
+    check_allocation,
+    check_bool,
+    check_choice,
+    check_finite,
+    check_positive_int,
+)
 from ttr_edu.ops import get_feature_map
-from ttr_edu.ops.feature_maps import d_dot
+from ttr_edu.ops.feature_maps import FEATURE_MAPS, d_dot
+
+__all__ = [
+    "ShortConvolution",
+    "MAX_CONV_SIZE",
+    "check_layer_input",
+    "MixerState",
+]
 
 
 class ShortConvolution(nn.Module):
@@ -39,6 +53,7 @@ class ShortConvolution(nn.Module):
         super().__init__()
         self.hidden_size = check_positive_int("hidden_size", hidden_size)
         self.conv_size = check_positive_int("conv_size", conv_size)
+        check_allocation("hidden_size", (hidden_size, conv_size), what="the convolution's weights")
         if conv_size > MAX_CONV_SIZE:
             raise ValueError(
                 f"conv_size: a short convolution mixes a few neighbouring tokens; expected 1 to {MAX_CONV_SIZE}, "
@@ -59,17 +74,29 @@ MAX_CONV_SIZE = 64
 
 
 def check_layer_input(module: nn.Module, x) -> None:
-    """The input policy for a layer's ``x`` (``ttr_edu._validation``): a floating ``(B, T, hidden_size)`` tensor
-    with ``B, T ≥ 1``, finite, and of the dtype and device of the module's parameters.
+    """The input policy for a layer's ``x`` (``ttr_edu._internal.validation``): a floating ``(B, T, hidden_size)``
+    tensor with ``B, T ≥ 1``, finite, and of the dtype and device of the module's parameters.
 
     Raises:
-        TypeError: not a floating tensor, or a dtype other than the module's (``module.to(dtype)`` converts it).
+        TypeError: ``module`` is no layer with a ``hidden_size``; ``x`` not a floating tensor, or of a dtype other
+            than the module's (``module.to(dtype)`` converts it).
         ValueError: a wrong shape, an empty batch or sequence, NaN/inf entries, another device.
     """
+    _check_input(module, x, ("B", "T", "hidden_size"))
+
+
+def _check_input(module: nn.Module, x, shape: tuple[str, ...]) -> None:
+    """:func:`check_layer_input` for ``x`` of the named ``shape``: ``(B, T, hidden_size)``, or one token's
+    ``(B, hidden_size)`` in :meth:`_Mixer.step`."""
+    if not isinstance(module, nn.Module) or not isinstance(getattr(module, "hidden_size", None), int):
+        raise TypeError(
+            f"module: expected a layer of ttr_edu.layers (an nn.Module with an int hidden_size), got "
+            f"{type(module).__name__}"
+        )
     dims = Dims(hidden_size=module.hidden_size)
-    dims.bind("x", x, ("B", "T", "hidden_size"))
-    if dims["B"] == 0 or dims["T"] == 0:
-        raise ValueError(f"x: expected B >= 1 and T >= 1, got shape {tuple(x.shape)}")
+    dims.bind("x", x, shape)
+    if any(dims[d] == 0 for d in shape[:-1]):
+        raise ValueError(f"x: expected {' and '.join(f'{d} >= 1' for d in shape[:-1])}, got shape {tuple(x.shape)}")
     weight = next(module.parameters(), None)
     if weight is not None and x.dtype != weight.dtype:
         raise TypeError(
@@ -111,6 +138,7 @@ class _Mixer(nn.Module):
         super().__init__()
         self.hidden_size = check_positive_int("hidden_size", hidden_size)
         self.num_heads = check_positive_int("num_heads", num_heads)
+        check_allocation("hidden_size", (4 * hidden_size, hidden_size), what="the q, k, v and output projections")
         if hidden_size % num_heads:
             raise ValueError(f"num_heads: must divide hidden_size={hidden_size}, got {num_heads}")
         self.head_dim = hidden_size // num_heads
@@ -164,9 +192,19 @@ class _Mixer(nn.Module):
         """The state before the first token of ``batch_size`` sequences, for :meth:`step`.
 
         Raises:
-            ValueError: ``batch_size`` not an integer ≥ 1.
+            ValueError: ``batch_size`` not an integer ≥ 1, or so large that the batch's memory could not fit in the
+                device's memory (the state of ``batch_size`` sequences is made here or at the first token).
         """
-        return MixerState(None, self.initial_memory(check_positive_int("batch_size", batch_size)))
+        check_positive_int("batch_size", batch_size)
+        weight = next(self.parameters(), None)
+        check_allocation(
+            "batch_size",
+            (batch_size, self.state_size(1)),
+            dtype=torch.float32 if weight is None else weight.dtype,
+            device=None if weight is None else weight.device,
+            what="the memory of the batch",
+        )
+        return MixerState(None, self.initial_memory(batch_size))
 
     def step(self, x: torch.Tensor, state: MixerState) -> tuple[torch.Tensor, MixerState]:
         """Read one token per sequence with the recurrent form of the layer's op.
@@ -190,9 +228,9 @@ class _Mixer(nn.Module):
         """
         if not isinstance(state, MixerState):
             raise TypeError(f"state: expected a MixerState (from initial_state), got {type(state).__name__}")
-        if not isinstance(x, torch.Tensor) or x.dim() != 2:
-            shape = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
-            raise ValueError(f"x: expected one token per sequence, shape (B, hidden_size), got {shape}")
+        if isinstance(x, torch.Tensor) and x.dim() != 2:
+            raise ValueError(f"x: expected one token per sequence, shape (B, hidden_size), got {tuple(x.shape)}")
+        _check_input(self, x, ("B", "hidden_size"))  # one token per sequence: dtype, device and values as forward's
         if state.window is not None and state.window.shape[0] != x.shape[0]:
             raise ValueError(
                 f"x: expected the batch size of the state (B = {state.window.shape[0]}), got B = {x.shape[0]}; "
@@ -214,6 +252,7 @@ def _same_width_feature_map(feature_map: str | None, head_dim: int):
     """``feature_map`` by name for a layer whose state is ``D × D`` (``None``: fla's SiLU); ``dpfp`` etc. refused."""
     if feature_map is None:
         return F.silu
+    check_choice("feature_map", feature_map, FEATURE_MAPS)
     if d_dot(feature_map, head_dim) != head_dim:
         raise ValueError(
             f"feature_map: this layer needs a map that keeps the head width {head_dim}, "

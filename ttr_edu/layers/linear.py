@@ -13,7 +13,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ttr_edu._internal.validation import check_bool, check_positive_float
+from ttr_edu._internal.deprecation import renamed_arguments
+from ttr_edu._internal.validation import check_bool, check_choice, check_positive_float, check_positive_int
 from ttr_edu.layers.base import _Mixer, _same_width_feature_map
 from ttr_edu.ops import (
     delta_rule_chunk,
@@ -24,11 +25,18 @@ from ttr_edu.ops import (
     l2_norm,
     linear_attention_chunk,
     linear_attention_recurrent,
+    rls_exact,
     rls_recurrent,
     sum_norm,
 )
-from ttr_edu.ops.feature_maps import d_dot
-from ttr_edu.regression import ExactSolve, Gates, Linear, RecursiveLeastSquares, TestTimeRegression, Uniform
+from ttr_edu.ops.feature_maps import FEATURE_MAPS, d_dot
+
+__all__ = [
+    "LinearAttention",
+    "DeltaNet",
+    "GatedDeltaNet",
+    "MesaLayer",
+]
 
 
 class LinearAttention(_Mixer):
@@ -50,6 +58,9 @@ class LinearAttention(_Mixer):
         output_norm: RMS-normalise each head's output (as fla's layers do). It divides every output by a
             per-token scalar, so it cancels any per-token normaliser of q (``normalize``, the q half of
             ``sum_norm``); Schlag et al.'s layers have no such norm.
+        chunk_size: tokens per chunk of the chunk form (:func:`ttr_edu.ops.linear_attention_chunk`): a speed
+            setting, every size computes the same function up to rounding. 64, the op's default, which this layer
+            has always used (the delta-rule layers use 32).
     """
 
     def __init__(
@@ -65,13 +76,24 @@ class LinearAttention(_Mixer):
         qk_norm: bool = False,
         sum_norm: bool = False,
         output_norm: bool = True,
+        chunk_size: int = 64,
     ) -> None:
         super().__init__(hidden_size, num_heads, use_short_conv, conv_size)
+        self.chunk_size = check_positive_int("chunk_size", chunk_size)
+        if feature_map_params is not None and not isinstance(feature_map_params, dict):
+            raise TypeError(
+                "feature_map_params: expected a dict such as {'nu': 2} or None, got "
+                f"{type(feature_map_params).__name__}"
+            )
         params = dict(feature_map_params or {})
         if feature_map == "favor_plus":
             params = {"d_k": self.head_dim, "m": self.head_dim, **params}
-        self.feature_map = get_feature_map(feature_map, **params)
-        self.d_k = d_dot(feature_map, self.head_dim, **{n: p for n, p in params.items() if n != "d_k"})
+        check_choice("feature_map", feature_map, FEATURE_MAPS)
+        try:  # an unknown or bad parameter is the caller's feature_map_params
+            self.feature_map = get_feature_map(feature_map, **params)
+            self.d_k = d_dot(feature_map, self.head_dim, **{n: p for n, p in params.items() if n != "d_k"})
+        except (TypeError, ValueError) as error:
+            raise type(error)(f"feature_map_params: {error}") from None
         self.normalize = check_bool("normalize", normalize)
         self.qk_norm = check_bool("qk_norm", qk_norm)
         self.sum_norm = check_bool("sum_norm", sum_norm)
@@ -88,7 +110,7 @@ class LinearAttention(_Mixer):
 
     def mix(self, q, k, v):
         q, k = self.features(q, k)
-        o, _ = linear_attention_chunk(q, k, v, normalize=self.normalize)
+        o, _ = linear_attention_chunk(q, k, v, normalize=self.normalize, chunk_size=self.chunk_size)
         return self.o_norm(o)
 
     def mix_step(self, memory, q, k, v):
@@ -99,6 +121,7 @@ class LinearAttention(_Mixer):
         return self.o_norm(o), memory
 
     def state_size(self, seq_len: int) -> int:
+        check_positive_int("seq_len", seq_len)
         return self.num_heads * self.d_k * self.head_dim
 
 
@@ -112,6 +135,8 @@ class DeltaNet(_Mixer):
         hidden_size, num_heads; use_beta: a learned β head (else β = 1); use_short_conv, conv_size;
         feature_map: a name of :data:`ttr_edu.ops.FEATURE_MAPS` that keeps the width (``"identity"``,
             ``"elu_plus_one"``, ``"relu"``), applied before the L2 norm instead of the SiLU (``None``).
+        chunk_size: tokens per chunk of the chunk form (:func:`ttr_edu.ops.delta_rule_chunk`), a speed setting
+            (every size computes the same function up to rounding); 32, as the trained results were made with.
     """
 
     def __init__(
@@ -123,8 +148,10 @@ class DeltaNet(_Mixer):
         use_short_conv: bool = True,
         conv_size: int = 4,
         feature_map: str | None = None,
+        chunk_size: int = 32,
     ) -> None:
         super().__init__(hidden_size, num_heads, use_short_conv, conv_size)
+        self.chunk_size = check_positive_int("chunk_size", chunk_size)
         self.feature_map = _same_width_feature_map(feature_map, self.head_dim)
         self.use_beta = check_bool("use_beta", use_beta)
         if self.use_beta:
@@ -138,7 +165,7 @@ class DeltaNet(_Mixer):
         return inputs
 
     def mix(self, q, k, v, beta):
-        return self.o_norm(delta_rule_chunk(q, k, v, beta, chunk_size=32, check_stability="ignore")[0])
+        return self.o_norm(delta_rule_chunk(q, k, v, beta, chunk_size=self.chunk_size, check_stability="ignore")[0])
 
     def mix_step(self, memory, q, k, v, beta):
         o, memory = delta_rule_recurrent(
@@ -147,6 +174,7 @@ class DeltaNet(_Mixer):
         return self.o_norm(o), memory
 
     def state_size(self, seq_len: int) -> int:
+        check_positive_int("seq_len", seq_len)
         return self.num_heads * self.head_dim * self.head_dim
 
 
@@ -154,7 +182,8 @@ class GatedDeltaNet(DeltaNet):
     """Gated DeltaNet (Yang, Kautz, Hatamizadeh 2025): decay ``exp(g_t)``, then the delta-rule step.
 
     ``g = −exp(A_log) · softplus(W_a x + dt_bias)`` per head (the Mamba-2 parametrisation fla uses), so ``g < 0``.
-    Test-time regression: data-dependent weights, linear class, online SGD.
+    Test-time regression: data-dependent weights, linear class, online SGD. Arguments as :class:`DeltaNet`'s (β is
+    always learned).
     """
 
     def __init__(
@@ -165,6 +194,7 @@ class GatedDeltaNet(DeltaNet):
         use_short_conv: bool = True,
         conv_size: int = 4,
         feature_map: str | None = None,
+        chunk_size: int = 32,
     ) -> None:
         super().__init__(
             hidden_size,
@@ -173,6 +203,7 @@ class GatedDeltaNet(DeltaNet):
             use_short_conv=use_short_conv,
             conv_size=conv_size,
             feature_map=feature_map,
+            chunk_size=chunk_size,
         )
         self.a_proj = nn.Linear(hidden_size, num_heads, bias=False)
         self.A_log = nn.Parameter(torch.zeros(num_heads))
@@ -186,7 +217,9 @@ class GatedDeltaNet(DeltaNet):
         return inputs
 
     def mix(self, q, k, v, beta, g):
-        return self.o_norm(gated_delta_rule_chunk(q, k, v, g, beta, chunk_size=32, check_stability="ignore")[0])
+        return self.o_norm(
+            gated_delta_rule_chunk(q, k, v, g, beta, chunk_size=self.chunk_size, check_stability="ignore")[0]
+        )
 
     def mix_step(self, memory, q, k, v, beta, g):
         o, memory = gated_delta_rule_recurrent(
@@ -195,25 +228,31 @@ class GatedDeltaNet(DeltaNet):
         return self.o_norm(o), memory
 
 
+@renamed_arguments(lam="ridge")
 class MesaLayer(_Mixer):
     """RLS / the Mesa layer (von Oswald et al. 2023; MesaNet, von Oswald et al. 2025): the exact ridge-regression
     memory ``S_t = (Σ γ k kᵀ + λI)⁻¹ Σ γ k vᵀ``.
 
     Test-time regression: (gated) weights, linear class, the exact solve (Wang et al. 2025 §3.1). q and k are
-    L2-normalised so that the ridge ``lam`` is on the scale of one key. The ridge is constant in time, as in
+    L2-normalised so that the ridge is on the scale of one key. The ridge is constant in time, as in
     :func:`ttr_edu.ops.rls_recurrent` (whose module docstring explains the choice): with gates a decaying ridge
     made ``A_t`` singular (NaN outputs at ordinary gates), a constant one keeps ``A_t ⪰ λI``.
 
-    * Without gates it runs :class:`ttr_edu.regression.RecursiveLeastSquares` (Sherman–Morrison, built from
-      batched matrix products: 1.5–2× faster to train than the op's einsum loop);
-    * with gates, :class:`ttr_edu.regression.ExactSolve` (one Cholesky solve per token, all tokens in one batch).
-      The tests prove both equal to ``ops.rls_recurrent``.
+    * Without gates it runs :func:`ttr_edu.ops.rls_recurrent` (Sherman–Morrison, one token at a time);
+    * with gates, :func:`ttr_edu.ops.rls_exact` (``A_t`` for all tokens at once, one batched Cholesky solve, the
+      output read as linear attention with the query ``A_t⁻¹ q_t``).
+
+    The tests prove both equal to :class:`ttr_edu.regression.TestTimeRegression` with
+    :class:`~ttr_edu.regression.RecursiveLeastSquares` / :class:`~ttr_edu.regression.ExactSolve`, the generic path
+    that explains them.
 
     Args:
-        hidden_size, num_heads; lam: the ridge λ > 0; use_gate: a learned forgetting gate ``g = logσ(W_a x + 4)``;
+        hidden_size, num_heads; ridge: the ridge λ > 0 (``lam`` until release 0.2, still accepted with a
+        ``DeprecationWarning``); use_gate: a learned forgetting gate ``g = logσ(W_a x + 4)``;
         feature_map: a width-keeping name of :data:`ttr_edu.ops.FEATURE_MAPS` applied before the L2 norm.
-        solver: ``"auto"`` (as above) or ``"exact"``: the exact solve without gates too, the same function
-            computed for every prefix at once (2–3× faster to train at ``D = 16``; the MQAR grid uses it).
+        solver: ``"auto"`` (as above) or ``"exact"``: :func:`~ttr_edu.ops.rls_exact` without gates too, the same
+            function computed for every prefix at once (about 1.5× faster to train at the MQAR grid's ``T = 96``,
+            ``D = 16``, which uses it).
     """
 
     def __init__(
@@ -221,7 +260,7 @@ class MesaLayer(_Mixer):
         hidden_size: int,
         num_heads: int = 1,
         *,
-        lam: float = 1.0,
+        ridge: float = 1.0,
         use_gate: bool = False,
         use_short_conv: bool = True,
         conv_size: int = 4,
@@ -232,14 +271,12 @@ class MesaLayer(_Mixer):
         self.feature_map = _same_width_feature_map(feature_map, self.head_dim)
         if solver not in ("auto", "exact"):
             raise ValueError(f"solver: expected 'auto' or 'exact', got {solver!r}")
-        self.lam = check_positive_float("lam", lam)
+        self.ridge = check_positive_float("ridge", ridge)
         self.use_gate = check_bool("use_gate", use_gate)
         if self.use_gate:
             self.a_proj = nn.Linear(hidden_size, num_heads)
             nn.init.constant_(self.a_proj.bias, 4.0)  # σ(4) ≈ 0.98: remember almost everything at start
-        # Sherman–Morrison without gates; with them the exact solve (a constant ridge is no rank-one update)
-        optimizer = ExactSolve(lam) if self.use_gate or solver == "exact" else RecursiveLeastSquares(lam)
-        self.rls = TestTimeRegression(Gates() if self.use_gate else Uniform(), Linear(), optimizer)
+        self.solver = solver
         self.o_norm = nn.RMSNorm(self.head_dim)
 
     def project(self, x):
@@ -250,11 +287,14 @@ class MesaLayer(_Mixer):
         return inputs
 
     def mix(self, q, k, v, g=None):
-        return self.o_norm(self.rls(q, k, v, g=g)[0])
+        # Sherman–Morrison without gates; with them the exact solve (a constant ridge is no rank-one update)
+        form = rls_exact if self.use_gate or self.solver == "exact" else rls_recurrent
+        return self.o_norm(form(q, k, v, self.ridge, g=g)[0])
 
     def mix_step(self, memory, q, k, v, g=None):
-        o, memory = rls_recurrent(q, k, v, self.lam, g=g, initial_state=memory, output_final_state=True)
+        o, memory = rls_recurrent(q, k, v, self.ridge, g=g, initial_state=memory, output_final_state=True)
         return self.o_norm(o), memory
 
     def state_size(self, seq_len: int) -> int:
+        check_positive_int("seq_len", seq_len)
         return self.num_heads * self.head_dim * (2 * self.head_dim)  # S and the (inverse) covariance

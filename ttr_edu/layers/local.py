@@ -10,6 +10,11 @@ from ttr_edu._internal.validation import check_bool, check_positive_float
 from ttr_edu.layers.base import _Mixer
 from ttr_edu.ops import local_linear_attention, softmax_attention
 
+__all__ = [
+    "SoftmaxAttention",
+    "LocalLinearAttention",
+]
+
 
 class SoftmaxAttention(_Mixer):
     """Causal softmax attention: the Nadaraya–Watson smoother with kernel ``exp(scale · q·k)`` (Wang et al. 2025 §4.1).

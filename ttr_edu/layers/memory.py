@@ -30,7 +30,13 @@ from ttr_edu.ops import (
     ttt_mlp_chunk,
 )
 
-__all__ = ["Longhorn", "DeltaProduct", "TTTLinear", "TTTMLP", "TitansMemory"]
+__all__ = ["Longhorn", "DeltaProduct", "TTTLinear", "TTTMLP", "TitansMemory", "MAX_STEPS_PER_TOKEN", "MAX_EXPANSION"]
+
+#: The most Householder steps per token of :class:`DeltaProduct` (the paper uses 1 to 4; each step multiplies the
+#: work per token, so a huge count is refused rather than run for hours).
+MAX_STEPS_PER_TOKEN = 64
+#: The widest MLP memory of :class:`TTTMLP` and :class:`TitansMemory`, as the hidden width over the head width.
+MAX_EXPANSION = 64
 
 
 class _NormedQK(_Mixer):
@@ -64,7 +70,8 @@ class Longhorn(_NormedQK):
     Args:
         hidden_size, num_heads; diagonal: run the published layer's diagonal approximation
         (:func:`ttr_edu.ops.longhorn_diagonal_recurrent`, a token loop) instead of the exact step
-        (:func:`ttr_edu.ops.longhorn_chunk`); use_short_conv, conv_size.
+        (:func:`ttr_edu.ops.longhorn_chunk`); use_short_conv, conv_size; chunk_size: tokens per chunk of the chunk
+        form (32; a speed setting).
     """
 
     def __init__(
@@ -75,9 +82,11 @@ class Longhorn(_NormedQK):
         diagonal: bool = False,
         use_short_conv: bool = True,
         conv_size: int = 4,
+        chunk_size: int = 32,
     ) -> None:
         super().__init__(hidden_size, num_heads, use_short_conv, conv_size)
         self.diagonal = check_bool("diagonal", diagonal)
+        self.chunk_size = check_positive_int("chunk_size", chunk_size)
 
     def project(self, x):
         inputs = super().project(x)
@@ -87,7 +96,7 @@ class Longhorn(_NormedQK):
     def mix(self, q, k, v, beta):
         if self.diagonal:
             return self.o_norm(longhorn_diagonal_recurrent(q, k, v, beta)[0])
-        return self.o_norm(longhorn_chunk(q, k, v, beta, chunk_size=32)[0])
+        return self.o_norm(longhorn_chunk(q, k, v, beta, chunk_size=self.chunk_size)[0])
 
     def mix_step(self, memory, q, k, v, beta):
         recurrent = longhorn_diagonal_recurrent if self.diagonal else longhorn_recurrent
@@ -103,7 +112,8 @@ class DeltaProduct(_NormedQK):
     per token.
 
     Args:
-        hidden_size, num_heads; num_householder: ``n_h ≥ 1`` (1 is DeltaNet); use_short_conv, conv_size.
+        hidden_size, num_heads; num_householder: ``1 ≤ n_h ≤ 64`` (1 is DeltaNet); use_short_conv, conv_size;
+        chunk_size: tokens per chunk of the chunk form (32; a speed setting).
     """
 
     def __init__(
@@ -114,10 +124,14 @@ class DeltaProduct(_NormedQK):
         num_householder: int = 2,
         use_short_conv: bool = True,
         conv_size: int = 4,
+        chunk_size: int = 32,
     ) -> None:
-        n = check_positive_int("num_householder", num_householder)
+        n = check_positive_int(
+            "num_householder", num_householder, maximum=MAX_STEPS_PER_TOKEN, why="each multiplies the work per token"
+        )
         super().__init__(hidden_size, num_heads, use_short_conv, conv_size, steps_per_token=n)
         self.num_householder = n
+        self.chunk_size = check_positive_int("chunk_size", chunk_size)
         if n > 1:
             self.extra_kv_proj = nn.Linear(hidden_size, 2 * (n - 1) * hidden_size, bias=False)
             if self.use_short_conv:  # the extra keys need the previous token as much as the first (MQAR's shift)
@@ -143,7 +157,9 @@ class DeltaProduct(_NormedQK):
 
     def mix(self, q, k, v, beta):
         k, v, beta = (x.flatten(1, 2) for x in (k, v, beta))  # the ops take token t's j-th pair at row t·n_h + j
-        o, _ = delta_product_chunk(q, k, v, beta, self.num_householder, chunk_size=32, check_stability="ignore")
+        o, _ = delta_product_chunk(
+            q, k, v, beta, self.num_householder, chunk_size=self.chunk_size, check_stability="ignore"
+        )
         return self.o_norm(o)
 
     def mix_step(self, memory, q, k, v, beta):
@@ -215,7 +231,9 @@ class _MLPMemory(_NormedQK):
 
     def __init__(self, hidden_size, num_heads, expansion, use_short_conv, conv_size):
         super().__init__(hidden_size, num_heads, use_short_conv, conv_size)
-        self.expansion = check_positive_int("expansion", expansion)
+        self.expansion = check_positive_int(
+            "expansion", expansion, maximum=MAX_EXPANSION, why="the hidden width over D; the papers use 2 to 4"
+        )
         D, D_h = self.head_dim, self.expansion * self.head_dim
         self.W1 = nn.Parameter(torch.randn(num_heads, D, D_h) / D**0.5)
         self.W2 = nn.Parameter(torch.randn(num_heads, D_h, D) / D_h**0.5)
@@ -279,11 +297,12 @@ class TTTMLP(_MLPMemory):
 class TitansMemory(_MLPMemory):
     """Titans' neural memory (Behrouz et al. 2024): an MLP memory trained online with momentum and weight decay.
 
-    Per head and token: learning rate ``θ = σ(W_β x)``, momentum ``η = σ(W_η x)``, forgetting ``α = σ(W_α x − 4)``
-    (``σ(−4) ≈ 0.02`` at start: remember almost everything). A token loop (:func:`ttr_edu.ops.titans_recurrent`).
+    Per head and token: learning rate ``β = σ(W_β x)`` (the paper's ``θ``), momentum ``η = σ(W_η x)``, forgetting
+    ``α = σ(W_α x − 4)`` (``σ(−4) ≈ 0.02`` at start: remember almost everything). A token loop
+    (:func:`ttr_edu.ops.titans_recurrent`).
 
     Args:
-        hidden_size, num_heads; expansion: the MLP's hidden size over ``D`` (2); use_short_conv, conv_size.
+        hidden_size, num_heads; expansion: the MLP's hidden size over ``D`` (2; at most 64); use_short_conv, conv_size.
     """
 
     def __init__(
@@ -318,6 +337,7 @@ class TitansMemory(_MLPMemory):
         return self.o_norm(o), memory
 
     def state_size(self, seq_len: int) -> int:
+        check_positive_int("seq_len", seq_len)
         return 2 * super().state_size(seq_len)  # the memory and its momentum
 
 

@@ -26,7 +26,15 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ttr_edu._internal.validation import Dims, check_positive_int
+from ttr_edu._internal.validation import (
+    Dims,
+    check_allocation,
+    check_bool,
+    check_choice,
+    check_positive_int,
+    check_same_device,
+    guarded,
+)
 from ttr_edu.ops import delta_rule_chunk
 from ttr_edu.ops.feature_maps import FEATURE_MAPS, d_dot, get_feature_map, sum_norm
 from ttr_edu.tasks.retrieval import RetrievalBatch
@@ -37,6 +45,7 @@ UPDATE_RULES = ("sum", "delta", "softmax")
 EPS = 1e-6  # the authors' normaliser epsilon
 
 
+@guarded
 def retrieval_loss(y: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
     """``½‖y − onehot(target)‖²`` averaged over the batch (Schlag et al. 2021, §6.1); 0.5 for ``y = 0``.
 
@@ -55,7 +64,9 @@ def retrieval_loss(y: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
         raise TypeError(f"target: expected an int64 tensor of shape (B,), got {getattr(target, 'dtype', type(target))}")
     if target.shape != (dims["B"],):
         raise ValueError(f"target: expected shape (B,) = ({dims['B']},), got {tuple(target.shape)}")
-    if len(target) and (target.min() < 0 or target.max() >= dims["D_v"]):
+    if target.device != y.device:
+        raise ValueError(f"target: expected a tensor on {y.device} (the device of y), got one on {target.device}")
+    if target.device.type != "meta" and len(target) and (target.min() < 0 or target.max() >= dims["D_v"]):
         raise ValueError(
             f"target: expected symbols in [0, D_v) = [0, {dims['D_v']}), got range "
             f"[{int(target.min())}, {int(target.max())}]"
@@ -63,6 +74,7 @@ def retrieval_loss(y: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
     return 0.5 * (y - F.one_hot(target, dims["D_v"]).to(y.dtype)).pow(2).sum(-1).mean()
 
 
+@guarded
 def sum_rule_retrieve(phi_k: torch.Tensor, v: torch.Tensor, phi_q: torch.Tensor) -> torch.Tensor:
     """Write every pair with the sum rule, then read with the normaliser (Schlag et al. 2021, eqs. 11-13).
 
@@ -78,12 +90,17 @@ def sum_rule_retrieve(phi_k: torch.Tensor, v: torch.Tensor, phi_q: torch.Tensor)
         ``y``, ``(B, D_v)``.
 
     Raises:
-        ValueError: shapes that disagree (named dims in the message).
+        TypeError: non-floating tensors, or ``v``/``phi_q`` of another dtype than ``phi_k``.
+        ValueError: shapes that disagree (named dims in the message), another device, NaN/inf entries.
     """
     dims = Dims()
     dims.bind("phi_k", phi_k, ("B", "T", "d_dot"))
     dims.bind("v", v, ("B", "T", "D_v"))
     dims.bind("phi_q", phi_q, ("B", "d_dot"))
+    for name, x in (("v", v), ("phi_q", phi_q)):
+        if x.dtype != phi_k.dtype:
+            raise TypeError(f"{name}: expected the dtype of phi_k ({phi_k.dtype}), got {x.dtype}")
+    check_same_device(phi_k=phi_k, v=v, phi_q=phi_q)
     S = torch.einsum("b t k, b t v -> b k v", phi_k, v)  # (B, d_dot, D_v)
     z = phi_k.sum(1)  # (B, d_dot)
     numerator = torch.einsum("b k v, b k -> b v", S, phi_q)
@@ -110,8 +127,9 @@ class RetrievalModel(nn.Module):
 
     Raises:
         ValueError: an unknown ``update_rule`` or ``feature_map`` (the message lists the valid names), a feature
-            map with ``"softmax"`` or none without it, or a size < 1.
-        TypeError: a size that is not an int.
+            map with ``"softmax"`` or none without it, a size < 1, or sizes whose weights could not fit in memory.
+        TypeError: a size that is not an int, a ``trained_keys`` that is not a bool, ``feature_map_params`` that are
+            not a dict or not the map's.
     """
 
     def __init__(
@@ -133,10 +151,17 @@ class RetrievalModel(nn.Module):
         self.num_keys = check_positive_int("num_keys", num_keys)
         self.num_values = check_positive_int("num_values", num_values)
         self.d_k = check_positive_int("d_k", d_k)
+        check_allocation("num_keys" if num_keys >= d_k else "d_k", (num_keys, d_k), what="the key embedding")
+        check_allocation("d_k", (d_k, d_k), what="the key and query projections")
         if update_rule not in UPDATE_RULES:
             raise ValueError(f"update_rule: unknown rule {update_rule!r}; valid rules are {', '.join(UPDATE_RULES)}")
         self.update_rule = update_rule
-        self.trained_keys = bool(trained_keys)
+        self.trained_keys = check_bool("trained_keys", trained_keys)
+        if feature_map_params is not None and not isinstance(feature_map_params, dict):
+            raise TypeError(
+                "feature_map_params: expected a dict such as {'nu': 2} or None, got "
+                f"{type(feature_map_params).__name__}"
+            )
         params = dict(feature_map_params or {})
         self.redraw_features = False
         if update_rule == "softmax":
@@ -148,12 +173,17 @@ class RetrievalModel(nn.Module):
         else:
             if feature_map is None:
                 raise ValueError(f"feature_map: update_rule={update_rule!r} needs one of {', '.join(FEATURE_MAPS)}")
+            check_choice("feature_map", feature_map, FEATURE_MAPS)
             if feature_map == "favor_plus":
                 # Redraw once per forward pass (below), not once per call: keys and query must share Ω.
                 self.redraw_features = bool(params.pop("redraw", True))
                 params = {"d_k": d_k, **params, "redraw": False}
-            self.feature_map = get_feature_map(feature_map, **params)  # ValueError lists the valid names
-            self.d_dot = d_dot(feature_map, d_k, **{k: v for k, v in params.items() if k in ("nu", "m")})
+            try:  # an unknown or bad parameter is the caller's feature_map_params
+                self.feature_map = get_feature_map(feature_map, **params)
+                self.d_dot = d_dot(feature_map, d_k, **{k: v for k, v in params.items() if k in ("nu", "m")})
+            except (TypeError, ValueError) as error:
+                raise type(error)(f"feature_map_params: {error}") from None
+        check_allocation("num_values", (self.d_dot or d_k, num_values), what="the memory S (d_dot, D_v)")
         self.feature_map_name = feature_map
 
         self.embedding = nn.Embedding(num_keys, d_k)

@@ -68,7 +68,7 @@ def run_varlen(op: Callable, cu_seqlens, tensors: dict, initial_state, output_fi
 
     Args:
         op: a batched op ``op(*tensors, initial_state=..., output_final_state=True, **options) -> (o, state)``.
-        cu_seqlens: the offsets ``(N + 1,)``, checked by :func:`ttr_edu._validation.check_cu_seqlens`.
+        cu_seqlens: the offsets ``(N + 1,)``, checked by :func:`ttr_edu._internal.validation.check_cu_seqlens`.
         tensors: the op's positional tensors by name, in its order, each ``(1, T, ...)``; the first is ``q``.
         initial_state: ``None`` or the per-sequence state(s), each with leading dim N.
         output_final_state: return the N final states (stacked like ``initial_state``).

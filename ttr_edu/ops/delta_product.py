@@ -22,6 +22,7 @@ import torch
 from ttr_edu._internal.contract import (
     STATE,
     check_log_decay,
+    check_nonempty,
     check_state,
     compute_dtype,
     resolve_scale,
@@ -73,6 +74,7 @@ def _prepare(q, k, v, beta, num_householder, g, scale, initial_state, check_stab
     if g is not None:
         dims.bind("g", g, ("B", "T", "H"))
         check_log_decay(g)
+    check_nonempty(dims, q=("B", "H", "D_k"), v=("D_v",))
     check_same_device(q=q, k=k, v=v, beta=beta, g=g)
     for name, x in (("k", k), ("v", v)):
         if x.dtype != q.dtype:

@@ -33,6 +33,7 @@ from ttr_edu._internal.contract import (
     STATE,
     V,
     check_inputs,
+    check_nonempty,
     check_state,
     compute_dtype,
     decay_matrix,
@@ -45,6 +46,7 @@ from ttr_edu._internal.contract import (
 )
 from ttr_edu._internal.validation import Dims, check_chunk_size, check_same_device, guarded
 
+from ._chunking import chunk_blocks, chunks_per_block
 from ._varlen import run_varlen
 
 __all__ = ["delta_rule_recurrent", "delta_rule_parallel", "delta_rule_chunk", "delta_rule_pseudo_values"]
@@ -96,12 +98,6 @@ def prepare(q, k, v, beta, scale, initial_state, check_stability, g=None):
     return q, k, v, beta, g, S, scale
 
 
-#: Rows of ``q`` per block in :func:`chunk_forward` (chunks × C × B·H): 3 MiB of fp32 ``[K V Q]`` at D = 64.
-#: At T = 4096 on one core, 2048–8192 ran at the same speed, 16384 1.3× slower and all chunks at once (32768 rows)
-#: 1.6× slower.
-_BLOCK_ROWS = 4096
-
-
 def chunk_forward(q, k, v, beta, S, chunk_size, scale=1.0, g=None):
     """The WY/UT chunkwise delta rule on heads-first tensors; gated (fla's gated delta rule) when ``g`` is given.
 
@@ -115,17 +111,16 @@ def chunk_forward(q, k, v, beta, S, chunk_size, scale=1.0, g=None):
     Without decay, γ = Γ = 1 and this is fla's chunked delta rule: ``O = Q S + (Q Kᵀ ⊙ M)(U − W S)``,
     ``S' = S + Kᵀ (U − W S)``.
 
-    The chunks are taken a block at a time (:func:`_block_forward`), a block being about ``_BLOCK_ROWS`` rows of
-    ``q`` (8 chunks of 64 tokens at B·H = 8). A block's intermediates stay in the CPU's cache; those of all chunks
-    at once (over 100 MB at T = 4096, B·H = 8, D = 64) go out to main memory and back, which made this form 1.6×
-    slower on one core.
+    The chunks are taken a block at a time (:func:`_block_forward`, :mod:`ttr_edu.ops._chunking`), a block being
+    about ``BLOCK_ROWS`` rows of ``q`` (4 chunks of 64 tokens at B·H = 8), whose intermediates stay in the CPU's
+    cache.
 
     Takes ``q, k, v`` ``(B, H, T, ·)``, ``beta`` and ``g`` ``(B, H, T)`` and ``S`` ``(B, H, D_k, D_v)``; returns
     ``o`` ``(B, T, H, D_v)`` (fla's layout) and ``S_T``.
     """
     B, H, T, D_k = q.shape
     D_v = v.shape[-1]
-    per_block = max(1, _BLOCK_ROWS // (B * H * chunk_size))
+    per_block = chunks_per_block(B, H, chunk_size)
     S = S.flatten(0, 1)  # (B·H, D_k, D_v)
     o = q.new_empty(B, -(-T // chunk_size) * chunk_size, H, D_v)
     # [K V Q β (g)] of each chunk of each head, side by side: (n, B, H, C, 2 D_k + D_v + 1 (+ 1))
@@ -136,39 +131,6 @@ def chunk_forward(q, k, v, beta, S, chunk_size, scale=1.0, g=None):
             o_block.permute(1, 0, 3, 2, 4)
         )
     return o[:, :T], S.unflatten(0, (B, H))
-
-
-def chunk_blocks(tensors, chunk_size: int, per_block: int):
-    """Yield ``(first, last, block)``: chunks ``first .. last − 1`` of heads-first ``(B, H, T, ·)`` (or per-token
-    ``(B, H, T)``) tensors as one contiguous ``(n, B, H, C, W)`` tensor, ``n ≤ per_block``.
-
-    The tensors' last dims lie side by side (W in all), the last chunk is zero-padded, and each chunk of each head is
-    one matrix, ready for batched products. Each block is gathered in one pass over rows of ``D`` numbers: the
-    heads-first inputs are usually transposed views of fla's ``(B, T, H, ·)``, which are contiguous again after
-    ``transpose(1, 2)``. Gathering from the strided heads-first views instead, or packing the whole sequence into one
-    large fresh buffer, cost a third of the chunk form's time on one core.
-    """
-    B, H, T = tensors[0].shape[:3]
-    C = chunk_size
-    columns = [(x.unsqueeze(-1) if x.dim() == 3 else x).transpose(1, 2) for x in tensors]  # (B, T, H, w)
-    width = sum(x.shape[-1] for x in columns)
-    n_chunks = -(-T // C)
-    for first in range(0, n_chunks, per_block):
-        last = min(first + per_block, n_chunks)
-        t0, t1 = first * C, min(last * C, T)
-        full, tail = divmod(t1 - t0, C)
-        block = columns[0].new_empty(last - first, B, H, C, width)
-        dest = block.permute(1, 0, 3, 2, 4)  # (B, n, C, H, W): the inputs' order
-        start = 0
-        for x in columns:
-            cols = slice(start, start + x.shape[-1])
-            dest[:, :full, :, :, cols] = x[:, t0 : t0 + full * C].unflatten(1, (full, C))
-            if tail:
-                dest[:, full, :tail, :, cols] = x[:, t0 + full * C : t1]
-            start += x.shape[-1]
-        if tail:
-            dest[:, full, tail:] = 0  # zero padding: writes nothing, keeps the state
-        yield first, last, block
 
 
 def ut_solve(gram, rhs):
@@ -193,8 +155,8 @@ def ut_solve(gram, rhs):
 
 
 def _block_forward(block, *, D_k, D_v, gated, S, scale):
-    """One block of n chunks: ``block`` ``(n, B, H, C, W)`` from :func:`chunk_blocks`, ``[K V Q β (g)]`` per chunk,
-    ``S`` ``(B·H, D_k, D_v)``.
+    """One block of n chunks: ``block`` ``(n, B, H, C, W)`` from :func:`~ttr_edu.ops._chunking.chunk_blocks`,
+    ``[K V Q β (g)]`` per chunk, ``S`` ``(B·H, D_k, D_v)``.
 
     Three stages, as fla's kernels do it: (1) the UT transforms and masked scores of all n chunks at once; (2) a loop
     over the chunks for what is truly sequential, the pseudo-values ``u`` and the state each chunk starts from (two
@@ -371,6 +333,7 @@ def delta_rule_pseudo_values(k, v, beta, initial_state=None, check_stability="wa
     dims.bind("beta", beta, PER_TOKEN)
     if dims["T"] == 0:
         raise ValueError(f"k: expected at least one token, got shape {tuple(k.shape)} with T = 0")
+    check_nonempty(dims, k=("B", "H", "D_k"), v=("D_v",))
     check_same_device(k=k, v=v, beta=beta)
     if v.dtype != k.dtype:
         raise TypeError(f"v: expected the dtype of k ({k.dtype}), got {v.dtype}")

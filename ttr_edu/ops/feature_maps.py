@@ -25,7 +25,16 @@ from functools import partial
 import torch
 import torch.nn.functional as F
 
-from ttr_edu._internal.validation import check_bool, check_positive_float, check_positive_int, check_tensor, guarded
+from ttr_edu._internal.validation import (
+    check_allocation,
+    check_bool,
+    check_choice,
+    check_generator,
+    check_positive_float,
+    check_positive_int,
+    check_tensor,
+    guarded,
+)
 
 __all__ = [
     "elu_plus_one",
@@ -97,6 +106,11 @@ def dpfp(x: torch.Tensor, nu: int = 1) -> torch.Tensor:
     return torch.cat([r * torch.roll(r, shifts=j, dims=-1) for j in range(1, nu + 1)], dim=-1)
 
 
+def _check_projection_size(m: int, d: int, m_name: str, d_name: str) -> None:
+    """Ω is drawn as ``ceil(m / d)`` Gaussian ``d × d`` blocks in fp64: refuse what cannot fit, naming the larger."""
+    check_allocation(m_name if m >= d else d_name, (math.ceil(m / d), d, d), dtype=torch.float64, what="the draw of Ω")
+
+
 @guarded
 def orthogonal_random_features(
     m: int,
@@ -119,10 +133,12 @@ def orthogonal_random_features(
     Returns:
         Ω, ``(m, d)``.
     Raises:
-        TypeError / ValueError: ``m`` or ``d`` not a positive int.
+        TypeError / ValueError: ``m`` or ``d`` not a positive int, or so large that Ω would not fit in memory; a
+            ``generator``, ``dtype`` or ``device`` of another kind.
     """
     check_positive_int("m", m)
     check_positive_int("d", d)
+    _check_projection_size(m, d, "m", "d")
     gaussian = torch.randn(math.ceil(m / d), d, d, generator=generator, dtype=torch.float64)
     q, r = torch.linalg.qr(gaussian)  # one orthogonal block per draw, batched
     q = q * torch.sign(torch.diagonal(r, dim1=-2, dim2=-1)).unsqueeze(-2)  # sign fix: Haar-distributed blocks
@@ -196,9 +212,11 @@ class FavorPlus(torch.nn.Module):
     ) -> None:
         super().__init__()
         self.d_k, self.m = check_positive_int("d_k", d_k), check_positive_int("m", m)
+        _check_projection_size(m, d_k, "m", "d_k")
         self.redraw = check_bool("redraw", redraw)
         if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
             raise TypeError(f"seed: expected an int or None, got {type(seed).__name__} {seed!r}")
+        check_generator("generator", generator)
         if generator is None and seed is not None:
             generator = torch.Generator().manual_seed(seed)
         self.generator = generator
@@ -231,6 +249,13 @@ class FavorPlus(torch.nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """``(..., d_k) -> (..., 2m)``; see :func:`favor_plus`. Draws a fresh Ω first if ``redraw`` (see above)."""
         check_tensor("x", x)
+        if x.dim() == 0 or x.shape[-1] != self.d_k:
+            raise ValueError(f"x: expected shape (..., d_k) = (..., {self.d_k}), got {tuple(x.shape)}")
+        if x.device != self.projection.device:
+            raise ValueError(
+                f"x: expected a tensor on {self.projection.device} (the device of the module's projection; "
+                f"module.to(device) moves it), got one on {x.device}"
+            )
         if self.redraw:
             self.draw()
         return favor_plus(x, self.projection.to(dtype=x.dtype))
@@ -291,8 +316,7 @@ def _dpfp_nu(nu, d_k: int) -> int:
 
 
 def _lookup(name: str):
-    if name not in FEATURE_MAPS:
-        raise ValueError(f"feature_map: unknown name {name!r}; valid names are {', '.join(FEATURE_MAPS)}")
+    check_choice("name", name, FEATURE_MAPS)
     return FEATURE_MAPS[name]
 
 

@@ -33,8 +33,8 @@ from ttr_edu._internal.contract import (
 )
 from ttr_edu._internal.validation import check_chunk_size, guarded
 
+from ._chunking import chunk_blocks, chunks_per_block
 from ._varlen import run_varlen
-from .delta_rule import chunk_blocks
 
 __all__ = ["gated_linear_attention_recurrent", "gated_linear_attention_chunk"]
 
@@ -138,7 +138,7 @@ def gated_linear_attention_chunk(
     q, k, v, g, S, scale = _prepare(q, k, v, g, scale, initial_state)
     B, H, T, D_k = q.shape
     D_v = v.shape[-1]
-    per_block = max(1, _BLOCK_ROWS // (B * H * chunk_size))
+    per_block = chunks_per_block(B, H, chunk_size)
     S = S.flatten(0, 1)  # (B·H, D_k, D_v)
     o = q.new_empty(B, -(-T // chunk_size) * chunk_size, H, D_v)
     # g of every chunk, (N, B·H, C): small, gathered apart so that the blocks hold matrices only
@@ -155,10 +155,6 @@ def gated_linear_attention_chunk(
 #: The smallest chunk decay γ_C = exp(Σ g) for which a block uses the rank-one factorisation of the decay matrix.
 _MIN_FACTORED_DECAY = math.exp(-8.0)
 
-#: Rows of ``q`` per block of chunks (chunks × C × B·H), as in :func:`ttr_edu.ops.delta_rule.chunk_forward`: a
-#: block's intermediates stay in the CPU's cache.
-_BLOCK_ROWS = 2048
-
 
 def _block_forward(block, gc, *, D_k, D_v, S, scale):
     """One block of n chunks: ``block`` ``(n, B, H, C, W)`` holds ``[K V Q]`` per chunk (q not scaled), ``gc``
@@ -173,7 +169,7 @@ def _block_forward(block, gc, *, D_k, D_v, S, scale):
     kc, vc, qc = x[..., :D_k], x[..., D_k : D_k + D_v], x[..., D_k + D_v :]
     gamma = torch.exp(gc.cumsum(-1)).unsqueeze(-1)  # (n·B·H, C, 1): γ_i = exp(G_i)
     q_decayed = qc * gamma
-    if bool((gamma[:, -1] >= _MIN_FACTORED_DECAY).all()):
+    if gamma.device.type != "meta" and bool((gamma[:, -1] >= _MIN_FACTORED_DECAY).all()):
         # Γ_ij = γ_i / γ_j has rank one: Q Kᵀ ⊙ Γ = (diag(γ) Q)(diag(1/γ) K)ᵀ, no C×C exponentials. The chunk's decay
         # is at most e⁸ here, so 1/γ cannot overflow, and Γ carries at most 2·8 units of rounding (against 8 for the
         # segment sums below): fp32 round-off of order 1e-6.

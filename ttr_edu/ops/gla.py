@@ -28,6 +28,7 @@ from ttr_edu._internal.contract import (
     QK,
     STATE,
     check_inputs,
+    check_log_decay,
     check_state,
     compute_dtype,
     resolve_scale,
@@ -37,6 +38,7 @@ from ttr_edu._internal.contract import (
 )
 from ttr_edu._internal.validation import check_chunk_size, guarded
 
+from ._chunking import chunks_per_block
 from ._varlen import run_varlen
 
 __all__ = ["gla_recurrent", "gla_chunk"]
@@ -73,19 +75,6 @@ _SHARED_DOC = """
 """
 
 
-def _check_log_decay(g: torch.Tensor) -> None:
-    if g.device.type == "meta":
-        return
-    with torch.no_grad():
-        bad = torch.isnan(g) | (g > 0)
-        n_bad = int(bad.sum())
-    if n_bad:
-        raise ValueError(
-            f"g: expected a log decay in [-inf, 0], so that exp(g) is a decay factor; got {n_bad} of {g.numel()} "
-            f"(B, T, H, D_k) entries outside it (the first: {g[bad][0].item()})"
-        )
-
-
 def _prepare(q, k, v, g, scale, initial_state):
     dims = check_inputs(q, k, v)
     if isinstance(g, torch.Tensor) and g.dim() == 3:
@@ -96,7 +85,7 @@ def _prepare(q, k, v, g, scale, initial_state):
     dims.bind("g", g, QK)
     if g.device != q.device:
         raise ValueError(f"g: expected a tensor on {q.device} (the device of q), got one on {g.device}")
-    _check_log_decay(g)
+    check_log_decay(g, shape="(B, T, H, D_k)")
     scale = resolve_scale(scale, dims["D_k"])
     dtype = compute_dtype(q.dtype)
     if initial_state is not None:
@@ -137,7 +126,7 @@ def _suffix_sums(g: torch.Tensor) -> torch.Tensor:
 
 def _segment_sums(g: torch.Tensor) -> torch.Tensor:
     """``[i, j] = Σ_{j < l ≤ i} g_l`` for ``i ≥ j`` and ``−inf`` above the diagonal: ``g`` ``(..., c, D)`` gives
-    ``(..., c, c, D)``. Each segment is summed directly (as :func:`ttr_edu.ops._common.decay_matrix` does for a
+    ``(..., c, c, D)``. Each segment is summed directly (as :func:`ttr_edu._internal.contract.decay_matrix` does for a
     scalar gate), exact for ``g = −inf``."""
     c = g.shape[-2]
     below = torch.ones(c, c, dtype=torch.bool, device=g.device).tril(-1)[:, :, None]  # i > j
@@ -178,10 +167,6 @@ def _intra_chunk_scores(q, k, g, sub):
 #: The smallest per-key chunk log decay for which :func:`gla_chunk` uses the rank-one factorisation of the decays.
 _MIN_FACTORED_LOG_DECAY = -8.0
 
-#: Rows of ``q`` per block of chunks in :func:`gla_chunk` (chunks × C × B·H): the block's (sub, sub, D_k) decay
-#: tensor of the diagonal sub-chunks (16× the size of q) then stays within a few MiB.
-_BLOCK_ROWS = 1024
-
 
 @guarded
 @shares_doc(_SHARED_DOC)
@@ -197,8 +182,8 @@ def gla_chunk(q, k, v, g, scale=None, initial_state=None, output_final_state=Fal
     Where every chunk of a block decays by at most e⁸ in every key, ``Q Kᵀ ⊙ Γ`` factorises as ``(Q ⊙ γ)(K / γ)ᵀ`` (one
     product, rounding within 2·8 units). Otherwise every exponent is a direct sum of log decays, ≤ 0 (see
     :func:`_intra_chunk_scores`), so strong decays neither overflow nor lose precision, and ``g = −inf`` is exact. The
-    chunks are taken ``_BLOCK_ROWS`` rows of ``q`` at a time. Memory ``O(T C + T D_k)``, nothing of size T×T; any
-    positive ``chunk_size``, any T (zero-padded: ``g = 0`` keeps the state).
+    chunks are taken a block at a time (:mod:`ttr_edu.ops._chunking`). Memory ``O(T C + T D_k)``, nothing of size
+    T×T; any positive ``chunk_size``, any T (zero-padded: ``g = 0`` keeps the state).
     """
     if cu_seqlens is not None:
         return run_varlen(
@@ -218,14 +203,14 @@ def gla_chunk(q, k, v, g, scale=None, initial_state=None, output_final_state=Fal
     sub = SUB_CHUNK if C % SUB_CHUNK == 0 else C  # other chunk sizes: one sub-chunk, all exact
     qc, kc, vc, gc = (to_chunks(x, C) for x in (q, k, v, g))  # (B, H, N, C, ·)
     n_chunks = qc.shape[2]
-    per_block = max(1, _BLOCK_ROWS // (B * H * C))
+    per_block = chunks_per_block(B, H, C, row_weight=2)  # the (sub, sub, D_k) decays: see chunks_per_block
     outputs = []
     for first in range(0, n_chunks, per_block):
         chunks = slice(first, min(first + per_block, n_chunks))
         q_b, k_b, v_b, g_b = (x[:, :, chunks] for x in (qc, kc, vc, gc))
         from_start = g_b.cumsum(-2)  # log γ_i, (B, H, n, C, D_k)
         q_decayed = q_b * torch.exp(from_start)
-        if bool((from_start[..., -1, :] >= _MIN_FACTORED_LOG_DECAY).all()):
+        if q.device.type != "meta" and bool((from_start[..., -1, :] >= _MIN_FACTORED_LOG_DECAY).all()):
             # Γ_ijd = γ_id / γ_jd has rank one in (i, j) for each d: Q Kᵀ ⊙ Γ = (Q ⊙ γ)(K / γ)ᵀ, one product. Every
             # chunk decays by at most e⁸ per key here, so 1/γ cannot overflow and Γ carries at most 2·8 units of
             # rounding: fp32 round-off of order 1e-6 (as the scalar gate's factorised path).

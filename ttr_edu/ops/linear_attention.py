@@ -41,8 +41,8 @@ from ttr_edu._internal.contract import (
 )
 from ttr_edu._internal.validation import check_chunk_size, check_positive_float, guarded
 
+from ._chunking import chunk_blocks, chunks_per_block
 from ._varlen import run_varlen
-from .delta_rule import chunk_blocks
 
 __all__ = ["linear_attention_recurrent", "linear_attention_parallel", "linear_attention_chunk"]
 
@@ -60,8 +60,8 @@ _SHARED_DOC = """
         chunk_size: (``linear_attention_chunk`` only) tokens per chunk, any positive int; T need not be a multiple.
         cu_seqlens: (recurrent and chunk forms) fla's variable-length offsets, an integer tensor ``(N + 1,)``: the N
             sequences are packed along T in a batch of one (``B = 1``), sequence n is tokens
-            ``cu_seqlens[n]:cu_seqlens[n+1]``, and the initial and final states are ``(N, H, D_k, D_v)`` (with
-            ``normalize``, ``z`` is ``(N, H, D_k)``)``, one per sequence; no state crosses a boundary. ``None``: one
+            ``cu_seqlens[n]:cu_seqlens[n+1]``, and the initial and final states are ``(N, H, D_k, D_v)``, one per
+            sequence (with ``normalize``, ``z`` is ``(N, H, D_k)``); no state crosses a boundary. ``None``: one
             sequence per batch row.
 
     Returns:
@@ -233,29 +233,23 @@ def linear_attention_chunk(
     o = o.flatten(2, 3)[:, :, :T]
     S = S_after[:, :, -1]
 
-    normalizer, z = None, None
-    if z0 is not None:
-        z_after = z0.unsqueeze(2) + kc.sum(3).cumsum(2)  # (B, H, N, D_k)
-        z_before = torch.cat([z0.unsqueeze(2), z_after[:, :, :-1]], dim=2)
-        normalizer = (qc * z_before.unsqueeze(3)).sum(-1) + scores.sum(-1)  # (B, H, N, C)
-        normalizer = normalizer.flatten(2, 3)[:, :, :T]
-        z = z_after[:, :, -1]
-    return _finish(o, normalizer, eps, S, z, out_dtype, output_final_state)
-
-
-#: Rows of ``q`` per block of chunks in :func:`_blockwise` (chunks × C × B·H), as in the delta rule's chunk form.
-_BLOCK_ROWS = 2048
+    # the normaliser z_tᵀ q_t, chunkwise as the state: z at each chunk's start, plus the masked scores' row sums
+    z_after = z0.unsqueeze(2) + kc.sum(3).cumsum(2)  # (B, H, N, D_k)
+    z_before = torch.cat([z0.unsqueeze(2), z_after[:, :, :-1]], dim=2)
+    normalizer = (qc * z_before.unsqueeze(3)).sum(-1) + scores.sum(-1)  # (B, H, N, C)
+    normalizer = normalizer.flatten(2, 3)[:, :, :T]
+    return _finish(o, normalizer, eps, S, z_after[:, :, -1], out_dtype, output_final_state)
 
 
 def _blockwise(q, k, v, S, chunk_size):
-    """The chunk form without the normaliser, a block of chunks at a time (:func:`ttr_edu.ops.delta_rule.chunk_blocks`
+    """The chunk form without the normaliser, a block of chunks at a time (:func:`ttr_edu.ops._chunking.chunk_blocks`
     gathers each block in one pass from fla's layout, and its intermediates stay in cache): per block, all chunks'
     ``Q Kᵀ ⊙ M`` and ``Kᵀ V`` at once, the states each chunk starts from by a running sum, then all outputs at once.
     Takes heads-first ``q`` (scaled), ``k``, ``v`` and ``S`` ``(B, H, D_k, D_v)``; returns heads-first ``o`` and
     ``S_T``."""
     B, H, T, D_k = q.shape
     D_v, C = v.shape[-1], chunk_size
-    per_block = max(1, _BLOCK_ROWS // (B * H * C))
+    per_block = chunks_per_block(B, H, C)
     S = S.flatten(0, 1)  # (B·H, D_k, D_v)
     o = q.new_empty(B, -(-T // C) * C, H, D_v)
     for first, last, block in chunk_blocks([k, v, q], C, per_block):

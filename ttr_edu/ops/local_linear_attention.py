@@ -104,15 +104,13 @@ def _factorise(cov_kk, ridge, second_moment):
             f"ridge: the local key covariance plus ridge is not positive definite in {cov_kk.dtype}; ridge = "
             f"{ridge:.3g} is too small for the scale of the keys: raise it or compute in float64"
         )
-    if cov_kk.device.type != "meta" and cov_kk.numel():
-        with torch.no_grad():
-            noise = torch.finfo(cov_kk.dtype).eps * torch.diagonal(second_moment, dim1=-2, dim2=-1).sum(-1).max()
-            too_small = bool(ridge < 10 * noise)
-        if too_small:
-            warnings.warn(
-                f"ridge: {ridge:.3g} is below the rounding error of the key covariance in {cov_kk.dtype} (about "
-                f"{noise.item():.2g}): the fitted slope is rounding noise; raise ridge or compute in float64",
-                RuntimeWarning,
-                stacklevel=4,
-            )
+    with torch.no_grad():
+        noise = torch.finfo(cov_kk.dtype).eps * torch.diagonal(second_moment, dim1=-2, dim2=-1).sum(-1).max()
+    if ridge < 10 * noise:
+        warnings.warn(
+            f"ridge: {ridge:.3g} is below the rounding error of the key covariance in {cov_kk.dtype} (about "
+            f"{noise.item():.2g}): the fitted slope is rounding noise; raise ridge or compute in float64",
+            RuntimeWarning,
+            stacklevel=4,
+        )
     return L

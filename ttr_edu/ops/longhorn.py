@@ -40,16 +40,20 @@ from __future__ import annotations
 import torch
 
 from ttr_edu._internal.contract import (
+    PER_TOKEN,
+    QK,
     STATE,
     V,
     check_inputs,
+    check_nonempty,
+    check_nonnegative,
     check_state,
     compute_dtype,
     resolve_scale,
     shares_doc,
     zero_state,
 )
-from ttr_edu._internal.validation import check_positive_int, guarded
+from ttr_edu._internal.validation import Dims, check_positive_int, check_same_device, guarded
 
 from .delta_rule import chunk_forward
 
@@ -77,10 +81,41 @@ _SHARED_DOC = """
 """
 
 
+def _step_size(beta: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+    """``ε = β / (1 + β ‖k‖²)`` on checked heads-first tensors: ``beta`` ``(..., 1 or D_v)``, ``k`` ``(..., D_k)``."""
+    return beta / (1.0 + beta * k.pow(2).sum(-1, keepdim=True))
+
+
 @guarded
 def longhorn_step_size(beta: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
-    """``ε = β / (1 + β ‖k‖²)``, the implicit step; ``beta`` ``(..., 1)`` or ``(..., D_v)``, ``k`` ``(..., D_k)``."""
-    return beta / (1.0 + beta * k.pow(2).sum(-1, keepdim=True))
+    """The implicit step ``ε = β / (1 + β ‖k‖²)`` of every token (Liu et al. 2024; the module docstring derives it).
+
+    Args:
+        beta: the objective's weight β ≥ 0, ``(B, T, H)`` or per value channel ``(B, T, H, D_v)``, floating.
+        k: keys ``(B, T, H, D_k)``, floating, on the device of ``beta``.
+
+    Returns:
+        ``ε`` in the shape of ``beta``, in the compute dtype (fp32, or fp64 when both are fp64); ``ε ‖k‖² < 1``.
+
+    Raises:
+        TypeError: a non-tensor or a non-floating dtype.
+        ValueError: shapes that disagree (named dims), an empty dim, another device, a negative ``beta``.
+    """
+    dims = Dims()
+    dims.bind("k", k, QK)
+    per_channel = isinstance(beta, torch.Tensor) and beta.dim() == 4
+    dims.bind("beta", beta, ("B", "T", "H", "D_v") if per_channel else PER_TOKEN)
+    check_nonempty(dims, k=("B", "T", "H", "D_k"))
+    check_same_device(k=k, beta=beta)
+    _check_beta(beta)
+    dtype = torch.float64 if beta.dtype == k.dtype == torch.float64 else torch.float32
+    beta, k = beta.to(dtype), k.to(dtype)
+    eps = _step_size(beta if per_channel else beta[..., None], k)
+    return eps if per_channel else eps[..., 0]
+
+
+def _check_beta(beta: torch.Tensor) -> None:
+    check_nonnegative("beta", beta, "a weight (the implicit step is stable for every beta >= 0)")
 
 
 def _prepare(q, k, v, beta, scale, initial_state):
@@ -93,13 +128,7 @@ def _prepare(q, k, v, beta, scale, initial_state):
         per_channel = True
     if beta.device != q.device:
         raise ValueError(f"beta: all tensors must be on one device, got q on {q.device}, beta on {beta.device}")
-    with torch.no_grad():
-        bad = ~torch.isfinite(beta) | (beta < 0)
-        if bad.any():
-            raise ValueError(
-                f"beta: expected a finite weight >= 0 (the implicit step is stable for every such beta), got "
-                f"{int(bad.sum())} entries outside it (the first: {beta[bad][0].item()})"
-            )
+    _check_beta(beta)
     scale = resolve_scale(scale, dims["D_k"])
     dtype = compute_dtype(q.dtype)
     if initial_state is not None:
@@ -120,7 +149,7 @@ def longhorn_recurrent(q, k, v, beta, scale=None, initial_state=None, output_fin
     """
     out_dtype = q.dtype if isinstance(q, torch.Tensor) else None
     q, k, v, beta, S = _prepare(q, k, v, beta, scale, initial_state)
-    eps = longhorn_step_size(beta, k)  # (B, H, T, 1 or D_v)
+    eps = _step_size(beta, k)  # (B, H, T, 1 or D_v)
     outputs = []
     for t in range(q.shape[2]):
         k_t = k[:, :, t]
@@ -142,7 +171,7 @@ def longhorn_chunk(q, k, v, beta, scale=None, initial_state=None, output_final_s
     out_dtype = q.dtype if isinstance(q, torch.Tensor) else None
     check_positive_int("chunk_size", chunk_size)
     q, k, v, beta, S = _prepare(q, k, v, beta, scale, initial_state)
-    eps = longhorn_step_size(beta, k)
+    eps = _step_size(beta, k)
     B, H, T, D_k = q.shape
     D_v = v.shape[-1]
     if eps.shape[-1] == 1:
@@ -171,7 +200,7 @@ def longhorn_diagonal_recurrent(q, k, v, beta, scale=None, initial_state=None, o
     """
     out_dtype = q.dtype if isinstance(q, torch.Tensor) else None
     q, k, v, beta, S = _prepare(q, k, v, beta, scale, initial_state)
-    eps = longhorn_step_size(beta, k)  # (B, H, T, 1 or D_v)
+    eps = _step_size(beta, k)  # (B, H, T, 1 or D_v)
     outputs = []
     for t in range(q.shape[2]):
         k_t, eps_t = k[:, :, t, :, None], eps[:, :, t, None, :]  # (B, H, D_k, 1), (B, H, 1, 1 or D_v)

@@ -1,18 +1,19 @@
 """Titans' neural memory: a memory trained online with momentum ("surprise") and weight decay ("forgetting").
 
 Behrouz, Zhong, Mirrokni 2024 ("Titans: Learning to Memorize at Test Time", §3.1, eqs. 13–14), per token with the
-per-token gates ``θ_t`` (learning rate), ``η_t`` (momentum, the decay of past surprise) and ``α_t`` (forgetting):
+per-token gates ``β_t`` (the inner learning rate, the paper's ``θ_t``; ``beta`` as in every op here), ``η_t``
+(momentum, the decay of past surprise) and ``α_t`` (forgetting):
 
-    U_t = η_t U_{t−1} − θ_t ∇ℓ(M_{t−1}; k_t, v_t)        (the surprise: momentum of the gradient)
+    U_t = η_t U_{t−1} − β_t ∇ℓ(M_{t−1}; k_t, v_t)        (the surprise: momentum of the gradient)
     M_t = (1 − α_t) M_{t−1} + U_t                        (weight decay, then the step)
     o_t = f_{M_t}(q_t)                                   (q scaled by ``scale``)
 
-with ``ℓ = ½ ‖f_M(k) − v‖²`` (the paper's ``‖·‖²`` without ½: its ``θ`` is half ours). The memory ``M`` is linear
-(``f(x) = Sᵀx``) or the two-layer GELU MLP of :mod:`ttr_edu.ops._memory`. Here the output reads the memory after the
-token's update, as every op of this package does; Titans' retrieval reads the memory "without weight update", a
-choice of the outer layer (see the titans-pytorch issues on the retrieve/update order).
+with ``ℓ = ½ ‖f_M(k) − v‖²`` (the paper's ``‖·‖²`` without ½: its ``θ`` is half our ``β``). The memory ``M`` is
+linear (``f(x) = Sᵀx``) or the two-layer GELU MLP of :mod:`ttr_edu._internal.mlp_memory`. Here the output reads the
+memory after the token's update, as every op of this package does; Titans' retrieval reads the memory "without weight
+update", a choice of the outer layer (see the titans-pytorch issues on the retrieve/update order).
 
-Limits: with a linear memory, ``η = 0`` and ``α = 0`` this is the delta rule with ``β = θ``; with ``η = 0`` it is
+Limits: with a linear memory, ``η = 0`` and ``α = 0`` this is the delta rule with the same ``β``; with ``η = 0`` it is
 SGD with decoupled weight decay. The paper trains with chunked gradients (all taken at the chunk's start, as in TTT);
 that is a different rule, not a faster form of this one, so only the per-token recurrent form is given.
 """
@@ -23,7 +24,16 @@ from typing import NamedTuple
 
 import torch
 
-from ttr_edu._internal.contract import STATE, check_inputs, check_state, compute_dtype, resolve_scale, zero_state
+from ttr_edu._internal.contract import (
+    STATE,
+    check_inputs,
+    check_nonnegative,
+    check_state,
+    compute_dtype,
+    resolve_scale,
+    zero_state,
+)
+from ttr_edu._internal.deprecation import renamed_arguments
 from ttr_edu._internal.mlp_memory import check_mlp_state, gelu_derivative, mlp_hidden
 from ttr_edu._internal.validation import guarded
 
@@ -37,25 +47,17 @@ class TitansState(NamedTuple):
     momentum: torch.Tensor | tuple
 
 
-def _check_gate(name, x):
-    with torch.no_grad():
-        bad = ~torch.isfinite(x) | (x < 0) | (x > 1)
-        if bad.any():
-            raise ValueError(
-                f"{name}: expected values in [0, 1], got {int(bad.sum())} entries outside it "
-                f"(the first: {x[bad][0].item()})"
-            )
-
-
+@renamed_arguments(theta="beta")
 @guarded
-def titans_recurrent(q, k, v, theta, eta, alpha, scale=None, initial_state=None, output_final_state=False):
+def titans_recurrent(q, k, v, beta, eta, alpha, scale=None, initial_state=None, output_final_state=False):
     """Titans' memory update token by token, the gradient written out (Behrouz et al. 2024, eqs. 13–14).
 
     Args:
         q: queries ``(B, T, H, D_k)``, floating (fp16/bf16/fp32 compute in fp32, fp64 in fp64).
         k: keys ``(B, T, H, D_k)``, same dtype as ``q``.
         v: values ``(B, T, H, D_v)``, same dtype as ``q``.
-        theta: learning rate ``θ ≥ 0`` ``(B, T, H)``, any floating dtype.
+        beta: the inner learning rate ``β ≥ 0`` ``(B, T, H)`` (the paper's ``θ``; ``theta`` until release 0.2, the
+            old name still works with a ``DeprecationWarning``), any floating dtype.
         eta: momentum ``η ∈ [0, 1]`` ``(B, T, H)``.
         alpha: forgetting ``α ∈ [0, 1]`` ``(B, T, H)`` (``1 − α`` multiplies the memory).
         scale: multiplies ``q``; default ``D_k ** -0.5`` (fla).
@@ -69,19 +71,21 @@ def titans_recurrent(q, k, v, theta, eta, alpha, scale=None, initial_state=None,
     Raises:
         TypeError: a non-tensor, an integer dtype, mixed dtypes of q, k, v, a malformed state.
         ValueError: mismatched shapes (the message names the dims), T = 0, different devices, a bad ``scale``,
-            ``theta < 0``, ``eta`` or ``alpha`` outside ``[0, 1]``, any of them not finite.
+            ``beta < 0``, ``eta`` or ``alpha`` outside ``[0, 1]``, any of them not finite.
     """
     out_dtype = q.dtype if isinstance(q, torch.Tensor) else None
-    dims = check_inputs(q, k, v, theta=theta, eta=eta, alpha=alpha)
-    with torch.no_grad():
-        bad = ~torch.isfinite(theta) | (theta < 0)
-        if bad.any():
-            raise ValueError(f"theta: expected a finite learning rate >= 0, got {theta[bad][0].item()} among others")
-    _check_gate("eta", eta)
-    _check_gate("alpha", alpha)
+    dims = check_inputs(q, k, v, beta=beta, eta=eta, alpha=alpha)
+    check_nonnegative("beta", beta, "a learning rate")
+    check_nonnegative("eta", eta, "a momentum", high=1.0)
+    check_nonnegative("alpha", alpha, "a forgetting rate", high=1.0)
     scale = resolve_scale(scale, dims["D_k"])
     dtype = compute_dtype(q.dtype)
     memory, momentum = initial_state if isinstance(initial_state, TitansState) else (initial_state, None)
+    if isinstance(initial_state, TitansState) and memory is None:
+        raise TypeError(
+            "initial_state.memory: expected S (B, H, D_k, D_v) or the MLP's (W1, W2), got None (pass "
+            "initial_state=None for a zero linear memory)"
+        )
     if memory is None:
         memory = (zero_state(dims, dtype, q.device),)
     elif isinstance(memory, torch.Tensor):
@@ -100,7 +104,7 @@ def titans_recurrent(q, k, v, theta, eta, alpha, scale=None, initial_state=None,
             )
         momentum = tuple(U.to(dtype) for U in momentum)
     q, k, v = (x.to(dtype).transpose(1, 2) * s for x, s in ((q, scale), (k, 1.0), (v, 1.0)))
-    theta, eta, alpha = (x.to(dtype).transpose(1, 2)[..., None, None] for x in (theta, eta, alpha))  # (B,H,T,1,1)
+    beta, eta, alpha = (x.to(dtype).transpose(1, 2)[..., None, None] for x in (beta, eta, alpha))  # (B, H, T, 1, 1)
 
     outputs = []
     for t in range(q.shape[2]):
@@ -112,7 +116,7 @@ def titans_recurrent(q, k, v, theta, eta, alpha, scale=None, initial_state=None,
             a, h = mlp_hidden(W1, k_t)
             delta2 = h @ W2 - v_t
             grads = (k_t.mT @ (gelu_derivative(a) * (delta2 @ W2.mT)), h.mT @ delta2)
-        momentum = tuple(eta[:, :, t] * U - theta[:, :, t] * G for U, G in zip(momentum, grads))
+        momentum = tuple(eta[:, :, t] * U - beta[:, :, t] * G for U, G in zip(momentum, grads))
         memory = tuple((1.0 - alpha[:, :, t]) * W + U for W, U in zip(memory, momentum))
         if len(memory) == 1:
             outputs.append(q_t @ memory[0])

@@ -9,7 +9,7 @@ of ``b``; inside the mini-batch that starts from ``W_s``, every gradient is take
 and the next mini-batch starts from its last ``W_t``. With ``b = 1`` every gradient is taken at ``W_{t−1}``: plain
 online SGD, which for the linear memory ``f(x) = Sᵀx`` is the delta rule (DeltaNet) with ``β``.
 
-Memories (see :mod:`ttr_edu.ops._memory`): linear ``m(x) = Sᵀx`` (TTT-Linear) or the two-layer GELU MLP
+Memories (see :mod:`ttr_edu._internal.mlp_memory`): linear ``m(x) = Sᵀx`` (TTT-Linear) or the two-layer GELU MLP
 ``m(x) = W2ᵀ GELU(W1ᵀ x)`` (TTT-MLP), optionally wrapped as ``f(x) = x + LN(m(x))`` as in the paper's layers
 (``layer_norm=True, residual=True``; both off by default, so ``f = m``). Deviations from the paper's layer, all
 outer-model choices: no inner biases, no learnable LayerNorm scale and shift, and the reconstruction target ``v``
@@ -30,6 +30,7 @@ import torch
 from ttr_edu._internal.contract import (
     STATE,
     check_inputs,
+    check_nonnegative,
     check_state,
     compute_dtype,
     resolve_scale,
@@ -78,6 +79,7 @@ _SHARED_DOC = """
 def _prepare(q, k, v, beta, mini_batch_size, scale, initial_state, layer_norm, residual, mlp):
     check_positive_int("mini_batch_size", mini_batch_size)
     dims = check_inputs(q, k, v, beta=beta)
+    check_nonnegative("beta", beta, "a learning rate")
     check_wrap_flags(layer_norm, residual, dims)
     scale = resolve_scale(scale, dims["D_k"])
     dtype = compute_dtype(q.dtype)

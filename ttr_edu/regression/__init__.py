@@ -46,10 +46,11 @@ In this project "RLS" names the ungated exact ridge regression and "Mesa" the ga
 with the data (``(Σ γ k kᵀ + γ_0^{(t)} λ I)⁻¹``), so it drifts from Mesa and can go singular in fp32.
 
 The generic path here is written from the objective above, not from the specialised ops in :mod:`ttr_edu.ops`;
-the tests prove each named layer equals its op. Tensors follow the flash-linear-attention layout: ``q, k`` are
-``(B, T, H, D_k)``, ``v`` is ``(B, T, H, D_v)``, ``beta`` and ``g`` are ``(B, T, H)``, a state ``S`` is
-``(B, H, D_k, D_v)`` (the papers' fast weight is ``W = Sᵀ``) and the query is scaled by ``scale`` (default
-``D_k ** -0.5``). The maths runs in fp32 (fp64 for fp64 inputs) and ``o`` has the dtype of ``q``.
+the tests prove each named layer equals its op. It explains the ops and is never called by a layer
+(:mod:`ttr_edu.layers` calls the ops; CONTRIBUTING.md, "Which implementation a layer calls"). Tensors follow the
+flash-linear-attention layout: ``q, k`` are ``(B, T, H, D_k)``, ``v`` is ``(B, T, H, D_v)``, ``beta`` and ``g`` are
+``(B, T, H)``, a state ``S`` is ``(B, H, D_k, D_v)`` (the papers' fast weight is ``W = Sᵀ``) and the query is scaled
+by ``scale`` (default ``D_k ** -0.5``). The maths runs in fp32 (fp64 for fp64 inputs) and ``o`` has the dtype of ``q``.
 
 Ridge terms. The key covariance ``Σ γ k kᵀ`` is singular while fewer than ``D_k`` keys have been seen and
 ill-conditioned when keys are nearly collinear. Every optimiser that inverts it adds ``λ I`` (``ridge > 0``), which

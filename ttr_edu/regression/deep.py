@@ -12,7 +12,8 @@ With it, the mini-batch of TTT needs no copy of the weights per pair. Its weight
 ``W_t = W_s − Σ_{j≤t} β_j x_j δ_jᵀ``, so a query's map reads ``h_t W_t = h_t W_s − Σ_{j≤t} β_j (h_t · x_j) δ_j``: causal
 linear attention from the map's inputs ``h_t`` over its training inputs ``x_j`` with values ``−β_j δ_j``. This is
 the dual form of a layer trained by gradient descent (Irie, Csordás, Schmidhuber 2022; Sun et al. 2024, §2.5, for
-TTT), here derived for each map of any such network. Tensors are heads-first, ``q`` already scaled.
+TTT), here derived for each map of any such network. Tensors are heads-first, ``q`` already scaled: the functions take
+the checked inputs of :class:`~ttr_edu.regression.TestTimeRegression` and are not public API (``__all__`` is empty).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import torch
 
 from ttr_edu._internal.mlp_memory import layer_norm
 
-from .function_classes import MLP, Linear
+from .function_classes import Linear
 from .optimizers import MomentumSGD, OnlineSGD
 
 
@@ -85,15 +86,15 @@ def linear_map_gradients(function_class, params, k, v):
 
 
 def mini_batch_gd(opt, function_class, params, q, k, v, beta):
-    """``W_t = W_s − Σ_{s<i≤t} β_i ∇ℓ(W_s; k_i, v_i)``, ``o_t = f_{W_t}(q_t)``; mini-batches of ``opt.batch_size``.
+    """``W_t = W_s − Σ_{s<i≤t} β_i ∇ℓ(W_s; k_i, v_i)``, ``o_t = f_{W_t}(q_t)``; mini-batches of ``opt.mini_batch_size``.
 
     Sun et al. 2024, §2.4 (mini-batch TTT) and §2.5 (its dual form). Takes heads-first ``q, k`` ``(B, H, T, D_k)``
     (``q`` scaled), ``v`` ``(B, H, T, D_v)``, ``beta`` ``(B, H, T)`` and the parameters ``(B, H, D_in, D_out)`` of
     each map; the caller (:class:`TestTimeRegression`) has validated them. Each mini-batch takes one backward pass
     at ``W_s`` and reads the queries through the dual form of every map (module docstring). :class:`OnlineSGD` is
-    the case ``batch_size = 1``. Returns ``o`` ``(B, H, T, D_v)`` and the final parameters.
+    the case ``mini_batch_size = 1``. Returns ``o`` ``(B, H, T, D_v)`` and the final parameters.
     """
-    size = 1 if isinstance(opt, OnlineSGD) else min(opt.batch_size, q.shape[2])  # a mini-batch never exceeds T
+    size = 1 if isinstance(opt, OnlineSGD) else min(opt.mini_batch_size, q.shape[2])  # a mini-batch never exceeds T
     causal = torch.ones(size, size, dtype=torch.bool, device=q.device).tril()
     outputs = []
     for s in range(0, q.shape[2], size):
@@ -121,9 +122,9 @@ def momentum_sgd(opt: MomentumSGD, function_class, params, q, k, v, beta, eta, a
     """
     B, H, T = beta.shape
     if eta is None:
-        eta = beta.new_full((B, H, T), opt.momentum)
+        eta = beta.new_full((B, H, T), opt.eta)
     if alpha is None:
-        alpha = beta.new_full((B, H, T), opt.weight_decay)
+        alpha = beta.new_full((B, H, T), opt.alpha)
     eta, alpha, beta = (x[..., None, None] for x in (eta, alpha, beta))  # (B, H, T, 1, 1)
     momentum = tuple(torch.zeros_like(P) for P in params)
     outputs = []
@@ -136,4 +137,7 @@ def momentum_sgd(opt: MomentumSGD, function_class, params, q, k, v, beta, eta, a
     return torch.cat(outputs, dim=2), params
 
 
-__all__ = ["forward", "linear_map_gradients", "mini_batch_gd", "momentum_sgd", "MLP"]
+#: Nothing here is public API: these are the solvers behind :class:`~ttr_edu.regression.TestTimeRegression`, which
+#: checks their inputs (``named_layer("ttt_mlp")``, ``named_layer("titans")``); :class:`MLP` is the public name of
+#: :mod:`.function_classes`.
+__all__: list[str] = []

@@ -4,6 +4,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+__all__ = [
+    "Linear",
+    "LocalConstant",
+    "LocalLinear",
+    "MLP",
+    "KernelRidge",
+]
+
 
 @dataclass(frozen=True)
 class Linear:

@@ -4,8 +4,16 @@ from __future__ import annotations
 
 import torch
 
+from ttr_edu._internal.contract import check_nonempty, check_nonnegative
+from ttr_edu._internal.deprecation import rename_keywords
 from ttr_edu._internal.mlp_memory import check_mlp_state
-from ttr_edu._internal.validation import Dims, check_finite, check_positive_float, check_same_device, check_tensor
+from ttr_edu._internal.validation import (
+    Dims,
+    check_positive_float,
+    check_same_device,
+    check_tensor,
+    guarded,
+)
 
 from .deep import mini_batch_gd, momentum_sgd
 from .function_classes import FUNCTION_CLASSES, MLP, KernelRidge, Linear, LocalConstant, LocalLinear
@@ -35,6 +43,14 @@ from .optimizers import (
     StepsPerToken,
 )
 from .weights import WEIGHTS, Gates, Uniform
+
+__all__ = [
+    "TestTimeRegression",
+    "NAMED_LAYERS",
+    "named_layer",
+    "STEPPED",
+    "WARM_STARTED",
+]
 
 #: optimisers that take the call's step sizes ``beta``
 STEPPED = (OnlineSGD, MultiPassSGD, ImplicitStep, StepsPerToken, MiniBatchGD, MomentumSGD)
@@ -117,6 +133,7 @@ class TestTimeRegression:
             f"optimizer={self.optimizer!r})"
         )
 
+    @guarded
     def __call__(
         self,
         q: torch.Tensor,
@@ -136,7 +153,7 @@ class TestTimeRegression:
         Args:
             q, k: ``(B, T, H, D_k)`` floating tensors; v: ``(B, T, H, D_v)``, the same dtype and device.
             beta: ``(B, T, H)`` step sizes, required by the stepped optimisers (:class:`OnlineSGD`,
-                :class:`MultiPassSGD`, :class:`ImplicitStep`, :class:`StepsPerToken` with ``T·steps`` rows,
+                :class:`MultiPassSGD`, :class:`ImplicitStep`, :class:`StepsPerToken` with ``T·num_householder`` rows,
                 :class:`MiniBatchGD`, :class:`MomentumSGD`) only.
             g: ``(B, T, H)`` log decays ``≤ 0``, required by :class:`Gates` only.
             scale: the query scale (``D_k ** -0.5`` by default). Linear class: ``y = m(scale · q)``;
@@ -153,17 +170,20 @@ class TestTimeRegression:
         Raises:
             TypeError: non-tensors, integer dtypes, or ``k``/``v`` of another dtype than ``q``.
             ValueError: shapes that disagree (the message names the argument and the dims), T = 0, tensors on
-                different devices, a missing or superfluous ``beta``/``g``, or a state the chosen class does not keep.
+                different devices, a missing or superfluous ``beta``/``g``, or a state the chosen class does not keep;
+                NaN/inf in any tensor (``initial_state`` included), a ``scale`` that does not fit the compute dtype,
+                or an output that overflows it (named ``o``): the input policy of ``ttr_edu._internal.validation``.
         """
         dims = Dims()
         dims.bind("q", q, ("B", "T", "H", "D_k"))
         empty = [name for name in ("B", "T", "H", "D_k") if dims[name] == 0]
         if empty:  # an empty batch or head has nothing to memorise; T = 0 has no token to answer
             raise ValueError(f"q: expected {', '.join(empty)} >= 1, got shape {tuple(q.shape)}")
-        pairs = "T"  # the rows of k, v and beta: T, or T·steps for StepsPerToken (DeltaProduct)
+        pairs = "T"  # the rows of k, v and beta: T, or T·num_householder for StepsPerToken (DeltaProduct)
         if isinstance(self.optimizer, StepsPerToken):
-            pairs = "T·steps"
-            dims.sizes[pairs], dims.owner[pairs] = dims["T"] * self.optimizer.steps, "q and optimizer.steps"
+            pairs = "T·num_householder"
+            dims.sizes[pairs] = dims["T"] * self.optimizer.num_householder
+            dims.owner[pairs] = "q and optimizer.num_householder"
         dims.bind("k", k, ("B", pairs, "H", "D_k"))
         dims.bind("v", v, ("B", pairs, "H", "D_v"))
         for name, x in (("k", k), ("v", v)):
@@ -174,8 +194,8 @@ class TestTimeRegression:
         mlp = isinstance(self.function_class, MLP)
         for name, x in (("beta", beta), ("g", g), ("eta", eta), ("alpha", alpha)):
             check_tensor(name, x, allow_none=True)
-        for name, x in (("q", q), ("k", k), ("v", v), ("beta", beta), ("eta", eta), ("alpha", alpha)):
-            check_finite(name, x)  # the input policy of ttr_edu._validation (g is checked with the weights)
+        # NaN/inf in every tensor (initial_state included; g by the weights), a non-bool output_final_state, a scale
+        # that overflows the compute dtype and an overflowing o: refused by @guarded, the ops' input policy
         if not mlp:
             check_tensor("initial_state", initial_state, allow_none=True)
         check_same_device(q=q, k=k, v=v, beta=beta, g=g, eta=eta, alpha=alpha)
@@ -195,11 +215,7 @@ class TestTimeRegression:
             if not isinstance(self.optimizer, MomentumSGD):
                 raise ValueError(f"{name}: only optimizer=MomentumSGD() takes a per-token {name}")
             dims.bind(name, x, ("B", "T", "H"))
-            if not bool(((x >= 0) & (x <= 1)).all()):
-                raise ValueError(
-                    f"{name}: expected values in [0, 1] (NaN refused), got min {x.min().item():.4g}, "
-                    f"max {x.max().item():.4g}"
-                )
+            check_nonnegative(name, x, "a momentum" if name == "eta" else "a weight decay", high=1.0)
         parametric = isinstance(self.function_class, (Linear, MLP))
         if not parametric and output_final_state:
             raise ValueError(
@@ -224,6 +240,11 @@ class TestTimeRegression:
                     "need the inverse covariance P); pass the earlier pairs instead"
                 )
             dims.bind("initial_state", initial_state, ("B", "H", "D_k", "D_v"))
+            if initial_state.device != q.device:
+                raise ValueError(
+                    f"initial_state: expected a tensor on {q.device} (the device of q), got one on "
+                    f"{initial_state.device}"
+                )
 
         g = self.weights.log_decay(g, dims, dtype, q.device)
         if g is not None and isinstance(self.optimizer, RecursiveLeastSquares) and bool(torch.isneginf(g).any()):
@@ -272,6 +293,7 @@ class TestTimeRegression:
         o = o.transpose(1, 2).to(out_dtype)
         return o, (S if output_final_state else None)
 
+    @guarded
     def predict(
         self,
         k: torch.Tensor,
@@ -304,17 +326,19 @@ class TestTimeRegression:
             if x is not None:
                 dims.bind(name, x, ("N",))
         check_same_device(k=k, v=v, queries=queries, beta=beta, g=g)
-        empty = [name for name in ("N", "M", "D_k", "D_v") if dims[name] == 0]
-        if empty:
-            raise ValueError(
-                f"k, v, queries: expected {', '.join(empty)} >= 1, got shapes {tuple(k.shape)}, "
-                f"{tuple(v.shape)} and {tuple(queries.shape)}"
-            )
-        check_finite("queries", queries)
+        check_nonempty(dims, k=("N", "D_k"), v=("D_v",), queries=("M",))
+        for name, x in (("v", v), ("queries", queries)):
+            if x.dtype != k.dtype:
+                raise TypeError(f"{name}: expected the dtype of k ({k.dtype}), got {x.dtype}")
         M, N = dims["M"], dims["N"]
         if isinstance(self.function_class, Linear):  # a parametric memory: fit once, read S_N at every query
             kw = {name: x[None, :, None] for name, x in (("beta", beta), ("g", g)) if x is not None}
-            _, S = self(k[None, :, None], k[None, :, None], v[None, :, None], scale=1.0, output_final_state=True, **kw)
+            try:  # the keys are the layer's queries here: an error about q is about k
+                _, S = self(
+                    k[None, :, None], k[None, :, None], v[None, :, None], scale=1.0, output_final_state=True, **kw
+                )
+            except ValueError as error:
+                raise _renamed_q(error, "k") from None
             scale = dims["D_k"] ** -0.5 if scale is None else check_positive_float("scale", scale)
             return (scale * queries.to(S.dtype) @ S[0, 0]).to(queries.dtype)
         # Each query gets its own copy of the sequence and is asked at the last position, which sees all N pairs.
@@ -323,10 +347,19 @@ class TestTimeRegression:
             if x is not None:
                 per_token[name] = x[None, :, None].expand(M, N, 1)
         q = queries[:, None, None, :].expand(M, N, 1, dims["D_k"])
-        o, _ = self(
-            q, k[None, :, None].expand(M, N, 1, -1), v[None, :, None].expand(M, N, 1, -1), scale=scale, **per_token
-        )
+        try:
+            o, _ = self(
+                q, k[None, :, None].expand(M, N, 1, -1), v[None, :, None].expand(M, N, 1, -1), scale=scale, **per_token
+            )
+        except ValueError as error:  # the layer's q is made of the queries: name what the caller passed
+            raise _renamed_q(error, "queries") from None
         return o[:, -1, 0]
+
+
+def _renamed_q(error: ValueError, name: str) -> ValueError:
+    """``error`` from the inner call of :meth:`TestTimeRegression.predict`, naming ``name`` where it named ``q``."""
+    message = str(error)
+    return ValueError(f"{name}:{message[2:]}" if message.startswith("q:") else message)
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -366,7 +399,8 @@ def named_layer(name: str, *, ridge: float | None = None, **options) -> TestTime
         name: one of ``NAMED_LAYERS``.
         ridge: the ridge of RLS / Mesa (default 1.0, as ``ops.rls_recurrent``; constant in time), of mesa_cg,
             local linear attention and kernel ridge (default 1e-3).
-        options: passed to the optimiser, e.g. ``steps=3`` (deltaproduct, mesa_cg), ``batch_size=4`` (TTT).
+        options: passed to the optimiser, e.g. ``num_householder=3`` (deltaproduct), ``steps=3`` (mesa_cg),
+            ``mini_batch_size=4`` (TTT); an old name (``steps`` of deltaproduct, ``batch_size``) warns and works.
     Raises:
         ValueError: an unknown name (the message lists the valid ones) or a ridge on a layer that has none.
         TypeError: an option the optimiser does not take.
@@ -379,10 +413,11 @@ def named_layer(name: str, *, ridge: float | None = None, **options) -> TestTime
             raise ValueError(f"ridge: {name} inverts nothing, so it takes no ridge")
         opt = ExactSolve(ridge=0.0, **options)
     elif optimizer in (ExactSolve, RecursiveLeastSquares, ConjugateGradient):
-        default = 1.0 if name in ("rls", "mesa") else 1e-3  # the default lam of ops.rls_recurrent
+        default = 1.0 if name in ("rls", "mesa") else 1e-3  # the default ridge of ops.rls_recurrent
         opt = optimizer(ridge=default if ridge is None else ridge, **options)
     else:
         if ridge is not None:
             raise ValueError(f"ridge: {name} inverts nothing, so it takes no ridge")
-        opt = optimizer(**options)
+        renames = getattr(optimizer.__init__, "renamed_arguments", {})  # old option names warn at the caller's line
+        opt = optimizer(**rename_keywords(options, renames, f"named_layer({name!r})"))
     return TestTimeRegression(weights=weights(), function_class=function_class(), optimizer=opt)

@@ -9,9 +9,21 @@ from __future__ import annotations
 import torch
 
 from ttr_edu._internal.contract import decay_matrix
+from ttr_edu._internal.validation import (
+    Dims,
+    check_positive_int,
+    check_same_device,
+    check_tensor,
+    finite_checks_enabled,
+    guarded,
+)
 
-from .optimizers import ExactSolve, GradientStep, MultiPassSGD, OnlineSGD, RecursiveLeastSquares  # noqa: F401
+from .optimizers import ExactSolve, GradientStep, MultiPassSGD, OnlineSGD, RecursiveLeastSquares
 from .weights import _decay_from_start, decayed_cumsum, regression_weights
+
+__all__ = [
+    "conjugate_gradient",
+]
 
 
 def _weighted_readout(x, k, v, g, chunk_size: int = 64):
@@ -75,8 +87,9 @@ def _online_sgd(opt: OnlineSGD, q, k, v, g, beta, S0):
 
         o_i = γ_i S_0ᵀ q_i + Σ_{j≤i} Γ_ij (q_i·k_j) e_j,      S_C = γ_C S_0 + Σ_j Γ_Cj k_j e_jᵀ.
 
-    The solve stays inside the loop over chunks, since its right side needs ``S_0``. The ops of chapter 09 hoist it
-    out of the loop instead (the WY/UT form: ``e = U − W S_0``), which is faster but further from the objective.
+    The solve stays inside the loop over chunks, since its right side needs ``S_0``. The ops (chapter
+    chunkwise_algorithms) hoist it out of the loop instead (the WY/UT form: ``e = U − W S_0``), which is faster but
+    further from the objective.
     """
     B, H, T, D_k = k.shape
     S = k.new_zeros(B, H, D_k, v.shape[-1]) if S0 is None else S0
@@ -180,42 +193,88 @@ def _steps_per_token(opt, q, k, v, g, beta, S0):
     """DeltaProduct: online SGD over the ``T·n`` pairs; token t's query reads after its last pair, its decay before
     its first. Zero queries on the other rows read nothing we keep; a zero log decay there keeps the state."""
     B, H, T, D_k = q.shape
-    n = opt.steps
+    n = opt.num_householder
     q_rows = torch.cat([q.new_zeros(B, H, T, n - 1, D_k), q[:, :, :, None]], dim=3).flatten(2, 3)
     g_rows = None if g is None else torch.cat([g[..., None], g.new_zeros(B, H, T, n - 1)], dim=3).flatten(2)
     o, S = _online_sgd(OnlineSGD(chunk_size=opt.chunk_size), q_rows, k, v, g_rows, beta, S0)
     return o[:, :, n - 1 :: n], S
 
 
+@guarded
 def conjugate_gradient(A, b, steps: int):
-    """``steps`` CG iterations for ``A x = b`` from ``x = 0``; ``A`` ``(..., D, D)`` SPD, ``b`` ``(..., D)``.
+    """``steps`` conjugate-gradient iterations for ``A x = b`` from ``x = 0`` (Hestenes & Stiefel 1952).
 
-    Each step minimises ``½ xᵀAx − bᵀx`` along a direction conjugate to the earlier ones (Hestenes & Stiefel 1952);
-    after ``D`` steps the answer is exact in exact arithmetic. A residual that is already zero stops the updates
-    (``0/0`` is taken as 0).
+    Each step minimises ``½ xᵀAx − bᵀx`` along a direction conjugate to the earlier ones; after ``D`` steps the answer
+    is exact in exact arithmetic, so ``steps`` is capped at ``D`` (as ``chunk_size`` is capped at ``T``). A residual
+    that is already zero stops the updates (``0/0`` is taken as 0).
+
+    Args:
+        A: ``(*batch, D, D)``, symmetric positive definite, floating.
+        b: ``(*batch, D)``, the same batch dims (no broadcasting), dtype and device.
+        steps: a positive int.
+
+    Returns:
+        ``x`` ``(*batch, D)`` in the dtype of ``b``.
+
+    Raises:
+        TypeError: non-tensors, integer or mixed dtypes, a non-int ``steps``.
+        ValueError: shapes that disagree (named dims), an empty dim, another device, ``steps < 1``, NaN/inf, an
+            ``A`` that is not symmetric or not positive definite (a direction with ``pᵀAp ≤ 0``).
     """
+    check_tensor("A", A)
+    check_tensor("b", b)
+    if A.dim() < 2:
+        raise ValueError(f"A: expected (*batch, D, D), got shape {tuple(A.shape)}")
+    batch = tuple(f"batch{i}" for i in range(A.dim() - 2))
+    dims = Dims()
+    dims.bind("A", A, (*batch, "D", "D"))
+    dims.bind("b", b, (*batch, "D"))
+    if b.dtype != A.dtype:
+        raise TypeError(f"b: expected the dtype of A ({A.dtype}), got {b.dtype}")
+    check_same_device(A=A, b=b)
+    if 0 in A.shape:
+        raise ValueError(f"A: expected no empty dim, got shape {tuple(A.shape)}")
+    check_positive_int("steps", steps)
+    if A.device.type != "meta" and finite_checks_enabled():
+        scale = A.abs().amax(dim=(-2, -1), keepdim=True)
+        if not bool(((A - A.mT).abs() <= 1e-5 * scale).all()):
+            raise ValueError("A: expected a symmetric positive definite matrix, got one that is not symmetric")
+    x, definite = _cg(A, b, min(steps, dims["D"]))
+    if not definite:
+        raise ValueError("A: expected a symmetric positive definite matrix, got a direction p with pᵀAp <= 0")
+    return x
+
+
+def _cg(A, b, steps: int):
+    """The iterations of :func:`conjugate_gradient` on checked (or broadcasting) inputs; returns ``x`` and whether
+    every direction met ``pᵀAp > 0`` where the residual was not yet zero."""
+    definite = True
     x = torch.zeros_like(b)
     r, p = b, b
     rr = (r * r).sum(-1, keepdim=True)
+    unsolved = torch.finfo(b.dtype).eps * rr  # a residual above rounding: pᵀAp must be positive there
     for _ in range(steps):
         Ap = (A @ p[..., None])[..., 0]
         pAp = (p * Ap).sum(-1, keepdim=True)
+        if p.device.type != "meta" and bool(((pAp <= 0) & (rr > unsolved)).any()):
+            definite = False
         step = torch.where(pAp > 0, rr / torch.where(pAp > 0, pAp, 1), 0)
         x = x + step * p
         r = r - step * Ap
         rr_new = (r * r).sum(-1, keepdim=True)
         p = r + torch.where(rr > 0, rr_new / torch.where(rr > 0, rr, 1), 0) * p
         rr = rr_new
-    return x
+    return x, definite
 
 
 def _conjugate_gradient(opt, q, k, v, g, beta, S0):
     """MesaNet's readout: ``x_t ≈ (A_t + λI)⁻¹ q_t`` by CG, then ``o_t = Σ γ (k_i·x_t) v_i``; ``S_T`` by CG too."""
     D_k = q.shape[3]
     A = _covariances(k, g) + opt.ridge * torch.eye(D_k, dtype=q.dtype, device=q.device)
-    x = conjugate_gradient(A, q, opt.steps)
+    steps = min(opt.steps, D_k)  # exact after D_k steps: more would only repeat zero updates
+    x = _cg(A, q, steps)[0]
     o, moment = _weighted_readout(x, k, v, g)
-    S = conjugate_gradient(A[:, :, -1, None], moment.mT, opt.steps).mT  # each column of S: (A_T + λI) s = m
+    S = _cg(A[:, :, -1, None], moment.mT, steps)[0].mT  # each column of S: (A_T + λI) s = m
     return o, S
 
 
@@ -228,8 +287,8 @@ def _mini_batch_gd(opt, q, k, v, g, beta, S0):
     B, H, T, D_k = k.shape
     S = k.new_zeros(B, H, D_k, v.shape[-1]) if S0 is None else S0
     outputs = []
-    for start in range(0, T, opt.batch_size):
-        batch = slice(start, start + opt.batch_size)
+    for start in range(0, T, opt.mini_batch_size):
+        batch = slice(start, start + opt.mini_batch_size)
         q_b, k_b = q[:, :, batch], k[:, :, batch]
         steps = beta[:, :, batch, None] * (k_b @ S - v[:, :, batch])  # β_i e_i, each at the mini-batch's start
         outputs.append(q_b @ S - (q_b @ k_b.mT).tril() @ steps)

@@ -12,6 +12,8 @@ import torch
 from .linear import _raise_if_not_factorised
 from .weights import regression_weights
 
+__all__: list[str] = []  # the solvers of TestTimeRegression, on its checked inputs
+
 
 def _log_kernel_weights(q, k, g, scale, kernel):
     """``log(γ_i^{(t)} κ(q_t, k_i))`` for ``i ≤ t``, ``−inf`` above the diagonal: ``(B, H, T, T)``."""

@@ -4,7 +4,22 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ttr_edu._internal.deprecation import renamed_arguments
 from ttr_edu._internal.validation import check_positive_float, check_positive_int
+
+__all__ = [
+    "ExactSolve",
+    "RecursiveLeastSquares",
+    "GradientStep",
+    "OnlineSGD",
+    "MultiPassSGD",
+    "ImplicitStep",
+    "StepsPerToken",
+    "MiniBatchGD",
+    "MomentumSGD",
+    "ConjugateGradient",
+    "MAX_PASSES",
+]
 
 
 @dataclass(frozen=True)
@@ -81,6 +96,10 @@ class OnlineSGD:
         check_positive_int("chunk_size", self.chunk_size)
 
 
+#: The most passes :class:`MultiPassSGD` takes: a teaching tool, whose every pass costs ``O(T² D_k D_v)``.
+MAX_PASSES = 1000
+
+
 @dataclass(frozen=True)
 class MultiPassSGD:
     """``passes`` cyclic passes of online SGD over the prefix ``1..t``, for every ``t``; step ``β_i γ_i^{(t)}``.
@@ -88,12 +107,15 @@ class MultiPassSGD:
     One pass with :class:`Uniform` weights is DeltaNet. More passes with a small step approach the least-squares
     answer (Kaczmarz's method), the exact solution RLS computes. The cost is ``O(passes · T² · D_k · D_v)``: a
     teaching tool for short sequences.
+
+    Raises:
+        TypeError / ValueError: ``passes`` not an int from 1 to :data:`MAX_PASSES` (1000).
     """
 
     passes: int = 2
 
     def __post_init__(self):
-        check_positive_int("passes", self.passes)
+        check_positive_int("passes", self.passes, maximum=MAX_PASSES, why="each pass costs O(T² D_k D_v)")
 
 
 OPTIMIZERS = (ExactSolve, RecursiveLeastSquares, GradientStep, OnlineSGD, MultiPassSGD)
@@ -117,54 +139,63 @@ class ImplicitStep:
         check_positive_int("chunk_size", self.chunk_size)
 
 
+@renamed_arguments(steps="num_householder")
 @dataclass(frozen=True)
 class StepsPerToken:
-    """``steps`` online SGD steps per token, each on its own pair: DeltaProduct (Siems et al. 2025).
+    """``num_householder`` online SGD steps per token, each on its own pair: DeltaProduct (Siems et al. 2025).
 
-    The call then takes ``k``, ``v`` and ``beta`` with ``T·steps`` rows (token ``t``'s ``j``-th pair at row
-    ``t·steps + j``, fla's layout) and ``q`` (and ``g``, applied once per token) with ``T``.
+    The call then takes ``k``, ``v`` and ``beta`` with ``T·num_householder`` rows (token ``t``'s ``j``-th pair at row
+    ``t·num_householder + j``, fla's layout) and ``q`` (and ``g``, applied once per token) with ``T``. Each step is
+    a generalised Householder reflection of the state, hence the name, as in the op
+    (:func:`ttr_edu.ops.delta_product_chunk`) and the layer. (``steps`` until release 0.2; the old name still works,
+    with a ``DeprecationWarning``.)
     """
 
-    steps: int = 2
+    num_householder: int = 2
     chunk_size: int = 64
 
     def __post_init__(self):
-        check_positive_int("steps", self.steps)
+        check_positive_int("num_householder", self.num_householder)
         check_positive_int("chunk_size", self.chunk_size)
 
 
+@renamed_arguments(batch_size="mini_batch_size")
 @dataclass(frozen=True)
 class MiniBatchGD:
     """Mini-batch gradient descent, the gradients of a mini-batch all taken at its starting state: TTT.
 
-    ``W_t = W_s − Σ_{s<i≤t} β_i ∇ℓ(W_s; k_i, v_i)`` inside the mini-batch of ``batch_size`` tokens that starts at
-    ``W_s`` (Sun et al. 2024, §2.4). ``batch_size = 1`` is online SGD (DeltaNet for the linear class). The linear
-    class's gradient is written out; other classes (:class:`MLP`) take theirs by autodiff.
+    ``W_t = W_s − Σ_{s<i≤t} β_i ∇ℓ(W_s; k_i, v_i)`` inside the mini-batch of ``mini_batch_size`` tokens that starts
+    at ``W_s`` (Sun et al. 2024, §2.4). ``mini_batch_size = 1`` is online SGD (DeltaNet for the linear class). The
+    linear class's gradient is written out; other classes (:class:`MLP`) take theirs by autodiff. (``batch_size``
+    until release 0.2; the old name still works, with a ``DeprecationWarning``.)
     """
 
-    batch_size: int = 16
+    mini_batch_size: int = 16
 
     def __post_init__(self):
-        check_positive_int("batch_size", self.batch_size)
+        check_positive_int("mini_batch_size", self.mini_batch_size)
 
 
+@renamed_arguments(momentum="eta", weight_decay="alpha")
 @dataclass(frozen=True)
 class MomentumSGD:
     """Online SGD with momentum and decoupled weight decay: Titans' memory (Behrouz et al. 2024, eqs. 13–14).
 
     ``U_t = η_t U_{t−1} − β_t ∇ℓ(W_{t−1}; k_t, v_t)``, ``W_t = (1 − α_t) W_{t−1} + U_t``. The per-token ``eta``
-    and ``alpha`` ``(B, T, H)`` come with the call; without them the constants ``momentum`` (η) and
-    ``weight_decay`` (α) here are used. ``momentum = weight_decay = 0`` is online SGD.
+    and ``alpha`` ``(B, T, H)`` come with the call (as in :func:`ttr_edu.ops.titans_recurrent` and the layer);
+    without them the constants ``eta`` (the momentum η) and ``alpha`` (the weight decay α) here are used.
+    ``eta = alpha = 0`` is online SGD. (``momentum`` and ``weight_decay`` until release 0.2; the old names still
+    work, with a ``DeprecationWarning``. ``momentum`` names Titans' surprise ``U`` in :class:`ttr_edu.ops.TitansState`.)
 
     Raises:
-        ValueError: ``momentum`` or ``weight_decay`` outside ``[0, 1]``.
+        ValueError: ``eta`` or ``alpha`` outside ``[0, 1]``.
     """
 
-    momentum: float = 0.0
-    weight_decay: float = 0.0
+    eta: float = 0.0
+    alpha: float = 0.0
 
     def __post_init__(self):
-        for name in ("momentum", "weight_decay"):
+        for name in ("eta", "alpha"):
             value = check_positive_float(name, getattr(self, name), allow_zero=True)
             if value > 1:
                 raise ValueError(f"{name}: expected a number in [0, 1], got {value}")

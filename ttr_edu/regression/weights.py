@@ -12,13 +12,23 @@ from dataclasses import dataclass
 
 import torch
 
-from ttr_edu._internal.contract import check_log_decay, decay_matrix
+from ttr_edu._internal.contract import check_log_decay, check_nonempty, decay_matrix
+from ttr_edu._internal.contract import decayed_cumsum as _decayed_cumsum
 from ttr_edu._internal.validation import (
     Dims,
+    check_allocation,
     check_decayed_sum_args,
     check_positive_float,
     check_positive_int,
 )
+
+__all__ = [
+    "Uniform",
+    "ExponentialDecay",
+    "Gates",
+    "regression_weights",
+    "decayed_cumsum",
+]
 
 
 @dataclass(frozen=True)
@@ -83,9 +93,11 @@ def regression_weights(g: torch.Tensor | None, T: int | None = None) -> torch.Te
     Returns:
         ``Γ`` of shape ``(B, H, T, T)`` (``(1, 1, T, T)`` when ``g`` is ``None``), the dtype of ``g`` (fp32 if None).
     Raises:
-        ValueError: ``g`` not ``(B, T, H)``, or neither ``g`` nor ``T`` given.
+        ValueError: ``g`` not ``(B, T, H)``, neither ``g`` nor ``T`` given, a ``T`` that is not the length of ``g``,
+            or a ``T`` whose ``(T, T)`` matrix would not fit in memory.
+        TypeError: ``T`` not an int.
 
-    Each entry sums its own segment of ``g`` (:func:`ttr_edu.ops._common.decay_matrix`), instead of taking
+    Each entry sums its own segment of ``g`` (:func:`ttr_edu._internal.contract.decay_matrix`), instead of taking
     differences ``G_t − G_i`` of one cumulative sum: a reset ``g = −inf`` gives exact zeros (the difference would be
     ``−inf − (−inf) = NaN``), and a very negative ``g`` loses no precision to a large ``|G|``.
     """
@@ -93,8 +105,13 @@ def regression_weights(g: torch.Tensor | None, T: int | None = None) -> torch.Te
         if T is None:
             raise ValueError("T: needed when g is None (uniform weights)")
         check_positive_int("T", T)
+        check_allocation("T", (T, T), what="the (T, T) weight matrix")
         return torch.ones(T, T).tril()[None, None]
-    Dims().bind("g", g, ("B", "T", "H"))
+    dims = Dims()
+    dims.bind("g", g, ("B", "T", "H"))
+    check_nonempty(dims, g=("B", "T", "H"))
+    if T is not None and check_positive_int("T", T) != g.shape[1]:
+        raise ValueError(f"T: expected the length of g ({g.shape[1]}) or None, got {T}")
     check_log_decay(g)
     return decay_matrix(g.transpose(1, 2))  # (B, H, T, T)
 
@@ -112,28 +129,8 @@ def decayed_cumsum(x: torch.Tensor, g: torch.Tensor | None, chunk_size: int = 64
     Raises:
         TypeError / ValueError: ``x`` or ``g`` not floating tensors of the shapes above, a bad ``g`` or ``chunk_size``.
     """
-    check_decayed_sum_args(x, g, chunk_size)  # the input policy of ttr_edu._validation
-    if g is None:
-        return x.cumsum(2)
-    B, H, T = x.shape[:3]
-    C = min(chunk_size, T)
-    pad = (-T) % C
-    flat = x.reshape(B, H, T, -1)
-    if pad:  # a zero input with a zero log decay changes nothing; the padded rows are cut off below
-        flat = torch.nn.functional.pad(flat, (0, 0, 0, pad))
-        g = torch.nn.functional.pad(g, (0, pad))
-    N = flat.shape[2] // C
-    xc = flat.reshape(B, H, N, C, -1)
-    Gc = g.reshape(B, H, N, C).cumsum(-1)  # log decay from the chunk start (a sum from the start: no difference)
-    local = decay_matrix(g.reshape(B, H, N, C))  # (B, H, N, C, C): segment sums, exact for g = −inf
-    inner = local @ xc  # the sums within each chunk
-    carry = torch.zeros_like(xc[:, :, 0, 0])  # (B, H, F): the sum up to the end of the previous chunk
-    chunks = []
-    for n in range(N):
-        y = inner[:, :, n] + Gc[:, :, n, :, None].exp() * carry[:, :, None]
-        chunks.append(y)
-        carry = y[:, :, -1]
-    return torch.stack(chunks, 2).reshape(B, H, N * C, *x.shape[3:])[:, :, :T]
+    check_decayed_sum_args(x, g, chunk_size)  # the input policy of ttr_edu._internal.validation
+    return _decayed_cumsum(x, None if g is None else g.to(x.dtype), chunk_size)  # g: any floating dtype
 
 
 def _decay_from_start(g, like):

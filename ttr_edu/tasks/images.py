@@ -126,6 +126,8 @@ def _check_name(name: str) -> None:
 
 
 def _npz_path(name: str, data_home: str | Path | None) -> Path:
+    if data_home is not None and not isinstance(data_home, (str, os.PathLike)):
+        raise TypeError(f"data_home: expected a folder (a str or a path) or None, got {type(data_home).__name__}")
     return Path(data_home if data_home is not None else default_data_home()) / f"{name}.npz"
 
 
@@ -181,7 +183,8 @@ def load_mnist(name: str = "mnist", data_home: str | Path | None = None) -> Imag
         :class:`ImageDataset` with ``D = 784``, images 28×28.
 
     Raises:
-        ValueError: unknown ``name``.
+        ValueError: unknown ``name``; a file that is not the archive :func:`download_mnist` saves.
+        TypeError: ``data_home`` not a str, a path or None.
         FileNotFoundError: the file is not there; the message says how to download it, and names the offline
             fallback :func:`load_digits`.
     """
@@ -189,13 +192,19 @@ def load_mnist(name: str = "mnist", data_home: str | Path | None = None) -> Imag
     path = _npz_path(name, data_home)
     if not path.is_file():
         raise FileNotFoundError(
-            f"{name} is not on disk at {path}. While online, run ttr_edu.datasets.download_mnist({name!r}"
+            f"data_home: {name} is not on disk at {path}. While online, run ttr_edu.datasets.download_mnist({name!r}"
             f"{'' if data_home is None else f', {str(data_home)!r}'}) once (about 55 MB). Offline, use "
             f"{OFFLINE_FALLBACK}."
         )
-    with np.load(path) as archive:
-        images = torch.from_numpy(archive["images"]).float() / 255.0
-        labels = torch.from_numpy(archive["labels"]).long()
+    try:
+        with np.load(path) as archive:
+            images = torch.from_numpy(archive["images"]).float() / 255.0
+            labels = torch.from_numpy(archive["labels"]).long()
+    except (ValueError, OSError, KeyError, EOFError) as error:  # not an archive, or not download_mnist's
+        raise ValueError(
+            f"data_home: {path} is not the archive download_mnist saves ({str(error).splitlines()[0][:100]}); "
+            f"delete it and run ttr_edu.tasks.images.download_mnist({name!r}) again"
+        ) from None
     return ImageDataset(
         x_train=images[:MNIST_TRAIN_SIZE],
         y_train=labels[:MNIST_TRAIN_SIZE],

@@ -26,7 +26,13 @@ from dataclasses import dataclass
 
 import torch
 
-from ttr_edu._internal.validation import check_positive_float, check_positive_int
+from ttr_edu._internal.validation import (
+    check_allocation,
+    check_positive_float,
+    check_positive_int,
+    check_scalar_fits,
+    guarded,
+)
 
 __all__ = ["RetrievalBatch", "capacity_batch", "overwrite_batch", "SwitchingStream", "switching_regression"]
 
@@ -72,6 +78,7 @@ def _check_common(batch_size, num_keys, num_values, generator) -> int:
     return num_values
 
 
+@guarded
 def capacity_batch(
     batch_size: int,
     num_keys: int,
@@ -97,8 +104,8 @@ def capacity_batch(
 
     Raises:
         TypeError: a size is not an int, or ``generator`` is not a ``torch.Generator``.
-        ValueError: a size is < 1, ``seq_len > num_keys`` (more unique keys than the vocabulary holds) or
-            ``seq_len > num_values``.
+        ValueError: a size is < 1 or too large for memory, an unknown ``device``, ``seq_len > num_keys`` (more
+            unique keys than the vocabulary holds) or ``seq_len > num_values``.
     """
     num_values = _check_common(batch_size, num_keys, num_values, generator)
     seq_len = num_keys if seq_len is None else check_positive_int("seq_len", seq_len)
@@ -112,6 +119,8 @@ def capacity_batch(
             f"num_values: setting 1 pairs each key with a distinct value, so num_values must be >= seq_len = "
             f"{seq_len}; got {num_values}"
         )
+    check_allocation("batch_size" if batch_size >= num_keys else "num_keys", (batch_size, num_keys), what="the keys")
+    check_allocation("num_values", (batch_size, num_values), what="the values")
     # Random permutations, one per row: argsort of uniform noise.
     keys = torch.rand(batch_size, num_keys, generator=generator).argsort(dim=1)[:, :seq_len]
     values = torch.rand(batch_size, num_values, generator=generator).argsort(dim=1)[:, :seq_len]
@@ -121,6 +130,7 @@ def capacity_batch(
     return batch.to(device)
 
 
+@guarded
 def overwrite_batch(
     batch_size: int,
     num_keys: int,
@@ -145,10 +155,11 @@ def overwrite_batch(
 
     Raises:
         TypeError: a size is not an int, or ``generator`` is not a ``torch.Generator``.
-        ValueError: a size is < 1.
+        ValueError: a size is < 1 or too large for memory, an unknown ``device``.
     """
     num_values = _check_common(batch_size, num_keys, num_values, generator)
     seq_len = 2 * num_keys if seq_len is None else check_positive_int("seq_len", seq_len)
+    check_allocation("batch_size" if batch_size >= seq_len else "seq_len", (batch_size, seq_len), what="the pairs")
     keys = torch.randint(num_keys, (batch_size, seq_len), generator=generator)
     values = torch.randint(num_values, (batch_size, seq_len), generator=generator)
     # Query a key that occurs: the key at a random position; its answer is its last occurrence's value.
@@ -189,6 +200,7 @@ class SwitchingStream:
     maps: torch.Tensor
 
 
+@guarded
 def switching_regression(
     batch_size: int,
     seq_len: int,
@@ -228,7 +240,8 @@ def switching_regression(
     Raises:
         TypeError: a size is not an int, ``noise`` is not a number, ``dtype`` is not a floating dtype, or
             ``generator`` is not a ``torch.Generator``.
-        ValueError: a size is < 1, or ``noise`` is negative or not finite.
+        ValueError: a size is < 1 or too large for memory, an unknown ``device``, or ``noise`` negative, not finite
+            or too large for ``dtype``.
     """
     check_positive_int("batch_size", batch_size)
     check_positive_int("seq_len", seq_len)
@@ -242,8 +255,13 @@ def switching_regression(
     if generator is not None and not isinstance(generator, torch.Generator):
         raise TypeError(f"generator: expected a torch.Generator or None, got {type(generator).__name__}")
 
+    check_scalar_fits("noise", noise, dtype)
     B, H, steps = batch_size, num_heads, seq_len + 1  # one extra pair: the last query and target
     num_regimes = seq_len // switch_every + 1  # the regime of the last drawn pair, seq_len // switch_every, plus one
+    sizes = {"batch_size": B, "seq_len": steps, "num_heads": H, "d_k": d_k, "d_v": d_v}
+    largest = max(sizes, key=sizes.get)  # the size to blame when the stream cannot fit
+    check_allocation(largest, (B, steps, H, max(d_k, d_v)), dtype=torch.float64, what="the keys and values")
+    check_allocation(largest, (B, num_regimes, H, d_k, d_v), dtype=torch.float64, what="the maps")
     keys = torch.randn(B, steps, H, d_k, generator=generator, dtype=torch.float64)
     keys = keys / keys.norm(dim=-1, keepdim=True)  # unit keys: a Gaussian vector's direction is uniform
     maps = torch.randn(B, num_regimes, H, d_k, d_v, generator=generator, dtype=torch.float64)

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import torch
 
-from ttr_edu._internal.validation import check_positive_int
+from ttr_edu._internal.validation import check_allocation, check_positive_int, guarded
 
 __all__ = ["MODULES", "SPLITS", "TextCorpus", "load_stdlib_corpus", "random_windows", "eval_windows"]
 
@@ -143,32 +143,52 @@ def load_stdlib_corpus() -> TextCorpus:
 
 
 def _check_tokens(tokens: torch.Tensor, seq_len: int) -> None:
-    if not isinstance(tokens, torch.Tensor) or tokens.dim() != 1:
-        raise TypeError(f"tokens: expected a 1-D tensor of byte values, got {getattr(tokens, 'shape', type(tokens))}")
+    """``tokens``: a 1-D integer tensor of byte values ``0..255`` (``uint8``, or any integer dtype), long enough."""
+    if not isinstance(tokens, torch.Tensor):
+        raise TypeError(f"tokens: expected a 1-D tensor of byte values, got {type(tokens).__name__}")
+    if tokens.is_floating_point() or tokens.is_complex() or tokens.dtype == torch.bool:
+        raise TypeError(f"tokens: expected an integer tensor of byte values (uint8 or int64), got {tokens.dtype}")
+    if tokens.dim() != 1:
+        raise ValueError(f"tokens: expected a 1-D tensor (N,), got shape {tuple(tokens.shape)}")
+    if tokens.device.type != "meta" and tokens.numel() and (int(tokens.min()) < 0 or int(tokens.max()) > 255):
+        raise ValueError(
+            f"tokens: expected byte values in [0, 255], got range [{int(tokens.min())}, {int(tokens.max())}]"
+        )
     if len(tokens) < seq_len + 1:
         raise ValueError(f"seq_len: needs at least seq_len + 1 = {seq_len + 1} tokens, the split has {len(tokens)}")
 
 
+@guarded
 def random_windows(
     tokens: torch.Tensor, batch_size: int, seq_len: int, generator: torch.Generator | None = None
 ) -> torch.Tensor:
     """``batch_size`` windows of ``seq_len + 1`` consecutive tokens at random offsets, ``(B, seq_len + 1)`` int64.
 
     The model reads positions ``[:-1]`` and predicts ``[1:]``.
+
+    Raises:
+        TypeError: ``tokens`` not an integer tensor, a size not an int, ``generator`` not a ``torch.Generator``.
+        ValueError: ``tokens`` not 1-D byte values ``0..255`` or shorter than ``seq_len + 1``; a size < 1 or too
+            large for memory.
     """
     check_positive_int("batch_size", batch_size)
     check_positive_int("seq_len", seq_len)
     _check_tokens(tokens, seq_len)
+    check_allocation("batch_size", (batch_size, seq_len + 1), dtype=torch.int64, what="the windows")
     starts = torch.randint(0, len(tokens) - seq_len, (batch_size,), generator=generator)
     offsets = torch.arange(seq_len + 1)
     return tokens[starts[:, None] + offsets].long()
 
 
+@guarded
 def eval_windows(tokens: torch.Tensor, seq_len: int, max_windows: int | None = None) -> torch.Tensor:
     """Non-overlapping windows tiling the split from its start, ``(N, seq_len + 1)`` int64 (deterministic).
 
     Consecutive windows share one token (the last target of one is the first input of the next), so every token
     but the first is predicted exactly once. ``max_windows`` keeps the first ones only.
+
+    Raises:
+        TypeError / ValueError: as :func:`random_windows`.
     """
     check_positive_int("seq_len", seq_len)
     _check_tokens(tokens, seq_len)

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 import plotly.graph_objects as go
 import torch
 
-from ttr_edu._internal.validation import check_positive_int
+from ttr_edu._internal.validation import check_allocation, check_positive_int
 from ttr_edu.viz.figures import slider_figure
 
 __all__ = ["block_decomposition", "block_decomposition_figure", "tile_owner_map", "tile_map_figure"]
@@ -29,6 +29,20 @@ _KIND_COLOURS = [
 ]
 
 
+def _check_steps(name: str, values, active) -> None:
+    """A slider's values: a non-empty list of positive ints, and ``active`` an index into it."""
+    if isinstance(values, (str, bytes)) or not isinstance(values, Sequence):
+        raise TypeError(f"{name}: expected a list of positive ints, got {type(values).__name__}")
+    if not values:
+        raise ValueError(f"{name}: expected at least one value, got an empty list")
+    for i, value in enumerate(values):
+        check_positive_int(f"{name}[{i}]", value)
+    if isinstance(active, bool) or not isinstance(active, int):
+        raise TypeError(f"active: expected an int index into {name}, got {type(active).__name__} {active!r}")
+    if not 0 <= active < len(values):
+        raise ValueError(f"active: expected an index in [0, {len(values) - 1}], got {active}")
+
+
 def block_decomposition(T: int, chunk_size: int) -> torch.Tensor:
     """Classify every entry ``(t, s)`` of the causal ``T × T`` matrix for chunks of ``chunk_size`` tokens.
 
@@ -37,10 +51,11 @@ def block_decomposition(T: int, chunk_size: int) -> torch.Tensor:
     (reaches token ``t`` through the state, ``Q S``). Source: the chunk form of Yang et al. 2024, §3.
 
     Raises:
-        ValueError: ``T`` or ``chunk_size`` is not a positive int.
+        ValueError: ``T`` or ``chunk_size`` is not a positive int, or the map would not fit in memory.
     """
     check_positive_int("T", T)
     check_positive_int("chunk_size", chunk_size)
+    check_allocation("T", (T, T), dtype=torch.int64, what="the (T, T) map")
     t = torch.arange(T)
     chunk = t // chunk_size
     causal = t[:, None] >= t[None, :]
@@ -56,7 +71,13 @@ def block_decomposition_figure(T: int, chunk_sizes: Sequence[int], *, active: in
 
     The title of each step counts the entries computed in parallel form (``INTRA``) and through the state
     (``STATE``), and the ``⌈T/C⌉`` sequential state steps.
+
+    Raises:
+        TypeError / ValueError: as :func:`block_decomposition`; ``chunk_sizes`` not a non-empty list of positive
+            ints; ``active`` not an index into it.
     """
+    _check_steps("chunk_sizes", chunk_sizes, active)
+    check_positive_int("T", T)
     traces, titles = {}, {}
     for C in chunk_sizes:
         kind = block_decomposition(T, C)
@@ -104,12 +125,14 @@ def tile_owner_map(B: int, H: int, T: int, D_v: int, block_v: int) -> torch.Tens
     program's linear index ``i_bh·⌈D_v/BV⌉ + i_v``, and NaN for the masked lanes ``d ≥ D_v`` of the last value block.
 
     Raises:
-        ValueError: a size is not a positive int.
+        ValueError: a size is not a positive int, or the map would not fit in memory.
     """
     for name, value in (("B", B), ("H", H), ("T", T), ("D_v", D_v), ("block_v", block_v)):
         check_positive_int(name, value)
     n_v = math.ceil(D_v / block_v)
     padded = n_v * block_v
+    sizes = {"B": B, "T": T, "H": H, "D_v": D_v, "block_v": block_v}
+    check_allocation(max(sizes, key=sizes.get), (B * T, H * padded), what="the (B·T, H·padded D_v) map")
     owner = torch.full((B * T, H * padded), float("nan"))
     for b in range(B):
         for h in range(H):
@@ -120,7 +143,13 @@ def tile_owner_map(B: int, H: int, T: int, D_v: int, block_v: int) -> torch.Tens
 
 
 def tile_map_figure(B: int, H: int, T: int, D_v: int, block_vs: Sequence[int], *, active: int = 0) -> go.Figure:
-    """:func:`tile_owner_map` as a heatmap, one colour per program, masked lanes blank, with a slider over BV."""
+    """:func:`tile_owner_map` as a heatmap, one colour per program, masked lanes blank, with a slider over BV.
+
+    Raises:
+        TypeError / ValueError: as :func:`tile_owner_map`; ``block_vs`` not a non-empty list of positive ints;
+            ``active`` not an index into it.
+    """
+    _check_steps("block_vs", block_vs, active)
     traces, titles = {}, {}
     for block_v in block_vs:
         owner = tile_owner_map(B, H, T, D_v, block_v)

@@ -11,15 +11,17 @@ import plotly.graph_objects as go
 import torch
 from plotly.subplots import make_subplots
 
+from ttr_edu._internal.validation import Dims, check_finite, check_positive_int, check_tensor
+
 __all__ = ["bar_figure", "sorted_scores_figure", "spotlight_figure", "table_figure"]
 
 TEMPLATE = "plotly_white"
 
 
-def _image_trace(image: torch.Tensor, image_shape: tuple[int, int]) -> go.Heatmap:
+def _image_trace(image: torch.Tensor, image_shape: tuple[int, int], name: str = "image") -> go.Heatmap:
     h, w = image_shape
     if image.numel() != h * w:
-        raise ValueError(f"image: expected {h * w} pixels for image_shape {image_shape}, got {tuple(image.shape)}")
+        raise ValueError(f"{name}: expected {h * w} pixels for image_shape {image_shape}, got {tuple(image.shape)}")
     return go.Heatmap(
         z=image.detach().reshape(h, w).cpu().tolist(),
         colorscale="gray_r",
@@ -28,6 +30,14 @@ def _image_trace(image: torch.Tensor, image_shape: tuple[int, int]) -> go.Heatma
         zmax=1.0,
         hoverinfo="skip",
     )
+
+
+def _check_image(name: str, image) -> None:
+    """A floating tensor with values (not on the meta device), every pixel finite."""
+    check_tensor(name, image)
+    if image.device.type == "meta":
+        raise ValueError(f"{name}: expected a tensor with values to draw, got a meta tensor")
+    check_finite(name, image)
 
 
 def spotlight_figure(
@@ -45,8 +55,24 @@ def spotlight_figure(
         image_shape: ``(H, W)``.
 
     Raises:
-        ValueError: rows of different k, a caption count that differs from k, or images of the wrong size.
+        TypeError: a non-tensor or non-floating image, ``rows`` not a mapping of (images, captions) pairs,
+            ``image_shape`` not a pair of ints.
+        ValueError: no rows, rows of different k, a caption count that differs from k, images of the wrong size, on
+            the meta device, or with NaN/inf pixels.
     """
+    if not (isinstance(image_shape, tuple) and len(image_shape) == 2):
+        raise TypeError(f"image_shape: expected a pair (H, W) of positive ints, got {image_shape!r}")
+    for i, side in enumerate(image_shape):
+        check_positive_int(f"image_shape[{i}]", side)
+    _check_image("test_image", test_image)
+    if not isinstance(rows, Mapping):
+        raise TypeError(f"rows: expected a dict layer name -> (images, captions), got {type(rows).__name__}")
+    if not rows:
+        raise ValueError("rows: expected at least one row, got an empty dict")
+    for name, row in rows.items():
+        if not (isinstance(row, (tuple, list)) and len(row) == 2):
+            raise TypeError(f"rows[{name!r}]: expected a pair (images (k, D), captions), got {type(row).__name__}")
+        _check_image(f"rows[{name!r}]", row[0])
     ks = {images.shape[0] for images, _ in rows.values()}
     if len(ks) != 1:
         raise ValueError(f"rows: expected the same number of images in every row, got {sorted(ks)}")
@@ -59,10 +85,10 @@ def spotlight_figure(
     figure = make_subplots(
         rows=len(rows), cols=k + 1, subplot_titles=titles, horizontal_spacing=0.01, vertical_spacing=0.08
     )
-    for r, (images, _) in enumerate(rows.values(), start=1):
-        figure.add_trace(_image_trace(test_image, image_shape), row=r, col=1)
+    for r, (name, (images, _)) in enumerate(rows.items(), start=1):
+        figure.add_trace(_image_trace(test_image, image_shape, "test_image"), row=r, col=1)
         for c in range(k):
-            figure.add_trace(_image_trace(images[c], image_shape), row=r, col=c + 2)
+            figure.add_trace(_image_trace(images[c], image_shape, f"rows[{name!r}]"), row=r, col=c + 2)
     figure.update_xaxes(visible=False)
     figure.update_yaxes(visible=False, autorange="reversed", scaleanchor="x", constrain="domain")
     figure.update_annotations(font_size=10)
@@ -85,12 +111,23 @@ def sorted_scores_figure(
         scores: ``(N,)``. labels: ``(N,)`` integers. top: show only the ``top`` highest (default: all).
 
     Raises:
-        ValueError: ``scores`` and ``labels`` are not 1-D of one length.
+        TypeError: ``scores`` not a floating tensor, ``labels`` not an integer tensor, ``top`` not an int or None.
+        ValueError: ``scores`` and ``labels`` not ``(N,)`` of one length, on the meta device, NaN/inf scores,
+            ``top < 1``.
     """
-    if scores.dim() != 1 or labels.shape != scores.shape:
-        raise ValueError(
-            f"scores, labels: expected two (N,) tensors, got {tuple(scores.shape)} and {tuple(labels.shape)}"
-        )
+    dims = Dims()
+    dims.bind("scores", scores, ("N",))
+    _check_image("scores", scores)
+    if not isinstance(labels, torch.Tensor) or labels.is_floating_point() or labels.is_complex():
+        raise TypeError(f"labels: expected an integer tensor (N,), got {getattr(labels, 'dtype', type(labels))}")
+    if labels.dtype == torch.bool:
+        raise TypeError("labels: expected an integer tensor (N,), got torch.bool")
+    if tuple(labels.shape) != (dims["N"],):
+        raise ValueError(f"labels: expected shape (N,) = ({dims['N']},) (set by scores), got {tuple(labels.shape)}")
+    if labels.device != scores.device:
+        raise ValueError(f"labels: expected a tensor on {scores.device} (the device of scores), got {labels.device}")
+    if top is not None:
+        check_positive_int("top", top)
     order = scores.argsort(descending=True)[:top]
     rank = torch.arange(len(order))
     sorted_scores, sorted_labels = scores[order].cpu(), labels[order].cpu()

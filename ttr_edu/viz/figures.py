@@ -12,6 +12,7 @@ import plotly.graph_objects as go
 import torch
 
 from ttr_edu import hebbian
+from ttr_edu._internal.validation import check_finite, check_real
 
 __all__ = ["line_figure", "slider_figure", "heatmap", "recall_scores_figure"]
 
@@ -34,18 +35,33 @@ def line_figure(
     dashed: Sequence[str] = (),
     log_x: bool = False,
     log_y: bool = False,
+    errors: Mapping[str, Sequence[float]] | None = None,
 ) -> go.Figure:
     """One line per entry of ``series`` against the shared ``x``; names listed in ``dashed`` (predictions) are dashed.
 
+    ``errors`` gives, for some series, the half-length of an error bar at every point (e.g. the standard deviation
+    over seeds, with ``series`` holding the means).
+
     Raises:
-        ValueError: a series' length differs from ``x``'s.
+        ValueError: a series' length (or an error bar list's) differs from ``x``'s, or ``errors`` names a series that
+            is not in ``series``.
     """
     x = _as_list(x)
+    errors = dict(errors or {})
+    unknown = set(errors) - set(series)
+    if unknown:
+        raise ValueError(f"errors: names no series: {sorted(unknown)}; the series are {list(series)}")
     figure = go.Figure()
     for name, y in series.items():
         y = _as_list(y)
         if len(y) != len(x):
             raise ValueError(f"series[{name!r}]: expected {len(x)} values (one per x), got {len(y)}")
+        error_y = None
+        if name in errors:
+            bar = _as_list(errors[name])
+            if len(bar) != len(x):
+                raise ValueError(f"errors[{name!r}]: expected {len(x)} values (one per x), got {len(bar)}")
+            error_y = {"type": "data", "array": bar, "visible": True}
         figure.add_trace(
             go.Scatter(
                 x=x,
@@ -53,6 +69,7 @@ def line_figure(
                 name=name,
                 mode="lines" if name in dashed else "lines+markers",
                 line={"dash": "dash"} if name in dashed else {},
+                error_y=error_y,
             )
         )
     figure.update_layout(title=title, xaxis_title=x_title, yaxis_title=y_title, template=TEMPLATE)
@@ -64,7 +81,7 @@ def line_figure(
 
 
 def heatmap(
-    matrix: torch.Tensor, *, title: str = "", x_title: str = "", y_title: str = "", zmid: float = 0.0
+    matrix: torch.Tensor, *, title: str = "", x_title: str = "", y_title: str = "", zmid: float | None = 0.0
 ) -> go.Heatmap:
     """A diverging heatmap trace of a 2-D tensor, centred on ``zmid``.
 
@@ -72,10 +89,20 @@ def heatmap(
     figure its axis titles with ``figure.update_layout(xaxis_title=..., yaxis_title=...)``. Plotly draws row 0 at
     the bottom; set ``yaxis_autorange="reversed"`` on the figure to put it at the top, as
     :func:`recall_scores_figure` does.
+
+    Raises:
+        TypeError: ``matrix`` not a tensor, ``zmid`` not a number or None.
+        ValueError: ``matrix`` not 2-D, on the meta device, or with NaN/inf entries; ``zmid`` NaN or inf.
     """
-    if not isinstance(matrix, torch.Tensor) or matrix.dim() != 2:
-        shape = tuple(matrix.shape) if isinstance(matrix, torch.Tensor) else type(matrix).__name__
-        raise ValueError(f"matrix: expected a 2-D tensor (rows, cols), got {shape}")
+    if not isinstance(matrix, torch.Tensor):
+        raise TypeError(f"matrix: expected a 2-D tensor (rows, cols), got {type(matrix).__name__}")
+    if matrix.dim() != 2:
+        raise ValueError(f"matrix: expected a 2-D tensor (rows, cols), got {tuple(matrix.shape)}")
+    if matrix.device.type == "meta":
+        raise ValueError("matrix: expected a tensor with values to draw, got a meta tensor")
+    check_finite("matrix", matrix)
+    if zmid is not None:
+        check_real("zmid", zmid)
     hover = f"{x_title or 'column'} %{{x}}<br>{y_title or 'row'} %{{y}}<br>value %{{z}}<extra>{title}</extra>"
     return go.Heatmap(
         z=matrix.detach().cpu().double().round(decimals=4).tolist(),
@@ -128,7 +155,8 @@ def slider_figure(
         {
             "label": str(step),
             "method": "update",
-            "args": [{"visible": [o == index for o in owner]}, {"title": titles.get(step, title)}],
+            # "title.text", not "title": plotly.js 3+ (JupyterLab's plotly) drops a title set as a bare string
+            "args": [{"visible": [o == index for o in owner]}, {"title.text": titles.get(step, title)}],
         }
         for index, step in enumerate(steps)
     ]
@@ -147,6 +175,8 @@ def recall_scores_figure(n: int, d: int, *, seed: int = 0) -> go.Figure:
     The diagonal is the signal (≈ 1), everything else is crosstalk; recall fails where an off-diagonal entry of a
     column beats its diagonal.
     """
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise TypeError(f"seed: expected an int, got {type(seed).__name__} {seed!r}")
     keys = hebbian.random_unit_keys(n, d, seed=seed)
     values = hebbian.random_unit_keys(n, d, seed=seed + 1)
     W = hebbian.store(keys, values)
