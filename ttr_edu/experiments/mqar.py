@@ -38,6 +38,7 @@ recipe; every row carries the recipe's hash and the version, and ``--resume`` re
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import asdict, dataclass, replace
 from functools import partial
@@ -359,6 +360,20 @@ def held_out(grid: MQARGrid, seq_len: int, num_pairs: int):
     )
 
 
+def train_or_diverge(model, sample, test, **train_options) -> tuple[int, float, float]:
+    """Train ``model`` with :func:`ttr_edu.train.train` and return ``(steps, final_eval_loss, accuracy on test)``.
+
+    A run that diverges (a NaN or infinite loss, or an activation that overflows: both raise ``FloatingPointError``)
+    is a result of its learning rate, not an error of the grid: it is kept as a row with ``steps = 0``,
+    ``final_eval_loss = nan`` and ``accuracy = 0.0`` (it recalls nothing), so the sweep moves on to the other rates.
+    """
+    try:
+        result = train(model, sample, **train_options)
+    except FloatingPointError:
+        return 0, math.nan, 0.0
+    return result.steps, result.final_eval_loss, model.accuracy(test)
+
+
 def train_cell(grid: MQARGrid, cell: Cell | dict, *, progress: bool | None = False) -> dict:
     """Train one model of the grid and return its CSV row (a dict keyed by ``EXPERIMENT.fields``).
 
@@ -394,9 +409,10 @@ def train_cell(grid: MQARGrid, cell: Cell | dict, *, progress: bool | None = Fal
             use_short_conv=cell.short_conv,
         )
         start, cpu_start = time.perf_counter(), time.process_time()
-        result = train(
+        steps, final_eval_loss, accuracy = train_or_diverge(
             model,
             sample,
+            test,
             max_steps=g.max_steps,
             lr=cell.lr,
             target_loss=g.target_loss,
@@ -406,7 +422,6 @@ def train_cell(grid: MQARGrid, cell: Cell | dict, *, progress: bool | None = Fal
             progress=progress,
             desc=f"{cell.model} {cell.feature_map} d={cell.d_model} lr={cell.lr:g}",
         )
-        accuracy = model.accuracy(test)
         seconds, cpu_seconds = time.perf_counter() - start, time.process_time() - cpu_start
     finally:
         torch.set_num_threads(threads)
@@ -416,8 +431,8 @@ def train_cell(grid: MQARGrid, cell: Cell | dict, *, progress: bool | None = Fal
         "batch_size": g.batch_size,
         "test_seed": g.test_seed,
         "state_size": model.state_size(cell.seq_len),
-        "steps": result.steps,
-        "final_eval_loss": result.final_eval_loss,
+        "steps": steps,
+        "final_eval_loss": final_eval_loss,
         "accuracy": accuracy,
         "train_seconds": round(seconds, 2),
         "cpu_seconds": round(cpu_seconds, 2),

@@ -24,7 +24,6 @@ import torch
 from ttr_edu.layers import MEMORY_MIXERS, MIXERS
 from ttr_edu.models.mqar import MQARModel
 from ttr_edu.tasks.mqar import free_slot_fraction, mqar_batch
-from ttr_edu.train import train
 
 from . import mqar, plain_help, runner
 
@@ -188,9 +187,10 @@ def _train_cell(g: MemoryGrid, mixer: str, seq_len: int, num_pairs: int, d_model
     torch.manual_seed(seed)
     model = build_model(mixer, g.vocab_size, d_model)
     start, cpu_start = time.perf_counter(), time.process_time()
-    result = train(
+    steps, final_eval_loss, accuracy = mqar.train_or_diverge(
         model,
         sample,
+        test,
         max_steps=g.max_steps,
         lr=lr,
         target_loss=g.target_loss,
@@ -199,7 +199,6 @@ def _train_cell(g: MemoryGrid, mixer: str, seq_len: int, num_pairs: int, d_model
         seed=seed,
         progress=False,
     )
-    accuracy = model.accuracy(test)
     return {
         "mixer": mixer,
         "seq_len": seq_len,
@@ -211,8 +210,8 @@ def _train_cell(g: MemoryGrid, mixer: str, seq_len: int, num_pairs: int, d_model
         "batch_size": g.batch_size,
         "test_seed": g.test_seed,
         "state_size": model.state_size(seq_len),
-        "steps": result.steps,
-        "final_eval_loss": result.final_eval_loss,
+        "steps": steps,
+        "final_eval_loss": final_eval_loss,
         "accuracy": accuracy,
         "train_seconds": round(time.perf_counter() - start, 2),
         "cpu_seconds": round(time.process_time() - cpu_start, 2),
