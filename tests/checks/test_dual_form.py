@@ -92,6 +92,21 @@ WRONG = [
     ("votes: mean instead of sum", checks.check_class_votes, _votes_mean),
     ("votes: count of the best match", checks.check_class_votes, _votes_count_of_best),
     ("votes: normalised to shares", checks.check_class_votes, _votes_normalised),
+    # Review: scores.abs() @ one_hot passed while every case drew non-negative scores.
+    (
+        "votes: absolute scores",
+        checks.check_class_votes,
+        lambda scores, labels, num_classes: (
+            scores.abs() @ torch.nn.functional.one_hot(labels.long(), num_classes).to(scores.dtype)
+        ),
+    ),
+    (
+        "votes: scores clamped at 0",
+        checks.check_class_votes,
+        lambda scores, labels, num_classes: (
+            scores.clamp(min=0) @ torch.nn.functional.one_hot(labels.long(), num_classes).to(scores.dtype)
+        ),
+    ),
 ]
 
 

@@ -120,6 +120,28 @@ def test_sum_rule_check_rejects_plausible_wrong_answers(wrong):
         checks.check_sum_rule_retrieve(wrong)
 
 
+def test_a_sum_rule_without_eps_is_told_so():
+    # Review: the answer without ε was refused with "got -0.1828823, expected -0.1828822", which reads as rounding.
+    with pytest.raises(CheckFailed, match=r"without ε: the denominator is zᵀφ\(q\) \+ 1e-6"):
+        checks.check_sum_rule_retrieve(_normaliser_without_eps)
+
+
+def test_a_sum_rule_with_another_eps_is_refused_without_the_note():
+    def other_eps(phi_k, v, phi_q):  # ε = 1e-9: not the formula without ε, so no note; still wrong
+        return _no_normaliser(phi_k, v, phi_q) / (torch.einsum("btk,bk->b", phi_k, phi_q)[:, None] + 1e-9)
+
+    with pytest.raises(CheckFailed, match="sum_rule_retrieve: wrong values") as failure:
+        checks.check_sum_rule_retrieve(other_eps)
+    assert "note" not in str(failure.value)
+
+
+def test_the_tiny_features_case_alone_tells_a_missing_eps_apart():
+    # The tiny case is where a missing ε shows: there the answer without ε is off by more than 100%, not by rounding.
+    tiny = list(checks._sum_rule_cases())[-1]
+    want = sum_rule_retrieve(**tiny)
+    assert ((_normaliser_without_eps(**tiny) - want).norm() / want.norm()).item() > 1.0
+
+
 def test_dpfp_rolled_the_other_way_is_told_so():
     def rolled_back(x, nu):
         r = torch.cat([torch.relu(x), torch.relu(-x)], dim=-1)

@@ -180,15 +180,35 @@ def test_spread_renders_mean_and_sd():
     assert claims.spread([0.1, 0.2, 0.3], ".2f") == "0.20 ± 0.10"
 
 
-def test_check_can_declare_the_seeds_it_was_computed_over(capsys):
+def test_each_checks_one_verdict_per_seed(capsys):
     before = claims.count(across_seeds=True)
-    claims.check("every memory fails before its d_dot", True, "first failures [10, 10, 12] < 16", seeds=3)
-    assert "in each of 3 seeds" in capsys.readouterr().out
+    claims.each("every memory fails before its d_dot", [True, True, True], "first failures 10, 10, 12 < 16")
+    assert "in 3 of 3 seeds" in capsys.readouterr().out
     assert claims.count(across_seeds=True) == before + 1
+    with pytest.raises(claims.ClaimFailed, match=r"in only 2 of 3 seeds .*seed index 1"):
+        claims.each("every memory fails before its d_dot", [True, False, True], "…")
     with pytest.raises(claims.ClaimFailed, match="rests on 2 seeds"):
-        claims.check("every memory fails before its d_dot", True, "…", seeds=2)
-    with pytest.raises(TypeError, match="seeds"):
-        claims.check("x", True, "y", seeds=0)
+        claims.each("every memory fails before its d_dot", [True, True], "…")
+    with pytest.raises(TypeError, match="verdicts"):
+        claims.each("x", True, "y")
+    with pytest.raises(TypeError, match="holds: expected a bool"):
+        claims.each("x", ["True", True, True], "y")
+
+
+def test_a_pooled_verdict_says_so_and_never_reads_as_per_seed(capsys):
+    # Review: a count pooled over 3 seeds (4 of 6 runs solved, two seeds solving only 1 of 2) was labelled
+    # "in each of 3 seeds". seeds= is gone; a pooled verdict is declared as one.
+    before = claims.count(across_seeds=True)
+    claims.check("most quick runs are solved", True, "4 of 6 runs", pooled_over=3)
+    out = capsys.readouterr().out
+    assert "pooled over 3 seeds, not checked in each" in out and "in each of" not in out
+    assert claims.count(across_seeds=True) == before + 1
+    with pytest.raises(TypeError, match="no longer takes seeds="):
+        claims.check("most quick runs are solved", True, "4 of 6 runs", seeds=3)
+    with pytest.raises(claims.ClaimFailed, match="rests on 2 seeds"):
+        claims.check("x", True, "y", pooled_over=2)
+    with pytest.raises(TypeError, match="pooled_over"):
+        claims.check("x", True, "y", pooled_over=0)
 
 
 # -- bad input: named errors, never a verdict from something that is not one (reliability review 2) --------------

@@ -28,3 +28,15 @@ def test_a_sum_rule_in_the_delta_rules_place_breaks_the_comparison():
     assert error is not None and "ClaimFailed" in error
     assert "the delta rule solves the quick run" in error
     assert "in only 0 of 3 seeds" in error
+
+
+def test_a_paper_limit_below_ours_breaks_the_comparison_with_the_paper():
+    # Had the paper's delta rule solved only up to S = 40 of its d_dot = 128, our ν = 1 limit would no longer lie below
+    # the paper's, at either grid's resolution, in any seed.
+    error = run_mutated(
+        NOTEBOOK,
+        '"delta, DPFP ν=1": {100: 0.006, 140: 0.047, 200: 0.171},',
+        '"delta, DPFP ν=1": {20: 0.006, 40: 0.009, 60: 0.047, 200: 0.171},',
+    )
+    assert error is not None and "ClaimFailed" in error
+    assert "our ν = 1 limit lies below the paper's" in error

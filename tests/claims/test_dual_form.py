@@ -25,3 +25,15 @@ def test_replacing_adam_by_sgd_breaks_the_optimiser_comparison():
     )
     assert error is not None and "ClaimFailed" in error
     assert "the naive dual of Adam is off by a large relative error" in error
+
+
+def test_a_clipping_threshold_that_never_clips_breaks_the_refusal_claim():
+    # Gradient clipping at a norm no gradient reaches changes nothing, so the recorder rightly reads the record and
+    # "it refuses a record trained with clip_grad_norm_" fails by name.
+    error = run_mutated(
+        "solutions/05_dual_form.ipynb",
+        "nn.utils.clip_grad_norm_(model.parameters(), max_norm=0.01)",
+        "nn.utils.clip_grad_norm_(model.parameters(), max_norm=1e6)",
+    )
+    assert error is not None and "ClaimFailed" in error
+    assert "it refuses a record trained with clip_grad_norm_" in error

@@ -20,8 +20,27 @@ def test_swapping_favor_for_dpfp_breaks_the_concentration_comparison():
     # than DPFP" is false in every seed.
     error = run_mutated(
         NOTEBOOK,
-        "spec, top3[label] = capacity.MODELS[label], []",
-        'spec, top3[label] = capacity.MODELS["DPFP ν=1"], []',
+        "spec, top3[label], wrong_top[label], target_weight[label] = capacity.MODELS[label], [], [], []",
+        'spec, top3[label], wrong_top[label], target_weight[label] = capacity.MODELS["DPFP ν=1"], [], [], []',
     )
     assert error is not None and "ClaimFailed" in error
     assert "FAVOR+ piles its weight on a few keys" in error
+
+
+def test_one_seed_of_the_grid_breaks_the_claims_across_seeds():
+    # Another seed set: with the shipped grid read for seed 0 alone, the order of the limits rests on one seed and
+    # fails by name instead of reading as a result across seeds.
+    error = run_mutated(
+        NOTEBOOK,
+        'grid_seeds = sorted({r["train_seed"] for r in rows})',
+        'grid_seeds = sorted({r["train_seed"] for r in rows})[:1]',
+    )
+    assert error is not None and "ClaimFailed" in error
+    assert "the larger d_dot, the more keys fit" in error and "rests on 1 seed" in error
+
+
+def test_a_paper_limit_below_ours_breaks_the_comparison():
+    # Had the paper solved DPFP ν = 3 only up to 200 of its 384 features, our limits would lie above it in every seed.
+    error = run_mutated(NOTEBOOK, '"DPFP ν=3": {340: 0.0, 400: 0.036},', '"DPFP ν=3": {200: 0.0, 240: 0.036},')
+    assert error is not None and "ClaimFailed" in error
+    assert "no memory's limit lies above the paper's, in any seed" in error

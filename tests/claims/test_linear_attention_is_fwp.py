@@ -5,24 +5,37 @@ import pytest
 from tests.claims.mutation import run_mutated
 
 pytestmark = [pytest.mark.slow, pytest.mark.notebook]
+NOTEBOOK = "solutions/02_linear_attention_is_fwp.ipynb"
 
 
-def test_noisy_values_break_the_normaliser_claim():
-    # Values that scatter around c by 30 times more: the normalised output no longer sits within 5% of c.
+def test_dropping_the_normaliser_breaks_the_average_claim():
+    # Both runs without z_t: the "normalised" output's distance from c then grows like t instead of falling like 1/√t.
+    error = run_mutated(NOTEBOOK, 'normalize=name == "normalised"', "normalize=False")
+    assert error is not None and "ClaimFailed" in error
+    assert "with z_t the distance from c falls like 1/√t" in error
+
+
+def test_a_recurrence_that_builds_a_t_by_t_matrix_breaks_the_constant_working_memory():
+    # A recurrence that also builds one T × T matrix: what it needs beyond output-sized arrays grows with T², and the
+    # claim of a constant working memory fails by name.
     error = run_mutated(
-        "solutions/02_linear_attention_is_fwp.ipynb", "v1 = c + 0.1 * torch.randn", "v1 = c + 3.0 * torch.randn"
+        NOTEBOOK,
+        '    "recurrent": one_head(linear_attention_recurrent),',
+        '    "recurrent": lambda q, k, v: [torch.zeros(len(q), len(q)) + 1, one_head(linear_attention_recurrent)'
+        "(q, k, v)][1],",
     )
     assert error is not None and "ClaimFailed" in error
-    assert "with z_t the output stays at c" in error
+    assert "recurrent: beyond" in error and "the peak memory does not grow with T" in error
 
 
-def test_swapping_the_recurrence_for_a_chunk_form_breaks_the_timing_order():
-    # A comparative claim across seeds: with the recurrence replaced by the package's chunk form, "the recurrence
-    # is the slowest" no longer holds in any seed.
+def test_swapping_the_compared_forms_breaks_the_timing_order():
+    # A comparative claim across seeds: with the two forms of the ratio swapped, "the recurrence is the slowest" fails
+    # in every seed, naming the first comparison.
     error = run_mutated(
-        "solutions/02_linear_attention_is_fwp.ipynb",
-        '"recurrent": one_head(linear_attention_recurrent),',
-        '"recurrent": one_head(linear_attention_chunk),',
+        NOTEBOOK,
+        '[timings[seed]["recurrent"][-1] / timings[seed][other][-1]',
+        '[timings[seed][other][-1] / timings[seed]["recurrent"][-1]',
     )
     assert error is not None and "ClaimFailed" in error
-    assert "the recurrence takes more than twice as long as the chunk form" in error
+    assert "the recurrence takes more than twice as long as the parallel form" in error
+    assert "in only 0 of 3 seeds" in error

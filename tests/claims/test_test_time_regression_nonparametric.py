@@ -5,6 +5,7 @@ import pytest
 from tests.claims.mutation import run_mutated
 
 pytestmark = [pytest.mark.slow, pytest.mark.notebook]
+NOTEBOOK = "solutions/07_test_time_regression_nonparametric.ipynb"
 
 
 def test_the_mesa_tracking_claim_fails_when_the_gate_barely_forgets():
@@ -24,3 +25,27 @@ def test_an_ungated_local_linear_attention_in_the_gated_row_breaks_the_compariso
     )
     assert error is not None and "ClaimFailed" in error
     assert "the gate makes local linear attention track: far below its uniform version" in error
+
+
+def test_straight_stretches_instead_of_extrema_break_the_bend_claim():
+    # Where sin(2x) crosses zero it does not bend: the local line no longer falls short on one side at every point,
+    # so "it cuts inside the bend" fails by name.
+    error = run_mutated(
+        NOTEBOOK,
+        "extrema = torch.tensor([-3 * math.pi / 4, -math.pi / 4, math.pi / 4, 3 * math.pi / 4]",
+        "extrema = torch.tensor([-math.pi, -math.pi / 2, math.pi / 2, math.pi]",
+    )
+    assert error is not None and "ClaimFailed" in error
+    assert "the local line cuts inside the bend" in error
+
+
+def test_swapping_the_two_windows_breaks_the_window_trade_off():
+    # A comparative claim across seeds: with the windows of 20 and 40 pairs swapped (W → 60 − W), "20 pairs forget the
+    # old regime faster" is false in every seed.
+    error = run_mutated(
+        NOTEBOOK,
+        "(t[None, :] <= t[:, None]) & (t[:, None] - t[None, :] < W)",
+        "(t[None, :] <= t[:, None]) & (t[:, None] - t[None, :] < 60 - W)",
+    )
+    assert error is not None and "ClaimFailed" in error
+    assert "a window of 20 pairs forgets the old regime faster" in error

@@ -42,6 +42,12 @@ def _vote_cases() -> Iterator[dict]:
             "labels": labels,
             "num_classes": num_classes,
         }
+    # Signed scores: the vote is the sum of the scores as given (the spec takes any (Q, N) scores, and the package's
+    # class_votes accepts them), so an answer that takes |scores| itself, or clamps them, is wrong here.
+    g = _generator(710)
+    labels = torch.randint(0, 3, (12,), generator=g)
+    labels[:3] = torch.arange(3)
+    yield {"scores": torch.randn(4, 12, generator=g, dtype=torch.float64), "labels": labels, "num_classes": 3}
 
 
 def check_dual_output(dual_output: Callable) -> bool:

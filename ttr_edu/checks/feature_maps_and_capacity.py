@@ -85,20 +85,60 @@ def _sum_rule_cases() -> Iterator[dict]:
             "v": torch.randn(b, t, d_v, generator=g, dtype=torch.float64),
             "phi_q": torch.rand(b, d_dot, generator=g, dtype=torch.float64),
         }
+    # Tiny features: zᵀφ(q) is about 1e-8, far below ε = 1e-6, so an answer without ε (or with another ε) is far off
+    # here, not only by rounding.
+    g = torch.Generator().manual_seed(450)
+    yield {
+        "phi_k": 1e-4 * torch.rand(2, 3, 4, generator=g, dtype=torch.float64),
+        "v": torch.randn(2, 3, 5, generator=g, dtype=torch.float64),
+        "phi_q": 1e-4 * torch.rand(2, 4, generator=g, dtype=torch.float64),
+    }
+
+
+def _without_eps(phi_k, v, phi_q):
+    """The read-out with ε = 0: ``Sᵀφ(q) / zᵀφ(q)``."""
+    numerator = torch.einsum("b t k, b t v, b k -> b v", phi_k, v, phi_q)
+    return numerator / torch.einsum("b t k, b k -> b", phi_k, phi_q)[:, None]
+
+
+def _missing_eps_note(student_sum_rule: Callable) -> str:
+    """A line for a failed check when the student's answer is the read-out without ε (on the first case), else ""."""
+    case = next(iter(_sum_rule_cases()))
+    try:
+        with torch.no_grad():
+            got = student_sum_rule(**{k: x.clone() for k, x in case.items()})
+    except Exception:  # the failure message already shows the student's error
+        return ""
+    without = _without_eps(**case)
+    if isinstance(got, torch.Tensor) and got.shape == without.shape:
+        if torch.allclose(got.double(), without, rtol=1e-12, atol=0.0):
+            return (
+                "\n  note: your answer equals Sᵀφ(q) / zᵀφ(q), without ε: the denominator is zᵀφ(q) + 1e-6. Where "
+                "zᵀφ(q) is large the two differ only by rounding-sized amounts, which the check still sees; where the "
+                "features are tiny (zᵀφ(q) below ε) they differ completely."
+            )
+    return ""
 
 
 def check_sum_rule_retrieve(student_sum_rule: Callable) -> bool:
     """Check ``sum_rule_retrieve(phi_k, v, phi_q) = Sᵀφ(q) / (zᵀφ(q) + 1e-6)``, ``S = Σ_t φ(k_t) v_tᵀ``,
-    ``z = Σ_t φ(k_t)``.
+    ``z = Σ_t φ(k_t)``; one case has features so small that forgetting ``ε`` changes the answer completely, and an
+    answer without ``ε`` is told so.
 
     The chapter trains a model through this function, so the check also asks that a gradient flows from the output
     back to ``phi_k`` and ``phi_q`` (an answer computed under ``torch.no_grad()`` or detached has the right values
     and would stop the training)."""
     captured = io.StringIO()
-    with contextlib.redirect_stdout(captured):  # one verdict: PASS only once the gradient is checked too
-        passed = run_check(
-            "sum_rule_retrieve", student_sum_rule, sum_rule_retrieve, _sum_rule_cases(), rtol=1e-9, atol=1e-12
-        )
+    try:
+        with contextlib.redirect_stdout(captured):  # one verdict: PASS only once the gradient is checked too
+            passed = run_check(
+                "sum_rule_retrieve", student_sum_rule, sum_rule_retrieve, _sum_rule_cases(), rtol=1e-9, atol=1e-12
+            )
+    except CheckFailed as failure:
+        note = _missing_eps_note(student_sum_rule)
+        if not note:
+            raise
+        raise CheckFailed(f"{failure}{note}") from None
     if passed:
         case = next(iter(_sum_rule_cases()))
         phi_k, phi_q = case["phi_k"].requires_grad_(), case["phi_q"].requires_grad_()

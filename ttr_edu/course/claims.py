@@ -33,6 +33,10 @@ of one quantity is compared with seed ``i`` of the other.
   and holds only when the **whole interval** lies inside the claimed range. "The gap shrinks" (``high=0``) therefore
   fails when the interval admits growth.
   :func:`slope` is the same fit without an interval, for deterministic quantities (FLOP counts, bytes).
+* A custom claim goes through :func:`each` when it was decided in every seed separately (one bool per seed; the
+  badge says "in k of n seeds"), or through :func:`check` with ``pooled_over=n`` when one verdict was computed from
+  the runs of n seeds together (a pooled count, a median across seeds): that badge says "pooled over n seeds, not
+  checked in each", so a pooled verdict never reads as a per-seed one.
 * With fewer than :data:`MIN_SEEDS` seeds a claim across seeds fails. Where three seeds do not fit the time budget,
   pass single numbers and let the prose say "in this run".
 
@@ -53,6 +57,7 @@ __all__ = [
     "MIN_SEEDS",
     "ClaimFailed",
     "check",
+    "each",
     "between",
     "close",
     "less",
@@ -136,28 +141,73 @@ def _record(statement: str, holds: bool, evidence: str, seeds: int) -> None:
     )
 
 
-def check(statement: str, holds: bool, evidence: str, *, seeds: int = 1) -> None:
+def check(statement: str, holds: bool, evidence: str, *, pooled_over: int | None = None, seeds: object = None) -> None:
     """Assert one claim of the prose and show it as checked.
 
     Args:
         statement: the claim as the prose makes it, e.g. ``"the delta rule solves the overwrite task"``.
         holds: whether the computed evidence supports it (a Python or NumPy/torch boolean).
         evidence: the numbers it rests on, e.g. ``"loss 0.003 ≤ 0.01"``.
-        seeds: how many seeds ``holds`` was computed over, when the caller checked every seed itself (e.g. "every
-            memory fails before its d_dot, in every seed"); the badge says so and :func:`count` counts it.
+        pooled_over: for one verdict computed from the runs of several seeds together (a count pooled over the
+            seeds, a median across them, ranges over seeds that overlap): the number of seeds. The badge says
+            "pooled over n seeds, not checked in each", and :func:`count` counts it as resting on n seeds. A verdict
+            reached in every seed separately goes through :func:`each` instead.
+        seeds: no longer accepted (it let a pooled verdict read "in each of 3 seeds"); a ``TypeError`` says what to
+            use instead.
 
     Returns ``None``, so that a cell ending with a claim shows only the badge.
 
     Raises:
-        TypeError: ``statement`` or ``evidence`` is not a string, or ``seeds`` not an int.
-        ClaimFailed: ``holds`` is false, or ``1 < seeds <`` :data:`MIN_SEEDS`; the message gives the statement and
-            the evidence.
+        TypeError: ``statement`` or ``evidence`` is not a string, ``pooled_over`` not an int, or ``seeds`` given.
+        ClaimFailed: ``holds`` is false, or ``pooled_over`` is below :data:`MIN_SEEDS`; the message gives the
+            statement and the evidence.
     """
-    if not isinstance(seeds, int) or isinstance(seeds, bool) or seeds < 1:
-        raise TypeError(f"seeds: expected a positive int, got {seeds!r}")
-    if 1 < seeds < MIN_SEEDS:
-        _too_few_seeds(statement, seeds, MIN_SEEDS)
-    _record(statement, holds, evidence + (f"; in each of {seeds} seeds" if seeds > 1 else ""), seeds)
+    if seeds is not None:
+        raise TypeError(
+            "seeds: check() no longer takes seeds=; pass one verdict per seed to claims.each(statement, verdicts, "
+            "evidence), or pooled_over=n for one verdict computed from n seeds together (a pooled count, a median)"
+        )
+    if pooled_over is None:
+        _record(statement, holds, evidence, 1)
+        return
+    if not isinstance(pooled_over, int) or isinstance(pooled_over, bool) or pooled_over < 1:
+        raise TypeError(f"pooled_over: expected a positive int (the number of seeds), got {pooled_over!r}")
+    if pooled_over < MIN_SEEDS:
+        _too_few_seeds(statement, pooled_over, MIN_SEEDS)
+    _record(statement, holds, f"{evidence}; pooled over {pooled_over} seeds, not checked in each", pooled_over)
+
+
+def each(statement: str, verdicts, evidence: str) -> None:
+    """Assert a claim that must hold in every seed, from one verdict per seed computed by the caller.
+
+    Args:
+        statement: the claim as the prose makes it.
+        verdicts: one bool per seed (a list or tuple), each reached from that seed's runs alone.
+        evidence: the numbers the verdicts rest on.
+
+    The claim holds when every verdict is true; the badge says "in k of n seeds". With fewer than
+    :data:`MIN_SEEDS` verdicts it fails.
+
+    Raises:
+        TypeError: ``verdicts`` is not a list or tuple of bools.
+        ClaimFailed: a seed's verdict is false, or there are fewer than :data:`MIN_SEEDS` of them.
+    """
+    if not isinstance(verdicts, (list, tuple)):
+        raise TypeError(f"verdicts: expected one bool per seed (a list or tuple), got {type(verdicts).__name__}")
+    per_seed = [_truth(v) for v in verdicts]
+    n = len(per_seed)
+    if n < MIN_SEEDS:
+        _too_few_seeds(statement, n, MIN_SEEDS)
+    if all(per_seed):
+        _record(statement, True, f"{evidence}; in {n} of {n} seeds", n)
+    else:
+        failing = ", ".join(str(i) for i, ok in enumerate(per_seed) if not ok)
+        _record(
+            statement,
+            False,
+            f"{evidence}; in only {sum(per_seed)} of {n} seeds (needed all {n}): fails at seed index {failing}",
+            n,
+        )
 
 
 # ----------------------------------------------------------------------------------------------- per-seed values
@@ -662,7 +712,8 @@ class _Number(float):
 
 def count(across_seeds: bool = False) -> int:
     """How many claims were checked in this process; with ``across_seeds=True``, how many of them rest on at least
-    :data:`MIN_SEEDS` seeds (a chapter can print both in its summary)."""
+    :data:`MIN_SEEDS` seeds: held in each seed, fitted over all seeds (:func:`trend`), or pooled over them
+    (``check(..., pooled_over=n)``). A chapter can print both in its summary."""
     if across_seeds:
         return sum(1 for _, seeds in _checked if seeds >= MIN_SEEDS)
     return len(_checked)
