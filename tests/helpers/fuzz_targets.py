@@ -1277,13 +1277,20 @@ def _distinct_slots(shape, gen, dtype):
     return torch.stack([torch.randperm(P + 2, generator=gen)[:P] for _ in range(B)])
 
 
+class _Slots(I):
+    """Query slots: ``P`` distinct values in ``[0, P + 2)`` per example (a draw with repeats is not a valid call)."""
+
+    def make(self, ctx):
+        return _distinct_slots((ctx.sizes["B"], ctx.sizes["P"]), ctx.gen, self.dtype)
+
+
 fn_target(
     MQ,
     "mqar_layout",
     dict(
-        keys=I(("B", "P"), high="V"),
-        values=I(("B", "P"), high="V"),
-        slots=I(
+        keys=I(("B", "P"), high="V", upper=False),  # mqar_layout takes no vocabulary: any token >= 0 is placed
+        values=I(("B", "P"), high="V", upper=False),
+        slots=_Slots(
             ("B", "P"),
             high=lambda s: s["P"] + 2,
             extra=(

@@ -89,10 +89,33 @@ def test_layout_places_what_the_batch_draws_and_names_bad_shapes():
     assert labels.tolist() == [[-100] * 4 + [41, -100, -100, -100, 40, -100, -100, -100]]
     with pytest.raises(ValueError, match="slots: expected values in"):
         mqar_layout(keys, values, torch.tensor([[4, 0]]), 12)
-    with pytest.raises(ValueError, match="values, slots: expected shape"):
+    with pytest.raises(ValueError, match=r"values: expected shape \(B, N\) = \(1, 2\) \(set by keys\), got \(1, 1\)"):
         mqar_layout(keys, values[:, :1], torch.tensor([[2, 0]]), 12)
     with pytest.raises(TypeError, match="keys"):
         mqar_layout(keys.float(), values, torch.tensor([[2, 0]]), 12)
+    with pytest.raises(ValueError, match="values: expected tokens >= 0"):
+        mqar_layout(keys, -values, torch.tensor([[2, 0]]), 12)
+    with pytest.raises(ValueError, match="keys: a meta tensor"):
+        mqar_layout(keys.to("meta"), values, torch.tensor([[2, 0]]), 12)
+    with pytest.raises(TypeError, match="seq_len"):
+        mqar_layout(keys, values, torch.tensor([[2, 0]]), "12")
+    with pytest.raises(TypeError, match="filler"):
+        mqar_layout(keys, values, torch.tensor([[2, 0]]), 12, torch.zeros(1, 8))
+
+
+def test_accuracy_and_the_model_refuse_what_they_cannot_score():
+    logits, labels = torch.zeros(1, 3, 4), torch.tensor([[-100, 2, -100]])
+    with pytest.raises(ValueError, match=r"labels: expected a token in \[0, V\) = \[0, 4\) or -100"):
+        mqar_accuracy(logits, torch.tensor([[-100, 4, -100]]))
+    with pytest.raises(ValueError, match="logits: expected finite values"):
+        mqar_accuracy(logits.index_fill(1, torch.tensor([0]), float("nan")), labels)
+    model = MQARModel("deltanet", vocab_size=8, d_model=4)
+    with pytest.raises(ValueError, match=r"inputs: expected tokens in \[0, V\) = \[0, 8\), got values from 0 to 8"):
+        model(torch.tensor([[0, 8]]))
+    with pytest.raises(ValueError, match="inputs: expected shape"):
+        model(torch.zeros(0, 3, dtype=torch.long))
+    with pytest.raises(ValueError, match="vocab_size: asks for"):
+        MQARModel("deltanet", vocab_size=10**13, d_model=4)
 
 
 def test_free_slots_say_when_every_slot_is_a_query():

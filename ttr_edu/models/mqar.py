@@ -33,7 +33,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ttr_edu._internal.validation import check_bool, check_positive_int
+from ttr_edu._internal.validation import check_allocation, check_bool, check_positive_int
 from ttr_edu.layers import (
     DeltaNet,
     GatedDeltaNet,
@@ -101,6 +101,17 @@ class MQARLayer:
     kwargs: dict = field(default_factory=dict)
     linear_memory: bool = True
 
+    def __post_init__(self):
+        """Raises ``TypeError`` naming the field: a label that is not a non-empty str, a layer that is not callable,
+        kwargs that are not a dict with str keys, or a ``linear_memory`` that is not a bool."""
+        if not isinstance(self.label, str) or not self.label:
+            raise TypeError(f"label: expected a non-empty str, got {type(self.label).__name__} {self.label!r}")
+        if not callable(self.layer):
+            raise TypeError(f"layer: expected a mixer class (callable), got {type(self.layer).__name__}")
+        if not isinstance(self.kwargs, dict) or not all(isinstance(k, str) for k in self.kwargs):
+            raise TypeError(f"kwargs: expected a dict of keyword arguments, got {type(self.kwargs).__name__}")
+        check_bool("linear_memory", self.linear_memory)
+
     def build(self, d_model: int, num_heads: int, feature_map: str | None, use_short_conv: bool) -> nn.Module:
         """The mixer, with ``φ`` placed as the module docstring says.
 
@@ -167,7 +178,9 @@ class MQARModel(nn.Module):
     with the embedding's default ``N(0, 1)`` rows.
 
     Raises:
-        ValueError: an unknown mixer name (the message lists the valid ones), or a feature map the layer refuses.
+        ValueError: an unknown mixer name (the message lists the valid ones), a feature map the layer refuses, or a
+            ``vocab_size`` or ``d_model`` too large for memory (refused before anything is allocated).
+        TypeError: a size that is not an int.
     """
 
     def __init__(
@@ -185,6 +198,9 @@ class MQARModel(nn.Module):
             raise ValueError(f"mixer: unknown name {mixer!r}; valid names are {', '.join(MODELS)}")
         self.vocab_size = check_positive_int("vocab_size", vocab_size)
         check_positive_int("d_model", d_model)
+        # refused by name before anything is allocated: the embedding (V, d) and the mixer's (d, d) matrices
+        check_allocation("vocab_size" if vocab_size >= d_model else "d_model", (vocab_size, d_model), what="embedding")
+        check_allocation("d_model", (4, d_model, d_model), what="the mixer's projections")
         self.mixer_name = mixer
         entry = MODELS[mixer]
         self.feature_map = feature_map if entry.linear_memory else None
@@ -198,9 +214,23 @@ class MQARModel(nn.Module):
         return F.linear(h, self.embed.weight) * self.logit_scale
 
     def hidden(self, inputs: torch.Tensor) -> torch.Tensor:
-        """``(B, T)`` int64 tokens -> ``(B, T, d_model)`` features before the readout."""
-        if not isinstance(inputs, torch.Tensor) or inputs.dtype != torch.long or inputs.dim() != 2:
+        """``(B, T)`` int64 tokens -> ``(B, T, d_model)`` features before the readout.
+
+        Raises:
+            TypeError: ``inputs`` is not an int64 tensor. ValueError: not ``(B, T)`` with ``B, T >= 1``, a token
+                outside ``[0, V)``, or a meta tensor (the embedding looks its values up).
+        """
+        if not isinstance(inputs, torch.Tensor) or inputs.dtype != torch.long:
             raise TypeError(f"inputs: expected an int64 tensor (B, T), got {getattr(inputs, 'dtype', type(inputs))}")
+        if inputs.dim() != 2 or 0 in inputs.shape:
+            raise ValueError(f"inputs: expected shape (B, T) with B, T >= 1, got {tuple(inputs.shape)}")
+        if inputs.device.type == "meta":
+            raise ValueError("inputs: a meta tensor carries no values, and the embedding looks up each token")
+        low, high = inputs.min().item(), inputs.max().item()
+        if low < 0 or high >= self.vocab_size:
+            raise ValueError(
+                f"inputs: expected tokens in [0, V) = [0, {self.vocab_size}), got values from {low} to {high}"
+            )
         x = self.embed(inputs)  # (B, T, d_model)
         return self.norm(x + self.mixer(x))
 

@@ -37,7 +37,14 @@ from dataclasses import dataclass
 
 import torch
 
-from ttr_edu._internal.validation import check_positive_float, check_positive_int
+from ttr_edu._internal.validation import (
+    check_allocation,
+    check_bool,
+    check_finite,
+    check_generator,
+    check_positive_float,
+    check_positive_int,
+)
 
 __all__ = [
     "MQARBatch",
@@ -157,7 +164,9 @@ def mqar_batch(
 
     Raises:
         TypeError / ValueError: a size that is not a positive int, a vocabulary too small for ``num_pairs``
-            distinct keys, a sequence too short for the context and its queries, or ``power_a`` outside (0, 1].
+            distinct keys, a sequence too short for the context and its queries, ``power_a`` outside (0, 1], a flag
+            that is not a bool, a ``generator`` that is not a ``torch.Generator``, or a batch too large for memory
+            (named by the size that makes it so).
     """
     check_positive_int("batch_size", batch_size)
     check_positive_int("seq_len", seq_len)
@@ -166,6 +175,8 @@ def mqar_batch(
     check_positive_float("power_a", power_a)
     if power_a > 1:
         raise ValueError(f"power_a: expected an exponent in (0, 1], got {power_a}")
+    check_bool("random_non_queries", random_non_queries)
+    check_generator("generator", generator)
     half = vocab_size // 2
     if num_pairs > half - 1:
         raise ValueError(
@@ -179,6 +190,13 @@ def mqar_batch(
             f"seq_len: {num_pairs} pairs need seq_len >= 4 * num_pairs = {4 * num_pairs} (the context and one query "
             f"slot per key), got {seq_len}"
         )
+    # the largest tensors drawn: (B, V/2) uniform draws for the keys and values, (B, T) tokens and slot weights
+    check_allocation(
+        "batch_size" if batch_size > half else "vocab_size", (batch_size, half), what="the key and value draws"
+    )
+    check_allocation(
+        "batch_size" if batch_size > seq_len else "seq_len", (batch_size, seq_len), dtype=torch.float64, what="a batch"
+    )
 
     def distinct(low: int, high: int) -> torch.Tensor:  # num_pairs distinct tokens from [low, high) per example
         # the indices of the num_pairs smallest of (high - low) uniform draws: a uniformly random ordered subset
@@ -218,20 +236,37 @@ def mqar_layout(
         ``(inputs, labels)``, each ``(B, T)`` int64.
 
     Raises:
-        TypeError: a tensor that is not int64. ValueError: shapes that disagree (named), or a slot out of range.
+        TypeError: a tensor that is not int64, or a ``seq_len`` that is not an int. ValueError: shapes or devices that
+            disagree (named), a negative token, a slot out of range or repeated, a meta tensor (it has no values to
+            place), or a sequence too short for the context.
     """
     for name, x in (("keys", keys), ("values", values), ("slots", slots)):
-        if not isinstance(x, torch.Tensor) or x.dtype != torch.long or x.dim() != 2:
-            raise TypeError(f"{name}: expected an int64 tensor (B, N), got {getattr(x, 'dtype', type(x))}")
+        if not isinstance(x, torch.Tensor) or x.dtype != torch.long:
+            raise TypeError(f"{name}: expected an int64 tensor (B, N), got {getattr(x, 'dtype', type(x).__name__)}")
+        if x.dim() != 2:
+            raise ValueError(f"{name}: expected 2 dims (B, N), got shape {tuple(x.shape)}")
+        if x.device.type == "meta":
+            raise ValueError(f"{name}: a meta tensor carries no values, and mqar_layout places them; pass real tokens")
     B, N = keys.shape
-    if values.shape != (B, N) or slots.shape != (B, N):
-        raise ValueError(
-            f"values, slots: expected shape (B, N) = {(B, N)}, got {tuple(values.shape)} and {tuple(slots.shape)}"
-        )
+    for name, x in (("values", values), ("slots", slots)):
+        if x.shape != (B, N):
+            raise ValueError(f"{name}: expected shape (B, N) = {(B, N)} (set by keys), got {tuple(x.shape)}")
+        if x.device != keys.device:
+            raise ValueError(f"{name}: expected the device of keys ({keys.device}), got {x.device}")
+    for name, x in (("keys", keys), ("values", values)):
+        if x.numel() and x.min() < 0:
+            raise ValueError(f"{name}: expected tokens >= 0, got {x.min().item()}")
+    check_positive_int("seq_len", seq_len)
     context = 2 * N
     tail_len = seq_len - context
+    if tail_len < 0:
+        raise ValueError(f"seq_len: the context of N = {N} pairs needs 2 N = {context} tokens, got seq_len={seq_len}")
+    check_allocation("seq_len", (B, seq_len), dtype=torch.long, what="the inputs")
     if N and (slots.min() < 0 or slots.max() >= query_slots(seq_len, N)):
-        raise ValueError(f"slots: expected values in [0, {query_slots(seq_len, N)}) for T={seq_len}, N={N}")
+        raise ValueError(
+            f"slots: expected values in [0, (seq_len - 2 N) // 2) = [0, {query_slots(seq_len, N)}) for "
+            f"T={seq_len}, N={N}, got values from {slots.min().item()} to {slots.max().item()}"
+        )
     if N > 1:
         repeated = (slots.sort(dim=-1).values.diff(dim=-1) == 0).any(dim=-1)  # (B,)
         if repeated.any():
@@ -240,15 +275,22 @@ def mqar_layout(
                 f"slots: expected N = {N} distinct slots per example (one query per key); example {b} repeats a slot "
                 f"in {slots[b].tolist()}"
             )
-    if filler is not None and (not isinstance(filler, torch.Tensor) or filler.shape != (B, tail_len)):
-        raise ValueError(f"filler: expected shape (B, T - 2N) = {(B, tail_len)}, got {getattr(filler, 'shape', None)}")
+    if filler is not None:
+        if not isinstance(filler, torch.Tensor) or filler.dtype != torch.long:
+            raise TypeError(
+                f"filler: expected an int64 tensor (B, T - 2N) or None, got {getattr(filler, 'dtype', type(filler))}"
+            )
+        if filler.shape != (B, tail_len):
+            raise ValueError(f"filler: expected shape (B, T - 2N) = {(B, tail_len)}, got {tuple(filler.shape)}")
+        if filler.device != keys.device:
+            raise ValueError(f"filler: expected the device of keys ({keys.device}), got {filler.device}")
     pairs = torch.stack([keys, values], dim=-1).reshape(B, context)  # k1 v1 k2 v2 …
-    tail = torch.zeros(B, tail_len, dtype=torch.long) if filler is None else filler.clone()
-    tail_labels = torch.full((B, tail_len), IGNORE_INDEX, dtype=torch.long)
+    tail = torch.zeros(B, tail_len, dtype=torch.long, device=keys.device) if filler is None else filler.clone()
+    tail_labels = torch.full((B, tail_len), IGNORE_INDEX, dtype=torch.long, device=keys.device)
     tail.scatter_(1, 2 * slots, keys)  # the key asked for, at its query position ...
     tail_labels.scatter_(1, 2 * slots, values)  # ... and the value to predict there
     inputs = torch.cat([pairs, tail], dim=1)
-    labels = torch.cat([torch.full((B, context), IGNORE_INDEX, dtype=torch.long), tail_labels], dim=1)
+    labels = torch.cat([torch.full((B, context), IGNORE_INDEX, dtype=torch.long, device=keys.device), tail_labels], 1)
     return inputs, labels
 
 
@@ -261,7 +303,9 @@ def mqar_accuracy(logits: torch.Tensor, labels: torch.Tensor) -> float:
     Returns:
         A float in ``[0, 1]``.
     Raises:
-        TypeError: integer logits or non-integer labels. ValueError: shapes that disagree, or no labelled position.
+        TypeError: integer logits or non-integer labels. ValueError: shapes or devices that disagree, no labelled
+            position, a label outside ``[0, V)`` other than ``-100``, NaN or inf logits (:class:`NonFiniteError`,
+            also a ``FloatingPointError``: an argmax over NaN means nothing), or a meta tensor (no values to score).
     """
     if not isinstance(logits, torch.Tensor) or not logits.is_floating_point():
         raise TypeError(f"logits: expected a floating-point tensor, got {getattr(logits, 'dtype', type(logits))}")
@@ -277,7 +321,20 @@ def mqar_accuracy(logits: torch.Tensor, labels: torch.Tensor) -> float:
             f"labels: expected shape {tuple(logits.shape[:-1])} (the leading dims of logits (..., V)), "
             f"got {tuple(labels.shape)}"
         )
+    for name, x in (("logits", logits), ("labels", labels)):
+        if x.device.type == "meta":
+            raise ValueError(f"{name}: a meta tensor carries no values, and mqar_accuracy scores them")
+    if labels.device != logits.device:
+        raise ValueError(f"labels: expected the device of logits ({logits.device}), got {labels.device}")
+    check_finite("logits", logits)
     asked = labels != IGNORE_INDEX
     if not asked.any():
         raise ValueError("labels: no labelled position (every label is -100)")
+    vocab = logits.shape[-1]
+    bad = asked & ((labels < 0) | (labels >= vocab))
+    if bad.any():
+        raise ValueError(
+            f"labels: expected a token in [0, V) = [0, {vocab}) or -100 (ignored) at each position, got "
+            f"{labels[bad][0].item()}"
+        )
     return (logits.argmax(-1)[asked] == labels[asked]).double().mean().item()
