@@ -55,3 +55,12 @@ def test_the_memories_grid_keeps_a_diverged_cell_too():
     cell = {"mixer": "deltanet", "seq_len": 24, "num_pairs": 4, "d_model": 8, "lr": ABSURD, "seed": 0}
     row = mqar_memories.train_cell(grid, cell)
     assert _diverged(row) and row["mixer"] == "deltanet" and row["state_size"] == 64
+
+
+def test_a_diverged_rate_never_wins_a_tie():
+    def row(lr, acc, loss):
+        return {"model": "m", "lr": lr, "seed": 0, "accuracy": acc, "final_eval_loss": loss}
+
+    # both rates recall nothing: the tie goes to the lower loss, and a NaN loss is no loss at all
+    assert mqar.choose_lr([row(1e-4, 0.0, math.nan), row(1e-2, 0.0, 8.9)]) == 1e-2
+    assert mqar.choose_lr([row(1e-4, 0.0, 8.9), row(1e-2, 0.0, math.nan)]) == 1e-4

@@ -293,7 +293,8 @@ GRIDS = {"course": COURSE_GRID, "full": FULL_GRID, "quick": QUICK_GRID}
 
 def choose_lr(rows: list[dict]) -> float:
     """The learning rate of ``rows`` (one setting: every rate, the seeds common to all rates) whose mean accuracy
-    over those seeds is highest; ties go to the lower mean final evaluation loss, then to the smaller rate.
+    over those seeds is highest; ties go to the lower mean final evaluation loss (a diverged run's NaN counts as
+    infinite), then to the smaller rate.
 
     Raises:
         ValueError: no rows.
@@ -305,13 +306,10 @@ def choose_lr(rows: list[dict]) -> float:
     if not common:
         raise ValueError(f"rows: no seed was trained at every learning rate {rates}")
 
-    def score(lr):
+    def score(lr):  # a diverged run (loss NaN) counts as an infinite loss, so it never wins a tie
         picked = [r for r in rows if r["lr"] == lr and r["seed"] in common]
-        return (
-            sum(r["accuracy"] for r in picked) / len(picked),
-            -sum(r["final_eval_loss"] for r in picked) / len(picked),
-            -lr,
-        )
+        losses = [math.inf if math.isnan(r["final_eval_loss"]) else r["final_eval_loss"] for r in picked]
+        return (sum(r["accuracy"] for r in picked) / len(picked), -sum(losses) / len(picked), -lr)
 
     return max(rates, key=score)
 
@@ -608,14 +606,16 @@ def settings(rows: list[dict]) -> list[tuple]:
 
 def table(rows: list[dict]) -> str:
     """One line per setting: the best learning rate and ``mean [min–max]`` of the seeds there, the state in floats."""
-    head = f"{'layer':<24}{'φ':<14}{'conv':<6}{'T':>4}{'N':>4}{'d':>5}{'state':>8}{'best lr':>9}   accuracy [seeds]"
+    width = max([14, *(len(r["feature_map"]) + 2 for r in rows)])  # the φ column fits the longest name
+    head = f"{'layer':<20}{'φ':<{width}}{'conv':<6}{'T':>4}{'N':>4}{'d':>5}{'state':>8}{'best lr':>9}"
+    head += "   accuracy [seeds]"
     lines = [head, "-" * len(head)]
     for model, fm, conv, t, n, d in settings(rows):
         where = dict(model=model, feature_map=fm, short_conv=conv, seq_len=t, num_pairs=n, d_model=d)
         b = best(rows, **where)
         state = next(r["state_size"] for r in rows if all(r[k] == v for k, v in where.items()))
         lines.append(
-            f"{model:<24}{fm or '—':<14}{'yes' if conv else 'no':<6}{t:>4}{n:>4}{d:>5}{state:>8}{b['lr']:>9.0e}   "
+            f"{model:<20}{fm or '—':<{width}}{'yes' if conv else 'no':<6}{t:>4}{n:>4}{d:>5}{state:>8}{b['lr']:>9.0e}   "
             f"{b['mean']:.2f} [{b['min']:.2f}–{b['max']:.2f}]"
         )
     return "\n".join(lines)
