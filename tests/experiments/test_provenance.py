@@ -38,9 +38,21 @@ def test_the_header_names_the_command_the_version_and_the_recipe(name):
     assert "--max-steps" not in command and "--seeds" not in command and "--quick" not in command
     assert "--grid" not in command or command[command.index("--grid") + 1] == "course"
     assert meta["git commit"] != "unknown" and "uncommitted" not in meta["git commit"]
-    assert any(line.startswith("finished:") for line in _comments(name)) and not any(
-        line.startswith(("interrupted:", "resumed:")) for line in _comments(name)
-    ), "a shipped grid is made in one uninterrupted run of its command"
+    comments = _comments(name)
+    assert comments[-1].startswith("finished:"), "a shipped grid ends with the closing line of a complete run"
+
+
+@pytest.mark.parametrize("name", list(SHIPPED))
+def test_every_resume_names_a_commit_of_this_repository(name):
+    """A resumed run (``--resume``) appends rows of the same recipe (the runner refuses another) and records the
+    commit it ran at; that commit must exist here too, so both parts of the file can be checked out."""
+    if not (ROOT / ".git").exists():
+        pytest.skip("not a git checkout")
+    for line in _comments(name):
+        if line.startswith("resumed:"):
+            commit = line.split(" at git commit ")[1].split()[0]
+            found = subprocess.run(["git", "cat-file", "-e", f"{commit}^{{commit}}"], cwd=ROOT, capture_output=True)
+            assert found.returncode == 0, f"{name}: {line!r} names a commit this repository does not have"
 
 
 def _comments(name):
