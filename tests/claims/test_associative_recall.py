@@ -1,11 +1,23 @@
 """Chapter 09's claims are checked: each mutation below makes one sentence false, and the run stops on that claim,
-by name (CONTRIBUTING.md, "Claims")."""
+by name (CONTRIBUTING.md, "Claims"). The grid's mutations edit the rows the chapter reads from the shipped CSVs."""
 
 import pytest
 
 from tests.claims.mutation import run_mutated
 
 NOTEBOOK = "solutions/09_associative_recall.ipynb"
+GRID = "rows = load_results()"
+MEMORIES = "mem = mqar_memories.load_results()"
+
+
+def grid(condition: str, change: str) -> tuple[str, str]:
+    """A mutation of the course grid's rows: ``change`` (a dict update) where ``condition`` holds for a row ``r``."""
+    return GRID, f"rows = [{{**r, **{change}}} if {condition} else r for r in load_results()]"
+
+
+def memories(condition: str, change: str) -> tuple[str, str]:
+    return MEMORIES, f"mem = [{{**r, **{change}}} if {condition} else r for r in mqar_memories.load_results()]"
+
 
 MUTATIONS = {
     # the filler's copies of keys: measure "V = 8192" on a vocabulary of 1024 instead
@@ -25,15 +37,67 @@ MUTATIONS = {
         "0.01 * torch.ones(B, n, 1, dtype=torch.float64)",
     ),
     # the grid: softmax attention fails in one seed at d = 64
-    "softmax attention solves the task at every width": (
-        "rows = load_results()",
-        "rows = [{**r, 'accuracy': 0.5} if (r['model'], r['d_model'], r['seed']) == ('softmax_attention', 64, 2) "
-        "else r for r in load_results()]",
+    "softmax attention solves the task at every width": grid(
+        "(r['model'], r['d_model'], r['seed']) == ('softmax_attention', 64, 2)", "{'accuracy': 0.5}"
+    ),
+    # RLS loses one seed at d = 16
+    "at equal width (d = 16) RLS recalls more than DeltaNet and more than linear attention": grid(
+        "(r['model'], r['d_model'], r['seed']) == ('rls', 16, 1)", "{'accuracy': 0.3}"
+    ),
+    # DeltaNet pulls clear of linear attention at d = 16 (but stays below RLS)
+    "three seeds do not separate DeltaNet from linear attention at d = 16": grid(
+        "(r['model'], r['d_model'], r['feature_map']) == ('deltanet', 16, 'silu')", "{'accuracy': 0.7}"
+    ),
+    # linear attention at d = 32 recalls no more than RLS at d = 16 (every rate, so the best rate keeps its seeds)
+    "along the state axis, RLS at d = 16 (512 floats) recalls less": grid(
+        "(r['model'], r['d_model'], r['feature_map']) == ('linear_attention', 32, 'silu')",
+        "{'accuracy': min(r['accuracy'], 0.84)}",
+    ),
+    # DeltaNet falls short at d = 64
+    "at d = 64 every layer's worst seed recalls 99% of the queries or more": grid(
+        "(r['model'], r['d_model'], r['feature_map']) == ('deltanet', 64, 'silu')",
+        "{'accuracy': min(r['accuracy'], 0.9)}",
     ),
     # the ablation: one run without the convolution recalls half the queries
-    "without the short convolution no run recalls more than 5% of the queries": (
-        "best_without = max(r[\"accuracy\"] for r in rows if not r[\"short_conv\"])",
-        "best_without = max([0.5] + [r[\"accuracy\"] for r in rows if not r[\"short_conv\"]])",
+    "without the short convolution no run recalls more than 5% of the queries": grid(
+        "(r['model'], r['short_conv'], r['seed']) == ('deltanet', False, 0)", "{'accuracy': 0.5}"
+    ),
+    # the features block: ELU+1 costs RLS as much as linear attention
+    "ELU+1 costs RLS (which inverts the key covariance) less than it costs linear attention or DeltaNet": grid(
+        "(r['model'], r['feature_map']) == ('rls', 'elu_plus_one')", "{'accuracy': r['accuracy'] - 0.2}"
+    ),
+    # linear attention falls clear below DeltaNet with ELU+1 keys
+    "three seeds do not separate DeltaNet from linear attention with non-negative keys": grid(
+        "(r['model'], r['feature_map']) == ('linear_attention', 'elu_plus_one')", "{'accuracy': 0.7}"
+    ),
+    # one DeltaNet seed collapses with the stacked keys
+    "with the stacked keys every DeltaNet seed at the best rate recalls more than half": grid(
+        "(r['model'], r['feature_map'], r['seed']) == ('deltanet', 'elu_plus_one_after_silu', 1)", "{'accuracy': 0.3}"
+    ),
+    # at the smallest rate DeltaNet keeps up with linear attention on the stacked keys
+    "at the smallest learning rate (one run each), DeltaNet keeps a smaller share": grid(
+        "(r['model'], r['feature_map'], r['lr']) == ('deltanet', 'elu_plus_one_after_silu', 0.001)", "{'accuracy': 0.4}"
+    ),
+    # at the smallest rate linear attention fails too on the stacked keys
+    "at the smallest learning rate, DeltaNet with the stacked keys stays near chance": grid(
+        "(r['model'], r['feature_map'], r['lr']) == ('linear_attention', 'elu_plus_one_after_silu', 0.001)",
+        "{'accuracy': 0.2}",
+    ),
+    # section 6: the memories grid's DeltaNet no longer agrees with section 4's
+    "this grid's DeltaNet agrees with section 4's DeltaNet at d = 16": memories(
+        "r['mixer'] == 'deltanet'", "{'accuracy': max(r['accuracy'] - 0.3, 0.0)}"
+    ),
+    # Longhorn pulls clear of DeltaNet
+    "three seeds separate none of the mixers with DeltaNet's state": memories(
+        "r['mixer'] == 'longhorn'", "{'accuracy': min(r['accuracy'] + 0.3, 1.0)}"
+    ),
+    # TTT-MLP's diverged runs trained after all
+    "TTT-MLP is unstable with this recipe": memories(
+        "r['final_eval_loss'] != r['final_eval_loss']", "{'final_eval_loss': 1.0, 'steps': 1500, 'accuracy': 0.7}"
+    ),
+    # Titans loses its lead
+    "Titans recalls more than DeltaNet in each seed": memories(
+        "r['mixer'] == 'titans'", "{'accuracy': max(r['accuracy'] - 0.3, 0.0)}"
     ),
 }
 
