@@ -23,9 +23,11 @@ The grid is a union of :class:`Block` s, each a product in which one thing varie
 * (the full grid only) ``gated``: gated DeltaNet and Mesa (gated RLS) beside the others at every width.
 
 Two sizes of the same grid: ``--grid course`` (the default; :data:`COURSE_GRID`, the learning rates swept on the
-first seed; under an hour on two cores, its CSV shipped as ``ttr_edu/experiments/results/mqar_grid.csv`` and read by
-chapter 09) and ``--grid full``
-(:data:`FULL_GRID`, Zoology's scale: widths up to 128, sequences up to 256 tokens; a cluster's job, see
+first seed; 95 cells, about 86 CPU-minutes of training summed over the cells of the shipped run, so roughly 45
+minutes on two otherwise idle cores (an estimate: the shipped run shared its cores with other work, and its CSV's
+comment lines record when it started, resumed and finished). The CSV is shipped as
+``ttr_edu/experiments/results/mqar_grid.csv`` and read by chapter 09) and ``--grid full`` (:data:`FULL_GRID`,
+Zoology's scale: widths up to 128, sequences up to 256 tokens; a cluster's job, see
 ``docs/cluster.md``). ``--quick`` runs two small cells, a smoke test of the command (a minute or so).
 
 Rows are appended as cells finish, under lines that record the command, the package version, the git commit and the
