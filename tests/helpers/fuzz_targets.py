@@ -1308,6 +1308,18 @@ fn_target(
 )
 fn_target(
     MQ,
+    "filler_key_copies",
+    dict(
+        batch=Obj(
+            lambda ctx: _mod(MQ).mqar_batch(
+                ctx.sizes["B"], 4 * ctx.sizes["P"] + 4, ctx.sizes["P"], ctx.sizes["V"], generator=ctx.gen
+            )
+        )
+    ),
+    sizes=MQ_SIZES,
+)
+fn_target(
+    MQ,
     "mqar_accuracy",
     dict(
         logits=F(("B", "T", "V")),
@@ -1423,6 +1435,31 @@ add(
             use_short_conv=Flag(True),
         ),
         sizes=MM_SIZES,
+    )
+)
+
+
+add(
+    Target(
+        f"{MM}.QKVConvolution",
+        lambda **a: _mod(MM).QKVConvolution(**a),
+        dict(hidden_size=Int(lambda s: 3 * s["D"]), conv_size=Int(2, hi=64), qk_silu=Flag(True)),
+        sizes=MM_SIZES,
+    )
+)
+add(
+    Target(
+        f"{MM}.QKVConvolution.forward",
+        lambda module, x: module(x),
+        dict(
+            module=Obj(
+                lambda ctx: _mod(MM).QKVConvolution(3 * ctx.sizes["D"], 2, qk_silu=False).to(ctx.dtype),
+                wrong_type=False,
+            ),
+            x=F(("B", "T", lambda s: 3 * s["D"]), other_dtype="bad"),
+        ),
+        sizes=MM_SIZES,
+        empty=("B", "T"),
     )
 )
 

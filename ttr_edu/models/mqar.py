@@ -42,6 +42,7 @@ from ttr_edu.layers import (
     MesaLayer,
     ShortConvolution,
     SoftmaxAttention,
+    check_layer_input,
 )
 from ttr_edu.tasks.mqar import IGNORE_INDEX, MQARBatch
 
@@ -72,9 +73,11 @@ class QKVConvolution(ShortConvolution):
         self.qk_silu = check_bool("qk_silu", qk_silu)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """``(B, T, 3 d) -> (B, T, 3 d)``: causal, the SiLU as configured."""
+        """``(B, T, 3 d) -> (B, T, 3 d)``: causal, the SiLU as configured. Raises as
+        :func:`ttr_edu.layers.check_layer_input`."""
         if self.qk_silu:
             return super().forward(x)
+        check_layer_input(self, x)
         T, d = x.shape[1], self.hidden_size // 3
         y = self.conv(x.transpose(1, 2))[..., :T].transpose(1, 2)  # (B, T, 3 d), causal
         return torch.cat([y[..., : 2 * d], F.silu(y[..., 2 * d :])], dim=-1)
