@@ -164,3 +164,70 @@ def test_layout_plausible_wrong_answers_are_rejected(wrong):
 def test_layout_cases_reach_past_the_first_slots():
     # "slot as position" is only caught if some slot s has 2s != s on a filler position, i.e. slots beyond 0.
     assert all(case["slots"].max() >= case["keys"].shape[1] for case in checks._layout_cases())
+
+
+# --- Exercise 9.3, wire_recall_circuit ---------------------------------------------------------------------------
+
+
+def _wire(model, *, q_tap=-1, k_tap=-2, v_tap=-1, gain=10.0, embedding="one-hot", zero_bias=True, o_proj=True):
+    """The circuit by hand: one-hot embeddings, q = k = v = x, the convolution shifts k by one token (tap -2 is the
+    previous token, -1 the current one), and o_proj lets the recalled value outweigh the residual key."""
+    d = model.embed.weight.shape[1]
+    with torch.no_grad():
+        if embedding == "one-hot":
+            model.embed.weight.copy_(torch.eye(d))
+        mixer = model.mixer
+        mixer.qkv_proj.weight.copy_(torch.cat([torch.eye(d)] * 3))
+        weight = mixer.qkv_conv1d.conv.weight  # (3 d, 1, conv_size)
+        weight.zero_()
+        if zero_bias:
+            mixer.qkv_conv1d.conv.bias.zero_()
+        if q_tap is not None:
+            weight[:d, 0, q_tap] = 1.0
+        if k_tap is not None:
+            weight[d : 2 * d, 0, k_tap] = 1.0
+        if v_tap is not None:
+            weight[2 * d :, 0, v_tap] = 1.0
+        if o_proj:
+            mixer.o_proj.weight.copy_(gain * torch.eye(d))
+
+
+def wire_recall_circuit(model):  # as in the solutions notebook
+    _wire(model)
+
+
+def wire_stub(model):
+    raise NotImplementedError()
+
+
+def test_wiring_correct_answer_passes_and_stub_is_not_attempted(capsys):
+    assert checks.check_wire_recall_circuit(wire_recall_circuit) is True
+    assert capsys.readouterr().out.startswith("PASS")
+    assert checks.check_wire_recall_circuit(wire_stub) is False
+    assert "not attempted yet" in capsys.readouterr().out
+
+
+def test_the_wired_circuit_scores_exactly_one_and_an_untouched_model_near_zero():
+    assert all(checks._wired_accuracy(wire_recall_circuit, v, t, n, 1) == 1.0 for v, t, n in checks.WIRING_CASES)
+    assert all(
+        checks._wired_accuracy(lambda m: _wire(m, gain=1.0), v, t, n, 1) == 1.0 for v, t, n in checks.WIRING_CASES
+    )
+    assert all(checks._wired_accuracy(lambda m: None, v, t, n, 1) < 0.2 for v, t, n in checks.WIRING_CASES)
+
+
+@pytest.mark.parametrize(
+    "wrong",
+    [
+        pytest.param(lambda m: _wire(m, k_tap=-1), id="no shift: k reads the current token"),
+        pytest.param(lambda m: _wire(m, q_tap=-2, k_tap=-1), id="q shifted instead of k"),
+        pytest.param(lambda m: _wire(m, k_tap=-3), id="k shifted by two tokens"),
+        pytest.param(lambda m: _wire(m, v_tap=-2), id="v shifted too"),
+        pytest.param(lambda m: _wire(m, gain=0.05), id="the residual key outweighs the recalled value"),
+        pytest.param(lambda m: _wire(m, o_proj=False), id="o_proj left at its random weights"),
+        pytest.param(lambda m: _wire(m, embedding="trained-free random"), id="random embeddings kept"),
+        pytest.param(lambda m: _wire(m, zero_bias=False), id="the convolution's random bias kept"),
+    ],
+)
+def test_wiring_plausible_wrong_answers_are_rejected(wrong):
+    with pytest.raises(CheckFailed, match="wire_recall_circuit"):
+        checks.check_wire_recall_circuit(wrong)

@@ -1,10 +1,8 @@
 """The language-model grid: rows carry their corpus, a rerun resumes, another corpus's rows are refused."""
 
-import csv
-
 import pytest
 
-from ttr_edu.experiments import lm
+from ttr_edu.experiments import lm, runner
 from ttr_edu.tasks.text import load_stdlib_corpus
 
 TINY = lm.LMGrid(
@@ -30,15 +28,15 @@ def test_grid_writes_rows_resumes_and_refuses_another_corpus(tmp_path):
     again = lm.run_grid(TINY, out, progress=False)  # nothing left to train: the same rows, none appended
     assert [r["valid_bpb"] for r in again] == [float(r["valid_bpb"]) for r in rows]
     assert len(lm.load_results(out)) == 2
-    with open(out, newline="") as handle:
-        table = list(csv.DictReader(handle))
-    table[0]["corpus_sha256"] = "0" * 64
-    with open(out, "w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=lm.FIELDS)
-        writer.writeheader()
-        writer.writerows(table)
-    with pytest.raises(ValueError, match="another file"):
+    text = out.read_text()
+    out.write_text(text.replace(load_stdlib_corpus().sha256, "0" * 64, 1))  # the header's recipe: another corpus
+    with pytest.raises(runner.ResumeRefused, match=r"another recipe \(corpus_sha256: \"0000"):
         lm.run_grid(TINY, out, progress=False)
+
+
+def test_the_recipe_holds_the_corpus():
+    recipe = lm.recipe(TINY)
+    assert recipe["corpus_sha256"] == load_stdlib_corpus().sha256 and recipe["seq_len"] == 16 and "mixers" not in recipe
 
 
 def test_shipped_grid_is_complete_and_of_one_recipe():

@@ -1,11 +1,13 @@
-"""The small MQAR grid of the adaptive-step and deep-memory mixers builds its models and trains a cell."""
+"""The MQAR grid of the adaptive-step and deep-memory mixers: its models, a cell, the main grid's recipe, and the
+shipped CSV."""
 
 from dataclasses import replace
 
 import pytest
 import torch
 
-from ttr_edu.experiments.mqar_memories import MEMORY_GRID, build_model, train_cell
+from ttr_edu.experiments import mqar
+from ttr_edu.experiments.mqar_memories import MEMORY_GRID, MemoryGrid, build_model, train_cell
 from ttr_edu.tasks.mqar import mqar_batch
 
 
@@ -22,39 +24,44 @@ def test_unknown_mixer_is_named():
         build_model("titanic", 32, 8)
 
 
-def test_a_cell_trains_and_reports_its_row():
-    grid = replace(MEMORY_GRID, max_steps=3, eval_every=3, eval_examples=8, batch_size=4)
-    row = train_cell(grid, "longhorn", 2, 8, seed=1)
+def test_the_memories_grid_shares_the_main_grid_recipe():
+    shared = {k: v for k, v in mqar.COURSE_GRID.recipe().items() if k != "name"}
+    recipe = MEMORY_GRID.recipe()
+    assert all(recipe[k] == v for k, v in shared.items())
+    assert MEMORY_GRID.tasks == (mqar.COURSE_TASK,) and MEMORY_GRID.lrs == mqar.LRS and len(MEMORY_GRID.seeds) >= 3
+    assert all(t >= 6 * n for t, n in MEMORY_GRID.tasks)
+    with pytest.raises(ValueError, match="seq_len >= 6"):
+        MemoryGrid(mixers=("deltanet",), tasks=((32, 8),), d_models=(16,))
+    with pytest.raises(ValueError, match="batch_size"):
+        MemoryGrid(mixers=("deltanet",), tasks=((64, 8),), d_models=(16,), batch_size=8)
+
+
+def test_a_cell_trains_reports_its_row_and_leaves_the_callers_threads_alone():
+    grid = replace(MEMORY_GRID, max_steps=3, eval_every=3, eval_examples=8, vocab_size=64)
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        cell = {"mixer": "longhorn", "seq_len": 24, "num_pairs": 4, "d_model": 8, "lr": 1e-2, "seed": 1}
+        row = train_cell(grid, cell)
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)
     assert row["mixer"] == "longhorn" and row["steps"] == 3 and row["seed"] == 1 and 0.0 <= row["accuracy"] <= 1.0
 
 
 def test_the_shipped_csv_is_the_whole_grid_with_its_recipe():
-    """Chapter 09 reads ``ttr_edu/experiments/results/mqar_memories.csv``: it must hold every cell of ``MEMORY_GRID``
-    once, trained with the grid's recipe (recorded in its header), so that editing the grid without retraining fails
-    here."""
-    import json
+    """Chapter 09 reads ``ttr_edu/experiments/results/mqar_memories.csv``: it must hold the sweep of every setting of
+    ``MEMORY_GRID`` (every rate on the first seed, the other seeds at the best rate) trained with the grid's recipe,
+    so that editing the grid without retraining fails here."""
     from importlib import resources
 
-    from ttr_edu.experiments.mqar_memories import load_results
+    from ttr_edu.experiments import runner
+    from ttr_edu.experiments.mqar_memories import EXPERIMENT, load_results
 
     rows = load_results(show=False)
-    cells = sorted((r["mixer"], r["num_pairs"], r["d_model"], r["seed"]) for r in rows)
-    assert cells == sorted(MEMORY_GRID.cells())
-    assert all(r["seq_len"] == MEMORY_GRID.seq_len and 0.0 <= r["accuracy"] <= 1.0 for r in rows)
-    header = resources.files("ttr_edu.experiments").joinpath("results", "mqar_memories.csv").read_text().splitlines()
-    recipe = next(line for line in header if line.startswith("# recipe: "))
-    assert json.loads(recipe.removeprefix("# recipe: ")) == MEMORY_GRID.recipe()
-
-
-def test_a_cell_leaves_the_callers_threads_alone_and_bad_jobs_are_named():
-    from ttr_edu.experiments.mqar_memories import run_grid
-
-    before = torch.get_num_threads()
-    torch.set_num_threads(2)
-    try:
-        train_cell(replace(MEMORY_GRID, max_steps=1, eval_every=1, eval_examples=4, batch_size=2), "deltanet", 2, 8)
-        assert torch.get_num_threads() == 2
-    finally:
-        torch.set_num_threads(before)
-    with pytest.raises(ValueError, match=r"^jobs: expected a positive int, got -1"):
-        run_grid(MEMORY_GRID, None, jobs=-1)
+    text = resources.files("ttr_edu.experiments").joinpath("results", "mqar_memories.csv").read_text()
+    meta, _ = runner.read(EXPERIMENT, text=text)
+    assert meta["recipe"] == MEMORY_GRID.recipe() and {r["recipe"] for r in rows} == {meta["recipe hash"]}
+    wanted = mqar.sweep(MEMORY_GRID.cells())(rows)
+    assert sorted(EXPERIMENT.cell_of(c) for c in wanted) == sorted(EXPERIMENT.cell_of(r) for r in rows)
+    assert all(0.0 <= r["accuracy"] <= 1.0 for r in rows)

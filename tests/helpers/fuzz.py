@@ -176,6 +176,7 @@ class I(Kind):  # noqa: E742 - the index kind, named like F
     extra: Sequence = ()
     low: int = 0
     bounded: bool = True  # False: any int is valid (labels that only name groups)
+    upper: bool = True  # False: no upper bound the function can know (tokens placed without a vocabulary)
 
     def bound(self, ctx):
         if callable(self.high):
@@ -205,7 +206,8 @@ class I(Kind):  # noqa: E742 - the index kind, named like F
         ]
         if x.numel():
             expect = "bad" if self.bounded else "valid"
-            out += [("too_high", poke(self.bound(ctx)), expect), ("negative", poke(self.low - 1), expect)]
+            high = expect if self.upper else "valid"
+            out += [("too_high", poke(self.bound(ctx)), high), ("negative", poke(self.low - 1), expect)]
         out += tensor_mutations(x, self.dims, ctx)
         out += [(label, lambda fn=fn: fn(x.clone()), expect) for label, fn, expect in self.extra]
         return out

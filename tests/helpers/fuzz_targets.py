@@ -1279,13 +1279,20 @@ def _distinct_slots(shape, gen, dtype):
     return torch.stack([torch.randperm(P + 2, generator=gen)[:P] for _ in range(B)])
 
 
+class _Slots(I):
+    """Query slots: ``P`` distinct values in ``[0, P + 2)`` per example (a draw with repeats is not a valid call)."""
+
+    def make(self, ctx):
+        return _distinct_slots((ctx.sizes["B"], ctx.sizes["P"]), ctx.gen, self.dtype)
+
+
 fn_target(
     MQ,
     "mqar_layout",
     dict(
-        keys=I(("B", "P"), high="V"),
-        values=I(("B", "P"), high="V"),
-        slots=I(
+        keys=I(("B", "P"), high="V", upper=False),  # mqar_layout takes no vocabulary: any token >= 0 is placed
+        values=I(("B", "P"), high="V", upper=False),
+        slots=_Slots(
             ("B", "P"),
             high=lambda s: s["P"] + 2,
             extra=(
@@ -1298,6 +1305,18 @@ fn_target(
             optional=True,
             extra=(("float", lambda v, c: torch.zeros(c.sizes["B"], 4 * c.sizes["P"] + 4), "bad"),),
         ),
+    ),
+    sizes=MQ_SIZES,
+)
+fn_target(
+    MQ,
+    "filler_key_copies",
+    dict(
+        batch=Obj(
+            lambda ctx: _mod(MQ).mqar_batch(
+                ctx.sizes["B"], 4 * ctx.sizes["P"] + 4, ctx.sizes["P"], ctx.sizes["V"], generator=ctx.gen
+            )
+        )
     ),
     sizes=MQ_SIZES,
 )
@@ -1418,6 +1437,31 @@ add(
             use_short_conv=Flag(True),
         ),
         sizes=MM_SIZES,
+    )
+)
+
+
+add(
+    Target(
+        f"{MM}.QKVConvolution",
+        lambda **a: _mod(MM).QKVConvolution(**a),
+        dict(hidden_size=Int(lambda s: 3 * s["D"]), conv_size=Int(2, hi=64), qk_silu=Flag(True)),
+        sizes=MM_SIZES,
+    )
+)
+add(
+    Target(
+        f"{MM}.QKVConvolution.forward",
+        lambda module, x: module(x),
+        dict(
+            module=Obj(
+                lambda ctx: _mod(MM).QKVConvolution(3 * ctx.sizes["D"], 2, qk_silu=False).to(ctx.dtype),
+                wrong_type=False,
+            ),
+            x=F(("B", "T", lambda s: 3 * s["D"]), other_dtype="bad"),
+        ),
+        sizes=MM_SIZES,
+        empty=("B", "T"),
     )
 )
 

@@ -3,9 +3,17 @@
 import pytest
 import torch
 
-from ttr_edu.experiments.mqar import FULL_GRID, Block, MQARGrid, load_results, run_grid, summarise
+from ttr_edu.experiments.mqar import COURSE_GRID, FULL_GRID, Block, MQARGrid, best, load_results, run_grid, summarise
 from ttr_edu.models.mqar import LINEAR_MEMORIES, MODELS, MQARModel
-from ttr_edu.tasks.mqar import IGNORE_INDEX, free_slot_fraction, mqar_accuracy, mqar_batch, mqar_layout, query_slots
+from ttr_edu.tasks.mqar import (
+    IGNORE_INDEX,
+    filler_key_copies,
+    free_slot_fraction,
+    mqar_accuracy,
+    mqar_batch,
+    mqar_layout,
+    query_slots,
+)
 
 
 def batch(seed=0, **kw):
@@ -81,10 +89,33 @@ def test_layout_places_what_the_batch_draws_and_names_bad_shapes():
     assert labels.tolist() == [[-100] * 4 + [41, -100, -100, -100, 40, -100, -100, -100]]
     with pytest.raises(ValueError, match="slots: expected values in"):
         mqar_layout(keys, values, torch.tensor([[4, 0]]), 12)
-    with pytest.raises(ValueError, match="values, slots: expected shape"):
+    with pytest.raises(ValueError, match=r"values: expected shape \(B, N\) = \(1, 2\) \(set by keys\), got \(1, 1\)"):
         mqar_layout(keys, values[:, :1], torch.tensor([[2, 0]]), 12)
     with pytest.raises(TypeError, match="keys"):
         mqar_layout(keys.float(), values, torch.tensor([[2, 0]]), 12)
+    with pytest.raises(ValueError, match="values: expected tokens >= 0"):
+        mqar_layout(keys, -values, torch.tensor([[2, 0]]), 12)
+    with pytest.raises(ValueError, match="keys: a meta tensor"):
+        mqar_layout(keys.to("meta"), values, torch.tensor([[2, 0]]), 12)
+    with pytest.raises(TypeError, match="seq_len"):
+        mqar_layout(keys, values, torch.tensor([[2, 0]]), "12")
+    with pytest.raises(TypeError, match="filler"):
+        mqar_layout(keys, values, torch.tensor([[2, 0]]), 12, torch.zeros(1, 8))
+
+
+def test_accuracy_and_the_model_refuse_what_they_cannot_score():
+    logits, labels = torch.zeros(1, 3, 4), torch.tensor([[-100, 2, -100]])
+    with pytest.raises(ValueError, match=r"labels: expected a token in \[0, V\) = \[0, 4\) or -100"):
+        mqar_accuracy(logits, torch.tensor([[-100, 4, -100]]))
+    with pytest.raises(ValueError, match="logits: expected finite values"):
+        mqar_accuracy(logits.index_fill(1, torch.tensor([0]), float("nan")), labels)
+    model = MQARModel("deltanet", vocab_size=8, d_model=4)
+    with pytest.raises(ValueError, match=r"inputs: expected tokens in \[0, V\) = \[0, 8\), got values from 0 to 8"):
+        model(torch.tensor([[0, 8]]))
+    with pytest.raises(ValueError, match="inputs: expected shape"):
+        model(torch.zeros(0, 3, dtype=torch.long))
+    with pytest.raises(ValueError, match="vocab_size: asks for"):
+        MQARModel("deltanet", vocab_size=10**13, d_model=4)
 
 
 def test_free_slots_say_when_every_slot_is_a_query():
@@ -92,6 +123,42 @@ def test_free_slots_say_when_every_slot_is_a_query():
     assert free_slot_fraction(96, 16) == 0.5 and free_slot_fraction(96, 4) == 1 - 4 / 44
     with pytest.raises(ValueError, match="seq_len >= 4"):
         free_slot_fraction(60, 16)
+
+
+def test_query_slots_refuse_a_sequence_shorter_than_the_context():
+    """Reproducer query_slots_impossible_layout: T < 2N used to give 0 slots while free_slot_fraction raised."""
+    with pytest.raises(ValueError, match="seq_len: the context of 9 pairs alone needs 2 \\* num_pairs = 18"):
+        query_slots(16, 9)
+    assert query_slots(18, 9) == 0
+
+
+def test_layout_refuses_a_repeated_slot():
+    """Reproducer mqar_layout_repeated_slot: two keys in one slot silently dropped a query."""
+    keys, values = torch.tensor([[1, 2, 3]]), torch.tensor([[11, 12, 13]])
+    with pytest.raises(ValueError, match="slots: expected N = 3 distinct slots per example.*example 0 repeats"):
+        mqar_layout(keys, values, torch.tensor([[0, 0, 1]]), 16)
+
+
+def test_filler_copies_of_keys_are_rare_at_zoology_vocabulary_and_common_at_128():
+    rates = {
+        v: filler_key_copies(mqar_batch(2000, 64, 8, v, generator=torch.Generator().manual_seed(0)))
+        for v in (128, 8192)
+    }
+    assert rates[8192]["sequences"] < 0.06 and rates[8192]["queries"] < 0.005
+    assert rates[128]["sequences"] > 0.85 and rates[128]["queries"] > 0.05
+    none = mqar_batch(200, 64, 8, 128, random_non_queries=False, generator=torch.Generator().manual_seed(0))
+    assert filler_key_copies(none) == {"sequences": 0.0, "queries": 0.0}
+
+
+def test_filler_key_copies_counts_a_planted_copy():
+    keys, values = torch.tensor([[3, 5]]), torch.tensor([[40, 41]])
+    filler = torch.zeros(1, 8, dtype=torch.long)
+    filler[0, 1] = 3  # a copy of key 3 at tail position 1, before key 3 is asked at tail position 4 (slot 2)
+    inputs, labels = mqar_layout(keys, values, torch.tensor([[2, 0]]), 12, filler)
+    from ttr_edu.tasks.mqar import MQARBatch
+
+    rates = filler_key_copies(MQARBatch(inputs, labels, 2, 64))
+    assert rates == {"sequences": 1.0, "queries": 0.5}
 
 
 @pytest.mark.parametrize("mixer", list(MODELS))
@@ -104,20 +171,51 @@ def test_models_give_logits_and_a_finite_loss(mixer):
     assert torch.isfinite(loss) and 0 <= model.accuracy(b) <= 1
 
 
-def test_every_linear_memory_gets_the_same_feature_map_and_norm():
+def test_the_readout_is_the_embedding_transposed():
+    model = MQARModel("deltanet", 32, 8)
+    h = torch.randn(3, 8)
+    assert torch.allclose(model.readout(h), h @ model.embed.weight.T / 8**0.5)
+    assert not any(p.shape == (32, 8) and p is not model.embed.weight for p in model.parameters())
+
+
+@pytest.mark.parametrize("fm", ["silu", "identity", "elu_plus_one", "elu_plus_one_after_silu"])
+def test_every_linear_memory_gets_the_same_feature_map_placed_as_fla_places_it(fm):
+    """φ = silu is the convolution's SiLU on q and k; any other φ replaces it, on the convolution's linear output
+    (fla's DeltaNet: ``activation='silu' if qk_activation == 'silu' else None``); v always ends in the SiLU."""
+    phi = {
+        "silu": torch.nn.functional.silu,
+        "identity": lambda t: t,
+        "elu_plus_one": lambda t: torch.nn.functional.elu(t) + 1,
+        "elu_plus_one_after_silu": lambda t: torch.nn.functional.elu(torch.nn.functional.silu(t)) + 1,
+    }[fm]
     torch.manual_seed(0)
     x = torch.randn(2, 10, 8)
-    for fm, phi in (("identity", lambda t: t), ("elu_plus_one", lambda t: torch.nn.functional.elu(t) + 1)):
-        for name in LINEAR_MEMORIES:
-            mixer = MQARModel(name, 32, 8, feature_map=fm).mixer
-            projected = mixer.project(x)
-            q, k = projected["q"], projected["k"]
-            if name == "linear_attention":  # it maps and normalises inside mix()
-                q, k = mixer.feature_map(q), mixer.feature_map(k)
-                q, k = torch.nn.functional.normalize(q, dim=-1), torch.nn.functional.normalize(k, dim=-1)
-            raw = mixer.qkv_conv1d(mixer.qkv_proj(x)).chunk(3, -1)[1].unflatten(-1, (1, 8))
-            want = torch.nn.functional.normalize(phi(raw), dim=-1)
-            assert torch.allclose(k, want, atol=1e-6), (name, fm)
+    for name in LINEAR_MEMORIES:
+        mixer = MQARModel(name, 32, 8, feature_map=fm).mixer
+        projected = mixer.project(x)
+        q, k, v = projected["q"], projected["k"], projected["v"]
+        if name == "linear_attention":  # it maps and normalises inside mix()
+            q, k = mixer.features(q, k)
+        conv = mixer.qkv_conv1d.conv
+        linear = conv(mixer.qkv_proj(x).transpose(1, 2))[..., :10].transpose(1, 2)  # the convolution, no activation
+        raw_q, raw_k, raw_v = linear.chunk(3, -1)
+        want_k = torch.nn.functional.normalize(phi(raw_k), dim=-1).unflatten(-1, (1, 8))
+        assert torch.allclose(k, want_k, atol=1e-6), (name, fm)
+        assert torch.allclose(v, torch.nn.functional.silu(raw_v).unflatten(-1, (1, 8)), atol=1e-6), (name, fm)
+
+
+def test_without_the_convolution_silu_is_applied_as_the_feature_map():
+    torch.manual_seed(0)
+    x = torch.randn(2, 6, 8)
+    for name in LINEAR_MEMORIES:
+        mixer = MQARModel(name, 32, 8, use_short_conv=False).mixer
+        projected = mixer.project(x)
+        k = projected["k"]
+        if name == "linear_attention":
+            k = mixer.features(projected["q"], k)[1]
+        raw_k = mixer.qkv_proj(x).chunk(3, -1)[1]
+        want = torch.nn.functional.normalize(torch.nn.functional.silu(raw_k), dim=-1).unflatten(-1, (1, 8))
+        assert torch.allclose(k, want, atol=1e-6), name
 
 
 def test_rls_is_ungated_and_mesa_gated():
@@ -132,60 +230,70 @@ def test_no_conv_model_has_no_convolution_and_bad_names_are_refused():
         MQARModel("deltanet", 32, 8, feature_map="dpfp")
 
 
-def test_grid_refuses_cells_without_room_between_queries():
+def test_grid_refuses_cells_without_room_between_queries_and_small_batches():
     with pytest.raises(ValueError, match="query slots free"):
-        MQARGrid(blocks=(Block("b", ("deltanet",), (16,)),), seq_len=64)
-    with pytest.raises(ValueError, match="labels_per_step"):
-        MQARGrid(blocks=(Block("b", ("deltanet",), (3,)),), seq_len=64)
+        MQARGrid("course", blocks=(Block("b", ("deltanet",), (16,), ((64, 16),)),))
+    with pytest.raises(ValueError, match="batch_size: expected at least 32"):
+        MQARGrid("course", blocks=(Block("b", ("deltanet",), (16,), ((96, 16),)),), batch_size=8)
 
 
-def test_full_grid_is_matched_seeded_and_ablated():
-    cells = FULL_GRID.cells()
+@pytest.mark.parametrize("grid", [COURSE_GRID, FULL_GRID])
+def test_both_grids_follow_zoology_recipe(grid):
+    cells = grid.cells()
     assert len(cells) == len(set(cells))
-    matched = {
-        (c.model, c.feature_map) for c in cells if c.short_conv and c.model in ("linear_attention", "deltanet", "rls")
-    }
-    assert matched == {(m, f) for m in ("linear_attention", "deltanet", "rls") for f in ("identity", "elu_plus_one")}
-    assert all(
-        len({c.seed for c in cells if (c.model, c.feature_map, c.short_conv, c.num_pairs) == key}) >= 3
-        for key in {(c.model, c.feature_map, c.short_conv, c.num_pairs) for c in cells}
-    )
-    assert {c.model for c in cells if not c.short_conv} >= {"deltanet", "linear_attention", "softmax_attention"}
+    assert all(c.seq_len >= 6 * c.num_pairs for c in cells) and grid.batch_size >= 32 and grid.vocab_size == 8192
+    settings = {(c.model, c.feature_map, c.short_conv, c.seq_len, c.num_pairs, c.d_model) for c in cells}
+    for s in settings:
+        picked = [c for c in cells if (c.model, c.feature_map, c.short_conv, c.seq_len, c.num_pairs, c.d_model) == s]
+        assert len({c.lr for c in picked}) >= 3 and len({c.seed for c in picked}) >= 3
+    widths = {(c.model, c.seq_len, c.num_pairs): set() for c in cells if c.short_conv and c.feature_map in ("silu", "")}
+    for c in cells:
+        if c.short_conv and c.feature_map in ("silu", ""):
+            widths[c.model, c.seq_len, c.num_pairs].add(c.d_model)
+    assert all(len(w) >= 3 for w in widths.values())
+    matched = {(c.model, c.feature_map) for c in cells if c.model in ("linear_attention", "deltanet", "rls")}
+    assert {("deltanet", "elu_plus_one"), ("rls", "silu"), ("linear_attention", "elu_plus_one")} <= matched
+    assert {c.model for c in cells if not c.short_conv} >= {"deltanet", "softmax_attention"}
 
 
-TINY = dict(seq_len=16, d_model=8, vocab_size=16, labels_per_step=8, max_steps=2, eval_every=1, eval_examples=8)
+def test_full_grid_reaches_zoology_scale():
+    cells = FULL_GRID.cells()
+    assert max(c.d_model for c in cells) >= 128 and max(c.seq_len for c in cells) >= 256
+    assert {"gated_deltanet", "mesa"} <= {c.model for c in cells}
+
+
+TINY = dict(vocab_size=64, max_steps=2, eval_every=1, eval_examples=8)
+
+
+def tiny_grid(models, lrs=(1e-2,), seeds=(0,)):
+    return MQARGrid("quick", blocks=(Block("b", models, (8,), ((24, 4),), lrs=lrs, seeds=seeds),), **TINY)
 
 
 @pytest.mark.slow  # the first Adam in a process imports torch._dynamo (~10 s here); the run itself is 2 steps
 def test_grid_writes_a_csv_that_reads_back_with_its_provenance(tmp_path, capsys):
-    grid = MQARGrid(blocks=(Block("b", ("softmax_attention",), (2,), seeds=(0,)),), **TINY)
-    rows = run_grid(grid, tmp_path / "g.csv", command="the command", progress=False)
+    rows = run_grid(tiny_grid(("softmax_attention",)), tmp_path / "g.csv", command="the command", progress=False)
     back = load_results(tmp_path / "g.csv")
     shown = capsys.readouterr().out
     assert "command: the command" in shown and "git commit:" in shown and "started:" in shown
-    assert back == rows and back[0]["steps"] <= 2 and back[0]["state_size"] == 2 * 16 * 8
+    assert back == rows and back[0]["steps"] <= 2 and back[0]["state_size"] == 2 * 24 * 8
     assert summarise(back, model="softmax_attention")["n"] == 1
 
 
-@pytest.mark.slow  # two tiny trainings; the first Adam of a process imports torch._dynamo
-def test_resume_trains_only_the_missing_cells(tmp_path):
-    grid = MQARGrid(blocks=(Block("b", ("softmax_attention", "linear_attention"), (2,), seeds=(0,)),), **TINY)
-    out = tmp_path / "g.csv"
-    first = run_grid(grid, out, progress=False)
-    lines = out.read_text().splitlines()
-    header = [i for i, line in enumerate(lines) if line.startswith("model,")][0]
-    out.write_text("\n".join(lines[: header + 2]) + "\n")  # as if stopped after the first cell
-    kept = load_results(out, show=False)[0]
-    out.write_text(
-        out.read_text().replace(f",{kept['accuracy']},", ",0.123,")
-    )  # a kept row is read back, not retrained
-    rows = run_grid(grid, out, resume=True, progress=False)
+@pytest.mark.slow
+def test_the_sweep_trains_every_rate_on_the_first_seed_and_the_rest_at_the_best(tmp_path):
+    rows = run_grid(tiny_grid(("deltanet",), lrs=(1e-3, 1e-2), seeds=(0, 1, 2)), tmp_path / "g.csv", progress=False)
+    first = {r["lr"] for r in rows if r["seed"] == 0}
+    chosen = best(rows, model="deltanet")
+    assert first == {1e-3, 1e-2} and len(rows) == 4
+    assert {(r["lr"], r["seed"]) for r in rows if r["seed"] != 0} == {(chosen["lr"], 1), (chosen["lr"], 2)}
+    assert chosen["n"] == 3 and set(chosen["by_lr"]) == {1e-3, 1e-2}
 
-    def timeless(row):  # the retrained cell repeats its numbers; only its times differ
-        return {k: v for k, v in row.items() if k not in ("train_seconds", "cpu_seconds")}
 
-    assert {r["model"]: r["accuracy"] for r in rows}[kept["model"]] == 0.123
-    assert [timeless(r) for r in rows if r["model"] != kept["model"]] == [
-        timeless(r) for r in first if r["model"] != kept["model"]
-    ]
-    assert load_results(out, show=False) == rows and "# resumed:" in out.read_text()
+def test_best_picks_the_rate_by_the_seeds_common_to_all_rates():
+    def row(lr, seed, acc, loss=1.0):
+        return {"model": "m", "lr": lr, "seed": seed, "accuracy": acc, "final_eval_loss": loss}
+
+    rows = [row(1e-3, 0, 0.5), row(1e-2, 0, 0.7), row(1e-2, 1, 0.1), row(1e-2, 2, 0.2)]
+    assert best(rows, model="m")["lr"] == 1e-2 and best(rows, model="m")["min"] == 0.1
+    tie = [row(1e-3, 0, 1.0, 0.01), row(1e-2, 0, 1.0, 0.002)]
+    assert best(tie, model="m")["lr"] == 1e-2  # equal accuracy: the lower loss wins

@@ -9,6 +9,12 @@ off, gives another number. The exercise asks for a Python float, and the check r
 ``mqar_layout``: random keys, values, query slots and filler, with more slots than queries (so a query placed at
 the wrong offset lands on filler, not on another query) and slots beyond the first (so ``2 · slot`` and ``slot``
 differ).
+
+``wire_recall_circuit``: the student sets, by hand and without training, the weights of a fresh one-layer linear
+attention model (:class:`ttr_edu.models.mqar.MQARModel`, ``d_model = V``, ``φ = identity``). The check builds such
+models at several vocabularies (seeded, so their untouched weights differ from case to case), lets the function wire
+each in place, and scores it on MQAR batches whose filler is token 0 (Zoology's ``random_non_queries=False``): the
+circuit must recall every query, at several numbers of pairs and sequence lengths.
 """
 
 from __future__ import annotations
@@ -20,7 +26,7 @@ import torch
 from ttr_edu.checks._core import CheckFailed, describe, run_check
 from ttr_edu.tasks.mqar import IGNORE_INDEX, mqar_accuracy, mqar_batch, mqar_layout, query_slots
 
-__all__ = ["check_mqar_accuracy", "check_mqar_layout"]
+__all__ = ["check_mqar_accuracy", "check_mqar_layout", "check_wire_recall_circuit"]
 
 # (B, T, N pairs, V, fraction of the queries whose logits favour the right value, dtype)
 CASES = [
@@ -87,3 +93,42 @@ def check_mqar_layout(student_mqar_layout: Callable) -> bool:
     return run_check(
         "mqar_layout", student_mqar_layout, mqar_layout, _layout_cases(), rtol=0, atol=0, inputs_unchanged=True
     )
+
+
+# (V = d_model, T, N pairs): several vocabularies, pairs and lengths, so that no setting is special
+WIRING_CASES = [(16, 24, 3), (32, 64, 8), (24, 40, 5), (48, 96, 12)]
+
+
+def _wired_accuracy(student_fn: Callable, vocab_size: int, seq_len: int, num_pairs: int, seed: int) -> float:
+    """Build a fresh model, let ``student_fn`` wire it in place, return its accuracy on zero-filler MQAR batches."""
+    from ttr_edu.models.mqar import MQARModel
+
+    torch.manual_seed(seed)  # the untouched weights differ from case to case: the wiring must set what it needs
+    model = MQARModel("linear_attention", vocab_size, vocab_size, feature_map="identity")
+    returned = student_fn(model)
+    if isinstance(returned, torch.nn.Module):
+        model = returned
+    batch = mqar_batch(
+        64, seq_len, num_pairs, vocab_size, random_non_queries=False, generator=torch.Generator().manual_seed(seed)
+    )
+    return model.accuracy(batch)
+
+
+def check_wire_recall_circuit(student_wire_recall_circuit: Callable) -> bool:
+    """Check ``wire_recall_circuit(model)``: a model wired by hand recalls every query of zero-filler MQAR batches
+    (accuracy exactly 1.0) at every case of :data:`WIRING_CASES`."""
+    if not callable(student_wire_recall_circuit):
+        raise TypeError(
+            f"wire_recall_circuit: expected your function, got {type(student_wire_recall_circuit).__name__}"
+        )
+
+    def accuracy_after_wiring(vocab_size: int, seq_len: int, num_pairs: int, seed: int) -> float:
+        return _wired_accuracy(student_wire_recall_circuit, vocab_size, seq_len, num_pairs, seed)
+
+    def perfect(vocab_size: int, seq_len: int, num_pairs: int, seed: int) -> float:
+        return 1.0
+
+    cases = [
+        {"vocab_size": v, "seq_len": t, "num_pairs": n, "seed": 700 + i} for i, (v, t, n) in enumerate(WIRING_CASES)
+    ]
+    return run_check("wire_recall_circuit", accuracy_after_wiring, perfect, cases, rtol=0, atol=0)

@@ -9,8 +9,13 @@
   (:mod:`.mqar_memories`);
 * ``lm``: tiny byte-level language models on the standard-library corpus (:mod:`.lm`, chapter 10).
 
-The full-grid CSVs the chapters plot are shipped in ``ttr_edu/experiments/results``
-(:func:`ttr_edu.experiments.grid.load_shipped`).
+Every grid runs through one runner (:mod:`.runner`): cells run here (``--jobs N`` local processes) or on a Dask
+cluster (``--scheduler local:N`` or ``--scheduler tcp://HOST:8786``; ``docs/cluster.md``), rows land in the CSV as
+cells finish, under lines that say how to reproduce them, and ``--resume`` finishes an interrupted run without ever
+mixing two recipes. An argument error is one line and exit status 2; Ctrl-C is one line and exit status 130.
+
+The CSVs the chapters plot are shipped in ``ttr_edu/experiments/results``
+(:func:`ttr_edu.experiments.grid.load_shipped`, :func:`ttr_edu.experiments.mqar.load_results`, ...).
 """
 
 import re

@@ -28,8 +28,8 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 1
-    module.main(rest)
-    return 0
+    status = module.main(rest)
+    return status if isinstance(status, int) else 0
 
 
 if __name__ == "__main__":

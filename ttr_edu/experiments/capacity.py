@@ -75,7 +75,7 @@ def quick_grid() -> list[tuple[ModelSpec, int]]:
     return [(MODELS[label], s) for label in ("ELU+1", "DPFP ν=2") for s in (8, 24)]
 
 
-def main(argv: list[str] | None = None) -> list[dict]:
+def main(argv: list[str] | None = None) -> int:
     return grid_main(
         "capacity",
         __doc__.split("\n")[0],

@@ -2,16 +2,18 @@
 
 A grid point trains (or, for random keys, only evaluates) one :class:`ttr_edu.models.RetrievalModel` on one
 task and returns one CSV row. Rows are plain dicts, so the notebooks plot them with plotly and no data-frame
-library.
+library. The command line (:func:`grid_main`) runs the points through the shared runner
+(:mod:`ttr_edu.experiments.runner`): locally or on Dask, rows appended as they finish under their provenance, and
+``--resume`` only onto a CSV of the same recipe.
 """
 
 from __future__ import annotations
 
-import argparse
 import csv
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
+from functools import partial
 from importlib import resources
 from pathlib import Path
 
@@ -19,6 +21,7 @@ import plotly.graph_objects as go
 import torch
 from tqdm.auto import tqdm
 
+from ttr_edu.experiments import runner
 from ttr_edu.models.retrieval import RetrievalModel
 from ttr_edu.tasks.retrieval import capacity_batch, overwrite_batch
 from ttr_edu.train import evaluate, progress_enabled, train
@@ -178,9 +181,10 @@ def write_csv(rows: list[dict], path: str | Path) -> Path:
 
 
 def read_csv(path: str | Path) -> list[dict]:
-    """Read a grid CSV back, with numbers as numbers and ``reached_target`` as a bool."""
+    """Read a grid CSV back, with numbers as numbers and ``reached_target`` as a bool (``#`` provenance lines, as the
+    runner writes them, are skipped)."""
     with Path(path).open(newline="") as f:
-        rows = list(csv.DictReader(f))
+        rows = list(csv.DictReader(line for line in f if not line.startswith("#")))
     for row in rows:
         for key, value in row.items():
             if key in _NUMERIC and value != "":
@@ -263,6 +267,42 @@ def loss_figure(rows: list[dict], *, title: str, per_d_dot: bool = False, d_dot_
     return figure
 
 
+#: the columns of a grid point's row (:func:`run_point`), as the runner writes them
+FIELDS = (
+    "task",
+    "model",
+    "feature_map",
+    "update_rule",
+    "keys",
+    "d_dot",
+    "num_keys",
+    "best_eval_loss",
+    "final_eval_loss",
+    "steps",
+    "reached_target",
+    "seconds",
+    *(f"train_{name}" for name in TrainingSpec.__dataclass_fields__),
+)
+
+
+def _int_or_blank(text: str) -> int | str:
+    return "" if text == "" else int(text)
+
+
+def experiment(task: str) -> runner.Experiment:
+    """The CSV of the ``capacity`` or ``overwrite`` grid for :mod:`ttr_edu.experiments.runner`."""
+    types: dict = {name: int for name in _NUMERIC}
+    types.update({name: float for name in _FLOAT}, d_dot=_int_or_blank, reached_target=bool)
+    return runner.Experiment(
+        name=task, fields=FIELDS, key=("task", "model", "num_keys", "train_seed"), types=types, timing=("seconds",)
+    )
+
+
+def _point_cell(task: str, specs: dict[str, ModelSpec], training: TrainingSpec, cell: dict) -> dict:
+    """The runner's cell function: one grid point, named by its model label and S."""
+    return run_point(task, specs[cell["model"]], cell["num_keys"], training, progress=False)
+
+
 def grid_main(
     task: str,
     description: str,
@@ -273,32 +313,49 @@ def grid_main(
     d_dot: dict[str, int],
     cliff_rows: Callable[[list[dict]], list[dict]] = lambda rows: rows,
     argv: list[str] | None = None,
-) -> list[dict]:
-    """The command line shared by ``python -m ttr_edu.experiments capacity|overwrite``.
+) -> int:
+    """The command line shared by ``python -m ttr_edu.experiments capacity|overwrite``; returns the exit status.
 
-    Runs the quick or the full grid, writes the CSV, and prints where each model's loss first exceeds 0.01
-    (:func:`cliff_positions` over ``cliff_rows(rows)``) next to its ``d_dot``.
+    Runs the quick or the full grid through :func:`ttr_edu.experiments.runner.run` (``--jobs``, ``--scheduler``,
+    ``--resume``), and prints where each model's loss first exceeds 0.01 (:func:`cliff_positions` over
+    ``cliff_rows(rows)``) next to its ``d_dot``.
     """
-    parser = argparse.ArgumentParser(prog=f"python -m ttr_edu.experiments {task}", description=description)
-    parser.add_argument("--out", default=f"{task}_grid.csv", help="CSV to write (default: %(default)s)")
+    return runner.guarded(
+        partial(_grid_main, task, description, quick_grid, full_grid, quick_steps, d_dot, cliff_rows)
+    )(argv)
+
+
+def _grid_main(task, description, quick_grid, full_grid, quick_steps, d_dot, cliff_rows, argv) -> int:
+    parser = runner.ArgumentParser(prog=f"python -m ttr_edu.experiments {task}", description=description)
     parser.add_argument("--quick", action="store_true", help="run the small subset only")
     parser.add_argument(
         "--max-steps", type=int, default=None, help=f"default: {TrainingSpec.max_steps}, or {quick_steps} with --quick"
     )
     parser.add_argument("--seed", type=int, default=TrainingSpec.seed)
-    parser.add_argument(
-        "--progress",
-        action=argparse.BooleanOptionalAction,
-        default=None,
-        help="progress bars and a line per point (default: only in a terminal)",
-    )
+    runner.add_arguments(parser, f"{task}_grid.csv")
     args = parser.parse_args(argv)
-    start = time.perf_counter()
+    options = runner.runner_options(parser, args)
+    if args.max_steps is not None and args.max_steps < 1:
+        parser.error(f"--max-steps: expected a positive int, got {args.max_steps}")
+    if args.seed < 0:
+        parser.error(f"--seed: expected an int >= 0, got {args.seed}")
     points = quick_grid() if args.quick else full_grid()
     max_steps = args.max_steps or (quick_steps if args.quick else TrainingSpec.max_steps)
-    rows = run_grid(task, points, TrainingSpec(max_steps=max_steps, seed=args.seed), progress=args.progress)
-    path = write_csv(rows, args.out)
-    print(f"wrote {len(rows)} rows to {path} in {time.perf_counter() - start:.0f} s")
-    for model, (solved, failed) in cliff_positions(cliff_rows(rows)).items():
+    training = replace(TrainingSpec(), max_steps=max_steps, seed=args.seed)
+    specs = {spec.label: spec for spec, _ in points}
+    cells = [{"task": task, "model": spec.label, "num_keys": s, "train_seed": training.seed} for spec, s in points]
+    recipe = {"grid": "quick" if args.quick else "full", "task": task, "training": asdict(training)}
+    result = runner.run(
+        experiment(task),
+        recipe,
+        cells,
+        partial(_point_cell, task, specs, training),
+        command=runner.command_line(task, argv),
+        **options,
+    )
+    print(
+        f"wrote {len(result.rows)} rows to {options['out']} ({result.trained} trained in {result.wall_seconds:.0f} s)"
+    )
+    for model, (solved, failed) in cliff_positions(cliff_rows(result.rows)).items():
         print(f"  {model:16s} d_dot={d_dot.get(model, '-')!s:>3}: loss <= 0.01 up to S={solved}, fails at S={failed}")
-    return rows
+    return runner.report_lost(result, experiment(task))

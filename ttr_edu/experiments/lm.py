@@ -5,27 +5,29 @@ Every cell trains one :class:`ttr_edu.models_lm.TinyLM` whose mixer is one of :d
 bits per byte on the whole valid and test splits (:func:`ttr_edu.text_corpus.eval_windows`). A run whose loss
 becomes NaN or infinite is kept as a row with ``diverged = 1``.
 
-    python -m ttr_edu.experiments lm                  # the full grid -> lm_grid.csv (resumes what is there)
+    python -m ttr_edu.experiments lm                  # the full grid -> lm_grid.csv
     python -m ttr_edu.experiments lm --jobs 2         # cells in 2 processes (joblib), one thread each
+    python -m ttr_edu.experiments lm --resume         # finish an interrupted run (same recipe and corpus only)
     python -m ttr_edu.experiments lm --quick --out q.csv
 
-Each row carries the corpus hash and the Python version, so results from another corpus are never mixed in: rows of a
-different corpus in ``--out`` are refused. The shipped CSV (``ttr_edu/experiments/results/lm_grid.csv``) is the full
-grid.
+The cells run through the shared runner (:mod:`ttr_edu.experiments.runner`: locally, or on Dask with
+``--scheduler``). Each row carries the corpus hash and the Python version, and the recipe (the grid's settings and
+the corpus hash) is recorded in the CSV's header, so results from another corpus or recipe are never mixed in:
+``--resume`` refuses such a file. The shipped CSV (``ttr_edu/experiments/results/lm_grid.csv``) is the full grid.
 """
 
 from __future__ import annotations
 
-import argparse
-import csv
 import math
 import time
 from dataclasses import asdict, dataclass
+from functools import partial
 from importlib import resources
 from pathlib import Path
 
 import torch
 
+from ttr_edu.experiments import runner
 from ttr_edu.models.lm import LM_MIXERS, LMConfig, TinyLM, bits_per_byte, lm_loss
 from ttr_edu.tasks.text import eval_windows, load_stdlib_corpus, random_windows
 from ttr_edu.train import train
@@ -164,98 +166,100 @@ def train_cell(
     return (row, model) if return_model else row
 
 
-def _run_one(grid: LMGrid, mixer: str, seed: int) -> dict:
-    torch.set_num_threads(1)  # one core per cell: --jobs N then uses N cores without oversubscription
-    return train_cell(grid, mixer, seed, progress=False)
+def _run_one(grid: LMGrid, cell: dict) -> dict:
+    """The runner's cell function: one thread per cell, so ``--jobs N`` uses N cores without oversubscription."""
+    torch.set_num_threads(1)
+    return train_cell(grid, cell["mixer"], cell["seed"], progress=False)
 
 
-def _key(row: dict) -> tuple:
-    return (
-        row["mixer"],
-        int(row["seed"]),
-        int(row["d_model"]),
-        int(row["n_layers"]),
-        int(row["seq_len"]),
-        int(row["steps"]),
-    )
+_NUMERIC = {"seed", "d_model", "n_layers", "num_heads", "parameters", "seq_len", "batch_size", "steps", "diverged"}
+EXPERIMENT = runner.Experiment(
+    name="lm",
+    fields=tuple(FIELDS),
+    key=("mixer", "seed"),
+    types={
+        **{name: int for name in _NUMERIC},
+        **{name: float for name in ("lr", "final_train_loss", "valid_bpb", "test_bpb", "train_seconds")},
+    },
+    timing=("train_seconds",),
+)
+
+
+def recipe(grid: LMGrid) -> dict:
+    """What every cell of ``grid`` shares, with the corpus it trains on (its SHA-256): the CSV's recipe."""
+    corpus = load_stdlib_corpus()
+    shared = {k: v for k, v in asdict(grid).items() if k not in ("mixers", "seeds")}
+    return {**shared, "corpus_sha256": corpus.sha256, "python_version": corpus.python_version}
 
 
 def run_grid(
-    grid: LMGrid = FULL_GRID, out: str | Path | None = None, *, jobs: int = 1, progress: bool | None = None
+    grid: LMGrid = FULL_GRID,
+    out: str | Path | None = None,
+    *,
+    jobs: int = 1,
+    progress: bool | None = None,
+    resume: bool = True,
+    scheduler: str | None = None,
+    command: str | None = None,
 ) -> list[dict]:
     """Train every cell of ``grid`` not already in ``out``; append each row to ``out`` as soon as it is done.
 
     Args:
         jobs: cells trained at once, each in its own process (joblib); 1 runs them here, in order.
+        resume: keep the rows already in ``out`` (the default); refused unless ``out`` was written with this
+            recipe and corpus. ``False`` starts ``out`` afresh.
+        scheduler: ``"local:N"`` or a Dask scheduler address (:func:`ttr_edu.experiments.runner.run`).
 
     Returns:
         The rows of the grid's cells (those found in ``out`` and the new ones), in :meth:`LMGrid.cells` order.
 
     Raises:
-        ValueError: ``out`` holds rows of another corpus (another Python version's standard library).
+        ttr_edu.experiments.runner.ResumeRefused: ``out`` holds rows of another recipe or corpus (another Python
+            version's standard library): write to another file.
     """
-    from joblib import Parallel, delayed
-    from tqdm.auto import tqdm
-
-    corpus = load_stdlib_corpus()
-    done: dict[tuple, dict] = {}
-    if out is not None and Path(out).exists():
-        for row in load_results(out):
-            if row["corpus_sha256"] != corpus.sha256:
-                raise ValueError(
-                    f"out: {out} holds rows of corpus {row['corpus_sha256'][:16]}, this Python's corpus "
-                    f"is {corpus.sha256[:16]}; write to another file"
-                )
-            done[_key(row)] = row
-    todo = [(m, s) for m, s in grid.cells() if _key({**asdict(grid), "mixer": m, "seed": s}) not in done]
-    handle = writer = None
-    if out is not None:
-        new_file = not Path(out).exists()
-        handle = open(out, "a", newline="")
-        writer = csv.DictWriter(handle, fieldnames=FIELDS)
-        if new_file:
-            writer.writeheader()
-    try:
-        results = Parallel(n_jobs=jobs, return_as="generator_unordered")(delayed(_run_one)(grid, m, s) for m, s in todo)
-        for row in tqdm(results, total=len(todo), desc="LM grid", disable=progress is False):
-            done[_key(row)] = row
-            if writer is not None:
-                writer.writerow(row)
-                handle.flush()
-    finally:
-        if handle is not None:
-            handle.close()
-    return [done[_key({**asdict(grid), "mixer": m, "seed": s})] for m, s in grid.cells()]
-
-
-_NUMERIC = {"seed", "d_model", "n_layers", "num_heads", "parameters", "seq_len", "batch_size", "steps", "diverged"}
+    cells = [{"mixer": mixer, "seed": seed} for mixer, seed in grid.cells()]
+    result = runner.run(
+        EXPERIMENT,
+        recipe(grid),
+        cells,
+        partial(_run_one, grid),
+        out,
+        resume=resume,
+        jobs=jobs,
+        scheduler=scheduler,
+        command=command,
+        progress=progress,
+    )
+    return result.rows
 
 
 def load_results(path: str | Path | None = None) -> list[dict]:
-    """Rows of a grid CSV (default: the shipped full grid), numbers parsed."""
+    """Rows of a grid CSV (default: the shipped full grid), numbers parsed; a CSV from before the runner (without
+    its ``recipe`` and ``version`` columns) is read too."""
     if path is None:
-        path = resources.files("ttr_edu.experiments") / "results" / "lm_grid.csv"
-    with open(path, newline="") as handle:
-        rows = list(csv.DictReader(handle))
-    for row in rows:
-        for name, value in row.items():
-            if name in _NUMERIC:
-                row[name] = int(value)
-            elif name not in ("mixer", "corpus_sha256", "python_version"):
-                row[name] = float(value)
-    return rows
+        text = (resources.files("ttr_edu.experiments") / "results" / "lm_grid.csv").read_text()
+        return runner.read(EXPERIMENT, "lm_grid.csv", text=text, legacy=True)[1]
+    return runner.read(EXPERIMENT, path, legacy=True)[1]
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m ttr_edu.experiments lm", description=__doc__.split("\n")[0])
+def main(argv: list[str] | None = None) -> int:
+    """Command line: ``python -m ttr_edu.experiments lm [--quick] [--out PATH] [--jobs N | --scheduler ADDRESS]
+    [--resume]``; returns the exit status."""
+    return _main(argv)
+
+
+@runner.guarded
+def _main(argv: list[str] | None = None) -> int:
+    parser = runner.ArgumentParser(prog="python -m ttr_edu.experiments lm", description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="the small grid the chapter trains live")
-    parser.add_argument("--out", default="lm_grid.csv", help="CSV to write (rows already there are kept)")
-    parser.add_argument("--jobs", type=int, default=1, help="cells trained at once, one process each")
+    runner.add_arguments(parser, "lm_grid.csv")
     args = parser.parse_args(argv)
-    if args.jobs < 1:
-        parser.error(f"--jobs: expected an integer ≥ 1, got {args.jobs}")
+    options = runner.runner_options(parser, args)
     grid = QUICK_GRID if args.quick else FULL_GRID
     print(load_stdlib_corpus().describe())
-    start = time.perf_counter()
-    rows = run_grid(grid, args.out, jobs=args.jobs)
-    print(f"{len(rows)} cells in {args.out}; this run took {time.perf_counter() - start:.0f} s")
+    cells = [{"mixer": mixer, "seed": seed} for mixer, seed in grid.cells()]
+    result = runner.run(
+        EXPERIMENT, recipe(grid), cells, partial(_run_one, grid), command=runner.command_line("lm", argv), **options
+    )
+    print(f"{len(result.rows)} cells in {options['out']}; this run took {result.wall_seconds:.0f} s")
+    return runner.report_lost(result, EXPERIMENT)

@@ -1,49 +1,55 @@
-"""``python -m ttr_edu.experiments mqar``: train tiny one-layer models on MQAR over a grid and write a CSV.
+"""``python -m ttr_edu.experiments mqar``: train one-layer models on MQAR, Zoology's way, and write a CSV.
 
-The grid is a union of :class:`Block` s, each a product of settings in which one thing varies at a time:
+Zoology (Arora et al. 2023) measures how recall depends on the *state* a layer keeps: it trains each layer at
+several widths, sweeps the learning rate, keeps the best, and plots accuracy against state size. This grid does the
+same at CPU scale, for the course's test-time-regression layers. Every cell shares one recipe (:class:`MQARGrid`):
 
-* ``matched``: linear attention, DeltaNet and RLS with the *same* feature map and L2 key normalisation, for two
-  feature maps (``identity``: signed features; ``elu_plus_one``: non-negative ones), at ``N = d/2`` and ``N = d``;
-* ``gated`` and ``mesa``: gated DeltaNet, and Mesa (gated RLS) at ``N = d``, identity features;
-* ``attention`` and ``local``: softmax attention, and local linear attention at ``N = d`` (their state is the
-  key-value cache);
-* ``no_conv``: the ablation without the short convolution on ``q, k, v``, at ``N = d/2``.
+* the task of :func:`ttr_edu.tasks.mqar.mqar_batch` with Zoology's vocabulary (8192 tokens), power-law query gaps
+  and random filler, at ``T >= 6 N`` (at least half of the query slots hold filler);
+* batches of ``batch_size`` fresh examples at every ``N`` (at least 32), Adam at a constant learning rate, an early
+  stop once the evaluation loss is small, and the accuracy on one held-out set per ``(T, N)`` (seed ``test_seed``);
+* a sweep over ``lrs`` and ``seeds`` for every setting: :func:`best` picks the learning rate with the best mean over
+  the seeds and reports the spread of the seeds there (min–max), as Zoology reports the best learning rate.
 
-Every cell uses the same recipe (:class:`MQARGrid`): one sequence length that leaves at least half of the query
-slots free at every ``N`` (so the task keeps its power-law gaps and filler), the same number of labelled queries per
-step at every ``N`` (the batch holds ``labels_per_step / N`` examples), Adam on fresh batches, an early stop at a
-small evaluation loss, and the accuracy on held-out examples. Three seeds per cell (model, data and held-out set).
+The grid is a union of :class:`Block` s, each a product in which one thing varies at a time:
 
-Rows are appended to the CSV as cells finish, under a few ``#`` lines that record the command, the date and the git
-commit, so an interrupted run keeps what it has and can be finished with ``--resume``::
+* ``widths``: linear attention, DeltaNet, RLS and softmax attention at three widths (Zoology's figure: accuracy
+  against state size, one line per layer); the linear memories share the feature map ``silu`` (the convolution's
+  SiLU, then the L2 norm: DeltaNet's own choice) and RLS keeps its true state, twice DeltaNet's;
+* ``features``: the same three linear memories with ``φ = ELU+1`` (non-negative keys) at the middle width;
+* ``no_conv``: DeltaNet and softmax attention without the short convolution, at the smallest width;
+* ``stacked``: linear attention and DeltaNet with ELU+1 stacked on the convolution's SiLU (keys that start almost
+  collinear), at the middle width;
+* (the full grid only) ``gated``: gated DeltaNet and Mesa (gated RLS) beside the others at every width.
 
-    python -m ttr_edu.experiments mqar --jobs 2                      # the full grid -> mqar_grid.csv
-    python -m ttr_edu.experiments mqar --quick --out q.csv           # the cells chapter 09 trains live
-    python -m ttr_edu.experiments mqar --jobs 2 --resume             # finish an interrupted run
+Two sizes of the same grid: ``--grid course`` (the default; :data:`COURSE_GRID`, the learning rates swept on the
+first seed; 95 cells, about 86 CPU-minutes of training summed over the cells of the shipped run, so roughly 45
+minutes on two otherwise idle cores (an estimate: the shipped run shared its cores with other work, and its CSV's
+comment lines record when it started, resumed and finished). The CSV is shipped as
+``ttr_edu/experiments/results/mqar_grid.csv`` and read by chapter 09) and ``--grid full`` (:data:`FULL_GRID`,
+Zoology's scale: widths up to 128, sequences up to 256 tokens; a cluster's job, see
+``docs/cluster.md``). ``--quick`` runs two small cells, a smoke test of the command (a minute or so).
 
-The CSV shipped with the package (``ttr_edu/experiments/results/mqar_grid.csv``, read by :func:`load_results`) is the
-full grid.
+Rows are appended as cells finish, under lines that record the command, the package version, the git commit and the
+recipe; every row carries the recipe's hash and the version, and ``--resume`` refuses a CSV of another recipe::
+
+    python -m ttr_edu.experiments mqar --jobs 2                           # the course grid -> mqar_grid.csv
+    python -m ttr_edu.experiments mqar --grid full --scheduler tcp://HOST:8786 --out mqar_full.csv
+    python -m ttr_edu.experiments mqar --jobs 2 --resume                  # finish an interrupted run
 """
 
 from __future__ import annotations
 
-import argparse
-import csv
-import io
-import json
-import subprocess
-import sys
+import math
 import time
 from dataclasses import asdict, dataclass, replace
-from datetime import datetime, timezone
+from functools import partial
 from importlib import resources
 from pathlib import Path
 
 import torch
-from tqdm.auto import tqdm
 
-from ttr_edu._internal.progress import progress_enabled
-from ttr_edu.experiments import plain_help
+from ttr_edu.experiments import plain_help, runner
 from ttr_edu.models.mqar import MODELS, MQARModel
 from ttr_edu.tasks.mqar import free_slot_fraction, mqar_batch
 from ttr_edu.train import train
@@ -52,89 +58,118 @@ __all__ = [
     "Block",
     "Cell",
     "MQARGrid",
+    "COURSE_GRID",
     "FULL_GRID",
     "QUICK_GRID",
+    "GRIDS",
+    "EXPERIMENT",
     "train_cell",
     "run_grid",
     "load_results",
     "summarise",
+    "best",
+    "choose_lr",
+    "sweep",
     "settings",
     "table",
-    "accuracy_figure",
+    "state_figure",
     "ablation_figure",
     "STYLE",
     "main",
 ]
 
-FIELDS = [
-    "model",
-    "feature_map",
-    "short_conv",
-    "seq_len",
-    "num_pairs",
-    "d_model",
-    "batch_size",
-    "state_size",
-    "steps",
-    "final_eval_loss",
-    "accuracy",
-    "train_seconds",
-    "cpu_seconds",
-    "seed",
-]
-_TYPES = {
-    "short_conv": lambda s: s == "True",
-    "seq_len": int,
-    "num_pairs": int,
-    "d_model": int,
-    "batch_size": int,
-    "state_size": int,
-    "steps": int,
-    "final_eval_loss": float,
-    "accuracy": float,
-    "train_seconds": float,
-    "cpu_seconds": float,
-    "seed": int,
-}
+#: the columns that name a cell
+KEY = ("model", "feature_map", "short_conv", "seq_len", "num_pairs", "d_model", "lr", "seed")
+EXPERIMENT = runner.Experiment(
+    name="mqar",
+    fields=(
+        *KEY,
+        "vocab_size",
+        "batch_size",
+        "test_seed",
+        "state_size",
+        "steps",
+        "final_eval_loss",
+        "accuracy",
+        "train_seconds",
+        "cpu_seconds",
+    ),
+    key=KEY,
+    types={
+        "short_conv": bool,
+        "seq_len": int,
+        "num_pairs": int,
+        "d_model": int,
+        "lr": float,
+        "seed": int,
+        "vocab_size": int,
+        "batch_size": int,
+        "test_seed": int,
+        "state_size": int,
+        "steps": int,
+        "final_eval_loss": float,
+        "accuracy": float,
+        "train_seconds": float,
+        "cpu_seconds": float,
+    },
+    timing=("train_seconds", "cpu_seconds"),
+)
 
 
 @dataclass(frozen=True)
 class Cell:
-    """One trained model: the layer, its feature map (``""`` for softmax / local linear), the convolution, N, seed."""
+    """One trained model: the layer, its feature map (``""`` for the key-value-cache layers), the convolution, the
+    task ``(T, N)``, the width, the learning rate and the seed (model initialisation and training batches)."""
 
     model: str
     feature_map: str
     short_conv: bool
+    seq_len: int
     num_pairs: int
+    d_model: int
+    lr: float
     seed: int
+
+
+#: the learning rates every setting is trained with (Zoology sweeps np.logspace(-4, -2, 4))
+LRS = (1e-3, 3e-3, 1e-2)
 
 
 @dataclass(frozen=True)
 class Block:
-    """A product of settings: every model × feature map × convolution setting × number of pairs × seed.
+    """A product of settings: models × feature maps × convolution × tasks × widths × learning rates × seeds.
 
-    The feature maps apply to the linear memories (:data:`ttr_edu.models_mqar.LINEAR_MEMORIES`); softmax and local
+    The feature maps apply to the linear memories (:data:`ttr_edu.models.mqar.LINEAR_MEMORIES`); softmax and local
     linear attention get one cell per remaining setting, with feature map ``""``.
     """
 
     name: str
     models: tuple[str, ...]
-    num_pairs: tuple[int, ...]
-    feature_maps: tuple[str, ...] = ("identity",)
+    d_models: tuple[int, ...]
+    tasks: tuple[tuple[int, int], ...]  # (seq_len, num_pairs)
+    feature_maps: tuple[str, ...] = ("silu",)
     short_conv: tuple[bool, ...] = (True,)
+    lrs: tuple[float, ...] = LRS
     seeds: tuple[int, ...] = (0, 1, 2)
 
     def cells(self) -> list[Cell]:
+        """Every cell of the block.
+
+        Raises:
+            ValueError: an unknown model name.
+        """
         out = []
         for model in self.models:
             if model not in MODELS:
                 raise ValueError(f"models: unknown name {model!r} in block {self.name!r}; valid: {', '.join(MODELS)}")
             maps = self.feature_maps if MODELS[model].linear_memory else ("",)
             out += [
-                Cell(model, fm, conv, n, seed)
+                Cell(model, fm, conv, t, n, d, lr, seed)
                 for fm in maps
                 for conv in self.short_conv
-                for n in self.num_pairs
+                for t, n in self.tasks
+                for d in self.d_models
+                for lr in self.lrs
                 for seed in self.seeds
             ]
         return out
@@ -145,268 +180,323 @@ class MQARGrid:
     """The blocks and the training recipe every cell shares.
 
     Attributes:
+        name: ``"course"``, ``"full"`` or ``"quick"``; part of the recipe, so that rows of two grids never mix.
         blocks: the :class:`Block` s; a cell in two blocks is trained once.
-        seq_len: tokens per example, the same at every ``N``; at least half of the query slots must stay free
-            (``ttr_edu.mqar.free_slot_fraction ≥ 0.5``), so that no cell degenerates into "every slot is a query".
-        d_model: the width; with one head a linear memory keeps ``d_model²`` floats (RLS and Mesa twice that).
-        vocab_size: kept small (Zoology uses 8192) so that a CPU run fits in minutes; keys come from ``V/2``
-            tokens, more than ``d_model``, so the keys of an example can never all be orthogonal.
-        labels_per_step: labelled queries per training batch; the batch holds ``labels_per_step / N`` examples, so
-            every ``N`` gets the same training signal per step.
-        max_steps, lr, target_loss, eval_every: Adam on fresh batches, stopped once the evaluation loss is
-            ``<= target_loss`` (checked every ``eval_every`` steps).
-        eval_examples: held-out examples for the reported accuracy.
+        vocab_size: ``V`` (Zoology: 8192); keys come from ``V/2`` tokens, values from the other half.
+        batch_size: examples per training step, the same at every ``N``.
+        max_steps, target_loss, eval_every: Adam on fresh batches, stopped once the loss on a fixed evaluation
+            set (two batches) is ``<= target_loss`` (checked every ``eval_every`` steps).
+        eval_examples, test_seed: the held-out examples the accuracy is measured on, one set per ``(T, N)``, the
+            same for every layer, width and seed.
+        random_non_queries: filler drawn uniformly from the vocabulary (Zoology's generator default), else token 0.
+        sweep_on_first_seed: sweep the learning rates with the first seed only, then train the other seeds at the
+            best rate (:func:`sweep`); ``False`` trains every rate with every seed.
 
     Raises:
-        ValueError: a sequence that fills more than half of the query slots, or ``labels_per_step`` not a multiple
-            of some ``N``.
+        ValueError: a task with ``T < 6 N`` (fewer than half of the query slots left to filler), or a batch of
+            fewer than 32 examples.
     """
 
+    name: str
     blocks: tuple[Block, ...]
-    seq_len: int = 96
-    d_model: int = 16
-    vocab_size: int = 128
-    labels_per_step: int = 128
-    max_steps: int = 600
-    lr: float = 1e-2
-    target_loss: float = 0.05
+    vocab_size: int = 8192
+    batch_size: int = 32
+    max_steps: int = 1500
+    target_loss: float = 0.02
     eval_every: int = 100
-    eval_examples: int = 256
+    eval_examples: int = 512
+    test_seed: int = 12_345
+    random_non_queries: bool = True
+    sweep_on_first_seed: bool = True
 
     def __post_init__(self):
-        for n in sorted({c.num_pairs for c in self.cells()}):
-            if free_slot_fraction(self.seq_len, n) < 0.5:
+        for t, n in sorted({(c.seq_len, c.num_pairs) for c in self.cells()}):
+            if free_slot_fraction(t, n) < 0.5:
                 raise ValueError(
-                    f"seq_len: {n} pairs in {self.seq_len} tokens leave {free_slot_fraction(self.seq_len, n):.0%} of "
-                    f"the query slots free; MQAR needs room between the queries, use seq_len >= {6 * n}"
+                    f"seq_len: {n} pairs in {t} tokens leave {free_slot_fraction(t, n):.0%} of the query slots free; "
+                    f"MQAR needs room between the queries, use seq_len >= 6 * num_pairs = {6 * n}"
                 )
-            if self.labels_per_step % n:
-                raise ValueError(f"labels_per_step: {self.labels_per_step} is not a multiple of num_pairs={n}")
+        if self.batch_size < 32:
+            raise ValueError(f"batch_size: expected at least 32 examples per step, got {self.batch_size}")
 
     def cells(self) -> list[Cell]:
         """Every cell once, in block order."""
         return list(dict.fromkeys(c for block in self.blocks for c in block.cells()))
 
     def recipe(self) -> dict:
-        """The shared settings (everything but the blocks), as recorded in the CSV's header."""
+        """The shared settings (everything but the blocks), as recorded in the CSV's header and hashed into rows."""
         return {k: v for k, v in asdict(self).items() if k != "blocks"}
 
 
-# Sized to the CPU budget (about 30 minutes on 2 cores, summed per-cell CPU time ≈ 20 minutes): two N around the
-# capacity of a d = 16 memory (N = d/2 and N = d) for the matched comparison, the costlier layers at N = d only.
-ALL_N = (8, 16)
-FULL_GRID = MQARGrid(
+# The course grid, sized for two cores: one task (T = 64, N = 8; Zoology's T = 16 N at 8 pairs would be 128 tokens),
+# three widths, three learning rates swept on the first seed, three seeds at the best rate.
+COURSE_TASK = (64, 8)
+COURSE_WIDTHS = (16, 32, 64)
+COURSE_GRID = MQARGrid(
+    name="course",
     blocks=(
-        Block("matched", ("linear_attention", "deltanet", "rls"), ALL_N, feature_maps=("identity", "elu_plus_one")),
-        Block("gated", ("gated_deltanet",), ALL_N),
-        Block("mesa", ("mesa",), (16,)),
-        Block("attention", ("softmax_attention",), ALL_N),
-        Block("local", ("local_linear_attention",), (16,)),
-        Block("no_conv", ("linear_attention", "deltanet", "rls", "softmax_attention"), (8,), short_conv=(False,)),
-    )
+        Block("widths", ("linear_attention", "deltanet", "rls", "softmax_attention"), COURSE_WIDTHS, (COURSE_TASK,)),
+        Block(
+            "features", ("linear_attention", "deltanet", "rls"), (32,), (COURSE_TASK,), feature_maps=("elu_plus_one",)
+        ),
+        Block("no_conv", ("deltanet", "softmax_attention"), (16,), (COURSE_TASK,), short_conv=(False,)),
+        Block(
+            "stacked",
+            ("linear_attention", "deltanet"),
+            (32,),
+            (COURSE_TASK,),
+            feature_maps=("elu_plus_one_after_silu",),
+        ),
+    ),
 )
-#: the cells chapter 09 trains live (a few seconds): DeltaNet with and without its short convolution, on a small task
+#: Zoology's scale (figure 2: T = 16 N at N = 4, 8, 16; widths 64 to 512, here 32 to 128): a cluster's job
+FULL_TASKS = ((64, 4), (128, 8), (256, 16))
+FULL_GRID = MQARGrid(
+    name="full",
+    blocks=(
+        Block(
+            "widths",
+            ("linear_attention", "deltanet", "gated_deltanet", "rls", "mesa", "softmax_attention"),
+            (32, 64, 128),
+            FULL_TASKS,
+            lrs=(3e-4, 1e-3, 3e-3, 1e-2),
+        ),
+        Block(
+            "features",
+            ("linear_attention", "deltanet", "rls"),
+            (32, 64, 128),
+            FULL_TASKS,
+            feature_maps=("identity", "elu_plus_one"),
+            lrs=(3e-4, 1e-3, 3e-3, 1e-2),
+        ),
+        Block(
+            "no_conv",
+            ("linear_attention", "deltanet", "rls", "softmax_attention"),
+            (64,),
+            ((128, 8),),
+            short_conv=(False,),
+            lrs=(3e-4, 1e-3, 3e-3, 1e-2),
+        ),
+    ),
+    max_steps=5000,
+    eval_examples=1000,
+    sweep_on_first_seed=False,
+)
+#: a smoke test of the command (two small cells): DeltaNet with and without its short convolution
 QUICK_GRID = MQARGrid(
-    blocks=(Block("quick", ("deltanet",), (4,), short_conv=(True, False), seeds=(0,)),),
-    seq_len=32,
-    vocab_size=64,
-    max_steps=250,
+    name="quick",
+    blocks=(Block("quick", ("deltanet",), (32,), ((32, 4),), short_conv=(True, False), lrs=(3e-3,), seeds=(0,)),),
+    max_steps=300,
     eval_every=50,
-    eval_examples=128,
+    eval_examples=256,
 )
+GRIDS = {"course": COURSE_GRID, "full": FULL_GRID, "quick": QUICK_GRID}
 
 
-def train_cell(grid: MQARGrid, cell: Cell, *, progress: bool | None = False) -> dict:
-    """Train one model of the grid and return its CSV row (a dict keyed by ``FIELDS``).
+def choose_lr(rows: list[dict]) -> float:
+    """The learning rate of ``rows`` (one setting: every rate, the seeds common to all rates) whose mean accuracy
+    over those seeds is highest; ties go to the lower mean final evaluation loss (a diverged run's NaN counts as
+    infinite), then to the smaller rate.
 
-    Runs on one thread: the matrices are tiny, and extra threads only fight over a shared CPU.
+    Raises:
+        ValueError: no rows.
+    """
+    if not rows:
+        raise ValueError("rows: no rows to choose a learning rate from")
+    rates = sorted({r["lr"] for r in rows})
+    common = set.intersection(*({r["seed"] for r in rows if r["lr"] == lr} for lr in rates))
+    if not common:
+        raise ValueError(f"rows: no seed was trained at every learning rate {rates}")
+
+    def score(lr):  # a diverged run (loss NaN) counts as an infinite loss, so it never wins a tie
+        picked = [r for r in rows if r["lr"] == lr and r["seed"] in common]
+        losses = [math.inf if math.isnan(r["final_eval_loss"]) else r["final_eval_loss"] for r in picked]
+        return (sum(r["accuracy"] for r in picked) / len(picked), -sum(losses) / len(picked), -lr)
+
+    return max(rates, key=score)
+
+
+def sweep(cells: list[dict], *, first_seed_only: bool = True, setting_of=None):
+    """The cells to run, as :func:`ttr_edu.experiments.runner.run` takes them.
+
+    ``cells`` is the full product (every learning rate with every seed). With ``first_seed_only`` the runner gets a
+    function of the rows done so far: first every rate with each setting's first seed, then, once a setting's rates
+    are all done, its other seeds at the rate :func:`choose_lr` picks. ``setting_of(cell)`` names a setting (default:
+    everything but ``lr`` and ``seed``).
+    """
+    if not first_seed_only:
+        return cells
+    setting_of = setting_of or (lambda c: tuple((k, v) for k, v in c.items() if k not in ("lr", "seed")))
+    settings_: dict[tuple, list[dict]] = {}
+    for cell in cells:
+        settings_.setdefault(setting_of(cell), []).append(cell)
+    first = {key: min(c["seed"] for c in group) for key, group in settings_.items()}
+
+    def cells_for(rows: list[dict]) -> list[dict]:
+        by_setting: dict[tuple, list[dict]] = {}
+        for row in rows:
+            by_setting.setdefault(setting_of({k: row[k] for k in cells[0]}), []).append(row)
+        out = []
+        for key, group in settings_.items():
+            out += [c for c in group if c["seed"] == first[key]]
+            swept = [r for r in by_setting.get(key, []) if r["seed"] == first[key]]
+            if len({r["lr"] for r in swept}) == len({c["lr"] for c in group}):
+                lr = choose_lr(swept)
+                out += [c for c in group if c["lr"] == lr and c["seed"] != first[key]]
+        return out
+
+    return cells_for
+
+
+def held_out(grid: MQARGrid, seq_len: int, num_pairs: int):
+    """The held-out examples of one task, the same for every layer, width and seed (``grid.test_seed``)."""
+    return mqar_batch(
+        grid.eval_examples,
+        seq_len,
+        num_pairs,
+        grid.vocab_size,
+        random_non_queries=grid.random_non_queries,
+        generator=torch.Generator().manual_seed(grid.test_seed),
+    )
+
+
+def train_or_diverge(model, sample, test, **train_options) -> tuple[int, float, float]:
+    """Train ``model`` with :func:`ttr_edu.train.train` and return ``(steps, final_eval_loss, accuracy on test)``.
+
+    A run that diverges (a NaN or infinite loss, or an activation that overflows: both raise ``FloatingPointError``)
+    is a result of its learning rate, not an error of the grid: it is kept as a row with ``steps = 0``,
+    ``final_eval_loss = nan`` and ``accuracy = 0.0`` (it recalls nothing), so the sweep moves on to the other rates.
+    """
+    try:
+        result = train(model, sample, **train_options)
+    except FloatingPointError:
+        return 0, math.nan, 0.0
+    return result.steps, result.final_eval_loss, model.accuracy(test)
+
+
+def train_cell(grid: MQARGrid, cell: Cell | dict, *, progress: bool | None = False) -> dict:
+    """Train one model of the grid and return its CSV row (a dict keyed by ``EXPERIMENT.fields``).
+
+    Runs on one thread (the matrices are tiny; extra threads only fight over a shared CPU) and restores the caller's
+    thread count. The same cell gives the same row everywhere, but for its two times.
 
     Raises:
         ValueError: an unknown model, or a feature map the model refuses.
     """
-    g, n = grid, cell.num_pairs
-    batch_size = g.labels_per_step // n
+    cell = Cell(**cell) if isinstance(cell, dict) else cell
+    g = grid
 
     def sample(generator: torch.Generator):
-        return mqar_batch(batch_size, g.seq_len, n, g.vocab_size, generator=generator)
+        return mqar_batch(
+            g.batch_size,
+            cell.seq_len,
+            cell.num_pairs,
+            g.vocab_size,
+            random_non_queries=g.random_non_queries,
+            generator=generator,
+        )
 
-    held_out = mqar_batch(
-        g.eval_examples, g.seq_len, n, g.vocab_size, generator=torch.Generator().manual_seed(10_000 + cell.seed)
-    )
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
+        test = held_out(g, cell.seq_len, cell.num_pairs)
         torch.manual_seed(cell.seed)
         model = MQARModel(
-            cell.model, g.vocab_size, g.d_model, feature_map=cell.feature_map or None, use_short_conv=cell.short_conv
+            cell.model,
+            g.vocab_size,
+            cell.d_model,
+            feature_map=cell.feature_map or None,
+            use_short_conv=cell.short_conv,
         )
         start, cpu_start = time.perf_counter(), time.process_time()
-        result = train(
+        steps, final_eval_loss, accuracy = train_or_diverge(
             model,
             sample,
+            test,
             max_steps=g.max_steps,
-            lr=g.lr,
+            lr=cell.lr,
             target_loss=g.target_loss,
             eval_every=g.eval_every,
             eval_batches=2,
             seed=cell.seed,
             progress=progress,
-            desc=f"{cell.model} {cell.feature_map} N={n}",
+            desc=f"{cell.model} {cell.feature_map} d={cell.d_model} lr={cell.lr:g}",
         )
         seconds, cpu_seconds = time.perf_counter() - start, time.process_time() - cpu_start
-        accuracy = model.accuracy(held_out)
     finally:
         torch.set_num_threads(threads)
     return {
-        "model": cell.model,
-        "feature_map": cell.feature_map,
-        "short_conv": cell.short_conv,
-        "seq_len": g.seq_len,
-        "num_pairs": n,
-        "d_model": g.d_model,
-        "batch_size": batch_size,
-        "state_size": model.state_size(g.seq_len),
-        "steps": result.steps,
-        "final_eval_loss": round(result.final_eval_loss, 5),
-        "accuracy": round(accuracy, 4),
+        **asdict(cell),
+        "vocab_size": g.vocab_size,
+        "batch_size": g.batch_size,
+        "test_seed": g.test_seed,
+        "state_size": model.state_size(cell.seq_len),
+        "steps": steps,
+        "final_eval_loss": final_eval_loss,
+        "accuracy": accuracy,
         "train_seconds": round(seconds, 2),
         "cpu_seconds": round(cpu_seconds, 2),
-        "seed": cell.seed,
     }
 
 
-def _key(row: dict) -> tuple:
-    return (
-        row["model"],
-        row["feature_map"],
-        row["short_conv"],
-        row["seq_len"],
-        row["num_pairs"],
-        row["d_model"],
-        row["seed"],
-    )
-
-
-def _cell_key(grid: MQARGrid, cell: Cell) -> tuple:
-    return (cell.model, cell.feature_map, cell.short_conv, grid.seq_len, cell.num_pairs, grid.d_model, cell.seed)
-
-
-def _git_commit(out: str | Path | None = None) -> str:
-    """The checkout's commit, marked when tracked files other than ``out`` (the CSV being written) differ from it."""
-    root = Path(__file__).resolve().parents[2]
-    try:
-        commit = subprocess.run(
-            ["git", "rev-parse", "--short=12", "HEAD"], cwd=root, capture_output=True, text=True, timeout=10
-        ).stdout.strip()
-        status = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no"],
-            cwd=root,
-            capture_output=True,
-            text=True,
-            timeout=10,
-        ).stdout.splitlines()
-    except (OSError, subprocess.SubprocessError):
-        return "unknown"
-    skip = None if out is None else Path(out).resolve()
-    dirty = [line for line in status if skip is None or (root / line[3:]).resolve() != skip]
-    return f"{commit}{' (uncommitted changes)' if dirty else ''}" if commit else "unknown"
-
-
-def _now() -> str:
-    return datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-
-
 def run_grid(
-    grid: MQARGrid = FULL_GRID,
+    grid: MQARGrid = COURSE_GRID,
     out: str | Path | None = None,
     *,
     resume: bool = False,
     jobs: int = 1,
+    scheduler: str | None = None,
     command: str | None = None,
     progress: bool | None = None,
 ) -> list[dict]:
-    """Train every cell of ``grid``; append each row to the CSV ``out`` (if given) as soon as it is done.
+    """Train every cell of ``grid`` through :func:`ttr_edu.experiments.runner.run`; return the rows in cell order.
 
     Args:
-        resume: keep the rows already in ``out`` and train only the missing cells.
-        jobs: cells trained at once, in worker processes (joblib); each uses one thread.
+        out: the CSV (rows appended as cells finish); ``None`` keeps them in memory.
+        resume: keep the rows already in ``out`` (only if written with this grid's recipe) and train the rest.
+        jobs: local worker processes (joblib), one thread each. scheduler: ``"local:N"`` or a Dask address.
         command: recorded in the CSV's header (default: this process's command line).
 
-    Returns:
-        The rows, in the order of :meth:`MQARGrid.cells`.
+    Raises:
+        ttr_edu.experiments.runner.ResumeRefused: ``resume`` on a CSV of another recipe (the difference named).
     """
-    cells = grid.cells()
-    done: dict[tuple, dict] = {}
-    if resume and out is not None and Path(out).exists():
-        done = {_key(row): row for row in load_results(out, show=False)}
-    todo = [c for c in cells if _cell_key(grid, c) not in done]
-    # longest first (RLS, Mesa and local linear attention cost 2-4 times the others): the jobs end together
-    slow = {"rls": 0, "mesa": 0, "local_linear_attention": 0}
-    todo.sort(key=lambda c: (slow.get(c.model, 2), -c.num_pairs))
-    handle = writer = None
-    start, cpu_total = time.perf_counter(), 0.0
-    if out is not None:  # resuming appends, so nothing done is ever rewritten
-        fresh = not done and not (resume and Path(out).exists())
-        handle = open(out, "w" if fresh else "a", newline="")
-        command = command or " ".join(["python -m ttr_edu.experiments mqar", *sys.argv[1:]])
-        if fresh:
-            handle.write(
-                f"# command: {command}\n# started: {_now()}\n# git commit: {_git_commit(out)}\n"
-                f"# recipe: {json.dumps(grid.recipe())}\n"
-            )
-            writer = csv.DictWriter(handle, fieldnames=FIELDS)
-            writer.writeheader()
-        else:
-            handle.write(f"# resumed: {_now()} at git commit {_git_commit(out)} ({len(todo)} cells to train)\n")
-            writer = csv.DictWriter(handle, fieldnames=FIELDS)
-        handle.flush()
-    try:
-        if jobs > 1 and len(todo) > 1:
-            from joblib import Parallel, delayed
-
-            results = Parallel(n_jobs=jobs, return_as="generator_unordered")(delayed(train_cell)(grid, c) for c in todo)
-        else:
-            results = (train_cell(grid, c) for c in todo)
-        for row in tqdm(results, total=len(todo), desc="MQAR grid", disable=not progress_enabled(progress)):
-            done[_key(row)] = row
-            cpu_total += row["cpu_seconds"]
-            if writer is not None:
-                writer.writerow(row)
-                handle.flush()
-        if handle is not None and todo:
-            handle.write(
-                f"# finished: {_now()}, {len(todo)} cells in {time.perf_counter() - start:.0f} s wall, "
-                f"{cpu_total:.0f} s CPU summed over cells\n"
-            )
-    finally:
-        if handle is not None:
-            handle.close()
-    return [done[_cell_key(grid, c)] for c in cells]
+    result = runner.run(
+        EXPERIMENT,
+        grid.recipe(),
+        sweep([asdict(c) for c in grid.cells()], first_seed_only=grid.sweep_on_first_seed),
+        partial(train_cell, grid),
+        out,
+        resume=resume,
+        jobs=jobs,
+        scheduler=scheduler,
+        command=command,
+        progress=progress,
+    )
+    return result.rows
 
 
 def load_results(path: str | Path | None = None, *, show: bool = True, shipped: str = "mqar_grid.csv") -> list[dict]:
-    """Read a grid CSV (default: the grid shipped as ``ttr_edu/experiments/results/<shipped>``, the full grid) as typed
+    """Read a grid CSV (default: the course grid shipped as ``ttr_edu/experiments/results/mqar_grid.csv``) as typed
     dicts.
 
     Args:
-        show: print the provenance lines (command, dates, git commit, recipe) recorded in the file.
-        shipped: which shipped CSV to read when ``path`` is None (``"mqar_memories.csv"``: the memories grid).
+        show: print the provenance lines (command, version, git commit, recipe) recorded in the file.
     """
     if path is None:
         text = resources.files("ttr_edu.experiments").joinpath("results", shipped).read_text()
+        meta, rows = runner.read(EXPERIMENT, shipped, text=text)
     else:
         text = Path(path).read_text()
-    lines = text.splitlines()
+        meta, rows = runner.read(EXPERIMENT, path)
     if show:
-        print("\n".join(line[2:] for line in lines if line.startswith("# ")))
-    data = "\n".join(line for line in lines if not line.startswith("#"))
-    return [{k: _TYPES.get(k, str)(v) for k, v in row.items()} for row in csv.DictReader(io.StringIO(data))]
+        print("\n".join(line[2:] for line in text.splitlines() if line.startswith("# ")))
+    return rows
 
 
 def summarise(rows: list[dict], **where) -> dict:
-    """Mean, min, max and std (population) of the accuracy over the seeds of the rows matching ``where``.
+    """Mean, min, max and std (population) of the accuracy over the rows matching ``where`` (the seeds of a setting).
 
-    ``summarise(rows, model="deltanet", feature_map="identity", num_pairs=16, short_conv=True)``.
+    ``summarise(rows, model="deltanet", feature_map="silu", d_model=32, lr=3e-3)``.
 
     Raises:
         ValueError: no row matches (the message gives the filter).
@@ -419,44 +509,67 @@ def summarise(rows: list[dict], **where) -> dict:
     return {"mean": mean, "min": min(accs), "max": max(accs), "std": std, "n": len(accs)}
 
 
-def main(argv: list[str] | None = None) -> None:
-    """Command line: ``python -m ttr_edu.experiments mqar [--quick] [--out PATH] [--jobs N] [--resume]``."""
-    parser = argparse.ArgumentParser(
+def best(rows: list[dict], **where) -> dict:
+    """The best learning rate of one setting and the seeds' spread there (Zoology reports the best learning rate).
+
+    Among the rows matching ``where`` (the learning rates and seeds of one layer, feature map, convolution, task and
+    width), the rate is chosen by :func:`choose_lr` on the seeds trained at every rate (the first seed, when the
+    grid sweeps on it: :func:`sweep`); the spread is over every seed trained at that rate.
+
+    Returns:
+        :func:`summarise` of the chosen rate's seeds, plus ``lr`` (the rate) and ``by_lr`` (accuracy per rate, on
+        the seeds common to all rates).
+
+    Raises:
+        ValueError: no row matches.
+    """
+    matching = [r for r in rows if all(r[k] == v for k, v in where.items())]
+    if not matching:
+        raise ValueError(f"where: no row matches {where}")
+    lr = choose_lr(matching)
+    rates = sorted({r["lr"] for r in matching})
+    common = set.intersection(*({r["seed"] for r in matching if r["lr"] == rate} for rate in rates))
+    by_lr = {rate: summarise([r for r in matching if r["seed"] in common], lr=rate)["mean"] for rate in rates}
+    return {**summarise(matching, lr=lr), "lr": lr, "by_lr": by_lr}
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Command line: ``python -m ttr_edu.experiments mqar [--grid course|full | --quick] [--out PATH] [--jobs N |
+    --scheduler ADDRESS] [--resume] [--max-steps N]``; returns the exit status."""
+    return _main(argv)
+
+
+@runner.guarded
+def _main(argv: list[str] | None = None) -> int:
+    parser = runner.ArgumentParser(
         prog="python -m ttr_edu.experiments mqar",
         description=plain_help(__doc__),
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        formatter_class=__import__("argparse").RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--quick", action="store_true", help="only the cells chapter 09 trains live")
-    parser.add_argument("--out", default="mqar_grid.csv", help="the CSV to write (default: mqar_grid.csv)")
-    parser.add_argument("--jobs", type=int, default=1, help="cells trained at once, one thread each (default 1)")
-    parser.add_argument("--max-steps", type=int, default=None, help="override the grid's max_steps")
-    parser.add_argument("--resume", action="store_true", help="keep the cells already in --out, train the rest")
+    parser.add_argument("--grid", choices=("course", "full"), default="course", help="which grid (default: course)")
+    parser.add_argument("--quick", action="store_true", help="two small cells only: a smoke test of the command")
+    parser.add_argument("--max-steps", type=int, default=None, help="override the grid's max_steps (a new recipe)")
+    runner.add_arguments(parser, "mqar_grid.csv")
     args = parser.parse_args(argv)
-    grid = QUICK_GRID if args.quick else FULL_GRID
+    options = runner.runner_options(parser, args)
+    if args.max_steps is not None and args.max_steps < 1:
+        parser.error(f"--max-steps: expected a positive int, got {args.max_steps}")
+    grid = QUICK_GRID if args.quick else GRIDS[args.grid]
     if args.max_steps is not None:
         grid = replace(grid, max_steps=args.max_steps)
-    start = time.perf_counter()
-    rows = run_grid(
-        grid,
-        args.out,
-        resume=args.resume,
-        jobs=args.jobs,
-        command=" ".join(["python -m ttr_edu.experiments mqar", *(argv if argv is not None else sys.argv[1:])]),
+    result = runner.run(
+        EXPERIMENT,
+        grid.recipe(),
+        sweep([asdict(c) for c in grid.cells()], first_seed_only=grid.sweep_on_first_seed),
+        partial(train_cell, grid),
+        command=runner.command_line("mqar", argv),
+        **options,
     )
     print(
-        f"{len(rows)} cells in {time.perf_counter() - start:.0f} s wall, "
-        f"{sum(r['cpu_seconds'] for r in rows):.0f} s CPU summed over cells -> {args.out}"
+        f"{result.trained} cells trained in {result.wall_seconds:.0f} s wall, {result.cpu_seconds:.0f} s CPU summed "
+        f"over cells; {len(result.rows)} rows in {options['out']}"
     )
-    for row in rows:
-        print(
-            f"  {row['model']:<24} {row['feature_map'] or '-':<13} conv={row['short_conv']!s:<5} "
-            f"N={row['num_pairs']:<3} seed={row['seed']} acc={row['accuracy']:.3f} steps={row['steps']:<4} "
-            f"{row['cpu_seconds']} s CPU"
-        )
-
-
-if __name__ == "__main__":
-    main()
+    return runner.report_lost(result, EXPERIMENT)
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -474,65 +587,72 @@ STYLE = {
     "local_linear_attention": ("cross", "dot", "#19d3f3"),
 }
 FEATURE_MAP_TITLES = {
+    "silu": "φ = SiLU (the convolution's)",
     "identity": "φ = identity (signed keys)",
     "elu_plus_one": "φ = ELU+1 (non-negative keys)",
+    "elu_plus_one_after_silu": "φ = ELU+1 after the SiLU (almost collinear keys at the start)",
     "relu": "φ = ReLU (non-negative keys)",
     "": "no feature map",
 }
 
 
-def settings(rows: list[dict]) -> list[tuple[str, str, bool]]:
-    """The distinct (model, feature map, short conv) settings of ``rows``, in :data:`MODELS` order."""
+def settings(rows: list[dict]) -> list[tuple]:
+    """The distinct ``(model, feature map, short conv, seq_len, num_pairs, d_model)`` settings of ``rows``, in
+    :data:`MODELS` order, then by width."""
     order = {name: i for i, name in enumerate(MODELS)}
-    found = {(r["model"], r["feature_map"], r["short_conv"]) for r in rows}
-    return sorted(found, key=lambda s: (not s[2], s[1] != "identity", s[1], order.get(s[0], len(order))))
+    found = {(r["model"], r["feature_map"], r["short_conv"], r["seq_len"], r["num_pairs"], r["d_model"]) for r in rows}
+    return sorted(
+        found, key=lambda s: (not s[2], s[1] not in ("silu", ""), order.get(s[0], 99), s[1], s[3], s[4], s[5])
+    )
 
 
 def table(rows: list[dict]) -> str:
-    """One line per (model, feature map, conv) setting, one column per N: ``mean ± std [min–max]`` over seeds."""
-    ns = sorted({r["num_pairs"] for r in rows})
-    head = f"{'layer':<24}{'feature map':<14}{'conv':<6}" + "".join(f"{f'N = {n}':^24}" for n in ns)
+    """One line per setting: the best learning rate and ``mean [min–max]`` of the seeds there, the state in floats."""
+    width = max([14, *(len(r["feature_map"]) + 2 for r in rows)])  # the φ column fits the longest name
+    head = f"{'layer':<20}{'φ':<{width}}{'conv':<6}{'T':>4}{'N':>4}{'d':>5}{'state':>8}{'best lr':>9}"
+    head += "   accuracy [seeds]"
     lines = [head, "-" * len(head)]
-    for model, fm, conv in settings(rows):
-        cells = []
-        for n in ns:
-            try:
-                s = summarise(rows, model=model, feature_map=fm, short_conv=conv, num_pairs=n)
-            except ValueError:
-                cells.append(f"{'·':^24}")
-                continue
-            cells.append(f"{s['mean']:.2f} ± {s['std']:.2f} [{s['min']:.2f}–{s['max']:.2f}]".center(24))
-        lines.append(f"{model:<24}{fm or '—':<14}{'yes' if conv else 'no':<6}" + "".join(cells))
+    for model, fm, conv, t, n, d in settings(rows):
+        where = dict(model=model, feature_map=fm, short_conv=conv, seq_len=t, num_pairs=n, d_model=d)
+        b = best(rows, **where)
+        state = next(r["state_size"] for r in rows if all(r[k] == v for k, v in where.items()))
+        lines.append(
+            f"{model:<20}{fm or '—':<{width}}{'yes' if conv else 'no':<6}{t:>4}{n:>4}{d:>5}{state:>8}{b['lr']:>9.0e}   "
+            f"{b['mean']:.2f} [{b['min']:.2f}–{b['max']:.2f}]"
+        )
     return "\n".join(lines)
 
 
-def accuracy_figure(
-    rows: list[dict], models=("linear_attention", "deltanet", "rls"), reference: str = "softmax_attention"
+def state_figure(
+    rows: list[dict],
+    models=("linear_attention", "deltanet", "rls", "softmax_attention"),
+    feature_map: str = "silu",
 ):
-    """Accuracy against N, one panel per feature map: mean over seeds, bars from the lowest to the highest seed.
-
-    The series are shifted sideways a little and drawn with distinct markers and dashes, so none hides another;
-    ``reference`` (a key-value-cache layer, no feature map) is drawn in every panel.
-    """
+    """Zoology's figure: accuracy against the state size in floats (log axis), one line per layer, one panel per
+    task ``(T, N)``; each point is a width at its best learning rate, the bars span the seeds (min–max)."""
     from plotly.subplots import make_subplots
 
     from ttr_edu.viz.figures import TEMPLATE
 
     conv = [r for r in rows if r["short_conv"]]
-    maps = [fm for fm in ("identity", "elu_plus_one", "relu") if any(r["feature_map"] == fm for r in conv)]
-    fig = make_subplots(rows=1, cols=len(maps), shared_yaxes=True, subplot_titles=[FEATURE_MAP_TITLES[m] for m in maps])
-    series = [(m, None) for m in models] + ([(reference, "")] if reference else [])
-    for col, fm in enumerate(maps, start=1):
-        for i, (model, fixed) in enumerate(series):
-            want = fm if fixed is None else fixed
-            ns = sorted({r["num_pairs"] for r in conv if r["model"] == model and r["feature_map"] == want})
-            if not ns:
+    tasks = sorted({(r["seq_len"], r["num_pairs"]) for r in conv}, key=lambda tn: tn[1])
+    fig = make_subplots(
+        rows=1, cols=len(tasks), shared_yaxes=True, subplot_titles=[f"T = {t}, N = {n}" for t, n in tasks]
+    )
+    for col, (t, n) in enumerate(tasks, start=1):
+        for model in models:
+            fm = feature_map if MODELS[model].linear_memory else ""
+            picked = [
+                r for r in conv if (r["model"], r["feature_map"], r["seq_len"], r["num_pairs"]) == (model, fm, t, n)
+            ]
+            widths = sorted({r["d_model"] for r in picked})
+            if len(widths) < 2:
                 continue
-            stats = [summarise(conv, model=model, feature_map=want, num_pairs=n) for n in ns]
-            shift = 1 + 0.05 * (i - (len(series) - 1) / 2)  # side by side on the log axis
+            stats = [best(picked, d_model=d) for d in widths]
+            states = [next(r["state_size"] for r in picked if r["d_model"] == d) for d in widths]
             symbol, dash, colour = STYLE.get(model, ("circle", "solid", None))
             fig.add_scatter(
-                x=[n * shift for n in ns],
+                x=states,
                 y=[s["mean"] for s in stats],
                 mode="lines+markers",
                 name=MODELS[model].label,
@@ -548,28 +668,27 @@ def accuracy_figure(
                     thickness=1.2,
                     width=4,
                 ),
-                customdata=[[n, s["min"], s["max"], s["n"]] for n, s in zip(ns, stats)],
-                hovertemplate="N = %{customdata[0]}: mean %{y:.2f}, seeds %{customdata[1]:.2f}–%{customdata[2]:.2f}"
-                " (%{customdata[3]} seeds)",
+                customdata=[[d, s["lr"], s["min"], s["max"], s["n"]] for d, s in zip(widths, stats)],
+                hovertemplate="d = %{customdata[0]}, state %{x} floats: mean %{y:.2f} at lr %{customdata[1]:.0e}, "
+                "seeds %{customdata[2]:.2f}–%{customdata[3]:.2f} (%{customdata[4]} seeds)",
                 row=1,
                 col=col,
             )
-        all_n = sorted({r["num_pairs"] for r in conv})
-        fig.update_xaxes(
-            title_text="key-value pairs N (d = 16)", type="log", tickvals=all_n, ticktext=all_n, row=1, col=col
-        )
+        fig.update_xaxes(title_text="state size (floats per sequence)", type="log", row=1, col=col)
     fig.update_yaxes(title_text="accuracy (fraction of queries)", range=[0, 1.04], row=1, col=1)
     fig.update_layout(
         template=TEMPLATE,
-        height=420,
-        title="MQAR accuracy, same feature map and key norm for every linear memory (mean, bars: min–max of 3 seeds)",
+        height=430,
+        title=f"MQAR accuracy against state size ({FEATURE_MAP_TITLES[feature_map]}; best learning rate per point, "
+        "bars: min–max of the seeds)",
         legend=dict(orientation="h", y=-0.22),
     )
     return fig
 
 
-def ablation_figure(rows: list[dict], num_pairs: int = 8, feature_map: str = "identity"):
-    """With and without the short convolution, per model: the mean over seeds (bar) and every seed (dots)."""
+def ablation_figure(rows: list[dict], d_model: int = 32):
+    """With and without the short convolution, per model, at the best learning rate of each: the mean over the seeds
+    (bar) and every seed (dots)."""
     import plotly.graph_objects as go
 
     from ttr_edu.viz.figures import TEMPLATE
@@ -577,29 +696,20 @@ def ablation_figure(rows: list[dict], num_pairs: int = 8, feature_map: str = "id
     models = [m for m in MODELS if any(r["model"] == m and not r["short_conv"] for r in rows)]
     fig = go.Figure()
     for conv, colour, name in ((True, "#4c78a8", "with the short convolution"), (False, "#e45756", "without it")):
-        pick = [
-            [
-                r
-                for r in rows
-                if r["model"] == m
-                and r["short_conv"] == conv
-                and r["num_pairs"] == num_pairs
-                and r["feature_map"] in (feature_map, "")
-            ]
-            for m in models
-        ]
-        labels = [MODELS[m].label for m in models]
-        fig.add_bar(
-            x=labels,
-            y=[sum(r["accuracy"] for r in p) / len(p) for p in pick],
-            name=name,
-            marker_color=colour,
-            offsetgroup=name,
-            opacity=0.75,
-        )
+        labels, means, dots_x, dots_y = [], [], [], []
+        for m in models:
+            fm = "silu" if MODELS[m].linear_memory else ""
+            where = dict(model=m, feature_map=fm, short_conv=conv, d_model=d_model)
+            b = best(rows, **where)
+            seeds = [r["accuracy"] for r in rows if all(r[k] == v for k, v in where.items()) and r["lr"] == b["lr"]]
+            labels.append(MODELS[m].label)
+            means.append(b["mean"])
+            dots_x += [MODELS[m].label] * len(seeds)
+            dots_y += seeds
+        fig.add_bar(x=labels, y=means, name=name, marker_color=colour, offsetgroup=name, opacity=0.75)
         fig.add_scatter(
-            x=[lab for lab, p in zip(labels, pick) for _ in p],
-            y=[r["accuracy"] for p in pick for r in p],
+            x=dots_x,
+            y=dots_y,
             mode="markers",
             marker=dict(color="black", size=6, symbol="circle-open"),
             offsetgroup=name,
@@ -612,10 +722,14 @@ def ablation_figure(rows: list[dict], num_pairs: int = 8, feature_map: str = "id
         barmode="group",
         scattermode="group",
         height=400,
-        title=f"The short convolution, N = {num_pairs}, φ = {feature_map} (bars: mean of 3 seeds)",
+        title=f"The short convolution, d = {d_model} (bars: mean of the seeds at each one's best learning rate)",
         xaxis_title="layer",
         yaxis_title="accuracy (fraction of queries)",
         yaxis_range=[0, 1.04],
         legend=dict(orientation="h", y=-0.25),
     )
     return fig
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

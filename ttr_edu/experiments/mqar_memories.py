@@ -1,91 +1,139 @@
 """``python -m ttr_edu.experiments mqar_memories``: MQAR rows for the adaptive-step and deep-memory mixers.
 
-A separate, small grid beside the main one (:mod:`ttr_edu.experiments.mqar`, whose model it reuses): DeltaNet as the
-baseline, Longhorn, DeltaProduct (``n_h = 2``), TTT-Linear, and the two MLP memories, TTT-MLP and Titans, over three
-seeds. Each cell is the main grid's :class:`MQARModel` with its mixer swapped for one of
-:data:`ttr_edu.layers_memory.MEMORY_MIXERS`, trained by the same :func:`ttr_edu.train.train`. The CSV shipped with the
-package (``ttr_edu/experiments/results/mqar_memories.csv``, read by :func:`load_results`) is this grid; chapter 09 reads
-it.
+A grid beside the main one (:mod:`ttr_edu.experiments.mqar`), with the main grid's recipe: the same task (Zoology's
+vocabulary, ``T >= 6 N``), batches of 32 examples, step budget, early stop, held-out set, learning-rate sweep and
+seeds. It trains DeltaNet as the baseline, Longhorn, DeltaProduct (``n_h = 2``), TTT-Linear, and the two MLP
+memories, TTT-MLP and Titans. Each cell is the main grid's :class:`MQARModel` with its mixer swapped for one of
+:data:`ttr_edu.layers.MEMORY_MIXERS` (each with its own defaults: the convolution's SiLU, then the L2 norm, on q and
+k: the main grid's ``φ = silu``), trained by the same :func:`ttr_edu.train.train`, through the same runner. The CSV
+shipped with the package (``ttr_edu/experiments/results/mqar_memories.csv``, read by :func:`load_results`) is this
+grid; chapter 09 reads it.
 
     python -m ttr_edu.experiments mqar_memories --jobs 2 --out mqar_memories.csv
 """
 
 from __future__ import annotations
 
-import argparse
-import csv
-import json
-import sys
 import time
 from dataclasses import asdict, dataclass, replace
+from functools import partial
 from pathlib import Path
 
 import torch
 
-from ttr_edu._internal.validation import check_positive_int
 from ttr_edu.layers import MEMORY_MIXERS, MIXERS
 from ttr_edu.models.mqar import MQARModel
-from ttr_edu.tasks.mqar import mqar_batch
-from ttr_edu.train import train
+from ttr_edu.tasks.mqar import free_slot_fraction, mqar_batch
 
-from . import mqar, plain_help
+from . import mqar, plain_help, runner
 
-__all__ = ["MemoryGrid", "MEMORY_GRID", "build_model", "train_cell", "run_grid", "load_results", "main"]
+__all__ = [
+    "MemoryGrid",
+    "MEMORY_GRID",
+    "OPTIONS",
+    "EXPERIMENT",
+    "build_model",
+    "train_cell",
+    "run_grid",
+    "load_results",
+    "main",
+]
 
 #: The command line that runs this grid.
 PROG = "python -m ttr_edu.experiments mqar_memories"
 
-FIELDS = [
-    "mixer",
-    "seq_len",
-    "num_pairs",
-    "d_model",
-    "state_size",
-    "steps",
-    "final_eval_loss",
-    "accuracy",
-    "train_seconds",
-    "cpu_seconds",
-    "seed",
-]
+KEY = ("mixer", "seq_len", "num_pairs", "d_model", "lr", "seed")
+EXPERIMENT = runner.Experiment(
+    name="mqar_memories",
+    fields=(
+        *KEY,
+        "vocab_size",
+        "batch_size",
+        "test_seed",
+        "state_size",
+        "steps",
+        "final_eval_loss",
+        "accuracy",
+        "train_seconds",
+        "cpu_seconds",
+    ),
+    key=KEY,
+    types={
+        "seq_len": int,
+        "num_pairs": int,
+        "d_model": int,
+        "lr": float,
+        "seed": int,
+        "vocab_size": int,
+        "batch_size": int,
+        "test_seed": int,
+        "state_size": int,
+        "steps": int,
+        "final_eval_loss": float,
+        "accuracy": float,
+        "train_seconds": float,
+        "cpu_seconds": float,
+    },
+    timing=("train_seconds", "cpu_seconds"),
+)
+
+_SHARED = {k: v for k, v in mqar.COURSE_GRID.recipe().items() if k != "name"}
 
 
 @dataclass(frozen=True)
 class MemoryGrid:
-    """Mixers × pairs × widths × seeds, and the training recipe (the main grid's, at a smaller size)."""
+    """Mixers × tasks × widths × learning rates × seeds, and the training recipe (by default the main course
+    grid's: :data:`ttr_edu.experiments.mqar.COURSE_GRID`).
+
+    Raises:
+        ValueError: a task with ``T < 6 N``, or a batch of fewer than 32 examples.
+    """
 
     mixers: tuple[str, ...]
-    num_pairs: tuple[int, ...]
+    tasks: tuple[tuple[int, int], ...]
     d_models: tuple[int, ...]
+    lrs: tuple[float, ...] = mqar.LRS
     seeds: tuple[int, ...] = (0, 1, 2)
-    seq_len: int = 64
-    vocab_size: int = 128
-    batch_size: int = 32
-    max_steps: int = 600
-    lr: float = 1e-2
-    target_loss: float = 0.05
-    eval_every: int = 100
-    eval_examples: int = 256
+    vocab_size: int = _SHARED["vocab_size"]
+    batch_size: int = _SHARED["batch_size"]
+    max_steps: int = _SHARED["max_steps"]
+    target_loss: float = _SHARED["target_loss"]
+    eval_every: int = _SHARED["eval_every"]
+    eval_examples: int = _SHARED["eval_examples"]
+    test_seed: int = _SHARED["test_seed"]
+    random_non_queries: bool = _SHARED["random_non_queries"]
+    sweep_on_first_seed: bool = _SHARED["sweep_on_first_seed"]
 
-    def cells(self) -> list[tuple[str, int, int, int]]:
-        """``(mixer, num_pairs, d_model, seed)`` for every cell."""
-        return [(m, n, d, s) for m in self.mixers for n in self.num_pairs for d in self.d_models for s in self.seeds]
+    def __post_init__(self):
+        for t, n in self.tasks:
+            if free_slot_fraction(t, n) < 0.5:
+                raise ValueError(f"tasks: {n} pairs in {t} tokens; MQAR needs seq_len >= 6 * num_pairs = {6 * n}")
+        if self.batch_size < 32:
+            raise ValueError(f"batch_size: expected at least 32 examples per step, got {self.batch_size}")
+
+    def cells(self) -> list[dict]:
+        """One dict per cell, keyed by ``EXPERIMENT.key``."""
+        return [
+            {"mixer": m, "seq_len": t, "num_pairs": n, "d_model": d, "lr": lr, "seed": s}
+            for m in self.mixers
+            for t, n in self.tasks
+            for d in self.d_models
+            for lr in self.lrs
+            for s in self.seeds
+        ]
 
     def recipe(self) -> dict:
         """What every cell shares, and the mixers' options (:data:`OPTIONS`), recorded in the CSV's header."""
-        shared = {k: v for k, v in asdict(self).items() if k not in ("mixers", "num_pairs", "d_models", "seeds")}
+        shared = {k: v for k, v in asdict(self).items() if k not in ("mixers", "tasks", "d_models", "lrs", "seeds")}
         return {**shared, "options": {m: OPTIONS[m] for m in self.mixers if m in OPTIONS}}
 
 
-#: DeltaNet beside the new mixers, at one small size that trains in minutes on a CPU
+#: DeltaNet beside the new mixers, on the course grid's task at its smallest width (the MLP memories and Titans' token
+#: loop cost several times DeltaNet's step)
 MEMORY_GRID = MemoryGrid(
     mixers=("deltanet", "longhorn", "deltaproduct", "ttt_linear", "ttt_mlp", "titans"),
-    num_pairs=(4, 8),
+    tasks=(mqar.COURSE_TASK,),
     d_models=(16,),
-    seq_len=32,
-    vocab_size=64,
-    max_steps=400,
-    eval_every=50,
 )
 #: per-mixer options: DeltaProduct with two Householder steps, TTT with mini-batches of 8, 2× MLPs (TTT-MLP, Titans)
 OPTIONS = {
@@ -111,28 +159,40 @@ def build_model(mixer: str, vocab_size: int, d_model: int) -> MQARModel:
     return model
 
 
-def train_cell(grid: MemoryGrid, mixer: str, num_pairs: int, d_model: int, seed: int = 0) -> dict:
-    """Train one cell as :func:`ttr_edu.experiments.mqar.train_cell` does (one thread); return its CSV row."""
+def train_cell(grid: MemoryGrid, cell: dict) -> dict:
+    """Train one cell as :func:`ttr_edu.experiments.mqar.train_cell` does (one thread, restored after); return its
+    CSV row."""
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # cells this small train fastest on one thread; restored below for the caller
     try:
-        return _train_cell(grid, mixer, num_pairs, d_model, seed)
+        return _train_cell(grid, **cell)
     finally:
         torch.set_num_threads(threads)
 
 
-def _train_cell(g: MemoryGrid, mixer: str, num_pairs: int, d_model: int, seed: int) -> dict:
-    held_out = mqar_batch(
-        g.eval_examples, g.seq_len, num_pairs, g.vocab_size, generator=torch.Generator().manual_seed(10_000 + seed)
+def _train_cell(g: MemoryGrid, mixer: str, seq_len: int, num_pairs: int, d_model: int, lr: float, seed: int) -> dict:
+    def sample(generator):
+        return mqar_batch(
+            g.batch_size, seq_len, num_pairs, g.vocab_size, random_non_queries=g.random_non_queries, generator=generator
+        )
+
+    test = mqar_batch(
+        g.eval_examples,
+        seq_len,
+        num_pairs,
+        g.vocab_size,
+        random_non_queries=g.random_non_queries,
+        generator=torch.Generator().manual_seed(g.test_seed),
     )
     torch.manual_seed(seed)
     model = build_model(mixer, g.vocab_size, d_model)
     start, cpu_start = time.perf_counter(), time.process_time()
-    result = train(
+    steps, final_eval_loss, accuracy = mqar.train_or_diverge(
         model,
-        lambda gen: mqar_batch(g.batch_size, g.seq_len, num_pairs, g.vocab_size, generator=gen),
+        sample,
+        test,
         max_steps=g.max_steps,
-        lr=g.lr,
+        lr=lr,
         target_loss=g.target_loss,
         eval_every=g.eval_every,
         eval_batches=2,
@@ -141,87 +201,107 @@ def _train_cell(g: MemoryGrid, mixer: str, num_pairs: int, d_model: int, seed: i
     )
     return {
         "mixer": mixer,
-        "seq_len": g.seq_len,
+        "seq_len": seq_len,
         "num_pairs": num_pairs,
         "d_model": d_model,
-        "state_size": model.state_size(g.seq_len),
-        "steps": result.steps,
-        "final_eval_loss": round(result.final_eval_loss, 5),
-        "accuracy": round(model.accuracy(held_out), 4),
-        "train_seconds": round(time.perf_counter() - start, 1),
-        "cpu_seconds": round(time.process_time() - cpu_start, 1),
+        "lr": lr,
         "seed": seed,
+        "vocab_size": g.vocab_size,
+        "batch_size": g.batch_size,
+        "test_seed": g.test_seed,
+        "state_size": model.state_size(seq_len),
+        "steps": steps,
+        "final_eval_loss": final_eval_loss,
+        "accuracy": accuracy,
+        "train_seconds": round(time.perf_counter() - start, 2),
+        "cpu_seconds": round(time.process_time() - cpu_start, 2),
     }
 
 
 def run_grid(
-    grid: MemoryGrid = MEMORY_GRID, out: str | Path | None = None, *, jobs: int = 1, command: str | None = None
+    grid: MemoryGrid = MEMORY_GRID,
+    out: str | Path | None = None,
+    *,
+    jobs: int = 1,
+    resume: bool = False,
+    scheduler: str | None = None,
+    command: str | None = None,
+    progress: bool | None = None,
 ) -> list[dict]:
-    """Train every cell of ``grid`` (``jobs`` at once, joblib workers); write the CSV ``out`` with its provenance.
-
-    ``command`` is recorded in the CSV's header (:func:`main` passes its command line).
-
-    Returns:
-        The rows, in the order of :meth:`MemoryGrid.cells`.
+    """Train every cell of ``grid`` through :func:`ttr_edu.experiments.runner.run`; return the rows in cell order.
 
     Raises:
         ValueError: ``jobs`` is not a positive int.
+        ttr_edu.experiments.runner.ResumeRefused: ``resume`` on a CSV of another recipe.
     """
-    check_positive_int("jobs", jobs)
-    cells = grid.cells()
-    start = time.perf_counter()
-    if jobs > 1 and len(cells) > 1:
-        from joblib import Parallel, delayed
-
-        rows = Parallel(n_jobs=jobs)(delayed(train_cell)(grid, *cell) for cell in cells)
-    else:
-        rows = [train_cell(grid, *cell) for cell in cells]
-    if out is not None:
-        command = command or "ttr_edu.experiments.mqar_memories.run_grid, called from Python"
-        with open(out, "w", newline="") as handle:
-            handle.write(
-                f"# command: {command}\n# finished: {mqar._now()}, {len(cells)} cells in "
-                f"{time.perf_counter() - start:.0f} s wall, {sum(r['cpu_seconds'] for r in rows):.0f} s "
-                f"CPU summed over cells\n# git commit: {mqar._git_commit(out)}\n"
-                f"# recipe: {json.dumps(grid.recipe())}\n"
-            )
-            writer = csv.DictWriter(handle, fieldnames=FIELDS)
-            writer.writeheader()
-            writer.writerows(rows)
-    return rows
+    result = runner.run(
+        EXPERIMENT,
+        grid.recipe(),
+        mqar.sweep(grid.cells(), first_seed_only=grid.sweep_on_first_seed),
+        partial(train_cell, grid),
+        out,
+        resume=resume,
+        jobs=jobs,
+        scheduler=scheduler,
+        command=command or "ttr_edu.experiments.mqar_memories.run_grid, called from Python",
+        progress=progress,
+    )
+    return result.rows
 
 
 def load_results(path: str | Path | None = None, *, show: bool = True) -> list[dict]:
-    """Read a memories-grid CSV (default: the one shipped in ``ttr_edu/experiments/results/mqar_memories.csv``) as typed
-    dicts."""
-    return mqar.load_results(path, show=show, shipped="mqar_memories.csv")
+    """Read a memories-grid CSV (default: the one shipped in ``ttr_edu/experiments/results/mqar_memories.csv``) as
+    typed dicts; ``show`` prints its provenance lines."""
+    from importlib import resources
+
+    if path is None:
+        text = resources.files("ttr_edu.experiments").joinpath("results", "mqar_memories.csv").read_text()
+        rows = runner.read(EXPERIMENT, "mqar_memories.csv", text=text)[1]
+    else:
+        text = Path(path).read_text()
+        rows = runner.read(EXPERIMENT, path)[1]
+    if show:
+        print("\n".join(line[2:] for line in text.splitlines() if line.startswith("# ")))
+    return rows
 
 
-def main(argv: list[str] | None = None) -> None:
-    """Command line: ``python -m ttr_edu.experiments mqar_memories [--out PATH] [--jobs N] [--max-steps N]
-    [--seeds S ...]``."""
-    parser = argparse.ArgumentParser(
+def main(argv: list[str] | None = None) -> int:
+    """Command line: ``python -m ttr_edu.experiments mqar_memories [--out PATH] [--jobs N | --scheduler ADDRESS]
+    [--resume] [--max-steps N] [--seeds S ...]``; returns the exit status."""
+    return _main(argv)
+
+
+@runner.guarded
+def _main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    parser = runner.ArgumentParser(
         prog=PROG, description=plain_help(__doc__), formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--out", default="mqar_memories.csv", help="the CSV to write")
-    parser.add_argument("--jobs", type=int, default=1, help="cells trained at once, one thread each (default 1)")
-    parser.add_argument("--max-steps", type=int, default=None, help="override the grid's max_steps")
-    parser.add_argument("--seeds", type=int, nargs="+", default=None, help="override the grid's seeds")
+    parser.add_argument("--max-steps", type=int, default=None, help="override the grid's max_steps (a new recipe)")
+    parser.add_argument("--seeds", type=int, nargs="+", default=None, help="override the grid's seeds (each >= 0)")
+    runner.add_arguments(parser, "mqar_memories.csv")
     args = parser.parse_args(argv)
+    options = runner.runner_options(parser, args)
+    if args.max_steps is not None and args.max_steps < 1:
+        parser.error(f"--max-steps: expected a positive int, got {args.max_steps}")
+    if args.seeds is not None and min(args.seeds) < 0:
+        parser.error(f"--seeds: expected ints >= 0, got {' '.join(map(str, args.seeds))}")
     grid = MEMORY_GRID
     if args.max_steps is not None:
         grid = replace(grid, max_steps=args.max_steps)
     if args.seeds is not None:
-        grid = replace(grid, seeds=tuple(args.seeds))
-    argv = sys.argv[1:] if argv is None else argv
-    rows = run_grid(grid, args.out, jobs=args.jobs, command=" ".join([PROG, *argv]))
-    for row in rows:
-        print(
-            f"  {row['mixer']:<14} N={row['num_pairs']:<3} d={row['d_model']:<3} seed={row['seed']} "
-            f"state={row['state_size']:<6} acc={row['accuracy']:.3f} steps={row['steps']} {row['cpu_seconds']} s"
-        )
-    print(f"grid: {asdict(grid)} -> {args.out}")
-
-
-if __name__ == "__main__":
-    main()
+        grid = replace(grid, seeds=tuple(dict.fromkeys(args.seeds)))
+    result = runner.run(
+        EXPERIMENT,
+        grid.recipe(),
+        mqar.sweep(grid.cells(), first_seed_only=grid.sweep_on_first_seed),
+        partial(train_cell, grid),
+        command=runner.command_line("mqar_memories", argv),
+        **options,
+    )
+    print(
+        f"{result.trained} cells trained in {result.wall_seconds:.0f} s wall, {result.cpu_seconds:.0f} s CPU summed "
+        f"over cells; {len(result.rows)} rows in {options['out']}"
+    )
+    return runner.report_lost(result, EXPERIMENT)

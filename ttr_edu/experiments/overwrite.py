@@ -54,7 +54,7 @@ def quick_grid() -> list[tuple[ModelSpec, int]]:
     return [(MODELS["sum, DPFP ν=1"], 8), (MODELS["delta, DPFP ν=1"], 8)]
 
 
-def main(argv: list[str] | None = None) -> list[dict]:
+def main(argv: list[str] | None = None) -> int:
     return grid_main(
         "overwrite",
         __doc__.split("\n")[0],

@@ -14,11 +14,18 @@ An example shows ``num_pairs`` key-value pairs, then asks for every key again, l
   ``torch.nn.functional.cross_entropy``) everywhere else; accuracy is ``argmax == label`` over labelled positions;
 * the other positions hold filler tokens, drawn uniformly from the vocabulary (Zoology's ``random_non_queries``).
 
-The sequence must leave room. After the context there are ``(T − 2N) / 2`` query slots (:func:`query_slots`) for
-``N`` queries. At ``T = 4N`` every slot is filled: the queries are then a random permutation of the keys, with no
-gaps to draw and no filler, which is not the task Zoology studies (its grids use ``T = 16 N``, e.g. 256 tokens for
-16 pairs). :func:`mqar_batch` accepts it (Zoology does too), but an experiment should keep
-:func:`free_slot_fraction` well above zero; the course's grid requires at least half of the slots free.
+The sequence must leave room. After the context there are ``(T − 2N) / 2`` query slots (:func:`query_slots`), the
+even offsets of the tail, for ``N`` queries. At ``T = 4N`` every slot is asked: the queries are then a random
+permutation of the keys and no gap is drawn; only the odd positions of the tail still hold filler (half the tail).
+Zoology's figure 2 trains and tests at ``T = 16 N`` (64 tokens for 4 pairs, 256 for 16), while its example
+configurations (``original_mqar_configs.py``) also test at ``T = 4N``. :func:`mqar_batch` accepts any ``T >= 4N``
+(Zoology too); the course's grids keep :func:`free_slot_fraction` at one half or more (``T >= 6 N``), so that every
+cell keeps its power-law gaps.
+
+**Filler copies of a key.** Filler is uniform over the whole vocabulary (Zoology's ``random_non_queries``), so it
+sometimes repeats one of the example's own keys, unlabelled, and a memory then stores a second value under that key.
+The rate falls with ``V``: at ``T = 64, N = 8`` about 4 % of the sequences hold such a copy with ``V = 8192`` and
+over 90 % with ``V = 128`` (:func:`filler_key_copies` measures it).
 
 This is our own generator written from that description (paper_facts.md). Batches are drawn on the CPU from a
 ``torch.Generator``, so a seed gives the same batch everywhere.
@@ -30,7 +37,14 @@ from dataclasses import dataclass
 
 import torch
 
-from ttr_edu._internal.validation import check_positive_float, check_positive_int
+from ttr_edu._internal.validation import (
+    check_allocation,
+    check_bool,
+    check_finite,
+    check_generator,
+    check_positive_float,
+    check_positive_int,
+)
 
 __all__ = [
     "MQARBatch",
@@ -39,6 +53,7 @@ __all__ = [
     "mqar_accuracy",
     "query_slots",
     "free_slot_fraction",
+    "filler_key_copies",
     "IGNORE_INDEX",
 ]
 
@@ -70,11 +85,17 @@ def query_slots(seq_len: int, num_pairs: int) -> int:
     """The query slots after the context of ``num_pairs`` pairs: ``(seq_len − 2 · num_pairs) // 2``.
 
     Raises:
-        TypeError / ValueError: a size that is not a positive int.
+        TypeError / ValueError: a size that is not a positive int, or a sequence too short for the context
+            (``seq_len < 2 · num_pairs``).
     """
     check_positive_int("seq_len", seq_len)
     check_positive_int("num_pairs", num_pairs)
-    return max(0, (seq_len - 2 * num_pairs) // 2)
+    if seq_len < 2 * num_pairs:
+        raise ValueError(
+            f"seq_len: the context of {num_pairs} pairs alone needs 2 * num_pairs = {2 * num_pairs} tokens, got "
+            f"{seq_len} (and MQAR needs seq_len >= 4 * num_pairs = {4 * num_pairs})"
+        )
+    return (seq_len - 2 * num_pairs) // 2
 
 
 def free_slot_fraction(seq_len: int, num_pairs: int) -> float:
@@ -87,6 +108,33 @@ def free_slot_fraction(seq_len: int, num_pairs: int) -> float:
     if slots < num_pairs:
         raise ValueError(f"seq_len: {num_pairs} pairs need seq_len >= 4 * num_pairs = {4 * num_pairs}, got {seq_len}")
     return 1 - num_pairs / slots
+
+
+def filler_key_copies(batch: MQARBatch) -> dict[str, float]:
+    """How often the filler repeats one of the example's own keys (an unlabelled copy of a key).
+
+    Args:
+        batch: an :class:`MQARBatch`.
+
+    Returns:
+        ``{"sequences": ..., "queries": ...}``: the fraction of examples whose tail holds a key of their context
+        outside its query positions, and the fraction of queries whose key appears in the filler *before* the query
+        (the copies that can overwrite or blur the stored pair before it is asked).
+    """
+    if not isinstance(batch, MQARBatch):
+        raise TypeError(f"batch: expected an MQARBatch, got {type(batch).__name__}")
+    inputs, labels = batch.inputs, batch.labels
+    context = 2 * batch.num_pairs
+    keys = inputs[:, 0:context:2]  # (B, N)
+    tail, asked = inputs[:, context:], labels[:, context:] != IGNORE_INDEX
+    is_key = (tail[:, :, None] == keys[:, None, :]) & ~asked[:, :, None]  # (B, T - 2N, N): a filler copy of key j
+    sequences = is_key.any(-1).any(-1).double().mean().item()
+    position = torch.arange(tail.shape[1])
+    query_at = torch.where(
+        asked[:, :, None] & (tail[:, :, None] == keys[:, None, :]), position[None, :, None], tail.shape[1]
+    ).amin(1)  # (B, N): where key j is asked
+    before = (is_key & (position[None, :, None] < query_at[:, None, :])).any(1)  # (B, N)
+    return {"sequences": sequences, "queries": before.double().mean().item()}
 
 
 def mqar_batch(
@@ -116,7 +164,9 @@ def mqar_batch(
 
     Raises:
         TypeError / ValueError: a size that is not a positive int, a vocabulary too small for ``num_pairs``
-            distinct keys, a sequence too short for the context and its queries, or ``power_a`` outside (0, 1].
+            distinct keys, a sequence too short for the context and its queries, ``power_a`` outside (0, 1], a flag
+            that is not a bool, a ``generator`` that is not a ``torch.Generator``, or a batch too large for memory
+            (named by the size that makes it so).
     """
     check_positive_int("batch_size", batch_size)
     check_positive_int("seq_len", seq_len)
@@ -125,6 +175,8 @@ def mqar_batch(
     check_positive_float("power_a", power_a)
     if power_a > 1:
         raise ValueError(f"power_a: expected an exponent in (0, 1], got {power_a}")
+    check_bool("random_non_queries", random_non_queries)
+    check_generator("generator", generator)
     half = vocab_size // 2
     if num_pairs > half - 1:
         raise ValueError(
@@ -138,9 +190,19 @@ def mqar_batch(
             f"seq_len: {num_pairs} pairs need seq_len >= 4 * num_pairs = {4 * num_pairs} (the context and one query "
             f"slot per key), got {seq_len}"
         )
+    # the largest tensors drawn: (B, V/2) uniform draws for the keys and values, (B, T) tokens and slot weights
+    check_allocation(
+        "batch_size" if batch_size > half else "vocab_size", (batch_size, half), what="the key and value draws"
+    )
+    check_allocation(
+        "batch_size" if batch_size > seq_len else "seq_len", (batch_size, seq_len), dtype=torch.float64, what="a batch"
+    )
 
     def distinct(low: int, high: int) -> torch.Tensor:  # num_pairs distinct tokens from [low, high) per example
-        return torch.rand(batch_size, high - low, generator=generator).argsort(-1)[:, :num_pairs] + low
+        # the indices of the num_pairs smallest of (high - low) uniform draws: a uniformly random ordered subset
+        # (argsort(-1)[:, :num_pairs] gives the same tensor; topk skips sorting the rest, 20x faster at V = 8192)
+        draws = torch.rand(batch_size, high - low, generator=generator)
+        return draws.topk(num_pairs, dim=-1, largest=False, sorted=True).indices + low
 
     keys, values = distinct(1, half), distinct(half, vocab_size)  # (B, N) each
     offsets = torch.arange(1, slots + 1, dtype=torch.float64)
@@ -174,29 +236,61 @@ def mqar_layout(
         ``(inputs, labels)``, each ``(B, T)`` int64.
 
     Raises:
-        TypeError: a tensor that is not int64. ValueError: shapes that disagree (named), or a slot out of range.
+        TypeError: a tensor that is not int64, or a ``seq_len`` that is not an int. ValueError: shapes or devices that
+            disagree (named), a negative token, a slot out of range or repeated, a meta tensor (it has no values to
+            place), or a sequence too short for the context.
     """
     for name, x in (("keys", keys), ("values", values), ("slots", slots)):
-        if not isinstance(x, torch.Tensor) or x.dtype != torch.long or x.dim() != 2:
-            raise TypeError(f"{name}: expected an int64 tensor (B, N), got {getattr(x, 'dtype', type(x))}")
+        if not isinstance(x, torch.Tensor) or x.dtype != torch.long:
+            raise TypeError(f"{name}: expected an int64 tensor (B, N), got {getattr(x, 'dtype', type(x).__name__)}")
+        if x.dim() != 2:
+            raise ValueError(f"{name}: expected 2 dims (B, N), got shape {tuple(x.shape)}")
+        if x.device.type == "meta":
+            raise ValueError(f"{name}: a meta tensor carries no values, and mqar_layout places them; pass real tokens")
     B, N = keys.shape
-    if values.shape != (B, N) or slots.shape != (B, N):
-        raise ValueError(
-            f"values, slots: expected shape (B, N) = {(B, N)}, got {tuple(values.shape)} and {tuple(slots.shape)}"
-        )
+    for name, x in (("values", values), ("slots", slots)):
+        if x.shape != (B, N):
+            raise ValueError(f"{name}: expected shape (B, N) = {(B, N)} (set by keys), got {tuple(x.shape)}")
+        if x.device != keys.device:
+            raise ValueError(f"{name}: expected the device of keys ({keys.device}), got {x.device}")
+    for name, x in (("keys", keys), ("values", values)):
+        if x.numel() and x.min() < 0:
+            raise ValueError(f"{name}: expected tokens >= 0, got {x.min().item()}")
+    check_positive_int("seq_len", seq_len)
     context = 2 * N
     tail_len = seq_len - context
+    if tail_len < 0:
+        raise ValueError(f"seq_len: the context of N = {N} pairs needs 2 N = {context} tokens, got seq_len={seq_len}")
+    check_allocation("seq_len", (B, seq_len), dtype=torch.long, what="the inputs")
     if N and (slots.min() < 0 or slots.max() >= query_slots(seq_len, N)):
-        raise ValueError(f"slots: expected values in [0, {query_slots(seq_len, N)}) for T={seq_len}, N={N}")
-    if filler is not None and (not isinstance(filler, torch.Tensor) or filler.shape != (B, tail_len)):
-        raise ValueError(f"filler: expected shape (B, T - 2N) = {(B, tail_len)}, got {getattr(filler, 'shape', None)}")
+        raise ValueError(
+            f"slots: expected values in [0, (seq_len - 2 N) // 2) = [0, {query_slots(seq_len, N)}) for "
+            f"T={seq_len}, N={N}, got values from {slots.min().item()} to {slots.max().item()}"
+        )
+    if N > 1:
+        repeated = (slots.sort(dim=-1).values.diff(dim=-1) == 0).any(dim=-1)  # (B,)
+        if repeated.any():
+            b = int(repeated.nonzero()[0, 0])
+            raise ValueError(
+                f"slots: expected N = {N} distinct slots per example (one query per key); example {b} repeats a slot "
+                f"in {slots[b].tolist()}"
+            )
+    if filler is not None:
+        if not isinstance(filler, torch.Tensor) or filler.dtype != torch.long:
+            raise TypeError(
+                f"filler: expected an int64 tensor (B, T - 2N) or None, got {getattr(filler, 'dtype', type(filler))}"
+            )
+        if filler.shape != (B, tail_len):
+            raise ValueError(f"filler: expected shape (B, T - 2N) = {(B, tail_len)}, got {tuple(filler.shape)}")
+        if filler.device != keys.device:
+            raise ValueError(f"filler: expected the device of keys ({keys.device}), got {filler.device}")
     pairs = torch.stack([keys, values], dim=-1).reshape(B, context)  # k1 v1 k2 v2 …
-    tail = torch.zeros(B, tail_len, dtype=torch.long) if filler is None else filler.clone()
-    tail_labels = torch.full((B, tail_len), IGNORE_INDEX, dtype=torch.long)
+    tail = torch.zeros(B, tail_len, dtype=torch.long, device=keys.device) if filler is None else filler.clone()
+    tail_labels = torch.full((B, tail_len), IGNORE_INDEX, dtype=torch.long, device=keys.device)
     tail.scatter_(1, 2 * slots, keys)  # the key asked for, at its query position ...
     tail_labels.scatter_(1, 2 * slots, values)  # ... and the value to predict there
     inputs = torch.cat([pairs, tail], dim=1)
-    labels = torch.cat([torch.full((B, context), IGNORE_INDEX, dtype=torch.long), tail_labels], dim=1)
+    labels = torch.cat([torch.full((B, context), IGNORE_INDEX, dtype=torch.long, device=keys.device), tail_labels], 1)
     return inputs, labels
 
 
@@ -209,7 +303,9 @@ def mqar_accuracy(logits: torch.Tensor, labels: torch.Tensor) -> float:
     Returns:
         A float in ``[0, 1]``.
     Raises:
-        TypeError: integer logits or non-integer labels. ValueError: shapes that disagree, or no labelled position.
+        TypeError: integer logits or non-integer labels. ValueError: shapes or devices that disagree, no labelled
+            position, a label outside ``[0, V)`` other than ``-100``, NaN or inf logits (:class:`NonFiniteError`,
+            also a ``FloatingPointError``: an argmax over NaN means nothing), or a meta tensor (no values to score).
     """
     if not isinstance(logits, torch.Tensor) or not logits.is_floating_point():
         raise TypeError(f"logits: expected a floating-point tensor, got {getattr(logits, 'dtype', type(logits))}")
@@ -225,7 +321,20 @@ def mqar_accuracy(logits: torch.Tensor, labels: torch.Tensor) -> float:
             f"labels: expected shape {tuple(logits.shape[:-1])} (the leading dims of logits (..., V)), "
             f"got {tuple(labels.shape)}"
         )
+    for name, x in (("logits", logits), ("labels", labels)):
+        if x.device.type == "meta":
+            raise ValueError(f"{name}: a meta tensor carries no values, and mqar_accuracy scores them")
+    if labels.device != logits.device:
+        raise ValueError(f"labels: expected the device of logits ({logits.device}), got {labels.device}")
+    check_finite("logits", logits)
     asked = labels != IGNORE_INDEX
     if not asked.any():
         raise ValueError("labels: no labelled position (every label is -100)")
+    vocab = logits.shape[-1]
+    bad = asked & ((labels < 0) | (labels >= vocab))
+    if bad.any():
+        raise ValueError(
+            f"labels: expected a token in [0, V) = [0, {vocab}) or -100 (ignored) at each position, got "
+            f"{labels[bad][0].item()}"
+        )
     return (logits.argmax(-1)[asked] == labels[asked]).double().mean().item()

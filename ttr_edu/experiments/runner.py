@@ -1,0 +1,659 @@
+"""The one runner every experiment grid goes through: cells run here or on a Dask cluster, rows land in a CSV.
+
+An experiment describes its CSV once (:class:`Experiment`: the columns, the columns that name a cell, how to parse
+them) and hands :func:`run` three things: its *recipe* (a JSON-able dict of everything the cells share and the
+results depend on), its *cells* (one dict per cell, keyed by the cell columns) and a picklable function that trains
+one cell and returns its row. The runner then
+
+* runs the cells one after another, in ``jobs`` local processes (joblib, one thread each), or on a Dask cluster
+  (``scheduler="local:N"`` starts a ``LocalCluster`` of ``N`` single-thread worker processes here;
+  ``scheduler="tcp://host:8786"`` joins a running scheduler, e.g. one started by ``dask-jobqueue`` on Slurm);
+* appends each row to the CSV the moment it arrives, as one line, so an interrupted run keeps every finished cell;
+* writes, above the rows, how to reproduce them: the experiment, the package version, the command, the git commit
+  of the checkout, the recipe and its hash (every row carries the hash and the version too);
+* on ``resume``, keeps the rows already in the CSV and trains only the missing cells, after checking that the file
+  was written by this experiment with this recipe and this package version (a difference is named, and nothing is
+  mixed). A last line cut short by a killed run is completed if it is a whole row, dropped otherwise, with a note.
+
+A Dask worker that dies mid-cell (a killed process, a pre-empted node) loses only that cell: the others finish and
+are written, and the run ends by naming the lost cells, which ``resume`` trains again. With joblib, a dying worker
+process stops the pool; the rows written so far are kept, and ``resume`` trains the rest.
+
+Dask is optional (``pip install 'ttr-edu[cluster]'``); nothing in the course needs it. ``docs/cluster.md`` runs the
+full MQAR grid on Slurm.
+
+The command line of every experiment (:func:`add_arguments`, :func:`runner_options`, :func:`command_line`) shares
+these rules: an argument error is one line and exit status 2, Ctrl-C is one line and exit status 130 (the CSV stays
+valid), a lost cell is one line and exit status 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import hashlib
+import io
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from tqdm.auto import tqdm
+
+from ttr_edu._internal.progress import progress_enabled
+
+__all__ = [
+    "Experiment",
+    "RunResult",
+    "ResumeRefused",
+    "run",
+    "read",
+    "recipe_hash",
+    "package_version",
+    "git_commit",
+    "ArgumentParser",
+    "add_arguments",
+    "runner_options",
+    "command_line",
+    "RUNNER_FIELDS",
+]
+
+#: columns the runner adds to every row: the hash of the recipe and the package version that wrote it
+RUNNER_FIELDS = ("recipe", "version")
+
+
+def _bool(text: str) -> bool:
+    if text not in ("True", "False"):
+        raise ValueError(f"expected True or False, got {text!r}")
+    return text == "True"
+
+
+@dataclass(frozen=True)
+class Experiment:
+    """How one experiment's CSV looks.
+
+    Attributes:
+        name: the experiment's name (``python -m ttr_edu.experiments NAME``).
+        fields: the columns of a row as the cell function returns it, in order (the runner appends
+            :data:`RUNNER_FIELDS`).
+        key: the columns that name a cell (a subset of ``fields``); each cell dict holds exactly these.
+        types: a parser per non-text column: ``int``, ``float`` or ``bool`` (``"True"``/``"False"``).
+        timing: columns that differ between two runs of the same cell (seconds); every other column of a cell's row
+            is the same wherever the cell runs.
+    """
+
+    name: str
+    fields: tuple[str, ...]
+    key: tuple[str, ...]
+    types: dict[str, Callable[[str], Any]] = field(default_factory=dict)
+    timing: tuple[str, ...] = ()
+
+    def __post_init__(self):
+        missing = [k for k in (*self.key, *self.types, *self.timing) if k not in self.fields]
+        if missing:
+            raise ValueError(f"fields: {', '.join(missing)} named in key/types/timing but not among the fields")
+
+    @property
+    def columns(self) -> tuple[str, ...]:
+        """The CSV's columns: the fields, then :data:`RUNNER_FIELDS`."""
+        return (*self.fields, *RUNNER_FIELDS)
+
+    def cell_of(self, row: dict) -> tuple:
+        """The key of ``row`` (or of a cell dict): its values in the key columns."""
+        return tuple(row[k] for k in self.key)
+
+    def parse(self, row: dict[str, str]) -> dict:
+        """A row read from the CSV (all text) with its numbers and booleans parsed.
+
+        Raises:
+            ValueError: a value that does not parse (the message names the column).
+        """
+        parsed = {}
+        for name, text in row.items():
+            kind = self.types.get(name)
+            try:
+                parsed[name] = text if kind is None else (_bool(text) if kind is bool else kind(text))
+            except (TypeError, ValueError) as error:
+                raise ValueError(f"column {name}: {error}") from None
+        return parsed
+
+
+class ResumeRefused(ValueError):
+    """A CSV that :func:`run` will not append to: another experiment, recipe or version, or a damaged row."""
+
+
+@dataclass
+class RunResult:
+    """What :func:`run` returns.
+
+    Attributes:
+        rows: the rows of the grid's cells that exist (kept from the CSV or trained now), in the cells' order.
+        trained: how many cells this call trained.
+        lost: the cells whose worker died (Dask); ``resume`` trains them again.
+        wall_seconds, cpu_seconds: this call's wall time, and the CPU time the cells report (summed).
+    """
+
+    rows: list[dict]
+    trained: int
+    lost: list[dict]
+    wall_seconds: float
+    cpu_seconds: float
+
+
+def recipe_hash(recipe: dict) -> str:
+    """The first 12 hex digits of the SHA-256 of the recipe's canonical JSON (sorted keys): the ``recipe`` column."""
+    return hashlib.sha256(json.dumps(recipe, sort_keys=True).encode()).hexdigest()[:12]
+
+
+def package_version() -> str:
+    """The installed ttr-edu's version (the ``version`` column)."""
+    import ttr_edu
+
+    return ttr_edu.__version__
+
+
+def git_commit(skip: str | Path | None = None) -> str:
+    """The checkout's commit, marked ``(uncommitted changes)`` when tracked files other than ``skip`` (the CSV being
+    written) differ from it; ``"unknown"`` outside a git checkout."""
+    root = Path(__file__).resolve().parents[2]
+    try:
+        commit = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, timeout=10
+        ).stdout.strip()
+        status = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=root,
+            capture_output=True,
+            text=True,
+            timeout=10,
+        ).stdout.splitlines()
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    if not commit:
+        return "unknown"
+    skip_path = None if skip is None else Path(skip).resolve()
+    dirty = [line for line in status if skip_path is None or (root / line[3:]).resolve() != skip_path]
+    return f"{commit}{' (uncommitted changes)' if dirty else ''}"
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def _line(values: Iterable) -> str:
+    """One CSV line, ending in a newline (written with one ``write`` so a row is never half on disk)."""
+    buffer = io.StringIO()
+    csv.writer(buffer, lineterminator="\n").writerow(list(values))
+    return buffer.getvalue()
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Reading a grid CSV
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class _Parsed:
+    meta: dict[str, str]  # "# name: value" lines before the column line (the first of each name)
+    rows: list[dict]
+    repair: str | None  # "complete": the last line is a whole row without its newline; "drop": a cut row; None
+    keep_bytes: int  # the file's length without a cut last line
+
+
+def _parse(experiment: Experiment, data: bytes, path: str | Path, legacy: bool = False) -> _Parsed:
+    """Read ``data`` (the bytes of the file ``path``) as a CSV of ``experiment``, strictly.
+
+    Raises:
+        ValueError: not such a CSV (other columns, a row that does not parse), named with the file and line.
+    """
+    try:
+        text = data.decode()
+    except UnicodeDecodeError:
+        raise ValueError(f"{path} is not a text file, so not a CSV of the {experiment.name} grid") from None
+    lines = text.split("\n")
+    unterminated = lines[-1] != ""
+    if not unterminated:
+        lines = lines[:-1]
+    meta: dict[str, str] = {}
+    rows: list[dict] = []
+    header_seen = False
+    columns_in_file = experiment.columns
+    repair = None
+    keep = len(data)
+    for number, line in enumerate(lines, start=1):
+        last = number == len(lines)
+        if line.startswith("#"):
+            name, _, value = line[1:].strip().partition(": ")
+            if not header_seen:
+                meta.setdefault(name, value)
+            if last and unterminated:
+                repair = "complete"
+            continue
+        if not header_seen:
+            columns = next(csv.reader([line]), [])
+            if legacy and tuple(columns) == experiment.fields:  # written before the runner added its columns
+                columns_in_file = experiment.fields
+                header_seen = True
+                continue
+            if tuple(columns) != experiment.columns:
+                shown = ", ".join(columns[:6]) + (", ..." if len(columns) > 6 else "")
+                raise ValueError(
+                    f"{path} is not a CSV of the {experiment.name} grid: its columns are {shown or 'none'}"
+                )
+            header_seen = True
+            continue
+        values = next(csv.reader([line]), [])
+        try:
+            if len(values) != len(columns_in_file):
+                raise ValueError(f"{len(values)} values for {len(columns_in_file)} columns")
+            row = experiment.parse(dict(zip(columns_in_file, values)))
+        except ValueError as error:
+            if last and unterminated:  # a row cut short by a killed run: dropped, its cell trained again
+                repair, keep = "drop", len(data) - len(line.encode())
+                continue
+            raise ValueError(f"{path}, line {number}: not a row of the {experiment.name} grid ({error})") from None
+        if last and unterminated:
+            repair = "complete"
+        rows.append(row)
+    if not header_seen:
+        raise ValueError(f"{path} is not a CSV of the {experiment.name} grid: it has no column line")
+    return _Parsed(meta, rows, repair, keep)
+
+
+def read(
+    experiment: Experiment, path: str | Path | None = None, *, text: str | None = None, legacy: bool = False
+) -> tuple[dict, list[dict]]:
+    """The provenance lines and the parsed rows of a grid CSV (a file, or its ``text``).
+
+    ``legacy=True`` also reads a CSV written before the runner existed (the experiment's fields only, without the
+    ``recipe`` and ``version`` columns); its rows then lack those two keys.
+
+    Returns:
+        ``(meta, rows)``: ``meta`` maps each ``# name: value`` line above the column line to its value (``command``,
+        ``git commit``, ``recipe`` (parsed from JSON), ``ttr-edu``, ...); ``rows`` are dicts keyed by the columns.
+
+    Raises:
+        ValueError: not a CSV of ``experiment``, or a row that does not parse (file and line named). A last line cut
+            short (no newline, not a whole row) is skipped.
+    """
+    if text is not None:
+        parsed = _parse(experiment, text.encode(), path or "the text", legacy)
+    else:
+        parsed = _parse(experiment, Path(path).read_bytes(), path, legacy)
+    meta: dict[str, Any] = dict(parsed.meta)
+    if "recipe" in meta:
+        try:
+            meta["recipe"] = json.loads(meta["recipe"])
+        except json.JSONDecodeError:
+            raise ValueError(f"{path}: its recipe line is not JSON") from None
+    return meta, parsed.rows
+
+
+def _differences(there: dict, here: dict, prefix: str = "") -> list[str]:
+    out = []
+    for key in sorted(set(there) | set(here)):
+        a, b = there.get(key, "(absent)"), here.get(key, "(absent)")
+        if isinstance(a, dict) and isinstance(b, dict):
+            out += _differences(a, b, f"{prefix}{key}.")
+        elif a != b:
+            out.append(f"{prefix}{key}: {json.dumps(a)} there, {json.dumps(b)} here")
+    return out
+
+
+def _resume_rows(experiment: Experiment, path: Path, recipe: dict, version: str, note: Callable[[str], None]):
+    """The rows of ``path`` if it was written with ``recipe`` and ``version``; repairs a cut last line."""
+    try:
+        parsed = _parse(experiment, path.read_bytes(), path)
+    except ValueError as error:
+        raise ResumeRefused(f"{error}; write to another file") from None
+    written = parsed.meta.get("recipe")
+    if written is None:
+        raise ResumeRefused(f"{path} records no recipe, so its rows cannot be checked; write to another file")
+    try:
+        written = json.loads(written)
+    except json.JSONDecodeError:
+        raise ResumeRefused(f"{path}: its recipe line is not JSON") from None
+    here = json.loads(json.dumps(recipe))  # as the header holds it: tuples become lists
+    if written != here:
+        shown = "; ".join(_differences(written, here)[:4])
+        raise ResumeRefused(
+            f"{path} was written with another recipe ({shown}); resume with the options it was started with, or "
+            "write to another file"
+        )
+    there = parsed.meta.get("ttr-edu")
+    if there != version:
+        raise ResumeRefused(f"{path} was written by ttr-edu {there}, this is {version}; write to another file")
+    expected = recipe_hash(recipe)
+    for row in parsed.rows:
+        if row["recipe"] != expected or row["version"] != version:
+            raise ResumeRefused(
+                f"{path} holds a row of recipe {row['recipe']} (ttr-edu {row['version']}) under a header of recipe "
+                f"{expected} (ttr-edu {version}); write to another file"
+            )
+    if parsed.repair == "drop":
+        with path.open("r+b") as handle:
+            handle.truncate(parsed.keep_bytes)
+        note(f"note: {path} ended in a cut row (a run stopped mid-write); dropped it, its cell is trained again")
+    elif parsed.repair == "complete":
+        with path.open("ab") as handle:
+            handle.write(b"\n")
+        note(f"note: {path} did not end with a newline; added one")
+    return parsed.rows
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Running the cells
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+def _joblib_cells(cell_fn, todo, jobs) -> Iterator[tuple[dict, dict | None]]:
+    from joblib import Parallel, delayed
+
+    parallel = Parallel(n_jobs=min(jobs, len(todo)), return_as="generator_unordered")
+    yield from parallel(delayed(_paired)(cell_fn, cell) for cell in todo)
+
+
+def _paired(cell_fn, cell):
+    return cell, cell_fn(cell)
+
+
+def _dask_client(scheduler: str):
+    """A Dask client for ``"local:N"`` (a LocalCluster of N one-thread worker processes) or a scheduler address."""
+    import logging
+
+    from distributed import Client, LocalCluster
+
+    if scheduler.startswith("local:"):
+        # a lost worker is reported once, by the runner; the cluster's own log lines would repeat it as tracebacks
+        for name in ("distributed", "distributed.scheduler", "distributed.nanny", "distributed.worker"):
+            logging.getLogger(name).setLevel(logging.CRITICAL)
+        cluster = LocalCluster(
+            n_workers=int(scheduler.removeprefix("local:")),
+            threads_per_worker=1,
+            processes=True,
+            dashboard_address=None,
+        )
+        return Client(cluster), cluster
+    return Client(scheduler, timeout="60s"), None
+
+
+def _dask_cells(cell_fn, todo, scheduler, lost: list) -> Iterator[tuple[dict, dict | None]]:
+    """Run the cells on Dask, never more at once than the cluster has worker threads, so that no cell waits in a
+    worker's queue: a worker that dies takes only the cell it was running with it."""
+    from distributed import wait
+    from distributed.client import FutureCancelledError
+
+    try:
+        from distributed.scheduler import KilledWorker
+    except ImportError:  # pragma: no cover - older distributed
+        from distributed import KilledWorker
+    try:
+        from distributed import TimeoutError as DaskTimeout
+    except ImportError:  # pragma: no cover
+        DaskTimeout = TimeoutError  # noqa: N806
+
+    client, cluster = _dask_client(scheduler)
+    waiting = list(todo)
+    running: dict = {}
+    try:
+        while waiting or running:
+            slots = sum(client.nthreads().values())  # workers join (and leave) while the grid runs
+            while waiting and len(running) < max(slots, 1 if not running else 0):
+                cell = waiting.pop(0)
+                running[client.submit(_paired, cell_fn, cell, pure=False)] = cell
+            try:
+                finished = wait(list(running), timeout=10, return_when="FIRST_COMPLETED").done
+            except (DaskTimeout, TimeoutError):
+                continue
+            for future in finished:
+                cell = running.pop(future)
+                try:
+                    yield future.result()
+                except (KilledWorker, FutureCancelledError):
+                    lost.append(cell)
+    finally:
+        client.close()
+        if cluster is not None:
+            cluster.close()
+
+
+def run(
+    experiment: Experiment,
+    recipe: dict,
+    cells: list[dict] | Callable[[list[dict]], list[dict]],
+    cell_fn: Callable[[dict], dict],
+    out: str | Path | None = None,
+    *,
+    resume: bool = False,
+    jobs: int = 1,
+    scheduler: str | None = None,
+    command: str | None = None,
+    progress: bool | None = None,
+    note: Callable[[str], None] | None = None,
+) -> RunResult:
+    """Run every cell of a grid not already in ``out``; append each row to ``out`` as soon as it is done.
+
+    Args:
+        experiment: the CSV's description.
+        recipe: what every cell shares, JSON-able; recorded in the header, hashed into every row.
+        cells: one dict per cell, keyed by ``experiment.key``; duplicates are run once. Or a function
+            ``cells(rows) -> list`` of the rows done so far, called again after each round of cells until it asks
+            for nothing new (a learning-rate sweep whose later seeds run at the best rate of the first).
+        cell_fn: ``cell_fn(cell) -> row`` (a dict with ``experiment.fields``), picklable for ``jobs > 1`` and Dask
+            (a module-level function, or a ``functools.partial`` of one).
+        out: the CSV; ``None`` keeps the rows in memory only.
+        resume: keep the rows already in ``out`` (refused unless written with this recipe and version) and run the
+            rest. Without it an existing ``out`` is overwritten.
+        jobs: local worker processes (joblib); 1 runs the cells here, in order.
+        scheduler: ``None`` (local), ``"local:N"`` or a Dask scheduler address such as ``"tcp://host:8786"``.
+        command: recorded in the header (default: this process's command line).
+        progress: a bar over the cells (``None``: only in a terminal).
+        note: where the runner's notes go (default: one line each on stderr).
+
+    Returns:
+        A :class:`RunResult`; its ``rows`` follow the order of ``cells``, without the lost ones.
+
+    Raises:
+        ResumeRefused: ``resume`` on a CSV of another experiment, recipe or version, or with a damaged row that is
+            not the last line (a ``ValueError``).
+        ValueError: a bad ``jobs`` or ``scheduler``.
+        KeyboardInterrupt: passed on after the rows so far are written and a ``# interrupted`` line closes the file.
+    """
+    note = note or (lambda message: print(message, file=sys.stderr))
+    if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
+        raise ValueError(f"jobs: expected a positive int, got {jobs!r}")
+    if scheduler is not None and not (
+        scheduler.startswith(("tcp://", "tls://", "inproc://", "ucx://")) or _local_workers(scheduler) is not None
+    ):
+        raise ValueError(f"scheduler: expected local:N or a Dask address such as tcp://host:8786, got {scheduler!r}")
+    version = package_version()
+    digest = recipe_hash(recipe)
+    path = None if out is None else Path(out)
+    done: dict[tuple, dict] = {}
+    appending = False
+    if path is not None and resume and path.exists() and path.stat().st_size > 0:
+        for row in _resume_rows(experiment, path, recipe, version, note):
+            done[experiment.cell_of(row)] = row
+        appending = True
+    cells_for = cells if callable(cells) else (lambda rows, listed=list(cells): listed)
+    order: dict[tuple, dict] = {}  # every cell asked for so far, in order
+
+    def pending() -> list[dict]:
+        for cell in cells_for([done[k] for k in order if k in done] if order else list(done.values())):
+            order.setdefault(experiment.cell_of(cell), cell)
+        return [cell for key, cell in order.items() if key not in done]
+
+    todo = pending()
+    handle = None
+    start, cpu = time.perf_counter(), 0.0
+    command = command or " ".join(["python -m ttr_edu.experiments", experiment.name, *sys.argv[1:]])
+    if path is not None:
+        handle = path.open("a" if appending else "w", newline="")
+        if appending:
+            handle.write(f"# resumed: {_now()} at git commit {git_commit(path)} ({len(todo)} cells to run)\n")
+        else:
+            handle.write(
+                f"# experiment: {experiment.name}\n# ttr-edu: {version}\n# command: {command}\n"
+                f"# git commit: {git_commit(path)}\n# recipe: {json.dumps(recipe)}\n# recipe hash: {digest}\n"
+                f"# started: {_now()}\n"
+            )
+            handle.write(_line(experiment.columns))
+        handle.flush()
+    lost: list[dict] = []
+    lost_keys: set[tuple] = set()
+    trained = 0
+    bar = tqdm(total=len(todo), desc=f"{experiment.name} grid", disable=not progress_enabled(progress))
+    try:
+        while todo:  # a round of cells; a callable ``cells`` may ask for more once it sees their rows
+            if scheduler is not None:
+                results: Iterator = _dask_cells(cell_fn, todo, scheduler, lost)
+            elif jobs > 1 and len(todo) > 1:
+                results = _joblib_cells(cell_fn, todo, jobs)
+            else:
+                results = (_paired(cell_fn, cell) for cell in todo)
+            for cell, row in results:
+                row = {**{k: row[k] for k in experiment.fields}, "recipe": digest, "version": version}
+                if experiment.cell_of(row) != experiment.cell_of(cell):
+                    raise RuntimeError(
+                        f"cell_fn returned the row of {experiment.cell_of(row)} for {experiment.cell_of(cell)}"
+                    )
+                done[experiment.cell_of(row)] = row
+                trained += 1
+                bar.update(1)
+                cpu += float(row.get("cpu_seconds", 0.0) or 0.0)
+                if handle is not None:
+                    handle.write(_line(row[c] for c in experiment.columns))
+                    handle.flush()
+            lost_keys.update(experiment.cell_of(c) for c in lost)
+            todo = [c for c in pending() if experiment.cell_of(c) not in lost_keys]
+            bar.total = trained + len(todo)
+            bar.refresh()
+        if handle is not None and trained + len(lost):
+            summary = f"{trained} cells in {time.perf_counter() - start:.0f} s wall, {cpu:.0f} s CPU summed over cells"
+            lost_text = f"; {len(lost)} lost (a worker died), --resume runs them" if lost else ""
+            handle.write(f"# finished: {_now()}, {summary}{lost_text}\n")
+    except KeyboardInterrupt:
+        if handle is not None:
+            handle.write(f"# interrupted: {_now()}, {trained} cells written; --resume runs the rest\n")
+        raise
+    finally:
+        bar.close()
+        if handle is not None:
+            handle.close()
+    rows = [done[k] for k in order if k in done]
+    return RunResult(rows, trained, lost, time.perf_counter() - start, cpu)
+
+
+def _local_workers(scheduler: str) -> int | None:
+    if not scheduler.startswith("local:"):
+        return None
+    count = scheduler.removeprefix("local:")
+    return int(count) if count.isdigit() and int(count) >= 1 else None
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# The command line shared by the experiments
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """``argparse`` with an error that is one line (``prog: error: ...``) and exit status 2, without the usage."""
+
+    def error(self, message: str):  # noqa: D102 - argparse's hook
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def add_arguments(parser: argparse.ArgumentParser, default_out: str) -> None:
+    """Add ``--out``, ``--resume``, ``--jobs``, ``--scheduler`` and ``--progress`` to an experiment's parser."""
+    parser.add_argument("--out", default=default_out, help="the CSV to write (default: %(default)s)")
+    parser.add_argument(
+        "--resume", action="store_true", help="keep the rows already in --out (same recipe only) and run the rest"
+    )
+    parser.add_argument(
+        "--jobs", type=int, default=1, help="cells run at once in local processes, one thread each (default 1)"
+    )
+    parser.add_argument(
+        "--scheduler",
+        default=None,
+        help="run the cells on Dask: local:N (a LocalCluster of N worker processes) or tcp://HOST:8786 (needs the "
+        "cluster extra: pip install 'ttr-edu[cluster]')",
+    )
+    parser.add_argument(
+        "--progress",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="a progress bar over the cells (default: only in a terminal)",
+    )
+
+
+def runner_options(parser: argparse.ArgumentParser, args: argparse.Namespace) -> dict:
+    """Check the runner's arguments before anything runs; return ``run``'s keyword arguments (``out``, ``resume``,
+    ``jobs``, ``scheduler``, ``progress``). Every problem is a one-line ``parser.error`` (exit status 2)."""
+    out = Path(args.out)
+    if out.is_dir():
+        parser.error(f"--out: {args.out} is a folder; give a file name such as {Path(args.out) / 'grid.csv'}")
+    if not out.parent.exists():
+        parser.error(f"--out: the folder {out.parent} does not exist")
+    if out.exists() and not os.access(out, os.W_OK) or not os.access(out.parent, os.W_OK):
+        parser.error(f"--out: {args.out} cannot be written here")
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    if args.jobs < 1 or args.jobs > cores:
+        parser.error(f"--jobs: expected 1 to {cores} (this machine's cores), got {args.jobs}")
+    if args.scheduler is not None:
+        if args.jobs != 1:
+            parser.error("--jobs and --scheduler: give one of them (local:N sets the number of Dask workers)")
+        workers = _local_workers(args.scheduler)
+        if args.scheduler.startswith("local:") and (workers is None or workers > cores):
+            parser.error(f"--scheduler: local:N needs N from 1 to {cores}, got {args.scheduler}")
+        if workers is None and not args.scheduler.startswith(("tcp://", "tls://", "ucx://")):
+            parser.error(f"--scheduler: expected local:N or tcp://HOST:PORT, got {args.scheduler}")
+        try:
+            import distributed  # noqa: F401
+        except ImportError:
+            parser.error("--scheduler needs Dask: pip install 'ttr-edu[cluster]' (dask[distributed])")
+    return {
+        "out": out,
+        "resume": args.resume,
+        "jobs": args.jobs,
+        "scheduler": args.scheduler,
+        "progress": args.progress,
+    }
+
+
+def command_line(name: str, argv: list[str] | None) -> str:
+    """The command recorded in a CSV's header: ``python -m ttr_edu.experiments NAME ARGS``."""
+    return " ".join(["python -m ttr_edu.experiments", name, *(sys.argv[1:] if argv is None else argv)])
+
+
+def guarded(main: Callable[[list[str] | None], int]) -> Callable[[list[str] | None], int]:
+    """Wrap an experiment's ``main``: Ctrl-C -> one line, 130; a refused resume -> one line, 2; returns the status."""
+
+    def wrapper(argv: list[str] | None = None) -> int:
+        try:
+            return main(argv)
+        except KeyboardInterrupt:
+            print("interrupted: the rows written so far are kept; --resume runs the rest", file=sys.stderr)
+            return 130
+        except ResumeRefused as error:
+            print(f"error: --resume: {error}", file=sys.stderr)
+            return 2
+
+    wrapper.__doc__ = getattr(main, "__doc__", None)
+    wrapper.__wrapped__ = main
+    return wrapper
+
+
+def report_lost(result: RunResult, experiment: Experiment) -> int:
+    """Print one line naming the cells lost to dead workers; the exit status: 1 if any, else 0."""
+    if not result.lost:
+        return 0
+    names = "; ".join(", ".join(f"{k}={cell[k]}" for k in experiment.key) for cell in result.lost[:3])
+    more = f" and {len(result.lost) - 3} more" if len(result.lost) > 3 else ""
+    print(f"lost {len(result.lost)} cell(s) to a dead worker ({names}{more}); --resume runs them", file=sys.stderr)
+    return 1
