@@ -142,7 +142,7 @@ def check_mlp_gradient_step(mlp_gradient_step: Callable) -> bool:
     by_hand = forbid(
         mlp_gradient_step,
         AUTOGRAD,
-        "write both gradients out by the chain rule (δ = h W2 − v, then back through W2 and GELU′), as the exercise asks",
+        "write both gradients out by the chain rule (δ = h W2 − v, then back through W2 and GELU′)",
     )
     return run_check("mlp_gradient_step", by_hand, reference_mlp_gradient_step, cases, inputs_unchanged=True)
 
