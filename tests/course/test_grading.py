@@ -277,6 +277,8 @@ ADAPTED = {
     "rls_memory": "linalg.solve is ruled out here",  # the same for the linear solve of 6.4's reference
     # the reference trains the check's own model in place, so the copy hands back a W0 taken after training
     "record_training": r"your W0 equals the weight \*after\* training",
+    # the answer wires the check's model in place; handing back the reference's return value wires nothing
+    "wire_recall_circuit": r"wire_recall_circuit: got 0\.0, expected 1\.0",
 }
 
 
@@ -334,7 +336,10 @@ def test_a_wrong_answer_reports_and_runs_on_in_the_students_kernel(monkeypatch, 
     monkeypatch.setattr(IPython, "get_ipython", lambda: object())  # as in JupyterLab
     assert checks.check_store(lambda keys, values: 2 * values.T @ keys) is False
     err = capsys.readouterr().err
-    assert err.startswith("FAIL store: wrong values") and "the cells below use the package's own" in err
+    assert (
+        err.startswith("FAIL store: wrong values")
+        and "the cells below do not use your function until its check passes" in err
+    )
     monkeypatch.setenv("NBGRADER_EXECUTION", "autograde")
     with pytest.raises(CheckFailed, match="store: wrong values"):
         checks.check_store(lambda keys, values: 2 * values.T @ keys)
@@ -405,5 +410,8 @@ def test_run_all_runs_to_the_last_cell_with_a_wrong_answer(tmp_path, monkeypatch
     assert all(c.execution_count is not None for c in code)  # every cell ran, the last one included
     check = next(c for c in code if c.metadata.get("nbgrader", {}).get("grade_id") == "test_check_cleanup_scores")
     text = "".join(o.get("text", "") for o in check.outputs if o.get("output_type") == "stream")
-    assert "FAIL cleanup_scores: wrong values" in text and "the cells below use the package's own" in text
+    assert (
+        "FAIL cleanup_scores: wrong values" in text
+        and "the cells below do not use your function until its check passes" in text
+    )
     assert "[not attempted yet] rival_score_variance" in text

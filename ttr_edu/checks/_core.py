@@ -711,7 +711,7 @@ def _cloned(case: dict) -> dict:
 
 # -- graded checks and read-only modules -------------------------------------------------------------------------------
 
-_GOES_ON = "The notebook goes on: the cells below use the package's own implementation."
+_GOES_ON = "The notebook goes on: the cells below do not use your function until its check passes."
 
 #: The outcome of the latest run of each graded check in this process, by exercise name (see :func:`passed`).
 _OUTCOMES: dict[str, bool] = {}

@@ -80,6 +80,25 @@ __all__ = [
 
 #: the columns that name a cell
 KEY = ("model", "feature_map", "short_conv", "seq_len", "num_pairs", "d_model", "lr", "seed")
+
+#: The types of the result columns both MQAR grids write (this one and :mod:`.mqar_memories`)
+RESULT_TYPES = {
+    "seq_len": int,
+    "num_pairs": int,
+    "d_model": int,
+    "lr": float,
+    "seed": int,
+    "vocab_size": int,
+    "batch_size": int,
+    "test_seed": int,
+    "state_size": int,
+    "steps": int,
+    "final_eval_loss": float,
+    "accuracy": float,
+    "train_seconds": float,
+    "cpu_seconds": float,
+}
+
 EXPERIMENT = runner.Experiment(
     name="mqar",
     fields=(
@@ -95,23 +114,7 @@ EXPERIMENT = runner.Experiment(
         "cpu_seconds",
     ),
     key=KEY,
-    types={
-        "short_conv": bool,
-        "seq_len": int,
-        "num_pairs": int,
-        "d_model": int,
-        "lr": float,
-        "seed": int,
-        "vocab_size": int,
-        "batch_size": int,
-        "test_seed": int,
-        "state_size": int,
-        "steps": int,
-        "final_eval_loss": float,
-        "accuracy": float,
-        "train_seconds": float,
-        "cpu_seconds": float,
-    },
+    types={"short_conv": bool, **RESULT_TYPES},
     timing=("train_seconds", "cpu_seconds"),
 )
 

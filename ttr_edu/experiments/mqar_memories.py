@@ -58,22 +58,7 @@ EXPERIMENT = runner.Experiment(
         "cpu_seconds",
     ),
     key=KEY,
-    types={
-        "seq_len": int,
-        "num_pairs": int,
-        "d_model": int,
-        "lr": float,
-        "seed": int,
-        "vocab_size": int,
-        "batch_size": int,
-        "test_seed": int,
-        "state_size": int,
-        "steps": int,
-        "final_eval_loss": float,
-        "accuracy": float,
-        "train_seconds": float,
-        "cpu_seconds": float,
-    },
+    types=mqar.RESULT_TYPES,
     timing=("train_seconds", "cpu_seconds"),
 )
 
