@@ -14,10 +14,10 @@ It has exactly three outcomes:
   message names the line of the student's code where it did.
 
 Where a wrong answer goes depends on who runs the notebook. In the student's own kernel (JupyterLab, Run All) a failed
-check prints ``FAIL`` with the reason and returns ``False``: the notebook runs on, and the cells below use the
-package's own implementation, as for an unattempted exercise. Under nbgrader's autograder or *Validate* (and
-``ttr-edu check``, which grades the same way) it raises, so the graded cell fails and scores 0. Elsewhere (a plain
-Python process, the test suite) it raises too.
+check prints ``FAIL`` with the reason and returns ``False``: the notebook runs on, and the cells below do not use the
+student's function until its check passes (:func:`passed`), as for an unattempted exercise. Under nbgrader's
+autograder or *Validate* (and ``ttr-edu check``, which grades the same way) it raises, so the graded cell fails and
+scores 0. Elsewhere (a plain Python process, the test suite) it raises too.
 
 Grading integrity (see ``grading.md`` for what this can and cannot defend against):
 
@@ -738,7 +738,7 @@ def graded(check: Callable[..., bool]) -> Callable[..., bool]:
     Before the check runs, the notebook's changes to torch, builtins and the package are looked for
     (:func:`_tampering`). Then a failed check raises :class:`CheckFailed` under the autograder (the graded cell scores
     0) and outside a kernel, while in the student's own kernel it prints ``FAIL`` with the reason and returns
-    ``False``, so that "Run All" runs every cell, the cells below using the package's implementation.
+    ``False``, so that "Run All" runs every cell, the cells below not using the function until its check passes.
     """
     if getattr(check, "__ttr_edu_graded__", False):
         return check
