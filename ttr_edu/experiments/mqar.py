@@ -81,6 +81,18 @@ __all__ = [
 #: the columns that name a cell
 KEY = ("model", "feature_map", "short_conv", "seq_len", "num_pairs", "d_model", "lr", "seed")
 
+#: The columns both MQAR grids write after their cell's key (this one and :mod:`.mqar_memories`)
+RESULT_FIELDS = (
+    "vocab_size",
+    "batch_size",
+    "test_seed",
+    "state_size",
+    "steps",
+    "final_eval_loss",
+    "accuracy",
+    "train_seconds",
+    "cpu_seconds",
+)
 #: The types of the result columns both MQAR grids write (this one and :mod:`.mqar_memories`)
 RESULT_TYPES = {
     "seq_len": int,
@@ -101,18 +113,7 @@ RESULT_TYPES = {
 
 EXPERIMENT = runner.Experiment(
     name="mqar",
-    fields=(
-        *KEY,
-        "vocab_size",
-        "batch_size",
-        "test_seed",
-        "state_size",
-        "steps",
-        "final_eval_loss",
-        "accuracy",
-        "train_seconds",
-        "cpu_seconds",
-    ),
+    fields=(*KEY, *RESULT_FIELDS),
     key=KEY,
     types={"short_conv": bool, **RESULT_TYPES},
     timing=("train_seconds", "cpu_seconds"),

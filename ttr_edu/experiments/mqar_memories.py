@@ -45,18 +45,7 @@ PROG = "python -m ttr_edu.experiments mqar_memories"
 KEY = ("mixer", "seq_len", "num_pairs", "d_model", "lr", "seed")
 EXPERIMENT = runner.Experiment(
     name="mqar_memories",
-    fields=(
-        *KEY,
-        "vocab_size",
-        "batch_size",
-        "test_seed",
-        "state_size",
-        "steps",
-        "final_eval_loss",
-        "accuracy",
-        "train_seconds",
-        "cpu_seconds",
-    ),
+    fields=(*KEY, *mqar.RESULT_FIELDS),
     key=KEY,
     types=mqar.RESULT_TYPES,
     timing=("train_seconds", "cpu_seconds"),
