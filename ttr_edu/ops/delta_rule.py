@@ -13,7 +13,7 @@ every form checks it (``check_stability="warn"`` by default, ``"raise"`` or ``"i
 The chunkwise form follows Yang et al. 2024 ("Parallelizing linear transformers with the delta rule over sequence
 length") in fla's convention: inside a chunk of C tokens the C rank-one updates are gathered with the UT transform
 
-    T = (I + tril(diag(β) K Kᵀ, −1))⁻¹ diag(β),   W = T K,   U = T V,
+    𝒯 = (I + tril(diag(β) K Kᵀ, −1))⁻¹ diag(β),   W = 𝒯 K,   U = 𝒯 V,
 
 after which ``S' = S + Kᵀ (U − W S)`` and ``O = Q S + (Q Kᵀ ⊙ M)(U − W S)``, M causal with the diagonal.
 
@@ -333,8 +333,8 @@ def delta_rule_parallel(
 ):
     """Parallel (T×T) form: the UT transform over the whole sequence at once.
 
-    With ``T = (I + tril(diag(β) K Kᵀ, −1))⁻¹ diag(β)`` (T×T, unit lower-triangular solve), ``W = T K``,
-    ``U = T V``: ``O = Q S_0 + (Q Kᵀ ⊙ M)(U − W S_0)`` and ``S_T = S_0 + Kᵀ (U − W S_0)``
+    With ``𝒯 = (I + tril(diag(β) K Kᵀ, −1))⁻¹ diag(β)`` (T×T; applied by a unit lower-triangular solve, never
+    inverted), ``W = 𝒯 K``, ``U = 𝒯 V``: ``O = Q S_0 + (Q Kᵀ ⊙ M)(U − W S_0)`` and ``S_T = S_0 + Kᵀ (U − W S_0)``
     (Yang et al. 2024, §3). Cost ``O(T² (D_k + D_v))``, memory ``O(T²)``.
     """
     out_dtype = q.dtype if isinstance(q, torch.Tensor) else None
@@ -359,8 +359,8 @@ def delta_rule_chunk(
 ):
     """Chunkwise form (WY/UT representation): C tokens at a time, the state handed from chunk to chunk.
 
-    Per chunk (fla's convention, Yang et al. 2024): ``T = (I + tril(diag(β) K Kᵀ, −1))⁻¹ diag(β)``, ``W = T K``,
-    ``U = T V``; ``O = Q S + (Q Kᵀ ⊙ M)(U − W S)``; ``S ← S + Kᵀ (U − W S)``. Everything but the chunk-to-chunk
+    Per chunk (fla's convention, Yang et al. 2024): ``𝒯 = (I + tril(diag(β) K Kᵀ, −1))⁻¹ diag(β)``, ``W = 𝒯 K``,
+    ``U = 𝒯 V``; ``O = Q S + (Q Kᵀ ⊙ M)(U − W S)``; ``S ← S + Kᵀ (U − W S)``. Everything but the chunk-to-chunk
     state update is computed for a block of chunks at once (a few thousand rows of ``q``); the update is a loop of
     ``ceil(T / C)`` steps (see :func:`chunk_forward`).
     Cost ``O(T C (D_k + D_v) + T D_k D_v)``, memory ``O(T C + T (D_k + D_v) + T D_k D_v / C)``: nothing of size
