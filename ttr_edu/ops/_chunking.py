@@ -135,6 +135,47 @@ def pack(op, x: torch.Tensor, *args, out: torch.Tensor | None) -> torch.Tensor:
     return out
 
 
+def chunk_states(state, k_end, v, *, n: int, write_scale=None, decay=None, scratch: Scratch):
+    """The only sequential part of a block of ``n`` chunks of (gated) linear attention:
+    ``S_{i+1} = diag(γ_C,i) S_i + K̃_iᵀ V_i``, each chunk's write decayed to its end.
+
+    Args:
+        state: ``(B·H, D_k, D_v)``, the state before the block.
+        k_end: ``(n·B·H, C, D_k)``, the keys ``K̃`` whose product with ``V`` is each chunk's write.
+        v: ``(n·B·H, C, D_v)``.
+        write_scale: ``None``, or a factor broadcast over the writes (``(n·B·H, D_k or 1, 1)``).
+        decay: ``None`` (no decay: a running sum), or ``γ_C`` per chunk ``(n, B·H, D_k or 1, 1)``.
+        scratch: with buffers, the states are written in one ``(n + 1)·B·H`` buffer in place; without (under
+            autograd), out of place.
+
+    Returns ``(starts, state)``: the state each chunk starts with, ``(n·B·H, D_k, D_v)``, and the state after the
+    block, ``(B·H, D_k, D_v)``.
+    """
+    BH = state.shape[0]
+    states = scratch("states", n * BH + BH, state.shape[1], v.shape[-1])
+    if states is not None:
+        chain = states.view(n + 1, BH, *state.shape[1:])
+        if chain[0].data_ptr() != state.data_ptr():
+            chain[0].copy_(state)
+        writes = torch.bmm(k_end.mT, v, out=states[BH:])
+        if write_scale is not None:
+            writes.mul_(write_scale)
+        for i in range(n):  # one op per chunk (a cumsum over the chunk dim is a slow element-wise scan)
+            if decay is None:
+                chain[i + 1].add_(chain[i])
+            else:
+                chain[i + 1].addcmul_(chain[i], decay[i])
+        return states[: n * BH], chain[n]
+    writes = torch.bmm(k_end.mT, v)
+    if write_scale is not None:
+        writes = writes * write_scale
+    writes, starts = writes.unflatten(0, (n, BH)), []
+    for i in range(n):
+        starts.append(state)
+        state = writes[i] + (state if decay is None else decay[i] * state)
+    return torch.cat(starts), state
+
+
 def scaled_bmm(a: torch.Tensor, b: torch.Tensor, scale: float, out: torch.Tensor | None = None) -> torch.Tensor:
     """``scale · (a @ b)`` for batches of matrices, the scale applied by the product itself (``baddbmm`` with
     ``beta = 0``: as fast as ``bmm``, where a multiply after it would be one more pass); into ``out`` when given."""

@@ -37,7 +37,17 @@ from ttr_edu._internal.contract import (
 )
 from ttr_edu._internal.validation import check_chunk_size, guarded
 
-from ._chunking import Scratch, chunk_blocks, chunks_per_block, no_grad_needed, output_view, pack, scaled_bmm, store
+from ._chunking import (
+    Scratch,
+    chunk_blocks,
+    chunk_states,
+    chunks_per_block,
+    no_grad_needed,
+    output_view,
+    pack,
+    scaled_bmm,
+    store,
+)
 from ._varlen import run_varlen
 
 __all__ = ["gla_recurrent", "gla_chunk"]
@@ -279,26 +289,7 @@ def _block_forward(k, v, q, g, *, state, scale, scratch):
 
     # The only sequential part: S_{i+1} = diag(γ_C) S_i + (each chunk's write decayed to its end), one op per chunk.
     decay = chunk_decay.view(n, BH, D_k, 1)
-    states = scratch("states", M + BH, D_k, D_v)
-    if states is not None:
-        chain = states.view(n + 1, BH, D_k, D_v)
-        if chain[0].data_ptr() != state.data_ptr():
-            chain[0].copy_(state)
-        writes = torch.bmm(k_to_end.mT, V, out=states[BH:])
-        if write_scale is not None:
-            writes.mul_(write_scale)
-        for i in range(n):
-            chain[i + 1].addcmul_(chain[i], decay[i])
-        starts, state = states[:M], chain[n]
-    else:
-        writes = torch.bmm(k_to_end.mT, V)
-        if write_scale is not None:
-            writes = writes * write_scale
-        writes, starts = writes.unflatten(0, (n, BH)), []
-        for i in range(n):
-            starts.append(state)
-            state = writes[i] + decay[i] * state
-        starts = torch.cat(starts)
+    starts, state = chunk_states(state, k_to_end, V, n=n, write_scale=write_scale, decay=decay, scratch=scratch)
 
     inter = scaled_bmm(Q, starts, inter_scale, out=scratch("inter", M, C, D_v))  # scale (Q ⊙ γ) S_start
     intra = torch.bmm(scores, V, out=scratch("intra", M, C, D_v))  # A V

@@ -44,7 +44,16 @@ from ttr_edu._internal.contract import (
 )
 from ttr_edu._internal.validation import check_chunk_size, check_positive_float, guarded
 
-from ._chunking import Scratch, chunk_blocks, chunks_per_block, no_grad_needed, output_view, pack, store
+from ._chunking import (
+    Scratch,
+    chunk_blocks,
+    chunk_states,
+    chunks_per_block,
+    no_grad_needed,
+    output_view,
+    pack,
+    store,
+)
 from ._varlen import run_varlen
 
 __all__ = ["linear_attention_recurrent", "linear_attention_parallel", "linear_attention_chunk"]
@@ -342,33 +351,9 @@ def _block_forward(k, v, q, g=None, *, state, scale, scratch):
         # each chunk's write decayed to its end, (diag(Γ_C·) K)ᵀ V, without dividing by a γ_j that may be 0
         K_end, write_scale = torch.mul(K, Gamma[:, -1, :, None], out=scratch("K_end", M, C, D_k)), None
 
-    # The only sequential part: S_{i+1} = γ_C S_i + K̃_iᵀ V_i (a running sum without decay), states in one buffer.
-    states = scratch("states", M + BH, D_k, D_v)
-    if states is not None:
-        chain = states.view(n + 1, BH, D_k, D_v)
-        if chain[0].data_ptr() != state.data_ptr():
-            chain[0].copy_(state)
-        writes = torch.bmm(K_end.mT, V, out=states[BH:])
-        if write_scale is not None:
-            writes.mul_(write_scale)
-        if chunk_decay is None:  # a running sum, one add per chunk (a cumsum over the chunk dim is a slow scan)
-            for i in range(n):
-                chain[i + 1].add_(chain[i])
-        else:
-            decay = chunk_decay.view(n, BH, 1, 1)
-            for i in range(n):
-                chain[i + 1].addcmul_(chain[i], decay[i])
-        starts, state = states[:M], chain[n]
-    else:
-        writes = torch.bmm(K_end.mT, V)
-        if write_scale is not None:
-            writes = writes * write_scale
-        writes, starts = writes.unflatten(0, (n, BH)), []
-        decay = None if chunk_decay is None else chunk_decay.view(n, BH, 1, 1)
-        for i in range(n):
-            starts.append(state)
-            state = writes[i] + (state if decay is None else decay[i] * state)
-        starts = torch.cat(starts)
+    # The only sequential part: S_{i+1} = γ_C S_i + K̃_iᵀ V_i (a running sum without decay)
+    decay = None if chunk_decay is None else chunk_decay.view(n, BH, 1, 1)
+    starts, state = chunk_states(state, K_end, V, n=n, write_scale=write_scale, decay=decay, scratch=scratch)
 
     inter = torch.bmm(Q, starts, out=scratch("inter", M, C, D_v))  # diag(γ) Q S_start (scaled)
     intra = torch.bmm(scores, V, out=scratch("intra", M, C, D_v))  # (Q Kᵀ ⊙ Γ ⊙ M) V (scaled)
