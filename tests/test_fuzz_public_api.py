@@ -59,6 +59,7 @@ OPS = {
     ),
     "rls_recurrent": (("g",), ("scale", "ridge"), ("output_final_state",), "rls_exact"),
     "rls_exact": (("g",), ("scale", "ridge"), ("output_final_state",), "rls_recurrent"),
+    "rls_chunk": ((), ("scale", "ridge", "chunk_size"), ("output_final_state",), "rls_recurrent"),
     "softmax_attention": ((), ("scale",), ("qk_norm",), None),
     "local_linear_attention": ((), ("scale", "ridge"), ("qk_norm",), None),
 }

@@ -145,6 +145,18 @@ for form in ("recurrent", "exact"):
         ),
     )
 
+op(
+    "rls_chunk",
+    dict(
+        qkv(),
+        ridge=Num(1.0, lo=0.0, lo_open=True),
+        scale=SCALE,
+        initial_state=Tup((F(ST, gen="small"), F(("B", "H", "D_k", "D_k"), gen=_spd))),
+        output_final_state=Flag(),
+        chunk_size=Int(2, huge="valid"),
+    ),
+)
+
 KV_CACHE = Tup((F(("B", "T_cache", "H", "D_k")), F(("B", "T_cache", "H", "D_v"))))
 op(
     "softmax_attention",
@@ -644,7 +656,9 @@ LAYER_OPTIONS = {
     ),
     "DeltaNet": dict(use_beta=Flag(True), chunk_size=Int(4, huge="either")),
     "GatedDeltaNet": dict(chunk_size=Int(4, huge="either")),
-    "MesaLayer": dict(ridge=Num(1.0, lo=0.0, lo_open=True, **RIDGE), use_gate=Flag(), solver=Ch("auto", ("exact",))),
+    "MesaLayer": dict(
+        ridge=Num(1.0, lo=0.0, lo_open=True, **RIDGE), use_gate=Flag(), solver=Ch("auto", ("recurrent", "exact"))
+    ),
     "SoftmaxAttention": dict(qk_norm=Flag(), qk_scale=Num(10.0, lo=0.0, lo_open=True, **RIDGE)),
     "LocalLinearAttention": dict(ridge=Num(0.01, lo=0.0, lo_open=True, **RIDGE)),
     "Longhorn": dict(diagonal=Flag(), chunk_size=Int(4, huge="either")),

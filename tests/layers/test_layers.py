@@ -98,7 +98,7 @@ def test_bad_input_is_named(name):
 
 
 def test_mesa_layer_refuses_an_unknown_solver():
-    with pytest.raises(ValueError, match="solver: expected 'auto' or 'exact', got 'cg'"):
+    with pytest.raises(ValueError, match="solver: expected 'auto', 'recurrent' or 'exact', got 'cg'"):
         MesaLayer(16, 2, solver="cg")
 
 
@@ -137,11 +137,11 @@ def test_each_layer_mixes_as_its_point_of_the_framework():
     )
 
 
-@pytest.mark.parametrize("options", [{}, {"solver": "exact"}, {"use_gate": True}])
+@pytest.mark.parametrize("options", [{}, {"solver": "recurrent"}, {"solver": "exact"}, {"use_gate": True}])
 def test_mesa_layer_computes_what_it_computed_through_the_framework(options):
-    """MesaLayer calls the ops (rls_recurrent, rls_exact); until release 0.2 it called the regression framework
-    (RecursiveLeastSquares without gates, ExactSolve with gates or solver="exact"). fp64: the same output and the
-    same gradient for every parameter, to 1e-12, so trained MQAR / LM results are unchanged in function."""
+    """MesaLayer calls the ops (rls_chunk, rls_recurrent, rls_exact); until release 0.2 it called the regression
+    framework (RecursiveLeastSquares without gates, ExactSolve with gates or solver="exact"). fp64: the same output and
+    the same gradient for every parameter, to 1e-12, so trained MQAR / LM results are unchanged in function."""
     torch.manual_seed(3)
     layer = MesaLayer(16, 2, ridge=0.5, **options).double()
     exact = options.get("use_gate", False) or options.get("solver") == "exact"

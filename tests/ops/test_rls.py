@@ -7,7 +7,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from tests.helpers import fla_inputs, relative_error
-from ttr_edu.ops import rls_exact, rls_recurrent
+from ttr_edu.ops import rls_chunk, rls_exact, rls_recurrent
 
 FORMS = {"recurrent": rls_recurrent, "exact": rls_exact}
 TOL = {torch.float64: 1e-10, torch.float32: 1e-5}
@@ -281,3 +281,85 @@ def test_ill_conditioning_warning_points_at_the_caller(form, decay):
     with pytest.warns(RuntimeWarning) as record:
         FORMS[form](q, k, v, lam=1e-4, g=g)
     assert {w.filename for w in record if issubclass(w.category, RuntimeWarning)} == {__file__}
+
+
+# ---- the chunkwise form (Woodbury): no gates, any chunk size, the same function as Sherman–Morrison
+
+
+chunk_cases = st.fixed_dictionaries(
+    {
+        "B": st.integers(1, 2),
+        "T": st.integers(1, 40),
+        "H": st.integers(1, 3),
+        "D_k": st.integers(1, 6),
+        "D_v": st.integers(1, 5),
+        "chunk_size": st.integers(1, 48),
+        "ridge": st.floats(0.3, 3.0),
+        "from_state": st.booleans(),
+        "seed": st.integers(0, 2**16),
+    }
+)
+
+
+def _state(B, H, D_k, D_v, dtype, seed):
+    """A state (S_0, P_0) with P_0 symmetric positive definite and far from a multiple of I."""
+    gen = torch.Generator().manual_seed(seed)
+    X = torch.randn(B, H, D_k, D_k, generator=gen, dtype=torch.float64)
+    P0 = X @ X.mT / D_k + 0.5 * torch.eye(D_k, dtype=torch.float64)
+    return torch.randn(B, H, D_k, D_v, generator=gen, dtype=torch.float64).to(dtype), P0.to(dtype)
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+@FAST
+@example(dict(B=1, T=1, H=1, D_k=3, D_v=2, chunk_size=4, ridge=1.0, from_state=False, seed=0))  # T = 1 < C
+@example(dict(B=2, T=37, H=2, D_k=4, D_v=5, chunk_size=8, ridge=0.5, from_state=True, seed=1))  # padded last chunk
+@given(case=chunk_cases)
+def test_chunk_form_equals_sherman_morrison(dtype, case):
+    """o, S_T and P_T of rls_chunk equal rls_recurrent's in fp64 to 1e-12 at every chunk size; in fp32 the chunk
+    form is within 1e-5 of that fp64 answer (both fp32 forms round, so they are compared with the truth)."""
+    B, T, H, D_k, D_v = (case[n] for n in ("B", "T", "H", "D_k", "D_v"))
+    q, k, v, _ = make_inputs(B, T, H, D_k, D_v, dtype, case["seed"])
+    state = _state(B, H, D_k, D_v, dtype, case["seed"]) if case["from_state"] else None
+    kw = dict(ridge=case["ridge"], scale=0.9, output_final_state=True)
+    as64 = None if state is None else tuple(x.double() for x in state)
+    o_rec, (S_rec, P_rec) = rls_recurrent(q.double(), k.double(), v.double(), initial_state=as64, **kw)
+    o_ch, (S_ch, P_ch) = rls_chunk(q, k, v, chunk_size=case["chunk_size"], initial_state=state, **kw)
+    tol = {torch.float64: 1e-12, torch.float32: 1e-5}[dtype]
+    assert o_ch.dtype == dtype and o_ch.shape == o_rec.shape
+    for new, want in zip((o_ch, S_ch, P_ch), (o_rec, S_rec, P_rec)):
+        assert relative_error(new, want) <= tol
+
+
+def test_chunk_form_matches_ridge_argmin():
+    """Against the regression's definition itself (a least-squares solve per token), not only the other form."""
+    q, k, v, _ = make_inputs(2, 19, 2, 4, 3, torch.float64, seed=21)
+    o, _ = rls_chunk(q, k, v, ridge=0.7, scale=0.9, chunk_size=5)
+    assert relative_error(o, ridge_argmin_loop(q, k, v, 0.7, None, 0.9)) <= 1e-10
+
+
+def test_chunk_form_gradients_equal_sherman_morrisons():
+    """fp64: the gradients of o, S_T, P_T with respect to q, k, v and the state equal those of rls_recurrent to 1e-12,
+    and pass gradcheck (a Cholesky factorisation per chunk is differentiated, not a token loop)."""
+    q, k, v, _ = make_inputs(2, 23, 2, 4, 3, torch.float64, seed=22)
+    S0, P0 = _state(2, 2, 4, 3, torch.float64, seed=22)
+    inputs = [x.clone().requires_grad_() for x in (q, k, v, S0, P0)]
+
+    def run(form, *x, **kw):
+        o, (S, P) = form(*x[:3], ridge=0.6, initial_state=(x[3], (x[4] + x[4].mT) / 2), output_final_state=True, **kw)
+        return o, S, P
+
+    new = run(rls_chunk, *inputs, chunk_size=6)
+    for got, want in zip(_grads(new, inputs), _grads(run(rls_recurrent, *inputs), inputs)):
+        assert relative_error(got, want) <= 1e-12
+    q, k, v, _ = make_inputs(1, 7, 1, 3, 2, torch.float64, seed=23)  # T = 7 in chunks of 3: a padded last chunk
+    small = [x.requires_grad_() for x in (q, k, v, *_state(1, 1, 3, 2, torch.float64, seed=23))]
+    assert torch.autograd.gradcheck(lambda *x: run(rls_chunk, *x, chunk_size=3), small, fast_mode=True)
+
+
+def test_chunk_form_refuses_a_gate_and_a_bad_chunk_size():
+    q, k, v, g = make_inputs(1, 5, 1, 3, 2, torch.float64, seed=6)
+    with pytest.raises(TypeError, match="g"):
+        rls_chunk(q, k, v, g=g)
+    for bad in (0, -2, 2.5):
+        with pytest.raises((TypeError, ValueError), match="^chunk_size"):
+            rls_chunk(q, k, v, chunk_size=bad)

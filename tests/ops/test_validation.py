@@ -39,11 +39,12 @@ OPS = {
     ),
     "rls_recurrent": (lambda x, **kw: ops.rls_recurrent(x["q"], x["k"], x["v"], g=x["g"], **kw), "SP"),
     "rls_exact": (lambda x, **kw: ops.rls_exact(x["q"], x["k"], x["v"], g=x["g"], **kw), "SP"),
+    "rls_chunk": (lambda x, **kw: ops.rls_chunk(x["q"], x["k"], x["v"], **kw), "SP"),
     "softmax_attention": (lambda x, **kw: ops.softmax_attention(x["q"], x["k"], x["v"], **kw), None),
     "local_linear_attention": (lambda x, **kw: ops.local_linear_attention(x["q"], x["k"], x["v"], **kw), None),
 }
 WITH_BETA = [name for name in OPS if "delta" in name]
-WITH_G = [name for name in OPS if "gated" in name or "rls" in name]
+WITH_G = [name for name in OPS if "gated" in name or name in ("rls_recurrent", "rls_exact")]
 STATEFUL = [name for name, (_, state) in OPS.items() if state is not None]
 CHUNKED = [name for name in OPS if name.endswith("_chunk")]
 

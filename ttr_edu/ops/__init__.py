@@ -38,7 +38,7 @@ from .gla import gla_chunk, gla_recurrent
 from .linear_attention import linear_attention_chunk, linear_attention_parallel, linear_attention_recurrent
 from .local_linear_attention import local_linear_attention
 from .longhorn import longhorn_chunk, longhorn_diagonal_recurrent, longhorn_recurrent, longhorn_step_size
-from .rls import rls_exact, rls_recurrent
+from .rls import rls_chunk, rls_exact, rls_recurrent
 from .softmax_attention import softmax_attention
 from .titans import TitansState, titans_recurrent
 from .ttt import ttt_linear_chunk, ttt_linear_recurrent, ttt_mlp_chunk, ttt_mlp_recurrent
@@ -72,6 +72,7 @@ __all__ = [
     "gated_delta_rule_recurrent",
     "gated_delta_rule_chunk",
     "rls_recurrent",
+    "rls_chunk",
     "rls_exact",
     "softmax_attention",
     "local_linear_attention",
