@@ -171,6 +171,24 @@ def test_models_give_logits_and_a_finite_loss(mixer):
     assert torch.isfinite(loss) and 0 <= model.accuracy(b) <= 1
 
 
+def test_the_fused_loss_equals_cross_entropy_of_the_readout_with_its_gradients():
+    """MQARModel.loss fuses the readout and the cross-entropy (one in-place backward): fp64, the value and every
+    parameter's gradient equal F.cross_entropy of logits_at_queries to 1e-12."""
+    torch.manual_seed(4)
+    b = batch(6, batch_size=3, seq_len=32, num_pairs=4, vocab_size=64)
+    model = MQARModel("deltanet", 64, 8, feature_map="silu").double()
+    results = []
+    for loss_fn in (model.loss, lambda b: torch.nn.functional.cross_entropy(*model.logits_at_queries(b))):
+        model.zero_grad()
+        loss = loss_fn(b)
+        loss.backward()
+        results.append((loss.detach(), [p.grad.clone() for p in model.parameters()]))
+    (fused, fused_grads), (plain, plain_grads) = results
+    assert abs(fused - plain) <= 1e-12 * abs(plain)
+    for got, want in zip(fused_grads, plain_grads):
+        assert (got - want).abs().max() <= 1e-12 * want.abs().max()
+
+
 def test_the_readout_is_the_embedding_transposed():
     model = MQARModel("deltanet", 32, 8)
     h = torch.randn(3, 8)

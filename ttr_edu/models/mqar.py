@@ -55,6 +55,30 @@ __all__ = ["MQARLayer", "MODELS", "LINEAR_MEMORIES", "FEATURE_MAPS", "MQARModel"
 FEATURE_MAPS = ("silu", "identity", "elu_plus_one", "relu", "elu_plus_one_after_silu")
 
 
+class _TiedReadoutCrossEntropy(torch.autograd.Function):
+    """``mean_m (logsumexp(z_m) − z_m[y_m])`` with ``z = h Eᵀ``: the cross-entropy of the tied readout, fused.
+
+    The same value and gradients as ``F.cross_entropy(F.linear(h, E), y)``; the backward turns the saved
+    log-probabilities into ``softmax(z) − onehot(y)`` in place instead of allocating a zero gradient and running a
+    log-softmax backward: 6 ms instead of 10 per step at ``V = 8192``, 256 queries, ``d = 16`` (the readout is half
+    of a training step of the grid's smallest models).
+    """
+
+    @staticmethod
+    def forward(ctx, h, weight, labels):
+        log_p = F.log_softmax(F.linear(h, weight), -1)  # (M, V)
+        ctx.save_for_backward(h, weight, labels, log_p)
+        return -log_p.gather(1, labels[:, None]).mean()
+
+    @staticmethod
+    def backward(ctx, grad):
+        h, weight, labels, log_p = ctx.saved_tensors
+        dz = log_p.exp_()  # the softmax, written over the saved log-probabilities (used once)
+        dz[torch.arange(len(labels), device=labels.device), labels] -= 1
+        dz.mul_(grad / len(labels))
+        return dz @ weight, dz.T @ h, None
+
+
 class QKVConvolution(ShortConvolution):
     """The short convolution over the ``q, k, v`` channels side by side, ``(B, T, 3 d) -> (B, T, 3 d)``, with the
     SiLU on the ``v`` channels always and on ``q, k`` only when ``qk_silu`` (flash-linear-attention's DeltaNet:
@@ -134,8 +158,6 @@ class MQARLayer:
             raise ValueError(
                 f"feature_map: a linear memory needs one of {', '.join(FEATURE_MAPS)}, got {feature_map!r}"
             )
-        if self.layer is MesaLayer and d_model // num_heads >= 32:
-            kwargs["solver"] = "auto"  # the same function; Sherman-Morrison is 2-4 times faster to train at D >= 32
         stacked = feature_map == "elu_plus_one_after_silu"
         silu = feature_map == "silu" or stacked  # the convolution's SiLU stays on q and k
         after = {"silu": "identity", "elu_plus_one_after_silu": "elu_plus_one"}.get(feature_map, feature_map)
@@ -154,8 +176,8 @@ MODELS: dict[str, MQARLayer] = {
     "linear_attention": MQARLayer("linear attention", LinearAttention, {"qk_norm": True}),
     "deltanet": MQARLayer("DeltaNet", DeltaNet),
     "gated_deltanet": MQARLayer("gated DeltaNet", GatedDeltaNet),
-    # the exact ridge solution of every prefix at once: the function RLS computes, 2–3× faster to train at D = 16
-    "rls": MQARLayer("RLS", MesaLayer, {"use_gate": False, "solver": "exact"}),
+    # the exact ridge solution in chunks (ops.rls_chunk), the function Sherman–Morrison computes, 3–6× faster to train
+    "rls": MQARLayer("RLS", MesaLayer, {"use_gate": False}),
     "mesa": MQARLayer("Mesa (gated RLS)", MesaLayer, {"use_gate": True, "solver": "exact"}),
     "softmax_attention": MQARLayer("softmax attention", SoftmaxAttention, linear_memory=False),
     "local_linear_attention": MQARLayer("local linear attention", LocalLinearAttention, linear_memory=False),
@@ -214,7 +236,8 @@ class MQARModel(nn.Module):
 
     def readout(self, h: torch.Tensor) -> torch.Tensor:
         """``(..., d_model)`` features -> ``(..., V)`` logits: ``h Eᵀ / √d``, the readout tied to the embedding."""
-        return F.linear(h, self.embed.weight) * self.logit_scale
+        # scaled before the product: d_model multiplies per row instead of V (1.5× faster at V = 8192, same value)
+        return F.linear(h * self.logit_scale, self.embed.weight)
 
     def hidden(self, inputs: torch.Tensor) -> torch.Tensor:
         """``(B, T)`` int64 tokens -> ``(B, T, d_model)`` features before the readout.
@@ -247,9 +270,10 @@ class MQARModel(nn.Module):
         return self.readout(self.hidden(batch.inputs)[asked]), batch.labels[asked]
 
     def loss(self, batch: MQARBatch) -> torch.Tensor:
-        """Mean cross-entropy over the query positions."""
-        logits, labels = self.logits_at_queries(batch)
-        return F.cross_entropy(logits, labels)
+        """Mean cross-entropy over the query positions (``F.cross_entropy`` of :meth:`logits_at_queries`, fused)."""
+        asked = batch.labels != IGNORE_INDEX
+        h = self.hidden(batch.inputs)[asked] * self.logit_scale
+        return _TiedReadoutCrossEntropy.apply(h, self.embed.weight, batch.labels[asked])
 
     @torch.no_grad()
     def accuracy(self, batch: MQARBatch) -> float:
