@@ -48,10 +48,11 @@ MUTATIONS = {
     "three seeds do not separate DeltaNet from linear attention at d = 16": grid(
         "(r['model'], r['d_model'], r['feature_map']) == ('deltanet', 16, 'silu')", "{'accuracy': 0.7}"
     ),
-    # linear attention at d = 32 recalls no more than RLS at d = 16 (every rate, so the best rate keeps its seeds)
+    # linear attention at d = 32 recalls less than RLS at d = 16 (every rate scaled alike, so the best rate keeps
+    # its seeds, and d = 32 still beats d = 16)
     "along the state axis, RLS at d = 16 (512 floats) recalls less": grid(
         "(r['model'], r['d_model'], r['feature_map']) == ('linear_attention', 32, 'silu')",
-        "{'accuracy': min(r['accuracy'], 0.84)}",
+        "{'accuracy': r['accuracy'] * 0.8}",
     ),
     # DeltaNet falls short at d = 64
     "at d = 64 every layer's worst seed recalls 99% of the queries or more": grid(
@@ -74,14 +75,14 @@ MUTATIONS = {
     "with the stacked keys every DeltaNet seed at the best rate recalls more than half": grid(
         "(r['model'], r['feature_map'], r['seed']) == ('deltanet', 'elu_plus_one_after_silu', 1)", "{'accuracy': 0.3}"
     ),
-    # at the smallest rate DeltaNet keeps up with linear attention on the stacked keys
-    "at the smallest learning rate (one run each), DeltaNet keeps a smaller share": grid(
-        "(r['model'], r['feature_map'], r['lr']) == ('deltanet', 'elu_plus_one_after_silu', 0.001)", "{'accuracy': 0.4}"
+    # at the largest rate (not the best) DeltaNet collapses on the stacked keys while linear attention does not
+    "at every learning rate of the sweep, DeltaNet with the stacked keys keeps more than half": grid(
+        "(r['model'], r['feature_map'], r['lr']) == ('deltanet', 'elu_plus_one_after_silu', 0.03)", "{'accuracy': 0.2}"
     ),
-    # at the smallest rate linear attention fails too on the stacked keys
-    "at the smallest learning rate, DeltaNet with the stacked keys stays near chance": grid(
-        "(r['model'], r['feature_map'], r['lr']) == ('linear_attention', 'elu_plus_one_after_silu', 0.001)",
-        "{'accuracy': 0.2}",
+    # one DeltaNet run below one half, with linear attention lowered alike so that the share above still holds
+    "no trained DeltaNet run with the stacked keys": grid(
+        "r['feature_map'] == 'elu_plus_one_after_silu' and r['lr'] == 0.03",
+        "{'accuracy': 0.45 if r['model'] == 'deltanet' else 0.5}",
     ),
     # section 6: the memories grid's DeltaNet no longer agrees with section 4's
     "this grid's DeltaNet agrees with section 4's DeltaNet at d = 16": memories(
@@ -92,8 +93,12 @@ MUTATIONS = {
         "r['mixer'] == 'longhorn'", "{'accuracy': min(r['accuracy'] + 0.3, 1.0)}"
     ),
     # TTT-MLP's diverged runs trained after all
-    "TTT-MLP is unstable with this recipe": memories(
-        "r['final_eval_loss'] != r['final_eval_loss']", "{'final_eval_loss': 1.0, 'steps': 1500, 'accuracy': 0.7}"
+    "TTT-MLP is the least stable mixer with this recipe": memories(
+        "r['final_eval_loss'] != r['final_eval_loss']", "{'final_eval_loss': 1.0, 'steps': 1200, 'accuracy': 0.7}"
+    ),
+    # Titans diverges at the rate it picked, in another seed
+    "every other mixer trains in all its seeds at the rate it picked": memories(
+        "(r['mixer'], r['seed']) == ('titans', 1)", "{'final_eval_loss': float('nan'), 'steps': 0, 'accuracy': 0.0}"
     ),
     # Titans loses its lead
     "Titans recalls more than DeltaNet in each seed": memories(
