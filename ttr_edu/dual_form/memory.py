@@ -319,9 +319,10 @@ class LinearMemory:
         ends = torch.tensor(self.update_ends[first:last], device=self.meta_buffer.device)
         segment = torch.searchsorted(ends, torch.arange(p0, p1, device=ends.device), right=True)  # (n,) update index
         grads = self.grads_buffer[p0:p1]  # (n, D_out)
-        has_bias = torch.tensor(self.probe_has_bias[first:last], device=ends.device)  # (U,)
-        projected = self.probed_keys_buffer[p0:p1] + self.probe_bias * has_bias[segment]  # (n,): x_tᵀr + r_b
         U, dtype = last - first, grads.dtype
+        # in the weight's dtype: a bool mask times the float r_b would be float32, and round r_b away in float64
+        has_bias = torch.tensor(self.probe_has_bias[first:last], device=ends.device, dtype=dtype)  # (U,)
+        projected = self.probed_keys_buffer[p0:p1] + self.probe_bias * has_bias[segment]  # (n,): x_tᵀr + r_b
         want = grads.new_zeros(U, self.d_out).index_add_(0, segment, grads * projected[:, None])  # (U, D_out)
         grads_sq = grads.new_zeros(U).index_add_(0, segment, grads.pow(2).sum(1))
         proj_sq = grads.new_zeros(U).index_add_(0, segment, projected.pow(2))
