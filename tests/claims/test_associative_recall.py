@@ -67,6 +67,10 @@ MUTATIONS = {
     "ELU+1 costs RLS (which inverts the key covariance) less than it costs linear attention or DeltaNet": grid(
         "(r['model'], r['feature_map']) == ('rls', 'elu_plus_one')", "{'accuracy': r['accuracy'] - 0.2}"
     ),
+    # RLS with SiLU keys falls below the ceiling in one seed (ELU+1 still costs it least: the cost turns negative)
+    "with SiLU keys RLS is at the ceiling at d = 32": grid(
+        "(r['model'], r['feature_map'], r['d_model'], r['seed']) == ('rls', 'silu', 32, 1)", "{'accuracy': 0.9}"
+    ),
     # linear attention falls clear below DeltaNet with ELU+1 keys
     "three seeds do not separate DeltaNet from linear attention with non-negative keys": grid(
         "(r['model'], r['feature_map']) == ('linear_attention', 'elu_plus_one')", "{'accuracy': 0.7}"
