@@ -15,6 +15,7 @@ from pathlib import Path, PurePosixPath
 import pytest
 
 import ttr_edu.course.cli as cli
+from tests.helpers import sigint_as_in_a_terminal
 from ttr_edu.course import student_copy
 from ttr_edu.course.cli import MANIFEST, main
 
@@ -339,6 +340,7 @@ def test_ctrl_c_stops_jupyterlab_and_its_kernels_in_one_line_with_exit_130(tmp_p
         text=True,
         env=env,
         start_new_session=True,
+        preexec_fn=sigint_as_in_a_terminal,
     )
     log, started = [], []
     try:
@@ -732,6 +734,7 @@ class _AlwaysPass:  # the review's rebinding of `checks`
 
 checks = _AlwaysPass()
 import ttr_edu.checks.hebbian_memory as _module
+from tests.helpers import sigint_as_in_a_terminal
 
 try:
     _module.check_recall_accuracy = lambda f: True  # the browser review's patch of a check itself
@@ -816,7 +819,13 @@ def test_ctrl_c_during_check_is_one_line_and_exit_130_and_leaves_no_kernel(tmp_p
     ]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     process = subprocess.Popen(
-        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, start_new_session=True
+        command,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        start_new_session=True,
+        preexec_fn=sigint_as_in_a_terminal,
     )
     try:
         kernels, deadline = [], time.monotonic() + 240

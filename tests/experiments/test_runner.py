@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers import sigint_as_in_a_terminal
 from ttr_edu.experiments import runner
 
 TOY = runner.Experiment(
@@ -308,6 +309,7 @@ def test_ctrl_c_is_one_line_exit_130_and_the_csv_stays_valid(tmp_path):
         text=True,
         env=env,
         start_new_session=True,
+        preexec_fn=sigint_as_in_a_terminal,
     )
     deadline = time.time() + 120
     while time.time() < deadline and not (tmp_path / "g.csv").exists():

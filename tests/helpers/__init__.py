@@ -63,3 +63,12 @@ def fla_inputs(
     if initial_state:
         out["initial_state"] = rand(B, H, D_k, D_v)
     return {name: x.to(device=device, dtype=dtype) for name, x in out.items()}
+
+
+def sigint_as_in_a_terminal() -> None:
+    """``preexec_fn`` of a subprocess that a test interrupts with Ctrl-C: SIGINT back to its default, as a terminal
+    gives it. A pytest worker may run with SIGINT ignored, the child inherits that, and Python installs no
+    KeyboardInterrupt handler under an ignored SIGINT: the Ctrl-C would then never arrive."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
