@@ -2,8 +2,8 @@
 
 Zoology (Arora et al. 2023) measures how recall depends on the *state* a layer keeps: it trains each layer at
 several widths, sweeps the learning rate, keeps the best, and plots accuracy against the width (its follow-up, Based,
-against the state size itself). This grid does the
-same at CPU scale, for the course's test-time-regression layers. Every cell shares one recipe (:class:`MQARGrid`):
+against the state size itself). This grid does the same at CPU scale, for the course's test-time-regression layers.
+Every cell shares one recipe (:class:`MQARGrid`):
 
 * the task of :func:`ttr_edu.tasks.mqar.mqar_batch` with Zoology's vocabulary (8192 tokens), power-law query gaps
   and random filler, at ``T >= 6 N`` (at least half of the query slots hold filler);

@@ -283,8 +283,8 @@ class MesaLayer(_Mixer):
     made ``A_t`` singular (NaN outputs at ordinary gates), a constant one keeps ``A_t ⪰ λI``.
 
     * Without gates it runs :func:`ttr_edu.ops.rls_chunk` (Woodbury: one ``C × C`` Cholesky per chunk, the
-      Sherman–Morrison recursion of :func:`ttr_edu.ops.rls_recurrent` for a whole chunk at once; 3–6× faster to train
-      at the MQAR grid's ``T = 64``, ``D = 16…64``);
+      Sherman–Morrison recursion of :func:`ttr_edu.ops.rls_recurrent` for a whole chunk at once; forward and backward
+      3–6× faster at the MQAR grid's ``T = 64``, ``D = 16…64``);
     * with gates, :func:`ttr_edu.ops.rls_exact` (``A_t`` for all tokens at once, one batched Cholesky solve, the
       output read as linear attention with the query ``A_t⁻¹ q_t``).
 

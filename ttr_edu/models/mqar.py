@@ -60,8 +60,8 @@ class _TiedReadoutCrossEntropy(torch.autograd.Function):
 
     The same value and gradients as ``F.cross_entropy(F.linear(h, E), y)``; the backward turns the saved
     log-probabilities into ``softmax(z) − onehot(y)`` in place instead of allocating a zero gradient and running a
-    log-softmax backward: 6 ms instead of 10 per step at ``V = 8192``, 256 queries, ``d = 16`` (the readout is half
-    of a training step of the grid's smallest models).
+    log-softmax backward: 6 ms instead of 10 for the readout and loss of one step at ``V = 8192``, 256 queries,
+    ``d = 16`` (about half of a training step of the grid's smallest models).
     """
 
     @staticmethod
@@ -176,7 +176,7 @@ MODELS: dict[str, MQARLayer] = {
     "linear_attention": MQARLayer("linear attention", LinearAttention, {"qk_norm": True}),
     "deltanet": MQARLayer("DeltaNet", DeltaNet),
     "gated_deltanet": MQARLayer("gated DeltaNet", GatedDeltaNet),
-    # the exact ridge solution in chunks (ops.rls_chunk), the function Sherman–Morrison computes, 3–6× faster to train
+    # the exact ridge solution in chunks (ops.rls_chunk): the function Sherman–Morrison computes, 3–6× faster
     "rls": MQARLayer("RLS", MesaLayer, {"use_gate": False}),
     "mesa": MQARLayer("Mesa (gated RLS)", MesaLayer, {"use_gate": True, "solver": "exact"}),
     "softmax_attention": MQARLayer("softmax attention", SoftmaxAttention, linear_memory=False),
@@ -264,16 +264,20 @@ class MQARModel(nn.Module):
         """``(B, T)`` int64 tokens -> ``(B, T, V)`` logits."""
         return self.readout(self.hidden(inputs))
 
+    def _hidden_at_queries(self, batch: MQARBatch) -> tuple[torch.Tensor, torch.Tensor]:
+        """The features ``(M, d_model)`` and labels ``(M,)`` at the ``M`` labelled positions of ``batch``."""
+        asked = batch.labels != IGNORE_INDEX
+        return self.hidden(batch.inputs)[asked], batch.labels[asked]
+
     def logits_at_queries(self, batch: MQARBatch) -> tuple[torch.Tensor, torch.Tensor]:
         """The logits ``(M, V)`` and labels ``(M,)`` at the ``M`` labelled positions of ``batch``."""
-        asked = batch.labels != IGNORE_INDEX
-        return self.readout(self.hidden(batch.inputs)[asked]), batch.labels[asked]
+        h, labels = self._hidden_at_queries(batch)
+        return self.readout(h), labels
 
     def loss(self, batch: MQARBatch) -> torch.Tensor:
         """Mean cross-entropy over the query positions (``F.cross_entropy`` of :meth:`logits_at_queries`, fused)."""
-        asked = batch.labels != IGNORE_INDEX
-        h = self.hidden(batch.inputs)[asked] * self.logit_scale
-        return _TiedReadoutCrossEntropy.apply(h, self.embed.weight, batch.labels[asked])
+        h, labels = self._hidden_at_queries(batch)
+        return _TiedReadoutCrossEntropy.apply(h * self.logit_scale, self.embed.weight, labels)
 
     @torch.no_grad()
     def accuracy(self, batch: MQARBatch) -> float:

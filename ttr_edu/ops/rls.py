@@ -246,9 +246,9 @@ def rls_chunk(q, k, v, ridge=1.0, scale=None, initial_state=None, output_final_s
     ``L`` factors ``M_t``, and the leading block of ``L⁻¹`` is ``L_t⁻¹``, so every prefix solve comes from one
     factorisation:
 
-        W = L⁻¹ (K P_0 Qᵀ),     Aᵀ = triu(W)ᵀ L⁻¹,      A_{ti} = k_i · P_t q_t  (i ≤ t, else 0)
+        G = L⁻¹ K P_0,  W = G Qᵀ,     Aᵀ = triu(W)ᵀ L⁻¹,      A_{ti} = k_i · P_t q_t  (i ≤ t, else 0)
         E = V − K S_0   (what the chunk's keys read wrongly from the memory at the chunk's start)
-        O = Q S_0 + A E,        S_C = S_0 + (L⁻¹ K P_0)ᵀ (L⁻¹ E),      P_C = P_0 − (L⁻¹ K P_0)ᵀ (L⁻¹ K P_0)
+        O = Q S_0 + A E,        S_C = S_0 + Gᵀ (L⁻¹ E),      P_C = P_0 − Gᵀ G
 
     The output line is ``o_t = S_tᵀ q_t`` with ``S_t = S_0 + P_t K_{≤t}ᵀ E_{≤t}`` (the RLS update from ``S_0``),
     the same delta-rule shape as DeltaNet's chunk form, with ``A`` in place of its ``β``-weighted products. ``M ⪰ I``
@@ -273,11 +273,11 @@ def rls_chunk(q, k, v, ridge=1.0, scale=None, initial_state=None, output_final_s
     for Q, K, V in zip(qc.unbind(0), kc.unbind(0), vc.unbind(0)):
         PK = K @ P  # rows (P_0 k_i)ᵀ, P symmetric
         L = torch.linalg.cholesky(eye + PK @ K.mT)  # M = I + K P_0 Kᵀ ⪰ I: always positive definite
-        W = torch.linalg.solve_triangular(L, PK @ Q.mT, upper=False).triu()  # column t: L_t⁻¹ K_{≤t} P_0 q_t
+        G = torch.linalg.solve_triangular(L, PK, upper=False)  # L⁻¹ K P_0
+        W = (G @ Q.mT).triu()  # column t: L_t⁻¹ K_{≤t} P_0 q_t
         A = torch.linalg.solve_triangular(L, W.mT, upper=False, left=False)  # A_{ti} = k_i · P_t q_t, i ≤ t
         E = V - K @ S
         outputs.append(Q @ S + A @ E)
-        G = torch.linalg.solve_triangular(L, PK, upper=False)  # L⁻¹ K P_0
         S = S + G.mT @ torch.linalg.solve_triangular(L, E, upper=False)
         P = P - G.mT @ G
     _check_inverse(P, ridge, k, fresh=initial_state is None)
