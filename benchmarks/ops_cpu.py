@@ -175,13 +175,14 @@ def matmul_probe() -> Callable[[], object]:
 
 
 def tile_probe() -> Callable[[], object]:
-    """512 products of 64×64 tiles (the chunk forms' tile at C = D = 64), done as the chunk forms do them: 16 batched
-    products of 32 tiles (a block of 4 chunks at B·H = 8) written into the same buffer, which stays in cache. The
-    rate a chunk form could reach if it were nothing but its matmuls, printed for context."""
+    """512 products of 64×64 tiles (the chunk forms' tile at C = D = 64), done as the chunk forms do them: 8 batched
+    products of 64 tiles (a block of 8 chunks at B·H = 8), whose operands and output (1 MiB each) stay in cache, as
+    a block's buffers do. The rate a chunk form could reach if it were nothing but its matmuls, printed for
+    context."""
     gen = torch.Generator().manual_seed(2)
-    a, b = torch.randn(512, 64, 64, generator=gen), torch.randn(512, 64, 64, generator=gen)
-    out = torch.empty(32, 64, 64)
-    return lambda: [torch.bmm(a[i : i + 32], b[i : i + 32], out=out) for i in range(0, 512, 32)]
+    a, b = torch.randn(64, 64, 64, generator=gen), torch.randn(64, 64, 64, generator=gen)
+    out = torch.empty(64, 64, 64)
+    return lambda: [torch.bmm(a, b, out=out) for _ in range(8)]
 
 
 CLOCKS = {"cpu": time.process_time, "wall": time.perf_counter}

@@ -8,6 +8,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from tests.helpers import fla_inputs, relative_error
+from ttr_edu import finite_checks
 from ttr_edu.ops import (
     delta_rule_chunk,
     delta_rule_parallel,
@@ -162,6 +163,17 @@ def test_unstable_step_warns_or_raises(form, beta_value):
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         FORMS[form](q, k, v, beta, check_stability="ignore")
+
+
+@pytest.mark.parametrize("form", FORMS)
+@pytest.mark.parametrize("beta_value", [float("nan"), float("inf")])
+def test_stability_check_counts_a_non_finite_step_among_finite_ones(form, beta_value):
+    """The check's fast path (one min/max reduction) must not let a NaN through: NaN compares false both ways."""
+    q, k, v, beta = make_inputs(1, 6, 1, 3, 2, torch.float64, seed=10)
+    beta = beta.clone()
+    beta[0, 2, 0] = beta_value
+    with finite_checks(False), pytest.raises(ValueError, match=r"leaves \[0, 2\] at 1 of 6"):
+        FORMS[form](q, k, v, beta, check_stability="raise")
 
 
 @pytest.mark.parametrize("form", FORMS)

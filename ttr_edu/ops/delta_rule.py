@@ -114,7 +114,7 @@ def chunk_forward(q, k, v, beta, S, chunk_size, scale=1.0, g=None):
     ``O = Q S + (Q Kᵀ ⊙ M)(U − W S)``, ``S' = S + Kᵀ (U − W S)``.
 
     The chunks are taken a block at a time (:func:`_block_forward`, :mod:`ttr_edu.ops._chunking`), a block being
-    about ``BLOCK_ROWS`` rows of ``q`` (4 chunks of 64 tokens at B·H = 8), read where they lie in the caller's
+    about ``BLOCK_ROWS`` rows of ``q`` (8 chunks of 64 tokens at B·H = 8), read where they lie in the caller's
     ``(B, T, H, ·)`` layout, and the output is written there too.
 
     Takes ``q, k, v`` ``(B, H, T, ·)`` (usually transposed views of fla's layout), ``beta`` and ``g`` ``(B, H, T)``
