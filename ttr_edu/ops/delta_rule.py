@@ -223,14 +223,16 @@ def _block_forward(k, v, q, beta, g=None, *, state, scale, scratch):
         chain = states.view(n + 1, BH, D_k, D_v)
         if chain[0].data_ptr() != state.data_ptr():
             chain[0].copy_(state)
-        for i in range(n):
-            u = Us[i].baddbmm_(Ws[i], chain[i], alpha=-1.0)
-            if decay is None:
-                torch.baddbmm(chain[i], Kt[i], u, out=chain[i + 1])
+        # the per-chunk operands unbound once (one op each, not one indexing op per chunk and operand)
+        links, decays = chain.unbind(0), [None] * n if decay is None else decay.unbind(0)
+        for U_i, W_i, K_i, d_i, S_i, S_next in zip(Us.unbind(0), Ws.unbind(0), Kt.unbind(0), decays, links, links[1:]):
+            u = U_i.baddbmm_(W_i, S_i, alpha=-1.0)
+            if d_i is None:
+                torch.baddbmm(S_i, K_i, u, out=S_next)
             elif factorised:
-                torch.baddbmm(chain[i], Kt[i], u, out=chain[i + 1]).mul_(decay[i])
+                torch.baddbmm(S_i, K_i, u, out=S_next).mul_(d_i)
             else:
-                torch.mul(chain[i], decay[i], out=chain[i + 1]).baddbmm_(Kt[i], u)
+                torch.mul(S_i, d_i, out=S_next).baddbmm_(K_i, u)
         starts, state, u = states[:M], chain[n], U
     else:
         starts, pseudo_values = [], []
