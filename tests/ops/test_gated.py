@@ -195,6 +195,25 @@ def test_gated_delta_warns_when_unstable(form):
         GATED[form](q, k, v, g, 3.0 * torch.ones_like(beta))
 
 
+@pytest.mark.parametrize("gated", [False, True])
+@pytest.mark.parametrize("max_decay", [1.0, 30.0])  # 30: chunks decay by more than e⁸, the exact (unfactored) path
+@pytest.mark.parametrize("grad", [False, True])
+@pytest.mark.parametrize("t_bad", [0, 23, 36])  # first token, last of a middle block, the padded last chunk
+def test_chunk_stability_check_sees_every_token(monkeypatch, gated, max_decay, grad, t_bad):
+    """One bad β‖k‖² anywhere (any block, the padded last chunk, either decay path, with or without autograd) is
+    found and counted by the chunk forms, which take their chunks a block at a time."""
+    monkeypatch.setattr(_chunking, "BLOCK_ROWS", 72)  # blocks of 3 chunks (B·H·C = 24 rows per chunk)
+    q, k, v, g, beta = make_inputs(2, 37, 3, 5, 4, torch.float64, seed=8, max_decay=max_decay)
+    beta = beta.clone()
+    beta[1, t_bad, 2] = 2.5  # β‖k‖² = 2.5 for a unit key
+    inputs = [x.requires_grad_(grad) for x in ((q, k, v, g, beta) if gated else (q, k, v, beta))]
+    chunk = gated_delta_rule_chunk if gated else delta_rule_chunk
+    with pytest.raises(ValueError, match=rf"leaves \[0, 2\] at 1 of {2 * 37 * 3} "):
+        chunk(*inputs, chunk_size=4, check_stability="raise")
+    beta.data[1, t_bad, 2] = 2.0  # on the boundary: stable (|1 − 2| = 1), silent
+    chunk(*inputs, chunk_size=4, check_stability="raise")
+
+
 @pytest.mark.parametrize("block_rows", [1, 72])
 @pytest.mark.parametrize("gated", [False, True])
 def test_chunk_forward_is_the_same_for_any_block_split(monkeypatch, block_rows, gated):
