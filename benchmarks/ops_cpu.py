@@ -19,6 +19,11 @@ prints per layer and form:
   GLA. fla's delta rule reference is heads-first, so it is handed heads-first contiguous inputs (its best case);
 * ``GFLOP/s`` and ``% mm``: for chunk forms, the FLOPs of the chunk algorithm (:func:`chunk_flops`) per second, and
   that rate as a fraction of the one-core rate of a 1024³ fp32 matmul timed in the same rounds;
+* ``prod %``: for chunk forms, the share of the form's time spent in the ops that do its counted FLOPs (matrix
+  products and triangular solves), from the same profiles as ``copy %``. The rate share divided by it is the rate of
+  the products themselves, printed with the rate targets: it tells slow products from time spent elsewhere (for
+  ``gla_chunk`` the products include the in-chunk sums of the log decays, a product with a triangular matrix of
+  ones that the FLOP count leaves out, so its products' own rate reads low);
 * ``copy %``: for chunk forms, the share of the form's time spent in ``aten::copy_`` and ``aten::cat`` (moving data
   between layouts), from ``torch.profiler`` in the same run: the median over ``--repeats`` profiled calls, each the
   self time of those ops over the self time of all ops of the call. Unlike a rate, this share hardly depends on the
@@ -206,21 +211,36 @@ def peak_memory_bytes(fn: Callable[[], object]) -> int:
 
 #: The ops that move data between layouts; :func:`copy_share` reports their share of a call's time.
 DATA_MOVEMENT_OPS = ("aten::copy_", "aten::cat")
+#: The ops that do the counted FLOPs (:func:`chunk_flops`): matrix products, batched or not, and triangular solves.
+PRODUCT_OPS = (
+    "aten::bmm",
+    "aten::baddbmm",
+    "aten::baddbmm_",
+    "aten::mm",
+    "aten::addmm",
+    "aten::linalg_solve_triangular",
+)
 
 
-def copy_share(fn: Callable[[], object], calls: int) -> float:
-    """The share of ``fn()``'s time spent in :data:`DATA_MOVEMENT_OPS`: per profiled call, their self time over the
-    self time of every op of the call; the median over ``calls`` calls (a preemption on a shared machine lands on
-    one op of one call and would skew a single profile)."""
-    shares = []
+def time_shares(fn: Callable[[], object], calls: int) -> dict[str, float]:
+    """The shares of ``fn()``'s time spent in :data:`DATA_MOVEMENT_OPS` (``"copy"``) and in :data:`PRODUCT_OPS`
+    (``"products"``): per profiled call, their self time over the self time of every op of the call; the median over
+    ``calls`` calls (a preemption on a shared machine lands on one op of one call and would skew a single profile).
+    The profiler's own cost per op falls on the many small ops, so the product share is, if anything, low."""
+    shares: dict[str, list[float]] = {"copy": [], "products": []}
     for _ in range(calls):
         with profile(activities=[ProfilerActivity.CPU]) as prof:
             fn()
         events = prof.key_averages()
-        total = sum(e.self_cpu_time_total for e in events)
-        moved = sum(e.self_cpu_time_total for e in events if e.key in DATA_MOVEMENT_OPS)
-        shares.append(moved / total if total else 0.0)
-    return statistics.median(shares)
+        total = sum(e.self_cpu_time_total for e in events) or 1.0
+        for group, names in (("copy", DATA_MOVEMENT_OPS), ("products", PRODUCT_OPS)):
+            shares[group].append(sum(e.self_cpu_time_total for e in events if e.key in names) / total)
+    return {group: statistics.median(values) for group, values in shares.items()}
+
+
+def copy_share(fn: Callable[[], object], calls: int) -> float:
+    """The share of ``fn()``'s time spent in :data:`DATA_MOVEMENT_OPS` (see :func:`time_shares`)."""
+    return time_shares(fn, calls)["copy"]
 
 
 def cpu_model() -> str:
@@ -299,7 +319,7 @@ def run(args: argparse.Namespace) -> None:
     )
     header = (
         f"{'layer':<24} {'form':<10} {'T':>5} {'median ms':>11} {'speedup':>9} {'fla/ours':>20} {'GFLOP/s':>8} "
-        f"{'% mm':>5} {'copy %':>7} {'peak MiB':>9}"
+        f"{'% mm':>5} {'prod %':>7} {'copy %':>7} {'peak MiB':>9}"
     )
     print(header)
     print("-" * len(header))
@@ -333,7 +353,8 @@ def run(args: argparse.Namespace) -> None:
                     peak = peak_memory_bytes(lambda: fn(inputs, args.chunk_size))
                     results[layer, name, T] = (medians[name], peak)
                     speedup = f"{baseline / medians[name]:8.1f}x" if baseline else f"{'—':>9}"
-                    vs_fla, rate, share, moved = f"{'—':>20}", f"{'—':>8}", f"{'—':>5}", f"{'—':>7}"
+                    vs_fla, rate, share = f"{'—':>20}", f"{'—':>8}", f"{'—':>5}"
+                    in_products = moved = f"{'—':>7}"
                     if name == "chunk":
                         if callable(peer):
                             fla_ratios[layer, T] = medians["fla naive chunk"] / medians[name]
@@ -344,12 +365,13 @@ def run(args: argparse.Namespace) -> None:
                         rate = f"{flops / medians[name] / 1e9:8.1f}"
                         share = f"{100 * flops / medians[name] / matmul_rate:4.0f}%"
                         results[layer, "share", T] = (flops / medians[name] / matmul_rate, 0)
-                        copies = copy_share(lambda: fn(inputs, args.chunk_size), args.repeats)
-                        results[layer, "copy", T] = (copies, 0)
-                        moved = f"{100 * copies:6.1f}%"
+                        shares = time_shares(lambda: fn(inputs, args.chunk_size), args.repeats)
+                        results[layer, "copy", T] = (shares["copy"], 0)
+                        results[layer, "products", T] = (shares["products"], 0)
+                        in_products, moved = f"{100 * shares['products']:6.1f}%", f"{100 * shares['copy']:6.1f}%"
                     print(
                         f"{layer:<24} {name:<10} {T:>5} {medians[name] * 1e3:11.2f} {speedup} {vs_fla} {rate} "
-                        f"{share} {moved} {fmt_bytes(peak)}"
+                        f"{share} {in_products} {moved} {fmt_bytes(peak)}"
                     )
                 if callable(peer):
                     print(f"{'  fla naive chunk form':<35} {T:>5} {medians['fla naive chunk'] * 1e3:11.2f}")
@@ -398,8 +420,16 @@ def report_targets(results: dict[tuple[str, str, int], tuple[float, int]], fla_r
             share = results.get((layer, "share", T))
             if share is None:
                 continue
+            products = results.get((layer, "products", T))
+            # the products alone: the rate share they would give if they were all the time (share / product share)
+            ceiling = (
+                f"; its products take {100 * products[0]:.0f}% of its time, at {100 * share[0] / products[0]:.0f}% "
+                "of the matmul rate"
+                if products and products[0]
+                else ""
+            )
             print(
-                f"  {layer}_chunk at T={T}: {100 * share[0]:.0f}% of the one-core matmul rate "
+                f"  {layer}_chunk at T={T}: {100 * share[0]:.0f}% of the one-core matmul rate{ceiling} "
                 f"(target >= {100 * target:.0f}%): {verdict(share[0] >= target)}"
             )
     for layer in chunk_layers:
