@@ -20,10 +20,11 @@ prints per layer and form:
 * ``GFLOP/s`` and ``% mm``: for chunk forms, the FLOPs of the chunk algorithm (:func:`chunk_flops`) per second, and
   that rate as a fraction of the one-core rate of a 1024³ fp32 matmul timed in the same rounds;
 * ``prod %``: for chunk forms, the share of the form's time spent in the ops that do its counted FLOPs (matrix
-  products and triangular solves), from the same profiles as ``copy %``. The rate share divided by it is the rate of
-  the products themselves, printed with the rate targets: it tells slow products from time spent elsewhere (for
-  ``gla_chunk`` the products include the in-chunk sums of the log decays, a product with a triangular matrix of
-  ones that the FLOP count leaves out, so its products' own rate reads low);
+  products and triangular solves), from the same profiles as ``copy %``. With the rate targets the products' own
+  rate is printed too: the counted FLOPs over the products' profiled self time, as a share of the matmul rate. It
+  tells slow products from time spent elsewhere. (For ``gla_chunk`` the products include the in-chunk sums of the
+  log decays, a product with a triangular matrix of ones that the FLOP count leaves out, so its products' own rate
+  reads low.) Profiled times carry the profiler's cost per op, which falls mostly on the many small ops;
 * ``copy %``: for chunk forms, the share of the form's time spent in ``aten::copy_`` and ``aten::cat`` (moving data
   between layouts), from ``torch.profiler`` in the same run: the median over ``--repeats`` profiled calls, each the
   self time of those ops over the self time of all ops of the call. Unlike a rate, this share hardly depends on the
@@ -180,10 +181,10 @@ def matmul_probe() -> Callable[[], object]:
 
 
 def tile_probe() -> Callable[[], object]:
-    """512 products of 64×64 tiles (the chunk forms' tile at C = D = 64), done as the chunk forms do them: 8 batched
-    products of 64 tiles (a block of 8 chunks at B·H = 8), whose operands and output (1 MiB each) stay in cache, as
-    a block's buffers do. The rate a chunk form could reach if it were nothing but its matmuls, printed for
-    context."""
+    """512 products of 64×64 tiles (the chunk forms' tile at C = D = 64), batched as the chunk forms batch them: 8
+    products of 64 tiles (a block of 8 chunks at B·H = 8). A best case: the same 1 MiB operands every time, so they
+    stay in the L2 cache, where a block's buffers (about 9 MiB) do not all fit. The rate a chunk form could reach if
+    it were nothing but its matmuls and they were all in cache, printed for context."""
     gen = torch.Generator().manual_seed(2)
     a, b = torch.randn(64, 64, 64, generator=gen), torch.randn(64, 64, 64, generator=gen)
     out = torch.empty(64, 64, 64)
@@ -224,18 +225,23 @@ PRODUCT_OPS = (
 
 def time_shares(fn: Callable[[], object], calls: int) -> dict[str, float]:
     """The shares of ``fn()``'s time spent in :data:`DATA_MOVEMENT_OPS` (``"copy"``) and in :data:`PRODUCT_OPS`
-    (``"products"``): per profiled call, their self time over the self time of every op of the call; the median over
-    ``calls`` calls (a preemption on a shared machine lands on one op of one call and would skew a single profile).
-    The profiler's own cost per op falls on the many small ops, so the product share is, if anything, low."""
-    shares: dict[str, list[float]] = {"copy": [], "products": []}
+    (``"products"``), and the products' self time in seconds (``"product_seconds"``): per profiled call, the ops'
+    self time (over the self time of every op of the call, for a share); the median over ``calls`` calls (a
+    preemption on a shared machine lands on one op of one call and would skew a single profile)."""
+    samples: dict[str, list[float]] = {"copy": [], "products": [], "product_seconds": []}
     for _ in range(calls):
         with profile(activities=[ProfilerActivity.CPU]) as prof:
             fn()
         events = prof.key_averages()
         total = sum(e.self_cpu_time_total for e in events) or 1.0
-        for group, names in (("copy", DATA_MOVEMENT_OPS), ("products", PRODUCT_OPS)):
-            shares[group].append(sum(e.self_cpu_time_total for e in events if e.key in names) / total)
-    return {group: statistics.median(values) for group, values in shares.items()}
+        in_group = {
+            group: sum(e.self_cpu_time_total for e in events if e.key in names)
+            for group, names in (("copy", DATA_MOVEMENT_OPS), ("products", PRODUCT_OPS))
+        }
+        samples["copy"].append(in_group["copy"] / total)
+        samples["products"].append(in_group["products"] / total)
+        samples["product_seconds"].append(in_group["products"] * 1e-6)  # the profiler counts microseconds
+    return {group: statistics.median(values) for group, values in samples.items()}
 
 
 def copy_share(fn: Callable[[], object], calls: int) -> float:
@@ -368,6 +374,9 @@ def run(args: argparse.Namespace) -> None:
                         shares = time_shares(lambda: fn(inputs, args.chunk_size), args.repeats)
                         results[layer, "copy", T] = (shares["copy"], 0)
                         results[layer, "products", T] = (shares["products"], 0)
+                        if shares["product_seconds"]:
+                            own_rate = flops / shares["product_seconds"] / matmul_rate
+                            results[layer, "product_rate", T] = (own_rate, 0)
                         in_products, moved = f"{100 * shares['products']:6.1f}%", f"{100 * shares['copy']:6.1f}%"
                     print(
                         f"{layer:<24} {name:<10} {T:>5} {medians[name] * 1e3:11.2f} {speedup} {vs_fla} {rate} "
@@ -420,12 +429,12 @@ def report_targets(results: dict[tuple[str, str, int], tuple[float, int]], fla_r
             share = results.get((layer, "share", T))
             if share is None:
                 continue
-            products = results.get((layer, "products", T))
-            # the products alone: the rate share they would give if they were all the time (share / product share)
+            products, own_rate = results.get((layer, "products", T)), results.get((layer, "product_rate", T))
+            # the counted FLOPs over the products' own (profiled) time: slow products, or time spent elsewhere?
             ceiling = (
-                f"; its products take {100 * products[0]:.0f}% of its time, at {100 * share[0] / products[0]:.0f}% "
-                "of the matmul rate"
-                if products and products[0]
+                f"; its products take {100 * products[0]:.0f}% of its profiled time and run at "
+                f"{100 * own_rate[0]:.0f}% of the matmul rate by themselves"
+                if products and own_rate
                 else ""
             )
             print(

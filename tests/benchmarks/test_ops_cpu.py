@@ -57,10 +57,17 @@ def test_copy_share_counts_copies_and_concatenations(bench):
 def test_product_share_counts_products_and_solves_only(bench):
     x, y = torch.randn(8, 128, 128), torch.randn(8, 128, 128)
     assert bench.time_shares(lambda: torch.bmm(x, y), calls=3)["products"] > 0.9
+    acc = torch.zeros(8, 128, 128)
+    assert bench.time_shares(lambda: acc.baddbmm_(x, y), calls=3)["products"] > 0.9  # in place, as the loops
+    assert bench.time_shares(lambda: torch.baddbmm(x, x, y), calls=3)["products"] > 0.5  # and a copy of x
     solve = lambda: torch.linalg.solve_triangular(x.tril() + 128 * torch.eye(128), y, upper=False)  # noqa: E731
     assert bench.time_shares(solve, calls=3)["products"] > 0.3
     moved = bench.time_shares(lambda: torch.cat([x, y]).transpose(1, 2).contiguous(), calls=3)
     assert moved["products"] == 0.0 and moved["copy"] > 0.5
+    elementwise = bench.time_shares(lambda: (x * y).exp_(), calls=3)
+    assert elementwise["products"] == 0.0 and elementwise["product_seconds"] == 0.0
+    shares = bench.time_shares(lambda: torch.bmm(x, y), calls=3)
+    assert 0 < shares["product_seconds"] < 1  # seconds, not the profiler's microseconds
 
 
 def test_every_target_is_printed_met_or_not(bench, capsys):
@@ -78,7 +85,8 @@ def test_every_target_is_printed_met_or_not(bench, capsys):
     assert sum("of the one-core matmul rate" in line for line in lines) == 4  # delta_rule >= 45 %, gla >= 35 %
     assert not any("its products take" in line for line in lines)  # no product share measured, none printed
     results["delta_rule", "products", 1024] = (0.8, 0)
+    results["delta_rule", "product_rate", 1024] = (0.7, 0)
     bench.report_targets(results, fla_ratios, ["delta_rule"])
     rate_line = next(line for line in capsys.readouterr().out.splitlines() if "T=1024: 50% of the" in line)
-    assert "its products take 80% of its time, at 62% of the matmul rate" in rate_line  # 0.5 / 0.8
+    assert "its products take 80% of its profiled time and run at 70% of the matmul rate by themselves" in rate_line
     assert [line.rsplit(": ", 1)[1] for line in lines if "fla/ours" in line] == ["met", "NOT met"]

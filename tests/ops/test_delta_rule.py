@@ -177,6 +177,24 @@ def test_stability_check_counts_a_non_finite_step_among_finite_ones(form, beta_v
 
 
 @pytest.mark.parametrize("form", FORMS)
+def test_stability_check_decides_in_the_dtype_it_counts_in(form):
+    """At the edge of the slack, the quick test and the count agree: β‖k‖² = 2.00002 in fp32 is within 2 + 2e-5 as
+    fp32 rounds both, so it is silent (a test in double precision would flag it, then count 0 bad positions); one
+    step of 2.0001 is flagged and counted."""
+    k = torch.zeros(1, 4, 1, 4)
+    k[..., 0] = 1.0  # unit keys: β‖k‖² = β
+    q, v = torch.randn(1, 4, 1, 4), torch.randn(1, 4, 1, 4)
+    for edge, flagged in ((2.00002, False), (2.0001, True)):
+        beta = torch.full((1, 4, 1), 0.5)
+        beta[0, 1, 0] = edge
+        if flagged:
+            with pytest.raises(ValueError, match=r"at 1 of 4 "):
+                FORMS[form](q, k, v, beta, check_stability="raise")
+        else:
+            FORMS[form](q, k, v, beta, check_stability="raise")
+
+
+@pytest.mark.parametrize("form", FORMS)
 def test_stable_step_is_silent_and_bad_mode_is_rejected(form):
     q, k, v, beta = make_inputs(1, 6, 1, 3, 2, torch.float64, seed=11)
     with warnings.catch_warnings():

@@ -196,17 +196,17 @@ def test_gated_delta_warns_when_unstable(form):
 
 
 @pytest.mark.parametrize("gated", [False, True])
-@pytest.mark.parametrize("max_decay", [1.0, 30.0])  # 30: chunks decay by more than e⁸, the exact (unfactored) path
-@pytest.mark.parametrize("grad", [False, True])
 @pytest.mark.parametrize("t_bad", [0, 23, 36])  # first token, last of a middle block, the padded last chunk
-def test_chunk_stability_check_sees_every_token(monkeypatch, gated, max_decay, grad, t_bad):
-    """One bad β‖k‖² anywhere (any block, the padded last chunk, either decay path, with or without autograd) is
-    found and counted by the chunk forms, which take their chunks a block at a time."""
+def test_chunk_stability_check_sees_every_token(monkeypatch, gated, t_bad):
+    """One bad β‖k‖² anywhere is found and counted by the chunk forms. The check reads the whole β once, before
+    the blocks; this guards that, whatever the check becomes (one read off each block's Gram diagonal was tried),
+    no token escapes it: not in a later block, not in the padded last chunk, not on the exact decay path (gated:
+    chunks that decay by more than e⁸), not under autograd."""
     monkeypatch.setattr(_chunking, "BLOCK_ROWS", 72)  # blocks of 3 chunks (B·H·C = 24 rows per chunk)
-    q, k, v, g, beta = make_inputs(2, 37, 3, 5, 4, torch.float64, seed=8, max_decay=max_decay)
+    q, k, v, g, beta = make_inputs(2, 37, 3, 5, 4, torch.float64, seed=8, max_decay=30.0)
     beta = beta.clone()
     beta[1, t_bad, 2] = 2.5  # β‖k‖² = 2.5 for a unit key
-    inputs = [x.requires_grad_(grad) for x in ((q, k, v, g, beta) if gated else (q, k, v, beta))]
+    inputs = [x.requires_grad_() for x in ((q, k, v, g, beta) if gated else (q, k, v, beta))]
     chunk = gated_delta_rule_chunk if gated else delta_rule_chunk
     with pytest.raises(ValueError, match=rf"leaves \[0, 2\] at 1 of {2 * 37 * 3} "):
         chunk(*inputs, chunk_size=4, check_stability="raise")

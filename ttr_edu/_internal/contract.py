@@ -238,13 +238,17 @@ def check_stability(beta: torch.Tensor, k: torch.Tensor, mode: str) -> None:
         step = beta.to(dtype) * torch.linalg.vector_norm(k, dim=-1, dtype=dtype).square()  # (B, T, H)
         # A relative slack of 1e-5 forgives rounding: an fp32 unit key has ‖k‖² = 1 ± 1e-7, so β = 2 lands on 2 + ε.
         slack = 2e-5
-        # One reduction in the common case (a full mask costs 5 passes over (B, T, H): 2 % of delta_rule_chunk at
-        # T = 4096); a NaN makes both comparisons false, so it reaches the count below.
-        low, high = (float(x) for x in torch.aminmax(step))
-        if low >= -slack and high <= 2 + slack:
+        # One reduction and one sync in the common case, where the full mask takes about seven elementwise ops
+        # (0.70 → 0.48 ms of a 43 ms delta_rule_chunk call at T = 4096, B·H = 8). The bounds are compared as
+        # tensors, in step's dtype, as the mask below compares them (a Python float would round 2 + slack
+        # differently); a NaN makes both comparisons false, so it reaches the count.
+        low, high = torch.aminmax(step)
+        if bool((low >= -slack) & (high <= 2 + slack)):
             return
         bad = (step < -slack) | (step > 2 + slack) | ~torch.isfinite(step)
         n_bad = int(bad.sum())
+    if n_bad == 0:
+        return
     message = (
         f"beta * ||k||^2 leaves [0, 2] at {n_bad} of {bad.numel()} (B, T, H) positions "
         f"(range [{step.min().item():.4g}, {step.max().item():.4g}]): the delta-rule update I - beta k k^T has an "

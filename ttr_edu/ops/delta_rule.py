@@ -224,7 +224,7 @@ def _block_forward(k, v, q, beta, g=None, *, state, scale, scratch):
         if chain[0].data_ptr() != state.data_ptr():
             chain[0].copy_(state)
         # the per-chunk operands unbound once (one op each, not one indexing op per chunk and operand)
-        links, decays = chain.unbind(0), [None] * n if decay is None else decay.unbind(0)
+        links, decays = chain.unbind(0), ([None] * n if decay is None else decay.unbind(0))
         for U_i, W_i, K_i, d_i, S_i, S_next in zip(Us.unbind(0), Ws.unbind(0), Kt.unbind(0), decays, links, links[1:]):
             u = U_i.baddbmm_(W_i, S_i, alpha=-1.0)
             if d_i is None:
