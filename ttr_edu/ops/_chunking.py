@@ -28,10 +28,11 @@ import torch
 import torch.nn.functional as F
 
 #: Rows of ``q`` per block of chunks (chunks × C × B·H): 8 chunks of 64 tokens at B·H = 8, buffers of 1 MiB each at
-#: D = 64. Issue 27, one core of a 2-core Xeon (2 MiB L2), B·H = 8, D = 64, T = 1024 and 4096, the other core idle:
-#: in three interleaved comparisons (5–7 rounds) the five chunk forms ran 5–17 % faster than with 2048 rows, and
-#: 16384 rows ran slower (its buffers outgrow the cache). The best size depends on cache pressure: with a test run
-#: busy on the other core, a review measured 2048 rows faster for ``delta_rule_chunk`` (4–10 %).
+#: D = 64. Issue 27, one core of a 2-core Xeon (2 MiB L2), B·H = 8, D = 64, T = 1024 and 4096, the other core idle,
+#: four interleaved comparisons of 5–7 rounds: against 2048 rows, linear attention, both gated linear attentions and
+#: the gated delta rule ran 4–19 % faster, ``delta_rule_chunk`` from 2 % slower to 11 % faster; 16384 rows ran
+#: slower (its buffers outgrow the cache). The best size depends on cache pressure: with a test run busy on the
+#: other core, a review measured 2048 rows faster for ``delta_rule_chunk`` (4–10 %).
 BLOCK_ROWS = 4096
 
 
