@@ -221,6 +221,13 @@ def to_chunks(x: torch.Tensor, chunk_size: int) -> torch.Tensor:
     return x.reshape(B, H, T // chunk_size, chunk_size, *x.shape[3:]).contiguous()
 
 
+def fla_output(o: torch.Tensor, dtype: torch.dtype | None) -> torch.Tensor:
+    """An op's output as fla's ops return theirs: contiguous ``(B, T, H, D_v)`` (a caller may ``view`` it), in
+    ``dtype``; at most one copy (a transposed heads-first result is made contiguous by its conversion, or copied).
+    ``dtype=None`` keeps the dtype."""
+    return o.to(dtype or o.dtype, memory_format=torch.contiguous_format).contiguous()
+
+
 def check_stability(beta: torch.Tensor, k: torch.Tensor, mode: str) -> None:
     """Warn or raise when ``beta_t ||k_t||^2`` leaves ``[0, 2]`` (up to rounding), where the delta rule is unstable.
 

@@ -25,6 +25,7 @@ from ttr_edu._internal.contract import (
     check_nonempty,
     check_state,
     compute_dtype,
+    fla_output,
     resolve_scale,
     shares_doc,
     zero_state,
@@ -120,7 +121,7 @@ def delta_product_recurrent(
             error = v[:, :, j] - torch.einsum("b h k v, b h k -> b h v", S, k_j)
             S = S + torch.einsum("b h k, b h v -> b h k v", k_j, beta[:, :, j, None] * error)
         outputs.append(torch.einsum("b h k v, b h k -> b h v", S, q[:, :, t]))
-    o = torch.stack(outputs, dim=2).transpose(1, 2).to(out_dtype)
+    o = fla_output(torch.stack(outputs, dim=2).transpose(1, 2), out_dtype)
     return o, (S if output_final_state else None)
 
 
@@ -153,4 +154,4 @@ def delta_product_chunk(
         g_sub = g_sub.flatten(2)
     o, S = chunk_forward(q_sub.flatten(2, 3), k, v, beta, S, chunk_size, g=g_sub)  # o: (B, T·n, H, D_v)
     o = o[:, n - 1 :: n]
-    return o.to(out_dtype), (S if output_final_state else None)
+    return fla_output(o, out_dtype), (S if output_final_state else None)

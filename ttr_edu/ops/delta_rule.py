@@ -39,6 +39,7 @@ from ttr_edu._internal.contract import (
     check_state,
     compute_dtype,
     decay_matrix,
+    fla_output,
     resolve_scale,
     shares_doc,
     zero_state,
@@ -285,7 +286,7 @@ def delta_rule_recurrent(
     out_dtype = q.dtype if isinstance(q, torch.Tensor) else None
     q, k, v, beta, _, S, scale = prepare(q, k, v, beta, scale, initial_state, check_stability)
     o, S = recurrent_forward(q, k, v, beta, S, scale)
-    return o.to(out_dtype), (S if output_final_state else None)
+    return fla_output(o, out_dtype), (S if output_final_state else None)
 
 
 def recurrent_forward(q, k, v, beta, S, scale, g=None):
@@ -342,7 +343,7 @@ def delta_rule_parallel(
     out_dtype = q.dtype if isinstance(q, torch.Tensor) else None
     q, k, v, beta, _, S, scale = prepare(q, k, v, beta, scale, initial_state, check_stability)
     o, S = chunk_forward(q, k, v, beta, S, chunk_size=q.shape[2], scale=scale)
-    return o.to(out_dtype), (S if output_final_state else None)
+    return fla_output(o, out_dtype), (S if output_final_state else None)
 
 
 @guarded
@@ -384,7 +385,7 @@ def delta_rule_chunk(
     chunk_size = check_chunk_size(chunk_size, q)  # capped at T
     q, k, v, beta, _, S, scale = prepare(q, k, v, beta, scale, initial_state, check_stability)
     o, S = chunk_forward(q, k, v, beta, S, chunk_size, scale=scale)
-    return o.to(out_dtype), (S if output_final_state else None)
+    return fla_output(o, out_dtype), (S if output_final_state else None)
 
 
 @guarded
@@ -439,4 +440,4 @@ def delta_rule_pseudo_values(k, v, beta, initial_state=None, check_stability="wa
         read = torch.einsum("b h k v, b h k -> b h v", S, k_t)  # S_{t−1}ᵀ k_t, what the memory holds for k_t
         u.append(beta[:, :, t, None] * (v[:, :, t] - read))
         S = S + torch.einsum("b h k, b h v -> b h k v", k_t, u[-1])  # the sum rule over pseudo-values
-    return torch.stack(u, dim=2).transpose(1, 2).to(out_dtype)
+    return fla_output(torch.stack(u, dim=2).transpose(1, 2), out_dtype)

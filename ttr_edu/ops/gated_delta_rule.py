@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import torch
 
-from ttr_edu._internal.contract import require_tensor, shares_doc
+from ttr_edu._internal.contract import fla_output, require_tensor, shares_doc
 from ttr_edu._internal.validation import check_chunk_size, guarded
 
 from ._varlen import run_varlen
@@ -89,7 +89,7 @@ def gated_delta_rule_recurrent(
     out_dtype = q.dtype if isinstance(q, torch.Tensor) else None
     q, k, v, beta, g, S, scale = prepare(q, k, v, beta, scale, initial_state, check_stability, g=require_tensor("g", g))
     o, S = recurrent_forward(q, k, v, beta, S, scale, g=g)  # decay first (fla), then the delta-rule correction
-    return o.to(out_dtype), (S if output_final_state else None)
+    return fla_output(o, out_dtype), (S if output_final_state else None)
 
 
 @guarded
@@ -129,4 +129,4 @@ def gated_delta_rule_chunk(
     chunk_size = check_chunk_size(chunk_size, q)  # capped at T
     q, k, v, beta, g, S, scale = prepare(q, k, v, beta, scale, initial_state, check_stability, g=require_tensor("g", g))
     o, S = chunk_forward(q, k, v, beta, S, chunk_size, scale=scale, g=g)
-    return o.to(out_dtype), (S if output_final_state else None)
+    return fla_output(o, out_dtype), (S if output_final_state else None)

@@ -23,6 +23,7 @@ from ttr_edu._internal.contract import (
     check_inputs,
     check_state,
     compute_dtype,
+    fla_output,
     resolve_scale,
     shares_doc,
     zero_state,
@@ -100,7 +101,7 @@ def gated_linear_attention_recurrent(
         decay = torch.exp(g[:, :, t, None, None])
         S = decay * S + torch.einsum("b h k, b h v -> b h k v", k[:, :, t], v[:, :, t])
         outputs.append(torch.einsum("b h k v, b h k -> b h v", S, q[:, :, t]))
-    o = torch.stack(outputs, dim=2).transpose(1, 2).to(out_dtype)
+    o = fla_output(torch.stack(outputs, dim=2).transpose(1, 2), out_dtype)
     return o, (S if output_final_state else None)
 
 
@@ -133,4 +134,4 @@ def gated_linear_attention_chunk(
     chunk_size = check_chunk_size(chunk_size, q)  # capped at T
     q, k, v, g, S, scale = _prepare(q, k, v, g, scale, initial_state)
     o, S = blockwise(q, k, v, S, chunk_size, scale, g=g)  # the block form shared with linear attention
-    return o.to(out_dtype), (S if output_final_state else None)
+    return fla_output(o, out_dtype), (S if output_final_state else None)

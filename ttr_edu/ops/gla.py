@@ -31,6 +31,7 @@ from ttr_edu._internal.contract import (
     check_log_decay,
     check_state,
     compute_dtype,
+    fla_output,
     resolve_scale,
     shares_doc,
     zero_state,
@@ -123,7 +124,7 @@ def gla_recurrent(q, k, v, g, scale=None, initial_state=None, output_final_state
     for t in range(q.shape[2]):
         S = torch.exp(g[:, :, t, :, None]) * S + torch.einsum("b h k, b h v -> b h k v", k[:, :, t], v[:, :, t])
         outputs.append(torch.einsum("b h k v, b h k -> b h v", S, q[:, :, t]))
-    o = torch.stack(outputs, dim=2).transpose(1, 2).to(out_dtype)
+    o = fla_output(torch.stack(outputs, dim=2).transpose(1, 2), out_dtype)
     return o, (S if output_final_state else None)
 
 
@@ -244,7 +245,7 @@ def gla_chunk(q, k, v, g, scale=None, initial_state=None, output_final_state=Fal
         store(output_view(o, t0, t1, chunk_size), inter, intra)
     if fast:
         state = state.clone()  # not a view of the block's buffer
-    return o.to(out_dtype), (state.unflatten(0, (B, H)) if output_final_state else None)
+    return fla_output(o, out_dtype), (state.unflatten(0, (B, H)) if output_final_state else None)
 
 
 def _block_forward(k, v, q, g, *, state, scale, scratch):

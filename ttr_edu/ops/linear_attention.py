@@ -37,6 +37,7 @@ from ttr_edu._internal.contract import (
     check_state,
     compute_dtype,
     decay_matrix,
+    fla_output,
     resolve_scale,
     shares_doc,
     to_chunks,
@@ -130,7 +131,7 @@ def _finish(o, normalizer, eps, S, z, out_dtype, output_final_state):
     """Divide by the normaliser (if any), go back to ``(B, T, H, D_v)`` and the input dtype."""
     if normalizer is not None:
         o = o / (normalizer.unsqueeze(-1) + eps)
-    o = o.transpose(1, 2).to(out_dtype)
+    o = fla_output(o.transpose(1, 2), out_dtype)
     if not output_final_state:
         return o, None
     return o, ((S, z) if z is not None else S)
@@ -251,7 +252,7 @@ def linear_attention_chunk(
     q, k, v, S0, z0, scale = _prepare(q, k, v, scale, normalize, eps, initial_state)
     if z0 is None:  # without the normaliser: a block of chunks at a time, read where they lie in fla's layout
         o, S = blockwise(q, k, v, S0, chunk_size, scale)
-        return o.to(out_dtype), (S if output_final_state else None)
+        return fla_output(o, out_dtype), (S if output_final_state else None)
     q = q * scale
     T, C = q.shape[2], chunk_size
     qc, kc, vc = (to_chunks(x, C) for x in (q, k, v))  # (B, H, N, C, ·)

@@ -18,7 +18,14 @@ import warnings
 
 import torch
 
-from ttr_edu._internal.contract import causal_mask, check_inputs, compute_dtype, extend_kv_cache, resolve_scale
+from ttr_edu._internal.contract import (
+    causal_mask,
+    check_inputs,
+    compute_dtype,
+    extend_kv_cache,
+    fla_output,
+    resolve_scale,
+)
 from ttr_edu._internal.validation import check_positive_float, guarded
 
 from .feature_maps import l2_norm
@@ -89,7 +96,7 @@ def local_linear_attention(
     x = torch.cholesky_solve((q - k_mean).unsqueeze(-1), L).squeeze(-1)  # Σ_kk⁻¹ (q − k̄)
     slope_term = (w * (x @ k.transpose(-1, -2))) @ v - v_mean * (k_mean * x).sum(-1, keepdim=True)  # Σ_vk x
     o = v_mean + slope_term
-    return o.transpose(1, 2).to(out_dtype), cache
+    return fla_output(o.transpose(1, 2), out_dtype), cache
 
 
 def _factorise(cov_kk, ridge, second_moment):

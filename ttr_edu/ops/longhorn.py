@@ -49,6 +49,7 @@ from ttr_edu._internal.contract import (
     check_nonnegative,
     check_state,
     compute_dtype,
+    fla_output,
     resolve_scale,
     shares_doc,
     zero_state,
@@ -156,7 +157,7 @@ def longhorn_recurrent(q, k, v, beta, scale=None, initial_state=None, output_fin
         error = v[:, :, t] - torch.einsum("b h k v, b h k -> b h v", S, k_t)
         S = S + torch.einsum("b h k, b h v -> b h k v", k_t, eps[:, :, t] * error)
         outputs.append(torch.einsum("b h k v, b h k -> b h v", S, q[:, :, t]))
-    o = torch.stack(outputs, dim=2).transpose(1, 2).to(out_dtype)
+    o = fla_output(torch.stack(outputs, dim=2).transpose(1, 2), out_dtype)
     return o, (S if output_final_state else None)
 
 
@@ -176,7 +177,7 @@ def longhorn_chunk(q, k, v, beta, scale=None, initial_state=None, output_final_s
     D_v = v.shape[-1]
     if eps.shape[-1] == 1:
         o, S = chunk_forward(q, k, v, eps[..., 0], S, chunk_size)
-        return o.to(out_dtype), (S if output_final_state else None)
+        return fla_output(o, out_dtype), (S if output_final_state else None)
     # One head per (h, j): keys and queries repeated over j, value channel j alone, step ε[j].
     rep = lambda x: x[:, :, None].expand(B, H, D_v, T, D_k).reshape(B, H * D_v, T, D_k)  # noqa: E731
     v_j = v.permute(0, 1, 3, 2).reshape(B, H * D_v, T, 1)
@@ -185,7 +186,7 @@ def longhorn_chunk(q, k, v, beta, scale=None, initial_state=None, output_final_s
     o, S_j = chunk_forward(rep(q), rep(k), v_j, eps_j, S_j, chunk_size)  # o: (B, T, H·D_v, 1)
     o = o.reshape(B, T, H, D_v)
     S = S_j.reshape(B, H, D_v, D_k).transpose(-1, -2)
-    return o.to(out_dtype), (S if output_final_state else None)
+    return fla_output(o, out_dtype), (S if output_final_state else None)
 
 
 @guarded
@@ -206,5 +207,5 @@ def longhorn_diagonal_recurrent(q, k, v, beta, scale=None, initial_state=None, o
         k_t, eps_t = k[:, :, t, :, None], eps[:, :, t, None, :]  # (B, H, D_k, 1), (B, H, 1, 1 or D_v)
         S = (1.0 - k_t.pow(2) * eps_t) * S + k_t * (eps_t * v[:, :, t, None, :])
         outputs.append(torch.einsum("b h k v, b h k -> b h v", S, q[:, :, t]))
-    o = torch.stack(outputs, dim=2).transpose(1, 2).to(out_dtype)
+    o = fla_output(torch.stack(outputs, dim=2).transpose(1, 2), out_dtype)
     return o, (S if output_final_state else None)

@@ -50,6 +50,7 @@ from ttr_edu._internal.contract import (
     check_state,
     compute_dtype,
     decayed_cumsum,
+    fla_output,
     resolve_scale,
     shares_doc,
 )
@@ -229,7 +230,7 @@ def rls_recurrent(q, k, v, ridge=1.0, g=None, scale=None, initial_state=None, ou
         outputs.append(torch.bmm(q_i, S))  # (S_tᵀ q_t)ᵀ
     P, S = P.reshape(B, H, D_k, D_k), S.reshape(B, H, D_k, D_v)
     _check_inverse(P, ridge, k, fresh=initial_state is None)
-    o = torch.cat(outputs, dim=1).reshape(B, H, T, D_v).transpose(1, 2).to(out_dtype)
+    o = fla_output(torch.cat(outputs, dim=1).reshape(B, H, T, D_v).transpose(1, 2), out_dtype)
     return o, ((S, P) if output_final_state else None)
 
 
@@ -281,7 +282,7 @@ def rls_chunk(q, k, v, ridge=1.0, scale=None, initial_state=None, output_final_s
         S = S + G.mT @ torch.linalg.solve_triangular(L, E, upper=False)
         P = P - G.mT @ G
     _check_inverse(P, ridge, k, fresh=initial_state is None)
-    o = torch.cat(outputs, dim=2)[:, :, :T].transpose(1, 2).to(out_dtype)  # (B, T, H, D_v)
+    o = fla_output(torch.cat(outputs, dim=2)[:, :, :T].transpose(1, 2), out_dtype)  # (B, T, H, D_v)
     return o, ((S, P) if output_final_state else None)
 
 
@@ -296,7 +297,7 @@ def _gated_recurrent(q, k, v, log_decay, S, P, ridge, out_dtype, output_final_st
         L = _factorise(H_t + eye, ridge, f"token {t}", depth=7)
         x = torch.cholesky_solve(q[:, :, t].unsqueeze(-1), L)  # (B, H, D_k, 1)
         outputs.append((b.transpose(-1, -2) @ x).squeeze(-1))
-    o = torch.stack(outputs, dim=2).transpose(1, 2).to(out_dtype)
+    o = fla_output(torch.stack(outputs, dim=2).transpose(1, 2), out_dtype)
     if not output_final_state:
         return o, None
     return o, (torch.cholesky_solve(b, L), torch.cholesky_inverse(L))
@@ -334,7 +335,7 @@ def rls_exact(q, k, v, ridge=1.0, g=None, scale=None, initial_state=None, output
         o, b = linear_attention_chunk(*fla, **read)
     else:
         o, b = gated_linear_attention_chunk(*fla, log_decay.transpose(1, 2), **read)
-    o = o.to(out_dtype)
+    o = fla_output(o, out_dtype)
     if not output_final_state:
         return o, None
     return o, (torch.cholesky_solve(b, L[:, :, -1]), torch.cholesky_inverse(L[:, :, -1]))

@@ -11,7 +11,14 @@ from __future__ import annotations
 
 import torch
 
-from ttr_edu._internal.contract import causal_mask, check_inputs, compute_dtype, extend_kv_cache, resolve_scale
+from ttr_edu._internal.contract import (
+    causal_mask,
+    check_inputs,
+    compute_dtype,
+    extend_kv_cache,
+    fla_output,
+    resolve_scale,
+)
 from ttr_edu._internal.validation import guarded
 
 from .feature_maps import l2_norm
@@ -55,7 +62,7 @@ def softmax_attention(q, k, v, scale=None, qk_norm=False, initial_state=None, ou
     causal = causal_mask(q.shape[2], T_cache, q.device)
     logits = (scale * q @ k.transpose(-1, -2)).masked_fill(~causal, float("-inf"))  # (B, H, T, T_cache + T)
     o = torch.softmax(logits, dim=-1) @ v
-    return o.transpose(1, 2).to(out_dtype), cache
+    return fla_output(o.transpose(1, 2), out_dtype), cache
 
 
 def attend_last(q, k, v, scale):
