@@ -438,7 +438,7 @@ def report_targets(results: dict[tuple[str, str, int], tuple[float, int]], fla_r
                 else ""
             )
             print(
-                f"  {layer}_chunk at T={T}: {100 * share[0]:.0f}% of the one-core matmul rate{ceiling} "
+                f"  {layer}_chunk at T={T}: {100 * share[0]:.1f}% of the one-core matmul rate{ceiling} "
                 f"(target >= {100 * target:.0f}%): {verdict(share[0] >= target)}"
             )
     for layer in chunk_layers:

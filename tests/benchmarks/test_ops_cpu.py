@@ -87,6 +87,6 @@ def test_every_target_is_printed_met_or_not(bench, capsys):
     results["delta_rule", "products", 1024] = (0.8, 0)
     results["delta_rule", "product_rate", 1024] = (0.7, 0)
     bench.report_targets(results, fla_ratios, ["delta_rule"])
-    rate_line = next(line for line in capsys.readouterr().out.splitlines() if "T=1024: 50% of the" in line)
+    rate_line = next(line for line in capsys.readouterr().out.splitlines() if "T=1024: 50.0% of the" in line)
     assert "its products take 80% of its profiled time and run at 70% of the matmul rate by themselves" in rate_line
     assert [line.rsplit(": ", 1)[1] for line in lines if "fla/ours" in line] == ["met", "NOT met"]
