@@ -121,7 +121,7 @@ def delta_product_recurrent(
             error = v[:, :, j] - torch.einsum("b h k v, b h k -> b h v", S, k_j)
             S = S + torch.einsum("b h k, b h v -> b h k v", k_j, beta[:, :, j, None] * error)
         outputs.append(torch.einsum("b h k v, b h k -> b h v", S, q[:, :, t]))
-    o = fla_output(torch.stack(outputs, dim=2).transpose(1, 2), out_dtype)
+    o = fla_output(torch.stack(outputs, dim=1), out_dtype)
     return o, (S if output_final_state else None)
 
 

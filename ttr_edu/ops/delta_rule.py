@@ -440,4 +440,4 @@ def delta_rule_pseudo_values(k, v, beta, initial_state=None, check_stability="wa
         read = torch.einsum("b h k v, b h k -> b h v", S, k_t)  # S_{t−1}ᵀ k_t, what the memory holds for k_t
         u.append(beta[:, :, t, None] * (v[:, :, t] - read))
         S = S + torch.einsum("b h k, b h v -> b h k v", k_t, u[-1])  # the sum rule over pseudo-values
-    return fla_output(torch.stack(u, dim=2).transpose(1, 2), out_dtype)
+    return fla_output(torch.stack(u, dim=1), out_dtype)

@@ -101,7 +101,7 @@ def gated_linear_attention_recurrent(
         decay = torch.exp(g[:, :, t, None, None])
         S = decay * S + torch.einsum("b h k, b h v -> b h k v", k[:, :, t], v[:, :, t])
         outputs.append(torch.einsum("b h k v, b h k -> b h v", S, q[:, :, t]))
-    o = fla_output(torch.stack(outputs, dim=2).transpose(1, 2), out_dtype)
+    o = fla_output(torch.stack(outputs, dim=1), out_dtype)
     return o, (S if output_final_state else None)
 
 

@@ -124,7 +124,7 @@ def gla_recurrent(q, k, v, g, scale=None, initial_state=None, output_final_state
     for t in range(q.shape[2]):
         S = torch.exp(g[:, :, t, :, None]) * S + torch.einsum("b h k, b h v -> b h k v", k[:, :, t], v[:, :, t])
         outputs.append(torch.einsum("b h k v, b h k -> b h v", S, q[:, :, t]))
-    o = fla_output(torch.stack(outputs, dim=2).transpose(1, 2), out_dtype)
+    o = fla_output(torch.stack(outputs, dim=1), out_dtype)
     return o, (S if output_final_state else None)
 
 

@@ -157,7 +157,7 @@ def longhorn_recurrent(q, k, v, beta, scale=None, initial_state=None, output_fin
         error = v[:, :, t] - torch.einsum("b h k v, b h k -> b h v", S, k_t)
         S = S + torch.einsum("b h k, b h v -> b h k v", k_t, eps[:, :, t] * error)
         outputs.append(torch.einsum("b h k v, b h k -> b h v", S, q[:, :, t]))
-    o = fla_output(torch.stack(outputs, dim=2).transpose(1, 2), out_dtype)
+    o = fla_output(torch.stack(outputs, dim=1), out_dtype)
     return o, (S if output_final_state else None)
 
 
@@ -207,5 +207,5 @@ def longhorn_diagonal_recurrent(q, k, v, beta, scale=None, initial_state=None, o
         k_t, eps_t = k[:, :, t, :, None], eps[:, :, t, None, :]  # (B, H, D_k, 1), (B, H, 1, 1 or D_v)
         S = (1.0 - k_t.pow(2) * eps_t) * S + k_t * (eps_t * v[:, :, t, None, :])
         outputs.append(torch.einsum("b h k v, b h k -> b h v", S, q[:, :, t]))
-    o = fla_output(torch.stack(outputs, dim=2).transpose(1, 2), out_dtype)
+    o = fla_output(torch.stack(outputs, dim=1), out_dtype)
     return o, (S if output_final_state else None)

@@ -282,7 +282,7 @@ def rls_chunk(q, k, v, ridge=1.0, scale=None, initial_state=None, output_final_s
         S = S + G.mT @ torch.linalg.solve_triangular(L, E, upper=False)
         P = P - G.mT @ G
     _check_inverse(P, ridge, k, fresh=initial_state is None)
-    o = fla_output(torch.cat(outputs, dim=2)[:, :, :T].transpose(1, 2), out_dtype)  # (B, T, H, D_v)
+    o = fla_output(torch.cat([piece.transpose(1, 2) for piece in outputs], dim=1)[:, :T], out_dtype)  # (B, T, H, D_v)
     return o, ((S, P) if output_final_state else None)
 
 
@@ -297,7 +297,7 @@ def _gated_recurrent(q, k, v, log_decay, S, P, ridge, out_dtype, output_final_st
         L = _factorise(H_t + eye, ridge, f"token {t}", depth=7)
         x = torch.cholesky_solve(q[:, :, t].unsqueeze(-1), L)  # (B, H, D_k, 1)
         outputs.append((b.transpose(-1, -2) @ x).squeeze(-1))
-    o = fla_output(torch.stack(outputs, dim=2).transpose(1, 2), out_dtype)
+    o = fla_output(torch.stack(outputs, dim=1), out_dtype)
     if not output_final_state:
         return o, None
     return o, (torch.cholesky_solve(b, L), torch.cholesky_inverse(L))

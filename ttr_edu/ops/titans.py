@@ -123,7 +123,7 @@ def titans_recurrent(q, k, v, beta, eta, alpha, scale=None, initial_state=None, 
             outputs.append(q_t @ memory[0])
         else:
             outputs.append(mlp_hidden(memory[0], q_t)[1] @ memory[1])
-    o = fla_output(torch.cat(outputs, dim=2).transpose(1, 2), out_dtype)
+    o = fla_output(torch.cat([piece.transpose(1, 2) for piece in outputs], dim=1), out_dtype)
     if not output_final_state:
         return o, None
     unpack = (lambda x: x[0]) if len(memory) == 1 else (lambda x: x)  # noqa: E731

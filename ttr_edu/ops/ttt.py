@@ -135,7 +135,7 @@ def ttt_linear_recurrent(
         S = S - beta[:, :, t, None] * (k_t.mT @ delta)
         q_t = q[:, :, t, None]
         outputs.append(wrap(q_t @ S, q_t, layer_norm, residual)[0])
-    o = fla_output(torch.cat(outputs, dim=2).transpose(1, 2), out_dtype)
+    o = fla_output(torch.cat([piece.transpose(1, 2) for piece in outputs], dim=1), out_dtype)
     return o, (S if output_final_state else None)
 
 
@@ -165,7 +165,7 @@ def ttt_linear_chunk(
         raw = q_b @ S - (q_b @ k_b.mT).tril() @ step  # q_t · W_t, with W_t = S − Σ_{i≤t} k_i (β_i δ_i)ᵀ
         outputs.append(wrap(raw, q_b, layer_norm, residual)[0])
         S = S - k_b.mT @ step
-    o = fla_output(torch.cat(outputs, dim=2).transpose(1, 2), out_dtype)
+    o = fla_output(torch.cat([piece.transpose(1, 2) for piece in outputs], dim=1), out_dtype)
     return o, (S if output_final_state else None)
 
 
@@ -212,7 +212,7 @@ def ttt_mlp_recurrent(
         W2 = W2 - beta[:, :, t, None] * (h.mT @ delta2)
         q_t = q[:, :, t, None]
         outputs.append(wrap(mlp_hidden(W1, q_t)[1] @ W2, q_t, layer_norm, residual)[0])
-    o = fla_output(torch.cat(outputs, dim=2).transpose(1, 2), out_dtype)
+    o = fla_output(torch.cat([piece.transpose(1, 2) for piece in outputs], dim=1), out_dtype)
     return o, ((W1, W2) if output_final_state else None)
 
 
@@ -246,5 +246,5 @@ def ttt_mlp_chunk(
         raw = h_q @ W2 - (h_q @ h_k.mT).tril() @ step2
         outputs.append(wrap(raw, q_b, layer_norm, residual)[0])
         W1, W2 = W1 - k_b.mT @ step1, W2 - h_k.mT @ step2
-    o = fla_output(torch.cat(outputs, dim=2).transpose(1, 2), out_dtype)
+    o = fla_output(torch.cat([piece.transpose(1, 2) for piece in outputs], dim=1), out_dtype)
     return o, ((W1, W2) if output_final_state else None)
