@@ -210,7 +210,7 @@ def peak_memory_bytes(fn: Callable[[], object]) -> int:
     return peak
 
 
-#: The ops that move data between layouts; :func:`copy_share` reports their share of a call's time.
+#: The ops that move data between layouts; :func:`time_shares` reports their share of a call's time.
 DATA_MOVEMENT_OPS = ("aten::copy_", "aten::cat")
 #: The ops that do the counted FLOPs (:func:`chunk_flops`): matrix products, batched or not, and triangular solves.
 PRODUCT_OPS = (
@@ -242,11 +242,6 @@ def time_shares(fn: Callable[[], object], calls: int) -> dict[str, float]:
         samples["products"].append(in_group["products"] / total)
         samples["product_seconds"].append(in_group["products"] * 1e-6)  # the profiler counts microseconds
     return {group: statistics.median(values) for group, values in samples.items()}
-
-
-def copy_share(fn: Callable[[], object], calls: int) -> float:
-    """The share of ``fn()``'s time spent in :data:`DATA_MOVEMENT_OPS` (see :func:`time_shares`)."""
-    return time_shares(fn, calls)["copy"]
 
 
 def cpu_model() -> str:

@@ -50,8 +50,8 @@ def test_without_fla_the_column_says_so(bench, capsys, monkeypatch):
 
 def test_copy_share_counts_copies_and_concatenations(bench):
     x = torch.randn(256, 256)
-    assert bench.copy_share(lambda: x @ x, calls=3) == 0.0
-    assert bench.copy_share(lambda: torch.cat([x, x]).t().contiguous(), calls=3) > 0.5
+    assert bench.time_shares(lambda: x @ x, calls=3)["copy"] == 0.0
+    assert bench.time_shares(lambda: torch.cat([x, x]).t().contiguous(), calls=3)["copy"] > 0.5
 
 
 def test_product_share_counts_products_and_solves_only(bench):

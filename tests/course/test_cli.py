@@ -15,7 +15,7 @@ from pathlib import Path, PurePosixPath
 import pytest
 
 import ttr_edu.course.cli as cli
-from tests.helpers import sigint_as_in_a_terminal
+from tests.helpers import start_as_in_a_terminal
 from ttr_edu.course import student_copy
 from ttr_edu.course.cli import MANIFEST, main
 
@@ -320,7 +320,7 @@ def test_ctrl_c_stops_jupyterlab_and_its_kernels_in_one_line_with_exit_130(tmp_p
         "PATH": "/usr/bin:/bin",
         "PYTHONPATH": str(ROOT),
     }
-    process = subprocess.Popen(
+    process = start_as_in_a_terminal(
         [
             sys.executable,
             "-m",
@@ -337,10 +337,7 @@ def test_ctrl_c_stops_jupyterlab_and_its_kernels_in_one_line_with_exit_130(tmp_p
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
-        text=True,
         env=env,
-        start_new_session=True,
-        preexec_fn=sigint_as_in_a_terminal,
     )
     log, started = [], []
     try:
@@ -817,14 +814,11 @@ def test_ctrl_c_during_check_is_one_line_and_exit_130_and_leaves_no_kernel(tmp_p
         str(tmp_path / CHAPTER_01.name),
     ]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    process = subprocess.Popen(
+    process = start_as_in_a_terminal(
         command,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
-        text=True,
         env=env,
-        start_new_session=True,
-        preexec_fn=sigint_as_in_a_terminal,
     )
     try:
         kernels, deadline = [], time.monotonic() + 240

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import sigint_as_in_a_terminal
+from tests.helpers import start_as_in_a_terminal
 from ttr_edu.experiments import runner
 
 TOY = runner.Experiment(
@@ -289,7 +289,7 @@ def test_ctrl_c_is_one_line_exit_130_and_the_csv_stays_valid(tmp_path):
     import time
 
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
-    process = subprocess.Popen(
+    process = start_as_in_a_terminal(
         [
             sys.executable,
             "-W",
@@ -306,10 +306,7 @@ def test_ctrl_c_is_one_line_exit_130_and_the_csv_stays_valid(tmp_path):
         cwd=tmp_path,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
-        text=True,
         env=env,
-        start_new_session=True,
-        preexec_fn=sigint_as_in_a_terminal,
     )
     deadline = time.time() + 120
     while time.time() < deadline and not (tmp_path / "g.csv").exists():

@@ -65,10 +65,15 @@ def fla_inputs(
     return {name: x.to(device=device, dtype=dtype) for name, x in out.items()}
 
 
-def sigint_as_in_a_terminal() -> None:
-    """``preexec_fn`` of a subprocess that a test interrupts with Ctrl-C: SIGINT back to its default, as a terminal
-    gives it. A pytest worker may run with SIGINT ignored, the child inherits that, and Python installs no
-    KeyboardInterrupt handler under an ignored SIGINT: the Ctrl-C would then never arrive."""
+def start_as_in_a_terminal(command, **popen_kwargs):
+    """Start ``command`` (text I/O) for a test that will press Ctrl-C in it: in a session of its own, so the test can
+    signal its whole process group as a terminal does, with SIGINT at its default. A pytest worker may run with
+    SIGINT ignored, the child inherits that, and Python installs no KeyboardInterrupt handler under an ignored
+    SIGINT: the Ctrl-C would then never arrive."""
     import signal
+    import subprocess
 
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    def sigint_at_default():
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+    return subprocess.Popen(command, text=True, start_new_session=True, preexec_fn=sigint_at_default, **popen_kwargs)
