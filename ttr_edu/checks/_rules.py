@@ -410,8 +410,8 @@ def judge_case(declared: Exercise, case: dict, index: int, outcome: Outcome) -> 
     name, rules = declared.name, declared.rules
     if outcome.not_attempted:
         raise NotAttempted(name)
-    if outcome.broke_rule is not None:
-        raise CheckFailed(f"{name}: {outcome.broke_rule}")
+    if outcome.broke_rule is not None:  # a ruled-out call entered first (the package's op, whose solver was refused)
+        raise CheckFailed(f"{name}: {outcome.called or outcome.broke_rule}")
     if outcome.raised is not None:  # a ruled-out call on the way explains more than what it raised
         raise CheckFailed(f"{name}: {outcome.called or outcome.raised}")
     if rules.inputs_unchanged:
