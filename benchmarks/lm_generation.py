@@ -55,8 +55,8 @@ class PlainStep:
 
     Supports the models of this benchmark: every block's mixer a :class:`DeltaNet`, :class:`GatedDeltaNet` (SiLU
     features, learned β) or :class:`SoftmaxAttention` (no QK-norm), each with its short convolution. The state is a
-    list, per block, of ``[window, memory]``: the last ``conv_size`` inputs of the mixer, and the fast weight
-    ``S`` ``(B·H, D, D)`` or the key-value cache ``(k, v)`` ``(B, t, H, D)``.
+    list, per block, of ``[cache, memory]``: the projected q, k, v of the previous ``conv_size − 1`` tokens, and the
+    fast weight ``S`` ``(B·H, D, D)`` or the key-value cache ``(k, v)`` ``(B, t, H, D)``.
     """
 
     def __init__(self, model: TinyLM) -> None:
@@ -70,7 +70,7 @@ class PlainStep:
                 raise TypeError(f"PlainStep: no plain step for {kind.__name__} here")
             if kind is SoftmaxAttention and mixer.qk_norm:
                 raise TypeError("PlainStep: softmax attention with QK-norm has no plain step here")
-            if kind is not SoftmaxAttention and (mixer.feature_map is not F.silu or not mixer.use_beta):
+            if kind is not SoftmaxAttention and (mixer.feature_map != "silu" or not mixer.use_beta):
                 raise TypeError("PlainStep: DeltaNet with SiLU features and a learned β only")
             conv = mixer.qkv_conv1d.conv
             p = dict(
@@ -101,10 +101,11 @@ class PlainStep:
         B, d = x.shape
         for p, s in zip(self.blocks, state):
             h = F.rms_norm(x, (d,), *p["norm"])
-            window = h[:, None] if s[0] is None else torch.cat([s[0], h[:, None]], dim=1)[:, -p["K"] :]
-            s[0] = window
+            projected = F.linear(h, p["qkv"])[:, None]  # (B, 1, 3 d): this token's q, k, v
+            window = projected if s[0] is None else torch.cat([s[0], projected], dim=1)
+            s[0] = window[:, 1 - p["K"] :] if p["K"] > 1 else None
             L, H, D = window.shape[1], p["H"], p["D"]
-            qkv = F.silu((F.linear(window, p["qkv"]) * p["taps"][-L:]).sum(1) + p["conv_bias"])  # conv's last
+            qkv = F.silu((window * p["taps"][-L:]).sum(1) + p["conv_bias"])  # the conv's output at this token
             if p["kind"] is SoftmaxAttention:
                 q, k, v = qkv.view(B, 1, 3, H, D).unbind(2)
                 if s[1] is not None:
@@ -113,7 +114,7 @@ class PlainStep:
                 weights = torch.softmax(torch.einsum("bqhd,bthd->bhqt", q * D**-0.5, k), dim=-1)
                 o = torch.einsum("bhqt,bthd->bqhd", weights, v).reshape(B, d)
             else:
-                qk = F.silu(qkv[:, : 2 * d].reshape(B, 2, H, 1, D))
+                qk = qkv[:, : 2 * d].reshape(B, 2, H, 1, D)  # SiLU'd once, by the convolution
                 qk = qk / torch.linalg.vector_norm(qk, dim=-1, keepdim=True).clamp_min(1e-12)  # F.normalize's maths
                 q, k = qk[:, 0].reshape(B * H, 1, D), qk[:, 1].reshape(B * H, 1, D)
                 v = qkv[:, 2 * d :].reshape(B * H, 1, D)

@@ -320,7 +320,7 @@ def recurrent_step(S, q, k, v, beta, decay=None):
     ``(N, D_k, D_v)``, ``q`` (already scaled) and ``k`` ``(N, 1, D_k)``, ``v`` ``(N, 1, D_v)``, ``beta`` and
     ``decay = α_t = exp(g_t)`` ``(N, 1, 1)`` (``None``: no decay). Returns ``(o (N, 1, D_v), S_t)``. Three batched
     products and no argument check: the recurrent forms call it after theirs, and the layers' one-token step
-    (:meth:`ttr_edu.layers.base._Mixer.step`) after the caller's checks.
+    (:meth:`ttr_edu.layers.base.Mixer.step`) after the caller's checks.
     """
     if decay is not None:
         S = S * decay  # decay first (fla), then the error against the decayed memory
