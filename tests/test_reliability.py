@@ -538,7 +538,11 @@ def test_longhorn_step_size_checks_its_inputs_and_returns_the_shape_of_beta():
     assert eps.shape == beta.shape
     assert relative_error(eps, beta / (1 + beta * k.pow(2).sum(-1))) < 1e-6
     per_channel = torch.rand(2, 7, 2, 3)
-    assert ops.longhorn_step_size(per_channel, k).shape == per_channel.shape
+    assert ops.longhorn_step_size(per_channel, k, per_channel=True).shape == per_channel.shape
+    with pytest.raises(ValueError, match=r"^beta: expected \(B, T, H\), .* needs per_channel=True"):
+        ops.longhorn_step_size(per_channel, k)
+    with pytest.raises(ValueError, match=r"^beta: expected 4 dims \(B, T, H, D_v\)"):
+        ops.longhorn_step_size(per_channel[..., 0], k, per_channel=True)  # its last axis dropped
     with pytest.raises(ValueError, match=r"^beta: expected a weight .* in \[0, inf\)"):
         ops.longhorn_step_size(-beta - 1, k)
     with pytest.raises(ValueError, match=r"^beta: expected shape \(B, T, H\)"):

@@ -185,7 +185,7 @@ for form in ("recurrent", "chunk", "diagonal_recurrent"):
 
 op(
     "longhorn_step_size",
-    dict(beta=_beta(0.0, 2.0, rank="either"), k=F(QK)),
+    dict(beta=_beta(0.0, 2.0), k=F(QK)),
     empty=("B", "T", "H", "D_k"),
 )
 

@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from tests.helpers import relative_error
+from tests.helpers import fla_inputs, relative_error
 from ttr_edu.ops import (
     delta_product_recurrent,
     gated_delta_rule_recurrent,
@@ -243,6 +243,17 @@ def test_conjugate_gradients_with_D_k_steps_are_the_exact_solve(gated):
         errors.append(relative_error(o, o_exact))
     assert errors[-1] < 1e-10 and relative_error(S, S_exact) < 1e-10
     assert errors[0] > 1e-3  # one step is not enough: the test can tell
+
+
+def test_conjugate_gradients_stop_at_the_rounding_level_of_the_dtype_not_at_D_k_steps():
+    """An ill-conditioned key covariance (condition number about 10⁶: large keys, strong decay, ridge 1e-3) loses
+    the directions' conjugacy: D_k steps left fp64 4e-6 from the exact solve. The solver now stops at fp64's rounding
+    level, within the default 8 steps."""
+    a = fla_inputs(1, 6, 1, 4, 2, dtype=torch.float64, max_decay=3.0, seed=187, key_norm="raw")
+    q, k, v, g = a["q"], 10 * a["k"], a["v"], a["g"]
+    cg, S_cg = named_layer("mesa_cg")(q, k, v, g=g, output_final_state=True)
+    exact, S_exact = named_layer("mesa", ridge=1e-3)(q, k, v, g=g, output_final_state=True)
+    assert relative_error(cg, exact) < 1e-9 and relative_error(S_cg, S_exact) < 1e-9
 
 
 def test_longhorn_is_the_delta_rule_at_the_transformed_step():

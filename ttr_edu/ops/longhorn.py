@@ -88,23 +88,30 @@ def _step_size(beta: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
 
 
 @guarded
-def longhorn_step_size(beta: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+def longhorn_step_size(beta: torch.Tensor, k: torch.Tensor, *, per_channel: bool = False) -> torch.Tensor:
     """The implicit step ``ε = β / (1 + β ‖k‖²)`` of every token (Liu et al. 2024; the module docstring derives it).
 
     Args:
-        beta: the objective's weight β ≥ 0, ``(B, T, H)`` or per value channel ``(B, T, H, D_v)``, floating.
+        beta: the objective's weight β ≥ 0, ``(B, T, H)``, or ``(B, T, H, D_v)`` with ``per_channel``, floating.
         k: keys ``(B, T, H, D_k)``, floating, on the device of ``beta``.
+        per_channel: ``beta`` holds one weight per value channel. Said explicitly because nothing else here knows
+            ``D_v``: a per-channel ``beta`` that lost its last axis would otherwise pass for a per-token one.
 
     Returns:
         ``ε`` in the shape of ``beta``, in the compute dtype (fp32, or fp64 when both are fp64); ``ε ‖k‖² < 1``.
 
     Raises:
         TypeError: a non-tensor or a non-floating dtype.
-        ValueError: shapes that disagree (named dims), an empty dim, another device, a negative ``beta``.
+        ValueError: shapes that disagree (named dims), a ``beta`` of the other form than ``per_channel`` says, an
+            empty dim, another device, a negative ``beta``.
     """
     dims = Dims()
     dims.bind("k", k, QK)
-    per_channel = isinstance(beta, torch.Tensor) and beta.dim() == 4
+    if not per_channel and isinstance(beta, torch.Tensor) and beta.dim() == 4:
+        raise ValueError(
+            f"beta: expected (B, T, H), one weight per token and head, got shape {tuple(beta.shape)}; a weight per "
+            "value channel (B, T, H, D_v) needs per_channel=True"
+        )
     dims.bind("beta", beta, ("B", "T", "H", "D_v") if per_channel else PER_TOKEN)
     check_nonempty(dims, k=("B", "T", "H", "D_k"))
     check_same_device(k=k, beta=beta)
