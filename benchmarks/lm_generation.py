@@ -13,7 +13,8 @@ Printed side by side, per model:
 * ``floor``: the same model's step written as plainly as PyTorch allows (:class:`PlainStep`): one function, the
   model's weights read once, no check, no module or op dispatch, the same arithmetic; its logits are checked equal to
   the package's before any timing. It is the floor of Python overhead for this arithmetic;
-* ``step/floor``: the package's step over the floor (issue 27's target: at most 1.5 at t = 128 and 4096);
+* ``step/floor``: the package's step over the floor (the target: at most 1.5 at t = 128 and 4096, so
+  that the package's structure costs at most half again the arithmetic's own Python overhead);
 * tokens per second of the package's step.
 
 The three ways to step one model take turns token by token, in a rotating order, so a change of machine load hits
@@ -21,8 +22,8 @@ them alike and none always runs first, on caches the others warmed (one thread b
 other). A
 fast-weight layer's step costs the same at every t (its state is (H, D_k, D_v)); softmax attention's step reads the
 whole cache and grows it by concatenation, O(t), in the package and in the floor alike. The aten ops per token of
-each step (counted with ``torch.profiler``) are printed too: a count that travels between machines (issue 27: 1,116
-per token of the DeltaNet model's checked step, before its step lost its per-token checks).
+each step (counted with ``torch.profiler``) are printed too: a count that travels between machines (1,116 per
+token of the DeltaNet model's checked step before the step lost its per-token checks).
 
     python benchmarks/lm_generation.py [--lengths 128 512 2048 4096] [--new-tokens 64] [--threads 1]
 """
@@ -41,12 +42,12 @@ import torch.nn.functional as F
 from torch.profiler import ProfilerActivity, profile
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from ops_cpu import cpu_model, load  # noqa: E402  (the CPU model and the load average, printed the same way)
+from ops_cpu import cpu_model, load
 
-from ttr_edu.layers import DeltaNet, GatedDeltaNet, SoftmaxAttention  # noqa: E402
-from ttr_edu.models.lm import LMConfig, TinyLM, load_checkpoint  # noqa: E402
+from ttr_edu.layers import DeltaNet, GatedDeltaNet, SoftmaxAttention
+from ttr_edu.models.lm import LMConfig, TinyLM, load_checkpoint
 
-#: Issue 27's target: the package's step at most this many times the floor's, at these context lengths.
+#: The target: the package's step at most this many times the floor's, at these context lengths.
 FLOOR_TARGET, TARGET_LENGTHS = 1.5, (128, 4096)
 
 
@@ -254,7 +255,7 @@ def main(argv: list[str] | None = None) -> None:
             )
         print(f"{'':>8} softmax/deltanet per token: {ms['softmax', 'step'] / ms['deltanet', 'step']:.2f}x")
     print(f"\nload average after the run: {load()}")
-    print(f"\ntargets (issue 27: the package's step within {FLOOR_TARGET}x of the floor at t = 128 and 4096)")
+    print(f"\ntargets (the package's step within {FLOOR_TARGET}x of the floor at t = 128 and 4096)")
     for name in models:
         for length in TARGET_LENGTHS:
             ratio = ratios.get((name, length))

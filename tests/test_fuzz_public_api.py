@@ -194,7 +194,7 @@ def classify(call, valid, allowed_names):
             assert match and match.group(1) in allowed_names, f"obscure message: {type(error).__name__}: {error}"
             assert not valid, f"a valid input was refused: {type(error).__name__}: {error}"
             return "clear", None
-        except Exception as error:  # noqa: BLE001 - anything else is obscure by definition
+        except Exception as error:  # anything else is obscure by definition
             pytest.fail(f"obscure: {type(error).__name__}: {error}")
     announced = [w for w in caught if issubclass(w.category, (RuntimeWarning, UserWarning))]
     if not valid:
@@ -281,7 +281,7 @@ def test_ops_are_never_silent_or_obscure(name, mutation, data, B, T, H, D_k, D_v
     o = first_tensor(out)
     assert torch.isfinite(o).all(), "silent: NaN/inf output for a valid input"
     if reference is not None:  # the same input in fp64 through the reference form: no wrong output
-        up = lambda x: x.double() if isinstance(x, torch.Tensor) else x  # noqa: E731
+        up = lambda x: x.double() if isinstance(x, torch.Tensor) else x
         ref_kwargs = {n: up(x) for n, x in kwargs.items() if n not in ("chunk_size",)}
         ref = first_tensor(getattr(ops, reference)(*[up(x) for x in positional], **ref_kwargs))
         assert relative_error(o, ref) < 1e-3, f"wrong output: relative error {relative_error(o, ref):.2g}"
@@ -373,7 +373,7 @@ def test_feature_maps_are_never_silent_or_obscure(name, data, mutation, shape, s
 
 
 # ==================================================================================================================
-# Every public callable (issue 24): enumerated from each public module's __all__, one recipe each
+# Every public callable: enumerated from each public module's __all__, one recipe each
 # (tests/helpers/fuzz_targets.py), every argument broken in every way its kind knows (tests/helpers/fuzz.py).
 # ==================================================================================================================
 

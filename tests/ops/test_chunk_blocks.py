@@ -1,4 +1,4 @@
-"""The chunk forms' machinery (:mod:`ttr_edu.ops._chunking`, issue 27): blocks read in place from the caller's layout,
+"""The chunk forms' machinery (:mod:`ttr_edu.ops._chunking`): blocks read in place from the caller's layout,
 buffers reused under ``no_grad``, the same code out of place under autograd. Whatever path a call takes, every chunk
 form equals its recurrent form: fp64 to 1e-12, fp32 to 1e-5."""
 

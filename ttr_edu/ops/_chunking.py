@@ -2,7 +2,7 @@
 in the caller's layout and computed in buffers that every block reuses.
 
 A chunk form does its batched products for a block of chunks at once, and only the chunk-to-chunk state update in a
-loop. Three rules keep the data movement down (issue 27: moving data between layouts cost a third to a half of the
+loop. Three rules keep the data movement down (moving data between layouts cost a third to a half of the
 time on some machines):
 
 * **Strided views in, one pass.** :func:`chunk_blocks` hands out each block as strided views of the caller's
@@ -28,7 +28,7 @@ import torch
 import torch.nn.functional as F
 
 #: Rows of ``q`` per block of chunks (chunks × C × B·H): 8 chunks of 64 tokens at B·H = 8, buffers of 1 MiB each at
-#: D = 64. Issue 27, one core of a 2-core Xeon (2 MiB L2), B·H = 8, D = 64, T = 1024 and 4096, the other core idle,
+#: D = 64. One core of a 2-core Xeon (2 MiB L2), B·H = 8, D = 64, T = 1024 and 4096, the other core idle,
 #: four interleaved comparisons of 5–7 rounds: against 2048 rows, linear attention, both gated linear attentions and
 #: the gated delta rule ran 4–19 % faster, ``delta_rule_chunk`` from 2 % slower to 11 % faster; 16384 rows ran
 #: slower (its buffers outgrow the cache). The best size depends on cache pressure: with a test run busy on the
