@@ -12,7 +12,7 @@ from ttr_edu import ops
 def make_inputs(B=2, T=45, H=3, D_k=8, D_v=5, dtype=torch.float64, seed=0, temperature=1.0):
     """g = logsigmoid(x) / temperature: a small temperature is a strong decay."""
     gen = torch.Generator().manual_seed(seed)
-    rand = lambda *shape: torch.randn(*shape, generator=gen, dtype=torch.float64)  # noqa: E731
+    rand = lambda *shape: torch.randn(*shape, generator=gen, dtype=torch.float64)
     q, k, v = rand(B, T, H, D_k), rand(B, T, H, D_k), rand(B, T, H, D_v)
     g = F.logsigmoid(rand(B, T, H, D_k)) / temperature
     S0 = rand(B, H, D_k, D_v)

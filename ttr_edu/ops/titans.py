@@ -126,5 +126,5 @@ def titans_recurrent(q, k, v, beta, eta, alpha, scale=None, initial_state=None, 
     o = fla_output(torch.cat([piece.transpose(1, 2) for piece in outputs], dim=1), out_dtype)
     if not output_final_state:
         return o, None
-    unpack = (lambda x: x[0]) if len(memory) == 1 else (lambda x: x)  # noqa: E731
+    unpack = (lambda x: x[0]) if len(memory) == 1 else (lambda x: x)
     return o, TitansState(unpack(memory), unpack(momentum))
