@@ -18,11 +18,22 @@ from ttr_edu._internal.validation import (
     guarded,
 )
 
-from .optimizers import ExactSolve, GradientStep, MultiPassSGD, OnlineSGD, RecursiveLeastSquares
+from .optimizers import (
+    ConjugateGradient,
+    ExactSolve,
+    GradientStep,
+    ImplicitStep,
+    MiniBatchGD,
+    MultiPassSGD,
+    OnlineSGD,
+    RecursiveLeastSquares,
+    StepsPerToken,
+)
 from .weights import _decay_from_start, decayed_cumsum, regression_weights
 
 __all__ = [
     "conjugate_gradient",
+    "LINEAR_SOLVERS",
 ]
 
 
@@ -306,3 +317,18 @@ def _mini_batch_gd(opt, q, k, v, g, beta, S0):
         outputs.append(q_b @ S - (q_b @ k_b.mT).tril() @ steps)
         S = S - k_b.mT @ steps
     return torch.cat(outputs, dim=2), S
+
+
+#: optimiser class -> how the linear class computes ``(o, S_T)`` under it: ``solve(opt, scale · q, k, v, g, beta,
+#: S_0)`` on heads-first tensors in the compute dtype. Adding an optimiser of the linear class is one solver here.
+LINEAR_SOLVERS = {
+    ExactSolve: _exact_solve,
+    RecursiveLeastSquares: _recursive_least_squares,
+    GradientStep: _gradient_step,
+    OnlineSGD: _online_sgd,
+    MultiPassSGD: _multi_pass_sgd,
+    ImplicitStep: _implicit_step,
+    StepsPerToken: _steps_per_token,
+    ConjugateGradient: _conjugate_gradient,
+    MiniBatchGD: _mini_batch_gd,
+}
