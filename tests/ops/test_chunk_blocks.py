@@ -106,7 +106,7 @@ def test_factorised_and_exact_scalar_decays_agree(monkeypatch, layer, module, dt
     args, S0 = inputs(layer, T=70, dtype=dtype, max_decay=0.1)
     results = []
     for threshold in (0.0, 2.0):  # 0: every block factorised; 2 > any decay: none
-        monkeypatch.setattr(module, "_MIN_FACTORED_DECAY", threshold)
+        monkeypatch.setattr(module, "MIN_FACTORED_DECAY", threshold)
         with torch.no_grad():
             results.append(run(layer, args, S0, chunk_size=16))
     (o_f, S_f), (o_e, S_e) = results

@@ -25,8 +25,6 @@ Correspondence with flash-linear-attention 0.6.0: :func:`delta_rule_chunk` is ``
 
 from __future__ import annotations
 
-import math
-
 import torch
 
 from ttr_edu._internal.contract import (
@@ -49,8 +47,8 @@ from ttr_edu._internal.contract import (
 )
 from ttr_edu._internal.validation import Dims, check_chunk_size, check_same_device, guarded
 
-from ._chunking import Scratch, chunk_blocks, chunks_per_block, no_grad_needed, output_view, pack, store
-from ._varlen import run_varlen
+from ._chunking import MIN_FACTORED_DECAY, pack, run_blocks
+from ._varlen import varlen
 
 __all__ = ["delta_rule_recurrent", "delta_rule_parallel", "delta_rule_chunk", "delta_rule_pseudo_values"]
 
@@ -121,23 +119,8 @@ def chunk_forward(q, k, v, beta, S, chunk_size, scale=1.0, g=None):
     Takes ``q, k, v`` ``(B, H, T, ·)`` (usually transposed views of fla's layout), ``beta`` and ``g`` ``(B, H, T)``
     and ``S`` ``(B, H, D_k, D_v)``; returns ``o`` ``(B, T, H, D_v)`` (fla's layout) and ``S_T``.
     """
-    B, H, T, D_k = q.shape
-    D_v = v.shape[-1]
-    fast = no_grad_needed(q, k, v, beta, S, g)
-    scratch = Scratch(fast, q)
-    o = q.new_empty(B, T, H, D_v)
-    inputs = [x.transpose(1, 2) for x in ([k, v, q, beta] if g is None else [k, v, q, beta, g])]  # (B, T, H, ·)
-    state = S.reshape(B * H, D_k, D_v)
-    for t0, t1, views in chunk_blocks(inputs, chunk_size, chunks_per_block(B, H, chunk_size)):
-        inter, intra, state = _block_forward(*views, state=state, scale=scale, scratch=scratch)
-        store(output_view(o, t0, t1, chunk_size), inter, intra)
-    if fast:
-        state = state.clone()  # not a view of the block's buffer
-    return o, state.unflatten(0, (B, H))
-
-
-#: The smallest chunk decay γ_C = exp(Σ g) for which a block factorises the decays of the gated delta rule.
-_MIN_FACTORED_DECAY = math.exp(-8.0)
+    inputs = [x.transpose(1, 2) for x in (k, v, q, beta, g) if x is not None]  # (B, T, H, ·)
+    return run_blocks(_block_forward, inputs, S, chunk_size, scale=scale)
 
 
 def ut_solve(gram, rhs, *, in_place=False):
@@ -186,7 +169,7 @@ def _block_forward(k, v, q, beta, g=None, *, state, scale, scratch):
         G = torch.cumsum(g, -1, out=_viewed(scratch("G", M, C), g.shape))  # log γ_i
         gamma = torch.exp(G)  # (n, B, H, C)
         chunk_decay = gamma[..., -1].reshape(M, 1, 1)  # γ_C
-        factorised = bool((chunk_decay >= _MIN_FACTORED_DECAY).all())
+        factorised = bool((chunk_decay >= MIN_FACTORED_DECAY).all())
 
     # (1) The right-hand sides of the UT transform, β diag(γ) K and β V, packed as the inputs are read.
     W = pack(torch.mul, k, beta if gamma is None else beta * gamma.unsqueeze(-1), out=scratch("W", M, C, D_k))
@@ -266,6 +249,7 @@ def _mul(x, factor, in_place):
 
 @guarded
 @shares_doc(_SHARED_DOC)
+@varlen("q", "k", "v", "beta")
 def delta_rule_recurrent(
     q, k, v, beta, scale=None, initial_state=None, output_final_state=False, check_stability="warn", cu_seqlens=None
 ):
@@ -273,16 +257,6 @@ def delta_rule_recurrent(
 
     Source: Schlag, Irie, Schmidhuber 2021, eq. 29 (W = Sᵀ). Cost ``O(T D_k D_v)``, memory ``O(D_k D_v)``.
     """
-    if cu_seqlens is not None:
-        return run_varlen(
-            delta_rule_recurrent,
-            cu_seqlens,
-            dict(q=q, k=k, v=v, beta=beta),
-            initial_state,
-            output_final_state,
-            scale=scale,
-            check_stability=check_stability,
-        )
     out_dtype = q.dtype if isinstance(q, torch.Tensor) else None
     q, k, v, beta, _, S, scale = prepare(q, k, v, beta, scale, initial_state, check_stability)
     o, S = recurrent_forward(q, k, v, beta, S, scale)
@@ -348,6 +322,7 @@ def delta_rule_parallel(
 
 @guarded
 @shares_doc(_SHARED_DOC)
+@varlen("q", "k", "v", "beta")
 def delta_rule_chunk(
     q,
     k,
@@ -370,17 +345,6 @@ def delta_rule_chunk(
     T×T.
     Any positive ``chunk_size`` works, and T need not be a multiple of it.
     """
-    if cu_seqlens is not None:
-        return run_varlen(
-            delta_rule_chunk,
-            cu_seqlens,
-            dict(q=q, k=k, v=v, beta=beta),
-            initial_state,
-            output_final_state,
-            scale=scale,
-            chunk_size=chunk_size,
-            check_stability=check_stability,
-        )
     out_dtype = q.dtype if isinstance(q, torch.Tensor) else None
     chunk_size = check_chunk_size(chunk_size, q)  # capped at T
     q, k, v, beta, _, S, scale = prepare(q, k, v, beta, scale, initial_state, check_stability)

@@ -23,7 +23,7 @@ import torch
 from ttr_edu._internal.contract import fla_output, require_tensor, shares_doc
 from ttr_edu._internal.validation import check_chunk_size, guarded
 
-from ._varlen import run_varlen
+from ._varlen import varlen
 from .delta_rule import chunk_forward, prepare, recurrent_forward
 
 __all__ = ["gated_delta_rule_recurrent", "gated_delta_rule_chunk"]
@@ -60,6 +60,7 @@ _SHARED_DOC = """
 
 @guarded
 @shares_doc(_SHARED_DOC)
+@varlen("q", "k", "v", "g", "beta")
 def gated_delta_rule_recurrent(
     q,
     k,
@@ -76,16 +77,6 @@ def gated_delta_rule_recurrent(
 
     Source: Yang, Kautz, Hatamizadeh 2025, eq. 10; fla ``naive_recurrent_gated_delta_rule``'s order of operations.
     """
-    if cu_seqlens is not None:
-        return run_varlen(
-            gated_delta_rule_recurrent,
-            cu_seqlens,
-            dict(q=q, k=k, v=v, g=g, beta=beta),
-            initial_state,
-            output_final_state,
-            scale=scale,
-            check_stability=check_stability,
-        )
     out_dtype = q.dtype if isinstance(q, torch.Tensor) else None
     q, k, v, beta, g, S, scale = prepare(q, k, v, beta, scale, initial_state, check_stability, g=require_tensor("g", g))
     o, S = recurrent_forward(q, k, v, beta, S, scale, g=g)  # decay first (fla), then the delta-rule correction
@@ -94,6 +85,7 @@ def gated_delta_rule_recurrent(
 
 @guarded
 @shares_doc(_SHARED_DOC)
+@varlen("q", "k", "v", "g", "beta")
 def gated_delta_rule_chunk(
     q,
     k,
@@ -114,17 +106,6 @@ def gated_delta_rule_chunk(
     ``O = diag(γ) Q S + (Q Kᵀ ⊙ Γ ⊙ M) u``, ``S ← γ_C S + (diag(γ_C / γ) K)ᵀ u``. Memory ``O(T C)``, nothing of
     size T×T; any positive ``chunk_size``, any T.
     """
-    if cu_seqlens is not None:
-        return run_varlen(
-            gated_delta_rule_chunk,
-            cu_seqlens,
-            dict(q=q, k=k, v=v, g=g, beta=beta),
-            initial_state,
-            output_final_state,
-            scale=scale,
-            chunk_size=chunk_size,
-            check_stability=check_stability,
-        )
     out_dtype = q.dtype if isinstance(q, torch.Tensor) else None
     chunk_size = check_chunk_size(chunk_size, q)  # capped at T
     q, k, v, beta, g, S, scale = prepare(q, k, v, beta, scale, initial_state, check_stability, g=require_tensor("g", g))

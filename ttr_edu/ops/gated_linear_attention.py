@@ -30,7 +30,7 @@ from ttr_edu._internal.contract import (
 )
 from ttr_edu._internal.validation import check_chunk_size, guarded
 
-from ._varlen import run_varlen
+from ._varlen import varlen
 from .linear_attention import blockwise
 
 __all__ = ["gated_linear_attention_recurrent", "gated_linear_attention_chunk"]
@@ -77,6 +77,7 @@ def _prepare(q, k, v, g, scale, initial_state):
 
 @guarded
 @shares_doc(_SHARED_DOC)
+@varlen("q", "k", "v", "g")
 def gated_linear_attention_recurrent(
     q, k, v, g, scale=None, initial_state=None, output_final_state=False, cu_seqlens=None
 ):
@@ -84,15 +85,6 @@ def gated_linear_attention_recurrent(
 
     Source: Wang, Shi, Fox 2025, §3.2 (decay weights); fla ``naive_recurrent_simple_gla``'s convention.
     """
-    if cu_seqlens is not None:
-        return run_varlen(
-            gated_linear_attention_recurrent,
-            cu_seqlens,
-            dict(q=q, k=k, v=v, g=g),
-            initial_state,
-            output_final_state,
-            scale=scale,
-        )
     out_dtype = q.dtype if isinstance(q, torch.Tensor) else None
     q, k, v, g, S, scale = _prepare(q, k, v, g, scale, initial_state)
     q = q * scale
@@ -107,6 +99,7 @@ def gated_linear_attention_recurrent(
 
 @guarded
 @shares_doc(_SHARED_DOC)
+@varlen("q", "k", "v", "g")
 def gated_linear_attention_chunk(
     q, k, v, g, scale=None, initial_state=None, output_final_state=False, chunk_size=64, cu_seqlens=None
 ):
@@ -120,16 +113,6 @@ def gated_linear_attention_chunk(
     (Yang et al. 2024, "Gated linear attention", chunkwise form, with a scalar gate). Memory ``O(T C)``, nothing of
     size T×T; any positive ``chunk_size``, any T (the last chunk is zero-padded: ``g = 0`` keeps the state).
     """
-    if cu_seqlens is not None:
-        return run_varlen(
-            gated_linear_attention_chunk,
-            cu_seqlens,
-            dict(q=q, k=k, v=v, g=g),
-            initial_state,
-            output_final_state,
-            scale=scale,
-            chunk_size=chunk_size,
-        )
     out_dtype = q.dtype if isinstance(q, torch.Tensor) else None
     chunk_size = check_chunk_size(chunk_size, q)  # capped at T
     q, k, v, g, S, scale = _prepare(q, k, v, g, scale, initial_state)

@@ -38,18 +38,8 @@ from ttr_edu._internal.contract import (
 )
 from ttr_edu._internal.validation import check_chunk_size, guarded
 
-from ._chunking import (
-    Scratch,
-    chunk_blocks,
-    chunk_states,
-    chunks_per_block,
-    no_grad_needed,
-    output_view,
-    pack,
-    scaled_bmm,
-    store,
-)
-from ._varlen import run_varlen
+from ._chunking import MIN_FACTORED_DECAY, chunk_states, pack, run_blocks, scaled_bmm
+from ._varlen import varlen
 
 __all__ = ["gla_recurrent", "gla_chunk"]
 
@@ -107,16 +97,13 @@ def _prepare(q, k, v, g, scale, initial_state):
 
 @guarded
 @shares_doc(_SHARED_DOC)
+@varlen("q", "k", "v", "g")
 def gla_recurrent(q, k, v, g, scale=None, initial_state=None, output_final_state=False, cu_seqlens=None):
     """Recurrent form: ``S_t = diag(exp(g_t)) S_{t-1} + k_t v_tᵀ``, ``o_t = S_tᵀ q_t``, one token at a time.
 
     Source: Yang et al. 2024 (GLA), eq. 3 with ``G_t = α_t 1ᵀ``; fla's ``naive_recurrent_gla`` and
     ``fused_recurrent_gla``. Cost ``O(T D_k D_v)``, memory ``O(D_k D_v)``.
     """
-    if cu_seqlens is not None:
-        return run_varlen(
-            gla_recurrent, cu_seqlens, dict(q=q, k=k, v=v, g=g), initial_state, output_final_state, scale=scale
-        )
     out_dtype = q.dtype if isinstance(q, torch.Tensor) else None
     q, k, v, g, S, scale = _prepare(q, k, v, g, scale, initial_state)
     q = q * scale
@@ -198,12 +185,9 @@ def _log_decays(g: torch.Tensor, scratch) -> torch.Tensor:
     return G.view(B, n, C, H, D_k).permute(1, 0, 3, 2, 4)
 
 
-#: The smallest per-key chunk log decay for which :func:`gla_chunk` uses the rank-one factorisation of the decays.
-_MIN_FACTORED_LOG_DECAY = -8.0
-
-
 @guarded
 @shares_doc(_SHARED_DOC)
+@varlen("q", "k", "v", "g")
 def gla_chunk(q, k, v, g, scale=None, initial_state=None, output_final_state=False, chunk_size=64, cu_seqlens=None):
     """Chunkwise form: per-key decayed attention inside chunks, the decayed state between chunks.
 
@@ -219,33 +203,12 @@ def gla_chunk(q, k, v, g, scale=None, initial_state=None, output_final_state=Fal
     chunks are taken a block at a time (:mod:`ttr_edu.ops._chunking`). Memory ``O(T C + T D_k)``, nothing of size
     T×T; any positive ``chunk_size``, any T (zero-padded: ``g = 0`` keeps the state).
     """
-    if cu_seqlens is not None:
-        return run_varlen(
-            gla_chunk,
-            cu_seqlens,
-            dict(q=q, k=k, v=v, g=g),
-            initial_state,
-            output_final_state,
-            scale=scale,
-            chunk_size=chunk_size,
-        )
     out_dtype = q.dtype if isinstance(q, torch.Tensor) else None
     chunk_size = check_chunk_size(chunk_size, q)  # capped at T
     q, k, v, g, S, scale = _prepare(q, k, v, g, scale, initial_state)
-    B, H, T, D_k = q.shape
-    D_v = v.shape[-1]
-    fast = no_grad_needed(q, k, v, g, S)
-    scratch = Scratch(fast, q)
-    o = q.new_empty(B, T, H, D_v)
     inputs = [x.transpose(1, 2) for x in (k, v, q, g)]  # (B, T, H, ·): fla's layout, where they lie
-    state = S.reshape(B * H, D_k, D_v)
-    per_block = chunks_per_block(B, H, chunk_size)
-    for t0, t1, views in chunk_blocks(inputs, chunk_size, per_block):
-        inter, intra, state = _block_forward(*views, state=state, scale=scale, scratch=scratch)
-        store(output_view(o, t0, t1, chunk_size), inter, intra)
-    if fast:
-        state = state.clone()  # not a view of the block's buffer
-    return fla_output(o, out_dtype), (state.unflatten(0, (B, H)) if output_final_state else None)
+    o, S = run_blocks(_block_forward, inputs, S, chunk_size, scale=scale)
+    return fla_output(o, out_dtype), (S if output_final_state else None)
 
 
 def _block_forward(k, v, q, g, *, state, scale, scratch):
@@ -265,7 +228,7 @@ def _block_forward(k, v, q, g, *, state, scale, scratch):
     G = _log_decays(g, scratch)  # log γ_i = Σ_{j≤i} g_j, per key, an (n, B, H, C, D_k) view of a buffer
     V = pack(None, v, out=scratch("V", M, C, D_v))  # V: no op to fold its packing into
     # (NaN from a reset, g = −inf, fails the test; a meta tensor has no values and takes the exact path)
-    if G.device.type != "meta" and bool((G[..., -1, :] >= _MIN_FACTORED_LOG_DECAY).all()):
+    if G.device.type != "meta" and bool((G[..., -1, :].exp() >= MIN_FACTORED_DECAY).all()):
         # Γ_ijd = γ_id / γ_jd has rank one in (i, j) for each d: Q Kᵀ ⊙ Γ = (Q ⊙ γ)(K / γ)ᵀ, one product. Every
         # chunk decays by at most e⁸ per key here, so 1/γ cannot overflow and Γ carries at most 2·8 units of
         # rounding: fp32 round-off of order 1e-6 (as the scalar gate's factorised path).
