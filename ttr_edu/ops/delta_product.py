@@ -155,3 +155,28 @@ def delta_product_chunk(
     o, S = chunk_forward(q_sub.flatten(2, 3), k, v, beta, S, chunk_size, g=g_sub)  # o: (B, T·n, H, D_v)
     o = o[:, n - 1 :: n]
     return fla_output(o, out_dtype), (S if output_final_state else None)
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# The naive reference (as fla keeps a naive.py beside each op): the equation of the module docstring, one token at a
+# time, in fla's layout and the inputs' dtype, unchecked. Every form above is tested equal to it
+# (tests/ops/test_naive.py); read it first.
+# ------------------------------------------------------------------------------------------------------------------
+
+
+def naive(q, k, v, beta, num_householder, g=None, scale=None, initial_state=None):
+    """Per token ``t``: ``S ← exp(g_t) S``, then for ``j < n_h`` the delta-rule step with ``k, v, β`` of row
+    ``t·n_h + j``; ``o_t = Sᵀ q_t`` after the last: ``q`` ``(B, T, H, D_k)``, ``k, v, beta`` ``T·n_h`` rows;
+    ``(o, S_T)`` out."""
+    B, T, H, D_k = q.shape
+    S = q.new_zeros(B, H, D_k, v.shape[-1]) if initial_state is None else initial_state
+    q = q * (D_k**-0.5 if scale is None else scale)
+    outputs = []
+    for t in range(T):
+        if g is not None:
+            S = g[:, t, :, None, None].exp() * S
+        for row in range(t * num_householder, (t + 1) * num_householder):
+            error = v[:, row] - torch.einsum("bhkv,bhk->bhv", S, k[:, row])
+            S = S + beta[:, row, :, None, None] * k[:, row, :, :, None] * error[:, :, None, :]
+        outputs.append(torch.einsum("bhkv,bhk->bhv", S, q[:, t]))
+    return torch.stack(outputs, dim=1), S

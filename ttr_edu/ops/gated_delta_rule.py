@@ -111,3 +111,25 @@ def gated_delta_rule_chunk(
     q, k, v, beta, g, S, scale = prepare(q, k, v, beta, scale, initial_state, check_stability, g=require_tensor("g", g))
     o, S = chunk_forward(q, k, v, beta, S, chunk_size, scale=scale, g=g)
     return fla_output(o, out_dtype), (S if output_final_state else None)
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# The naive reference (as fla keeps a naive.py beside each op): the equation of the module docstring, one token at a
+# time, in fla's layout and the inputs' dtype, unchecked. Every form above is tested equal to it
+# (tests/ops/test_naive.py); read it first.
+# ------------------------------------------------------------------------------------------------------------------
+
+
+def naive(q, k, v, g, beta, scale=None, initial_state=None):
+    """``S̃_t = exp(g_t) S_{t−1}``, ``S_t = S̃_t + β_t k_t (v_t − S̃_tᵀ k_t)ᵀ``, ``o_t = S_tᵀ q_t``: the decay first,
+    as fla; ``(o, S_T)`` out."""
+    B, T, H, D_k = q.shape
+    S = q.new_zeros(B, H, D_k, v.shape[-1]) if initial_state is None else initial_state
+    q = q * (D_k**-0.5 if scale is None else scale)
+    outputs = []
+    for t in range(T):
+        S = g[:, t, :, None, None].exp() * S
+        error = v[:, t] - torch.einsum("bhkv,bhk->bhv", S, k[:, t])
+        S = S + beta[:, t, :, None, None] * k[:, t, :, :, None] * error[:, :, None, :]
+        outputs.append(torch.einsum("bhkv,bhk->bhv", S, q[:, t]))
+    return torch.stack(outputs, dim=1), S

@@ -118,3 +118,23 @@ def gated_linear_attention_chunk(
     q, k, v, g, S, scale = _prepare(q, k, v, g, scale, initial_state)
     o, S = blockwise(q, k, v, S, chunk_size, scale, g=g)  # the block form shared with linear attention
     return fla_output(o, out_dtype), (S if output_final_state else None)
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# The naive reference (as fla keeps a naive.py beside each op): the equation of the module docstring, one token at a
+# time, in fla's layout and the inputs' dtype, unchecked. Every form above is tested equal to it
+# (tests/ops/test_naive.py); read it first.
+# ------------------------------------------------------------------------------------------------------------------
+
+
+def naive(q, k, v, g, scale=None, initial_state=None):
+    """``S_t = exp(g_t) S_{t−1} + k_t v_tᵀ``, ``o_t = S_tᵀ q_t``: ``(B, T, H, ·)`` and ``g`` ``(B, T, H)`` in,
+    ``(o, S_T)`` out."""
+    B, T, H, D_k = q.shape
+    S = q.new_zeros(B, H, D_k, v.shape[-1]) if initial_state is None else initial_state
+    q = q * (D_k**-0.5 if scale is None else scale)
+    outputs = []
+    for t in range(T):
+        S = g[:, t, :, None, None].exp() * S + k[:, t, :, :, None] * v[:, t, :, None, :]
+        outputs.append(torch.einsum("bhkv,bhk->bhv", S, q[:, t]))
+    return torch.stack(outputs, dim=1), S

@@ -258,3 +258,23 @@ def _block_forward(k, v, q, g, *, state, scale, scratch):
     inter = scaled_bmm(Q, starts, inter_scale, out=scratch("inter", M, C, D_v))  # scale (Q ⊙ γ) S_start
     intra = torch.bmm(scores, V, out=scratch("intra", M, C, D_v))  # A V
     return inter.view(n, B, H, C, D_v), intra.view(n, B, H, C, D_v), state
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# The naive reference (as fla keeps a naive.py beside each op): the equation of the module docstring, one token at a
+# time, in fla's layout and the inputs' dtype, unchecked. Every form above is tested equal to it
+# (tests/ops/test_naive.py); read it first.
+# ------------------------------------------------------------------------------------------------------------------
+
+
+def naive(q, k, v, g, scale=None, initial_state=None):
+    """``S_t = diag(exp(g_t)) S_{t−1} + k_t v_tᵀ``, ``o_t = S_tᵀ q_t``: ``g`` ``(B, T, H, D_k)``, one rate per key
+    dimension; ``(o, S_T)`` out."""
+    B, T, H, D_k = q.shape
+    S = q.new_zeros(B, H, D_k, v.shape[-1]) if initial_state is None else initial_state
+    q = q * (D_k**-0.5 if scale is None else scale)
+    outputs = []
+    for t in range(T):
+        S = g[:, t, :, :, None].exp() * S + k[:, t, :, :, None] * v[:, t, :, None, :]
+        outputs.append(torch.einsum("bhkv,bhk->bhv", S, q[:, t]))
+    return torch.stack(outputs, dim=1), S

@@ -312,3 +312,29 @@ def _block_forward(k, v, q, g=None, *, state, scale, scratch):
     inter = torch.bmm(Q, starts, out=scratch("inter", M, C, D_v))  # diag(γ) Q S_start (scaled)
     intra = torch.bmm(scores, V, out=scratch("intra", M, C, D_v))  # (Q Kᵀ ⊙ Γ ⊙ M) V (scaled)
     return inter.view(n, B, H, C, D_v), intra.view(n, B, H, C, D_v), state
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# The naive reference (as fla keeps a naive.py beside each op): the equation of the module docstring, one token at a
+# time, in fla's layout and the inputs' dtype, unchecked. Every form above is tested equal to it
+# (tests/ops/test_naive.py); read it first.
+# ------------------------------------------------------------------------------------------------------------------
+
+
+def naive(q, k, v, scale=None, normalize=False, initial_state=None, eps=1e-6):
+    """``S_t = S_{t−1} + k_t v_tᵀ``, ``o_t = S_tᵀ q_t`` (``/ (z_tᵀ q_t + eps)`` with ``z_t = z_{t−1} + k_t`` when
+    ``normalize``): ``(B, T, H, ·)`` in, ``(o, S_T)`` (or ``(o, (S_T, z_T))``) out."""
+    B, T, H, D_k = q.shape
+    S, z = (initial_state if normalize else (initial_state, None)) if initial_state is not None else (None, None)
+    S = q.new_zeros(B, H, D_k, v.shape[-1]) if S is None else S
+    z = q.new_zeros(B, H, D_k) if z is None else z
+    q = q * (D_k**-0.5 if scale is None else scale)
+    outputs = []
+    for t in range(T):
+        S = S + k[:, t, :, :, None] * v[:, t, :, None, :]
+        o = torch.einsum("bhkv,bhk->bhv", S, q[:, t])
+        if normalize:
+            z = z + k[:, t]
+            o = o / ((z * q[:, t]).sum(-1, keepdim=True) + eps)
+        outputs.append(o)
+    return torch.stack(outputs, dim=1), ((S, z) if normalize else S)

@@ -216,3 +216,42 @@ def longhorn_diagonal_recurrent(q, k, v, beta, scale=None, initial_state=None, o
         outputs.append(torch.einsum("b h k v, b h k -> b h v", S, q[:, :, t]))
     o = fla_output(torch.stack(outputs, dim=1), out_dtype)
     return o, (S if output_final_state else None)
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# The naive reference (as fla keeps a naive.py beside each op): the equation of the module docstring, one token at a
+# time, in fla's layout and the inputs' dtype, unchecked. Every form above is tested equal to it
+# (tests/ops/test_naive.py); read it first.
+# ------------------------------------------------------------------------------------------------------------------
+
+
+def naive(q, k, v, beta, scale=None, initial_state=None):
+    """``S_t = argmin_S ‖S − S_{t−1}‖² + β_t ‖Sᵀk_t − v_t‖²`` in its closed form, the delta rule at
+    ``ε_t = β_t / (1 + β_t ‖k_t‖²)``; ``beta`` ``(B, T, H)`` or per value channel ``(B, T, H, D_v)``; ``(o, S_T)``."""
+    B, T, H, D_k = q.shape
+    S = q.new_zeros(B, H, D_k, v.shape[-1]) if initial_state is None else initial_state
+    q = q * (D_k**-0.5 if scale is None else scale)
+    beta = beta if beta.dim() == 4 else beta[..., None]
+    outputs = []
+    for t in range(T):
+        eps = beta[:, t] / (1 + beta[:, t] * k[:, t].pow(2).sum(-1, keepdim=True))  # (B, H, 1 or D_v)
+        error = v[:, t] - torch.einsum("bhkv,bhk->bhv", S, k[:, t])
+        S = S + k[:, t, :, :, None] * (eps * error)[:, :, None, :]
+        outputs.append(torch.einsum("bhkv,bhk->bhv", S, q[:, t]))
+    return torch.stack(outputs, dim=1), S
+
+
+def naive_diagonal(q, k, v, beta, scale=None, initial_state=None):
+    """The published layer's diagonal approximation:
+    ``S_t[i, j] = (1 − ε_t[j] k_t[i]²) S_{t−1}[i, j] + ε_t[j] k_t[i] v_t[j]``; ``(o, S_T)``."""
+    B, T, H, D_k = q.shape
+    S = q.new_zeros(B, H, D_k, v.shape[-1]) if initial_state is None else initial_state
+    q = q * (D_k**-0.5 if scale is None else scale)
+    beta = beta if beta.dim() == 4 else beta[..., None]
+    outputs = []
+    for t in range(T):
+        eps = (beta[:, t] / (1 + beta[:, t] * k[:, t].pow(2).sum(-1, keepdim=True)))[:, :, None, :]  # (B, H, 1, ·)
+        kk = k[:, t, :, :, None]
+        S = (1 - eps * kk**2) * S + eps * kk * v[:, t, :, None, :]
+        outputs.append(torch.einsum("bhkv,bhk->bhv", S, q[:, t]))
+    return torch.stack(outputs, dim=1), S

@@ -339,3 +339,32 @@ def rls_exact(q, k, v, ridge=1.0, g=None, scale=None, initial_state=None, output
     if not output_final_state:
         return o, None
     return o, (torch.cholesky_solve(b, L[:, :, -1]), torch.cholesky_inverse(L[:, :, -1]))
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# The naive reference (as fla keeps a naive.py beside each op): the equation of the module docstring, one token at a
+# time, in fla's layout and the inputs' dtype, unchecked. Every form above is tested equal to it
+# (tests/ops/test_naive.py); read it first.
+# ------------------------------------------------------------------------------------------------------------------
+
+
+def naive(q, k, v, ridge=1.0, g=None, scale=None, initial_state=None):
+    """``H_t = α_t H_{t−1} + k_t k_tᵀ``, ``b_t = α_t b_{t−1} + k_t v_tᵀ``, ``S_t = (H_t + λI)⁻¹ b_t``,
+    ``o_t = S_tᵀ q_t``, one solve per token; ``(o, (S_T, P_T = (H_T + λI)⁻¹))`` out. A state ``(S_0, P_0)`` gives
+    ``H_0 + λI = P_0⁻¹`` and ``b_0 = P_0⁻¹ S_0``."""
+    B, T, H, D_k = q.shape
+    eye = torch.eye(D_k, dtype=q.dtype, device=q.device)
+    if initial_state is None:
+        A, b = ridge * eye.expand(B, H, D_k, D_k), q.new_zeros(B, H, D_k, v.shape[-1])
+    else:
+        A = torch.linalg.inv(initial_state[1])
+        b = A @ initial_state[0]
+    q = q * (D_k**-0.5 if scale is None else scale)
+    outputs = []
+    for t in range(T):
+        alpha = 1.0 if g is None else g[:, t, :, None, None].exp()
+        A = alpha * (A - ridge * eye) + ridge * eye + k[:, t, :, :, None] * k[:, t, :, None, :]  # the ridge stays
+        b = alpha * b + k[:, t, :, :, None] * v[:, t, :, None, :]
+        S = torch.linalg.solve(A, b)
+        outputs.append(torch.einsum("bhkv,bhk->bhv", S, q[:, t]))
+    return torch.stack(outputs, dim=1), (torch.linalg.solve(A, b), torch.linalg.inv(A))

@@ -72,3 +72,28 @@ def attend_last(q, k, v, scale):
     (:meth:`ttr_edu.layers.SoftmaxAttention.mix_step_unchecked`), whose caller checked its arguments once."""
     logits = torch.einsum("bqhd,bthd->bhqt", q * scale, k)
     return torch.einsum("bhqt,bthd->bqhd", torch.softmax(logits, dim=-1), v)
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# The naive reference (as fla keeps a naive.py beside each op): the equation of the module docstring, one token at a
+# time, in fla's layout and the inputs' dtype, unchecked. Every form above is tested equal to it
+# (tests/ops/test_naive.py); read it first.
+# ------------------------------------------------------------------------------------------------------------------
+
+
+def naive(q, k, v, scale=None, qk_norm=False, initial_state=None):
+    """``o_t = Σ_{i≤t} softmax_i(scale · q_t·k_i) v_i`` over the cache and this call's tokens; ``(o, (k, v))``."""
+    T, D_k = q.shape[1], q.shape[-1]
+    if initial_state is not None:
+        k, v = torch.cat([initial_state[0], k], dim=1), torch.cat([initial_state[1], v], dim=1)
+    cache = (k, v)
+    if qk_norm:
+        q, k = torch.nn.functional.normalize(q, dim=-1), torch.nn.functional.normalize(k, dim=-1)
+    scale = D_k**-0.5 if scale is None else scale
+    before = k.shape[1] - T
+    outputs = []
+    for t in range(T):
+        seen = before + t + 1
+        w = torch.softmax(scale * torch.einsum("bhk,bthk->bht", q[:, t], k[:, :seen]), dim=-1)
+        outputs.append(torch.einsum("bht,bthv->bhv", w, v[:, :seen]))
+    return torch.stack(outputs, dim=1), cache

@@ -38,6 +38,8 @@ from ttr_edu._internal.deprecation import renamed_arguments
 from ttr_edu._internal.mlp_memory import check_mlp_state, gelu_derivative, mlp_hidden
 from ttr_edu._internal.validation import guarded
 
+from .ttt import _naive_gradients, _naive_memory
+
 __all__ = ["titans_recurrent", "TitansState"]
 
 
@@ -128,3 +130,29 @@ def titans_recurrent(q, k, v, beta, eta, alpha, scale=None, initial_state=None, 
         return o, None
     unpack = (lambda x: x[0]) if len(memory) == 1 else (lambda x: x)
     return o, TitansState(unpack(memory), unpack(momentum))
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# The naive reference (as fla keeps a naive.py beside each op): the equation of the module docstring, one token at a
+# time, in fla's layout and the inputs' dtype, unchecked. Every form above is tested equal to it
+# (tests/ops/test_naive.py); read it first.
+# ------------------------------------------------------------------------------------------------------------------
+
+
+def naive(q, k, v, beta, eta, alpha, scale=None, initial_state=None):
+    """``U_t = η_t U_{t−1} − β_t ∇ℓ(M_{t−1}; k_t, v_t)``, ``M_t = (1 − α_t) M_{t−1} + U_t``, ``o_t = f_{M_t}(q_t)``,
+    the gradient by autograd from ``ℓ = ½ ‖f_M(k) − v‖²``; a linear memory (``initial_state`` ``S`` or ``None``) or
+    the MLP (``(W1, W2)``), momentum from zero; ``(o, TitansState(M_T, U_T))`` out."""
+    B, T, H, D_k = q.shape
+    M = (q.new_zeros(B, H, D_k, v.shape[-1]),) if initial_state is None else initial_state
+    M = (M,) if isinstance(M, torch.Tensor) else tuple(M)
+    U = tuple(torch.zeros_like(m) for m in M)
+    q = q * (D_k**-0.5 if scale is None else scale)
+    outputs = []
+    for t in range(T):
+        grads = _naive_gradients(M, k[:, t], v[:, t])
+        U = tuple(eta[:, t, :, None, None] * u - beta[:, t, :, None, None] * grad for u, grad in zip(U, grads))
+        M = tuple((1 - alpha[:, t, :, None, None]) * m + u for m, u in zip(M, U))
+        outputs.append(_naive_memory(M, q[:, t]))
+    unpack = (lambda x: x[0]) if len(M) == 1 else (lambda x: x)
+    return torch.stack(outputs, dim=1), TitansState(unpack(M), unpack(U))

@@ -248,3 +248,47 @@ def ttt_mlp_chunk(
         W1, W2 = W1 - k_b.mT @ step1, W2 - h_k.mT @ step2
     o = fla_output(torch.cat([piece.transpose(1, 2) for piece in outputs], dim=1), out_dtype)
     return o, ((W1, W2) if output_final_state else None)
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# The naive reference (as fla keeps a naive.py beside each op): the equation of the module docstring, one token at a
+# time, in fla's layout and the inputs' dtype, unchecked. Every form above is tested equal to it
+# (tests/ops/test_naive.py); read it first.
+# ------------------------------------------------------------------------------------------------------------------
+
+
+def naive(q, k, v, beta, mini_batch_size=16, scale=None, initial_state=None, layer_norm=False, residual=False):
+    """``W_t = W_s − Σ_{s<i≤t} β_i ∇ℓ(W_s; k_i, v_i)``, ``o_t = f_{W_t}(q_t)``, every gradient at the mini-batch's
+    start ``W_s``, taken by autograd from ``ℓ = ½ ‖f_W(k) − v‖²``. The memory is linear (``initial_state`` ``S`` or
+    ``None``: TTT-Linear) or the two-layer GELU MLP (``(W1, W2)``: TTT-MLP); ``(o, W_T)`` out."""
+    B, T, H, D_k = q.shape
+    W = (q.new_zeros(B, H, D_k, v.shape[-1]),) if initial_state is None else initial_state
+    W = (W,) if isinstance(W, torch.Tensor) else tuple(W)
+    q = q * (D_k**-0.5 if scale is None else scale)
+    outputs = []
+    for t in range(T):
+        if t % mini_batch_size == 0:
+            start = W
+        grads = _naive_gradients(start, k[:, t], v[:, t], layer_norm, residual)
+        W = tuple(w - beta[:, t, :, None, None] * grad for w, grad in zip(W, grads))
+        outputs.append(_naive_memory(W, q[:, t], layer_norm, residual))
+    return torch.stack(outputs, dim=1), (W[0] if len(W) == 1 else W)
+
+
+def _naive_memory(W, x, layer_norm=False, residual=False):
+    """``f_W(x) = [x +] [LN](m(x))`` with ``m(x) = Sᵀx`` or ``W2ᵀ GELU(W1ᵀx)``, for ``x`` ``(B, H, D)``."""
+    if len(W) == 1:
+        m = torch.einsum("bhkv,bhk->bhv", W[0], x)
+    else:
+        m = torch.einsum("bhjv,bhj->bhv", W[1], torch.nn.functional.gelu(torch.einsum("bhkj,bhk->bhj", W[0], x)))
+    if layer_norm:
+        m = torch.nn.functional.layer_norm(m, m.shape[-1:], eps=1e-6)
+    return x + m if residual else m
+
+
+def _naive_gradients(W, k, v, layer_norm=False, residual=False):
+    """``∇_W ½ ‖f_W(k) − v‖²`` for every sequence and head at once, by autograd."""
+    with torch.enable_grad():
+        W = tuple(w.detach().requires_grad_() for w in W)
+        loss = 0.5 * (_naive_memory(W, k, layer_norm, residual) - v).pow(2).sum()
+        return torch.autograd.grad(loss, W)
