@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import sys
 import warnings
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -23,6 +24,11 @@ QK = ("B", "T", "H", "D_k")
 V = ("B", "T", "H", "D_v")
 PER_TOKEN = ("B", "T", "H")
 STATE = ("B", "H", "D_k", "D_v")
+
+
+#: What an op carries between calls: the state ``S`` ``(B, H, D_k, D_v)``, or a tuple of tensors where it is more
+#: (``(S, z)`` of normalised linear attention, ``(S, P)`` of RLS, the MLP's ``(W1, W2)``, Titans' memory and momentum).
+State = torch.Tensor | tuple[Any, ...]
 
 
 def shares_doc(shared: str):

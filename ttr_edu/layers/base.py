@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import torch
 import torch.nn.functional as F
@@ -129,7 +129,7 @@ class ShortConvolution(nn.Module):
         return self.convolve(x)
 
     def convolve(self, x: torch.Tensor) -> torch.Tensor:
-        """:meth:`forward` without the check of ``x``, for a layer whose input was checked."""
+        """:meth:`forward` without the check of ``x`` ``(B, T, hidden_size)``, for a layer whose input was checked."""
         T = x.shape[1]
         y = self.conv(x.transpose(1, 2))[..., :T]  # (B, C, T); padding both sides, the right end cut: causal
         return self._activate(y.transpose(1, 2))
@@ -142,7 +142,7 @@ class ShortConvolution(nn.Module):
         a layer's one-token step, whose caller checked ``x``."""
         window = x[:, None] if cache is None else torch.cat([cache, x[:, None]], dim=1)  # (B, L + 1, C)
         taps = self.conv.weight[:, 0, -window.shape[1] :]  # (C, L + 1): the taps that meet these inputs
-        y = self._activate((window * taps.T).sum(1) + self.conv.bias)
+        y = self._activate((window * taps.T).sum(1) + cast(torch.Tensor, self.conv.bias))
         keep = self.conv_size - 1
         return y, (window[:, -keep:] if keep else None)
 
@@ -184,7 +184,7 @@ def _check_input(module: nn.Module, x: Any, shape: tuple[str, ...]) -> None:
             f"module: expected a layer of ttr_edu.layers (an nn.Module with an int hidden_size), got "
             f"{type(module).__name__}"
         )
-    dims = Dims(hidden_size=module.hidden_size)
+    dims = Dims(hidden_size=cast(int, module.hidden_size))
     dims.bind("x", x, shape)
     if any(dims[d] == 0 for d in shape[:-1]):
         raise ValueError(f"x: expected {' and '.join(f'{d} >= 1' for d in shape[:-1])}, got shape {tuple(x.shape)}")
@@ -314,19 +314,19 @@ class Mixer(nn.Module):
         return qk[..., : self.num_heads, :], qk[..., self.num_heads :, :]
 
     # ---- the op ------------------------------------------------------------------------------------------------
-    def mix(self, **inputs: torch.Tensor) -> torch.Tensor:
+    def mix(self, *args: Any, **inputs: Any) -> torch.Tensor:
         """The op's chunk form: the inputs of :meth:`op_inputs` -> ``o`` ``(B, T, H, D_v)``."""
         raise NotImplementedError(f"{type(self).__name__}: a mixer defines mix, its op's chunk form")
 
-    def mix_step(self, memory: Any, **inputs: torch.Tensor) -> tuple[torch.Tensor, Any]:
+    def mix_step(self, *args: Any, **inputs: Any) -> tuple[torch.Tensor, Any]:
         """The recurrent form over one token: inputs ``(B, 1, H, ·)`` and the memory -> ``(o, memory)``."""
         raise NotImplementedError(f"{type(self).__name__}: a mixer defines mix_step, its op's recurrent form")
 
-    def mix_step_unchecked(self, memory: Any, **inputs: torch.Tensor) -> tuple[torch.Tensor, Any]:
-        """:meth:`mix_step` for inputs this layer made (a step of :meth:`step_unchecked`, which switches the scans
-        for NaN/inf off around it). By default :meth:`mix_step` itself; a layer may override it with its op's
-        one-token maths (e.g. :func:`ttr_edu.ops.delta_rule.recurrent_step`)."""
-        return self.mix_step(memory, **inputs)
+    def mix_step_unchecked(self, *args: Any, **inputs: Any) -> tuple[torch.Tensor, Any]:
+        """:meth:`mix_step` for inputs ``(B, 1, H, ·)`` this layer made (a step of :meth:`step_unchecked`, which
+        switches the scans for NaN/inf off around it). By default :meth:`mix_step` itself; a layer may override it
+        with its op's one-token maths (e.g. :func:`ttr_edu.ops.delta_rule.recurrent_step`)."""
+        return self.mix_step(*args, **inputs)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """``(B, T, hidden_size) -> (B, T, hidden_size)``, through the chunk form of the layer's op.
@@ -394,7 +394,8 @@ class Mixer(nn.Module):
         return self.step_unchecked(x, state)
 
     def step_unchecked(self, x: torch.Tensor, state: MixerState) -> tuple[torch.Tensor, MixerState]:
-        """:meth:`step` without its argument checks, for a caller that checked its arguments once: a language
+        """:meth:`step` without its argument checks (``x`` ``(B, hidden_size)``), for a caller that checked its
+        arguments once: a language
         model's generation checks the prompt, then steps token by token through here
         (:func:`ttr_edu.models.lm.generate`). Same arguments and result as :meth:`step`; a wrong argument fails
         deep inside, or not at all. The pipeline of :meth:`forward` on this token alone, with the scans for NaN/inf

@@ -112,7 +112,8 @@ class LinearAttention(Mixer):
         return self.o_norm(o)
 
     def mix_step(self, memory: Any, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, Any]:
-        """:func:`ttr_edu.ops.linear_attention_recurrent` over one token, from and to ``memory``."""
+        """:func:`ttr_edu.ops.linear_attention_recurrent` over one token ``(B, 1, H, ·)``, from and to ``memory``
+        ``(B, H, D_k, D)`` (``(S, z)`` with ``normalize``)."""
         o, memory = linear_attention_recurrent(
             q, k, v, normalize=self.normalize, initial_state=memory, output_final_state=True
         )
@@ -248,18 +249,25 @@ class GatedDeltaNet(DeltaNet):
         inputs["g"] = -self.A_log.exp() * F.softplus(F.linear(x, self.a_proj.weight) + self.dt_bias)
         return inputs
 
-    def mix(  # type: ignore[override]
-        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, beta: torch.Tensor, g: torch.Tensor
+    def mix(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, beta: torch.Tensor, g: torch.Tensor | None = None
     ) -> torch.Tensor:
-        """:func:`ttr_edu.ops.gated_delta_rule_chunk`, then the RMSNorm per head."""
+        """:func:`ttr_edu.ops.gated_delta_rule_chunk`, then the RMSNorm per head: ``(B, T, H, D)``."""
         return self.o_norm(
             gated_delta_rule_chunk(q, k, v, g, beta, chunk_size=self.chunk_size, check_stability="ignore")[0]
         )
 
-    def mix_step(  # type: ignore[override]
-        self, memory: Any, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, beta: torch.Tensor, g: torch.Tensor
+    def mix_step(
+        self,
+        memory: Any,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        beta: torch.Tensor,
+        g: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, Any]:
-        """:func:`ttr_edu.ops.gated_delta_rule_recurrent` over one token."""
+        """:func:`ttr_edu.ops.gated_delta_rule_recurrent` over one token ``(B, 1, H, ·)``, from and to ``memory``
+        ``(B, H, D, D)``."""
         o, memory = gated_delta_rule_recurrent(
             q, k, v, g, beta, initial_state=memory, output_final_state=True, check_stability="ignore"
         )

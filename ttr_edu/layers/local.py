@@ -59,7 +59,8 @@ class SoftmaxAttention(Mixer):
     def mix_step_unchecked(
         self, memory: Any, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
     ) -> tuple[torch.Tensor, Any]:
-        """:meth:`mix_step` through :func:`ttr_edu.ops.softmax_attention.attend_last`: no mask to build."""
+        """:meth:`mix_step` through :func:`ttr_edu.ops.softmax_attention.attend_last`: no mask to build. One token
+        ``(B, 1, H, D)``, the cache ``(k, v)`` ``(B, t, H, D)`` each."""
         if memory is not None:  # the cache grows by this token
             k, v = torch.cat([memory[0], k], dim=1), torch.cat([memory[1], v], dim=1)
         q_c, k_c, v_c = q, k, v

@@ -94,7 +94,8 @@ class Longhorn(_NormedQK):
         self.chunk_size = check_positive_int("chunk_size", chunk_size)
 
     def op_inputs(self, x: torch.Tensor, qkv: torch.Tensor) -> dict[str, torch.Tensor]:
-        """As every normed memory's, with the unbounded ``beta = softplus(W_β x)``."""
+        """As every normed memory's (``q, k, v`` ``(B, T, H, D)``), with the unbounded ``beta = softplus(W_β x)``
+        ``(B, T, H)``."""
         inputs = super().op_inputs(x, qkv)
         inputs["beta"] = F.softplus(self.b_proj(x))
         return inputs
@@ -108,7 +109,8 @@ class Longhorn(_NormedQK):
     def mix_step(
         self, memory: Any, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, beta: torch.Tensor
     ) -> tuple[torch.Tensor, Any]:
-        """:func:`ttr_edu.ops.longhorn_recurrent` (or the diagonal one) over one token."""
+        """:func:`ttr_edu.ops.longhorn_recurrent` (or the diagonal one) over one token ``(B, 1, H, ·)``, from and to
+        ``memory`` ``(B, H, D, D)``."""
         recurrent = longhorn_diagonal_recurrent if self.diagonal else longhorn_recurrent
         o, memory = recurrent(q, k, v, beta, initial_state=memory, output_final_state=True)
         return self.o_norm(o), memory
@@ -159,7 +161,8 @@ class DeltaProduct(_NormedQK):
         return {"q": q, "k": keys, "v": values, "beta": beta}
 
     def mix(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, beta: torch.Tensor) -> torch.Tensor:
-        """:func:`ttr_edu.ops.delta_product_chunk` over the pairs in the op's row order, then the RMSNorm."""
+        """:func:`ttr_edu.ops.delta_product_chunk` over the pairs (``k, v`` ``(B, T, n_h, H, D)``) in the op's row
+        order, then the RMSNorm: ``(B, T, H, D)``."""
         k, v, beta = (x.flatten(1, 2) for x in (k, v, beta))  # the ops take token t's j-th pair at row t·n_h + j
         o, _ = delta_product_chunk(
             q, k, v, beta, self.num_householder, chunk_size=self.chunk_size, check_stability="ignore"
@@ -169,7 +172,8 @@ class DeltaProduct(_NormedQK):
     def mix_step(
         self, memory: Any, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, beta: torch.Tensor
     ) -> tuple[torch.Tensor, Any]:
-        """:func:`ttr_edu.ops.delta_product_recurrent` over one token's ``n_h`` pairs."""
+        """:func:`ttr_edu.ops.delta_product_recurrent` over one token's ``n_h`` pairs ``(B, 1, n_h, H, D)``, from
+        and to ``memory`` ``(B, H, D, D)``."""
         k, v, beta = (x.flatten(1, 2) for x in (k, v, beta))
         o, memory = delta_product_recurrent(
             q,
@@ -236,7 +240,8 @@ class TTTLinear(_NormedQK):
         return MiniBatchMemory()
 
     def mix_step(self, memory: MiniBatchMemory, **inputs: torch.Tensor) -> tuple[torch.Tensor, MiniBatchMemory]:
-        """One token of mini-batch gradient descent (:func:`_mini_batch_step`)."""
+        """One token ``(B, 1, H, ·)`` of mini-batch gradient descent (:func:`_mini_batch_step`); the output
+        ``(B, 1, H, D)``."""
         return _mini_batch_step(self, memory, inputs)
 
 
@@ -314,7 +319,7 @@ class TTTMLP(_MLPMemory):
         )
 
     def mix(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, beta: torch.Tensor) -> torch.Tensor:
-        """:func:`ttr_edu.ops.ttt_mlp_chunk` from the learned starting weights, then the RMSNorm."""
+        """:func:`ttr_edu.ops.ttt_mlp_chunk` from the learned starting weights, then the RMSNorm: ``(B, T, H, D)``."""
         return self.o_norm(self._op(q, k, v, beta, self.start_weights(q.shape[0]))[0])
 
     def initial_memory(self, batch_size: int) -> MiniBatchMemory:
@@ -322,7 +327,8 @@ class TTTMLP(_MLPMemory):
         return MiniBatchMemory(self.start_weights(batch_size))
 
     def mix_step(self, memory: MiniBatchMemory, **inputs: torch.Tensor) -> tuple[torch.Tensor, MiniBatchMemory]:
-        """One token of mini-batch gradient descent (:func:`_mini_batch_step`)."""
+        """One token ``(B, 1, H, ·)`` of mini-batch gradient descent (:func:`_mini_batch_step`); the output
+        ``(B, 1, H, D)``."""
         return _mini_batch_step(self, memory, inputs)
 
 
@@ -360,7 +366,7 @@ class TitansMemory(_MLPMemory):
         inputs["alpha"] = torch.sigmoid(self.alpha_proj(x))
         return inputs
 
-    def mix(  # type: ignore[override]
+    def mix(
         self,
         q: torch.Tensor,
         k: torch.Tensor,
@@ -369,15 +375,17 @@ class TitansMemory(_MLPMemory):
         eta: torch.Tensor,
         alpha: torch.Tensor,
     ) -> torch.Tensor:
-        """:func:`ttr_edu.ops.titans_recurrent` from the learned starting weights, then the RMSNorm."""
+        """:func:`ttr_edu.ops.titans_recurrent` from the learned starting weights, then the RMSNorm:
+        ``(B, T, H, D)``."""
         o, _ = titans_recurrent(q, k, v, beta, eta, alpha, initial_state=self.start_weights(q.shape[0]))
         return self.o_norm(o)
 
     def initial_memory(self, batch_size: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """The learned starting weights (the momentum starts at zero in the op)."""
+        """The learned starting weights ``(W1, W2)`` ``(B, H, D, D_h)``, ``(B, H, D_h, D)`` (the momentum starts at
+        zero in the op)."""
         return self.start_weights(batch_size)
 
-    def mix_step(  # type: ignore[override]
+    def mix_step(
         self,
         memory: Any,
         q: torch.Tensor,
@@ -387,7 +395,8 @@ class TitansMemory(_MLPMemory):
         eta: torch.Tensor,
         alpha: torch.Tensor,
     ) -> tuple[torch.Tensor, Any]:
-        """:func:`ttr_edu.ops.titans_recurrent` over one token, from and to ``memory``."""
+        """:func:`ttr_edu.ops.titans_recurrent` over one token ``(B, 1, H, ·)``, from and to ``memory`` (the
+        :class:`~ttr_edu.ops.TitansState`)."""
         o, memory = titans_recurrent(q, k, v, beta, eta, alpha, initial_state=memory, output_final_state=True)
         return self.o_norm(o), memory
 

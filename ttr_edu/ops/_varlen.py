@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import operator
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -134,12 +135,14 @@ def run_varlen(op: Callable, cu_seqlens, tensors: dict, initial_state, output_fi
         ]
         rows = torch.tensor(group, device=batch[0].device)
         start = (
-            None if initial_state is None else _map_state(lambda s, rows=rows: s.index_select(0, rows), initial_state)
+            None
+            if initial_state is None
+            else _map_state(functools.partial(torch.index_select, dim=0, index=rows), initial_state)
         )
         o, final = op(*batch, initial_state=start, output_final_state=True, **options)
         for row, i in enumerate(group):
             outputs[i] = o[row, : lengths[i]]
-            finals[i] = _map_state(lambda s, row=row: s[row], final)
+            finals[i] = _map_state(operator.itemgetter(row), final)
     o = torch.cat(outputs).unsqueeze(0)
     if not output_final_state:
         return o, None

@@ -17,10 +17,13 @@ token's last sub-step (zero queries elsewhere, whose outputs are dropped) and ``
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
 from ttr_edu._internal.contract import (
     STATE,
+    State,
     check_log_decay,
     check_nonempty,
     check_state,
@@ -95,17 +98,17 @@ def _prepare(q, k, v, beta, num_householder, g, scale, initial_state, check_stab
 @guarded
 @shares_doc(_SHARED_DOC)
 def delta_product_recurrent(
-    q,
-    k,
-    v,
-    beta,
-    num_householder,
-    g=None,
-    scale=None,
-    initial_state=None,
-    output_final_state=False,
-    check_stability="warn",
-):
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    beta: torch.Tensor,
+    num_householder: int,
+    g: torch.Tensor | None = None,
+    scale: float | None = None,
+    initial_state: State | None = None,
+    output_final_state: bool = False,
+    check_stability: str = "warn",
+) -> tuple[torch.Tensor, Any]:
     """Recurrent form: per token, decay once, then ``n_h`` delta-rule steps; read after the last one.
 
     Source: Siems et al. 2025, eq. 4 (the product of ``n_h`` Householder steps per token).
@@ -128,18 +131,18 @@ def delta_product_recurrent(
 @guarded
 @shares_doc(_SHARED_DOC)
 def delta_product_chunk(
-    q,
-    k,
-    v,
-    beta,
-    num_householder,
-    g=None,
-    scale=None,
-    initial_state=None,
-    output_final_state=False,
-    chunk_size=64,
-    check_stability="warn",
-):
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    beta: torch.Tensor,
+    num_householder: int,
+    g: torch.Tensor | None = None,
+    scale: float | None = None,
+    initial_state: State | None = None,
+    output_final_state: bool = False,
+    chunk_size: int = 64,
+    check_stability: str = "warn",
+) -> tuple[torch.Tensor, Any]:
     """Chunk form: the (gated) delta rule's WY/UT chunks over the ``T·n_h`` sub-steps, read at every ``n_h``-th."""
     out_dtype = q.dtype if isinstance(q, torch.Tensor) else None
     check_positive_int("chunk_size", chunk_size)

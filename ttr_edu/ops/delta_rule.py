@@ -25,12 +25,15 @@ Correspondence with flash-linear-attention 0.6.0: :func:`delta_rule_chunk` is ``
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
 from ttr_edu._internal.contract import (
     PER_TOKEN,
     QK,
     STATE,
+    State,
     V,
     check_inputs,
     check_nonempty,
@@ -251,8 +254,16 @@ def _mul(x, factor, in_place):
 @shares_doc(_SHARED_DOC)
 @varlen("q", "k", "v", "beta")
 def delta_rule_recurrent(
-    q, k, v, beta, scale=None, initial_state=None, output_final_state=False, check_stability="warn", cu_seqlens=None
-):
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    beta: torch.Tensor,
+    scale: float | None = None,
+    initial_state: State | None = None,
+    output_final_state: bool = False,
+    check_stability: str = "warn",
+    cu_seqlens: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, Any]:
     """Recurrent form: ``S_t = S_{t-1} + β_t k_t (v_t − S_{t-1}ᵀ k_t)ᵀ``, ``o_t = S_tᵀ q_t``, one token at a time.
 
     Source: Schlag, Irie, Schmidhuber 2021, eq. 29 (W = Sᵀ). Cost ``O(T D_k D_v)``, memory ``O(D_k D_v)``.
@@ -306,8 +317,15 @@ def recurrent_step(S, q, k, v, beta, decay=None):
 @guarded
 @shares_doc(_SHARED_DOC)
 def delta_rule_parallel(
-    q, k, v, beta, scale=None, initial_state=None, output_final_state=False, check_stability="warn"
-):
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    beta: torch.Tensor,
+    scale: float | None = None,
+    initial_state: State | None = None,
+    output_final_state: bool = False,
+    check_stability: str = "warn",
+) -> tuple[torch.Tensor, Any]:
     """Parallel (T×T) form: the UT transform over the whole sequence at once.
 
     With ``𝒯 = (I + tril(diag(β) K Kᵀ, −1))⁻¹ diag(β)`` (T×T; applied by a unit lower-triangular solve, never
@@ -324,17 +342,17 @@ def delta_rule_parallel(
 @shares_doc(_SHARED_DOC)
 @varlen("q", "k", "v", "beta")
 def delta_rule_chunk(
-    q,
-    k,
-    v,
-    beta,
-    scale=None,
-    initial_state=None,
-    output_final_state=False,
-    chunk_size=64,
-    check_stability="warn",
-    cu_seqlens=None,
-):
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    beta: torch.Tensor,
+    scale: float | None = None,
+    initial_state: State | None = None,
+    output_final_state: bool = False,
+    chunk_size: int = 64,
+    check_stability: str = "warn",
+    cu_seqlens: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, Any]:
     """Chunkwise form (WY/UT representation): C tokens at a time, the state handed from chunk to chunk.
 
     Per chunk (fla's convention, Yang et al. 2024): ``𝒯 = (I + tril(diag(β) K Kᵀ, −1))⁻¹ diag(β)``, ``W = 𝒯 K``,
@@ -353,7 +371,13 @@ def delta_rule_chunk(
 
 
 @guarded
-def delta_rule_pseudo_values(k, v, beta, initial_state=None, check_stability="warn"):
+def delta_rule_pseudo_values(
+    k: torch.Tensor,
+    v: torch.Tensor,
+    beta: torch.Tensor,
+    initial_state: torch.Tensor | None = None,
+    check_stability: str = "warn",
+) -> torch.Tensor:
     """The delta rule's pseudo-values ``u_t = β_t (v_t − S_{t-1}ᵀ k_t)``: the corrected values it actually writes.
 
     With them the delta-rule update becomes the sum rule, ``S_t = S_{t-1} + k_t u_tᵀ``, so

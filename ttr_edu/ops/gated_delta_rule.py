@@ -18,9 +18,11 @@ same argument order ``(q, k, v, g, beta)`` and state layout.
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
-from ttr_edu._internal.contract import fla_output, require_tensor, shares_doc
+from ttr_edu._internal.contract import State, fla_output, require_tensor, shares_doc
 from ttr_edu._internal.validation import check_chunk_size, guarded
 
 from ._varlen import varlen
@@ -62,17 +64,17 @@ _SHARED_DOC = """
 @shares_doc(_SHARED_DOC)
 @varlen("q", "k", "v", "g", "beta")
 def gated_delta_rule_recurrent(
-    q,
-    k,
-    v,
-    g,
-    beta,
-    scale=None,
-    initial_state=None,
-    output_final_state=False,
-    check_stability="warn",
-    cu_seqlens=None,
-):
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    g: torch.Tensor,
+    beta: torch.Tensor,
+    scale: float | None = None,
+    initial_state: State | None = None,
+    output_final_state: bool = False,
+    check_stability: str = "warn",
+    cu_seqlens: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, Any]:
     """Recurrent form: decay, then the delta-rule correction against the decayed state; one token at a time.
 
     Source: Yang, Kautz, Hatamizadeh 2025, eq. 10; fla ``naive_recurrent_gated_delta_rule``'s order of operations.
@@ -87,18 +89,18 @@ def gated_delta_rule_recurrent(
 @shares_doc(_SHARED_DOC)
 @varlen("q", "k", "v", "g", "beta")
 def gated_delta_rule_chunk(
-    q,
-    k,
-    v,
-    g,
-    beta,
-    scale=None,
-    initial_state=None,
-    output_final_state=False,
-    chunk_size=64,
-    check_stability="warn",
-    cu_seqlens=None,
-):
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    g: torch.Tensor,
+    beta: torch.Tensor,
+    scale: float | None = None,
+    initial_state: State | None = None,
+    output_final_state: bool = False,
+    chunk_size: int = 64,
+    check_stability: str = "warn",
+    cu_seqlens: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, Any]:
     """Chunkwise form: the WY/UT transform with in-chunk decays (see :func:`ttr_edu.ops.delta_rule.chunk_forward`).
 
     With ``G_i = Σ_{j≤i} g_j`` inside a chunk, ``γ = exp(G)``, ``Γ_ij = exp(G_i − G_j)``:

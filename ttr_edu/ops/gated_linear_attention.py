@@ -16,10 +16,13 @@ argument order, ``g`` and state layout. For per-key gates ``(B, T, H, D_k)`` (fl
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
 from ttr_edu._internal.contract import (
     STATE,
+    State,
     check_inputs,
     check_state,
     compute_dtype,
@@ -79,8 +82,15 @@ def _prepare(q, k, v, g, scale, initial_state):
 @shares_doc(_SHARED_DOC)
 @varlen("q", "k", "v", "g")
 def gated_linear_attention_recurrent(
-    q, k, v, g, scale=None, initial_state=None, output_final_state=False, cu_seqlens=None
-):
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    g: torch.Tensor,
+    scale: float | None = None,
+    initial_state: State | None = None,
+    output_final_state: bool = False,
+    cu_seqlens: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, Any]:
     """Recurrent form: ``S_t = exp(g_t) S_{t-1} + k_t v_tᵀ``, ``o_t = S_tᵀ q_t``, one token at a time.
 
     Source: Wang, Shi, Fox 2025, §3.2 (decay weights); fla ``naive_recurrent_simple_gla``'s convention.
@@ -101,8 +111,16 @@ def gated_linear_attention_recurrent(
 @shares_doc(_SHARED_DOC)
 @varlen("q", "k", "v", "g")
 def gated_linear_attention_chunk(
-    q, k, v, g, scale=None, initial_state=None, output_final_state=False, chunk_size=64, cu_seqlens=None
-):
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    g: torch.Tensor,
+    scale: float | None = None,
+    initial_state: State | None = None,
+    output_final_state: bool = False,
+    chunk_size: int = 64,
+    cu_seqlens: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, Any]:
     """Chunkwise form: decayed T×T attention inside chunks, the decayed state between chunks.
 
     With the in-chunk cumulative log decay ``G_i = Σ_{j≤i} g_j`` and ``Γ_ij = exp(G_i − G_j)`` (i ≥ j):

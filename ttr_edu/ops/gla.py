@@ -22,11 +22,14 @@ Unlike fla's kernels, both forms accept ``g = −inf`` (a full reset of that key
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
 from ttr_edu._internal.contract import (
     QK,
     STATE,
+    State,
     check_inputs,
     check_log_decay,
     check_state,
@@ -98,7 +101,16 @@ def _prepare(q, k, v, g, scale, initial_state):
 @guarded
 @shares_doc(_SHARED_DOC)
 @varlen("q", "k", "v", "g")
-def gla_recurrent(q, k, v, g, scale=None, initial_state=None, output_final_state=False, cu_seqlens=None):
+def gla_recurrent(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    g: torch.Tensor,
+    scale: float | None = None,
+    initial_state: State | None = None,
+    output_final_state: bool = False,
+    cu_seqlens: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, Any]:
     """Recurrent form: ``S_t = diag(exp(g_t)) S_{t-1} + k_t v_tᵀ``, ``o_t = S_tᵀ q_t``, one token at a time.
 
     Source: Yang et al. 2024 (GLA), eq. 3 with ``G_t = α_t 1ᵀ``; fla's ``naive_recurrent_gla`` and
@@ -188,7 +200,17 @@ def _log_decays(g: torch.Tensor, scratch) -> torch.Tensor:
 @guarded
 @shares_doc(_SHARED_DOC)
 @varlen("q", "k", "v", "g")
-def gla_chunk(q, k, v, g, scale=None, initial_state=None, output_final_state=False, chunk_size=64, cu_seqlens=None):
+def gla_chunk(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    g: torch.Tensor,
+    scale: float | None = None,
+    initial_state: State | None = None,
+    output_final_state: bool = False,
+    chunk_size: int = 64,
+    cu_seqlens: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, Any]:
     """Chunkwise form: per-key decayed attention inside chunks, the decayed state between chunks.
 
     With ``Σ_{j<l≤i} g_l`` the per-key log decay from token j to token i of a chunk (a vector), ``γ_i`` its value

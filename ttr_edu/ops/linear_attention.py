@@ -27,10 +27,13 @@ chunk_linear_attn`` (and ``naive_chunk_linear_attn``), :func:`linear_attention_r
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
 from ttr_edu._internal.contract import (
     STATE,
+    State,
     check_inputs,
     check_state,
     compute_dtype,
@@ -130,8 +133,16 @@ def _finish(o, normalizer, eps, S, z, out_dtype, output_final_state):
 @shares_doc(_SHARED_DOC)
 @varlen("q", "k", "v")
 def linear_attention_recurrent(
-    q, k, v, scale=None, normalize=False, initial_state=None, output_final_state=False, eps=1e-6, cu_seqlens=None
-):
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    scale: float | None = None,
+    normalize: bool = False,
+    initial_state: State | None = None,
+    output_final_state: bool = False,
+    eps: float = 1e-06,
+    cu_seqlens: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, Any]:
     """Recurrent form: one state update per token, ``S_t = S_{t-1} + k_t v_tᵀ``, ``o_t = S_tᵀ q_t``.
 
     Cost ``O(T D_k D_v)``, memory ``O(D_k D_v)`` for the state. Source: Katharopoulos et al. 2020, eqs. 16-20;
@@ -170,8 +181,15 @@ def recurrent_step(S, q, k, v, decay=None):
 @guarded
 @shares_doc(_SHARED_DOC)
 def linear_attention_parallel(
-    q, k, v, scale=None, normalize=False, initial_state=None, output_final_state=False, eps=1e-6
-):
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    scale: float | None = None,
+    normalize: bool = False,
+    initial_state: State | None = None,
+    output_final_state: bool = False,
+    eps: float = 1e-06,
+) -> tuple[torch.Tensor, Any]:
     """Parallel (T×T) form: ``O = Q S_0 + (Q Kᵀ ⊙ M) V`` with ``M`` the causal mask, diagonal included.
 
     This is "attention without the softmax" (Katharopoulos et al. 2020, eq. 4 with φ applied outside).
@@ -194,17 +212,17 @@ def linear_attention_parallel(
 @shares_doc(_SHARED_DOC)
 @varlen("q", "k", "v")
 def linear_attention_chunk(
-    q,
-    k,
-    v,
-    scale=None,
-    normalize=False,
-    initial_state=None,
-    output_final_state=False,
-    chunk_size=64,
-    eps=1e-6,
-    cu_seqlens=None,
-):
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    scale: float | None = None,
+    normalize: bool = False,
+    initial_state: State | None = None,
+    output_final_state: bool = False,
+    chunk_size: int = 64,
+    eps: float = 1e-06,
+    cu_seqlens: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, Any]:
     """Chunkwise form: T×T attention inside chunks of ``C = chunk_size`` tokens, the state between chunks.
 
     For chunk ``n`` with state ``S_n`` at its start (Yang et al. 2024, "chunkwise parallel form"):

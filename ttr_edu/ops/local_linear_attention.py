@@ -15,10 +15,12 @@ key dimensions have been seen, e.g. at ``t = 1`` where ``ŷ_1 = v_1``.
 from __future__ import annotations
 
 import warnings
+from typing import Any
 
 import torch
 
 from ttr_edu._internal.contract import (
+    State,
     causal_mask,
     check_inputs,
     compute_dtype,
@@ -35,8 +37,15 @@ __all__ = ["local_linear_attention"]
 
 @guarded
 def local_linear_attention(
-    q, k, v, scale=None, ridge=1e-2, qk_norm=False, initial_state=None, output_final_state=False
-):
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    scale: float | None = None,
+    ridge: float = 0.01,
+    qk_norm: bool = False,
+    initial_state: State | None = None,
+    output_final_state: bool = False,
+) -> tuple[torch.Tensor, Any]:
     """Causal local linear attention, closed form ``ŷ_t = v̄ + Σ_vk Σ_kk⁻¹ (q_t − k̄)`` (Wang, Shi, Fox 2025, §4.2).
 
     The ``Σ_vk Σ_kk⁻¹ (q − k̄)`` term is computed without forming ``Σ_vk``: with ``x = Σ_kk⁻¹ (q − k̄)``,

@@ -37,12 +37,15 @@ Which is which:
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
 from ttr_edu._internal.contract import (
     PER_TOKEN,
     QK,
     STATE,
+    State,
     V,
     check_inputs,
     check_nonempty,
@@ -150,7 +153,15 @@ def _prepare(q, k, v, beta, scale, initial_state):
 
 @guarded
 @shares_doc(_SHARED_DOC)
-def longhorn_recurrent(q, k, v, beta, scale=None, initial_state=None, output_final_state=False):
+def longhorn_recurrent(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    beta: torch.Tensor,
+    scale: float | None = None,
+    initial_state: State | None = None,
+    output_final_state: bool = False,
+) -> tuple[torch.Tensor, Any]:
     """Exact implicit step, token by token: ``S_t = S_{t−1} + k_t (ε_t ⊙ (v_t − S_{t−1}ᵀ k_t))ᵀ``; ``o_t = S_tᵀ q_t``.
 
     Source: Liu et al. 2024, the closed form of the online objective (§3, "Longhorn"). Cost ``O(T D_k D_v)``.
@@ -170,7 +181,16 @@ def longhorn_recurrent(q, k, v, beta, scale=None, initial_state=None, output_fin
 
 @guarded
 @shares_doc(_SHARED_DOC)
-def longhorn_chunk(q, k, v, beta, scale=None, initial_state=None, output_final_state=False, chunk_size=64):
+def longhorn_chunk(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    beta: torch.Tensor,
+    scale: float | None = None,
+    initial_state: State | None = None,
+    output_final_state: bool = False,
+    chunk_size: int = 64,
+) -> tuple[torch.Tensor, Any]:
     """Exact implicit step in chunks: the delta rule's WY/UT chunk form run at the step ``ε = β/(1 + β‖k‖²)``.
 
     With a per-channel β, each value channel ``j`` is its own delta rule (step ``ε[j]``), so the channels run as
@@ -198,7 +218,15 @@ def longhorn_chunk(q, k, v, beta, scale=None, initial_state=None, output_final_s
 
 @guarded
 @shares_doc(_SHARED_DOC)
-def longhorn_diagonal_recurrent(q, k, v, beta, scale=None, initial_state=None, output_final_state=False):
+def longhorn_diagonal_recurrent(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    beta: torch.Tensor,
+    scale: float | None = None,
+    initial_state: State | None = None,
+    output_final_state: bool = False,
+) -> tuple[torch.Tensor, Any]:
     """The published Longhorn layer: ``k kᵀ`` replaced by ``diag(k ⊙ k)``, an elementwise (selective-scan) update.
 
     ``S_t = (1 − k_t² ε_tᵀ) ⊙ S_{t−1} + k_t (ε_t ⊙ v_t)ᵀ``, ``o_t = S_tᵀ q_t``: the recurrence of the authors' scan

@@ -40,12 +40,14 @@ error exceeds 1e-3 gives a ``RuntimeWarning`` (e.g. collinear keys with ``ridge 
 from __future__ import annotations
 
 import warnings
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 
 from ttr_edu._internal.contract import (
     STATE,
+    State,
     check_inputs,
     check_state,
     compute_dtype,
@@ -195,7 +197,16 @@ def _warn_if_ill_conditioned(kappa, ridge, dtype, depth: int) -> None:
 @renamed_arguments(lam="ridge")
 @guarded
 @shares_doc(_SHARED_DOC)
-def rls_recurrent(q, k, v, ridge=1.0, g=None, scale=None, initial_state=None, output_final_state=False):
+def rls_recurrent(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    ridge: float = 1.0,
+    g: torch.Tensor | None = None,
+    scale: float | None = None,
+    initial_state: State | None = None,
+    output_final_state: bool = False,
+) -> tuple[torch.Tensor, Any]:
     """Recurrent form: one token at a time.
 
     Without ``g``: Sherman–Morrison updates of ``P = A⁻¹``, then a delta-rule step with learning rate ``P_t``,
@@ -236,7 +247,16 @@ def rls_recurrent(q, k, v, ridge=1.0, g=None, scale=None, initial_state=None, ou
 
 @guarded
 @shares_doc(_SHARED_DOC)
-def rls_chunk(q, k, v, ridge=1.0, scale=None, initial_state=None, output_final_state=False, chunk_size=64):
+def rls_chunk(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    ridge: float = 1.0,
+    scale: float | None = None,
+    initial_state: State | None = None,
+    output_final_state: bool = False,
+    chunk_size: int = 64,
+) -> tuple[torch.Tensor, Any]:
     """Chunkwise form without gates: the Woodbury identity turns ``C`` Sherman–Morrison steps into one ``C × C``
     Cholesky factorisation per chunk (``chunk_size = C``; ``g`` is not taken: with gates the constant ridge makes no
     low-rank update, use :func:`rls_exact`).
@@ -306,7 +326,16 @@ def _gated_recurrent(q, k, v, log_decay, S, P, ridge, out_dtype, output_final_st
 @renamed_arguments(lam="ridge")
 @guarded
 @shares_doc(_SHARED_DOC)
-def rls_exact(q, k, v, ridge=1.0, g=None, scale=None, initial_state=None, output_final_state=False):
+def rls_exact(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    ridge: float = 1.0,
+    g: torch.Tensor | None = None,
+    scale: float | None = None,
+    initial_state: State | None = None,
+    output_final_state: bool = False,
+) -> tuple[torch.Tensor, Any]:
     """Exact form: ``A_t`` for every ``t`` from the definition, one batched Cholesky solve, a linear-attention read.
 
     ``A_t = γ_0^{(t)} H_0 + Σ_{i≤t} γ_i^{(t)} k_i k_iᵀ + λI``, ``b_t = γ_0^{(t)} b_0 + Σ_{i≤t} γ_i^{(t)} k_i v_iᵀ``,

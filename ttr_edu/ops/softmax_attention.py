@@ -9,9 +9,12 @@ temperature ``1 / scale`` plays the bandwidth (Wang, Shi, Fox 2025, §4).
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
 from ttr_edu._internal.contract import (
+    State,
     causal_mask,
     check_inputs,
     compute_dtype,
@@ -27,7 +30,15 @@ __all__ = ["softmax_attention"]
 
 
 @guarded
-def softmax_attention(q, k, v, scale=None, qk_norm=False, initial_state=None, output_final_state=False):
+def softmax_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    scale: float | None = None,
+    qk_norm: bool = False,
+    initial_state: State | None = None,
+    output_final_state: bool = False,
+) -> tuple[torch.Tensor, Any]:
     """Causal softmax attention (Vaswani et al. 2017, eq. 1, with a causal mask).
 
     Args:

@@ -20,12 +20,13 @@ that is a different rule, not a faster form of this one, so only the per-token r
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import torch
 
 from ttr_edu._internal.contract import (
     STATE,
+    State,
     check_inputs,
     check_nonnegative,
     check_state,
@@ -52,7 +53,17 @@ class TitansState(NamedTuple):
 
 @renamed_arguments(theta="beta")
 @guarded
-def titans_recurrent(q, k, v, beta, eta, alpha, scale=None, initial_state=None, output_final_state=False):
+def titans_recurrent(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    beta: torch.Tensor,
+    eta: torch.Tensor,
+    alpha: torch.Tensor,
+    scale: float | None = None,
+    initial_state: State | None = None,
+    output_final_state: bool = False,
+) -> tuple[torch.Tensor, Any]:
     """Titans' memory update token by token, the gradient written out (Behrouz et al. 2024, eqs. 13–14).
 
     Args:
@@ -112,6 +123,7 @@ def titans_recurrent(q, k, v, beta, eta, alpha, scale=None, initial_state=None, 
     outputs = []
     for t in range(q.shape[2]):
         k_t, v_t, q_t = k[:, :, t, None], v[:, :, t, None], q[:, :, t, None]  # (B, H, 1, D)
+        grads: tuple[torch.Tensor, ...]
         if len(memory) == 1:  # linear: ∇ℓ = k (Sᵀk − v)ᵀ
             grads = (k_t.mT @ (k_t @ memory[0] - v_t),)
         else:  # MLP: ∇_{W2} = h δ2ᵀ, ∇_{W1} = k δ1ᵀ with δ1 = GELU'(a) ⊙ (W2 δ2)

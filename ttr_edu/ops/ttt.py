@@ -25,10 +25,13 @@ and for the MLP the same is done layer by layer (the hidden layer of the queries
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
 from ttr_edu._internal.contract import (
     STATE,
+    State,
     check_inputs,
     check_nonnegative,
     check_state,
@@ -107,17 +110,17 @@ def _prepare(q, k, v, beta, mini_batch_size, scale, initial_state, layer_norm, r
 @guarded
 @shares_doc(_SHARED_DOC)
 def ttt_linear_recurrent(
-    q,
-    k,
-    v,
-    beta,
-    mini_batch_size=16,
-    scale=None,
-    initial_state=None,
-    output_final_state=False,
-    layer_norm=False,
-    residual=False,
-):
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    beta: torch.Tensor,
+    mini_batch_size: int = 16,
+    scale: float | None = None,
+    initial_state: State | None = None,
+    output_final_state: bool = False,
+    layer_norm: bool = False,
+    residual: bool = False,
+) -> tuple[torch.Tensor, Any]:
     """TTT-Linear token by token: ``∇ℓ(S_s; k_t, v_t) = k_t δ_tᵀ`` with ``δ_t = ∂ℓ/∂m = LN'ᵀ(f(k_t) − v_t)``.
 
     Source: Sun et al. 2024, §2.4 (mini-batch gradient descent; the gradient at the mini-batch's start).
@@ -142,17 +145,17 @@ def ttt_linear_recurrent(
 @guarded
 @shares_doc(_SHARED_DOC)
 def ttt_linear_chunk(
-    q,
-    k,
-    v,
-    beta,
-    mini_batch_size=16,
-    scale=None,
-    initial_state=None,
-    output_final_state=False,
-    layer_norm=False,
-    residual=False,
-):
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    beta: torch.Tensor,
+    mini_batch_size: int = 16,
+    scale: float | None = None,
+    initial_state: State | None = None,
+    output_final_state: bool = False,
+    layer_norm: bool = False,
+    residual: bool = False,
+) -> tuple[torch.Tensor, Any]:
     """TTT-Linear's dual form, one mini-batch of ``b`` tokens at a time (Sun et al. 2024, §2.5)."""
     out_dtype = q.dtype if isinstance(q, torch.Tensor) else None
     q, k, v, beta, S = _prepare(q, k, v, beta, mini_batch_size, scale, initial_state, layer_norm, residual, False)
@@ -187,17 +190,17 @@ def _mlp_deltas(W1, W2, k, v, layer_norm, residual):
 @guarded
 @shares_doc(_SHARED_DOC)
 def ttt_mlp_recurrent(
-    q,
-    k,
-    v,
-    beta,
-    mini_batch_size=16,
-    scale=None,
-    initial_state=None,
-    output_final_state=False,
-    layer_norm=False,
-    residual=False,
-):
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    beta: torch.Tensor,
+    mini_batch_size: int = 16,
+    scale: float | None = None,
+    initial_state: State | None = None,
+    output_final_state: bool = False,
+    layer_norm: bool = False,
+    residual: bool = False,
+) -> tuple[torch.Tensor, Any]:
     """TTT-MLP token by token, the two-layer gradient at the mini-batch's start written out (Sun et al. 2024, §2.4)."""
     out_dtype = q.dtype if isinstance(q, torch.Tensor) else None
     q, k, v, beta, (W1, W2) = _prepare(q, k, v, beta, mini_batch_size, scale, initial_state, layer_norm, residual, True)
@@ -219,17 +222,17 @@ def ttt_mlp_recurrent(
 @guarded
 @shares_doc(_SHARED_DOC)
 def ttt_mlp_chunk(
-    q,
-    k,
-    v,
-    beta,
-    mini_batch_size=16,
-    scale=None,
-    initial_state=None,
-    output_final_state=False,
-    layer_norm=False,
-    residual=False,
-):
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    beta: torch.Tensor,
+    mini_batch_size: int = 16,
+    scale: float | None = None,
+    initial_state: State | None = None,
+    output_final_state: bool = False,
+    layer_norm: bool = False,
+    residual: bool = False,
+) -> tuple[torch.Tensor, Any]:
     """TTT-MLP's dual form: layer 1 of the queries from ``W1_t``, then layer 2 from ``W2_t`` (Sun et al. 2024, §2.5).
 
     ``A_q = Q W1_s − tril(Q Kᵀ) diag(β) Δ1``, ``H_q = GELU(A_q)``, ``O = f(H_q W2_s − tril(H_q H_kᵀ) diag(β) Δ2)``.

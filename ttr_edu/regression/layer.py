@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import torch
 
@@ -80,7 +80,7 @@ class TestTimeRegression:
 
     __test__ = False  # not a pytest test class, despite the name
 
-    def __init__(self, weights, function_class, optimizer) -> None:
+    def __init__(self, weights: Any, function_class: Any, optimizer: Any) -> None:
         for name, value, kinds in (
             ("weights", weights, WEIGHTS),
             ("function_class", function_class, FUNCTION_CLASSES),
@@ -145,7 +145,7 @@ class TestTimeRegression:
         output_final_state: bool = False,
         eta: torch.Tensor | None = None,
         alpha: torch.Tensor | None = None,
-    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+    ) -> tuple[torch.Tensor, Any]:
         """Memorise ``(k_i, v_i)`` and retrieve ``y_t = m_t(q_t)`` for every ``t`` (causal).
 
         Args:
@@ -190,8 +190,8 @@ class TestTimeRegression:
         if dims["D_v"] == 0:
             raise ValueError(f"v: expected D_v >= 1, got shape {tuple(v.shape)}")
         mlp = isinstance(self.function_class, MLP)
-        for name, x in (("beta", beta), ("g", g), ("eta", eta), ("alpha", alpha)):
-            check_tensor(name, x, allow_none=True)
+        for name, value in (("beta", beta), ("g", g), ("eta", eta), ("alpha", alpha)):
+            check_tensor(name, value, allow_none=True)
         # NaN/inf in every tensor (initial_state included; g by the weights), a non-bool output_final_state, a scale
         # that overflows the compute dtype and an overflowing o: refused by @guarded, the ops' input policy
         if not mlp:
@@ -228,7 +228,7 @@ class TestTimeRegression:
         beta: torch.Tensor | None,
         eta: torch.Tensor | None,
         alpha: torch.Tensor | None,
-        initial_state: object,
+        initial_state: Any,
         output_final_state: bool,
     ) -> tuple[torch.Tensor, ...] | None:
         """Refuse, naming the argument, what the three choices do not take (``beta`` without a stepped optimiser,
@@ -375,7 +375,8 @@ def _local(layer: TestTimeRegression, c: _Prepared) -> tuple[torch.Tensor, None]
 
 def _linear(layer: TestTimeRegression, c: _Prepared) -> tuple[torch.Tensor, torch.Tensor]:
     """The linear class under its optimiser (:data:`ttr_edu.regression.linear.LINEAR_SOLVERS`)."""
-    return LINEAR_SOLVERS[type(layer.optimizer)](layer.optimizer, c.scale * c.q, c.k, c.v, c.g, c.beta, c.S0)
+    solve: Callable[..., tuple[torch.Tensor, torch.Tensor]] = LINEAR_SOLVERS[type(layer.optimizer)]
+    return solve(layer.optimizer, c.scale * c.q, c.k, c.v, c.g, c.beta, c.S0)
 
 
 def _gradient_method(layer: TestTimeRegression, c: _Prepared) -> tuple[torch.Tensor, object]:
@@ -434,7 +435,7 @@ NAMED_LAYERS: dict[str, tuple] = {
 }
 
 
-def named_layer(name: str, *, ridge: float | None = None, **options) -> TestTimeRegression:
+def named_layer(name: str, *, ridge: float | None = None, **options: Any) -> TestTimeRegression:
     """The layer called ``name`` as a :class:`TestTimeRegression` (see :data:`NAMED_LAYERS`).
 
     Args:

@@ -6,6 +6,8 @@ already scaled. Each solver returns ``(o, S_T)`` with ``o`` ``(B, H, T, D_v)``.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 
 from ttr_edu._internal.contract import decay_matrix
@@ -113,7 +115,7 @@ def _online_sgd(opt: OnlineSGD, q, k, v, g, beta, S0):
         if g is None:  # uniform weights: Γ is the causal mask
             Gamma = torch.ones(k_c.shape[2], k_c.shape[2], dtype=k.dtype, device=k.device).tril()
         else:
-            Gamma = decay_matrix(g_c)  # (B, H, C, C): Γ_ij = exp(Σ_{l=j+1..i} g_l), 0 above the diagonal
+            Gamma = decay_matrix(g[:, :, chunk])  # (B, H, C, C): Γ_ij = exp(Σ_{l=j+1..i} g_l), 0 above the diagonal
         system = beta_c * (k_c @ k_c.mT) * Gamma  # its strict lower triangle; the diagonal is taken as ones
         right = beta_c * (v_c - gamma * (k_c @ S))
         errors = torch.linalg.solve_triangular(system, right, upper=False, unitriangular=True)  # (B, H, C, D_v)
@@ -171,7 +173,7 @@ def _recursive_least_squares(opt: RecursiveLeastSquares, q, k, v, g, beta, S0):
     S = k.new_zeros(B * H, D_k, D_v)
     q_t, k_t, v_t = (x.permute(2, 0, 1, 3).reshape(T, B * H, 1, -1) for x in (q, k, v))  # (T, B·H, 1, D)
     alpha = None if g is None else g.exp().permute(2, 0, 1).reshape(T, B * H, 1, 1)
-    o = []
+    outputs = []
     for t in range(T):
         if alpha is not None:
             P = P / alpha[t]  # the old data (and the ridge) weigh α_t less: A_t = α_t A_{t−1} + k kᵀ
@@ -180,8 +182,8 @@ def _recursive_least_squares(opt: RecursiveLeastSquares, q, k, v, g, beta, S0):
         P = torch.baddbmm(P, gain.transpose(1, 2), u, alpha=-1.0)
         error = torch.baddbmm(v_t[t], k_t[t], S, alpha=-1.0)  # v_t − Sᵀ k_t
         S = torch.baddbmm(S, gain.transpose(1, 2), error)
-        o.append(torch.bmm(q_t[t], S))
-    o = torch.cat(o, 1).reshape(B, H, T, D_v)
+        outputs.append(torch.bmm(q_t[t], S))
+    o = torch.cat(outputs, 1).reshape(B, H, T, D_v)
     return o, S.reshape(B, H, D_k, D_v)
 
 
@@ -321,7 +323,7 @@ def _mini_batch_gd(opt, q, k, v, g, beta, S0):
 
 #: optimiser class -> how the linear class computes ``(o, S_T)`` under it: ``solve(opt, scale · q, k, v, g, beta,
 #: S_0)`` on heads-first tensors in the compute dtype. Adding an optimiser of the linear class is one solver here.
-LINEAR_SOLVERS = {
+LINEAR_SOLVERS: dict[type, Callable[..., tuple[torch.Tensor, torch.Tensor]]] = {
     ExactSolve: _exact_solve,
     RecursiveLeastSquares: _recursive_least_squares,
     GradientStep: _gradient_step,
