@@ -51,10 +51,10 @@ def test_the_activation_on_q_and_k_is_applied_once(name):
 
 
 def test_deltanet_is_fla_deltanet_written_out():
-    """The whole forward pass of :class:`DeltaNet` against fla's layer written out from its source (the commit and
-    lines above, and ``fla/layers/delta_net.py`` lines 238-241 for β, 254-256 for the L2 norm in the kernel, 288 for
-    the output norm): SiLU'd short convolutions on q, k, v, L2-normalised q and k, ``β = σ(W_β x)``, the delta rule,
-    an RMSNorm per head, the output projection."""
+    """The whole forward pass of :class:`DeltaNet` against fla's layer written out from its source (the commit and lines
+    above, and ``fla/layers/delta_net.py`` lines 238-241 for β, 256 and 267 for the L2 norm in the kernel, 284-286 for
+    the output norm and projection): SiLU'd short convolutions on q, k, v, L2-normalised q and k, ``β = σ(W_β x)``, the
+    delta rule, an RMSNorm per head, the output projection."""
     torch.manual_seed(0)
     layer = DeltaNet(16, 2).double()
     x = torch.randn(2, 10, 16, dtype=torch.float64)
