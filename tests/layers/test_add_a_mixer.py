@@ -4,6 +4,11 @@ models, generated with, and put through the whole layer suite. Nothing else in t
 from __future__ import annotations
 
 import math
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -127,3 +132,85 @@ def test_the_mqar_model_trains_with_it(registered):
         optimizer.step()
         losses.append(loss.item())
     assert sum(losses[-5:]) < 0.9 * sum(losses[:5]), losses
+
+
+PACKAGE_CLASS = '''
+
+class DecayedHebbian(Mixer):
+    """A Hebbian memory that forgets, ``S_t = γ S_{t−1} + k_t v_tᵀ``, ``γ = σ(a)`` per head."""
+
+    def __init__(self, hidden_size, num_heads=1, *, decay=0.9, use_short_conv=True, conv_size=4, feature_map="silu"):
+        super().__init__(hidden_size, num_heads, use_short_conv, conv_size, feature_map)
+        self.decay_logit = nn.Parameter(torch.full((num_heads,), math.log(decay / (1 - decay))))
+        self.o_norm = nn.RMSNorm(self.head_dim)
+
+    def op_inputs(self, x, qkv):
+        inputs = super().op_inputs(x, qkv)
+        inputs["g"] = F.logsigmoid(self.decay_logit).expand(*x.shape[:2], -1)
+        return inputs
+
+    def mix(self, q, k, v, g):
+        return self.o_norm(gated_linear_attention_chunk(q, k, v, g)[0])
+
+    def mix_step(self, memory, q, k, v, g):
+        o, memory = gated_linear_attention_recurrent(q, k, v, g, initial_state=memory, output_final_state=True)
+        return self.o_norm(o), memory
+
+
+register(
+    MixerSpec(
+        "decayed_hebbian",
+        "decayed Hebbian",
+        DecayedHebbian,
+        named_layer="gated_linear_attention",
+        mqar=True,
+        fuzz={"decay": ("positive", 0.9)},
+    )
+)
+'''
+CHECK_IN_THE_COPY = """
+from tests.helpers.fuzz_targets import LAYER_OPTIONS, TARGETS
+from tests.helpers.layer_suite import run_layer_suite
+from tests.test_fuzz_public_api import test_every_public_callable_is_fuzzed_or_excluded
+from ttr_edu.layers import MIXERS, DecayedHebbian
+from ttr_edu.models.mqar import MODELS, MQARModel
+
+assert MIXERS["decayed_hebbian"].layer is DecayedHebbian and "decayed_hebbian" in MODELS
+assert "DecayedHebbian" in LAYER_OPTIONS and "ttr_edu.layers.DecayedHebbian.step" in TARGETS
+test_every_public_callable_is_fuzzed_or_excluded()
+run_layer_suite(MIXERS["decayed_hebbian"])
+MQARModel("decayed_hebbian", 32, 8, feature_map="identity")
+print("ok")
+"""
+
+
+def test_a_mixer_added_to_the_package_touches_the_two_files_contributing_lists(tmp_path):
+    """CONTRIBUTING's table is the truth: in a copy of the repository, the class and its spec appended to
+    layers/linear.py and its name exported in layers/__init__.py make a mixer that the registry's views, the MQAR
+    grid, the public-API fuzz (its recipe from the spec) and the whole layer suite take, with no other file edited."""
+    root = Path(__file__).resolve().parents[2]
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc", "results", "checkpoints")
+    for folder in ("ttr_edu", "tests"):
+        shutil.copytree(root / folder, tmp_path / folder, ignore=ignore)
+    linear = tmp_path / "ttr_edu" / "layers" / "linear.py"
+    text = linear.read_text().replace('    "MesaLayer",\n]', '    "MesaLayer",\n    "DecayedHebbian",\n]', 1)
+    text = text.replace(
+        "from ttr_edu.ops import (\n",
+        "from ttr_edu.ops import (\n    gated_linear_attention_chunk,\n    gated_linear_attention_recurrent,\n",
+        1,
+    )
+    linear.write_text(text + PACKAGE_CLASS)
+    init = tmp_path / "ttr_edu" / "layers" / "__init__.py"
+    text = init.read_text().replace(
+        "import DeltaNet, GatedDeltaNet,", "import DecayedHebbian, DeltaNet, GatedDeltaNet,", 1
+    )
+    init.write_text(text.replace('    "MesaLayer",\n', '    "MesaLayer",\n    "DecayedHebbian",\n', 1))
+    result = subprocess.run(
+        [sys.executable, "-c", CHECK_IN_THE_COPY],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "PYTHONPATH": str(tmp_path)},
+    )
+    assert result.returncode == 0 and result.stdout.strip().endswith("ok"), result.stderr[-3000:]
