@@ -211,7 +211,7 @@ def test_a_pooled_verdict_says_so_and_never_reads_as_per_seed(capsys):
         claims.check("x", True, "y", pooled_over=0)
 
 
-# -- bad input: named errors, never a verdict from something that is not one (reliability review 2) --------------
+# -- bad input: named errors, never a verdict from something that is not one ----------------------------------------
 
 
 @pytest.mark.parametrize("holds", ["False", [False], float("nan"), lambda: False, 1, None])

@@ -381,7 +381,7 @@ def test_ctrl_c_stops_jupyterlab_and_its_kernels_in_one_line_with_exit_130(tmp_p
 
 
 def test_copied_files_are_readable_by_the_group_and_the_hint_quotes_the_folder(tmp_path, capsys):
-    """Reliability review 2 §3.1: notebooks and manifest were written 0600 (mkstemp), and the printed command to open
+    """Notebooks and manifest were once written 0600 (mkstemp), and the printed command to open
     them split a folder with a space in two."""
     dest = tmp_path / "my course"
     previous = os.umask(0o022)
@@ -482,7 +482,7 @@ def test_copy_into_the_course_itself_is_refused(tmp_path, capsys, folder):
     assert sorted((p.name, p.read_bytes()) for p in (root / folder).iterdir()) == before
 
 
-# -- student data is never lost (issue 13) ---------------------------------------------------------------------------
+# -- student data is never lost -----------------------------------------------------------------------------------
 
 
 def test_an_interrupted_write_leaves_the_old_notebook_whole_and_exits_130(tmp_path, monkeypatch, capsys):
@@ -733,7 +733,7 @@ checks = _AlwaysPass()
 import ttr_edu.checks.hebbian_memory as _module
 
 try:
-    _module.check_recall_accuracy = lambda f: True  # the browser review's patch of a check itself
+    _module.check_recall_accuracy = lambda f: True  # a student's patch of a check itself
 except AttributeError:
     pass
 

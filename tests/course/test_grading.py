@@ -1,6 +1,6 @@
 """Grading: every check cell is an nbgrader test worth its exercise's stars that imports its check afresh; under
 nbgrader's autograder an unattempted or wrong exercise scores 0 and a solved one full marks, while in the student's own
-kernel the notebook runs on; and the five ways round 2 of the reliability review fooled the grader score 0."""
+kernel the notebook runs on; and the five ways a reader playing a student once fooled the grader score 0."""
 
 import os
 import shutil
@@ -190,8 +190,8 @@ QUIET = 'c.KernelManager.transport_encryption = "auto"\n'
 @pytest.mark.slow
 @pytest.mark.notebook
 def test_nbgrader_scores_honest_work_as_before_and_each_attack_0(tmp_path):
-    """nbgrader's own generate_assignment and autograde on chapter 01, as grading.md says. Before the fixes of issue 24
-    the attacks scored 9, 1, 9, 9 and 0 of 9 (reliability review 2 §4, browser-and-classroom review 2 §3)."""
+    """nbgrader's own generate_assignment and autograde on chapter 01, as grading.md says. Before the fixes
+    the attacks scored 9, 1, 9, 9 and 0 of 9."""
     pytest.importorskip("nbgrader")
     got, printed = autograde(tmp_path, ROOT, QUIET)
     print(f"nbgrader scores: {got}")

@@ -379,7 +379,7 @@ class Tup(Kind):
         return self.wrap(items)
 
 
-def Gen() -> Obj:  # noqa: N802 - reads as a kind
+def Gen() -> Obj:  # reads as a kind
     """An optional ``torch.Generator``."""
     return Obj(factory=lambda ctx: torch.Generator().manual_seed(0), optional=True)
 
@@ -500,7 +500,7 @@ def classify(
             if expect == "valid":
                 return Outcome("refused", f"{type(error).__name__}: {message[:200]}")
             return Outcome("clean", "refused")
-        except Exception as error:  # noqa: BLE001 - anything else is obscure by definition
+        except Exception as error:  # anything else is obscure by definition
             return Outcome("obscure", f"{type(error).__name__}: {str(error)[:200]}")
     announced = [
         w

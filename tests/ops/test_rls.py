@@ -102,7 +102,7 @@ def test_split_with_state_equals_whole_run(form, decay, T, data):
     split = data.draw(st.integers(1, T - 1), label="split")
     q, k, v, g = make_inputs(2, T, 2, 3, 4, torch.float64, seed=T)
     g = g if decay else None
-    cut = lambda x, s: None if x is None else x[:, s]  # noqa: E731
+    cut = lambda x, s: None if x is None else x[:, s]
     o_whole, (S_whole, P_whole) = FORMS[form](q, k, v, ridge=0.7, g=g, output_final_state=True)
     first, second = slice(None, split), slice(split, None)
     o_first, state = FORMS[form](
@@ -146,7 +146,7 @@ def test_gradcheck(form, decay):
 
     assert torch.autograd.gradcheck(fn, inputs, fast_mode=True)
     # P_0 is symmetric: perturbed through its symmetric part (a Cholesky factorisation reads one triangle only)
-    symmetric = lambda P: (P + P.mT) / 2  # noqa: E731
+    symmetric = lambda P: (P + P.mT) / 2
     S0, P0 = S0.requires_grad_(), P0.requires_grad_()
     assert torch.autograd.gradcheck(
         lambda *x: fn(*x[:-2], state=(x[-2], symmetric(x[-1]))), [*inputs, S0, P0], fast_mode=True

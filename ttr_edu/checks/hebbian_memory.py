@@ -1,4 +1,4 @@
-"""Checks for chapter 01, Hebbian memory. Each compares the student's function with :mod:`ttr_edu.memory`."""
+"""Checks for chapter 01, Hebbian memory. Each compares the student's function with :mod:`ttr_edu.hebbian`."""
 
 from __future__ import annotations
 

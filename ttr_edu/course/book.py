@@ -12,7 +12,7 @@ it ends: MyST's theme server (``node server.js``) does not outlive a failed HTML
 on first use; offline, ``--site`` builds the pages' content with a stub theme put in its place
 (:func:`theme_folder`), and an HTML build that cannot download the theme says so and names ``--site``.
 
-Everything MyST executes sees ``TTR_EDU_BOOK=1``: progress bars stay off there (``ttr_edu.progress``).
+Everything MyST executes sees ``TTR_EDU_BOOK=1``: progress bars stay off there (``ttr_edu._internal.progress``).
 """
 
 from __future__ import annotations

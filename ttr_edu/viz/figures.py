@@ -1,7 +1,7 @@
 """Plotly figures for the chapters. Every function returns a plain ``go.Figure``.
 
 A ``go.Figure`` renders in the static book with no kernel, sliders and frames included; ipywidgets do not. So every
-interactive idea is first a ``go.Figure`` here, and :mod:`ttr_edu.widgets` adds live controls for JupyterLab.
+interactive idea is first a ``go.Figure`` here, and :mod:`ttr_edu.viz.widgets` adds live controls for JupyterLab.
 """
 
 from __future__ import annotations
