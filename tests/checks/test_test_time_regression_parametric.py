@@ -119,8 +119,14 @@ def test_the_sweep_operator_is_what_a_pass_of_sgd_does_to_the_error():
     k, W = torch.randn(6, 8, generator=g, dtype=torch.float64), torch.randn(8, 3, generator=g, dtype=torch.float64)
     beta = 0.3 + 0.2 * torch.rand(6, generator=g, dtype=torch.float64)
     sgd = TestTimeRegression(Uniform(), Linear(), MultiPassSGD(2))
-    _, S = sgd(k[None, :, None], k[None, :, None], (k @ W)[None, :, None], beta=beta[None, :, None], scale=1.0,
-               output_final_state=True)
+    _, S = sgd(
+        k[None, :, None],
+        k[None, :, None],
+        (k @ W)[None, :, None],
+        beta=beta[None, :, None],
+        scale=1.0,
+        output_final_state=True,
+    )
     M = sweep_operator(k, beta)
     torch.testing.assert_close(S[0, 0] - W, M @ M @ (-W))
 

@@ -8,6 +8,7 @@ from pathlib import Path, PurePosixPath
 import nbformat
 import pytest
 
+from ttr_edu.course.notebooks import list_chapters
 from ttr_edu.course.sources import (
     SourcesError,
     ledger_problems,
@@ -16,7 +17,6 @@ from ttr_edu.course.sources import (
     sources_markdown,
 )
 from ttr_edu.course.student_copy import render
-from ttr_edu.course.notebooks import list_chapters
 
 ROOT = Path(__file__).resolve().parents[2]
 ENTRIES = load_entries(ROOT / "sources.yaml")
@@ -87,7 +87,8 @@ ENTRY = f"""
 
 def test_the_check_fails_on_an_unlinked_entry_a_missing_id_a_code_link_and_a_wrong_prefix(tmp_path):
     chapter = write_course(
-        tmp_path, ENTRY + ENTRY.replace("04-authors-evaluation", "03-unused"),
+        tmp_path,
+        ENTRY + ENTRY.replace("04-authors-evaluation", "03-unused"),
         "See [source](../sources.md#04-authors-evaluation) and [source](../sources.md#04-missing).",
         "claims.say('[source](../sources.md#04-authors-evaluation)')",
     )
@@ -95,7 +96,9 @@ def test_the_check_fails_on_an_unlinked_entry_a_missing_id_a_code_link_and_a_wro
     assert any("04-missing, which is not in the ledger" in p for p in problems), problems
     assert any("03-unused is linked by no chapter" in p for p in problems), problems
     assert any("a code cell links" in p for p in problems), problems
-    chapter = write_course(tmp_path, ENTRY.replace("04-authors", "03-authors"), "[s](../sources.md#03-authors-evaluation)")
+    chapter = write_course(
+        tmp_path, ENTRY.replace("04-authors", "03-authors"), "[s](../sources.md#03-authors-evaluation)"
+    )
     problems = ledger_problems(load_entries(tmp_path / "sources.yaml"), chapter)
     assert problems == ["sources.yaml: 03-authors-evaluation is first linked by chapter 04, not 03"]
 

@@ -119,8 +119,16 @@ def check_update_eigenvalues(update_eigenvalues: Callable) -> bool:
 
 def _prediction_cases() -> Iterator[dict]:
     # one write; inside, at and past the edge b = 2 (where r = 1 exactly); D ≠ D_v, so swapping them fails; a long T
-    for b, D, D_v, T in [(1.0, 8, 8, 1), (0.5, 4, 3, 10), (1.9, 8, 6, 300), (2.0, 8, 8, 125), (2.0, 16, 5, 7),
-                         (2.1, 8, 3, 300), (2.5, 16, 4, 50), (1.5, 3, 2, 1000)]:
+    for b, D, D_v, T in [
+        (1.0, 8, 8, 1),
+        (0.5, 4, 3, 10),
+        (1.9, 8, 6, 300),
+        (2.0, 8, 8, 125),
+        (2.0, 16, 5, 7),
+        (2.1, 8, 3, 300),
+        (2.5, 16, 4, 50),
+        (1.5, 3, 2, 1000),
+    ]:
         yield {"b": b, "D": D, "D_v": D_v, "T": T}
 
 

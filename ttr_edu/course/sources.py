@@ -111,7 +111,9 @@ def _source(raw, where: str) -> Source:
             raise SourcesError(f"sources.yaml: {where}: lines must be N or N-M with M >= N, got {source.lines!r}")
         return source
     if not {"paper", "where"} <= keys <= _PAPER_KEYS:
-        raise SourcesError(f"sources.yaml: {where}: a paper needs paper and where (and at most url); got {sorted(keys)}")
+        raise SourcesError(
+            f"sources.yaml: {where}: a paper needs paper and where (and at most url); got {sorted(keys)}"
+        )
     return Source(**{key: _text(raw, key, where) for key in keys})
 
 
@@ -139,7 +141,9 @@ def load_entries(path: Path) -> list[Entry]:
         where = f"entry {i + 1} ({raw.get('id', 'no id')})"
         extra = set(raw) - {"id", "claim", "source", "says"}
         if extra:
-            raise SourcesError(f"{path.name}: {where}: unknown fields {sorted(extra)}; an entry has id, claim, source, says")
+            raise SourcesError(
+                f"{path.name}: {where}: unknown fields {sorted(extra)}; an entry has id, claim, source, says"
+            )
         entry_id = raw.get("id")
         if not isinstance(entry_id, str) or not ENTRY_ID.match(entry_id):
             raise SourcesError(f"{path.name}: {where}: id must be kebab-case starting with a chapter number, 'NN-...'")
@@ -243,5 +247,7 @@ def ledger_problems(entries: list[Entry], pages: list[Path]) -> list[str]:
         if entry.id not in linked:
             problems.append(f"sources.yaml: {entry.id} is linked by no chapter")
         elif entry.id in first and first[entry.id] != entry.chapter:
-            problems.append(f"sources.yaml: {entry.id} is first linked by chapter {first[entry.id]}, not {entry.chapter}")
+            problems.append(
+                f"sources.yaml: {entry.id} is first linked by chapter {first[entry.id]}, not {entry.chapter}"
+            )
     return problems
