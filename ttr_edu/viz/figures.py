@@ -171,6 +171,7 @@ def slider_figure(
     ]
     # Below an x-axis title the slider's current-value label would sit on the title: move the slider further down.
     x_title = layout.get("xaxis_title") or (layout.get("xaxis") or {}).get("title")
+    x_title = x_title or (layout_from is not None and layout_from.layout.xaxis.title.text)
     if annotations_by_step:
         figure.update_layout(annotations=list(annotations_by_step[steps[active]]))
     figure.update_layout(
