@@ -190,11 +190,14 @@ def sources_markdown(entries: list[Entry], titles: dict[str, tuple[str, str]] | 
             parts.append(f"## Chapter {chapter}\n")
         for entry in (e for e in entries if e.chapter == chapter):
             sources = entry.sources
-            where = sources[0].markdown() if len(sources) == 1 else "".join(f"\n  - {s.markdown()}" for s in sources)
+            if len(sources) == 1:
+                where = f"- **Source:** {sources[0].markdown()}"
+            else:
+                where = "- **Sources:**" + "".join(f"\n  - {s.markdown()}" for s in sources)
             parts.append(
                 f"({entry.id})=\n### {entry.id}\n\n"
                 f"- **The chapter says:** {entry.claim}\n"
-                f"- **Source:** {where}\n"
+                f"{where}\n"
                 f"- **What it says there:** {entry.says}\n"
             )
     return "\n".join(parts)
