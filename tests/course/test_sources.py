@@ -24,8 +24,9 @@ COMMIT = "ebe13ea2e6409da91d12d22175f4f6efe8bf2f0a"
 
 
 def pages(folder: str) -> list[Path]:
-    """The chapter notebooks of one folder and the Markdown pages of the book beside them."""
-    return sorted((ROOT / folder).glob("[0-9][0-9]_*.ipynb")) + sorted(ROOT.glob("*.md"))
+    """The chapter notebooks of one folder and the book's Markdown pages (those in book.yml's table of contents)."""
+    toc = re.findall(r"^\s*- file:\s*(\S+\.md)\s*$", (ROOT / "book.yml").read_text(), flags=re.MULTILINE)
+    return sorted((ROOT / folder).glob("[0-9][0-9]_*.ipynb")) + [ROOT / name for name in toc]
 
 
 def test_the_ledger_has_entries_with_a_source_each():
