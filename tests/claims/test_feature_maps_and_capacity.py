@@ -20,8 +20,8 @@ def test_swapping_favor_for_dpfp_breaks_the_concentration_comparison():
     # than DPFP" is false in every seed.
     error = run_mutated(
         NOTEBOOK,
-        "spec, top3[label], wrong_top[label], target_weight[label] = capacity.MODELS[label], [], [], []",
-        'spec, top3[label], wrong_top[label], target_weight[label] = capacity.MODELS["DPFP ν=1"], [], [], []',
+        "spec, top3[label], concentration[label], target_weight[label] = capacity.MODELS[label], [], [], []",
+        'spec, top3[label], concentration[label], target_weight[label] = capacity.MODELS["DPFP ν=1"], [], [], []',
     )
     assert error is not None and "ClaimFailed" in error
     assert "FAVOR+ piles its weight on a few keys" in error
