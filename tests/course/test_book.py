@@ -25,9 +25,9 @@ def toc_files() -> list[str]:
     return re.findall(r"^\s*- file:\s*(\S+)\s*$", (ROOT / "book.yml").read_text(), flags=re.MULTILINE)
 
 
-def test_toc_has_the_landing_page_every_chapter_in_order_and_the_instructor_guide():
+def test_toc_has_the_landing_page_every_chapter_in_order_the_sources_and_the_instructor_guide():
     chapters = [f"chapters/{p.name}" for p in sorted((ROOT / "chapters").glob("*.ipynb"))]
-    assert toc_files() == ["intro.md", "notation.md", *chapters, "grading.md"]
+    assert toc_files() == ["intro.md", "notation.md", *chapters, "sources.md", "grading.md"]
 
 
 def test_every_citation_key_is_in_the_bibliography():

@@ -60,8 +60,11 @@ def folder_problems(folder: Path) -> list[str]:
 def test_every_student_notebook_has_no_raw_citation_and_no_link_out_of_the_folder(tmp_path, capsys):
     dest = tmp_path / "my-course"
     assert main(["--root", str(ROOT), "copy", str(dest)]) == 0
-    assert sorted(p.name for p in dest.glob("*.ipynb")) == sorted([*(p.name for p in CHAPTERS), "notation.ipynb"])
+    assert sorted(p.name for p in dest.glob("*.ipynb")) == sorted(
+        [*(p.name for p in CHAPTERS), "notation.ipynb", "sources.ipynb"]
+    )
     assert (dest / "notation.ipynb").is_file(), "every chapter links the notation page: it is copied along"
+    assert (dest / "sources.ipynb").is_file(), "the chapters link the sources ledger: it is copied along"
     assert folder_problems(dest) == []
     first = nbformat.read(dest / CHAPTERS[0].name, as_version=4)
     text = "\n".join(cell.source for cell in first.cells)

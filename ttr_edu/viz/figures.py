@@ -121,6 +121,8 @@ def slider_figure(
     title: str,
     titles_by_step: Mapping[object, str] | None = None,
     active: int = 0,
+    layout_from: go.Figure | None = None,
+    annotations_by_step: Mapping[object, Sequence] | None = None,
     **layout,
 ) -> go.Figure:
     """A figure with a slider that shows one group of traces per step: it works in a static page.
@@ -133,6 +135,9 @@ def slider_figure(
         slider_label: the slider's prefix, e.g. ``"N = "``.
         title: the figure title; ``titles_by_step`` overrides it per step.
         active: the index of the step shown first.
+        layout_from: a figure whose layout (subplot grid, axes, size) the slider figure starts from, for steps whose
+            traces come from figures of one grid (a gallery per test image).
+        annotations_by_step: step label -> the layout annotations shown at that step (a gallery's captions).
         layout: passed to ``figure.update_layout``.
 
     Raises:
@@ -143,7 +148,7 @@ def slider_figure(
         raise ValueError("traces_by_step: expected at least one step, got none")
     if not 0 <= active < len(steps):
         raise ValueError(f"active: expected an index in [0, {len(steps) - 1}], got {active}")
-    figure = go.Figure()
+    figure = go.Figure(layout=layout_from.layout) if layout_from is not None else go.Figure()
     owner = []  # owner[i] = the step index of trace i
     for index, step in enumerate(steps):
         for trace in traces_by_step[step]:
@@ -156,14 +161,30 @@ def slider_figure(
             "label": str(step),
             "method": "update",
             # "title.text", not "title": plotly.js 3+ (JupyterLab's plotly) drops a title set as a bare string
-            "args": [{"visible": [o == index for o in owner]}, {"title.text": titles.get(step, title)}],
+            "args": [
+                {"visible": [o == index for o in owner]},
+                {"title.text": titles.get(step, title)}
+                | ({"annotations": list(annotations_by_step[step])} if annotations_by_step else {}),
+            ],
         }
         for index, step in enumerate(steps)
     ]
+    # Below an x-axis title the slider's current-value label would sit on the title: move the slider further down.
+    x_title = layout.get("xaxis_title") or (layout.get("xaxis") or {}).get("title")
+    x_title = x_title or (layout_from is not None and layout_from.layout.xaxis.title.text)
+    if annotations_by_step:
+        figure.update_layout(annotations=list(annotations_by_step[steps[active]]))
     figure.update_layout(
         title=titles.get(steps[active], title),
         template=TEMPLATE,
-        sliders=[{"active": active, "currentvalue": {"prefix": slider_label}, "steps": slider_steps}],
+        sliders=[
+            {
+                "active": active,
+                "currentvalue": {"prefix": slider_label},
+                "steps": slider_steps,
+                "pad": {"t": 70 if x_title else 20},
+            }
+        ],
         **layout,
     )
     return figure
