@@ -14,9 +14,8 @@ from pathlib import Path, PurePosixPath
 
 import pytest
 
-import ttr_edu.course.cli as cli
 from tests.helpers import start_as_in_a_terminal
-from ttr_edu.course import student_copy
+from ttr_edu.course import lab, student_copy, sync
 from ttr_edu.course.cli import MANIFEST, main
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -103,7 +102,7 @@ def test_copy_then_copy_again_is_a_no_op(tmp_path, capsys):
 
 def test_second_start_after_editing_two_notebooks_opens_jupyterlab_with_the_edits(tmp_path, monkeypatch, capsys):
     launched = []
-    monkeypatch.setattr(cli, "run_foreground", lambda command, stopped="": launched.append(command) or 0)
+    monkeypatch.setattr(lab, "run_foreground", lambda command, dest, resume: launched.append(command) or 0)
     dest = tmp_path / "my-course"
     assert run("start", str(dest)) == 0
     for path in (dest / FIRST.name, dest / DELTA.name):
@@ -203,7 +202,7 @@ def test_two_forced_copies_in_one_second_keep_both_backups(tmp_path, monkeypatch
         def now():
             return __import__("datetime").datetime(2026, 1, 1, 12, 0, 0)
 
-    monkeypatch.setattr(cli, "datetime", FrozenClock)
+    monkeypatch.setattr(sync, "datetime", FrozenClock)
     dest = tmp_path / "course"
     assert run("copy", str(dest), "1") == 0
     for work in ("first edit", "second edit"):
@@ -229,10 +228,10 @@ def test_a_backup_appears_under_its_name_only_once_whole(tmp_path, monkeypatch):
         seen.append(sorted(p.name for p in dest.glob("*.backup-*.ipynb")))
         raise Killed  # the run dies with the data written but not yet under its name
 
-    monkeypatch.setattr(cli.os, "fsync", killed_after_fsync)
+    monkeypatch.setattr(sync.os, "fsync", killed_after_fsync)
     with pytest.raises(Killed):
         main(["--root", str(ROOT), "copy", str(dest), "1", "--force"])
-    monkeypatch.setattr(cli.os, "fsync", real_fsync)
+    monkeypatch.setattr(sync.os, "fsync", real_fsync)
     assert seen == [[]]  # at the moment of the kill no backup name existed
     assert not list(dest.glob("*.backup-*.ipynb")) and (dest / FIRST.name).read_text() == "my work"
     assert run("copy", str(dest), "1", "--force") == 0
@@ -244,10 +243,10 @@ def test_backups_stay_exclusive_where_the_file_system_has_no_hard_links(tmp_path
     def no_links(*args, **kwargs):
         raise OSError(1, "Operation not permitted")
 
-    monkeypatch.setattr(cli.os, "link", no_links)
+    monkeypatch.setattr(sync.os, "link", no_links)
     taken = tmp_path / "01_x.backup-1.ipynb"
     taken.write_text("an earlier backup", encoding="utf-8")
-    written = cli._create_exclusive(taken, b"new backup")
+    written = sync._create_exclusive(taken, b"new backup")
     assert written.name == "01_x.backup-1-2.ipynb" and written.read_bytes() == b"new backup"
     assert taken.read_text() == "an earlier backup"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["01_x.backup-1-2.ipynb", "01_x.backup-1.ipynb"]
@@ -255,7 +254,7 @@ def test_backups_stay_exclusive_where_the_file_system_has_no_hard_links(tmp_path
 
 def test_start_uses_this_interpreter_and_passes_jupyterlab_options_through(tmp_path, monkeypatch):
     launched = []
-    monkeypatch.setattr(cli, "run_foreground", lambda command, stopped="": launched.append(command) or 0)
+    monkeypatch.setattr(lab, "run_foreground", lambda command, dest, resume: launched.append(command) or 0)
     monkeypatch.setenv("PATH", str(tmp_path))  # no `jupyter` on PATH, as when ttr-edu runs by its full path
     dest = tmp_path / "course"
     assert (
@@ -288,7 +287,7 @@ def test_start_uses_this_interpreter_and_passes_jupyterlab_options_through(tmp_p
 
 
 def test_start_without_jupyterlab_says_how_to_install_and_copies_nothing(tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr(cli.importlib.util, "find_spec", lambda name: None)
+    monkeypatch.setattr(lab.importlib.util, "find_spec", lambda name: None)
     assert run("start", str(tmp_path / "course")) == 2
     assert "pip install 'ttr-edu[course]'" in capsys.readouterr().err
     assert not (tmp_path / "course").exists()
@@ -527,16 +526,16 @@ def test_a_failed_run_never_makes_an_untouched_notebook_look_edited(tmp_path, mo
     assert run("copy", str(dest)) == 0
     rel_b = course_copy(tmp_path, "release-b", change=[FIRST.name, "05_dual_form.ipynb"])
     rel_c = course_copy(tmp_path, "release-c", change=[FIRST.name, "05_dual_form.ipynb"])
-    real = cli.write_atomically
+    real = sync.write_atomically
 
     def fail_on_05(path, text):
         if path.name.startswith("05_"):
             raise PermissionError(13, "Permission denied", str(path))
         return real(path, text)
 
-    monkeypatch.setattr(cli, "write_atomically", fail_on_05)
+    monkeypatch.setattr(sync, "write_atomically", fail_on_05)
     assert run("copy", str(dest), root=rel_b) == 2  # 01 is refreshed, then 05 fails
-    monkeypatch.setattr(cli, "write_atomically", real)
+    monkeypatch.setattr(sync, "write_atomically", real)
     capsys.readouterr()
     assert run("copy", str(dest), root=rel_c) == 0
     out = capsys.readouterr().out
@@ -601,7 +600,7 @@ def test_generate_writes_all_or_nothing(tmp_path, capsys):
 
 def _wait_until_working(process, dest: Path, timeout: float = 120) -> bool:
     """Wait until ``process`` has opened DEST's lock file: past start-up, inside the copy (Linux /proc)."""
-    lock = str(dest / cli.LOCK)
+    lock = str(dest / sync.LOCK)
     deadline = time.monotonic() + timeout
     while process.poll() is None and time.monotonic() < deadline:
         try:
