@@ -379,7 +379,7 @@ def _missing_extra(err: ImportError, command: str) -> str:
     module = (err.name or "").split(".")[0]
     if module in EXTRAS:
         extra = EXTRAS[module]
-        return f"ttr-edu {command} needs {module}, which the [{extra}] extra installs: pip install 'ttr-edu[{extra}]'"
+        return f"{command} needs {module}, which the [{extra}] extra installs: pip install 'ttr-edu[{extra}]'"
     return str(err)
 
 

@@ -113,21 +113,20 @@ def _saved_since(dest: Path, before: dict[str, float]) -> str:
     return f"saved during this session: {when}"
 
 
-def _ask_to_stop(dest: Path) -> bool:
+def _ask_to_stop(dest: Path, before: dict[str, float]) -> bool:
     """After a Ctrl-C: whether to stop JupyterLab. Without a terminal to ask in, yes; a second Ctrl-C, yes."""
     if sys.stdin is None or not sys.stdin.isatty():
         return True
     print(
-        f"\nttr-edu: stop JupyterLab? Edits not saved yet (a notebook tab marked ●) are lost: save them first "
-        f"(Ctrl-S). Notebooks in {dest}: {_saved_since(dest, {})}. Stop now? (y/[n]; no answer in {ASK_SECONDS} s: "
+        f"\nttr-edu: stop JupyterLab? Edits not saved yet (a notebook tab marked ●) would be lost: save them first "
+        f"(Ctrl-S); so far {_saved_since(dest, before)}. Stop now? (y/[n]; with no answer in {ASK_SECONDS} s "
         "JupyterLab goes on) ",
         end="",
         file=sys.stderr,
         flush=True,
     )
     try:
-        ready, _, _ = select.select([sys.stdin], [], [], ASK_SECONDS)
-        answer = sys.stdin.readline().strip().lower() if ready else ""
+        answer = _answer(sys.stdin.fileno(), ASK_SECONDS)
     except KeyboardInterrupt:
         print(file=sys.stderr)
         return True
@@ -135,6 +134,21 @@ def _ask_to_stop(dest: Path) -> bool:
         return True
     print("ttr-edu: JupyterLab goes on; Ctrl-C again to stop it.", file=sys.stderr, flush=True)
     return False
+
+
+def _answer(fd: int, seconds: float) -> str:
+    """The first line typed on the terminal ``fd`` within ``seconds`` (lower case), or "" if none came. Read from the
+    file descriptor itself (a terminal gives a line per read, and nothing stays in a buffer for the next question);
+    an empty read, which a terminal can give spuriously, is not an answer."""
+    deadline = time.monotonic() + seconds
+    while (left := deadline - time.monotonic()) > 0:
+        if not select.select([fd], [], [], left)[0]:
+            break
+        line = os.read(fd, 1024).decode(errors="replace").strip().lower()
+        if line:
+            return line
+        time.sleep(0.1)
+    return ""
 
 
 def _stop(process: subprocess.Popen) -> None:
@@ -176,14 +190,15 @@ def run_foreground(command: list[str], dest: Path, resume: str) -> int:
     signal.signal(signal.SIGHUP, _raise_stopped)
     process, signum = None, None
     try:
-        # its own session: the terminal's Ctrl-C reaches ttr-edu alone, which asks before it stops JupyterLab
-        process = subprocess.Popen(command, start_new_session=True, preexec_fn=preexec)
+        # its own session and no standard input: the terminal's Ctrl-C, and the answer to our question, reach
+        # ttr-edu alone, which asks before it stops JupyterLab
+        process = subprocess.Popen(command, stdin=subprocess.DEVNULL, start_new_session=True, preexec_fn=preexec)
         while signum is None:
             try:
                 status = process.wait()  # JupyterLab ended by itself (File > Shut Down)
                 break
             except KeyboardInterrupt:
-                signum = signal.SIGINT if _ask_to_stop(dest) else None
+                signum = signal.SIGINT if _ask_to_stop(dest, before) else None
     except _Stopped as stopped:
         signum = stopped.signum
     try:
