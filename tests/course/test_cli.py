@@ -724,7 +724,9 @@ def test_ctrl_c_during_check_is_one_line_and_exit_130_and_leaves_no_kernel(tmp_p
     import psutil
 
     nb = nbformat.read(CHAPTER_01, as_version=4)
-    nb.cells.insert(2, nbformat.v4.new_code_cell("import time\ntime.sleep(600)  # a long training cell"))
+    inside = tmp_path / "inside-the-long-cell"
+    long_cell = f"import pathlib, time\npathlib.Path({str(inside)!r}).touch()\ntime.sleep(600)  # a long training cell"
+    nb.cells.insert(2, nbformat.v4.new_code_cell(long_cell))
     nbformat.write(nb, tmp_path / CHAPTER_01.name)
     command = [
         sys.executable,
@@ -752,7 +754,9 @@ def test_ctrl_c_during_check_is_one_line_and_exit_130_and_leaves_no_kernel(tmp_p
                 if "ipykernel_launcher" in " ".join(p.cmdline())
             ]
         assert kernels, "no kernel started"
-        time.sleep(15)  # inside the long cell, or still importing: either way a Ctrl-C must end cleanly
+        while not inside.exists() and process.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.2)  # wait until the kernel runs the long cell: the Ctrl-C lands there, whatever the load
+        assert inside.exists(), "the long cell never started"
         os.killpg(process.pid, signal.SIGINT)
         out, err = process.communicate(timeout=120)
     finally:
@@ -763,7 +767,7 @@ def test_ctrl_c_during_check_is_one_line_and_exit_130_and_leaves_no_kernel(tmp_p
     assert "Traceback" not in err, err
     lines = [line for line in err.splitlines() if not line.startswith("running ")]
     assert lines == ["ttr-edu: interrupted; the check stopped and its kernel is shut down (your notebook is unchanged)"]
-    time.sleep(1)
+    psutil.wait_procs(kernels, timeout=60)  # returns as soon as they are gone
     assert not [k for k in kernels if k.is_running() and k.status() != psutil.STATUS_ZOMBIE]
 
 
