@@ -439,6 +439,7 @@ SIZE_RANGES = dict(B=(1, 2), T=(1, 5), H=(1, 2), D_k=(1, 4), D_v=(1, 3), N=(1, 4
 #: Seconds before a case counts as a hang (the machine may be loaded: generous).
 CASE_SECONDS = float(os.environ.get("TTR_FUZZ_CASE_SECONDS", "20"))
 TALLY: dict[str, dict[str, int]] = {}
+BY_CLASS: dict[str, dict[str, int]] = {}  # input class (fuzz.CLASSES) -> outcome -> cases
 FAILURES: dict[str, list[str]] = {}
 
 
@@ -585,6 +586,8 @@ def _run_target(target, data):
             target.finite,
         )
         tally[outcome.kind] = tally.get(outcome.kind, 0) + 1
+        by_class = BY_CLASS.setdefault(fuzz.class_of(label), {})
+        by_class[outcome.kind] = by_class.get(outcome.kind, 0) + 1
         if outcome.kind != "clean":
             FAILURES.setdefault(target.name, []).append(
                 f"{outcome.kind}: {label} (expect {expect}; sizes {sizes}, {dtype}): {outcome.detail}"
@@ -621,7 +624,10 @@ def teardown_module():
     print(
         f"public-callable fuzz: {sum(totals.values())} cases over {len(TALLY)} targets: {dict(sorted(totals.items()))}"
     )
+    for name, counts in sorted(BY_CLASS.items()):
+        print(f"  {name}: {dict(sorted(counts.items()))}")
     report = os.environ.get("TTR_FUZZ_REPORT")
     if report:
         with open(report, "w") as out:
-            json.dump({"totals": totals, "targets": TALLY, "failures": FAILURES}, out, indent=1, sort_keys=True)
+            summary = {"totals": totals, "by_class": BY_CLASS, "targets": TALLY, "failures": FAILURES}
+            json.dump(summary, out, indent=1, sort_keys=True)

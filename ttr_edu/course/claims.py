@@ -228,9 +228,13 @@ def _number(value, name: str) -> float:
         )
     ):
         raise TypeError(f"{name}: expected a number, got {type(value).__name__} {value!r}")
+    if isinstance(value, complex) or getattr(value, "is_complex", lambda: False)():
+        raise TypeError(f"{name}: expected a real number, got {type(value).__name__} {value!r}")
     try:
         number = float(value)
-    except (TypeError, ValueError):
+    except OverflowError:
+        raise ValueError(f"{name}: {value!r} is too large for a float") from None
+    except (TypeError, ValueError, RuntimeError):  # RuntimeError: a tensor of more than one element
         raise TypeError(f"{name}: expected a number, got {type(value).__name__}") from None
     if math.isnan(number):
         raise ValueError(f"{name}: got NaN, which no claim can rest on")
