@@ -16,6 +16,11 @@ outcome of a case is one of:
 
 Expectations of a mutation: ``"bad"`` must be refused or announced; ``"valid"`` must compute; ``"either"`` may do
 either, as long as the outcome is clean (a meta tensor may run, yielding meta outputs, or be refused by name).
+
+The input classes every argument is broken in, one argument at a time with the rest valid (:data:`CLASSES` counts
+the cases of each): each axis of a tensor of size 0; int, bool, complex, half and another float dtype; NaN and ±inf
+in float tensors and in int and float scalars; the same values in a non-contiguous view, and a stride-0 view; meta
+tensors; NumPy and torch scalars where a Python number goes; ints beyond int64 and beyond a float, numbers as strings.
 """
 
 from __future__ import annotations
