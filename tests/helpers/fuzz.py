@@ -297,7 +297,8 @@ class Int(Kind):
             ("str", lambda: "3", "bad"),
             ("none", lambda: None, "valid" if self.optional else "bad"),
             ("huge", lambda: HUGE, self.huge),
-            ("beyond_int64", lambda: 10**30, self.huge),  # no tensor can hold it: refused, or capped as HUGE is
+            # no tensor can hold it: refused by name, or capped where HUGE is
+            ("beyond_int64", lambda: 10**30, "either" if self.huge == "valid" else self.huge),
             ("nan", lambda: math.nan, "bad"),
             ("inf", lambda: math.inf, "bad"),
             ("str_huge", lambda: "1" + "0" * 30, "bad"),

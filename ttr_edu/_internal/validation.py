@@ -284,12 +284,18 @@ def check_same_device(**tensors: torch.Tensor | None) -> torch.device:
 INT64_MAX = 2**63 - 1  # the largest int a tensor, a shape or a range in torch can hold
 
 
+def _big(value: int) -> str:
+    """An int as an error message shows it: its digits, or how many there are."""
+    digits = str(abs(value))
+    return digits if len(digits) <= 24 else f"an int of {len(digits)} digits"
+
+
 def _as_float(name: str, value) -> float:
     """``float(value)``; an int too large for a float (``10**400``) is refused by name, not an ``OverflowError``."""
     try:
         return float(value)
     except OverflowError:
-        raise ValueError(f"{name}: {value:.3e} is too large for a float") from None
+        raise ValueError(f"{name}: {_big(value)} is too large for a float") from None
 
 
 def check_positive_int(name: str, value, *, maximum: int | None = None, why: str = "") -> int:
@@ -300,7 +306,7 @@ def check_positive_int(name: str, value, *, maximum: int | None = None, why: str
     if value <= 0:
         raise ValueError(f"{name}: expected a positive int, got {value}")
     if value > INT64_MAX:
-        raise ValueError(f"{name}: expected an int a 64-bit integer holds (at most 2**63 - 1), got {value:.3e}")
+        raise ValueError(f"{name}: expected an int a 64-bit integer holds (at most 2**63 - 1), got {_big(value)}")
     if maximum is not None and value > maximum:
         raise ValueError(f"{name}: expected an int from 1 to {maximum}{f' ({why})' if why else ''}, got {value}")
     return value
@@ -315,7 +321,7 @@ def check_seed(name: str, seed, *, allow_none: bool = False) -> None:
         expected = "an int or None" if allow_none else "an int"
         raise TypeError(f"{name}: expected {expected}, got {type(seed).__name__} {seed!r}")
     if not -(2**63) <= seed < 2**64:
-        raise ValueError(f"{name}: expected a seed from -2**63 to 2**64 - 1 (a torch generator's), got {seed:.3e}")
+        raise ValueError(f"{name}: expected a seed from -2**63 to 2**64 - 1 (a torch generator's), got {_big(seed)}")
 
 
 def check_real(name: str, value, *, low: float | None = None, high: float | None = None, dtype=None) -> float:
