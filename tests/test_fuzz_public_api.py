@@ -439,12 +439,32 @@ EXCLUDED = {
 #: Modules another branch is rewriting: their targets run and are counted, and a bad outcome is an expected failure
 #: (xfail, not strict) until that branch lands, with the reason.
 OWNED_ELSEWHERE: dict[str, str] = {}
+#: Findings left to the code's owner, per target: (a pattern every failure of the target matches, the reason). The
+#: target is an expected failure (not strict) while its failures are exactly these; any other failure fails it.
+_HALF_STATE = (
+    re.compile(r"^silent: initial_state:\[\d\]half_dtype "),
+    "a float16 part of a tuple state beside float32 inputs is accepted silently (a float64 part is refused by "
+    "name); the ops' state checks are being rewritten with the layer pipeline",
+)
+KNOWN_FINDINGS: dict[str, tuple[re.Pattern, str]] = {
+    name: _HALF_STATE
+    for name in (
+        "ttr_edu.ops.rls_chunk",
+        "ttr_edu.ops.rls_exact",
+        "ttr_edu.ops.rls_recurrent",
+        "ttr_edu.ops.ttt_mlp_chunk",
+        "ttr_edu.ops.ttt_mlp_recurrent",
+        "ttr_edu.regression.TestTimeRegression.__call__.titans",
+        "ttr_edu.regression.TestTimeRegression.__call__.ttt_mlp",
+    )
+}
 
 #: Size ranges drawn for each named dim (a recipe may override them).
 SIZE_RANGES = dict(B=(1, 2), T=(1, 5), H=(1, 2), D_k=(1, 4), D_v=(1, 3), N=(1, 4), M=(1, 4), D_h=(1, 3))
 #: Seconds before a case counts as a hang (the machine may be loaded: generous).
 CASE_SECONDS = float(os.environ.get("TTR_FUZZ_CASE_SECONDS", "20"))
 TALLY: dict[str, dict[str, int]] = {}
+BY_CLASS: dict[str, dict[str, int]] = {}  # input class (fuzz.CLASSES) -> outcome -> cases
 FAILURES: dict[str, list[str]] = {}
 
 
@@ -529,7 +549,7 @@ def _cases(target, sizes, seed, dtype):
     base, ctx = build(sizes)
     for name, kind in target.args.items():
         for label, thunk, expect in kind.mutations(base[name], ctx):
-            if f"{name}:{label}" in target.skip:
+            if f"{name}:{label}" in target.skip or (label == "beyond_int64" and f"{name}:huge" in target.skip):
                 continue
 
             def make(name=name, thunk=thunk):
@@ -591,6 +611,8 @@ def _run_target(target, data):
             target.finite,
         )
         tally[outcome.kind] = tally.get(outcome.kind, 0) + 1
+        by_class = BY_CLASS.setdefault(fuzz.class_of(label), {})
+        by_class[outcome.kind] = by_class.get(outcome.kind, 0) + 1
         if outcome.kind != "clean":
             FAILURES.setdefault(target.name, []).append(
                 f"{outcome.kind}: {label} (expect {expect}; sizes {sizes}, {dtype}): {outcome.detail}"
@@ -615,6 +637,9 @@ def test_public_callable_is_never_silent_obscure_or_hanging(name):
     owner = next((reason for prefix, reason in OWNED_ELSEWHERE.items() if name.startswith(prefix)), None)
     if failures and owner:
         pytest.xfail(f"{owner}: {len(failures)} bad outcomes, e.g. {failures[0]}")
+    known = KNOWN_FINDINGS.get(name)
+    if failures and known and all(known[0].match(line) for line in failures):
+        pytest.xfail(f"{known[1]}: {len(failures)} cases, e.g. {failures[0]}")
     assert not failures, f"{len(failures)} bad outcomes:\n" + "\n".join(failures[:30])
 
 
@@ -627,7 +652,10 @@ def teardown_module():
     print(
         f"public-callable fuzz: {sum(totals.values())} cases over {len(TALLY)} targets: {dict(sorted(totals.items()))}"
     )
+    for name, counts in sorted(BY_CLASS.items()):
+        print(f"  {name}: {dict(sorted(counts.items()))}")
     report = os.environ.get("TTR_FUZZ_REPORT")
     if report:
         with open(report, "w") as out:
-            json.dump({"totals": totals, "targets": TALLY, "failures": FAILURES}, out, indent=1, sort_keys=True)
+            summary = {"totals": totals, "by_class": BY_CLASS, "targets": TALLY, "failures": FAILURES}
+            json.dump(summary, out, indent=1, sort_keys=True)
