@@ -74,7 +74,7 @@ def test_ut_spec_reproduces_the_package_delta_rule():
     """The spec 𝒯 is the one the package's chunk form uses: a chunk step built on it matches ops.delta_rule."""
     gen = torch.Generator().manual_seed(0)
     C, d_k, d_v = 6, 4, 3
-    rand = lambda *shape: torch.randn(*shape, generator=gen, dtype=torch.float64)  # noqa: E731
+    rand = lambda *shape: torch.randn(*shape, generator=gen, dtype=torch.float64)
     q, v, S = rand(C, d_k), rand(C, d_v), rand(d_k, d_v)
     k = torch.nn.functional.normalize(rand(C, d_k), dim=-1)
     beta = torch.rand(C, generator=gen, dtype=torch.float64)

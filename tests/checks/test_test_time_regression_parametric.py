@@ -19,8 +19,30 @@ def decay_weights(g):
     return (G[:, None] - G[None, :]).masked_fill(~causal, float("-inf")).exp()
 
 
-def sgd_step(S, k, v, beta):
-    return S + beta * torch.outer(k, v - S.T @ k)
+def sweep_operator(k, beta):
+    M = torch.eye(k.shape[1], dtype=k.dtype)
+    for t in range(k.shape[0]):
+        M = (torch.eye(k.shape[1], dtype=k.dtype) - beta[t] * torch.outer(k[t], k[t])) @ M
+    return M
+
+
+def sweep_operator_by_sgd_steps(k, beta):  # the columns of M are the errors left from the identity, one pass each
+    E = torch.eye(k.shape[1], dtype=k.dtype)
+    for t in range(k.shape[0]):
+        E = E - beta[t] * torch.outer(k[t], k[t] @ E)
+    return E
+
+
+def sweep_operator_reversed(k, beta):  # the first pair's factor leftmost: the transpose
+    return sweep_operator(k.flip(0), beta.flip(0))
+
+
+def sweep_operator_first_order(k, beta):  # I − Σ β_t k_t k_tᵀ: the products of the factors dropped
+    return torch.eye(k.shape[1], dtype=k.dtype) - (beta[:, None] * k).T @ k
+
+
+def sweep_operator_normalised(k, beta):  # Kaczmarz's step β/‖k‖², not the exercise's β
+    return sweep_operator(k, beta / (k * k).sum(1))
 
 
 def ridge_readout(q, k, v, ridge):
@@ -34,7 +56,8 @@ def ridge_readout(q, k, v, ridge):
 
 CHECKS = [
     (checks.check_decay_weights, decay_weights),
-    (checks.check_sgd_step, sgd_step),
+    (checks.check_sweep_operator, sweep_operator),
+    (checks.check_sweep_operator, sweep_operator_by_sgd_steps),
     (checks.check_ridge_readout, ridge_readout),
 ]
 
@@ -63,7 +86,9 @@ def pseudo_inverse_readout(q, k, v, ridge):  # the ridge ignored: minimum-norm f
 
 
 WRONG = [
-    ("sgd: S k instead of Sᵀ k", checks.check_sgd_step, lambda S, k, v, beta: S + beta * torch.outer(k, v - S @ k)),
+    ("sweep: first order, products dropped", checks.check_sweep_operator, sweep_operator_first_order),
+    ("sweep: steps normalised by ‖k‖²", checks.check_sweep_operator, sweep_operator_normalised),
+    ("sweep: the identity", checks.check_sweep_operator, lambda k, beta: torch.eye(k.shape[1], dtype=k.dtype)),
     ("ridge: ridge ignored (pseudo-inverse)", checks.check_ridge_readout, pseudo_inverse_readout),
     ("decay: includes the pair's own gate", checks.check_decay_weights, decay_including_own_gate),
     (
@@ -71,8 +96,6 @@ WRONG = [
         checks.check_decay_weights,
         lambda g: (torch.cumsum(g, 0)[:, None] - torch.cumsum(g, 0)[None, :]).exp(),
     ),
-    ("sgd: Hebbian write, no error term", checks.check_sgd_step, lambda S, k, v, beta: S + beta * torch.outer(k, v)),
-    ("sgd: gradient ascent", checks.check_sgd_step, lambda S, k, v, beta: S - beta * torch.outer(k, v - S.T @ k)),
     ("ridge: covariance ignored", checks.check_ridge_readout, linear_attention_readout),
     ("ridge: not causal", checks.check_ridge_readout, non_causal_readout),
 ]
@@ -82,6 +105,31 @@ WRONG = [
 def test_plausible_wrong_answers_are_rejected(label, check, wrong):
     with pytest.raises(CheckFailed):
         check(wrong)
+
+
+def test_the_reversed_product_is_named():
+    with pytest.raises(CheckFailed, match="transpose of the pass's: the factors are in reverse order"):
+        checks.check_sweep_operator(sweep_operator_reversed)
+
+
+def test_the_sweep_operator_is_what_a_pass_of_sgd_does_to_the_error():
+    # The chapter's reason for it: with consistent targets, one pass of the package's SGD multiplies the error by M.
+    from ttr_edu.regression import Linear, MultiPassSGD, TestTimeRegression, Uniform
+
+    g = torch.Generator().manual_seed(0)
+    k, W = torch.randn(6, 8, generator=g, dtype=torch.float64), torch.randn(8, 3, generator=g, dtype=torch.float64)
+    beta = 0.3 + 0.2 * torch.rand(6, generator=g, dtype=torch.float64)
+    sgd = TestTimeRegression(Uniform(), Linear(), MultiPassSGD(2))
+    _, S = sgd(
+        k[None, :, None],
+        k[None, :, None],
+        (k @ W)[None, :, None],
+        beta=beta[None, :, None],
+        scale=1.0,
+        output_final_state=True,
+    )
+    M = sweep_operator(k, beta)
+    torch.testing.assert_close(S[0, 0] - W, M @ M @ (-W))
 
 
 def decay_masked_after_exp(g):  # the exponential first, then the mask: inf · 0 = NaN under a strong decay
@@ -287,7 +335,23 @@ def _rls_by_rows(k, v, ridge, initial_state=None):  # (1, D) rows and matrix pro
     return S
 
 
+def _sweep_by_the_delta_rule(k, beta):  # a pass of the package's delta rule from S_0 = I with v = 0 leaves M
+    from ttr_edu.ops import delta_rule_recurrent
+
+    eye = torch.eye(k.shape[1], dtype=k.dtype)
+    zeros = torch.zeros(k.shape[0], k.shape[1], dtype=k.dtype)
+    args = (x[None, :, None] for x in (k, k, zeros, beta))
+    return delta_rule_recurrent(*args, scale=1.0, initial_state=eye[None, None], output_final_state=True)[1][0, 0]
+
+
 WRONG_ANSWERS = [
+    ("6.3 the factors in reverse order", checks.check_sweep_operator, sweep_operator_reversed,
+     "your product is the transpose of the pass's"),
+    ("6.3 first order, the products dropped", checks.check_sweep_operator, sweep_operator_first_order,
+     "wrong values"),
+    ("6.3 Kaczmarz's normalised steps", checks.check_sweep_operator, sweep_operator_normalised, "wrong values"),
+    ("6.3 a pass of the package's delta rule", checks.check_sweep_operator, _sweep_by_the_delta_rule,
+     "calls the package's own implementation"),
     ("6.1 not causal: all T pairs", checks.check_ridge_readout, non_causal_readout, "wrong values"),
     ("6.1 pairs 1..t − 1", checks.check_ridge_readout,
      lambda q, k, v, ridge: _ridge_readout(q, k, v, ridge, pairs="exclusive"), "wrong values"),
@@ -328,6 +392,12 @@ def test_a_plausible_wrong_answer_is_refused_for_its_reason(label, check, answer
 
 
 RIGHT_VARIANTS = [
+    ("6.3 the errors left from the identity", checks.check_sweep_operator, sweep_operator_by_sgd_steps, None),
+    ("6.3 functools.reduce over the factors", checks.check_sweep_operator, lambda k, beta: __import__(
+        "functools").reduce(lambda M, f: f @ M, [torch.eye(len(x), dtype=k.dtype) - b * torch.outer(x, x)
+                                                for x, b in zip(k, beta)], torch.eye(k.shape[1], dtype=k.dtype)), None),
+    ("6.3 in float32", checks.check_sweep_operator, lambda k, beta: sweep_operator(k.float(), beta.float()),
+     DTYPE_NAMED),
     ("6.1 the push-through form", checks.check_ridge_readout, _ridge_by_push_through, None),
     ("6.1 in float32", checks.check_ridge_readout,
      lambda q, k, v, ridge: _ridge_readout(q.float(), k.float(), v.float(), ridge), DTYPE_NAMED),

@@ -1,6 +1,6 @@
 """Grading: every check cell is an nbgrader test worth its exercise's stars that imports its check afresh; under
 nbgrader's autograder an unattempted or wrong exercise scores 0 and a solved one full marks, while in the student's own
-kernel the notebook runs on; and the five ways round 2 of the reliability review fooled the grader score 0."""
+kernel the notebook runs on; and the five ways a reader playing a student once fooled the grader score 0."""
 
 import copy
 import os
@@ -191,8 +191,8 @@ QUIET = 'c.KernelManager.transport_encryption = "auto"\n'
 @pytest.mark.slow
 @pytest.mark.notebook
 def test_nbgrader_scores_honest_work_as_before_and_each_attack_0(tmp_path):
-    """nbgrader's own generate_assignment and autograde on chapter 01, as grading.md says. Before the fixes of issue 24
-    the attacks scored 9, 1, 9, 9 and 0 of 9 (reliability review 2 §4, browser-and-classroom review 2 §3)."""
+    """nbgrader's own generate_assignment and autograde on chapter 01, as grading.md says. Before the fixes
+    the attacks scored 9, 1, 9, 9 and 0 of 9."""
     pytest.importorskip("nbgrader")
     got, printed = autograde(tmp_path, ROOT, QUIET)
     print(f"nbgrader scores: {got}")
@@ -353,7 +353,7 @@ def test_passed_tells_a_later_cell_whether_to_use_the_students_function(monkeypa
         raise NotImplementedError()
 
     def right(keys, values):
-        return sum(torch.outer(v, k) for k, v in zip(keys, values))
+        return torch.einsum("n k, n v -> v k", keys, values)
 
     assert passed("no_such_exercise") is False
     assert checks.check_store(unattempted) is False and passed("store") is False

@@ -10,7 +10,10 @@ The contract (CONTRIBUTING.md, "Conventions"; the flash-linear-attention convent
 
 from __future__ import annotations
 
+import os
+import sys
 import warnings
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -21,6 +24,11 @@ QK = ("B", "T", "H", "D_k")
 V = ("B", "T", "H", "D_v")
 PER_TOKEN = ("B", "T", "H")
 STATE = ("B", "H", "D_k", "D_v")
+
+
+#: What an op carries between calls: the state ``S`` ``(B, H, D_k, D_v)``, or a tuple of tensors where it is more
+#: (``(S, z)`` of normalised linear attention, ``(S, P)`` of RLS, the MLP's ``(W1, W2)``, Titans' memory and momentum).
+State = torch.Tensor | tuple[Any, ...]
 
 
 def shares_doc(shared: str):
@@ -228,6 +236,19 @@ def fla_output(o: torch.Tensor, dtype: torch.dtype | None) -> torch.Tensor:
     return o.to(dtype or o.dtype, memory_format=torch.contiguous_format).contiguous()
 
 
+_PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def stacklevel_outside_the_package() -> int:
+    """The ``stacklevel`` for ``warnings.warn`` in the caller of this function that points at the first frame
+    outside ``ttr_edu``: the user's line, however many of the package's wrappers (input policy, ``cu_seqlens``)
+    lie between."""
+    frame, level = sys._getframe(1), 1
+    while frame is not None and frame.f_code.co_filename.startswith(_PACKAGE + os.sep):
+        frame, level = frame.f_back, level + 1
+    return level
+
+
 def check_stability(beta: torch.Tensor, k: torch.Tensor, mode: str) -> None:
     """Warn or raise when ``beta_t ||k_t||^2`` leaves ``[0, 2]`` (up to rounding), where the delta rule is unstable.
 
@@ -263,7 +284,7 @@ def check_stability(beta: torch.Tensor, k: torch.Tensor, mode: str) -> None:
     )
     if mode == "raise":
         raise ValueError(f"beta: {message}")
-    warnings.warn(message, RuntimeWarning, stacklevel=5)  # at the caller of the (guarded) public op
+    warnings.warn(message, RuntimeWarning, stacklevel=stacklevel_outside_the_package())  # at the op's caller
 
 
 def extend_kv_cache(k, v, initial_state, dims: Dims):

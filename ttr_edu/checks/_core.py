@@ -112,7 +112,7 @@ def _started_under_grader() -> bool:
         import psutil
 
         return psutil.Process().environ().get("NBGRADER_EXECUTION") in _GRADER_MODES
-    except Exception:  # noqa: BLE001 - no psutil, or a platform it cannot read: the value at import stands
+    except Exception:  # no psutil, or a platform it cannot read: the value at import stands
         return False
 
 
@@ -131,7 +131,7 @@ def _in_kernel() -> bool:
     ipython = sys.modules.get("IPython")
     try:
         return ipython is not None and ipython.get_ipython() is not None
-    except Exception:  # noqa: BLE001 - a broken IPython is no kernel
+    except Exception:  # a broken IPython is no kernel
         return False
 
 

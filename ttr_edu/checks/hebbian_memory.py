@@ -4,7 +4,7 @@ Every exercise is declared once (:func:`ttr_edu.checks._rules.exercise`): the sa
 kernel and in the grading engine. Calling the package's own function (the reference) is ruled out for each. The cases
 are as wide as the exercises' text: keys and values of any length and correlated keys, in float64 and float32; "no
 Python loop" is held by the number of torch operations the answer runs at two sizes (:class:`~ttr_edu.checks._rules.
-OpCount`), and "a Python float" by the result's type.
+OpCount`), and 1.4's "a Python float" by the result's type.
 """
 
 from __future__ import annotations
@@ -217,8 +217,6 @@ def check_cleanup_scores(cleanup_scores: Callable) -> bool:
     ``[r, j, i] = v_iᵀ (W_r k_j)``."""
 
 
-@exercise(
-    reference=hebbian.rival_score_variance, cases=_variance_cases, rules=Rules(returns=float), rtol=1e-9, atol=0.0
-)
+@exercise(reference=hebbian.rival_score_variance, cases=_variance_cases, rtol=1e-9, atol=0.0)
 def check_rival_score_variance(rival_score_variance: Callable) -> bool:
     """Check ``rival_score_variance(n, d)``: the exact variance of a rival's clean-up score for random unit pairs."""

@@ -2,10 +2,11 @@
 
 The exercises use one sequence and one head: ``k, q`` are ``(T, D_k)``, ``v`` is ``(T, D_v)``, a log decay ``g`` is
 ``(T,)`` and a memory ``S`` is ``(D_k, D_v)`` (read out as ``Sᵀ q``). The references run the package's framework on
-the same data in the fla layout ``(1, T, 1, D)``, except RLS's, which is one solve. Every exercise is declared once
-(:func:`ttr_edu.checks._rules.exercise`), with cases in float64 and float32, keys of several lengths and correlated
-keys; the package's regression layers and RLS ops are ruled out as answers, and RLS's "no solve and no inverse" is
-enforced at torch's dispatcher, whatever the spelling (:mod:`ttr_edu.checks._guard`).
+the same data in the fla layout ``(1, T, 1, D)``, except the sweep operator's, which is the product it defines, and
+RLS's, which is one solve. Every exercise is declared once (:func:`ttr_edu.checks._rules.exercise`), with cases in
+float64 and float32, keys of several lengths and correlated keys; the package's regression layers, delta-rule and RLS
+ops are ruled out as answers, and RLS's "no solve and no inverse" is enforced at torch's dispatcher, whatever the
+spelling (:mod:`ttr_edu.checks._guard`).
 """
 
 from __future__ import annotations
@@ -16,18 +17,20 @@ from typing import Any
 import torch
 
 from ttr_edu._internal.contract import decay_matrix
-from ttr_edu.checks._core import _is_plain_tensor, random_case, run_check
+from ttr_edu.checks._core import _is_plain_tensor
 from ttr_edu.checks._rules import Rules, exercise
+from ttr_edu.checks.delta_rule import DELTA_RULE
 from ttr_edu.ops import rls_chunk, rls_exact, rls_recurrent
-from ttr_edu.regression import ExactSolve, Linear, OnlineSGD, TestTimeRegression, Uniform, regression_weights
+from ttr_edu.regression import ExactSolve, Linear, TestTimeRegression, Uniform, regression_weights
 from ttr_edu.regression import linear as _regression
 
 __all__ = [
     "check_decay_weights",
-    "check_sgd_step",
+    "check_sweep_operator",
     "check_ridge_readout",
     "check_rls_memory",
     "reference_rls_memory",
+    "reference_sweep_operator",
     "reference_decay_weights",
 ]
 
@@ -47,19 +50,18 @@ def reference_decay_weights(g: torch.Tensor) -> torch.Tensor:
     return regression_weights(_fla(g))[0, 0]
 
 
-def reference_sgd_step(S: torch.Tensor, k: torch.Tensor, v: torch.Tensor, beta: float) -> torch.Tensor:
-    """One SGD step on ``½‖v − Sᵀk‖²`` from ``S``: the framework's OnlineSGD on a one-token sequence."""
-    sgd = TestTimeRegression(Uniform(), Linear(), OnlineSGD())
-    beta_t = torch.full((1, 1, 1), float(beta), dtype=S.dtype)
-    _, S_new = sgd(
-        k[None, None, None],
-        k[None, None, None],
-        v[None, None, None],
-        beta=beta_t,
-        initial_state=S[None, None],
-        output_final_state=True,
-    )
-    return S_new[0, 0]
+def reference_sweep_operator(k: torch.Tensor, beta: torch.Tensor) -> torch.Tensor:
+    """What one SGD pass over the pairs does to the error of a consistent fit: ``(T, D_k), (T,) -> (D_k, D_k)``.
+
+    With targets ``v_t = S*ᵀ k_t``, one step gives ``S_t − S* = (I − β_t k_t k_tᵀ)(S_{t−1} − S*)``, so a pass over the
+    pairs in order multiplies the error by ``M = (I − β_T k_T k_Tᵀ) ⋯ (I − β_1 k_1 k_1ᵀ)``, the first pair's factor
+    rightmost (Kaczmarz's method when ``β_t ‖k_t‖² = 1``).
+    """
+    eye = torch.eye(k.shape[1], dtype=k.dtype)
+    M = eye.clone()
+    for t in range(k.shape[0]):
+        M = (eye - beta[t] * torch.outer(k[t], k[t])) @ M
+    return M
 
 
 def reference_ridge_readout(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, ridge: float) -> torch.Tensor:
@@ -80,9 +82,18 @@ def _decay_cases() -> Iterator[dict]:
     yield _strong_decay_case()
 
 
-def _sgd_cases() -> Iterator[dict]:
-    for i, (_, d_k, d_v) in enumerate(SHAPES):
-        yield {**random_case(610 + i, S=(d_k, d_v), k=(d_k,), v=(d_v,)), "beta": [0.5, 0.1, 1.0, 0.7][i]}
+def _sweep_cases() -> Iterator[dict]:
+    # (T, D_k): one pair, fewer pairs than dimensions, more; keys of any length and steps that differ per pair, so that
+    # the order of the factors matters (the reversed product is the transpose) and no step is 1 by accident
+    for i, (T, d_k) in enumerate([(1, 3), (4, 6), (9, 5), (12, 16)]):
+        gen = _g(610 + i)
+        yield {
+            "k": torch.randn(T, d_k, generator=gen, dtype=torch.float64),
+            "beta": 0.1 + 0.4 * torch.rand(T, generator=gen, dtype=torch.float64),
+        }
+    # correlated keys, then float32
+    yield {"k": _regression_case(615, 8, 5, 1, shared=1.5, scale=0.6)["k"], "beta": torch.full((8,), 0.7).double()}
+    yield {"k": _regression_case(616, 6, 4, 1, dtype=torch.float32)["k"], "beta": torch.full((6,), 0.3)}
 
 
 def _regression_case(seed: int, T: int, d_k: int, d_v: int, *, scale=1.0, shared=0.0, dtype=torch.float64) -> dict:
@@ -147,9 +158,33 @@ def check_decay_weights(decay_weights: Callable) -> bool:
     """
 
 
-def check_sgd_step(sgd_step: Callable) -> bool:
-    """Check ``sgd_step(S, k, v, beta) -> S + β k (v − Sᵀk)ᵀ`` (one DeltaNet step, ``S`` of shape ``(D_k, D_v)``)."""
-    return run_check("sgd_step", sgd_step, reference_sgd_step, _sgd_cases())
+def _transposed_note(message: str, case: dict, result: Any) -> str:
+    """When the answer is the pass's product in the reverse order (its transpose), say so."""
+    want = reference_sweep_operator(**case)
+    if (
+        _is_plain_tensor(result)
+        and result.shape == want.shape
+        and torch.allclose(result.double(), want.T.double(), rtol=1e-6, atol=1e-9)
+    ):
+        return (
+            "\n  your product is the transpose of the pass's: the factors are in reverse order. The first pair acts on "
+            "the error first, so its factor I − β_1 k_1 k_1ᵀ must stand rightmost."
+        )
+    return ""
+
+
+@exercise(
+    reference=reference_sweep_operator,
+    cases=_sweep_cases,
+    rules=Rules(answers=(*DELTA_RULE, _regression._online_sgd, _regression._multi_pass_sgd)),
+    rtol=1e-9,
+    atol=1e-10,
+    explain=_transposed_note,
+)
+def check_sweep_operator(sweep_operator: Callable) -> bool:
+    """Check ``sweep_operator(k, beta) -> M``: the product of ``I − β_t k_t k_tᵀ`` over one pass, the first pair's
+    factor rightmost; a product in the reverse order (the transpose) is named in the failure. The package's delta-rule
+    ops and SGD layers, which apply the same pass to a memory, are ruled out as answers."""
 
 
 @exercise(

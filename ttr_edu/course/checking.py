@@ -65,7 +65,7 @@ def release_for(path: Path, nb: nbformat.NotebookNode, releases: list[Path]) -> 
     for release in releases:
         try:
             shipped = nbformat.read(release, as_version=4)
-        except Exception:  # noqa: BLE001 - an unreadable release is not a match
+        except Exception:  # an unreadable release is not a match
             continue
         overlap = len(ids & {_grade_id(c) for c in shipped.cells if _grading(c).get("solution")})
         if overlap > best_overlap:
@@ -185,7 +185,7 @@ def run_graded(nb: nbformat.NotebookNode, folder: Path, timeout: int, package_in
                 client.kc.stop_channels()
             try:
                 await km.shutdown_kernel(now=True)
-            except Exception:  # noqa: BLE001 - already dead (Ctrl-C killed it): only its files are left
+            except Exception:  # already dead (Ctrl-C killed it): only its files are left
                 pass
             await km._async_cleanup_resources()  # the connection file
 
@@ -197,7 +197,7 @@ def run_graded(nb: nbformat.NotebookNode, folder: Path, timeout: int, package_in
                 asyncio.run(execute(log))
         except (CellTimeoutError, DeadKernelError, RuntimeError) as err:  # RuntimeError: the kernel died at start
             outcome["stopped"] = f"{type(err).__name__}: {str(err).splitlines()[0][:200]}" if str(err) else ""
-        except BaseException as err:  # noqa: BLE001 - reported by the main thread (or moot after Ctrl-C)
+        except BaseException as err:  # reported by the main thread (or moot after Ctrl-C)
             outcome["error"] = err
         finally:
             done.set()
