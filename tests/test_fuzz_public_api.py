@@ -439,26 +439,6 @@ EXCLUDED = {
 #: Modules another branch is rewriting: their targets run and are counted, and a bad outcome is an expected failure
 #: (xfail, not strict) until that branch lands, with the reason.
 OWNED_ELSEWHERE: dict[str, str] = {}
-#: Findings left to the code's owner, per target: (a pattern every failure of the target matches, the reason). The
-#: target is an expected failure (not strict) while its failures are exactly these; any other failure fails it.
-_HALF_STATE = (
-    re.compile(r"^silent: initial_state:\[\d\]half_dtype "),
-    "a float16 part of a tuple state beside float32 inputs is accepted silently (a float64 part is refused by "
-    "name); the ops' state checks are being rewritten with the layer pipeline",
-)
-KNOWN_FINDINGS: dict[str, tuple[re.Pattern, str]] = {
-    name: _HALF_STATE
-    for name in (
-        "ttr_edu.ops.rls_chunk",
-        "ttr_edu.ops.rls_exact",
-        "ttr_edu.ops.rls_recurrent",
-        "ttr_edu.ops.ttt_mlp_chunk",
-        "ttr_edu.ops.ttt_mlp_recurrent",
-        "ttr_edu.regression.TestTimeRegression.__call__.titans",
-        "ttr_edu.regression.TestTimeRegression.__call__.ttt_mlp",
-    )
-}
-
 #: Size ranges drawn for each named dim (a recipe may override them).
 SIZE_RANGES = dict(B=(1, 2), T=(1, 5), H=(1, 2), D_k=(1, 4), D_v=(1, 3), N=(1, 4), M=(1, 4), D_h=(1, 3))
 #: Seconds before a case counts as a hang (the machine may be loaded: generous).
@@ -637,9 +617,6 @@ def test_public_callable_is_never_silent_obscure_or_hanging(name):
     owner = next((reason for prefix, reason in OWNED_ELSEWHERE.items() if name.startswith(prefix)), None)
     if failures and owner:
         pytest.xfail(f"{owner}: {len(failures)} bad outcomes, e.g. {failures[0]}")
-    known = KNOWN_FINDINGS.get(name)
-    if failures and known and all(known[0].match(line) for line in failures):
-        pytest.xfail(f"{known[1]}: {len(failures)} cases, e.g. {failures[0]}")
     assert not failures, f"{len(failures)} bad outcomes:\n" + "\n".join(failures[:30])
 
 

@@ -411,8 +411,9 @@ class Obj(Kind):
 
 @dataclass
 class Tup(Kind):
-    """A tuple of tensors (a state such as ``(S, P)`` or ``(W1, W2)``): each part's mutations, a lone tensor, a
-    shorter tuple. ``wrap``: builds the container from the parts (default ``tuple``)."""
+    """A tuple of tensors (a state such as ``(S, P)`` or ``(W1, W2)``): each part's mutations (a part of another float
+    dtype than the call's is refused, as a half one is), a lone tensor, a shorter tuple. ``wrap``: builds the
+    container from the parts (default ``tuple``)."""
 
     parts: Sequence = ()
     optional: bool = True
@@ -429,7 +430,7 @@ class Tup(Kind):
         ]
         for i, part in enumerate(self.parts):
             for label, thunk, expect in part.mutations(value[i], ctx):
-                if label in ("none", "other_dtype"):
+                if label == "none":
                     continue
                 out.append((f"[{i}]{label}", lambda i=i, thunk=thunk: self._replace(value, i, thunk()), expect))
         return out
