@@ -30,16 +30,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-from torch.utils._python_dispatch import (
-    TorchDispatchMode,
-    _get_current_dispatch_mode_stack,
-    _pop_mode,
-    _push_mode,
-)
+from torch.utils._python_dispatch import _get_current_dispatch_mode_stack, _pop_mode, _push_mode
 
 from ttr_edu.checks import _core
 from ttr_edu.checks._core import CheckFailed, describe
 from ttr_edu.checks._guard import Forbidden, ForbiddenCall, forbidden, watching
+from ttr_edu.profiling import _CountOperations
 
 __all__ = [
     "Rules",
@@ -299,30 +295,15 @@ def _vjp(result: Any, given: dict, names: tuple[str, ...], index: int) -> dict:
     return {name: None if g is None else g.detach() for name, g in zip(names, grads)}
 
 
-class _OpCounter(TorchDispatchMode):
-    """Counts the torch operations that reach the dispatcher while it is active (views and in-place ones included)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.ops = 0
-
-    @classmethod
-    def _should_skip_dynamo(cls) -> bool:
-        return False  # nothing here is compiled: no need to import torch._dynamo (2–3 s) on first use
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        self.ops += 1
-        return func(*args, **(kwargs or {}))
-
-
 @contextmanager
-def counting_ops(enabled: bool = True) -> Iterator[_OpCounter | None]:
-    """Count the torch operations run inside the block (``.ops`` of the value; None when not ``enabled``). An answer
-    that takes the counter off torch's mode stack is refused (:class:`ForbiddenCall`)."""
+def counting_ops(enabled: bool = True) -> Iterator[_CountOperations | None]:
+    """Count the torch operations run inside the block (``.count`` of the value, as
+    :func:`ttr_edu.profiling.operation_count` counts them; None when not ``enabled``). An answer that takes the counter
+    off torch's mode stack is refused (:class:`ForbiddenCall`)."""
     if not enabled:
         yield None
         return
-    counter = _OpCounter()
+    counter = _CountOperations()
     counter.__enter__()
     try:
         yield counter
@@ -353,7 +334,7 @@ def answer_outcome(
         try:
             with counting_ops(count_ops) as counter:
                 outcome.result = declared.call(answer, given)
-            outcome.ops = None if counter is None else counter.ops
+            outcome.ops = None if counter is None else counter.count
         except NotImplementedError as err:
             if _core._is_untouched_stub(err):
                 outcome.not_attempted = True
