@@ -233,9 +233,13 @@ def _rls_cases() -> Iterator[dict]:
 
 def _earlier_state(seed: int, T: int, d_k: int, d_v: int, ridge: float) -> tuple[torch.Tensor, torch.Tensor]:
     """``(S_0, P_0)`` after ``T`` earlier pairs: ``P_0 = (K₀ᵀK₀ + λI)⁻¹`` and a memory ``S_0`` that also holds a part
-    no pair explains (any ``S_0`` is a valid start)."""
+    no pair explains (any ``S_0`` is a valid start). ``P_0`` is built by Sherman–Morrison updates, not an inverse: the
+    cases are built where the answer runs too, and there solvers are ruled out."""
     earlier = _regression_case(seed, T, d_k, d_v)
-    P0 = torch.linalg.inv(earlier["k"].T @ earlier["k"] + ridge * torch.eye(d_k, dtype=torch.float64))
+    P0 = torch.eye(d_k, dtype=torch.float64) / ridge
+    for k in earlier["k"]:
+        Pk = P0 @ k
+        P0 = P0 - torch.outer(Pk, Pk) / (1 + k @ Pk)
     S0 = P0 @ earlier["k"].T @ earlier["v"] + 0.3 * torch.randn(d_k, d_v, generator=_g(seed + 1), dtype=torch.float64)
     return S0, P0
 
