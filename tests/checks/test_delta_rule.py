@@ -4,6 +4,10 @@ That an unattempted stub is reported is tested for every check at once in test_c
 """
 
 import math
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
 
 import pytest
 import scipy.linalg
@@ -397,3 +401,31 @@ RIGHT_VARIANTS = [
 @pytest.mark.parametrize("label,check,answer,expected", RIGHT_VARIANTS, ids=ids(RIGHT_VARIANTS))
 def test_a_right_answer_written_differently_passes(label, check, answer, expected, capsys):
     accepted(check, answer, expected, capsys)
+
+
+_LAZY_SCIPY = """
+import sys, torch
+from ttr_edu.checks import CheckFailed
+from ttr_edu.checks import delta_rule as checks
+assert "scipy.linalg" not in sys.modules  # the check resolved numpy's solvers only
+def update_eigenvalues(k, beta):  # scipy imported inside the answer, after the check looked for solvers
+    import scipy.linalg
+    A = (torch.eye(len(k), dtype=k.dtype) - beta * torch.outer(k, k)).numpy()
+    return torch.tensor(scipy.linalg.eigvalsh(A), dtype=k.dtype)
+try:
+    checks.check_update_eigenvalues(update_eigenvalues)
+except CheckFailed as failure:
+    print(failure)
+"""
+
+
+def test_an_eigensolver_imported_inside_the_answer_is_refused():
+    root = Path(__file__).resolve().parents[2]
+    result = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(_LAZY_SCIPY)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={"PYTHONPATH": str(root)},
+    )
+    assert "called scipy.linalg.eigvalsh, which this exercise rules out" in result.stdout, result.stderr[-2000:]

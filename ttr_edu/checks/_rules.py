@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import functools
 import math
+import sys
 import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager, nullcontext
@@ -34,7 +35,7 @@ from torch.utils._python_dispatch import _get_current_dispatch_mode_stack, _pop_
 
 from ttr_edu.checks import _core
 from ttr_edu.checks._core import CheckFailed, describe
-from ttr_edu.checks._guard import Forbidden, ForbiddenCall, forbidden, watching
+from ttr_edu.checks._guard import SOLVERS, Forbidden, ForbiddenCall, forbidden, watching
 from ttr_edu.profiling import _CountOperations
 
 __all__ = [
@@ -439,7 +440,7 @@ def judge_case(declared: Exercise, case: dict, index: int, outcome: Outcome) -> 
 def _is_a(value: Any, kind: type) -> bool:
     """Whether ``value`` is of the Python type ``kind`` (a NumPy float counts as a float; a bool is no int)."""
     if kind is float:
-        numpy = __import__("sys").modules.get("numpy")
+        numpy = sys.modules.get("numpy")
         return type(value) is float or (numpy is not None and type(value) is numpy.float64)
     return type(value) is kind
 
@@ -510,6 +511,11 @@ def judge_ops(declared: Exercise, ops: dict[int, int]) -> None:
         )
 
 
+def _solver_modules() -> frozenset[str]:
+    """The numpy and scipy linear-algebra modules loaded so far (:data:`ttr_edu.checks._guard.SOLVERS`)."""
+    return frozenset(name for name in SOLVERS if name in sys.modules)
+
+
 # -- the check in the student's kernel ---------------------------------------------------------------------------------
 
 
@@ -552,11 +558,17 @@ def run_in_kernel(
     name = declared.name
     if not callable(answer):
         raise CheckFailed(f"{name}: expected your function, got {type(answer).__name__}")
-    bad = declared.forbidden() if bad is None else bad
+    declared_bad, bad = bad is None, declared.forbidden() if bad is None else bad
+    loaded = _solver_modules()
     n_cases, notes = 0, []
     try:
         for index, case in enumerate(declared.cases()):
             outcome = answer_outcome(declared, answer, case, index, guard=functools.partial(watching, bad))
+            if declared_bad and declared.rules.no_solvers and _solver_modules() != loaded:
+                # the answer imported numpy's or scipy's linear algebra itself, after its solvers were resolved:
+                # resolve them again and run the case again, now that they are known
+                loaded, bad = _solver_modules(), declared.forbidden()
+                outcome = answer_outcome(declared, answer, case, index, guard=functools.partial(watching, bad))
             notes.append(judge_case(declared, case, index, outcome))
             n_cases += 1
         if n_cases == 0:
