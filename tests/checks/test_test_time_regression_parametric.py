@@ -247,6 +247,20 @@ def test_rls_check_rejects_a_linear_solve():
         checks.check_rls_memory(rls_by_solve)
 
 
+def _rls_in_place(k, v, ridge, initial_state=None):  # right, but writes into the state it was given
+    S, P = _start(k, v, ridge, initial_state)
+    for t in range(k.shape[0]):
+        Pk = P @ k[t]
+        P -= torch.outer(Pk, Pk) / (1 + k[t] @ Pk)
+        S += torch.outer(P @ k[t], v[t] - S.T @ k[t])
+    return S
+
+
+def test_an_answer_that_updates_the_given_state_in_place_is_judged_on_its_values(capsys):
+    # the state is a tuple of tensors: each call gets copies, so the reference still starts from the case's state
+    assert checks.check_rls_memory(_rls_in_place) is True
+
+
 def test_the_reference_continues_a_memory_as_the_recursion_does():
     # From the state that earlier pairs left, the memory after the rest is the one solve over all the pairs.
     g = torch.Generator().manual_seed(0)

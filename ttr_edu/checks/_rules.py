@@ -274,6 +274,9 @@ def from_plain(value: Any) -> Any:
 
 def _cloned(case: dict, keep_grad: tuple[str, ...] = ()) -> dict:
     given = _core._cloned(case)
+    for name, value in given.items():  # a state given as a tuple of tensors, e.g. initial_state = (S0, P0)
+        if type(value) is tuple or type(value) is list:
+            given[name] = type(value)(v.clone() if isinstance(v, torch.Tensor) else v for v in value)
     for name in keep_grad:
         if isinstance(given.get(name), torch.Tensor) and given[name].is_floating_point():
             given[name] = given[name].detach().requires_grad_()
