@@ -2,6 +2,7 @@
 nbgrader's autograder an unattempted or wrong exercise scores 0 and a solved one full marks, while in the student's own
 kernel the notebook runs on; and the five ways a reader playing a student once fooled the grader score 0."""
 
+import copy
 import os
 import shutil
 import subprocess
@@ -273,8 +274,7 @@ def test_a_patched_torch_or_package_function_stops_every_check(monkeypatch):
 ADAPTED = {
     "rotation_keys": "expected two tensors",
     "solve_tril": "inverts only the 16×16 diagonal blocks",
-    "update_eigenvalues": "eigvalsh is ruled out here",
-    "rls_memory": "linalg.solve is ruled out here",  # the same for the linear solve of 6.4's reference
+    "update_eigenvalues": "used an eigensolver",
     # the reference trains the check's own model in place, so the copy hands back a W0 taken after training
     "record_training": r"your W0 equals the weight \*after\* training",
     # the answer wires the check's model in place; handing back the reference's return value wires nothing
@@ -293,11 +293,11 @@ def test_an_answer_that_calls_its_own_reference_is_refused_by_every_check():
     exercise = []
 
     def copycat(*args, **kwargs):
-        frame = sys._getframe(1)
-        while frame is not None and frame.f_code.co_name != "run_check":
+        frame = sys._getframe(1)  # the check's declaration and case, found on the stack: its reference on the case
+        while frame is not None and not {"declared", "case"} <= set(frame.f_locals):
             frame = frame.f_back
         if frame is not None:
-            return frame.f_locals["reference_fn"](**frame.f_locals["case"])
+            return frame.f_locals["declared"].reference(**copy.deepcopy(frame.f_locals["case"]))
         # called by the check outside run_check (to test the answer's type first, or to word a failure): the
         # package function of the exercise's name, found where the check module imports it
         namespace = vars(module)
