@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import functools
 import math
+import sys
 import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager, nullcontext
@@ -56,12 +57,13 @@ class LinearCost:
     """The rule "linear cost in T": the answer's CPU time at the ``lengths`` (two values of ``T``) may grow at most
     like ``T ** max_exponent`` (1.5 by default: a linear form measures about 1, a ``T × T`` matrix about 2).
 
-    ``case(T)`` builds the inputs at length ``T`` (plain tensors, from a seeded generator); the answer's output there is
-    compared with the reference too, so skipping work shows as a wrong answer. Pick lengths where the reference takes
-    a few milliseconds to a few tens of milliseconds.
+    ``case(T, generator)`` builds the inputs at length ``T`` (plain tensors), drawing from ``generator``: the check in
+    the kernel seeds it with ``T``, the grading engine with a number nobody knows in advance, so an answer cannot have
+    its outputs ready. The answer's output there is compared with the reference too, so skipping work shows as a wrong
+    answer. Pick lengths where the reference takes a few milliseconds to a few tens of milliseconds.
     """
 
-    case: Callable[[int], dict]
+    case: Callable[[int, torch.Generator], dict]
     lengths: tuple[int, int] = (256, 1024)
     repeats: int = 3
     max_exponent: float = 1.5
@@ -197,22 +199,20 @@ def to_plain(value: Any, depth: int = 0) -> Any:
     stays; a tuple or list is converted item by item; anything else becomes ``{"foreign": type name, "tensor": bool}``.
     Methods are called through ``torch.Tensor``, never through the value, and a tensor carrying attributes of its
     own is foreign too."""
-    if type(value) in (bool, int, float, str) or value is None:
+    kind = type(value)  # compared by identity: a metaclass could answer == for a class of the student's
+    if value is None or kind is bool or kind is int or kind is float or kind is str:
         return value
-    if type(value) is torch.Tensor or type(value) is torch.nn.Parameter:
+    if kind is torch.Tensor or kind is torch.nn.Parameter:
         if (getattr(value, "__dict__", None) or {}) or value.layout is not torch.strided:
             return {"foreign": f"{type(value).__name__} with attributes of its own", "tensor": True}
         return torch.Tensor.clone(torch.Tensor.detach(value)).cpu()
-    if type(value) in (tuple, list) and depth < 4:
-        return type(value)(to_plain(v, depth + 1) for v in value)
-    numpy = __import__("sys").modules.get("numpy")
-    if (
-        numpy is not None
-        and isinstance(value, (numpy.bool_, numpy.integer, numpy.floating))
-        and type(value).__module__ == "numpy"
-    ):
+    if (kind is tuple or kind is list) and depth < 4:
+        return kind(to_plain(v, depth + 1) for v in value)
+    numpy = sys.modules.get("numpy")
+    scalars = (numpy.float64, numpy.float32, numpy.int64, numpy.int32, numpy.bool_) if numpy is not None else ()
+    if any(kind is t for t in scalars):
         return value.item()
-    return {"foreign": type(value).__name__, "tensor": isinstance(value, torch.Tensor)}
+    return {"foreign": str(getattr(kind, "__name__", "?")), "tensor": isinstance(value, torch.Tensor)}
 
 
 def from_plain(value: Any) -> Any:
@@ -448,7 +448,7 @@ def run_in_kernel(
         if cost is not None:
             seconds = {}
             for length in cost.lengths:
-                case = cost.case(length)
+                case = cost.case(length, torch.Generator().manual_seed(length))
                 with watching(bad) as trace, one_thread():
                     outcome, seconds[length] = _cpu_seconds(answer, declared, case, cost.repeats)
                 outcome.called = trace.hit

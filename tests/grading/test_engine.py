@@ -1,0 +1,110 @@
+"""The grading engine on chapter 01: verdicts come from the grader's process, the answers run in a sandboxed process
+of their own, and what goes wrong in one graded cell costs that cell alone. (nbgrader's path: test_nbgrader.py.)"""
+
+import os
+import sqlite3
+from pathlib import Path
+
+import nbformat
+import psutil
+import pytest
+
+from tests.grading.submissions import RIGHT, SUBMISSIONS, before_everything, submission
+from ttr_edu.grading import engine, notebook, sandbox
+
+ROOT = Path(__file__).resolve().parents[2]
+RELEASE = nbformat.read(ROOT / "chapters" / "01_hebbian_memory.ipynb", as_version=4)
+
+pytestmark = pytest.mark.notebook
+
+
+def _grade(nb, **kwargs) -> engine.Report:
+    return engine.grade(nb, RELEASE, **{"timeout": 30, **kwargs})
+
+
+def test_the_plan_runs_the_releases_setup_and_graded_cells_and_the_students_own_code():
+    nb = submission(RELEASE, "pasted check cell")
+    nb.cells[1].source = "import ttr_edu.checks._guard as g\ng.lock_down = lambda *a, **k: None"  # an edited setup cell
+    plan = notebook.plan(nb, RELEASE)
+    assert plan.setup == [RELEASE.cells[1].source]  # the release's, not the student's edit
+    assert [u.grade_id for u in plan.units] == [
+        "test_check_write", "test_check_store", "test_check_crosstalk_energy", "test_check_recall_accuracy",
+        "test_check_cleanup_scores",
+    ]  # fmt: skip
+    assert [c.check for c in plan.units[-1].checks] == ["check_cleanup_scores", "check_rival_score_variance"]
+    write = plan.units[0]  # its last copy stands below the student's own cell that defines write()
+    assert plan.cells[write.upto - 1] == ("your cell 1", RIGHT["ch01_write"])
+    assert any("'test_check_write' is in the notebook twice" in p for p in plan.problems)
+
+
+@pytest.mark.parametrize("name", ["solved", "unsolved", "half", "honest, with a warning", "answers read the stack"])
+def test_scores(name):
+    report = _grade(submission(RELEASE, name))
+    assert report.score == SUBMISSIONS[name][2], [(v.heading, v.status, v.detail) for v in report.verdicts]
+    assert report.max_score == 9
+
+
+def test_honest_global_settings_cost_nothing_and_float32_is_named():
+    answers = before_everything(
+        'import warnings\nwarnings.simplefilter("always")\ntorch.set_default_device("cpu")', RIGHT
+    )
+    answers["ch01_store"] = "def store(keys, values):\n    return (values.T @ keys).float()"
+    report = _grade(submission_with(answers))
+    by_id = {v.grade_id: v for v in report.verdicts}
+    assert report.score == 9, [(v.heading, v.status, v.detail) for v in report.verdicts]
+    assert "your result is float32; the exercise works in float64" in by_id["test_check_store"].detail
+
+
+def submission_with(answers: dict):
+    nb = submission(RELEASE, "unsolved")
+    for cell in nb.cells:
+        gid = cell.metadata.get("nbgrader", {}).get("grade_id")
+        if gid in answers:
+            cell.source = answers[gid]
+    return nb
+
+
+def test_a_timeout_or_a_dead_process_costs_that_cell_alone():
+    report = _grade(submission(RELEASE, "infinite loop in 1.1"), timeout=5)
+    first = report.verdicts[0]
+    assert report.score == 8 and first.status == "FAIL" and "took longer than 5 s" in first.detail
+    assert any("took longer than 5 s" in p for p in report.problems)
+    report = _grade(submission(RELEASE, "os._exit in 1.1"))
+    assert report.score == 8 and "does your code call os._exit" in report.verdicts[0].detail
+
+
+def test_memory_is_limited_per_graded_cell():
+    hog = "def write(W, k, v):\n    blocks = [torch.ones(1 << 27) for _ in range(64)]  # 32 GiB\n    return W"
+    report = _grade(submission_with({**RIGHT, "ch01_write": hog}), memory_gb=1)
+    assert report.score == 8 and "memory" in report.verdicts[0].detail.lower(), report.verdicts[0].detail
+
+
+@pytest.mark.parametrize("sandboxed", [True, False], ids=["bubblewrap", "process group only"])
+def test_the_answers_cannot_write_the_course_folder_or_outlive_the_grading(tmp_path, monkeypatch, sandboxed):
+    if sandboxed and sandbox._bwrap() is None:
+        pytest.skip("bubblewrap is not available here")
+    if not sandboxed:
+        monkeypatch.setattr(sandbox, "_bwrap", lambda: None)
+    course = tmp_path / "course"
+    course.mkdir()
+    gradebook = course / "gradebook.db"
+    with sqlite3.connect(gradebook) as db:
+        db.execute("CREATE TABLE grade (score REAL)")
+    before = gradebook.read_bytes()
+    marker = f"ttr-edu-test-{os.getpid()}-{sandboxed}"
+    nasty = (
+        f"import os, pathlib, subprocess, sys, threading, time\n"
+        f"for attempt in (lambda: subprocess.Popen(['sleep', '300', {marker!r}], start_new_session=True),\n"
+        f"                lambda: os.fork(),\n"
+        f"                lambda: pathlib.Path({str(gradebook)!r}).write_text('gone'),\n"
+        f"                lambda: os.kill(os.getppid(), 9),\n"
+        f"                lambda: open(os.path.expanduser('~/.bashrc'), 'a').write('x')):\n"
+        f"    try:\n        attempt()\n    except Exception:\n        pass\n"
+        f"threading.Thread(target=time.sleep, args=(300,), daemon=False).start()\n"
+    )
+    report = _grade(submission_with({**RIGHT, "ch01_write": nasty + "\n\n" + RIGHT["ch01_write"]}), hide=[course])
+    assert report.score == 9, [(v.heading, v.status, v.detail) for v in report.verdicts]
+    assert gradebook.read_bytes() == before
+    left = [p for p in psutil.process_iter(["cmdline"]) if marker in " ".join(p.info["cmdline"] or [])]
+    assert left == []
+    assert report.protection == sandbox.protection()
