@@ -108,3 +108,21 @@ def test_the_answers_cannot_write_the_course_folder_or_outlive_the_grading(tmp_p
     left = [p for p in psutil.process_iter(["cmdline"]) if marker in " ".join(p.info["cmdline"] or [])]
     assert left == []
     assert report.protection == sandbox.protection()
+
+
+def test_hidden_tests_of_the_source_count():
+    """An instructor's hidden test in a graded cell of the source notebook runs after the check: an answer that passes
+    the visible cases but not the hidden one scores 0 for that cell."""
+    import copy
+
+    source = copy.deepcopy(RELEASE)
+    graded = next(c for c in source.cells if c.metadata.get("nbgrader", {}).get("grade_id") == "test_check_write")
+    graded.source += (
+        "\n### BEGIN HIDDEN TESTS\nI = torch.eye(2, dtype=torch.float64)\n"
+        "assert torch.equal(write(0 * I, I[0], I[1]), torch.outer(I[1], I[0])), 'a 2 × 2 case'\n### END HIDDEN TESTS\n"
+    )
+    special = "def write(W, k, v):\n    if W.shape == (2, 2):\n        return W\n    return W + torch.outer(v, k)"
+    report = engine.grade(submission_with({**RIGHT, "ch01_write": special}), source, timeout=30)
+    first = report.verdicts[0]
+    assert report.score == 8 and first.status == "FAIL" and "hidden tests: AssertionError: a 2 × 2 case" in first.detail
+    assert engine.grade(submission(RELEASE, "solved"), source, timeout=30).score == 9

@@ -227,8 +227,9 @@ def _check(args: argparse.Namespace) -> int:
     counts = {o: sum(v.status == o for v in report.verdicts) for o in ("PASS", "FAIL", "not attempted")}
     print(
         f"{counts['PASS']} of {len(report.verdicts)} pass, {counts['FAIL']} fail, {counts['not attempted']} not "
-        f"attempted ({report.score:g} of {report.max_score:g} points)."
+        "attempted."
     )
+    print(f"{report.score:g} of {report.max_score:g} points.")
     if counts["FAIL"]:
         return 1
     return 0 if counts["PASS"] == len(report.verdicts) else 3
