@@ -8,6 +8,7 @@ from pathlib import Path
 import nbformat
 import psutil
 import pytest
+import torch
 
 from tests.grading.submissions import RIGHT, SUBMISSIONS, before_everything, submission
 from ttr_edu.grading import engine, notebook, sandbox
@@ -126,3 +127,55 @@ def test_hidden_tests_of_the_source_count():
     first = report.verdicts[0]
     assert report.score == 8 and first.status == "FAIL" and "hidden tests: AssertionError: a 2 × 2 case" in first.detail
     assert engine.grade(submission(RELEASE, "solved"), source, timeout=30).score == 9
+
+
+def _serve(tmp_path, answer_cell: str):
+    """One graded cell of the small linear-cost exercise of tests/checks/test_rules.py through the fork server (no
+    sandbox): what the grader's process hears, and its verdict."""
+    from tests.checks.test_rules import check_prefix_sum
+    from ttr_edu.grading import _child
+    from ttr_edu.grading.notebook import Check
+
+    declared = check_prefix_sum.__exercise__
+    frames = tmp_path / "frames"
+    out = os.open(frames, os.O_WRONLY | os.O_CREAT)
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    job = {"cells": [["answer", answer_cell]], "timeout": 60, "memory_bytes": 1 << 30, "hidden": ""}
+    job["_cases"] = {"check_prefix_sum": list(declared.cases())}
+    unit = {"grade_id": "test", "checks": [{"check": "check_prefix_sum", "expression": "prefix_sum"}], "upto": 1}
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # as the fork server runs: one intra-op thread, so the fork can use torch safely
+    try:
+        _child._serve_unit(out, job, 0, {**unit, "hidden": ""}, {}, {"check_prefix_sum": declared}, scratch)
+    finally:
+        torch.set_num_threads(threads)
+        os.close(out)
+    reader, heard = _child.FrameReader(), engine._Heard()
+    reader.feed(frames.read_bytes())
+    for header, payload in reader.frames():
+        engine._note(heard, header, payload, {"check_prefix_sum"})
+    check = Check("test_rules", "check_prefix_sum", "prefix_sum")
+    return heard, engine._judge_check(check, declared, heard, 60)
+
+
+@pytest.mark.parametrize(
+    "answer,verdict",
+    [
+        ("import torch\n\ndef prefix_sum(x):\n    return torch.cumsum(x, dim=0)", ("PASS", "")),
+        ("import torch\n\ndef prefix_sum(x):\n    return torch.ones(len(x), len(x), dtype=x.dtype).tril() @ x", "T^"),
+        (  # the output of the first call at each length, replayed: every call gets new inputs, and is judged
+            "import torch\n_seen = {}\n\ndef prefix_sum(x):\n"
+            "    return _seen.setdefault(x.shape, torch.cumsum(x, dim=0))",
+            "wrong values",
+        ),
+    ],
+    ids=["linear", "quadratic", "replayed"],
+)
+def test_the_cost_of_an_answer_is_measured_by_the_grader(tmp_path, answer, verdict):
+    heard, (status, detail) = _serve(tmp_path, answer)
+    assert len(heard.costs.get(("check_prefix_sum", 2000), [])) == 3, (heard.status, detail)  # each call is judged
+    if verdict == ("PASS", ""):
+        assert status == "PASS", detail
+    else:
+        assert status == "FAIL" and verdict in detail, detail

@@ -19,13 +19,15 @@ Two ways to hold an answer to them:
 * :func:`watching` (the student's own kernel, feedback): the dispatcher block and the profile hook for the duration
   of one call, then reported. Code that runs earlier in the same kernel can undo anything here; this is feedback.
 * :func:`lock_down` (the grading engine's child process, before the answer's cells run; for the rest of that process):
-  the same, plus **removal** (every reference to a forbidden Python callable is replaced by one that ends the
-  process with the rule's message, and the dispatcher block cannot be unregistered: its only handle lives in the
-  audit hook's closure) and an **audit hook** (PEP 578; CPython has no way to remove one) that refuses what would
-  bring a forbidden callable back or hide a call from the trace: opening or re-importing code, ``ctypes``,
-  ``gc`` introspection, new code or function objects, starting processes, changing the profile hook, signalling
-  other processes, network, and writing outside the process's scratch folder. What the engine cannot stop is stated
-  in ``grading.md`` ("What the grader defends against").
+  the dispatcher block, and **removal** instead of a trace: every reference to a forbidden Python callable that the
+  garbage collector knows of (module and class namespaces, instance attributes, containers, closures, defaults) is
+  replaced by one that ends the process with the rule's message, so there is nothing left to call, in any thread; the
+  dispatcher block cannot be unregistered (its only handle lives in the audit hook's closure). An **audit hook**
+  (PEP 578; CPython has no way to remove one) then refuses what would bring a forbidden callable back or act outside
+  the process: opening or re-importing the package's (or numpy's and scipy's linear algebra) code, ``ctypes``, ``gc``
+  introspection, new code or function objects, starting processes, signalling other processes, tracing or profiling
+  hooks, network, ``sqlite3``, and writing outside the process's scratch folder. What the engine cannot stop is
+  stated in ``grading.md`` ("What the grader defends against").
 """
 
 from __future__ import annotations

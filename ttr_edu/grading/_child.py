@@ -10,8 +10,9 @@ setup cells, builds each exercise's cases, and for each graded cell forks a chil
    case (:func:`ttr_edu.checks._rules.answer_outcome`) and writes what it gave as plain tensors (``torch.save``);
 4. runs the graded cell's hidden tests, if any, and ends with ``os._exit``.
 
-For the linear-cost rule the fork server sends the inputs at each length only when it asks for the answer, and reads
-the child's CPU time from ``/proc`` itself before and after: the child can add to its cost, never hide it. A child
+For the linear-cost rule the fork server draws new inputs for every call, from a seed of its own, sends them only when
+it asks for the answer, and reads the child's CPU time from ``/proc`` itself before and after; every call's output is
+judged. The child can add to its cost, never hide it. A child
 that runs past its time is killed; one that dies is reported as such; either costs that graded cell alone.
 
 Frames (both pipes): two big-endian 32-bit lengths, a JSON header, a payload (``torch.save`` bytes or nothing).
@@ -135,6 +136,9 @@ def _child(job: dict, unit: dict, namespace: dict, declared: dict, results: int,
         write_frame(results, {"type": "rule", "message": str(message)})
         os._exit(RULE_EXIT)
 
+    import torch
+
+    torch.set_num_threads(1)  # a fork may not use an OpenMP pool its parent started: one intra-op thread
     budget = int(job["memory_bytes"])
     with open("/proc/self/statm") as f:
         mapped = int(f.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
@@ -227,7 +231,6 @@ def _cost_calls(results: int, control: int, name: str, exercise, answer) -> None
             payload = _read_one(control, reader)
             case = torch.load(io.BytesIO(payload), weights_only=True)
             outcome = _rules.answer_outcome(exercise, answer, case, -1)
-            outcome.inputs_after = None
             write_frame(results, {"type": "cost_outcome", "check": name, "length": length}, _outcome_bytes(outcome))
 
 
@@ -280,8 +283,8 @@ def _serve_unit(out: int, job: dict, index: int, unit: dict, namespace: dict, de
     selector.register(results_r, selectors.EVENT_READ, "results")
     selector.register(log_r, selectors.EVENT_READ, "log")
     deadline = started + float(job["timeout"])
-    cpu_before, best, status = {}, {}, None
-    seeds = {}  # (check, length) -> the seed of the inputs the answer's cost was measured on (drawn now, after fork)
+    cpu_before, best, status, relayed = {}, {}, None, 0
+    seeds = {}  # (check, length) -> the seeds of the inputs of each repeat, drawn now (after the fork), one per call
     while status is None and (results_r in selector.get_map() or log_r in selector.get_map()):
         left = deadline - time.monotonic()
         if left <= 0:
@@ -307,22 +310,25 @@ def _serve_unit(out: int, job: dict, index: int, unit: dict, namespace: dict, de
                     if kind == "cost_ready":
                         check, length = str(header.get("check")), int(header.get("length", 0))
                         cost = declared[check].rules.linear_cost
-                        seed = seeds.setdefault((check, length), int.from_bytes(os.urandom(6), "big"))
-                        case = cost.case(length, torch.Generator().manual_seed(seed))
+                        drawn = seeds.setdefault((check, length), [])
+                        if length not in cost.lengths or len(drawn) >= cost.repeats or check in cpu_before:
+                            raise ValueError("a cost measurement the grader did not ask for")
+                        drawn.append(int.from_bytes(os.urandom(6), "big"))  # new inputs for every call
+                        case = cost.case(length, torch.Generator().manual_seed(drawn[-1]))
                         frame = _frame({}, _plain_bytes(case))
                         cpu_before[check] = _cpu_ns(pid)  # the inputs do not exist in the child before this
                         if not pending:
                             selector.register(control_w, selectors.EVENT_WRITE, "control")
                         pending += frame
                         continue
-                    if kind == "cost_outcome":
+                    if kind == "cost_outcome":  # every call's output is judged: none may be a replay
                         check, length = str(header.get("check")), int(header.get("length", 0))
                         seconds = (_cpu_ns(pid) - cpu_before.pop(check)) / 1e9
-                        first = (check, length) not in best
                         best[check, length] = min(best.get((check, length), seconds), seconds)
-                        if not first:
-                            continue
-                        header["seed"] = seeds[check, length]
+                        header["seed"] = seeds[check, length][-1]
+                    relayed += len(payload)
+                    if relayed > 4 * MAX_FRAME:
+                        raise ValueError("more output than the grader reads")
                     header["unit"] = index
                     write_frame(out, header, payload)
             except (ValueError, KeyError, TypeError, AttributeError, OSError) as err:

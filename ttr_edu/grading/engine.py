@@ -115,10 +115,10 @@ def _outcome(payload: bytes):
     return outcome
 
 
-def _listen(process: subprocess.Popen, units: int, deadline: float) -> tuple[dict[int, _Heard], str | None]:
-    """Read the answers' process's frames until it ends or ``deadline``; what was heard per graded cell, and a problem
-    with the whole run (setup failed, the process died or ran out of time) or None."""
-    heard = {i: _Heard() for i in range(units)}
+def _listen(process: subprocess.Popen, checks: list[set[str]], deadline: float) -> tuple[dict[int, _Heard], str | None]:
+    """Read the answers' process's frames until it ends or ``deadline``; what was heard per graded cell (``checks``:
+    the checks each calls), and a problem with the whole run (setup failed, the process died or ran out of time)."""
+    heard = {i: _Heard() for i in range(len(checks))}
     reader = FrameReader()
     fd = process.stdout.fileno()
     os.set_blocking(fd, False)
@@ -146,17 +146,22 @@ def _listen(process: subprocess.Popen, units: int, deadline: float) -> tuple[dic
                 unit = header.get("unit")
                 if not isinstance(unit, int) or unit not in heard:
                     continue
-                _note(heard[unit], header, payload)
+                _note(heard[unit], header, payload, checks[unit])
 
 
-def _note(heard: _Heard, header: dict, payload: bytes) -> None:
-    """Record one frame about a graded cell; what the answers' process wrote is untrusted and checked for shape."""
+def _note(heard: _Heard, header: dict, payload: bytes, checks: set[str]) -> None:
+    """Record one frame about a graded cell; what the answers' process wrote is untrusted and checked for shape (and
+    kept only for the checks this graded cell calls)."""
     kind, check = header.get("type"), str(header.get("check", ""))
+    if "check" in header and check not in checks:
+        return
     try:
         if kind == "outcome":
             heard.outcomes.setdefault((check, int(header["case"])), _outcome(payload))
         elif kind == "cost_outcome":
-            heard.costs.setdefault((check, int(header["length"])), (_outcome(payload), int(header["seed"])))
+            calls = heard.costs.setdefault((check, int(header["length"])), [])
+            if len(calls) < 64:
+                calls.append((_outcome(payload), int(header["seed"])))
         elif kind == "cost":
             heard.seconds[check, int(header["length"])] = float(header["seconds"])
         elif kind == "legacy":
@@ -227,11 +232,11 @@ def _judge_check(check: notebook.Check, declared, heard: _Heard, timeout: float)
 
             seconds = {}
             for length in cost.lengths:
-                found = heard.costs.get((check.check, length))
-                if found is None or (check.check, length) not in heard.seconds:
+                calls = heard.costs.get((check.check, length), [])
+                if len(calls) < cost.repeats or (check.check, length) not in heard.seconds:
                     return "FAIL", f"{name}: {_why_missing(heard, timeout, -1)}"
-                outcome, seed = found
-                judge_case(declared, cost.case(length, torch.Generator().manual_seed(seed)), -1, outcome)
+                for outcome, seed in calls:
+                    judge_case(declared, cost.case(length, torch.Generator().manual_seed(seed)), -1, outcome)
                 seconds[length] = heard.seconds[check.check, length]
             judge_cost(declared, seconds)
     except NotAttempted:
@@ -304,7 +309,8 @@ def grade(
                 process.stdin.write(json.dumps(job).encode())
                 process.stdin.close()
                 deadline = time.monotonic() + STARTUP_TIMEOUT + len(plan.units) * (timeout + 15)
-                heard, problem = _listen(process, len(plan.units), deadline)
+                checks = [{c.check for c in u.checks} for u in plan.units]
+                heard, problem = _listen(process, checks, deadline)
             except (BrokenPipeError, ValueError) as err:
                 problem = f"the grading process could not be started ({type(err).__name__}: {err})"
             finally:
