@@ -355,7 +355,7 @@ class _Trace:
                     )
                 elif self.autograd is not None and engine_backward(arg):
                     self._found(self.autograd)
-        except Exception:  # noqa: BLE001 - a hook that raises is switched off by CPython: record, never raise
+        except Exception:  # a hook that raises is switched off by CPython: record, never raise
             self._found("your function broke the check's call trace; remove the code that interferes with it")
 
 

@@ -269,13 +269,13 @@ def answer_outcome(declared: Exercise, answer: Callable, case: dict, index: int,
             outcome.broke_rule = str(err)
         except CheckFailed as err:  # an adapter's own refusal (e.g. "call model.step one token at a time")
             outcome.broke_rule = str(err).removeprefix(f"{declared.name}: ")
-        except Exception as err:  # noqa: BLE001 - the student's own bug, shown with its case
+        except Exception as err:  # the student's own bug, shown with its case
             outcome.raised = _raised(err, case, declared.name)
     outcome.called = getattr(trace, "hit", None)
     if rules.keep_grad and outcome.raised is None and outcome.broke_rule is None and not outcome.not_attempted:
         try:
             outcome.grads = _vjp(outcome.result, given, rules.keep_grad, index)
-        except Exception as err:  # noqa: BLE001 - e.g. a backward hook of the answer's that raises
+        except Exception as err:  # e.g. a backward hook of the answer's that raises
             outcome.raised = f"computing gradients through your result raised {type(err).__name__}: {err}"
     if rules.inputs_unchanged:
         outcome.inputs_after = {k: v for k, v in given.items() if isinstance(v, torch.Tensor)}
@@ -414,7 +414,7 @@ def _cpu_seconds(answer: Callable, declared: Exercise, case: dict, repeats: int)
         start = time.process_time()
         try:
             result = declared.call(answer, given)
-        except Exception as err:  # noqa: BLE001
+        except Exception as err:
             return Outcome(raised=_raised(err, case, declared.name)), 0.0
         best = min(best, time.process_time() - start)
         outcome = Outcome(result=result, inputs_after=given)

@@ -41,7 +41,7 @@ def release_for(path: Path, nb: nbformat.NotebookNode, releases: list[Path]) -> 
     for release in releases:
         try:
             shipped = nbformat.read(release, as_version=4)
-        except Exception:  # noqa: BLE001 - an unreadable release is not a match
+        except Exception:  # an unreadable release is not a match
             continue
         overlap = len(ids & {_grade_id(c) for c in shipped.cells if _grading(c).get("solution")})
         if overlap > best_overlap:

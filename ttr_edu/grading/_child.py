@@ -77,7 +77,7 @@ def _python_source(source: str) -> str:
         from IPython.core.inputtransformer2 import TransformerManager
 
         return TransformerManager().transform_cell(source)
-    except Exception:  # noqa: BLE001 - no IPython, or a cell it cannot read: compile reports it
+    except Exception:  # no IPython, or a cell it cannot read: compile reports it
         return source
 
 
@@ -94,8 +94,8 @@ class _NoShell:
 def _run_cell(source: str, name: str, namespace: dict) -> str | None:
     """Run one cell's code in ``namespace``; the error it raised, formatted for the student, or None."""
     try:
-        exec(compile(_python_source(source), name, "exec"), namespace)  # noqa: S102 - the point of this process
-    except BaseException as err:  # noqa: BLE001 - SystemExit included: a cell cannot end the grading
+        exec(compile(_python_source(source), name, "exec"), namespace)  # the point of this process
+    except BaseException as err:  # SystemExit included: a cell cannot end the grading
         where = traceback.extract_tb(err.__traceback__)
         line = next((f" (line {f.lineno})" for f in reversed(where) if f.filename == name), "")
         return f"{type(err).__name__}: {err}{line}"
@@ -161,8 +161,8 @@ def _child(job: dict, unit: dict, namespace: dict, declared: dict, results: int,
         name = check["check"]
         exercise = declared.get(name)
         try:
-            answer = eval(check["expression"], namespace)  # noqa: S307 - the release's own expression, e.g. "write"
-        except Exception as err:  # noqa: BLE001
+            answer = eval(check["expression"], namespace)  # the release's own expression, e.g. "write"
+        except Exception as err:  # e.g. an input the answer turned into an object of its own
             write_frame(results, {"type": "missing", "check": name, "message": f"{type(err).__name__}: {err}"})
             continue
         if exercise is None:
@@ -194,7 +194,7 @@ def _outcome_bytes(outcome) -> bytes:
             record[key] = {str(k): _rules.to_plain(v) for k, v in dict(record[key]).items()}
     try:
         return _plain_bytes(record)
-    except Exception as err:  # noqa: BLE001 - e.g. an input the answer turned into an object of its own
+    except Exception as err:
         message = f"the grader could not read back what your function left ({type(err).__name__})"
         return _plain_bytes({**_rules.Outcome(raised=message).as_dict()})
 
@@ -212,7 +212,7 @@ def _legacy(results: int, check: dict, answer: Any) -> None:
     except CheckFailed as failure:
         message = str(failure)
         status = "not attempted" if ": not attempted (the stub" in message else "FAIL"
-    except Exception as err:  # noqa: BLE001
+    except Exception as err:
         status, message = "FAIL", f"{type(err).__name__}: {err}"
     write_frame(results, {"type": "legacy", "check": check["check"], "status": status, "message": message})
 
@@ -270,7 +270,7 @@ def _serve_unit(out: int, job: dict, index: int, unit: dict, namespace: dict, de
                 os.close(fd)
             os.chdir(folder)
             _child(job, unit, namespace, declared, results_w, control_r, folder)
-        except BaseException:  # noqa: BLE001 - a failure of the harness itself: say so, then end
+        except BaseException:  # a failure of the harness itself: say so, then end
             try:
                 write_frame(results_w, {"type": "harness_error", "message": traceback.format_exc()[-2000:]})
             finally:

@@ -89,7 +89,7 @@ class GradeWithEngine(NbGraderPreprocessor):
         try:
             source, course = self._source(resources)
             report = engine.grade(nb, source, timeout=self.timeout, memory_gb=self.memory_gb, hide=[course])
-        except Exception as err:  # noqa: BLE001 - one notebook the grader cannot read costs that notebook alone
+        except Exception as err:  # one notebook the grader cannot read costs that notebook alone
             self.log.error("ttr-edu grader: %s could not be graded: %s: %s", who, type(err).__name__, err)
             report = engine.Report(
                 [
