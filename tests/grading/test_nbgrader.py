@@ -72,7 +72,8 @@ def test_a_class_of_20_is_graded_exactly_by_nbgrader_and_ttr_edu_check_alike(tmp
         got = {sid: gradebook.find_submission("ch01", sid).score for sid in students}
     print(f"autograde: 20 notebooks in {seconds:.0f} s; scores {got}")
     assert got == {sid: float(points) for sid, points in want.items()}, {students[s]: got[s] for s in got}
-    assert all((course / "autograded" / sid / "ch01" / CHAPTER.name).exists() for sid in students)
+    autograded = {sid: nbformat.read(course / "autograded" / sid / "ch01" / CHAPTER.name, 4) for sid in students}
+    assert all(nb.metadata["ttr_edu_grading"]["score"] == want[sid] for sid, nb in autograded.items())
     assert "pasted copy" in log and "took longer than 30 s" in log  # named in the report, for the right student
     for sid, name in students.items():  # the student's own front end gives the same points
         check = _run(

@@ -247,6 +247,8 @@ def _read_one(fd: int, reader: FrameReader) -> bytes:
 # -- the fork server ---------------------------------------------------------------------------------------------------
 
 _SOLVER_MODULES = ("numpy.linalg", "scipy.linalg", "scipy.sparse.linalg")
+#: What a child reports (and the fork server passes on); the fork server's own reports are other kinds.
+_RELAYED = {"outcome", "cost_outcome", "legacy", "missing", "cell_errors", "hidden", "rule", "harness_error", "done"}
 
 
 def _serve_unit(out: int, job: dict, index: int, unit: dict, namespace: dict, declared: dict, scratch: Path) -> None:
@@ -326,6 +328,8 @@ def _serve_unit(out: int, job: dict, index: int, unit: dict, namespace: dict, de
                         seconds = (_cpu_ns(pid) - cpu_before.pop(check)) / 1e9
                         best[check, length] = min(best.get((check, length), seconds), seconds)
                         header["seed"] = seeds[check, length][-1]
+                    if kind not in _RELAYED:
+                        raise ValueError(f"a report of a kind the child does not send ({str(kind)[:40]!r})")
                     relayed += len(payload)
                     if relayed > 4 * MAX_FRAME:
                         raise ValueError("more output than the grader reads")

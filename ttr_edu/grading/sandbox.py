@@ -3,9 +3,10 @@
 With ``bwrap`` (bubblewrap; ``apt install bubblewrap``) the process gets new namespaces (PID, network, IPC, UTS,
 user and cgroup where allowed), every file system read-only, a private ``/tmp`` and scratch folder, the grader's home
 and the course folder hidden (gradebook, sources with hidden tests, other students' files), no capabilities, and it
-dies with the grader (``--die-with-parent``; the PID namespace ends every process it started). Without it, the
-process leads a process group of its own, which the grader kills when it is done, and the answer's process relies on
-the audit hook of :func:`ttr_edu.checks._guard.lock_down` alone for files, processes and the network.
+dies with the grader (``--die-with-parent``; the PID namespace ends every process it started); ``/tmp`` and the
+scratch folder are in memory, :data:`SCRATCH_BYTES` each. Without it, the process leads a process group of its own,
+which the grader kills when it is done, and the answer's process relies on the audit hook of
+:func:`ttr_edu.checks._guard.lock_down` alone for files, processes and the network.
 :func:`protection` says which holds; ``grading.md`` ("Where the grader's protections hold") says what each means.
 """
 
@@ -18,7 +19,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-__all__ = ["command", "protection", "environment"]
+__all__ = ["command", "protection", "environment", "SCRATCH_BYTES"]
+
+#: What the answers of one notebook may write, in all, inside the sandbox.
+SCRATCH_BYTES = 256 << 20
 
 
 @functools.lru_cache(maxsize=1)
@@ -59,13 +63,17 @@ def command(argv: list[str], scratch: Path, hide: list[Path]) -> tuple[list[str]
     if bwrap is None:
         return argv, False
     hidden = [p.resolve() for p in [*hide, Path.home()] if p.exists()]
-    wrapped = [bwrap, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]
+    size = ["--size", str(SCRATCH_BYTES)]
+    wrapped = [bwrap, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", *size, "--tmpfs", "/tmp"]
     for folder in hidden:
         wrapped += ["--tmpfs", str(folder)]
     for path in _needed():
         if any(path == h or h in path.parents for h in hidden) or str(path).startswith("/tmp"):
             wrapped += ["--ro-bind", str(path), str(path)]
-    wrapped += ["--bind", str(scratch), str(scratch), "--chdir", str(scratch)]
+    # the scratch folder is the sandbox's own, in memory and limited: nothing the answers write reaches the disk
+    for folder in hidden:  # read-only once what Python needs inside them is bound
+        wrapped += ["--remount-ro", str(folder)]
+    wrapped += [*size, "--tmpfs", str(scratch), "--chdir", str(scratch)]
     wrapped += ["--unshare-all", "--die-with-parent", "--new-session", "--cap-drop", "ALL", "--"]
     return wrapped + argv, True
 
