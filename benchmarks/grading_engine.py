@@ -2,7 +2,7 @@
 
 For chapters 01 and 04 this prints, side by side in one run (so both share whatever load the machine has):
 
-* the engine's wall time per notebook (:func:`ttr_edu.grading.engine.grade`: the sandbox, the setup cells, one
+* the engine's wall time per notebook (:func:`ttr_edu.checks.grading.engine.grade`: the sandbox, the setup cells, one
   locked-down process per graded cell, the references and comparisons), for the solved notebook and the release
   (unsolved), the median of ``--repeats`` runs, and the CPU time of the grader's own process;
 * each check cell in the student's kernel (the check function on the chapter's solution, in this process): the
@@ -24,7 +24,7 @@ from pathlib import Path
 
 import nbformat
 
-from ttr_edu.grading import engine, notebook, sandbox
+from ttr_edu.checks.grading import engine, notebook, sandbox
 
 ROOT = Path(__file__).resolve().parents[1]
 CHAPTERS = ["01_hebbian_memory", "04_delta_rule"]

@@ -14,7 +14,8 @@ import nbformat
 import pytest
 import torch
 
-from ttr_edu.checks._core import CheckFailed, run_check
+from ttr_edu.checks._core import CheckFailed
+from ttr_edu.checks._rules import run_check
 from ttr_edu.course.notebooks import CHECK_CALL, CHECKS_IMPORT, FRESH_IMPORT, STARS, stamp_grading
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -213,10 +214,10 @@ def test_without_the_engine_the_checks_in_the_kernel_still_score_the_simple_atta
 
 
 def test_the_checks_cannot_be_replaced_by_assignment():
-    from ttr_edu.checks import _core
+    from ttr_edu.checks import _core, _rules
     from ttr_edu.checks import hebbian_memory as checks
 
-    for module, name in ((checks, "check_write"), (checks, "hebbian"), (_core, "run_check"), (_core, "_compare")):
+    for module, name in ((checks, "check_write"), (checks, "hebbian"), (_rules, "run_check"), (_core, "_compare")):
         with pytest.raises(AttributeError, match="read-only"):
             setattr(module, name, lambda *a, **k: True)
         with pytest.raises(AttributeError, match="read-only"):

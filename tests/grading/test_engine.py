@@ -2,6 +2,7 @@
 of their own, and what goes wrong in one graded cell costs that cell alone. (nbgrader's path: test_nbgrader.py.)"""
 
 import os
+import shutil
 import sqlite3
 from pathlib import Path
 
@@ -11,7 +12,7 @@ import pytest
 import torch
 
 from tests.grading.submissions import RIGHT, SUBMISSIONS, before_everything, submission
-from ttr_edu.grading import engine, notebook, sandbox
+from ttr_edu.checks.grading import engine, notebook, sandbox
 
 ROOT = Path(__file__).resolve().parents[2]
 RELEASE = nbformat.read(ROOT / "chapters" / "01_hebbian_memory.ipynb", as_version=4)
@@ -81,11 +82,15 @@ def test_memory_is_limited_per_graded_cell():
 
 
 @pytest.mark.parametrize("sandboxed", [True, False], ids=["bubblewrap", "process group only"])
-def test_the_answers_cannot_write_the_course_folder_or_outlive_the_grading(tmp_path, monkeypatch, sandboxed):
+def test_the_answers_cannot_write_the_course_folder_or_outlive_the_grading(tmp_path, monkeypatch, request, sandboxed):
     if sandboxed and sandbox._bwrap() is None:
         pytest.skip("bubblewrap is not available here")
     if not sandboxed:
-        monkeypatch.setattr(sandbox, "_bwrap", lambda: None)
+        which = shutil.which  # the grading modules are read-only, like the checks: hide bubblewrap from the search
+        monkeypatch.setattr(shutil, "which", lambda name, *a, **k: None if name == "bwrap" else which(name, *a, **k))
+        sandbox._bwrap.cache_clear()  # it remembers its answer; asked again now, and again by the next test
+        request.addfinalizer(sandbox._bwrap.cache_clear)
+        assert sandbox._bwrap() is None
     course = tmp_path / "course"
     course.mkdir()
     gradebook = course / "gradebook.db"
@@ -133,8 +138,8 @@ def _serve(tmp_path, answer_cell: str):
     """One graded cell of the small linear-cost exercise of tests/checks/test_rules.py through the fork server (no
     sandbox): what the grader's process hears, and its verdict."""
     from tests.checks.test_rules import check_prefix_sum
-    from ttr_edu.grading import _child
-    from ttr_edu.grading.notebook import Check
+    from ttr_edu.checks.grading import _child
+    from ttr_edu.checks.grading.notebook import Check
 
     declared = check_prefix_sum.__exercise__
     frames = tmp_path / "frames"

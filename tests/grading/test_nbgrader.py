@@ -23,7 +23,7 @@ c.CourseDirectory.course_id = "ttr-edu"
 c.CourseDirectory.db_url = "sqlite:///gradebook.db"
 c.GradeWithEngine.timeout = 30
 
-from ttr_edu.grading.nbgrader import use_engine
+from ttr_edu.checks.grading.nbgrader import use_engine
 
 use_engine(c)
 """

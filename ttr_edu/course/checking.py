@@ -1,8 +1,8 @@
 """``ttr-edu check``: grade a student's notebook with the course's grading engine and say how each exercise fares.
 
-The verdicts are the engine's (:func:`ttr_edu.grading.engine.grade`), the same that ``nbgrader autograde`` gets with
-the course's configuration (``grading.md``): the release's setup cells and graded cells, the student's exercise cells
-and cells of their own, each graded cell's answers run in a sandboxed process of their own and judged in this one.
+The verdicts are the engine's (:func:`ttr_edu.checks.grading.engine.grade`), the same that ``nbgrader autograde`` gets
+with the course's configuration (``grading.md``): the release's setup cells and graded cells, the student's exercise
+cells and cells of their own, each graded cell's answers run in a sandboxed process of their own and judged in this one.
 Nothing the notebook prints, and no code in it, can pass an exercise.
 """
 
@@ -12,13 +12,13 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ttr_edu.checks.grading import notebook
 from ttr_edu.course.notebooks import CHAPTER_NAME
-from ttr_edu.grading import notebook
 
 if TYPE_CHECKING:
     import nbformat
 
-    from ttr_edu.grading.engine import Report
+    from ttr_edu.checks.grading.engine import Report
 
 __all__ = ["release_for", "grade"]
 
@@ -59,6 +59,6 @@ def release_for(path: Path, nb: nbformat.NotebookNode, releases: list[Path]) -> 
 def grade(nb: nbformat.NotebookNode, release: nbformat.NotebookNode, timeout: float) -> Report:
     """The engine's verdicts on ``nb`` (a student's copy of ``release``), each graded cell's answers given
     ``timeout`` seconds."""
-    from ttr_edu.grading import engine
+    from ttr_edu.checks.grading import engine
 
     return engine.grade(nb, release, timeout=timeout)

@@ -1,7 +1,7 @@
 """The verdict engine: grade one submitted notebook in a process the student's code never runs in.
 
-:func:`grade` plans what to run (:mod:`ttr_edu.grading.notebook`), starts the answers' process in a sandbox
-(:mod:`ttr_edu.grading.sandbox`, :mod:`ttr_edu.grading._child`), and reads back only plain data
+:func:`grade` plans what to run (:mod:`ttr_edu.checks.grading.notebook`), starts the answers' process in a sandbox
+(:mod:`ttr_edu.checks.grading.sandbox`, :mod:`ttr_edu.checks.grading._child`), and reads back only plain data
 (``torch.load(weights_only=True)``: tensors, numbers, strings, containers; no object of the student's). The cases,
 the references, the comparisons and the rule verdicts run here, with the same code as the check in the student's
 kernel (:func:`ttr_edu.checks._rules.judge_case`, :func:`~ttr_edu.checks._rules.judge_cost`). A graded cell scores
@@ -25,8 +25,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ttr_edu.grading import notebook, sandbox
-from ttr_edu.grading._child import RULE_EXIT, FrameReader
+from ttr_edu.checks.grading import notebook, sandbox
+from ttr_edu.checks.grading._child import RULE_EXIT, FrameReader
 
 if TYPE_CHECKING:
     import nbformat
@@ -39,7 +39,7 @@ DEFAULT_MEMORY_GB = 4.0
 #: Seconds the answers' process may take to start and run the setup cells.
 STARTUP_TIMEOUT = 180.0
 
-_BOOT = "import sys; sys.path.insert(0, {root!r}); from ttr_edu.grading._child import main; main()"
+_BOOT = "import sys; sys.path.insert(0, {root!r}); from ttr_edu.checks.grading._child import main; main()"
 
 
 @dataclass

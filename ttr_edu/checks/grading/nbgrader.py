@@ -1,12 +1,12 @@
 """The grading engine inside ``nbgrader autograde``: two preprocessors, switched on by :func:`use_engine` in the
 course's ``nbgrader_config.py``::
 
-    from ttr_edu.grading.nbgrader import use_engine
+    from ttr_edu.checks.grading.nbgrader import use_engine
     use_engine(c)
 
 * :class:`GradeWithEngine` takes the place of nbgrader's ``Execute``: no kernel runs the submission. The engine grades
-  it (:func:`ttr_edu.grading.engine.grade`, against the assignment's ``source/`` notebook, so hidden tests count) and
-  each graded cell gets the outputs of its verdict: a ``PASS`` line, or an error that says why. nbgrader's own
+  it (:func:`ttr_edu.checks.grading.engine.grade`, against the assignment's ``source/`` notebook, so hidden tests count)
+  and each graded cell gets the outputs of its verdict: a ``PASS`` line, or an error that says why. nbgrader's own
   ``SaveAutoGrades`` then scores those outputs as it always does, so the points come from the engine, never from
   anything the student's code printed. What went wrong in a notebook (a timeout, a process that died, a pasted copy
   of a cell) is logged as a warning naming the student and the notebook, and stored in the autograded notebook's
@@ -35,7 +35,7 @@ from nbgrader.preprocessors import (
 )
 from traitlets import Float
 
-from ttr_edu.grading import engine, notebook
+from ttr_edu.checks.grading import engine, notebook
 
 __all__ = ["GradeWithEngine", "DropDuplicateIds", "use_engine"]
 
