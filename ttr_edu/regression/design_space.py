@@ -322,12 +322,14 @@ class Point:
 
 @dataclass(frozen=True)
 class Identity:
-    """What a point is: the named layer it occupies (``name``, ``label``), or ``None``; and ``equals``, the named
-    layers it computes exactly at these parameters or inputs (each a sentence)."""
+    """What a point is: the named layer it occupies (``name``, ``label``), or ``None``; ``equals``, the named layers
+    it computes exactly at these parameters or on some inputs (each a sentence); and ``same_as``, the named layer it
+    computes exactly on every input (a special case of it: a constant gate, a step count of one), or ``None``."""
 
     name: str | None
     label: str | None
     equals: tuple[str, ...]
+    same_as: str | None = None
 
     def sentence(self) -> str:
         """``"This is DeltaNet."`` or ``"No named layer sits here."``, with what it equals."""
@@ -361,11 +363,12 @@ def identify(point: Point) -> Identity:
     if not isinstance(point, Point):
         raise TypeError(f"point: expected a design_space.Point, got {type(point).__name__}")
     name = point.named()
-    equals = []
+    equals, same_as = [], name
     w, f, o = point.weights, point.function_class, point.optimizer
     if point.problem() is None:
         if w == "decay" and (gated := _named("gates", f, o)):
             equals.append(f"It is {_label(gated)} with the constant gate g = log γ.")
+            same_as = same_as or gated
         if w == "window" and (uniform := _named("uniform", f, o)):
             equals.append(f"On sequences of at most w = {point.param('window')} tokens it is {_label(uniform)}.")
         reduces = (
@@ -376,13 +379,16 @@ def identify(point: Point) -> Identity:
         for holds, why in reduces:
             if holds and (sgd := _named(w, f, "online_sgd")):
                 equals.append(f"{why[0].upper()}{why[1:]} it is {_label(sgd)}.")
+                same_as = same_as or sgd
         if o == "exact_solve" and w == "uniform" and f == "linear":
             equals.append("It computes RLS's answer in closed form (RLS updates it recursively).")
+            same_as = same_as or "rls"
         if o == "conjugate_gradient" and w == "uniform" and f == "linear":
             equals.append("It is MesaNet (CG) with gates of one.")
+            same_as = same_as or "mesa_cg"
         if o == "implicit_step" and (sgd := _named(w, f, "online_sgd")):
             equals.append(f"With unit keys it is {_label(sgd)} at the step β/(1 + β).")
-    return Identity(name, _label(name) if name else None, tuple(equals))
+    return Identity(name, _label(name) if name else None, tuple(equals), same_as)
 
 
 @dataclass(frozen=True)
