@@ -51,7 +51,7 @@ class UpdateRule:
         """Every line as one display-math block (``$$ … $$`` with ``\\\\`` between lines), or the problem."""
         if self.problem:
             return f"No layer: {self.problem}"
-        body = " \\\\ ".join(line.latex for line in self.lines)
+        body = " \\\\ ".join(f"& {line.latex}" for line in self.lines)  # every line aligned on its left
         return f"$$\\begin{{aligned}}{body}\\end{{aligned}}$$"
 
     def text(self) -> str:

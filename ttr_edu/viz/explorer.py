@@ -80,8 +80,8 @@ class DesignSpaceExplorer:
                 widgets.HBox([*self.axes.values(), self.named]),
                 widgets.HBox(list(self.sliders.values()), layout=widgets.Layout(flex_flow="row wrap")),
                 self.identity,
-                self.nearby,
                 self.status,
+                self.nearby,
                 self.output,
             ]
         )
