@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from .function_classes import MLP, KernelRidge, Linear, LocalConstant, LocalLinear
 from .layer import NAMED_LAYERS, TestTimeRegression
@@ -72,7 +73,7 @@ class Choice:
     key: str
     label: str
     params: tuple[str, ...]
-    build: Callable[[Mapping[str, object]], object]
+    build: Callable[[Mapping[str, Any]], object]
     defaults: tuple[tuple[str, object], ...] = ()
 
 
@@ -179,7 +180,7 @@ CHOICES: dict[str, dict[str, Choice]] = {
 }
 
 
-def _exact_solve(params: Mapping[str, object]) -> ExactSolve:
+def _exact_solve(params: Mapping[str, Any]) -> ExactSolve:
     return ExactSolve(ridge=params["ridge"])
 
 
@@ -223,7 +224,7 @@ class Point:
     optimizer: str
     params: tuple[tuple[str, object], ...] = ()
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         for axis in AXES:
             key = getattr(self, axis)
             if key not in CHOICES[axis]:
@@ -233,7 +234,7 @@ class Point:
                 raise ValueError(f"params: unknown parameter {name!r}; valid ones are {', '.join(PARAMS)}")
 
     @classmethod
-    def of(cls, weights: str, function_class: str, optimizer: str, **params) -> Point:
+    def of(cls, weights: str, function_class: str, optimizer: str, **params: Any) -> Point:
         """The point of these three choices; ``params`` by keyword (see :data:`PARAMS`).
 
         Raises:
@@ -250,7 +251,7 @@ class Point:
         """The parameters this point's three choices take, in axis order."""
         return tuple(dict.fromkeys(name for axis in AXES for name in self.choice(axis).params))
 
-    def default(self, name: str):
+    def default(self, name: str) -> object:
         """The default of parameter ``name`` at this point: set by one of its choices (the class first), else the
         parameter's own."""
         for axis in ("function_class", "optimizer", "weights"):
@@ -263,11 +264,11 @@ class Point:
         """The :class:`Choice` on ``axis``."""
         return CHOICES[axis][getattr(self, axis)]
 
-    def param(self, name: str):
+    def param(self, name: str) -> Any:
         """The value of parameter ``name`` (its default when no choice of this point takes it)."""
         return dict(self.params).get(name, self.default(name))
 
-    def replace(self, axis: str | None = None, key: str | None = None, **params) -> Point:
+    def replace(self, axis: str | None = None, key: str | None = None, **params: Any) -> Point:
         """This point with one axis set to ``key`` and/or some parameters changed.
 
         A new choice starts from its own defaults (the old choice's parameters are dropped, and so are the values
@@ -282,12 +283,13 @@ class Point:
             for name in (*old.params, *dict(old.defaults)):
                 kept.pop(name, None)
             choices[axis] = key
-        return Point.of(**choices, **{**kept, **params})
+        return Point.of(choices["weights"], choices["function_class"], choices["optimizer"], **{**kept, **params})
 
     def objects(self) -> tuple[object, object, object]:
         """The framework's ``(weights, function_class, optimizer)`` objects of this point."""
         params = dict(self.params)
-        return tuple(self.choice(axis).build(params) for axis in AXES)
+        weights, function_class, optimizer = (self.choice(axis).build(params) for axis in AXES)
+        return weights, function_class, optimizer
 
     def problem(self) -> str | None:
         """Why these choices make no layer (the framework's reason), or ``None`` when they do."""
@@ -423,7 +425,7 @@ def neighbours(point: Point) -> list[Neighbour]:
     return found
 
 
-def named_point(name: str, **params) -> Point:
+def named_point(name: str, **params: Any) -> Point:
     """The point of the named layer ``name`` (a key of :data:`~ttr_edu.regression.NAMED_LAYERS`), default parameters
     unless given.
 
@@ -433,4 +435,4 @@ def named_point(name: str, **params) -> Point:
     if name not in NAMED_LAYERS:
         raise ValueError(f"name: unknown layer {name!r}; valid names are {', '.join(NAMED_LAYERS)}")
     keys = dict(_KEY_OF_TYPE[kind] for kind in NAMED_LAYERS[name])
-    return Point.of(**keys, **params)
+    return Point.of(keys["weights"], keys["function_class"], keys["optimizer"], **params)

@@ -112,7 +112,11 @@ class SlidingWindow:
     def __post_init__(self):
         check_positive_int("window", self.window)
 
-    def log_decay(self, g, dims: Dims, dtype, device):
+    def log_decay(
+        self, g: torch.Tensor | None, dims: Dims, dtype: torch.dtype, device: torch.device | str | None
+    ) -> torch.Tensor | None:
+        """None exists: no per-token log decay ``g`` ``(B, T, H)`` gives a window's weights, so
+        :class:`~ttr_edu.regression.TestTimeRegression` evaluates them window by window. Raises ``ValueError``."""
         raise ValueError("weights: SlidingWindow has no per-token log decay; the layer evaluates it window by window")
 
 

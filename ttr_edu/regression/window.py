@@ -9,6 +9,8 @@ recursive weighting costs ``O(T)``: the price of weights that no per-token decay
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
 __all__: list[str] = []  # the windowed evaluation behind TestTimeRegression, on its checked inputs
@@ -23,7 +25,7 @@ def _windows(x: torch.Tensor, window: int, rows: int) -> torch.Tensor:
     return cut.reshape(B * cut.shape[1], *cut.shape[2:])
 
 
-def _repeat(state, times: int):
+def _repeat(state: Any, times: int) -> Any:
     """A per-sequence initial state (a tensor ``(B, ...)`` or a tuple of them) repeated for each window of its row."""
     if state is None:
         return None
@@ -32,14 +34,25 @@ def _repeat(state, times: int):
     return state.repeat_interleave(times, dim=0)
 
 
-def _last_window(state, B: int):
+def _last_window(state: Any, B: int) -> Any:
     """The final state of each batch row's last window, from the states of all windows."""
     if isinstance(state, tuple):
         return tuple(_last_window(s, B) for s in state)
     return state.reshape(B, -1, *state.shape[1:])[:, -1]
 
 
-def windowed(inner, window: int, q, k, v, *, rows: int = 1, per_token=None, per_pair=None, **options):
+def windowed(
+    inner: Any,
+    window: int,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    *,
+    rows: int = 1,
+    per_token: dict[str, torch.Tensor] | None = None,
+    per_pair: dict[str, torch.Tensor] | None = None,
+    **options: Any,
+) -> tuple[torch.Tensor, Any]:
     """``inner`` (the same choices with :class:`Uniform` weights) evaluated with sliding-window weights of ``window``.
 
     Args:
