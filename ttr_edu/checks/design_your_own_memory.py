@@ -4,7 +4,9 @@
   against the regression framework at the learner's own point (:class:`ttr_edu.regression.design_space.Point`): the
   objective the update must come from. A point a named layer occupies (or computes on every input: a constant
   gate, one step per token) is refused; a wrong update is reported with the point it computes instead, when it is
-  one (an update that ignores the weights computes the same point with uniform weights).
+  one (an update that ignores the weights computes the same point with uniform weights);
+* ``check_my_mixer(spec, point)``: the learner's token mixer (one class, one registered spec): its ``mix`` is the
+  framework's output at the point, its ``step`` equals its ``forward``, it is causal, and it computes no named layer.
 
 One head, one token: ``q, k`` are ``(D_k,)``, ``v`` ``(D_v,)``; ``beta`` and ``g`` are 0-dimensional tensors, ``g`` the
 log of the factor by which the point's weights shrink the past at this token (``log α_t`` for gates, ``log γ`` for an
@@ -16,14 +18,15 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from typing import Any
 
 import torch
 
-from ttr_edu.checks._core import CheckFailed, relative_error, run_check
-from ttr_edu.regression import TestTimeRegression
-from ttr_edu.regression.design_space import AXES, CHOICES, LAYER_LABELS, Point, identify
+from ttr_edu.checks._core import CheckFailed, _is_untouched_stub, relative_error, run_check, under_autograder
+from ttr_edu.regression import NAMED_LAYERS, TestTimeRegression
+from ttr_edu.regression.design_space import AXES, CHOICES, LAYER_LABELS, Point, identify, named_point
 
-__all__ = ["check_my_step", "point_outputs", "STEPPED", "SUGGESTED"]
+__all__ = ["check_my_step", "check_my_mixer", "point_outputs", "STEPPED", "SUGGESTED"]
 
 #: the optimisers that take the per-token step size ``beta``
 STEPPED = ("online_sgd", "implicit_step", "steps_per_token", "mini_batch_gd", "momentum")
@@ -117,7 +120,7 @@ def _what_it_computes(run: Callable, point: Point) -> str:
     case = _case(point, 1300, 4, 3)
     try:
         got = run(**case)
-    except Exception:  # noqa: BLE001 - the failure already reported says what went wrong
+    except Exception:  # any error: the failure already reported says what went wrong
         return ""
     if not isinstance(got, torch.Tensor) or not torch.isfinite(got).all():
         return ""
@@ -172,3 +175,216 @@ def check_my_step(my_step: Callable, initial_state: Callable = _zero_state, poin
         return run_check("my_step", run, reference, cases, rtol=1e-6, atol=1e-9)
     except CheckFailed as failure:
         raise CheckFailed(f"{failure}{_what_it_computes(run, point)}") from None
+
+
+# -- part 2: the learner's point as a token mixer ----------------------------------------------------------------------
+
+_HIDDEN, _HEADS, _BATCH = 16, 2, 2
+
+
+def _layer(spec: Any) -> Any:
+    """The learner's layer at the check's size, in float64, with seeded weights."""
+    torch.manual_seed(1313)
+    return spec(_HIDDEN, _HEADS).double()
+
+
+def _op_case(point: Point, seed: int) -> dict:
+    """The op's inputs for ``B = 2`` sequences of ``H = 2`` heads: unit keys and queries (as the layers make them),
+    step sizes in ``(0, 1)``, gates in ``(0, 1]``; longer than a window."""
+    gen = torch.Generator().manual_seed(seed)
+    T = 10 if point.weights != "window" else point.param("window") + 6
+    D = _HIDDEN // _HEADS
+
+    def unit(*shape):
+        x = torch.randn(*shape, generator=gen, dtype=torch.float64)
+        return x / torch.linalg.vector_norm(x, dim=-1, keepdim=True)
+
+    return {
+        "q": unit(_BATCH, T, _HEADS, D),
+        "k": unit(_BATCH, T, _HEADS, D),
+        "v": torch.randn(_BATCH, T, _HEADS, D, generator=gen, dtype=torch.float64),
+        "beta": 0.05 + 0.9 * torch.rand(_BATCH, T, _HEADS, generator=gen, dtype=torch.float64),
+        "g": -torch.rand(_BATCH, T, _HEADS, generator=gen, dtype=torch.float64),
+    }
+
+
+def _takes(point: Point) -> tuple[str, ...]:
+    """The op inputs the point uses besides ``q, k, v``."""
+    return ("beta",) * (point.optimizer in STEPPED) + ("g",) * (point.weights == "gates")
+
+
+def _framework_mix(point: Point, layer: Any, q, k, v, beta, g, regression: Any = None) -> torch.Tensor:
+    """What ``mix`` must return at ``point``: the framework's output (fla's scale ``D^-1/2``), through the layer's
+    ``o_norm`` when it has one."""
+    rows = point.param("steps") if point.optimizer == "steps_per_token" else 1
+    options: dict = {}
+    if point.optimizer in STEPPED:
+        options["beta"] = beta.repeat_interleave(rows, 1)
+    if point.weights == "gates":
+        options["g"] = g
+    K, V = k.repeat_interleave(rows, 1), v.repeat_interleave(rows, 1)
+    o = (point.layer() if regression is None else regression)(q, K, V, **options)[0]
+    norm = getattr(layer, "o_norm", None)
+    return norm(o) if norm is not None else o
+
+
+def _mixed(layer: Any, point: Point) -> Callable:
+    """The learner's ``mix`` called with the op inputs the point takes."""
+
+    def mix(q, k, v, beta, g):
+        inputs = {
+            "q": q,
+            "k": k,
+            "v": v,
+            **{name: x for name, x in (("beta", beta), ("g", g)) if name in _takes(point)},
+        }
+        with torch.no_grad():
+            return layer.mix(**inputs)
+
+    mix.__name__ = "mix"
+    mix.__wrapped__ = layer.mix
+    return mix
+
+
+def _step_gap(layer: Any) -> Callable:
+    """``max |step − forward|`` relative to ``max |forward|`` over a sequence: 0 when the two forms agree."""
+
+    def gap(x):
+        with torch.no_grad():
+            full = layer(x)
+            state, outputs = layer.initial_state(x.shape[0]), []
+            for t in range(x.shape[1]):
+                o, state = layer.step(x[:, t], state)
+                outputs.append(o)
+        return float((torch.stack(outputs, 1) - full).abs().max() / full.abs().max())
+
+    gap.__name__ = "step_vs_forward"
+    gap.__wrapped__ = layer.mix_step
+    return gap
+
+
+def _lookahead(layer: Any) -> Callable:
+    """``max |Δ output|`` at the first 6 positions when the inputs from position 6 on change: 0 for a causal layer."""
+
+    def change(x):
+        later = x.clone()
+        later[:, 6:] += 1.0
+        with torch.no_grad():
+            return float((layer(x)[:, :6] - layer(later)[:, :6]).abs().max())
+
+    change.__name__ = "lookahead"
+    change.__wrapped__ = layer.mix
+    return change
+
+
+def _what_the_layer_computes(mix: Callable, layer: Any, point: Point) -> str:
+    """The point one choice away, or the named layer, whose output the learner's ``mix`` reproduces, in words."""
+    case = _op_case(point, 1400)
+    try:
+        got = mix(**case)
+    except Exception:  # any error: the failure already reported says what went wrong
+        return ""
+    candidates = [
+        (axis, point.replace(axis, key)) for axis in AXES for key in CHOICES[axis] if key != getattr(point, axis)
+    ]
+    candidates += [(None, named_point(name)) for name in NAMED_LAYERS]
+    for axis, other in candidates:
+        if other.function_class != "linear" or other.problem() is not None or other.optimizer == "steps_per_token":
+            continue
+        try:
+            want = _framework_mix(other, layer, **case)
+        except (ValueError, TypeError):
+            continue
+        if isinstance(got, torch.Tensor) and got.shape == want.shape and relative_error(got, want) < 1e-6:
+            named = identify(other).name
+            name = f" ({LAYER_LABELS[named]})" if named else ""
+            hint = {
+                "weights": ": your layer ignores or mistakes the weights",
+                "optimizer": ": it takes another optimiser's step",
+            }
+            return f"\n  your mix computes {' · '.join(other.choice(a).label for a in AXES)}{name}{hint.get(axis, '')}"
+    return ""
+
+
+def check_my_mixer(spec: Any, point: Point = SUGGESTED) -> bool:
+    """Check the learner's mixer, one class and one spec, at ``point`` (default :data:`SUGGESTED`); ``spec`` is the
+    :class:`~ttr_edu.layers.MixerSpec`, or a function that builds it.
+
+    The spec must be registered (``register(spec)``) and name no layer of ``NAMED_LAYERS``; built at
+    ``hidden_size = 16``, two heads, in float64:
+
+    * its ``mix`` on unit keys and queries, step sizes and gates is the regression framework's output at ``point``
+      (through the layer's ``o_norm`` if it has one; otherwise at fla's scale ``D^-1/2``): the op is the point's;
+    * its ``step``, token by token from ``initial_state``, gives its ``forward``;
+    * it is causal: outputs do not change when later inputs do;
+    * it computes none of the named layers on the same inputs.
+
+    Raises:
+        CheckFailed: a spec that is not registered or that claims a named layer; a point a named layer occupies;
+            a ``mix`` that computes another point (named, when it is one of the point's neighbours or a named layer),
+            a step that disagrees with the forward pass, a look ahead, a call of the framework itself.
+    """
+    from ttr_edu.layers import REGISTRY, Mixer, MixerSpec
+
+    _refuse_occupied(point)
+    if not isinstance(spec, MixerSpec) and callable(spec):  # a function that builds the spec: run it first
+        try:
+            spec = spec()
+        except NotImplementedError as err:
+            if not _is_untouched_stub(err):
+                raise CheckFailed(f"my_mixer: building your spec raised NotImplementedError: {err}") from None
+            if under_autograder():
+                raise CheckFailed("my_mixer: not attempted (the stub still raises NotImplementedError)") from None
+            print(
+                "[not attempted yet] my_mixer: fill in your mixer's methods, run its cell, then run this check again."
+            )
+            return False
+    if not isinstance(spec, MixerSpec) or not issubclass(spec.layer, Mixer):
+        raise CheckFailed(f"my_mixer: expected your MixerSpec(name, label, YourClass), got {type(spec).__name__}")
+    if REGISTRY.get(spec.name) is not spec:
+        raise CheckFailed(f"my_mixer: register your spec first: register({spec.name!r} spec, replace=True)")
+    if spec.named_layer is not None:
+        raise CheckFailed(
+            f"my_mixer: your spec says it is the named layer {spec.named_layer!r}; the capstone's point has no name "
+            "(leave named_layer=None)"
+        )
+    layer = _layer(spec)
+    mix = _mixed(layer, point)
+    choices = point.objects()
+
+    def reference(q, k, v, beta, g):  # the framework at the point, built here: a mix that calls it is not an answer
+        return _framework_mix(point, layer, q, k, v, beta, g, regression=TestTimeRegression(*choices))
+
+    cases = [_op_case(point, 1400 + i) for i in range(3)]
+    try:
+        if not run_check("my_mixer (its op)", mix, reference, cases, rtol=1e-6, atol=1e-9):
+            return False
+    except CheckFailed as failure:
+        raise CheckFailed(f"{failure}{_what_the_layer_computes(mix, layer, point)}") from None
+    inputs = [
+        {"x": torch.randn(_BATCH, 9, _HIDDEN, generator=torch.Generator().manual_seed(s), dtype=torch.float64)}
+        for s in (1500, 1501)
+    ]
+    try:
+        run_check("my_mixer (step == forward)", _step_gap(layer), lambda x: 0.0, inputs, rtol=0.0, atol=1e-9)
+    except CheckFailed as failure:
+        raise CheckFailed(
+            f"{failure}\n  your layer's step() gives other outputs than its forward(): mix_step must take the same "
+            "step as mix, one token at a time, from initial_memory"
+        ) from None
+    try:
+        run_check("my_mixer (causal)", _lookahead(layer), lambda x: 0.0, inputs, rtol=0.0, atol=1e-9)
+    except CheckFailed as failure:
+        raise CheckFailed(
+            f"{failure}\n  the outputs before token 6 change when later tokens change: your mix looks ahead"
+        ) from None
+    case = cases[0]
+    ours = mix(**case)
+    for name in NAMED_LAYERS:
+        other = named_point(name)
+        if other.function_class != "linear" or other.optimizer == "steps_per_token":
+            continue  # a kernel cache, an MLP or several pairs per token: not this layer's inputs
+        if relative_error(ours, _framework_mix(other, layer, **case)) < 1e-6:
+            raise CheckFailed(f"my_mixer: your layer computes {LAYER_LABELS[name]}, a named layer, on these inputs")
+    print(f"PASS my_mixer: {spec.name} is {point.describe()}, distinct from every named layer.")
+    return True
