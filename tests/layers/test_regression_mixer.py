@@ -16,6 +16,9 @@ from ttr_edu.tasks.mqar import mqar_batch
 NO_OP = Point.of("window", "linear", "implicit_step", window=4)  # no op of the package computes this point
 
 
+GATED_IMPLICIT = Point.of("gates", "linear", "implicit_step")  # chapter 13's default capstone point, no op either
+
+
 @pytest.fixture
 def window_implicit():
     spec = register_point("window_implicit_step", NO_OP)
@@ -23,9 +26,23 @@ def window_implicit():
     unregister(spec.name)
 
 
-def test_the_registered_generic_mixer_passes_the_layer_suite():
-    assert REGISTRY["regression"].options["point"] == Point.of("gates", "linear", "implicit_step")
-    run_layer_suite(REGISTRY["regression"])
+@pytest.fixture
+def gated_implicit():
+    spec = register_point("gated_implicit_step", GATED_IMPLICIT)
+    yield spec
+    unregister(spec.name)
+
+
+def test_the_registry_holds_no_generic_mixer_until_one_is_registered(gated_implicit):
+    assert REGISTRY["gated_implicit_step"] is gated_implicit and gated_implicit.options["point"] == GATED_IMPLICIT
+    assert not any(spec.layer is RegressionMixer for name, spec in REGISTRY.items() if name != gated_implicit.name)
+    with pytest.raises(ValueError, match="registered already"):
+        register_point("gated_implicit_step", GATED_IMPLICIT)
+    assert register_point("gated_implicit_step", GATED_IMPLICIT, replace=True).options["point"] == GATED_IMPLICIT
+
+
+def test_a_generic_mixer_passes_the_layer_suite(gated_implicit):
+    run_layer_suite(gated_implicit)
 
 
 def test_a_point_with_no_op_passes_the_layer_suite(window_implicit):
@@ -61,9 +78,9 @@ def test_a_point_with_no_op_trains_in_tinylm(window_implicit):
     assert losses[-1] < 0.8 * losses[0], losses
 
 
-def test_the_generic_mixer_trains_in_the_mqar_model():
+def test_a_point_with_no_op_trains_in_the_mqar_model(gated_implicit):
     torch.manual_seed(0)
-    model = MQARModel("regression", 32, 16)  # the registered point: gated weights with the implicit step
+    model = MQARModel(gated_implicit.name, 32, 16)
     assert isinstance(model.mixer, RegressionMixer)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
     generator = torch.Generator().manual_seed(0)

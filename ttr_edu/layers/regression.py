@@ -4,7 +4,9 @@ Every other mixer of the package calls an op of :mod:`ttr_edu.ops` (CONTRIBUTING
 calls"). :class:`RegressionMixer` is the one exception: it calls the regression framework
 (:class:`ttr_edu.regression.TestTimeRegression`) at a point of :mod:`ttr_edu.regression.design_space`, so that a
 point no op computes (a window with the implicit step, forgetting-factor RLS, a learner's own design) can be trained
-in :class:`~ttr_edu.models.mqar.MQARModel` and :class:`~ttr_edu.models.lm.TinyLM` before anyone writes its op. The
+in :class:`~ttr_edu.models.mqar.MQARModel` and :class:`~ttr_edu.models.lm.TinyLM` before anyone writes its op
+(:func:`register_point` registers a point under a name; the registry holds none by default, so its lists stay the
+package's own layers). The
 price is speed: the framework is written from the objective, not for speed, and the one-token step has no
 recurrence to carry, so it reruns the framework over the whole prefix, ``O(t)`` per token. ARCHITECTURE.md says why
 this is the only place the framework sits on a layer's path.
@@ -25,7 +27,7 @@ from torch import nn
 
 from ttr_edu._internal.validation import check_positive_int
 from ttr_edu.layers.base import Mixer
-from ttr_edu.layers.registry import MixerSpec, feature_map_recipe, register
+from ttr_edu.layers.registry import MixerSpec, register
 from ttr_edu.regression.cost import cost, matched_hidden
 from ttr_edu.regression.design_space import Point, named_point
 
@@ -63,7 +65,7 @@ class RegressionMixer(Mixer):
         hidden_size: int,
         num_heads: int = 1,
         *,
-        point: Point | str = "gated_deltanet",
+        point: Point | str,
         use_short_conv: bool = True,
         conv_size: int = 4,
         feature_map: str | None = "silu",
@@ -164,16 +166,3 @@ def register_point(
         **fields,
     )
     return register(spec, replace=replace)
-
-
-#: The chapter's default capstone point, gated weights with the implicit step, which no op computes.
-register(
-    MixerSpec(
-        "regression",
-        "any point, through the regression framework (here: gated implicit step)",
-        RegressionMixer,
-        options={"point": Point.of("gates", "linear", "implicit_step")},
-        family="variant",
-        fuzz={"feature_map": feature_map_recipe("silu")},
-    )
-)
