@@ -76,3 +76,28 @@ def test_the_command_writes_the_grid(tmp_path, monkeypatch, capsys):
     data = json.loads(out.read_text())
     assert [e["optimizer"] for e in data["points"]] == ["online_sgd", "exact_solve"]
     assert "wrote" in capsys.readouterr().out
+
+
+def test_the_shipped_capstone_run_has_every_model_on_every_seed():
+    rows = ds.load_capstone()
+    labels = {r["label"] for r in rows}
+    assert labels == set(ds.CAPSTONE_LABELS.values())
+    for label in labels:
+        mine = [r for r in rows if r["label"] == label]
+        assert [r["seed"] for r in mine] == list(ds.SEEDS)
+        assert len({r["lr"] for r in mine}) == 1 and mine[0]["lr"] in ds.CAPSTONE_LRS
+        assert all(0 <= r["accuracy"] <= 1 for r in mine)
+
+
+def test_a_capstone_run_picks_its_learning_rate_on_the_first_seed(monkeypatch):
+    monkeypatch.setitem(ds.CAPSTONE, "steps", 3)
+    tried = []
+
+    def fake(mixer, seed, lr):
+        tried.append((seed, lr))
+        return {1e-2: 0.2, 3e-3: 0.5}[lr] + seed / 100
+
+    monkeypatch.setattr(ds, "_mqar_accuracy", fake)
+    rows = ds.train_capstone("deltanet", label="DeltaNet")
+    assert tried == [(0, 1e-2), (0, 3e-3), (1, 3e-3), (2, 3e-3)]  # both rates on seed 0, then the better one
+    assert [(r["seed"], r["lr"], r["accuracy"]) for r in rows] == [(0, 3e-3, 0.5), (1, 3e-3, 0.51), (2, 3e-3, 0.52)]
