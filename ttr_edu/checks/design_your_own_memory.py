@@ -103,7 +103,10 @@ def _looped(my_step: Callable, initial_state: Callable) -> Callable:
         state = initial_state(d_k=k.shape[-1], d_v=v.shape[-1])
         outputs = []
         for t in range(q.shape[0]):
-            o, state = my_step(state, q[t], k[t], v[t], beta[t], g[t])
+            result = my_step(state, q[t], k[t], v[t], beta[t], g[t])
+            if not (isinstance(result, tuple) and len(result) == 2):
+                raise CheckFailed(f"my_step must return (o, state), a pair; got {type(result).__name__}")
+            o, state = result
             if not isinstance(o, torch.Tensor) or o.shape != v[t].shape:
                 got = tuple(o.shape) if isinstance(o, torch.Tensor) else type(o).__name__
                 raise CheckFailed(f"my_step must return (o, state) with o of shape {tuple(v[t].shape)}; got {got}")
@@ -339,6 +342,8 @@ def check_my_mixer(spec: Any, point: Point = SUGGESTED) -> bool:
                 "[not attempted yet] my_mixer: fill in your mixer's methods, run its cell, then run this check again."
             )
             return False
+        except Exception as err:  # anything else the function raised: the learner's own bug
+            raise CheckFailed(f"my_mixer: building your spec raised {type(err).__name__}: {err}") from None
     if not isinstance(spec, MixerSpec) or not issubclass(spec.layer, Mixer):
         raise CheckFailed(f"my_mixer: expected your MixerSpec(name, label, YourClass), got {type(spec).__name__}")
     if REGISTRY.get(spec.name) is not spec:

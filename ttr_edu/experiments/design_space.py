@@ -232,7 +232,17 @@ class Diagnostics:
 
 
 def diagnose(point: Point, seeds=SEEDS) -> Diagnostics:
-    """Both diagnostics and the cost of ``point`` (or the reason it has none), timed."""
+    """Both diagnostics and the cost of ``point`` (or the reason it has none), timed. The tensors are small, so they
+    run on one thread (restored after): threads that share a busy CPU only wait for each other."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        return _diagnose(point, seeds)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _diagnose(point: Point, seeds) -> Diagnostics:
     start = time.perf_counter()
     result = Diagnostics(point, problem=point.problem())
     if result.problem is None:
