@@ -22,7 +22,8 @@ from typing import Any
 
 import torch
 
-from ttr_edu.checks._core import CheckFailed, _is_untouched_stub, relative_error, run_check, under_autograder
+from ttr_edu.checks._core import CheckFailed, _is_untouched_stub, relative_error, under_autograder
+from ttr_edu.checks._rules import run_check
 from ttr_edu.regression import NAMED_LAYERS, TestTimeRegression
 from ttr_edu.regression.design_space import AXES, CHOICES, LAYER_LABELS, Point, identify, named_point
 
