@@ -1,4 +1,5 @@
-"""``python -m ttr_edu.experiments capacity|overwrite|mqar|mqar_memories|lm [options]``: run one experiment's grid."""
+"""``python -m ttr_edu.experiments capacity|overwrite|mqar|mqar_memories|lm|design_space [options]``: run one
+experiment's grid."""
 
 from __future__ import annotations
 
