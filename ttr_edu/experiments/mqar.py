@@ -70,6 +70,7 @@ __all__ = [
     "best",
     "choose_lr",
     "sweep",
+    "Sweep",
     "settings",
     "table",
     "state_figure",
@@ -327,32 +328,58 @@ def sweep(cells: list[dict], *, first_seed_only: bool = True, setting_of=None):
     """The cells to run, as :func:`ttr_edu.experiments.runner.run` takes them.
 
     ``cells`` is the full product (every learning rate with every seed). With ``first_seed_only`` the runner gets a
-    function of the rows done so far: first every rate with each setting's first seed, then, once a setting's rates
-    are all done, its other seeds at the rate :func:`choose_lr` picks. ``setting_of(cell)`` names a setting (default:
-    everything but ``lr`` and ``seed``).
+    :class:`Sweep` of the rows done so far: first every rate with each setting's first seed, then, once a setting's
+    rates are all done, its other seeds at the rate :func:`choose_lr` picks. ``setting_of(cell)`` names a setting
+    (default: everything but ``lr`` and ``seed``).
     """
-    if not first_seed_only:
-        return cells
-    setting_of = setting_of or (lambda c: tuple((k, v) for k, v in c.items() if k not in ("lr", "seed")))
-    settings_: dict[tuple, list[dict]] = {}
-    for cell in cells:
-        settings_.setdefault(setting_of(cell), []).append(cell)
-    first = {key: min(c["seed"] for c in group) for key, group in settings_.items()}
+    return Sweep(cells, setting_of) if first_seed_only else cells
 
-    def cells_for(rows: list[dict]) -> list[dict]:
+
+class Sweep:
+    """A learning-rate sweep on each setting's first seed, then its other seeds at the best rate (see :func:`sweep`).
+
+    Called with the rows done so far, it lists the cells to run now; :meth:`remaining` counts every cell still to
+    run, the later seeds included, before their rate is known."""
+
+    def __init__(self, cells: list[dict], setting_of=None) -> None:
+        self.setting_of = setting_of or (lambda c: tuple((k, v) for k, v in c.items() if k not in ("lr", "seed")))
+        self.keys = tuple(cells[0]) if cells else ()
+        self.settings: dict[tuple, list[dict]] = {}
+        for cell in cells:
+            self.settings.setdefault(self.setting_of(cell), []).append(cell)
+        self.first = {key: min(c["seed"] for c in group) for key, group in self.settings.items()}
+
+    def _plan(self, rows: list[dict]) -> list[tuple[list[dict], list[dict] | None]]:
+        """Per setting: its first-seed cells, and its other seeds' cells at the chosen rate (``None``: not yet)."""
         by_setting: dict[tuple, list[dict]] = {}
         for row in rows:
-            by_setting.setdefault(setting_of({k: row[k] for k in cells[0]}), []).append(row)
-        out = []
-        for key, group in settings_.items():
-            out += [c for c in group if c["seed"] == first[key]]
-            swept = [r for r in by_setting.get(key, []) if r["seed"] == first[key]]
+            by_setting.setdefault(self.setting_of({k: row[k] for k in self.keys}), []).append(row)
+        plan = []
+        for key, group in self.settings.items():
+            first = [c for c in group if c["seed"] == self.first[key]]
+            swept = [r for r in by_setting.get(key, []) if r["seed"] == self.first[key]]
+            later = None
             if len({r["lr"] for r in swept}) == len({c["lr"] for c in group}):
                 lr = choose_lr(swept)
-                out += [c for c in group if c["lr"] == lr and c["seed"] != first[key]]
-        return out
+                later = [c for c in group if c["lr"] == lr and c["seed"] != self.first[key]]
+            plan.append((first, later))
+        return plan
 
-    return cells_for
+    def __call__(self, rows: list[dict]) -> list[dict]:
+        return [cell for first, later in self._plan(rows) for cell in first + (later or [])]
+
+    def remaining(self, rows: list[dict]) -> int:
+        """How many cells are still to run, given the rows done: the missing first-seed cells, and for each setting
+        its other seeds (at the chosen rate once known) not yet done."""
+        done = {tuple(row[k] for k in self.keys) for row in rows}
+        count = 0
+        for (key, group), (first, later) in zip(self.settings.items(), self._plan(rows)):
+            count += sum(tuple(c[k] for k in self.keys) not in done for c in first)
+            if later is None:
+                count += len({c["seed"] for c in group} - {self.first[key]})
+            else:
+                count += sum(tuple(c[k] for k in self.keys) not in done for c in later)
+        return count
 
 
 def held_out(grid: MQARGrid, seq_len: int, num_pairs: int):
