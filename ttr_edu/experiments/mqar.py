@@ -12,7 +12,7 @@ Two training recipes (:class:`MQARGrid`):
 * ``"course"``: fresh batches of ``batch_size`` examples every step (at least 32), Adam at a constant learning rate,
   at most ``max_steps`` steps, an early stop once the loss on a fixed evaluation set is small;
 * ``"zoology"`` (:class:`ZoologyRecipe`): Zoology's recipe (``zoology/train.py``): AdamW with weight decay 0.1, a
-  cosine decay of the learning rate over the epochs, a fixed training set seen for several epochs in shuffled
+  cosine decay of the learning rate over the epochs, a fixed training set seen for several epochs in the same
   batches of 256, an early stop once the accuracy on a validation set exceeds 0.99.
 
 Every cell is measured on the same held-out examples of its task and filler (seed ``test_seed``), with Zoology's
@@ -258,8 +258,9 @@ class ZoologyRecipe:
     """Zoology's training recipe (``zoology/train.py`` and ``zoology/config.py`` at the pinned commit): AdamW with
     ``weight_decay``, ``CosineAnnealingLR`` over the epochs (stepped once per epoch, to 0), a fixed training set of
     ``train_examples`` (drawn once, with ``data_seed``, the same for every cell, as Zoology's data seed is) seen
-    ``epochs`` times in shuffled batches of ``batch_size``, and an early stop once the accuracy on a validation set
-    (``data_seed + 1``) exceeds ``stop_accuracy`` (checked after each epoch).
+    ``epochs`` times in the same batches of ``batch_size``, in the same order (Zoology's loader does not shuffle),
+    and an early stop once the accuracy on a validation set (``data_seed + 1``) exceeds ``stop_accuracy`` (checked
+    after each epoch; Zoology checks its test set).
 
     Zoology trains 100,000 examples for 64 epochs (figure 2), Based 20,000 (100,000 for its first task) for 32.
     """
@@ -578,9 +579,9 @@ def train_zoology(
 ) -> tuple[int, float]:
     """Train ``model`` with Zoology's recipe (:class:`ZoologyRecipe`); return ``(steps, loss on validation)``.
 
-    Each epoch visits ``train_set`` once in an order drawn with ``seed`` (the last batch may be smaller, as a
-    ``DataLoader`` without ``drop_last`` gives it); after each epoch the accuracy on ``validation`` decides the early
-    stop, then the cosine schedule steps.
+    Each epoch visits ``train_set`` in the same batches, in the same order (Zoology's data loader neither shuffles
+    the batches nor their examples; its last batch may be smaller); after each epoch the accuracy on ``validation``
+    decides the early stop, then the cosine schedule steps. ``seed`` seeds the model's own random draws.
 
     Raises:
         FloatingPointError: the training loss became NaN or infinite (a diverging run).
@@ -589,18 +590,21 @@ def train_zoology(
 
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=recipe.weight_decay)
     schedule = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=recipe.epochs, eta_min=0.0)
-    order_gen = torch.Generator().manual_seed(seed)
-    count, steps = train_set.inputs.shape[0], 0
+    size, steps = train_set.inputs.shape[0], 0
+    batches = [
+        MQARBatch(
+            train_set.inputs[i : i + recipe.batch_size],
+            train_set.labels[i : i + recipe.batch_size],
+            train_set.num_pairs,
+            train_set.vocab_size,
+        )
+        for i in range(0, size, recipe.batch_size)
+    ]
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         model.train()
         for _ in range(recipe.epochs):
-            order = torch.randperm(count, generator=order_gen)
-            for start in range(0, count, recipe.batch_size):
-                picked = order[start : start + recipe.batch_size]
-                batch = MQARBatch(
-                    train_set.inputs[picked], train_set.labels[picked], train_set.num_pairs, train_set.vocab_size
-                )
+            for batch in batches:
                 loss = model.loss(batch)
                 if not torch.isfinite(loss):
                     raise FloatingPointError(f"the training loss became {loss.item()} at step {steps}")

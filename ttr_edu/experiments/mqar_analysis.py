@@ -224,10 +224,12 @@ def frontier(
     boot: int = 400,
     level: float = 0.9,
     seed: int = 0,
+    **changes,
 ) -> dict[str, dict]:
     """Each layer's logistic fit of accuracy against ``log2`` of its state on one task (Based's frontier).
 
-    The points are every seed at each width's best learning rate (:func:`best`, baseline settings only). The
+    The points are every seed at each width's best learning rate (:func:`best`) of the :data:`BASELINE` setting, or
+    of the setting ``changes`` make of it (``training="zoology"``, ``filler="zero"``). The
     interval of each number is the central ``level`` of ``boot`` refits, each on the seeds drawn again with
     replacement at every width (a bootstrap over seeds: it carries the seed-to-seed spread, which is far larger than
     the binomial noise of the held-out queries).
@@ -243,7 +245,7 @@ def frontier(
     out = {}
     rng = random.Random(seed)
     for model in models:
-        where = setting_of(model, 0, seq_len, num_pairs)
+        where = setting_of(model, 0, seq_len, num_pairs, **changes)
         where.pop("d_model")
         widths = sorted({r["d_model"] for r in rows if _matches(r, where)})
         if len(widths) < 2:
@@ -271,11 +273,12 @@ def frontier(
 
 
 def frontier_figure(
-    rows: list[dict], models: Iterable[str], tasks: Iterable[tuple[int, int]], fits: dict | None = None
+    rows: list[dict], models: Iterable[str], tasks: Iterable[tuple[int, int]], fits: dict | None = None, **changes
 ):
     """Accuracy against state (floats per sequence, log axis), one panel per task ``(T, N)``, one colour per layer:
     each width's mean over the seeds at its best learning rate, bars from the lowest to the highest seed, and the
-    fitted frontier (:func:`frontier`) as a line. ``fits`` maps ``(T, N)`` to the task's :func:`frontier` result."""
+    fitted frontier (:func:`frontier`) as a line. ``fits`` maps ``(T, N)`` to the task's :func:`frontier` result;
+    ``changes`` pick a setting other than the baseline, as :func:`frontier` takes them."""
     from plotly.subplots import make_subplots
 
     from ttr_edu.viz.figures import TEMPLATE
@@ -286,7 +289,7 @@ def frontier_figure(
     )
     for col, (t, n) in enumerate(tasks, start=1):
         fitted = (fits or {}).get((t, n)) or frontier(
-            rows, [m for m in models if _has(rows, m, t, n)], seq_len=t, num_pairs=n, boot=0
+            rows, [m for m in models if _has(rows, m, t, n, changes)], seq_len=t, num_pairs=n, boot=0, **changes
         )
         for model in models:
             if model not in fitted:
@@ -344,8 +347,8 @@ def frontier_figure(
     return fig
 
 
-def _has(rows, model, t, n) -> bool:
-    where = setting_of(model, 0, t, n)
+def _has(rows, model, t, n, changes) -> bool:
+    where = setting_of(model, 0, t, n, **changes)
     where.pop("d_model")
     return len({r["d_model"] for r in rows if _matches(r, where)}) >= 2
 
