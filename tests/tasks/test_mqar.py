@@ -243,3 +243,23 @@ def test_no_conv_model_has_no_convolution_and_bad_names_are_refused():
         MQARModel("deltanet", 32, 8, feature_map="dpfp")
     with pytest.raises(TypeError, match="unexpected keyword argument 'nope'"):
         MQARModel("deltanet", 32, 8, nope=1)
+
+
+def test_layers_stack_and_positions_are_learned_when_asked():
+    """Two layers keep twice one layer's state; positions are added to the embedding and refuse a longer sequence;
+    a one-layer model keeps its parameter names and initial weights."""
+    torch.manual_seed(0)
+    one = MQARModel("softmax_attention", 32, 8)
+    torch.manual_seed(0)
+    two = MQARModel("softmax_attention", 32, 8, n_layers=2, use_short_conv=False, max_positions=16)
+    assert two.state_size(16) == 2 * one.state_size(16) and two.positions.weight.shape == (16, 8)
+    torch.manual_seed(0)
+    again = MQARModel("softmax_attention", 32, 8, n_layers=1, max_positions=0)
+    assert all(torch.equal(a, b) for a, b in zip(one.state_dict().values(), again.state_dict().values()))
+    assert list(one.state_dict()) == list(again.state_dict())
+    b = batch(6, batch_size=2, seq_len=16, num_pairs=2, vocab_size=32)
+    assert two(b.inputs).shape == (2, 16, 32)
+    with pytest.raises(ValueError, match="16 positions"):
+        two(batch(6, batch_size=2, seq_len=24, num_pairs=2, vocab_size=32).inputs)
+    with pytest.raises(ValueError, match="n_layers"):
+        MQARModel("deltanet", 32, 8, n_layers=0)

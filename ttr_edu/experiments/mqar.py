@@ -155,7 +155,8 @@ class Cell:
     Attributes:
         model: a name in :data:`ttr_edu.models.mqar.MODELS` or :data:`VARIANTS`.
         feature_map: ``φ`` of a parametric memory (``"silu"``, ``"elu_plus_one"``, ...); ``""`` for attention.
-        short_conv: the short convolution on ``q, k, v``.
+        short_conv: the short convolution on ``q, k, v``; without it the model gets learned absolute positions
+            (Zoology's attention has them), and nothing else tells a token which came before it.
         n_layers, num_heads: mixer layers (each with its residual and norm) and heads per layer.
         filler: ``"random"`` or ``"zero"`` (:data:`FILLERS`).
         training: ``"course"`` or ``"zoology"`` (:data:`TRAININGS`).
@@ -541,14 +542,14 @@ def held_out(grid: MQARGrid, cell: Cell):
 
 
 def build_model(grid: MQARGrid, cell: Cell) -> MQARModel:
-    """The model of ``cell`` (its layer, or the registered layer a :data:`VARIANTS` name stands for).
+    """The model of ``cell``: its layer (or the registered layer a :data:`VARIANTS` name stands for), ``n_layers``
+    of it, ``num_heads`` heads each; without the short convolution it gets learned absolute positions instead, as
+    Zoology's attention has them.
 
     Raises:
-        ValueError: an unknown model, or a feature map the layer refuses; more than one layer (the model has one).
+        ValueError: an unknown model, or a feature map the layer refuses.
     """
     name, options = (VARIANTS[cell.model][0], VARIANTS[cell.model][1]) if cell.model in VARIANTS else (cell.model, {})
-    if cell.n_layers != 1:
-        raise ValueError(f"n_layers: the MQAR model stacks one mixer layer, got {cell.n_layers}")
     return MQARModel(
         name,
         grid.vocab_size,
@@ -556,6 +557,8 @@ def build_model(grid: MQARGrid, cell: Cell) -> MQARModel:
         cell.num_heads,
         feature_map=cell.feature_map or None,
         use_short_conv=cell.short_conv,
+        n_layers=cell.n_layers,
+        max_positions=0 if cell.short_conv else cell.seq_len,
         **options,
     )
 
