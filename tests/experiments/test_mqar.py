@@ -306,3 +306,15 @@ def test_the_table_lists_each_setting_with_its_change_from_the_baseline():
     ]
     lines = table(rows).splitlines()
     assert len(lines) == 2 + 3 and lines[-1].rstrip().endswith("filler zero") and "(5)" in lines[2]
+
+
+def test_the_detectable_difference_of_five_seeds_a_side_is_about_two_standard_deviations():
+    from ttr_edu.experiments.mqar_analysis import detectable_difference
+
+    a, b = [0.50, 0.52, 0.48, 0.51, 0.49], [0.60, 0.62, 0.58, 0.61, 0.59]  # sample sd 0.0158 on each side
+    sd = (sum((x - 0.5) ** 2 for x in a) / 4) ** 0.5
+    # t_{0.975, 8} = 2.306, t_{0.8, 8} = 0.889: (2.306 + 0.889) sqrt(2/5) sd = 2.02 sd
+    assert detectable_difference(a, b) == pytest.approx(3.195 * (2 / 5) ** 0.5 * sd, rel=1e-3)
+    assert detectable_difference(a * 4, b * 4) < detectable_difference(a, b)  # more seeds, smaller
+    with pytest.raises(ValueError, match="at least two"):
+        detectable_difference([0.5], b)
