@@ -318,3 +318,17 @@ def test_the_detectable_difference_of_five_seeds_a_side_is_about_two_standard_de
     assert detectable_difference(a * 4, b * 4) < detectable_difference(a, b)  # more seeds, smaller
     with pytest.raises(ValueError, match="at least two"):
         detectable_difference([0.5], b)
+
+
+def test_the_cluster_guide_states_the_grids_as_the_code_defines_them():
+    """docs/cluster.md gives the Zoology grid's size, step budget and recipe; they must be the code's."""
+    from pathlib import Path
+
+    text = " ".join((Path(__file__).resolve().parents[2] / "docs" / "cluster.md").read_text().split())
+    z = ZOOLOGY_GRID.zoology
+    assert f"**{len(ZOOLOGY_GRID.cells()):,} trained models**" in text
+    assert f"({z.epochs} epochs of {math.ceil(z.train_examples / z.batch_size)} batches: {z.max_steps:,} steps" in text
+    assert f"over {z.epochs} epochs of a fixed set of {z.train_examples:,} examples" in text
+    assert "d = " + ", ".join(map(str, mqar.LADDER)) in text
+    assert f"the course grid of MQAR ({len(COURSE_GRID.cells())} cells)" in text
+    assert "--grid full" not in text and "1,344" not in text
