@@ -6,7 +6,7 @@ import importlib
 import sys
 
 from ttr_edu.experiments import EXPERIMENTS, INTERRUPTED
-from ttr_edu.experiments.workers import in_own_session, ready_for_ctrl_c, run_in_own_session
+from ttr_edu.experiments.workers import in_own_session, preflight, ready_for_ctrl_c, run_in_own_session
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -26,6 +26,10 @@ def command_line() -> int:
     (:func:`ttr_edu.experiments.workers.run_in_own_session`)."""
     argv = sys.argv[1:]
     if argv and argv[0] in EXPERIMENTS and not in_own_session():
+        refused = preflight(f"python -m ttr_edu.experiments {argv[0]}", argv[1:])
+        if refused is not None:  # said before the experiment imports torch, which takes seconds
+            print(refused[0], file=sys.stderr)
+            return refused[1]
         try:
             return run_in_own_session([sys.executable, "-m", "ttr_edu.experiments", *argv])
         except KeyboardInterrupt:  # before the child was started

@@ -40,6 +40,7 @@ from __future__ import annotations
 import argparse
 import csv
 import hashlib
+import importlib.util
 import io
 import json
 import os
@@ -609,9 +610,7 @@ def runner_options(parser: argparse.ArgumentParser, args: argparse.Namespace) ->
             parser.error(f"--{error}")
         if isinstance(parsed, int) and parsed > cores:
             parser.error(f"--scheduler: local:N needs N from 1 to {cores} (this machine's cores), got {args.scheduler}")
-        try:
-            import distributed  # noqa: F401
-        except ImportError:
+        if importlib.util.find_spec("distributed") is None:  # found, not imported: that takes seconds
             parser.error("--scheduler needs Dask: pip install 'ttr-edu[cluster]' (dask[distributed])")
     return {
         "out": out,

@@ -38,6 +38,8 @@ __all__ = [
     "local_cells",
     "DaskCells",
     "LOOK_AHEAD",
+    "probe",
+    "preflight",
 ]
 
 #: cells in flight per worker thread on Dask: one running, one waiting in the scheduler's queue
@@ -70,6 +72,41 @@ def check_scheduler(scheduler: str) -> int | tuple[str, int] | None:
             f"scheduler: expected local:N or a Dask address tcp://HOST:PORT (a port from 1 to 65535), got {scheduler!r}"
         )
     return match["host"].strip("[]"), int(match["port"])
+
+
+def probe(scheduler: str) -> None:
+    """Check that something listens at the Dask address ``scheduler``: a refused or unresolvable address fails at
+    once, a silent one after 5 seconds.
+
+    Raises:
+        SchedulerError: a malformed address, or nothing answering there.
+    """
+    parsed = check_scheduler(scheduler)
+    if isinstance(parsed, int):
+        return
+    try:
+        socket.create_connection(parsed, timeout=5).close()
+    except OSError as error:
+        reason = error.strerror or str(error) or type(error).__name__
+        raise SchedulerError(f"scheduler: no Dask scheduler answers at {scheduler} ({reason})") from None
+
+
+def preflight(prog: str, argv: list[str]) -> tuple[str, int] | None:
+    """What the command line can refuse before it starts the experiment (and imports torch, which takes seconds
+    on a busy machine): a ``--scheduler`` that is malformed (exit status 2) or does not answer (1). Returns the
+    one-line message and the status, or ``None``; the experiment checks its arguments again, in full."""
+    values = [argv[i + 1] for i, a in enumerate(argv[:-1]) if a == "--scheduler"]
+    values += [a.split("=", 1)[1] for a in argv if a.startswith("--scheduler=")]
+    for value in values:
+        try:
+            check_scheduler(value)
+        except SchedulerError as error:
+            return f"{prog}: error: --{error}", 2
+        try:
+            probe(value)
+        except SchedulerError as error:
+            return f"error: --{error}", 1
+    return None
 
 
 def _ignore_sigint() -> None:
@@ -227,10 +264,12 @@ class DaskCells:
 
     def __init__(self, scheduler: str) -> None:
         parsed = check_scheduler(scheduler)
+        self.address, self.cluster, self.client = scheduler, None, None
+        if not isinstance(parsed, int):  # before Dask is imported (seconds)
+            probe(scheduler)
         import dask
         from distributed import Client, LocalCluster
 
-        self.address, self.cluster, self.client = scheduler, None, None
         if isinstance(parsed, int):
             for name in ("distributed", "distributed.scheduler", "distributed.nanny", "distributed.worker"):
                 logging.getLogger(name).setLevel(logging.CRITICAL)  # a lost worker is reported once, by the runner
@@ -257,12 +296,6 @@ class DaskCells:
                 self.close()
                 raise
             return
-        host, port = parsed
-        try:  # a refused or unresolvable address fails here at once; a silent one after 5 s
-            socket.create_connection((host, port), timeout=5).close()
-        except OSError as error:
-            reason = error.strerror or str(error) or type(error).__name__
-            raise SchedulerError(f"scheduler: no Dask scheduler answers at {scheduler} ({reason})") from None
         try:
             self.client = Client(scheduler, timeout="10s")
         except (OSError, TimeoutError) as error:
