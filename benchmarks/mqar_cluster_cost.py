@@ -136,6 +136,24 @@ def main() -> None:
                 json.dump({"machine": machine, "measured": measured}, handle, indent=1)
     hours, total, count = price(measured)
     steps = ZOOLOGY_GRID.zoology.max_steps
+    print(f"\none cell at its full budget of {steps} steps, core-hours (measured widths):")
+    print(
+        f"{'(T, N)':>10}"
+        + "".join(
+            f"{f'{family} d={d}':>{max(10, len(family) + 7)}}" for family, widths in FAMILIES.items() for d in widths
+        )
+    )
+    for seq_len, num_pairs in ZOOLOGY_TASKS:
+        line = f"{f'({seq_len}, {num_pairs})':>10}"
+        for family, widths in FAMILIES.items():
+            for d in widths:
+                m = next(
+                    x
+                    for x in measured
+                    if (x["model"], x["seq_len"], x["num_pairs"], x["d_model"]) == (family, seq_len, num_pairs, d)
+                )
+                line += f"{m['seconds'] * steps / 3600:>{max(10, len(family) + 7)}.2f}"
+        print(line)
     print(
         f"\nthe zoology grid: {count} cells, each at most {steps} steps; core-hours by task and width (all its cells)"
     )
