@@ -26,7 +26,7 @@ are written, and the run ends by naming the lost cells, which ``resume`` trains 
 process stops the pool; the rows written so far are kept, and ``resume`` trains the rest.
 
 Dask is optional (``pip install 'ttr-edu[cluster]'``); nothing in the course needs it. ``docs/cluster.md`` runs the
-full MQAR grid on Slurm.
+Zoology-scale MQAR grid on Slurm and prices it.
 
 The command line of every experiment (:func:`add_arguments`, :func:`runner_options`, :func:`command_line`,
 :func:`guarded`) shares these rules: an argument error is one line and exit status 2; a scheduler that does not
