@@ -136,3 +136,21 @@ def test_a_retrained_cell_of_each_layer_matches_the_csv(model):
         assert again["steps"] == row["steps"]
     else:
         assert abs(again["steps"] - row["steps"]) <= mqar.COURSE_GRID.eval_every
+
+
+def test_the_zoology_proof_run_holds_the_grids_cheapest_settings_trained_on_a_local_dask_cluster():
+    """``mqar_zoology_smallest.csv``: at least 40 cells of the Zoology grid, its cheapest settings whole, trained with
+    the grid's recipe through ``--scheduler local:2``, a run that finished."""
+    name = "mqar_zoology_smallest.csv"
+    text = resources.files("ttr_edu.experiments").joinpath("results", name).read_text()
+    meta, rows = runner.read(mqar.EXPERIMENT, name, text=text)
+    command = shlex.split(meta["command"])
+    assert command[command.index("--grid") + 1] == "zoology" and command[command.index("--scheduler") + 1] == "local:2"
+    count = int(command[command.index("--smallest") + 1])
+    wanted = [asdict(c) for c in mqar.smallest(mqar.ZOOLOGY_GRID, count)]
+    assert count >= 40 and len(rows) >= 40
+    assert sorted(mqar.EXPERIMENT.cell_of(c) for c in wanted) == sorted(mqar.EXPERIMENT.cell_of(r) for r in rows)
+    assert meta["recipe"] == mqar.ZOOLOGY_GRID.recipe() and {r["recipe"] for r in rows} == {meta["recipe hash"]}
+    assert meta["dask workers"].startswith("2 local worker processes")
+    assert all(0 < r["steps"] <= mqar.ZOOLOGY_GRID.zoology.max_steps or r["accuracy"] == 0.0 for r in rows)
+    assert [line for line in text.splitlines() if line.startswith("#")][-1].startswith("# finished:")

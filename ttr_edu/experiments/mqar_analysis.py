@@ -209,27 +209,51 @@ def detectable_difference(a: list[float], b: list[float], alpha: float = 0.05, p
 def _fit(points: list[tuple[float, float]]) -> tuple[float, float]:
     """``(slope, log2 s50)`` of ``logit(p) = slope · (x − log2 s50)`` maximising ``Σ a log p + (1 − a) log(1 − p)``
     over the points ``(x, a)`` (``x = log2 state``, ``a`` the accuracy): a binomial fit with the same number of
-    queries behind every point, which then drops out. Newton's method on ``logit(p) = b0 + b1 x``."""
-    b0, b1 = 0.0, 0.0
+    queries behind every point, which then drops out. Newton's method on ``logit(p) = b0 + b1 x``, each step halved
+    until the likelihood rises. Points that no curve separates (all at 0, all at 1) give ``(0, nan)``."""
     xs = [x for x, _ in points]
     centre = sum(xs) / len(xs)
-    for _ in range(100):
+    us = [x - centre for x in xs]
+    accs = [a for _, a in points]
+
+    def loglik(b0, b1):
+        total = 0.0
+        for u, a in zip(us, accs):
+            z = b0 + b1 * u
+            total += a * z - (z if z > 30 else math.log1p(math.exp(z)))  # a log p + (1 - a) log(1 - p)
+        return total
+
+    b0 = b1 = 0.0
+    current = loglik(b0, b1)
+    for _ in range(200):
         g0 = g1 = h00 = h01 = h11 = 0.0
-        for x, a in points:
-            u = x - centre
-            p = 1.0 / (1.0 + math.exp(-(b0 + b1 * u)))
+        for u, a in zip(us, accs):
+            z = b0 + b1 * u
+            p = 1.0 / (1.0 + math.exp(-z)) if z > -700 else 0.0
             g0, g1 = g0 + a - p, g1 + (a - p) * u
-            w = max(p * (1 - p), 1e-12)
+            w = p * (1 - p)
             h00, h01, h11 = h00 + w, h01 + w * u, h11 + w * u * u
         det = h00 * h11 - h01 * h01
-        if det <= 1e-18:
+        if det <= 1e-300:
             break
         d0, d1 = (h11 * g0 - h01 * g1) / det, (h00 * g1 - h01 * g0) / det
-        b0, b1 = b0 + d0, b1 + d1
-        if abs(d0) + abs(d1) < 1e-10:
+        step = 1.0
+        while step > 1e-6 and loglik(b0 + step * d0, b1 + step * d1) < current - 1e-12:
+            step /= 2
+        b0, b1 = b0 + step * d0, b1 + step * d1
+        previous, current = current, loglik(b0, b1)
+        if abs(step * d0) + abs(step * d1) < 1e-10 or current - previous < 1e-14:
             break
-    slope = b1
-    return slope, (centre - b0 / b1) if b1 != 0 else math.inf
+    if abs(b1) < 1e-9 or all(a <= 0 for a in accs) or all(a >= 1 for a in accs):
+        return 0.0, math.nan
+    return b1, centre - b0 / b1
+
+
+def _power(x: float) -> float:
+    """``2^x``, ``inf`` or ``0`` beyond the range of a float, ``nan`` for ``nan``."""
+    if math.isnan(x):
+        return math.nan
+    return 2.0 ** max(min(x, 1000.0), -1000.0)
 
 
 def _interval(values: list[float], level: float) -> tuple[float, float]:
@@ -284,14 +308,14 @@ def frontier(
         for _ in range(boot):
             resampled = [(math.log2(s), rng.choice(accs)) for s, accs in points for _ in accs]
             draws.append(_fit(resampled))
-        s50_lo, s50_hi = _interval([2**x for _, x in draws if math.isfinite(x)] or [math.inf], level)
+        s50_lo, s50_hi = _interval([_power(x) for _, x in draws if not math.isnan(x)] or [math.nan], level)
         out[model] = {
-            "s50": 2**x50,
+            "s50": _power(x50),
             "s50_interval": (s50_lo, s50_hi),
             "slope": slope,
             "slope_interval": _interval([b for b, _ in draws], level),
             "points": points,
-            "inside": points[0][0] <= 2**x50 <= points[-1][0],
+            "inside": points[0][0] <= _power(x50) <= points[-1][0],
         }
     return out
 
@@ -346,8 +370,10 @@ def frontier_figure(
             )
             low, high = math.log2(states[0]) - 0.5, math.log2(states[-1]) + 0.5
             xs = [2 ** (low + (high - low) * i / 60) for i in range(61)]
-            x50 = math.log2(fit["s50"]) if math.isfinite(fit["s50"]) else 0.0
-            ys = [1 / (1 + math.exp(-fit["slope"] * (math.log2(x) - x50))) for x in xs]
+            if not 0 < fit["s50"] < math.inf:  # no curve: the points alone
+                continue
+            x50 = math.log2(fit["s50"])
+            ys = [1 / (1 + math.exp(min(-fit["slope"] * (math.log2(x) - x50), 700.0))) for x in xs]
             fig.add_scatter(
                 x=xs,
                 y=ys,
