@@ -22,12 +22,13 @@ picks the rate with the best mean over the seeds and reports their spread, as Zo
 
 Three grids (``--grid``):
 
-* ``course`` (:data:`COURSE_GRID`, the default): the grid chapter 09 reads, shipped as
-  ``ttr_edu/experiments/results/mqar_grid.csv``. Widths where the layers do not yet saturate, a ladder of matched
+* ``course`` (:data:`COURSE_GRID`, the default): widths where the layers do not yet saturate, a ladder of matched
   state (linear attention and DeltaNet at RLS's state), a second task at the same ``T/N``, softmax attention at widths
   small enough to fail, a zero-filler arm, a Zoology-recipe arm, the convolution ablation with a two-layer attention
-  beside it; five seeds where the chapter draws a null. Sized for two cores (a few CPU hours); its header records the
-  time it took.
+  beside it; five seeds where two layers are compared. 528 cells, about 13 hours on two cores (``docs/cluster.md``).
+  Its CSV is not shipped yet: ``ttr_edu/experiments/results/mqar_grid.csv``, which chapter 09 reads, is the first
+  course grid (widths 16, 32, 64 on one task, the learning rate swept on the first seed), read by
+  :func:`load_results` through :data:`FIRST_EXPERIMENT`.
 * ``zoology`` (:data:`ZOOLOGY_GRID`): Zoology's and Based's tasks, fillers and recipe at a cluster's scale:
   ``docs/cluster.md`` gives its size and cost, and runs it on Slurm.
 * ``quick`` (``--quick``): two small cells, a smoke test of the command.
@@ -74,6 +75,9 @@ __all__ = [
     "cell_cost",
     "run_grid",
     "load_results",
+    "load_header",
+    "read_grid",
+    "FIRST_EXPERIMENT",
     "choose_lr",
     "sweep",
     "Sweep",
@@ -745,20 +749,60 @@ def run_grid(
     return result.rows
 
 
+#: The first course grid's columns (before a cell named its depth, heads, filler and training recipe). Its rows
+#: are one-layer, one-head models trained with the course recipe on the filler its recipe line names.
+FIRST_EXPERIMENT = runner.Experiment(
+    name="mqar",
+    fields=(*(k for k in KEY if k not in ("n_layers", "num_heads", "filler", "training")), *RESULT_FIELDS),
+    key=tuple(k for k in KEY if k not in ("n_layers", "num_heads", "filler", "training")),
+    types={"short_conv": bool, **RESULT_TYPES},
+    timing=("train_seconds", "cpu_seconds"),
+)
+
+
+def read_grid(text: str, name: str | Path) -> tuple[dict, list[dict]]:
+    """The provenance lines and typed rows of a grid CSV's ``text`` (from the file ``name``), in either layout:
+    this module's, or the first course grid's (:data:`FIRST_EXPERIMENT`), whose rows get the cell columns it did not
+    have from what its recipe fixed: one layer, one head, the course recipe, and the filler of its
+    ``random_non_queries``.
+
+    Raises:
+        ValueError: not a CSV of the MQAR grid in either layout, or a row that does not parse (file and line named).
+    """
+    try:
+        return runner.read(EXPERIMENT, name, text=text)
+    except ValueError as error:
+        try:
+            meta, rows = runner.read(FIRST_EXPERIMENT, name, text=text)
+        except ValueError:
+            raise error from None
+    filler = "random" if meta.get("recipe", {}).get("random_non_queries", True) else "zero"
+    fixed = {"n_layers": 1, "num_heads": 1, "filler": filler, "training": "course"}
+    return meta, [{k: {**fixed, **r}[k] for k in EXPERIMENT.columns} for r in rows]
+
+
+def load_header(path: str | Path | None = None, *, shipped: str = "mqar_grid.csv") -> dict:
+    """The provenance lines of a grid CSV (default: the shipped course grid), as :func:`load_results` reads it:
+    ``recipe`` parsed from JSON, ``command``, ``git commit``, ..."""
+    return read_grid(_grid_text(path, shipped), path or shipped)[0]
+
+
+def _grid_text(path: str | Path | None, shipped: str) -> str:
+    if path is None:
+        return resources.files("ttr_edu.experiments").joinpath("results", shipped).read_text()
+    return Path(path).read_text()
+
+
 def load_results(path: str | Path | None = None, *, show: bool = True, shipped: str = "mqar_grid.csv") -> list[dict]:
     """Read a grid CSV (default: the course grid shipped as ``ttr_edu/experiments/results/mqar_grid.csv``) as typed
-    dicts.
+    dicts, in this module's layout or the first course grid's (:func:`read_grid`).
 
     Args:
         show: print the provenance lines (command, version, git commit, recipe, platform) recorded in the file.
         shipped: the name of a CSV in ``ttr_edu/experiments/results`` to read when ``path`` is ``None``.
     """
-    if path is None:
-        text = resources.files("ttr_edu.experiments").joinpath("results", shipped).read_text()
-        _, rows = runner.read(EXPERIMENT, shipped, text=text)
-    else:
-        text = Path(path).read_text()
-        _, rows = runner.read(EXPERIMENT, path)
+    text = _grid_text(path, shipped)
+    _, rows = read_grid(text, path or shipped)
     if show:
         shown = [
             line[2:] for line in text.splitlines() if line.startswith("# ") and not line.startswith("# training code")
