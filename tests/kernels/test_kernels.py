@@ -418,6 +418,7 @@ def test_gated_kernel_refuses_a_full_reset_rather_than_returning_nan():
         kernels.gated_delta_rule_chunk(q, k, v, g, beta, chunk_size=16)
 
 
+@pytest.mark.slow  # tens of seconds in the Triton interpreter
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_gated_kernel_final_state_is_exact_under_strong_decay(seed):
     """g = logsigmoid(x) / 0.1 (strong decays, where a total decay summed twice drifts): the chunk's total decay comes

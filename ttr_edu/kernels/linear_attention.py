@@ -161,7 +161,7 @@ def linear_attention_chunk(
     dims = check_inputs(q, k, v)
     scale = resolve_scale(scale, dims["D_k"])
     check_positive_float("eps", eps, allow_zero=True)
-    S0, z0 = unpack_state(initial_state, normalize, varlen_state_dims(dims, cu_seqlens, q), q.device)
+    S0, z0 = unpack_state(initial_state, normalize, varlen_state_dims(dims, cu_seqlens, q), q)
     check_runnable(q.device, _REFERENCE)
     check_kernel_sizes(dims["D_k"], chunk_size, _REFERENCE, T=dims["T"], H=dims["H"], d_v=dims["D_v"] + bool(normalize))
 

@@ -36,6 +36,7 @@ from ttr_edu._internal.contract import (
     State,
     check_inputs,
     check_state,
+    check_state_parts,
     compute_dtype,
     decay_matrix,
     fla_output,
@@ -60,7 +61,7 @@ _SHARED_DOC = """
         normalize: divide by ``z_tᵀ q_t + eps`` with ``z_t = Σ_{i≤t} k_i``; then the state is the pair ``(S, z)``.
         eps: added to the normaliser (Schlag et al.'s code uses 1e-6); ignored without ``normalize``.
         initial_state: ``S_0`` of shape ``(B, H, D_k, D_v)`` (with ``normalize``: a tuple ``(S_0, z_0)``, ``z_0`` of
-            shape ``(B, H, D_k)``); ``None`` means zero.
+            shape ``(B, H, D_k)``, each in the dtype of ``q`` or the compute dtype); ``None`` means zero.
         output_final_state: also return the final state (fp32, or fp64 for fp64 inputs).
         chunk_size: (``linear_attention_chunk`` only) tokens per chunk, any positive int; T need not be a multiple.
         cu_seqlens: (recurrent and chunk forms) fla's variable-length offsets, an integer tensor ``(N + 1,)``: the N
@@ -74,7 +75,8 @@ _SHARED_DOC = """
         (or ``(S_T, z_T)`` with ``normalize``), or ``None`` unless ``output_final_state``.
 
     Raises:
-        TypeError: a non-tensor, an integer dtype, mixed dtypes of q, k, v, or a wrongly typed ``initial_state``.
+        TypeError: a non-tensor, an integer dtype, mixed dtypes of q, k, v, a wrongly typed ``initial_state``, or a
+            part of ``(S_0, z_0)`` in another dtype than q's or the compute dtype.
         ValueError: mismatched shapes (named dims in the message), different devices, a bad ``scale``/``eps``.
 """
 
@@ -86,7 +88,7 @@ def _prepare(q, k, v, scale, normalize, eps, initial_state):
     scale = resolve_scale(scale, dims["D_k"])
     check_positive_float("eps", eps, allow_zero=True)
     dtype = compute_dtype(q.dtype)
-    S0, z0 = unpack_state(initial_state, normalize, dims, q.device)
+    S0, z0 = unpack_state(initial_state, normalize, dims, q)
     S = zero_state(dims, dtype, q.device) if S0 is None else S0.to(dtype)
     z = None
     if normalize:
@@ -95,9 +97,10 @@ def _prepare(q, k, v, scale, normalize, eps, initial_state):
     return q, k, v, S, z, scale
 
 
-def unpack_state(initial_state, normalize, dims, device):
-    """``initial_state`` checked against the inputs' ``dims``: ``(S, None)`` without ``normalize``, ``(S, z)`` with it
-    (``(None, None)`` for no state). Shared with the Triton kernel, which takes the same states."""
+def unpack_state(initial_state, normalize, dims, q):
+    """``initial_state`` checked against the inputs' ``dims`` and ``q`` (device; the dtypes of a pair ``(S, z)``):
+    ``(S, None)`` without ``normalize``, ``(S, z)`` with it (``(None, None)`` for no state). Shared with the Triton
+    kernel, which takes the same states."""
     if initial_state is None:
         return None, None
     if normalize:
@@ -106,16 +109,14 @@ def unpack_state(initial_state, normalize, dims, device):
                 "initial_state: with normalize=True expected a tuple (S, z) of shapes (B, H, D_k, D_v) and "
                 f"(B, H, D_k), got {type(initial_state).__name__}"
             )
-        S0, z0 = initial_state
-        check_state("initial_state[0] (S)", S0, dims, STATE, device)
-        check_state("initial_state[1] (z)", z0, dims, ("B", "H", "D_k"), device)
+        S0, z0 = check_state_parts("initial_state", initial_state, (("S", STATE), ("z", ("B", "H", "D_k"))), dims, q)
         return S0, z0
     if isinstance(initial_state, (tuple, list)):
         raise TypeError(
             "initial_state: with normalize=False expected the tensor S of shape (B, H, D_k, D_v), got a "
             f"{type(initial_state).__name__} (the pair (S, z) is the state of normalize=True)"
         )
-    check_state("initial_state", initial_state, dims, STATE, device)
+    check_state("initial_state", initial_state, dims, STATE, q.device)
     return initial_state, None
 
 

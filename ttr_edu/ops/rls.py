@@ -49,7 +49,7 @@ from ttr_edu._internal.contract import (
     STATE,
     State,
     check_inputs,
-    check_state,
+    check_state_parts,
     compute_dtype,
     decayed_cumsum,
     fla_output,
@@ -77,7 +77,8 @@ _SHARED_DOC = """
             dtype; ``−inf`` is a full reset (the data so far is forgotten, the ridge stays).
         scale: multiplies ``q``; default ``D_k ** -0.5`` (fla convention; pass ``1.0`` for the plain regression).
         initial_state: a tuple ``(S_0, P_0)`` of shapes ``(B, H, D_k, D_v)`` and ``(B, H, D_k, D_k)``, ``P_0``
-            symmetric positive definite; ``None`` means ``(0, I / ridge)``.
+            symmetric positive definite, each in the dtype of ``q`` or the compute dtype (a final state carried
+            over); ``None`` means ``(0, I / ridge)``.
         output_final_state: also return ``(S_T, P_T)`` (fp32, or fp64 for fp64 inputs).
 
     Returns:
@@ -85,7 +86,8 @@ _SHARED_DOC = """
         the dtype of ``q``.
 
     Raises:
-        TypeError: a non-tensor, an integer dtype, mixed dtypes of q, k, v, an ``initial_state`` that is no pair.
+        TypeError: a non-tensor, an integer dtype, mixed dtypes of q, k, v, an ``initial_state`` that is no pair or
+            has a part in another dtype than q's or the compute dtype.
         ValueError: a ``g`` that is NaN, ``+inf`` or ``> 0``; non-finite q, k, v or state; mismatched shapes (the
             message names the dims), different devices, ``ridge <= 0`` or outside the compute dtype's range, a bad
             ``scale``; a ridge system that is not positive definite in floating point (naming ``ridge``).
@@ -113,10 +115,8 @@ def _prepare(q, k, v, ridge, g, scale, initial_state):
                 "initial_state: expected a tuple (S, P) of shapes (B, H, D_k, D_v) and (B, H, D_k, D_k), "
                 f"got {type(initial_state).__name__}"
             )
-        S, P = initial_state
-        check_state("initial_state[0] (S)", S, dims, STATE, q.device)
-        check_state("initial_state[1] (P)", P, dims, ("B", "H", "D_k", "D_k"), q.device)
-        S, P = S.to(dtype), P.to(dtype)
+        parts = (("S", STATE), ("P", ("B", "H", "D_k", "D_k")))
+        S, P = (x.to(dtype) for x in check_state_parts("initial_state", initial_state, parts, dims, q))
     q, k, v = (x.to(dtype).transpose(1, 2) for x in (q, k, v))  # (B, H, T, ·)
     log_decay = None if g is None else g.to(dtype).transpose(1, 2)  # (B, H, T)
     return q * scale, k, v, log_decay, S, P, ridge

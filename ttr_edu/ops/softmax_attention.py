@@ -59,7 +59,7 @@ def softmax_attention(
         with ``T_cache + T`` tokens, or ``None`` unless ``output_final_state``.
 
     Raises:
-        TypeError: a non-tensor, an integer dtype, mixed dtypes of q, k, v.
+        TypeError: a non-tensor, an integer dtype, mixed dtypes of q, k, v, a cache of another dtype.
         ValueError: mismatched shapes (the message names the dims), different devices, a bad ``scale``.
     """
     dims = check_inputs(q, k, v)

@@ -30,13 +30,15 @@ from ttr_edu._internal.contract import (
     check_inputs,
     check_nonnegative,
     check_state,
+    check_state_parts,
     compute_dtype,
     fla_output,
     resolve_scale,
+    state_dtypes,
     zero_state,
 )
 from ttr_edu._internal.deprecation import renamed_arguments
-from ttr_edu._internal.mlp_memory import check_mlp_state, gelu_derivative, mlp_hidden
+from ttr_edu._internal.mlp_memory import MLP_STATE, check_mlp_state, gelu_derivative, mlp_hidden
 from ttr_edu._internal.validation import guarded
 
 from .ttt import _naive_gradients, _naive_memory
@@ -83,7 +85,9 @@ def titans_recurrent(
         ``(o, state)`` (``None`` unless ``output_final_state``); ``o`` is ``(B, T, H, D_v)`` in the dtype of ``q``.
 
     Raises:
-        TypeError: a non-tensor, an integer dtype, mixed dtypes of q, k, v, a malformed state.
+        TypeError: a non-tensor, an integer dtype, mixed dtypes of q, k, v, a malformed state, a tensor of
+            ``(W1, W2)`` or of a :class:`TitansState` in another dtype than q's or the compute dtype (a lone ``S_0``
+            is cast).
         ValueError: mismatched shapes (the message names the dims), T = 0, different devices, a bad ``scale``,
             ``beta < 0``, ``eta`` or ``alpha`` outside ``[0, 1]``, any of them not finite.
     """
@@ -100,23 +104,26 @@ def titans_recurrent(
             "initial_state.memory: expected S (B, H, D_k, D_v) or the MLP's (W1, W2), got None (pass "
             "initial_state=None for a zero linear memory)"
         )
+    where = "initial_state.memory" if isinstance(initial_state, TitansState) else "initial_state"
     if memory is None:
         memory = (zero_state(dims, dtype, q.device),)
     elif isinstance(memory, torch.Tensor):
-        check_state("initial_state", memory, dims, STATE, q.device)
+        # alone, S is cast like any one-tensor state; beside its momentum it is a part of a tuple state
+        check_state(where, memory, dims, STATE, q.device, dtypes=state_dtypes(q.dtype) if momentum is not None else ())
         memory = (memory.to(dtype),)
     else:
-        memory = tuple(W.to(dtype) for W in check_mlp_state("initial_state", memory, dims, q.device))
+        memory = tuple(W.to(dtype) for W in check_mlp_state(where, memory, dims, q))
     if momentum is None:
         momentum = tuple(torch.zeros_like(W) for W in memory)
     else:
         momentum = (momentum,) if isinstance(momentum, torch.Tensor) else tuple(momentum)
-        if len(momentum) != len(memory) or any(U.shape != W.shape for U, W in zip(momentum, memory)):
+        if len(momentum) != len(memory):
             raise ValueError(
-                f"initial_state.momentum: expected the shapes of the memory {[tuple(W.shape) for W in memory]}, got "
-                f"{[tuple(U.shape) for U in momentum]}"
+                f"initial_state.momentum: expected one tensor per tensor of the memory ({len(memory)}), got "
+                f"{len(momentum)}"
             )
-        momentum = tuple(U.to(dtype) for U in momentum)
+        parts = (("U", STATE),) if len(memory) == 1 else (("U1", MLP_STATE[0][1]), ("U2", MLP_STATE[1][1]))
+        momentum = tuple(U.to(dtype) for U in check_state_parts("initial_state.momentum", momentum, parts, dims, q))
     q, k, v = (x.to(dtype).transpose(1, 2) * s for x, s in ((q, scale), (k, 1.0), (v, 1.0)))
     beta, eta, alpha = (x.to(dtype).transpose(1, 2)[..., None, None] for x in (beta, eta, alpha))  # (B, H, T, 1, 1)
 

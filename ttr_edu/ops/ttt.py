@@ -63,7 +63,8 @@ _SHARED_DOC = """
             multiple; the paper uses 16).
         scale: multiplies ``q``; default ``D_k ** -0.5`` (fla).
         initial_state: linear: ``S_0`` ``(B, H, D_k, D_v)``, ``None`` means zero; MLP (required, since a zero MLP
-            has zero gradients): ``(W1, W2)`` of shapes ``(B, H, D_k, D_h)`` and ``(B, H, D_h, D_v)``.
+            has zero gradients): ``(W1, W2)`` of shapes ``(B, H, D_k, D_h)`` and ``(B, H, D_h, D_v)``, each in the
+            dtype of ``q`` or the compute dtype (a final state carried over).
         output_final_state: also return the final memory (fp32, or fp64 for fp64 inputs).
         layer_norm: wrap the memory's output in a LayerNorm over ``D_v`` (no affine parameters).
         residual: add the input, ``f(x) = x + …`` (needs ``D_k == D_v``).
@@ -74,7 +75,7 @@ _SHARED_DOC = """
 
     Raises:
         TypeError: a non-tensor, an integer dtype, mixed dtypes of q, k, v, non-bool flags, an MLP state that is
-            no pair.
+            no pair or has a part in another dtype than q's or the compute dtype.
         ValueError: mismatched shapes (the message names the dims), T = 0, different devices, a bad ``scale`` or
             ``mini_batch_size``, ``residual`` with ``D_k != D_v``.
 """
@@ -93,7 +94,7 @@ def _prepare(q, k, v, beta, mini_batch_size, scale, initial_state, layer_norm, r
                 "initial_state: the MLP memory needs its starting weights (W1, W2), shapes (B, H, D_k, D_h) and "
                 "(B, H, D_h, D_v): at W1 = W2 = 0 every gradient is zero and nothing is learned"
             )
-        state = tuple(W.to(dtype) for W in check_mlp_state("initial_state", initial_state, dims, q.device))
+        state = tuple(W.to(dtype) for W in check_mlp_state("initial_state", initial_state, dims, q))
     elif initial_state is None:
         state = zero_state(dims, dtype, q.device)
     else:

@@ -7,7 +7,7 @@ from typing import Any, NamedTuple
 
 import torch
 
-from ttr_edu._internal.contract import check_nonempty, check_nonnegative
+from ttr_edu._internal.contract import STATE, check_nonempty, check_nonnegative, check_state
 from ttr_edu._internal.deprecation import rename_keywords
 from ttr_edu._internal.mlp_memory import check_mlp_state
 from ttr_edu._internal.validation import (
@@ -166,7 +166,8 @@ class TestTimeRegression:
             compute dtype (fp32, or fp64 for fp64 inputs), or ``(o, None)``.
 
         Raises:
-            TypeError: non-tensors, integer dtypes, or ``k``/``v`` of another dtype than ``q``.
+            TypeError: non-tensors, integer dtypes, ``k``/``v`` of another dtype than ``q``, or :class:`MLP`
+                weights ``(W1, W2)`` in another dtype than q's or the compute dtype.
             ValueError: shapes that disagree (the message names the argument and the dims), T = 0, tensors on
                 different devices, a missing or superfluous ``beta``/``g``, or a state the chosen class does not keep;
                 NaN/inf in any tensor (``initial_state`` included), a ``scale`` that does not fit the compute dtype,
@@ -264,19 +265,14 @@ class TestTimeRegression:
                 raise ValueError(
                     f"function_class: MLP(residual=True) needs D_k == D_v, got {dims['D_k']}, {dims['D_v']}"
                 )
-            return check_mlp_state("initial_state", initial_state, dims, q.device)
+            return check_mlp_state("initial_state", initial_state, dims, q)
         elif initial_state is not None:
             if not isinstance(self.optimizer, WARM_STARTED):
                 raise ValueError(
                     f"initial_state: {type(self.optimizer).__name__} solves from the pairs alone (RLS would also "
                     "need the inverse covariance P); pass the earlier pairs instead"
                 )
-            dims.bind("initial_state", initial_state, ("B", "H", "D_k", "D_v"))
-            if initial_state.device != q.device:
-                raise ValueError(
-                    f"initial_state: expected a tensor on {q.device} (the device of q), got one on "
-                    f"{initial_state.device}"
-                )
+            check_state("initial_state", initial_state, dims, STATE, q.device)
         return None
 
     @guarded

@@ -12,7 +12,7 @@ import plotly.graph_objects as go
 import torch
 
 from ttr_edu import hebbian
-from ttr_edu._internal.validation import check_finite, check_real
+from ttr_edu._internal.validation import check_finite, check_real, check_seed
 
 __all__ = ["line_figure", "slider_figure", "heatmap", "recall_scores_figure"]
 
@@ -91,7 +91,7 @@ def heatmap(
     :func:`recall_scores_figure` does.
 
     Raises:
-        TypeError: ``matrix`` not a tensor, ``zmid`` not a number or None.
+        TypeError: ``matrix`` not a tensor or of bool or complex dtype, ``zmid`` not a number or None.
         ValueError: ``matrix`` not 2-D, on the meta device, or with NaN/inf entries; ``zmid`` NaN or inf.
     """
     if not isinstance(matrix, torch.Tensor):
@@ -100,6 +100,8 @@ def heatmap(
         raise ValueError(f"matrix: expected a 2-D tensor (rows, cols), got {tuple(matrix.shape)}")
     if matrix.device.type == "meta":
         raise ValueError("matrix: expected a tensor with values to draw, got a meta tensor")
+    if matrix.dtype == torch.bool or matrix.is_complex():
+        raise TypeError(f"matrix: expected real numbers to draw as colours, got {matrix.dtype}")
     check_finite("matrix", matrix)
     if zmid is not None:
         check_real("zmid", zmid)
@@ -196,8 +198,8 @@ def recall_scores_figure(n: int, d: int, *, seed: int = 0) -> go.Figure:
     The diagonal is the signal (≈ 1), everything else is crosstalk; recall fails where an off-diagonal entry of a
     column beats its diagonal.
     """
-    if isinstance(seed, bool) or not isinstance(seed, int):
-        raise TypeError(f"seed: expected an int, got {type(seed).__name__} {seed!r}")
+    check_seed("seed", seed)
+    check_seed("seed", seed + 1)  # the values' seed
     keys = hebbian.random_unit_keys(n, d, seed=seed)
     values = hebbian.random_unit_keys(n, d, seed=seed + 1)
     W = hebbian.store(keys, values)
