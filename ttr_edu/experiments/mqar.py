@@ -25,7 +25,7 @@ Three grids (``--grid``):
 * ``course`` (:data:`COURSE_GRID`, the default): widths where the layers do not yet saturate, a ladder of matched
   state (linear attention and DeltaNet at RLS's state), a second task at the same ``T/N``, softmax attention at widths
   small enough to fail, a zero-filler arm, a Zoology-recipe arm, the convolution ablation with a two-layer attention
-  beside it; five seeds where two layers are compared. 528 cells, about 13 hours on two cores (``docs/cluster.md``).
+  beside it; five seeds where two layers are compared. 528 cells, 4 to 8 CPU hours (``docs/cluster.md``).
   Its CSV is not shipped yet: ``ttr_edu/experiments/results/mqar_grid.csv``, which chapter 09 reads, is the first
   course grid (widths 16, 32, 64 on one task, the learning rate swept on the first seed), read by
   :func:`load_results` through :data:`FIRST_EXPERIMENT`.
