@@ -24,6 +24,9 @@ import re
 
 EXPERIMENTS = ("capacity", "overwrite", "mqar", "mqar_memories", "lm", "design_space")
 
+#: what every experiment's command line prints on Ctrl-C (exit status 130)
+INTERRUPTED = "interrupted: the rows written so far are kept; --resume runs the rest"
+
 
 def plain_help(doc: str) -> str:
     """A module docstring as a terminal shows it in ``--help``: Sphinx roles and literals as plain names
