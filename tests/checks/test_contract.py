@@ -63,6 +63,8 @@ def test_every_checks_module_is_read_only():
     modules = list(_check_modules()) + [ttr_edu.checks]
     assert len(modules) >= 15
     for module in modules:
-        name = next(n for n in vars(module) if not n.startswith("__"))
+        name = next((n for n in vars(module) if not n.startswith("__")), None)
+        if name is None:  # a package of submodules only (the grading engine's): nothing of its own to replace
+            continue
         with pytest.raises(AttributeError, match="read-only"):
             setattr(module, name, None)
