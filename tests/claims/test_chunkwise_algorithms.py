@@ -98,3 +98,51 @@ def test_the_chunk_size_claim_fails_when_small_chunks_cost_no_more_operations(mo
     monkeypatch.setattr(profiling, "operation_count", lambda fn: 100)  # a loop over chunks batched away
     with pytest.raises(claims.ClaimFailed, match="C = 4 runs over twice as many PyTorch operations as C = 64"):
         exec(cell, namespace)
+
+
+def _fla_source(module: str) -> str:
+    import inspect
+
+    return inspect.getsource(pytest.importorskip(module))
+
+
+def test_fla_keeps_the_inverse_and_recomputes_the_states_in_its_backward_as_the_chapter_says():
+    # section 3: the forward saves A, solve_tril's inverse, and no chunk states; the backward recomputes w, u from A
+    # and the chunk states h with the forward's state loop
+    source = _fla_source("fla.ops.delta_rule.chunk")
+    saved = source[source.index("ctx.save_for_backward(") :].split("\n", 1)[0]
+    assert " A," in saved and "initial_state" in saved and " h" not in saved
+    backward = source[source.index("def chunk_delta_rule_bwd(") : source.index("class ChunkDeltaRuleFunction")]
+    assert backward.index("recompute_w_u_fwd(") < backward.index("chunk_gated_delta_rule_fwd_h(")
+    assert "A=A" in backward[: backward.index("chunk_gated_delta_rule_fwd_h(")]
+    wy = _fla_source("fla.ops.delta_rule.wy_fast")
+    forward = wy[wy.index("def prepare_wy_repr_fwd(") : wy.index("def recompute_w_u_fwd(")]
+    calls = ["chunk_scaled_dot_kkt_fwd(", "solve_tril(", "recompute_w_u_fwd("]  # the WY part: three kernels in a row
+    assert [forward.index(c) for c in calls] == sorted(forward.index(c) for c in calls)
+
+
+def test_fla_solve_tril_multiplies_in_ieee_unless_asked_as_the_chapter_says():
+    # the default is ieee, and any other precision is tried only on a GPU with TMA (the wording of the condition
+    # differs between fla releases; the sources ledger quotes the pinned commit)
+    import os
+    import re
+
+    source = _fla_source("fla.ops.utils.solve_tril")
+    assert "os.environ.get('FLA_TRIL_PRECISION', 'ieee')" in source
+    assert re.search(r"DOT_PRECISION_AUTOTUNE_LIST = \[\"ieee\"\]", source)
+    tma_first = r"IS_TMA_SUPPORTED[^\n]*\n?[^\n]*DOT_PRECISION_AUTOTUNE_LIST"
+    assert re.search(tma_first, source) or re.search(r"DOT_PRECISION_AUTOTUNE_LIST[^\n]*IS_TMA", source)
+    if "FLA_TRIL_PRECISION" not in os.environ:
+        assert pytest.importorskip("fla.ops.utils.solve_tril").FLA_TRIL_PRECISION == "ieee"
+
+
+@pytest.mark.slow
+@pytest.mark.notebook
+def test_neumann_instability_claim_fails_when_the_steps_are_small():
+    # at beta = 0.1 instead of 1 the powers of A shrink and the series is accurate: the stability cell's claim that it
+    # loses everything on correlated keys must then stop the run
+    error = run_mutated(
+        CHAPTER, "A_s = torch.tril(keys @ keys.T, diagonal=-1)", "A_s = torch.tril(0.1 * keys @ keys.T, diagonal=-1)"
+    )
+    assert error is not None and "ClaimFailed" in error
+    assert "the Neumann series is off by more than 100 %" in error
