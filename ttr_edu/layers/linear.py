@@ -225,9 +225,11 @@ class SumNormDeltaNet(Mixer):
 
     Args:
         hidden_size, num_heads; use_short_conv, conv_size (off by default, as the paper's layer);
-        feature_map: ``φ``, a non-negative map of :data:`ttr_edu.layers.QK_FEATURE_MAPS` (``"elu_plus_one"``,
-            ``"relu"`` or ``"elu_plus_one_after_silu"``): sum normalisation needs non-negative features.
-        normalize: divide the readout by ``z_tᵀ q̂_t + 10⁻⁵``.
+        feature_map: ``φ``, a name of :data:`ttr_edu.layers.QK_FEATURE_MAPS` (``"elu_plus_one"``, the paper's).
+            The features are divided by the sum of their absolute values and the readout by ``|z_tᵀ q̂_t| + 10⁻⁵``:
+            for a non-negative map (ELU+1, ReLU) exactly the paper's sum normalisation and denominator, and for a
+            signed one their L1 analogue, which keeps the layer defined.
+        normalize: divide the readout by ``|z_tᵀ q̂_t| + 10⁻⁵``.
         chunk_size: tokens per chunk of :func:`ttr_edu.ops.delta_rule_chunk` (a speed setting).
     """
 
@@ -242,22 +244,22 @@ class SumNormDeltaNet(Mixer):
         normalize: bool = True,
         chunk_size: int = 32,
     ) -> None:
-        check_choice("feature_map", feature_map, ("elu_plus_one", "relu", "elu_plus_one_after_silu"))
         super().__init__(hidden_size, num_heads, use_short_conv, conv_size, feature_map)
         self.chunk_size = check_positive_int("chunk_size", chunk_size)
         self.normalize = check_bool("normalize", normalize)
         self.b_proj = nn.Linear(hidden_size, num_heads)
 
     def op_inputs(self, x: torch.Tensor, qkv: torch.Tensor) -> dict[str, torch.Tensor]:
-        """``q̂, k̂`` ``φ(·) / Σ φ(·)`` and ``v`` ``(B, T, H, D)``, ``beta = σ(W_β x)`` ``(B, T, H)``."""
+        """``q̂, k̂`` ``φ(·) / Σ |φ(·)|`` and ``v`` ``(B, T, H, D)``, ``beta = σ(W_β x)`` ``(B, T, H)``."""
         inputs = super().op_inputs(x, qkv)
-        inputs["q"], inputs["k"] = sum_norm(inputs["q"]), sum_norm(inputs["k"])
+        for name in ("q", "k"):  # sum normalisation (eq. 31) for φ ≥ 0, as ops.sum_norm with |φ| in the sum
+            inputs[name] = inputs[name] / (inputs[name].abs().sum(-1, keepdim=True) + 1e-6)
         inputs["beta"] = torch.sigmoid(F.linear(x, self.b_proj.weight, self.b_proj.bias))
         return inputs
 
     def _normalised(self, o: torch.Tensor, q: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
-        """``o / (zᵀ q + 10⁻⁵)`` per token and head, with ``z`` the running sum of the keys ``(B, T, H, D_k)``."""
-        return o / ((z * q).sum(-1, keepdim=True) + 1e-5) if self.normalize else o
+        """``o / (|zᵀ q| + 10⁻⁵)`` per token and head, with ``z`` the running sum of the keys ``(B, T, H, D_k)``."""
+        return o / ((z * q).sum(-1, keepdim=True).abs() + 1e-5) if self.normalize else o
 
     def mix(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, beta: torch.Tensor) -> torch.Tensor:
         """:func:`ttr_edu.ops.delta_rule_chunk`, then the denominator: ``(B, T, H, D)``."""
@@ -507,7 +509,7 @@ register(
             "use_short_conv": ("flag", False),
             "normalize": ("flag", True),
             "chunk_size": ("int", 4),
-            "feature_map": ("choice", "elu_plus_one", ("relu", "elu_plus_one_after_silu")),
+            "feature_map": feature_map_recipe("elu_plus_one"),
         },
     )
 )
