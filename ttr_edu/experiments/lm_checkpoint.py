@@ -50,7 +50,8 @@ def train_checkpoint(
             raise ValueError(f"out: {mixer!r} has no shipped checkpoint ({sorted(CHECKPOINTS)}); give a file")
         out = CHECKPOINTS[mixer]
     torch.set_num_threads(1)
-    row, model = train_cell(replace(recipe, mixers=(mixer,)), mixer, seed, return_model=True)
+    recipe = replace(recipe, mixers=(mixer,), seeds=(seed,))
+    row, model = train_cell(recipe, mixer, seed, return_model=True)
     metadata = {**row, "recipe": asdict(recipe), "torch_version": str(torch.__version__)}
     save_checkpoint(model, out, metadata)
     return metadata
