@@ -16,7 +16,7 @@ from torch import nn
 
 from ttr_edu._internal.deprecation import renamed_arguments
 from ttr_edu._internal.validation import check_bool, check_choice, check_positive_float, check_positive_int
-from ttr_edu.layers.base import Mixer
+from ttr_edu.layers.base import MAX_CONV_SIZE, Mixer
 from ttr_edu.layers.registry import MixerSpec, feature_map_recipe, register
 from ttr_edu.ops import (
     delta_rule_chunk,
@@ -244,6 +244,8 @@ class SumNormDeltaNet(Mixer):
         normalize: bool = True,
         chunk_size: int = 32,
     ) -> None:
+        if check_positive_int("conv_size", conv_size) > MAX_CONV_SIZE:  # checked even when the convolution is off
+            raise ValueError(f"conv_size: expected 1 to {MAX_CONV_SIZE}, got {conv_size}")
         super().__init__(hidden_size, num_heads, use_short_conv, conv_size, feature_map)
         self.chunk_size = check_positive_int("chunk_size", chunk_size)
         self.normalize = check_bool("normalize", normalize)
