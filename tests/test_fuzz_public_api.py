@@ -389,7 +389,8 @@ from tests.helpers.fuzz_targets import KERNEL_TARGETS, TARGETS, kernels_runnable
 
 #: Whole folders outside the input policy of the numerical API, each with its reason.
 EXCLUDED_MODULES = {
-    "ttr_edu.checks": "exercise checks: each is proven to reject wrong answers by name in tests/checks",
+    "ttr_edu.checks": "exercise checks and the engine that grades them: each check is proven to reject wrong answers "
+    "by name in tests/checks, the engine's verdicts and refusals in tests/grading",
     "ttr_edu.course": "the CLI and notebook tooling: one-line errors and exit codes are tested in tests/course",
     "ttr_edu.experiments": "command-line grids: argument errors and resume are tested in tests/experiments",
 }

@@ -16,7 +16,8 @@ import torch
 import ttr_edu
 from ttr_edu import layers, ops
 from ttr_edu.checks import CheckFailed
-from ttr_edu.checks._core import relative_error, run_check
+from ttr_edu.checks._core import relative_error
+from ttr_edu.checks._rules import run_check
 from ttr_edu.tasks import images, mqar
 
 

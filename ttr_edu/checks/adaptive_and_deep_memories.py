@@ -16,8 +16,9 @@ from collections.abc import Callable, Iterator
 
 import torch
 
-from ttr_edu.checks._core import CheckFailed, run_check
+from ttr_edu.checks._core import CheckFailed
 from ttr_edu.checks._forbid import forbid
+from ttr_edu.checks._rules import run_check
 from ttr_edu.ops import TitansState, longhorn_recurrent, titans_recurrent, ttt_mlp_recurrent
 
 __all__ = [

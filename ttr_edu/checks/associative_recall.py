@@ -23,7 +23,8 @@ from collections.abc import Callable, Iterator
 
 import torch
 
-from ttr_edu.checks._core import CheckFailed, describe, run_check
+from ttr_edu.checks._core import CheckFailed, describe
+from ttr_edu.checks._rules import run_check
 from ttr_edu.tasks.mqar import IGNORE_INDEX, mqar_accuracy, mqar_batch, mqar_layout, query_slots
 
 __all__ = ["check_mqar_accuracy", "check_mqar_layout", "check_wire_recall_circuit"]

@@ -28,7 +28,8 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from ttr_edu import ops
-from ttr_edu.checks._core import CheckFailed, random_case, run_check
+from ttr_edu.checks._core import CheckFailed, random_case
+from ttr_edu.checks._rules import run_check
 
 __all__ = [
     "check_chunk_linear_attention",

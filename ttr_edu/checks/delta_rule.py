@@ -3,7 +3,8 @@
 The student's functions work on one head: the state ``S`` is ``(D_k, D_v)``, a key ``(D_k,)``, a sequence of keys
 ``(T, D_k)``. The references are the package's :mod:`ttr_edu.ops.delta_rule` (with the batch and head axes added;
 :func:`ttr_edu.ops.delta_rule_pseudo_values` for the pseudo-values) and, for the eigenvalues,
-``torch.linalg.eigvalsh`` of the update matrix itself.
+``torch.linalg.eigvalsh`` of the update matrix itself. Each exercise is declared once
+(:func:`ttr_edu.checks._rules.exercise`): the same declaration runs in the student's kernel and in the grading engine.
 """
 
 from __future__ import annotations
@@ -13,8 +14,7 @@ from collections.abc import Callable, Iterator
 
 import torch
 
-from ttr_edu.checks._core import run_check
-from ttr_edu.checks._forbid import forbid
+from ttr_edu.checks._rules import Rules, exercise
 from ttr_edu.ops import delta_rule_pseudo_values, delta_rule_recurrent
 
 __all__ = [
@@ -93,28 +93,24 @@ def _sequence_cases() -> Iterator[dict]:
         }
 
 
+@exercise(reference=_reference_step, cases=_step_cases, rules=Rules(answers=(delta_rule_recurrent,)))
 def check_delta_rule_step(delta_rule_step: Callable) -> bool:
     """Check ``delta_rule_step(S, k, v, beta) = S + β k (v − Sᵀk)ᵀ`` (``S`` is ``(D_k, D_v)``)."""
-    return run_check("delta_rule_step", delta_rule_step, _reference_step, _step_cases())
 
 
-#: Routines that would compute the eigenvalues instead of deriving them (the exercise rules them out).
-EIGENSOLVERS = [
-    f"{module}.{name}"
-    for module in ("torch.linalg", "numpy.linalg")
-    for name in ("eigvalsh", "eigh", "eigvals", "eig", "svd", "svdvals")
-] + ["torch.svd", "torch.lobpcg"]
-
-
+@exercise(
+    reference=_reference_eigenvalues,
+    cases=_eigen_cases,
+    rules=Rules(
+        no_solvers=True,
+        why="derive the two eigenvalues of I − β k kᵀ (try a vector orthogonal to k, then k itself) and build them",
+    ),
+    rtol=1e-9,
+    atol=1e-9,
+)
 def check_update_eigenvalues(update_eigenvalues: Callable) -> bool:
     """Check ``update_eigenvalues(k, beta)``: the eigenvalues of ``I − β k kᵀ`` in ascending order, derived, not
-    computed: an eigensolver or SVD called inside the function is reported (``ForbiddenCall``)."""
-    derived = forbid(
-        update_eigenvalues,
-        EIGENSOLVERS,
-        "derive the two eigenvalues of I − β k kᵀ (try a vector orthogonal to k, then k itself) and build them",
-    )
-    return run_check("update_eigenvalues", derived, _reference_eigenvalues, _eigen_cases(), rtol=1e-9, atol=1e-9)
+    computed: an eigensolver, SVD, inverse or solve (torch, numpy or scipy, however it is reached) is ruled out."""
 
 
 def _prediction_cases() -> Iterator[dict]:
@@ -132,14 +128,18 @@ def _prediction_cases() -> Iterator[dict]:
         yield {"b": b, "D": D, "D_v": D_v, "T": T}
 
 
+@exercise(reference=reference_predicted_memory_norm, cases=_prediction_cases, rtol=1e-9)
 def check_predicted_memory_norm(predicted_memory_norm: Callable) -> bool:
     """Check ``predicted_memory_norm(b, D, D_v, T) = √E‖S_T‖²`` (see :func:`reference_predicted_memory_norm`),
     inside, at and past the edge ``b = 2``."""
-    return run_check(
-        "predicted_memory_norm", predicted_memory_norm, reference_predicted_memory_norm, _prediction_cases(), rtol=1e-9
-    )
 
 
+@exercise(
+    reference=_reference_pseudo_values,
+    cases=_sequence_cases,
+    rules=Rules(answers=(delta_rule_pseudo_values,)),
+    rtol=1e-9,
+    atol=1e-10,
+)
 def check_pseudo_values(pseudo_values: Callable) -> bool:
     """Check ``pseudo_values(k, v, beta)``: ``u_t = β_t (v_t − S_{t−1}ᵀ k_t)`` along the delta-rule recurrence."""
-    return run_check("pseudo_values", pseudo_values, _reference_pseudo_values, _sequence_cases(), rtol=1e-9, atol=1e-10)

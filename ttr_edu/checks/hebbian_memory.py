@@ -1,4 +1,8 @@
-"""Checks for chapter 01, Hebbian memory. Each compares the student's function with :mod:`ttr_edu.hebbian`."""
+"""Checks for chapter 01, Hebbian memory. Each compares the student's function with :mod:`ttr_edu.hebbian`.
+
+Every exercise is declared once (:func:`ttr_edu.checks._rules.exercise`): the same declaration runs in the student's
+kernel and in the grading engine. Calling the package's own function (the reference) is ruled out for each.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +11,8 @@ from collections.abc import Callable, Iterator
 import torch
 
 from ttr_edu import hebbian
-from ttr_edu.checks._core import CheckFailed, random_case, run_check
+from ttr_edu.checks._core import random_case
+from ttr_edu.checks._rules import Rules, exercise
 
 __all__ = [
     "check_write",
@@ -70,29 +75,28 @@ _TIE_NOTE = (
 )
 
 
+def _tie_note(message: str, case: dict) -> str:
+    return _TIE_NOTE if case["values"].shape == (5, 3) else ""  # the tie case, the only one with 3-dim values
+
+
+@exercise(reference=hebbian.hebbian_write, cases=_write_cases, rules=Rules(inputs_unchanged=True))
 def check_write(write: Callable) -> bool:
     """Check ``write(W, k, v) -> W + v kᵀ`` (shapes ``(D_v, D_k)``, ``(D_k,)``, ``(D_v,)``), leaving ``W`` unchanged."""
-    return run_check("write", write, hebbian.hebbian_write, _write_cases(), inputs_unchanged=True)
 
 
+@exercise(reference=hebbian.store, cases=_store_cases)
 def check_store(store: Callable) -> bool:
     """Check ``store(keys, values) -> Σ_i v_i k_iᵀ`` (shapes ``(N, D_k)``, ``(N, D_v)`` -> ``(D_v, D_k)``)."""
-    return run_check("store", store, hebbian.store, _store_cases())
 
 
+@exercise(reference=hebbian.crosstalk_energy, cases=_key_cases)
 def check_crosstalk_energy(crosstalk_energy: Callable) -> bool:
     """Check ``crosstalk_energy(keys) -> mean_j Σ_{i≠j} (k_iᵀ k_j)²`` (a scalar)."""
-    return run_check("crosstalk_energy", crosstalk_energy, hebbian.crosstalk_energy, _key_cases())
 
 
+@exercise(reference=hebbian.recall_accuracy, cases=_accuracy_cases, atol=1e-12, explain=_tie_note)
 def check_recall_accuracy(recall_accuracy: Callable) -> bool:
     """Check ``recall_accuracy(W, keys, values) -> fraction recalled after nearest-value clean-up``."""
-    try:
-        return run_check("recall_accuracy", recall_accuracy, hebbian.recall_accuracy, _accuracy_cases(), atol=1e-12)
-    except CheckFailed as err:
-        if "values=tensor(5, 3)" in str(err):  # the tie case, the only one with 3-dim values
-            raise CheckFailed(str(err) + _TIE_NOTE) from None
-        raise
 
 
 def _scores_cases() -> Iterator[dict]:
@@ -111,19 +115,12 @@ def _variance_cases() -> Iterator[dict]:
         yield {"n": n, "d": d}
 
 
+@exercise(reference=hebbian.cleanup_scores, cases=_scores_cases)
 def check_cleanup_scores(cleanup_scores: Callable) -> bool:
     """Check ``cleanup_scores(keys, values)`` (``(R, N, D_k)``, ``(R, N, D_v)``) ``-> (R, N, N)``, entry
     ``[r, j, i] = v_iᵀ (W_r k_j)``."""
-    return run_check("cleanup_scores", cleanup_scores, hebbian.cleanup_scores, _scores_cases())
 
 
+@exercise(reference=hebbian.rival_score_variance, cases=_variance_cases, rtol=1e-9, atol=0.0)
 def check_rival_score_variance(rival_score_variance: Callable) -> bool:
     """Check ``rival_score_variance(n, d)``: the exact variance of a rival's clean-up score for random unit pairs."""
-    return run_check(
-        "rival_score_variance",
-        rival_score_variance,
-        hebbian.rival_score_variance,
-        _variance_cases(),
-        rtol=1e-9,
-        atol=0.0,
-    )

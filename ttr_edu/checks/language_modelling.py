@@ -19,7 +19,8 @@ from collections.abc import Callable, Iterator
 
 import torch
 
-from ttr_edu.checks._core import CheckFailed, _is_untouched_stub, run_check
+from ttr_edu.checks._core import CheckFailed, _is_untouched_stub
+from ttr_edu.checks._rules import run_check
 from ttr_edu.models.lm import LMConfig, TinyLM, causal_lm_loss, generate
 from ttr_edu.tasks.text import random_windows
 

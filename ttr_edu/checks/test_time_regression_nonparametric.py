@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterator
 
 import torch
 
-from ttr_edu.checks._core import run_check
+from ttr_edu.checks._rules import run_check
 from ttr_edu.regression import ExactSolve, LocalConstant, LocalLinear, TestTimeRegression, Uniform
 
 __all__ = ["check_nadaraya_watson", "check_local_linear_readout"]

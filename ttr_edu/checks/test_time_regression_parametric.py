@@ -12,8 +12,9 @@ from collections.abc import Callable, Iterator
 
 import torch
 
-from ttr_edu.checks._core import CheckFailed, run_check
+from ttr_edu.checks._core import CheckFailed
 from ttr_edu.checks._forbid import forbid
+from ttr_edu.checks._rules import run_check
 from ttr_edu.regression import ExactSolve, Linear, TestTimeRegression, Uniform, regression_weights
 
 __all__ = [

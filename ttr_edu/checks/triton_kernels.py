@@ -39,7 +39,8 @@ from collections.abc import Callable, Iterator
 import torch
 
 from ttr_edu import ops
-from ttr_edu.checks._core import CheckFailed, run_check
+from ttr_edu.checks._core import CheckFailed
+from ttr_edu.checks._rules import run_check
 from ttr_edu.checks._triton_sanitizer import KernelMemoryError, sanitized
 from ttr_edu.checks.chunkwise_algorithms import ut_transform_spec
 

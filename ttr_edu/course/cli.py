@@ -179,26 +179,27 @@ def cmd_start(args: argparse.Namespace) -> int:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    """Grade NOTEBOOK as nbgrader's autograder would: the release's check cells, run in a fresh kernel."""
+    """Grade NOTEBOOK as the course's autograder does: the grading engine's verdicts, one line per exercise."""
     try:
         return _check(args)
-    except KeyboardInterrupt:  # before the kernel started; afterwards checking.Interrupted says the same
+    except KeyboardInterrupt:
         print(CHECK_INTERRUPTED, file=sys.stderr)
         return 130
 
 
-CHECK_INTERRUPTED = "ttr-edu: interrupted; the check stopped and its kernel is shut down (your notebook is unchanged)"
+CHECK_INTERRUPTED = "ttr-edu: interrupted; the check stopped and its processes are ended (your notebook is unchanged)"
 
 
 def _check(args: argparse.Namespace) -> int:
     import nbformat
 
-    import ttr_edu
     from ttr_edu.course import checking
 
     path = Path(args.notebook)
     if not path.is_file():
         raise UsageError(f"{path}: no such notebook")
+    if args.timeout <= 0:
+        raise UsageError(f"--timeout: expected a positive number of seconds, got {args.timeout:g}")
     try:
         nb = nbformat.read(path, as_version=4)
     except Exception as err:
@@ -213,31 +214,25 @@ def _check(args: argparse.Namespace) -> int:
             "chapter's); check runs the course's own check cells, so it needs a copy made by ttr-edu copy or start"
         )
     release = nbformat.read(release_path, as_version=4)
-    restored = checking.restore_checks(nb, release)
-    print(f"running {path} with the check cells of {release_path.name} ...", file=sys.stderr, flush=True)
-    try:
-        run = checking.run_graded(restored, path.parent.resolve(), args.timeout, Path(ttr_edu.__file__).resolve())
-    except checking.Interrupted:
-        print(CHECK_INTERRUPTED, file=sys.stderr)
-        return 130
-    if run.setup_error is not None:
-        tail = "".join(run.kernel_log.strip().splitlines(keepends=True)[-5:])
-        raise UsageError(f"{path}: the check could not start: {run.setup_error}" + (f"\n{tail}" if tail else ""))
-    if run.stopped:
-        print(f"ttr-edu: {path}: the notebook stopped early ({run.stopped}); results so far:", file=sys.stderr)
-    results = checking.exercise_results(run.nb, release)
-    width = max(len(name) for name, _, _ in results)
-    for name, outcome, detail in results:
-        print(f"{outcome:<13}  {name:<{width}}" + (f"  {detail}" if detail else ""))
-    counts = {o: sum(r[1] == o for r in results) for o in ("PASS", "FAIL", "not attempted", "not run")}
+    print(f"grading {path} with the checks of {release_path.name} ...", file=sys.stderr, flush=True)
+    report = checking.grade(nb, release, args.timeout)
+    for problem in report.problems:
+        print(f"ttr-edu: note: {problem}", file=sys.stderr)
+    width = max((len(v.heading) for v in report.verdicts), default=0)
+    for verdict in report.verdicts:
+        lines = verdict.detail.splitlines() if verdict.status != "PASS" else []
+        print(f"{verdict.status:<13}  {verdict.heading:<{width}}" + (f"  {lines[0]}" if lines else ""))
+        for line in lines[1:]:  # the whole reason: a case, the first wrong element, a note on a special case
+            print(f"{'':15}{line}")
+    counts = {o: sum(v.status == o for v in report.verdicts) for o in ("PASS", "FAIL", "not attempted")}
     print(
-        f"{counts['PASS']} of {len(results)} pass, {counts['FAIL']} fail, {counts['not attempted']} not attempted"
-        + (f", {counts['not run']} not run" if counts["not run"] else "")
-        + "."
+        f"{counts['PASS']} of {len(report.verdicts)} pass, {counts['FAIL']} fail, {counts['not attempted']} not "
+        "attempted."
     )
-    if counts["FAIL"] or counts["not run"]:
+    print(f"{report.score:g} of {report.max_score:g} points.")
+    if counts["FAIL"]:
         return 1
-    return 0 if counts["PASS"] == len(results) else 3
+    return 0 if counts["PASS"] == len(report.verdicts) else 3
 
 
 # -- instructors -------------------------------------------------------------------------------------------------------
@@ -301,13 +296,16 @@ def build_parser() -> argparse.ArgumentParser:
     check = sub.add_parser(
         "check",
         help="grade a notebook as the autograder will and print each exercise's result",
-        description="Run NOTEBOOK from the top with the course's own check cells (an edited or deleted check cell is "
-        "put back, as nbgrader does) and print one line per exercise: PASS, FAIL with the reason, or not "
-        "attempted. Exit status: 0 every exercise passes; 1 one fails (or a check did not run); "
-        "3 none fails but some are not attempted; 2 the notebook cannot be read; 130 interrupted.",
+        description="Grade NOTEBOOK with the course's grading engine, as the autograder does: your exercise cells "
+        "(and cells you added) run in a sandboxed process with the course's own setup and check cells, and each "
+        "exercise gets one line: PASS, FAIL with the whole reason, or not attempted. Exit status: 0 every "
+        "exercise passes; 1 one fails; 3 none fails but some are not attempted; 2 the notebook cannot be read; "
+        "130 interrupted.",
     )
     check.add_argument("notebook", metavar="NOTEBOOK")
-    check.add_argument("--timeout", type=int, default=600, help="seconds allowed per cell (default: 600)")
+    check.add_argument(
+        "--timeout", type=float, default=60, help="seconds the answers of one exercise may run (default: 60)"
+    )
     check.set_defaults(run=cmd_check)
 
     gen = sub.add_parser("generate", help="build chapters/ from solutions/, grading metadata included (instructors)")

@@ -1,0 +1,298 @@
+"""The rules mechanism every exercise check uses (ttr_edu.checks._rules, ttr_edu.checks._guard): each rule is broken
+by what the answer does, however it spells it, and honest answers pass. The engine's child (lock_down) is tested in a
+process of its own, since what it does lasts for that process."""
+
+import subprocess
+import sys
+import textwrap
+import threading
+from pathlib import Path
+
+import pytest
+import torch
+
+from ttr_edu import hebbian
+from ttr_edu.checks import CheckFailed
+from ttr_edu.checks import hebbian_memory as ch01
+from ttr_edu.checks._rules import LinearCost, Rules, exercise
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _write_cases():
+    g = torch.Generator().manual_seed(0)
+    for d_k, d_v in [(2, 3), (4, 4)]:
+        yield {
+            "W": torch.randn(d_v, d_k, generator=g, dtype=torch.float64),
+            "k": torch.randn(d_k, generator=g, dtype=torch.float64),
+            "v": torch.randn(d_v, generator=g, dtype=torch.float64),
+        }
+
+
+# -- the package's own answer, however it is reached -------------------------------------------------------------------
+
+
+def _in_a_thread(W, k, v):
+    out = {}
+    worker = threading.Thread(target=lambda: out.setdefault("W", hebbian.hebbian_write(W, k, v)))
+    worker.start()
+    worker.join()
+    return out["W"]
+
+
+def _after_settrace_none(W, k, v):
+    sys.settrace(None)
+    return hebbian.hebbian_write(W, k, v)
+
+
+def _bound_before(W, k, v, write=hebbian.hebbian_write):
+    return write(W, k, v)
+
+
+@pytest.mark.parametrize("answer", [_in_a_thread, _after_settrace_none, _bound_before], ids=lambda f: f.__name__)
+def test_the_packages_own_answer_is_refused_however_it_is_reached(answer):
+    with pytest.raises(CheckFailed, match=r"calls the package's own implementation \(ttr_edu\.hebbian\.hebbian_write"):
+        ch01.check_write(answer)
+
+
+def test_switching_the_call_trace_off_is_refused():
+    def answer(W, k, v):
+        sys.setprofile(None)
+        return hebbian.hebbian_write(W, k, v)
+
+    with pytest.raises(CheckFailed, match=r"switched off the check's call trace"):
+        ch01.check_write(answer)
+    assert sys.getprofile() is None  # the check put back what it found
+
+
+def test_the_expected_value_does_not_exist_while_the_answer_runs():
+    """The reference runs after the answer: no frame below the answer holds a tensor equal to the expected one."""
+
+    def reads_the_stack(W, k, v):
+        want = W + torch.outer(v, k)
+        frame = sys._getframe(1)
+        while frame is not None:
+            for value in frame.f_locals.values():
+                if isinstance(value, torch.Tensor) and value.shape == want.shape and torch.equal(value, want):
+                    return value.clone()
+            frame = frame.f_back
+        return torch.zeros_like(W)
+
+    with pytest.raises(CheckFailed, match="wrong values"):
+        ch01.check_write(reads_the_stack)
+
+
+# -- results that could answer for themselves --------------------------------------------------------------------------
+
+
+def test_a_tensor_with_an_instance_detach_is_refused():
+    def answer(W, k, v):
+        out = torch.zeros_like(W)
+        out.detach = lambda: W + torch.outer(v, k)
+        return out
+
+    with pytest.raises(CheckFailed, match="carrying attributes of its own"):
+        ch01.check_write(answer)
+
+
+def test_a_subclass_whose_metaclass_claims_to_be_tensor_is_refused():
+    class Meta(type(torch.Tensor)):
+        def __eq__(cls, other):
+            return True
+
+        __hash__ = type.__hash__
+
+    class Agree(torch.Tensor, metaclass=Meta):
+        pass
+
+    with pytest.raises(CheckFailed, match=r"expected a plain torch.Tensor, got Agree \(a subclass"):
+        ch01.check_write(lambda W, k, v: torch.zeros_like(W).as_subclass(Agree))
+
+
+def test_a_reference_replaced_by_a_library_callable_changes_nothing(monkeypatch):
+    monkeypatch.setattr(hebbian, "hebbian_write", "ok".format)
+    with pytest.raises(CheckFailed, match=r"ttr_edu\.hebbian\.hebbian_write was replaced"):
+        ch01.check_write(lambda W, k, v: "ok")
+
+
+# -- honest work -------------------------------------------------------------------------------------------------------
+
+
+def test_harmless_global_settings_cost_nothing(capsys):
+    """set_default_device pushes a torch mode; a warning inside the answer is the answer's business."""
+    torch.set_default_device("cpu")
+    try:
+
+        def write(W, k, v):
+            torch.tensor(W)  # "To copy construct from a tensor ..." UserWarning
+            return W + torch.outer(v, k)
+
+        assert ch01.check_write(write) is True
+    finally:
+        torch.set_default_device(None)
+    assert capsys.readouterr().out.startswith("PASS write")
+
+
+def test_a_right_answer_in_float32_names_the_dtype(capsys):
+    def write32(W, k, v):
+        return (W + torch.outer(v, k)).float()
+
+    try:
+        ch01.check_write(write32)
+        message = capsys.readouterr().out
+    except CheckFailed as failure:
+        message = str(failure)
+    assert "float32" in message and "float64" in message
+
+
+# -- a rule of each kind, on a small exercise of its own ---------------------------------------------------------------
+
+
+def _prefix_cases():
+    g = torch.Generator().manual_seed(1)
+    for t in (1, 5, 17):
+        yield {"x": torch.randn(t, 3, generator=g, dtype=torch.float64)}
+
+
+def _prefix_at(t: int, generator: torch.Generator) -> dict:
+    return {"x": torch.randn(t, 64, generator=generator, dtype=torch.float64)}
+
+
+def _prefix_reference(x):
+    return torch.cumsum(x, dim=0)
+
+
+@exercise(
+    reference=_prefix_reference,
+    cases=_prefix_cases,
+    rules=Rules(inputs_unchanged=True, linear_cost=LinearCost(_prefix_at, lengths=(500, 2000), repeats=3)),
+)
+def check_prefix_sum(prefix_sum):
+    """Check ``prefix_sum(x)``: running sums along T, in a cost linear in T, leaving x as it was."""
+
+
+def _linear(x):
+    out, total = [], torch.zeros_like(x[0])
+    for row in x:
+        total = total + row
+        out.append(total)
+    return torch.stack(out)
+
+
+def _quadratic(x):  # a T × T lower-triangular matrix of ones, times x
+    return torch.ones(len(x), len(x), dtype=x.dtype).tril() @ x
+
+
+def _in_place(x):
+    return x.cumsum_(dim=0)
+
+
+def test_linear_cost_passes_a_recurrence_and_refuses_a_t_by_t_matrix(capsys):
+    assert check_prefix_sum(_linear) is True
+    with pytest.raises(CheckFailed, match=r"cost grows like T\^"):
+        check_prefix_sum(_quadratic)
+
+
+def test_inputs_unchanged_refuses_an_in_place_answer():
+    with pytest.raises(CheckFailed, match="modified its input x in place"):
+        check_prefix_sum(_in_place)
+
+
+def _feature(x):
+    return torch.nn.functional.elu(x) + 1
+
+
+@exercise(reference=_feature, cases=_prefix_cases, rules=Rules(keep_grad=("x",)))
+def check_feature(feature):
+    """Check ``feature(x) = elu(x) + 1`` with gradients flowing back to ``x``."""
+
+
+def test_keep_grad_refuses_a_detached_result_and_passes_a_differentiable_one(capsys):
+    assert check_feature(lambda x: torch.nn.functional.elu(x) + 1) is True
+    with pytest.raises(CheckFailed, match="does not carry gradients back to x"):
+        check_feature(lambda x: torch.nn.functional.elu(x.detach()) + 1)
+    with pytest.raises(CheckFailed, match="gradient with respect to x is wrong"):
+        check_feature(lambda x: torch.where(x > 0, x, torch.exp(x.detach()) - 1) + 1)
+
+
+def test_rules_that_contradict_each_other_are_refused_at_declaration():
+    with pytest.raises(ValueError, match="keep_grad needs autograd"):
+        Rules(no_autograd=True, keep_grad=("x",))
+
+
+def _by_hand(x):
+    return 2 * x
+
+
+@exercise(reference=_by_hand, cases=_prefix_cases, rules=Rules(no_autograd=True, why="write the derivative out"))
+def check_derivative(derivative):
+    """Check ``derivative(x)`` of ``x²``, written out."""
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        lambda x: torch.autograd.grad(((y := x.clone().requires_grad_()) ** 2).sum(), [y])[0],
+        lambda x: torch.func.grad(lambda y: (y**2).sum())(x),
+        lambda x: torch.func.vmap(torch.func.grad(lambda y: y**2))(x.flatten()).reshape(x.shape),
+    ],
+    ids=["autograd.grad", "func.grad", "vmap of func.grad"],
+)
+def test_no_autograd_refuses_every_route_into_it(answer):
+    with pytest.raises(CheckFailed, match=r"used autograd .*rules out: write the derivative out"):
+        check_derivative(answer)
+
+
+def test_no_autograd_passes_the_derivative_written_out(capsys):
+    assert check_derivative(lambda x: 2 * x) is True
+
+
+# -- the engine's child: lock_down -------------------------------------------------------------------------------------
+
+_CHILD = """
+import os, sys, tempfile, torch, numpy
+from ttr_edu import hebbian
+import ttr_edu.checks.hebbian_memory as checks
+from ttr_edu.checks._guard import forbidden, lock_down, package_dirs
+bad = forbidden(answers=[hebbian.store], no_solvers=True, no_autograd=True, solver_modules=["numpy.linalg"])
+scratch = tempfile.mkdtemp()
+def end(message):
+    os.write(1, ("ENDED " + message + "\\n").encode())
+    os._exit(0)
+lock_down(bad, end=end, scratch=scratch, code_dirs=package_dirs())
+del bad
+A = torch.eye(3, dtype=torch.float64)
+try:
+    print("RESULT", repr(({what})))
+except Exception as err:
+    print("REFUSED", type(err).__name__, err)
+sys.stdout.flush()
+os._exit(0)
+"""
+
+CHILD_CASES = {
+    "hebbian.store(A, A)": "ENDED your function calls the package's own implementation (ttr_edu.hebbian.store)",
+    "checks.check_store.__exercise__.reference(A, A)": "ENDED your function calls the package's own",
+    "numpy.linalg.inv(A.numpy())": "ENDED your function called numpy.linalg.inv",
+    "torch.linalg.inv(A)": "ENDED your function used a matrix inverse",
+    "(A.clone().requires_grad_() ** 2).sum().backward()": "ENDED your function used autograd",
+    "__import__('importlib').reload(hebbian)": "REFUSED PermissionError",
+    "open(hebbian.__file__).read()": "REFUSED PermissionError",
+    "__import__('gc').get_referrers(hebbian)": "REFUSED PermissionError",
+    "open('/tmp/ttr-edu-lock-down-test', 'w')": "REFUSED PermissionError",
+    "__import__('subprocess').run(['true'])": "REFUSED PermissionError",
+    "sys.setprofile(None)": "REFUSED PermissionError",
+    "__import__('ctypes').pythonapi.Py_IsInitialized()": "REFUSED PermissionError",
+    "open(os.path.join(scratch, 'notes.txt'), 'w').write('ok')": "RESULT 2",
+    "(A @ A + torch.outer(A[0], A[1])).sum().item()": "RESULT 4.0",
+    "torch.linalg.det(A).item()": "RESULT 1.0",
+}
+
+
+@pytest.mark.parametrize("what", list(CHILD_CASES))
+def test_lock_down_removes_and_refuses_for_the_rest_of_the_process(what):
+    code = textwrap.dedent(_CHILD).replace("{what}", what)
+    env = {"PYTHONPATH": str(ROOT)}
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env)
+    assert CHILD_CASES[what] in result.stdout, result.stdout + result.stderr[-2000:]
+    assert not Path("/tmp/ttr-edu-lock-down-test").exists()

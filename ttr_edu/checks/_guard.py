@@ -1,0 +1,594 @@
+"""What an exercise's rules forbid, and how an answer is held to them: one mechanism for every check.
+
+An exercise declares its rules once (:class:`ttr_edu.checks._rules.Rules`). :func:`forbidden` resolves them into
+three kinds of things, each caught where it cannot be avoided by spelling it differently:
+
+* **torch operators** (the solvers: inverse, solve, least squares, eigen- and singular-value decompositions,
+  factorisations). A kernel that refuses is registered over the operator's own kernel at torch's dispatcher
+  (``torch.library``), so every route into it stops there: ``torch.linalg.inv``, ``Tensor.inverse``,
+  ``torch.ops.aten.linalg_inv``, ``matrix_power(A, -1)``, ``pinv`` through its SVD, a name bound long before;
+* **Python code** (the package's own answer to the exercise, numpy's and scipy's solvers, autograd's entry points),
+  recognised by its code object when it starts running: a profile hook (``sys.setprofile``, and
+  ``threading.setprofile`` for threads the answer starts) sees every Python function call, however it was reached
+  (a module attribute, a name bound earlier, a frame's locals, a worker thread, ``functools.partial``);
+* **the ways to hide from that hook**: switching it off (``sys.setprofile``), or a thread started below
+  ``threading``.
+
+Two ways to hold an answer to them:
+
+* :func:`watching` (the student's own kernel, feedback): the dispatcher block and the profile hook for the duration
+  of one call, then reported. Code that runs earlier in the same kernel can undo anything here; this is feedback.
+* :func:`lock_down` (the grading engine's child process, before the answer's cells run; for the rest of that process):
+  the dispatcher block, and **removal** instead of a trace: every reference to a forbidden Python callable that the
+  garbage collector knows of (module and class namespaces, instance attributes, containers, closures, defaults) is
+  replaced by one that ends the process with the rule's message, so there is nothing left to call, in any thread; the
+  dispatcher block cannot be unregistered (its only handle lives in the audit hook's closure). An **audit hook**
+  (PEP 578; CPython has no way to remove one) then refuses what would bring a forbidden callable back or act outside
+  the process: opening or re-importing the package's (or numpy's and scipy's linear algebra) code, ``ctypes``, ``gc``
+  introspection, new code or function objects, starting processes, signalling other processes, tracing or profiling
+  hooks, network, ``sqlite3``, and writing outside the process's scratch folder. What the engine cannot stop is
+  stated in ``grading.md`` ("What the grader defends against").
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import os
+import sys
+import threading
+import types
+import warnings
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+__all__ = ["ForbiddenCall", "Forbidden", "forbidden", "watching", "lock_down", "SOLVER_OPS", "AUTOGRAD", "SOLVERS"]
+
+
+class ForbiddenCall(Exception):
+    """The answer reached something its exercise rules out; the message says what and why."""
+
+
+#: aten operators that invert, solve, factorise or decompose a matrix -> how the course names them. Blocking these at
+#: the dispatcher covers torch's composite functions too (``pinv`` calls the SVD, ``matrix_power(A, -1)`` the inverse).
+SOLVER_OPS = {
+    "linalg_inv_ex": "a matrix inverse (torch.linalg.inv, Tensor.inverse)",
+    "_linalg_solve_ex": "a linear solve (torch.linalg.solve)",
+    "linalg_solve_triangular": "a triangular solve (torch.linalg.solve_triangular)",
+    "triangular_solve": "a triangular solve (torch.triangular_solve)",
+    "linalg_lstsq": "a least-squares solve (torch.linalg.lstsq)",
+    "_linalg_eigh": "an eigensolver (torch.linalg.eigh, eigvalsh)",
+    "linalg_eig": "an eigensolver (torch.linalg.eig)",
+    "linalg_eigvals": "an eigensolver (torch.linalg.eigvals)",
+    "_linalg_svd": "a singular value decomposition (torch.linalg.svd, svdvals, pinv, torch.svd)",
+    "linalg_cholesky_ex": "a Cholesky factorisation (torch.linalg.cholesky)",
+    "cholesky_solve": "a Cholesky solve (torch.cholesky_solve)",
+    "cholesky_inverse": "a Cholesky inverse (torch.cholesky_inverse)",
+    "linalg_lu_factor_ex": "an LU factorisation (torch.linalg.lu_factor)",
+    "linalg_lu": "an LU factorisation (torch.linalg.lu)",
+    "linalg_lu_solve": "an LU solve (torch.linalg.lu_solve)",
+    "linalg_ldl_factor_ex": "an LDL factorisation (torch.linalg.ldl_factor)",
+    "linalg_ldl_solve": "an LDL solve (torch.linalg.ldl_solve)",
+    "linalg_qr": "a QR factorisation (torch.linalg.qr)",
+    "geqrf": "a QR factorisation (torch.geqrf)",
+}
+
+#: numpy's and scipy's routines of the same kinds (Python functions, recognised by their code).
+SOLVERS = {
+    "numpy.linalg": (
+        "inv", "solve", "lstsq", "pinv", "eig", "eigh", "eigvals", "eigvalsh", "svd", "svdvals", "cholesky", "qr",
+        "tensorinv", "tensorsolve", "matrix_power",
+    ),
+    "scipy.linalg": (
+        "inv", "solve", "solve_triangular", "solve_banded", "solveh_banded", "solve_circulant", "solve_toeplitz",
+        "lstsq", "pinv", "pinvh", "eig", "eigh", "eigvals", "eigvalsh", "eig_banded", "eigvals_banded",
+        "eigh_tridiagonal", "eigvalsh_tridiagonal", "svd", "svdvals", "lu", "lu_factor", "lu_solve", "cho_factor",
+        "cho_solve", "cholesky", "cho_solve_banded", "cholesky_banded", "qr", "rq", "schur", "ldl", "polar", "expm",
+    ),
+    "scipy.sparse.linalg": (
+        "inv", "spsolve", "spsolve_triangular", "splu", "spilu", "factorized", "eigs", "eigsh", "svds", "lobpcg",
+        "cg", "cgs", "bicg", "bicgstab", "gmres", "lgmres", "minres", "qmr", "gcrotmk", "tfqmr", "lsqr", "lsmr",
+    ),
+}  # fmt: skip
+
+#: the compiled routines below numpy's and scipy's solvers -> the ones that solve nothing (kept).
+_LAPACK = {
+    "numpy.linalg._umath_linalg": ("det", "slogdet"),
+    "numpy.linalg.lapack_lite": (),
+    "scipy.linalg._flapack": (),
+    "scipy.linalg._clapack": (),
+}
+
+#: autograd's entry points (``_engine_run_backward`` is where ``backward`` and ``autograd.grad`` meet the engine).
+AUTOGRAD = (
+    "torch.autograd.grad",
+    "torch.autograd.backward",
+    "torch.Tensor.backward",
+    "torch.autograd.graph._engine_run_backward",
+    "torch.autograd.functional.vjp",
+    "torch.autograd.functional.jvp",
+    "torch.autograd.functional.jacobian",
+    "torch.autograd.functional.hessian",
+    "torch.autograd.functional.vhp",
+    "torch.autograd.functional.hvp",
+    "torch.autograd.forward_ad.make_dual",
+    "torch.func.grad",
+    "torch.func.grad_and_value",
+    "torch.func.vjp",
+    "torch.func.jvp",
+    "torch.func.jacrev",
+    "torch.func.jacfwd",
+    "torch.func.hessian",
+    "torch.func.linearize",
+)
+
+
+@dataclass(frozen=True)
+class Forbidden:
+    """What one answer may not reach, resolved to objects. ``codes``: code object -> message when it starts running;
+    ``callables``: (object, message) to remove in the engine's child; ``ops``: aten operator -> message."""
+
+    codes: dict[types.CodeType, str] = field(default_factory=dict)
+    callables: tuple[tuple[Any, str], ...] = ()
+    ops: dict[str, str] = field(default_factory=dict)
+    autograd: str | None = None  # the message for the autograd engine itself (its C entry point), when ruled out
+
+    def __bool__(self) -> bool:
+        return bool(self.codes or self.callables or self.ops or self.autograd)
+
+    def __or__(self, other: Forbidden) -> Forbidden:
+        return Forbidden(
+            {**self.codes, **other.codes},
+            self.callables + other.callables,
+            {**self.ops, **other.ops},
+            self.autograd or other.autograd,
+        )
+
+
+def _resolve(dotted: str) -> Any:
+    """The object named ``"torch.linalg.inv"`` or ``"torch.Tensor.backward"``, or None when its module is missing."""
+    parts = dotted.split(".")
+    for cut in range(len(parts) - 1, 0, -1):
+        try:
+            value = importlib.import_module(".".join(parts[:cut]))
+        except ImportError:
+            continue
+        for name in parts[cut:]:
+            value = getattr(value, name, None)
+        return value
+    return None
+
+
+def code_of(value: Any) -> types.CodeType | None:
+    """The code object behind a function, method, ``functools.partial``, ``functools.wraps`` wrapper or numpy's
+    array-function dispatcher (its ``_implementation``), or None for C functions."""
+    for _ in range(8):
+        if isinstance(value, types.FunctionType):
+            inner = getattr(value, "__wrapped__", None)
+            if inner is None or not callable(inner):
+                return value.__code__
+            value = inner
+            continue
+        inner = (
+            getattr(value, "__func__", None)
+            or getattr(value, "_implementation", None)
+            or (value.func if isinstance(value, functools.partial) else None)
+            or getattr(value, "__wrapped__", None)
+        )
+        if inner is None:
+            return None
+        value = inner
+    return None
+
+
+def _layers(value: Any) -> Iterator[Any]:
+    """``value`` and what it wraps (``__wrapped__``, ``__func__``, ``_implementation``), each removed in the child."""
+    seen = []
+    for _ in range(8):
+        if value is None or any(value is s for s in seen):
+            return
+        seen.append(value)
+        yield value
+        value = (
+            getattr(value, "__wrapped__", None)
+            or getattr(value, "__func__", None)
+            or getattr(value, "_implementation", None)
+        )
+
+
+def _label(value: Any) -> str:
+    module = getattr(value, "__module__", None) or "?"
+    return f"{module}.{getattr(value, '__qualname__', getattr(value, '__name__', repr(value)))}"
+
+
+def forbidden(
+    *,
+    answers: Iterable[Callable] = (),
+    no_solvers: bool = False,
+    no_autograd: bool = False,
+    why: str = "",
+    solver_modules: Iterable[str] | None = None,
+) -> Forbidden:
+    """Resolve an exercise's rules into what its answer may not reach.
+
+    Args:
+        answers: the package's own implementations of the exercise (its reference among them): calling one of them is
+            not the student's work.
+        no_solvers: rule out torch's, numpy's and scipy's inverses, solves, factorisations and eigensolvers.
+        no_autograd: rule out autograd (``backward``, ``torch.autograd``, ``torch.func``'s transforms, forward AD).
+        why: the exercise's words for what to do instead, appended to a rule's message.
+        solver_modules: numpy/scipy modules whose solvers are resolved (default: those already imported, so that
+            a check in the student's kernel never imports scipy itself).
+    """
+    tail = f": {why}" if why else ""
+    codes: dict[types.CodeType, str] = {}
+    callables: list[tuple[Any, str]] = []
+    for answer in answers:
+        message = (
+            f"your function calls the package's own implementation ({_label(answer)}); the exercise is to write it "
+            "yourself, so this does not count as an answer"
+        )
+        code = code_of(answer)
+        if code is not None:
+            codes[code] = message
+        callables.extend((layer, message) for layer in _layers(answer))
+    ops = {}
+    if no_solvers:
+        ops = {op: f"your function used {what}, which this exercise rules out{tail}" for op, what in SOLVER_OPS.items()}
+        modules = list(solver_modules) if solver_modules is not None else [m for m in SOLVERS if m in sys.modules]
+        for module_name in modules:
+            try:
+                module = importlib.import_module(module_name)
+            except ImportError:  # scipy is optional
+                continue
+            for name in SOLVERS.get(module_name, ()):
+                value = getattr(module, name, None)
+                if value is None:
+                    continue
+                message = f"your function called {module_name}.{name}, which this exercise rules out{tail}"
+                code = code_of(value)
+                if code is not None:
+                    codes[code] = message
+                callables.extend((layer, message) for layer in _layers(value))
+        for module_name, allowed in _LAPACK.items():  # what those routines call: removed in the engine's child
+            module = sys.modules.get(module_name)
+            for name, value in sorted(vars(module).items()) if module is not None else ():
+                if callable(value) and not name.startswith("_") and name not in allowed:
+                    message = f"your function called {module_name}.{name}, which this exercise rules out{tail}"
+                    callables.append((value, message))
+    autograd = None
+    if no_autograd:
+        autograd = f"your function used autograd, which this exercise rules out{tail}"
+        for dotted in AUTOGRAD:
+            value = _resolve(dotted)
+            if value is None:
+                continue
+            spelled = dotted.replace(".graph._engine_run_backward", "")
+            message = f"your function used autograd ({spelled}), which this exercise rules out{tail}"
+            code = code_of(value)
+            if code is not None:
+                codes[code] = message
+            callables.extend((layer, message) for layer in _layers(value))
+    return Forbidden(codes, tuple(callables), ops, autograd)
+
+
+# -- the dispatcher block ----------------------------------------------------------------------------------------------
+
+_DEVICE_KEYS = ("CPU", "CUDA") if torch.cuda.is_available() else ("CPU",)
+
+
+def _block_ops(ops: dict[str, str], refuse: Callable[[str], Any]) -> Any:
+    """A ``torch.library.Library`` whose kernels, registered over ``ops``' own, call ``refuse(message)``; its
+    ``_destroy()`` puts torch's kernels back. None when there is nothing to block."""
+    if not ops:
+        return None
+    library = torch.library.Library("aten", "IMPL")
+
+    def kernel(message: str) -> Callable:
+        def refused(*args, **kwargs):
+            return refuse(message)
+
+        return refused
+
+    with warnings.catch_warnings():  # "overriding a previously registered kernel" is the point here
+        warnings.simplefilter("ignore")
+        for op, message in ops.items():
+            for key in _DEVICE_KEYS:
+                try:
+                    library.impl(op, kernel(message), key)
+                except (RuntimeError, AttributeError, ValueError):  # an operator this torch does not have
+                    pass
+    return library
+
+
+# -- the profile hook --------------------------------------------------------------------------------------------------
+
+_GUARD_FILE = __file__
+_STDLIB_THREADING = threading.__file__
+_setprofile = sys.setprofile
+_start_new_thread = getattr(sys.modules.get("_thread"), "start_new_thread", None)
+
+
+def _engine_backward(arg: Any) -> bool:
+    """Whether a C call is autograd's engine itself (``Variable._execution_engine.run_backward``)."""
+    return getattr(arg, "__name__", None) in ("run_backward", "queue_callback") and isinstance(
+        getattr(arg, "__self__", None), torch._C._EngineBase
+    )
+
+
+class _Trace:
+    """The profile hook: records the first forbidden code that starts running, or the first attempt to hide from it."""
+
+    def __init__(self, bad: Forbidden, on_hit: Callable[[str], Any] | None = None) -> None:
+        self.quiet = (_setprofile, _start_new_thread, _GUARD_FILE, _STDLIB_THREADING, _engine_backward)
+        self.codes = bad.codes
+        self.autograd = bad.autograd
+        self.on_hit = on_hit
+        self.hit: str | None = None
+
+    def _found(self, message: str) -> None:
+        if self.hit is None:
+            self.hit = message
+        if self.on_hit is not None:
+            self.on_hit(message)
+
+    def __call__(self, frame, event, arg):
+        try:
+            if event == "call":
+                message = self.codes.get(frame.f_code)
+                if message is not None:
+                    self._found(message)
+            elif event == "c_call":
+                setprofile, start_new_thread, guard_file, threading_file, engine_backward = self.quiet
+                caller = frame.f_code.co_filename
+                if arg is setprofile and caller != guard_file and caller != threading_file:
+                    self._found("your function switched off the check's call trace (sys.setprofile); remove that code")
+                elif arg is start_new_thread and caller != threading_file:
+                    self._found(
+                        "your function started a thread below the threading module (_thread); the check follows "
+                        "the calls of your function's threads, so use threading (or no thread) instead"
+                    )
+                elif self.autograd is not None and engine_backward(arg):
+                    self._found(self.autograd)
+        except Exception:  # a hook that raises is switched off by CPython: record, never raise
+            self._found("your function broke the check's call trace; remove the code that interferes with it")
+
+
+def _refuse_now(message: str):
+    raise ForbiddenCall(message)
+
+
+@contextmanager
+def watching(bad: Forbidden) -> Iterator[_Trace]:
+    """Hold the code inside the block to ``bad`` (the student's kernel): forbidden torch operators raise
+    :class:`ForbiddenCall`; a forbidden Python function, or an attempt to hide from the trace, is recorded in the
+    yielded trace's ``hit`` (the caller reports it once the answer has returned). Everything is undone on exit."""
+    trace = _Trace(bad)
+    library = _block_ops(bad.ops, _refuse_now)
+    previous = sys.getprofile()
+    previous_threads = threading.getprofile() if hasattr(threading, "getprofile") else None
+    threading.setprofile(trace)
+    sys.setprofile(trace)
+    try:
+        yield trace
+    finally:
+        current = sys.getprofile()
+        sys.setprofile(previous)
+        threading.setprofile(previous_threads)
+        if library is not None:
+            library._destroy()
+        if current is not trace and trace.hit is None:
+            trace.hit = "your function switched off the check's call trace (sys.setprofile); remove that code"
+
+
+# -- the engine's child: removal and refusal, for good -----------------------------------------------------------------
+
+
+def _replace_everywhere(replacements: dict[int, tuple[Any, Any]]) -> list[str]:
+    """Replace every reference the garbage collector knows to each ``old`` of ``{id(old): (old, new)}`` by its
+    ``new``: in dicts (module and class namespaces, instance attributes), lists, sets, closure cells and function
+    defaults; an immutable holder (a tuple, frozenset, bound method, partial) is itself replaced where it is held, in
+    the next round. Returns descriptions of the holders it could not change. One heap scan per round."""
+    import gc
+
+    def swap(value: Any) -> Any:
+        found = replacements.get(id(value))
+        return found[1] if found is not None and found[0] is value else value
+
+    left, todo, here = [], dict(replacements), sys._getframe()
+    for _ in range(4):
+        if not todo:
+            break
+        found, todo = gc.get_referrers(*(old for old, _ in todo.values())), {}
+        for holder in found:
+            if holder is here or isinstance(holder, (types.FrameType, types.CodeType, types.ModuleType)):
+                continue
+            if isinstance(holder, dict):
+                for key, value in list(holder.items()):
+                    if swap(value) is not value:
+                        holder[key] = swap(value)
+            elif isinstance(holder, list):
+                holder[:] = [swap(v) for v in holder]
+            elif isinstance(holder, set):
+                olds = [v for v in holder if swap(v) is not v]
+                holder.difference_update(olds)
+                holder.update(swap(v) for v in olds)
+            elif isinstance(holder, types.CellType):
+                holder.cell_contents = swap(holder.cell_contents)
+            elif isinstance(holder, types.FunctionType) and holder.__defaults__:
+                holder.__defaults__ = tuple(swap(v) for v in holder.__defaults__)
+            elif isinstance(holder, type):
+                for key, value in list(vars(holder).items()):
+                    if swap(value) is not value:
+                        try:
+                            setattr(holder, key, swap(value))
+                        except (TypeError, AttributeError):
+                            left.append(f"{holder.__name__}.{key}")
+            elif isinstance(holder, (tuple, frozenset)):
+                todo[id(holder)] = (holder, type(holder)(swap(v) for v in holder))
+            elif isinstance(holder, (types.MethodType, functools.partial, staticmethod, classmethod)):
+                inner = [getattr(holder, a, None) for a in ("__func__", "func", "__self__")]
+                todo[id(holder)] = (holder, next(swap(v) for v in inner if swap(v) is not v))
+            elif isinstance(getattr(holder, "__dict__", None), dict):  # an instance whose dict is kept inline
+                for key, value in list(vars(holder).items()):
+                    if swap(value) is not value:
+                        object.__setattr__(holder, key, swap(value))
+            else:
+                left.append(type(holder).__name__)
+        replacements.update(todo)
+    return left
+
+
+def _ender(message: str, end: Callable[[str], Any]) -> Callable:
+    def ended(*args, **kwargs):
+        return end(message)
+
+    ended.__name__ = "ruled_out"
+    return ended
+
+
+#: audit events refused once the answer's process is locked down (prefixes); see :func:`_refuse`.
+_REFUSED_EVENTS = (
+    "ctypes.",
+    "gc.get_objects",
+    "gc.get_referrers",
+    "gc.get_referents",
+    "code.__new__",
+    "function.__new__",
+    "sys.setprofile",
+    "sys.settrace",
+    "sys._current_frames",
+    "sys.addaudithook",
+    "os.fork",
+    "os.forkpty",
+    "os.exec",
+    "os.posix_spawn",
+    "os.spawn",
+    "os.system",
+    "os.startfile",
+    "os.kill",
+    "os.killpg",
+    "os.setsid",
+    "subprocess.Popen",
+    "pty.spawn",
+    "socket.",
+    "sqlite3.",
+    "webbrowser.open",
+    "urllib.Request",
+    "ftplib.",
+    "smtplib.",
+    "http.client.",
+)
+#: file-system events whose first argument is a path; refused outside the scratch folder.
+_WRITES = {
+    "os.remove", "os.rename", "os.rmdir", "os.mkdir", "os.chmod", "os.chown", "os.symlink", "os.link",
+    "os.truncate", "os.utime", "os.chflags", "os.lchflags", "os.mkfifo", "os.mknod", "shutil.rmtree",
+    "shutil.move", "shutil.copyfile", "shutil.copytree",
+}  # fmt: skip
+
+
+def lock_down(
+    bad: Forbidden, *, end: Callable[[str], Any], scratch: str | os.PathLike, code_dirs: Iterable[str | os.PathLike]
+) -> None:
+    """Hold the rest of this process to ``bad``, for good (the grading engine's child, before the answer's cells run).
+
+    ``end(message)`` reports a broken rule and ends the process (it must not return). ``scratch`` is the only folder
+    written to; ``code_dirs`` hold code that must not be opened or re-imported (the package, numpy's and scipy's
+    linear algebra). Call it once the modules the answer may use are imported: importing a compiled module afterwards
+    is refused.
+
+    Raises:
+        RuntimeError: a forbidden callable is held somewhere it cannot be replaced (a bug of the check, reported to
+            the instructor, never the student's fault).
+    """
+    scratch = os.path.realpath(scratch)
+    code_dirs = tuple(os.path.realpath(d) + os.sep for d in code_dirs)
+    tracing = not bad  # nothing to remove: the caller keeps the call trace of `watching` (an older check)
+    library = _block_ops(bad.ops, end)
+    replacements = {
+        id(value): (value, _ender(message, end))
+        for value, message in bad.callables
+        if value is not None and not isinstance(value, (types.ModuleType, type))
+    }
+    if bad.autograd is not None:
+        engine = torch.autograd.Variable._execution_engine
+        replacements[id(engine)] = (engine, _EndedEngine(bad.autograd, end))
+    stuck = _replace_everywhere(replacements)
+    if stuck:
+        raise RuntimeError("the grader could not remove what the rules forbid (held by " + ", ".join(stuck) + ")")
+    loaded = set(sys.modules)
+    sys.addaudithook(_audit(library, scratch, code_dirs, loaded, tracing))
+
+
+class _EndedEngine:
+    """Stands for autograd's engine once autograd is ruled out: any use ends the process with the rule's message."""
+
+    def __init__(self, message: str, end: Callable[[str], Any]) -> None:
+        object.__setattr__(self, "_end", functools.partial(end, message))
+
+    def __getattr__(self, name: str):
+        return lambda *args, **kwargs: self._end()
+
+
+def _audit(library: Any, scratch: str, code_dirs: tuple[str, ...], loaded: set[str], tracing: bool) -> Callable:
+    """The audit hook of :func:`lock_down`. It holds the dispatcher block (its only reference: a hook cannot be listed,
+    removed or reached through ``gc``, which it refuses), so the block lasts as long as the process."""
+
+    def outside(path: Any) -> bool:
+        try:
+            real = os.path.realpath(os.fsdecode(path)) if not isinstance(path, int) else None
+        except (TypeError, ValueError):
+            return True
+        return real is not None and real != scratch and not real.startswith(scratch + os.sep)
+
+    def code_file(path: Any) -> bool:
+        try:
+            real = os.path.realpath(os.fsdecode(path))
+        except (TypeError, ValueError):
+            return False
+        return real.startswith(code_dirs) and real.endswith((".py", ".pyc", ".so", ".pyd"))
+
+    refused, writes_events, proc = _REFUSED_EVENTS, _WRITES, "/proc"  # held here: module globals go at shutdown
+    if tracing:
+        refused = tuple(e for e in refused if e not in ("sys.setprofile", "sys.settrace"))
+
+    def hook(event: str, args: tuple) -> None:
+        if event == "":  # never raised; naming the block here keeps it alive as long as this hook
+            return library
+        if event.startswith(refused):
+            raise PermissionError(f"the grader does not let an answer do this ({event})")
+        if event == "open" and args:
+            path, mode = args[0], args[1] if len(args) > 1 else "r"
+            flags = args[2] if len(args) > 2 and isinstance(args[2], int) else 0
+            writes = isinstance(mode, str) and any(c in mode for c in "wax+") or flags & (os.O_WRONLY | os.O_RDWR)
+            if isinstance(path, int):
+                return
+            text = os.fsdecode(path) if isinstance(path, (str, bytes, os.PathLike)) else ""
+            if text.startswith(proc) or code_file(path) or (writes and outside(path)):
+                raise PermissionError(f"the grader does not let an answer open {text!r}")
+        elif event in writes_events and args and outside(args[0]):
+            raise PermissionError(
+                f"the grader does not let an answer change files outside its scratch folder ({event})"
+            )
+        elif event == "import" and len(args) > 1 and args[0] not in loaded and args[1] and code_file(args[1]):
+            raise ImportError(f"the grader does not let an answer load {args[0]} again")
+        elif event == "exec" and args and isinstance(args[0], types.CodeType) and code_file(args[0].co_filename):
+            raise PermissionError("the grader does not let an answer run the package's code again (reload)")
+
+    return hook
+
+
+def package_dirs() -> list[str]:
+    """The folders whose code an answer may not open or re-import: the package, and numpy's and scipy's linear
+    algebra."""
+    dirs = [str(Path(__file__).resolve().parents[1])]
+    for name in ("numpy.linalg", "scipy.linalg", "scipy.sparse.linalg"):
+        module = sys.modules.get(name)
+        if module is not None and getattr(module, "__file__", None):
+            dirs.append(str(Path(module.__file__).resolve().parent))
+    return dirs

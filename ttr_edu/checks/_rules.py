@@ -1,0 +1,538 @@
+"""An exercise, declared once: its reference, its cases, its tolerances and its rules (CONTRIBUTING.md, "Notebooks
+and exercises"; ``grading.md`` for how a notebook is graded).
+
+A chapter's check module declares each exercise with :func:`exercise` on the check function the notebook calls::
+
+    @exercise(reference=hebbian.hebbian_write, cases=_write_cases, rules=Rules(inputs_unchanged=True))
+    def check_write(write: Callable) -> bool:
+        \"\"\"Check ``write(W, k, v) -> W + v kᵀ`` ...\"\"\"
+
+The same declaration is run two ways, with the same verdict:
+
+* in the student's kernel (``checks.check_write(write)``): :func:`run_in_kernel`, fast feedback;
+* by the grading engine (``ttr_edu.course.engine``): the answer runs in a child process holding only the notebook's
+  setup cells, the student's answer cells and the package, held to the rules by
+  :func:`ttr_edu.checks._guard.lock_down`; what it returns crosses back as plain tensors, and the reference, the
+  comparison and the rule verdicts (:func:`judge_case`, :func:`judge_cost`) run in the grader's own process.
+
+In both, the answer runs first and the reference afterwards (nothing of the expected value exists while the answer
+runs), and a case's tensors are cloned for each call.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import sys
+import time
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager, nullcontext
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from ttr_edu.checks import _core
+from ttr_edu.checks._core import CheckFailed, describe
+from ttr_edu.checks._guard import Forbidden, ForbiddenCall, forbidden, watching
+
+__all__ = [
+    "Rules",
+    "LinearCost",
+    "Exercise",
+    "exercise",
+    "Outcome",
+    "NotAttempted",
+    "answer_outcome",
+    "judge_case",
+    "judge_cost",
+    "run_in_kernel",
+    "to_plain",
+    "Foreign",
+]
+
+
+@dataclass(frozen=True)
+class LinearCost:
+    """The rule "linear cost in T": the answer's CPU time at the ``lengths`` (two values of ``T``) may grow at most
+    like ``T ** max_exponent`` (1.5 by default: a linear form measures about 1, a ``T × T`` matrix about 2).
+
+    ``case(T, generator)`` builds the inputs at length ``T`` (plain tensors), drawing from ``generator``: the check in
+    the kernel seeds it with ``T``, the grading engine with a number nobody knows in advance, so an answer cannot have
+    its outputs ready. The answer's output there is compared with the reference too, so skipping work shows as a wrong
+    answer. Pick lengths where the reference takes a few milliseconds to a few tens of milliseconds.
+    """
+
+    case: Callable[[int, torch.Generator], dict]
+    lengths: tuple[int, int] = (256, 1024)
+    repeats: int = 3
+    max_exponent: float = 1.5
+
+
+@dataclass(frozen=True)
+class Rules:
+    """What an exercise rules out or requires, beyond agreeing with its reference.
+
+    Attributes:
+        answers: the package's own implementations of the exercise besides the reference (always ruled out): a
+            function the reference wraps, or another module's copy.
+        no_solvers: no inverse, solve, least squares, factorisation or eigen/singular-value routine of torch, numpy or
+            scipy (blocked at torch's dispatcher, so every spelling counts).
+        no_autograd: no ``backward``, ``torch.autograd``, ``torch.func`` transform or forward AD.
+        inputs_unchanged: the answer may not modify an input tensor in place.
+        keep_grad: names of inputs the result must carry gradients back to (no ``detach``, ``.item()`` or
+            ``no_grad`` on the way): the answer's vector-Jacobian products are compared with the reference's.
+        linear_cost: the answer's cost may grow at most linearly in ``T`` (:class:`LinearCost`).
+        why: what to do instead, in the exercise's words; ends the message of a broken rule.
+    """
+
+    answers: tuple[Callable, ...] = ()
+    no_solvers: bool = False
+    no_autograd: bool = False
+    inputs_unchanged: bool = False
+    keep_grad: tuple[str, ...] = ()
+    linear_cost: LinearCost | None = None
+    why: str = ""
+
+    def __post_init__(self) -> None:
+        if self.keep_grad and self.no_autograd:
+            raise ValueError("rules: keep_grad needs autograd to measure the gradients, so it excludes no_autograd")
+
+
+def _call(answer: Callable, case: dict) -> Any:
+    return answer(**case)
+
+
+@dataclass(frozen=True)
+class Exercise:
+    """One exercise's check, declared (see the module's docstring). ``call(answer, case)`` calls the answer on a case
+    where the answer runs (default ``answer(**case)``); ``explain(message, case)`` may add words to a failure."""
+
+    name: str
+    reference: Callable
+    cases: Callable[[], Iterable[dict]]
+    rules: Rules = field(default_factory=Rules)
+    rtol: float = 1e-6
+    atol: float = 1e-8
+    call: Callable[[Callable, dict], Any] = _call
+    explain: Callable[[str, dict], str] | None = None
+
+    def forbidden(self, *, solver_modules: Iterable[str] | None = None) -> Forbidden:
+        """What the answer may not reach: the reference and the declared package implementations, and the rules."""
+        return forbidden(
+            answers=(self.reference, *self.rules.answers),
+            no_solvers=self.rules.no_solvers,
+            no_autograd=self.rules.no_autograd,
+            why=self.rules.why,
+            solver_modules=solver_modules,
+        )
+
+
+def exercise(
+    *,
+    reference: Callable,
+    cases: Callable[[], Iterable[dict]],
+    rules: Rules | None = None,
+    rtol: float = 1e-6,
+    atol: float = 1e-8,
+    call: Callable[[Callable, dict], Any] = _call,
+    explain: Callable[[str, dict], str] | None = None,
+) -> Callable[[Callable], Callable[[Callable], bool]]:
+    """Declare the exercise checked by the decorated ``check_<name>`` function (whose docstring says what it checks);
+    the function becomes its check in the student's kernel, and carries the declaration (``__exercise__``) for the
+    grading engine."""
+
+    def wrap(fn: Callable) -> Callable[[Callable], bool]:
+        declared = Exercise(
+            fn.__name__.removeprefix("check_"), reference, cases, rules or Rules(), rtol, atol, call, explain
+        )
+
+        @functools.wraps(fn)
+        def check(answer: Callable) -> bool:
+            return run_in_kernel(declared, answer)
+
+        check.__exercise__ = declared
+        return check
+
+    return wrap
+
+
+# -- one call of the answer ------------------------------------------------------------------------------------------
+
+
+class NotAttempted(Exception):
+    """The answer is the untouched stub."""
+
+
+@dataclass
+class Outcome:
+    """What one call of the answer gave, as plain data (it crosses from the engine's child to the grader):
+    ``result`` (see :func:`to_plain`), or the ``raised`` message, or ``not_attempted``, or a ``broke_rule`` message
+    (the answer was stopped); ``called``: what the call trace saw it reach that it may not (reported once the values
+    are judged: a wrong answer is shown as wrong first); ``inputs_after`` (the case's tensors after the call) and
+    ``grads`` (input name -> vector-Jacobian product) when the rules ask for them."""
+
+    result: Any = None
+    raised: str | None = None
+    not_attempted: bool = False
+    broke_rule: str | None = None
+    called: str | None = None
+    inputs_after: dict | None = None
+    grads: dict | None = None
+
+    def as_dict(self) -> dict:
+        return dict(vars(self))
+
+
+class Foreign:
+    """Stands, in the grader, for a result that was no plain tensor or number: its type's name and kind."""
+
+    def __init__(self, type_name: str, tensor_subclass: bool) -> None:
+        self.type_name, self.tensor_subclass = type_name, tensor_subclass
+
+    def __repr__(self) -> str:
+        return f"<{self.type_name}>"
+
+
+def to_plain(value: Any, depth: int = 0) -> Any:
+    """``value`` as data that ``torch.load(weights_only=True)`` reads: a plain tensor (detached, cloned) or number
+    stays; a tuple or list is converted item by item; anything else becomes ``{"foreign": type name, "tensor": bool}``.
+    Methods are called through ``torch.Tensor``, never through the value, and a tensor carrying attributes of its
+    own is foreign too."""
+    kind = type(value)  # compared by identity: a metaclass could answer == for a class of the student's
+    if value is None or kind is bool or kind is int or kind is float or kind is str:
+        return value
+    if kind is torch.Tensor or kind is torch.nn.Parameter:
+        if (getattr(value, "__dict__", None) or {}) or value.layout is not torch.strided:
+            return {"foreign": f"{type(value).__name__} with attributes of its own", "tensor": True}
+        return torch.Tensor.clone(torch.Tensor.detach(value)).cpu()
+    if (kind is tuple or kind is list) and depth < 4:
+        return kind(to_plain(v, depth + 1) for v in value)
+    numpy = sys.modules.get("numpy")
+    scalars = (numpy.float64, numpy.float32, numpy.int64, numpy.int32, numpy.bool_) if numpy is not None else ()
+    if any(kind is t for t in scalars):
+        return value.item()
+    return {"foreign": str(getattr(kind, "__name__", "?")), "tensor": isinstance(value, torch.Tensor)}
+
+
+def from_plain(value: Any) -> Any:
+    """The grader's view of :func:`to_plain`'s data: foreign markers become :class:`Foreign`."""
+    if isinstance(value, dict) and set(value) == {"foreign", "tensor"}:
+        return Foreign(str(value["foreign"]), bool(value["tensor"]))
+    if type(value) in (tuple, list):
+        return type(value)(from_plain(v) for v in value)
+    return value
+
+
+def _cloned(case: dict, keep_grad: tuple[str, ...] = ()) -> dict:
+    given = _core._cloned(case)
+    for name in keep_grad:
+        if isinstance(given.get(name), torch.Tensor) and given[name].is_floating_point():
+            given[name] = given[name].detach().requires_grad_()
+    return given
+
+
+def _cotangent(shape: torch.Size, dtype: torch.dtype, index: int) -> torch.Tensor:
+    """The direction a vector-Jacobian product is taken in, the same in the grader and the answer's process."""
+    return torch.randn(shape, generator=torch.Generator().manual_seed(7000 + index), dtype=dtype)
+
+
+def _vjp(result: Any, given: dict, names: tuple[str, ...], index: int) -> dict:
+    """``{name: ∂⟨result, c⟩/∂given[name]}`` for a tensor ``result`` (None where no gradient arrives)."""
+    if not isinstance(result, torch.Tensor) or not result.is_floating_point() or not result.requires_grad:
+        return {name: None for name in names}
+    inputs = [given[name] for name in names]
+    grads = torch.autograd.grad(
+        result, inputs, _cotangent(result.shape, result.dtype, index), allow_unused=True, retain_graph=False
+    )
+    return {name: None if g is None else g.detach() for name, g in zip(names, grads)}
+
+
+def answer_outcome(declared: Exercise, answer: Callable, case: dict, index: int, guard=nullcontext) -> Outcome:
+    """Call ``answer`` on ``case`` under ``guard`` (a context whose value has a ``hit`` attribute, or none) and say
+    what it gave. Runs where the answer runs: the student's kernel, or the engine's child (where nothing is guarded
+    here, because the whole process is locked down)."""
+    rules = declared.rules
+    given = _cloned(case, rules.keep_grad)
+    outcome = Outcome()
+    with guard() as trace:
+        try:
+            outcome.result = declared.call(answer, given)
+        except NotImplementedError as err:
+            if _core._is_untouched_stub(err):
+                outcome.not_attempted = True
+            else:
+                outcome.raised = _raised(err, case, declared.name) + (
+                    "\n  (only the untouched stub counts as not attempted: finish the function)"
+                )
+        except ForbiddenCall as err:
+            outcome.broke_rule = str(err)
+        except CheckFailed as err:  # an adapter's own refusal (e.g. "call model.step one token at a time")
+            outcome.broke_rule = str(err).removeprefix(f"{declared.name}: ")
+        except Exception as err:  # the student's own bug, shown with its case
+            outcome.raised = _raised(err, case, declared.name)
+    outcome.called = getattr(trace, "hit", None)
+    if rules.keep_grad and outcome.raised is None and outcome.broke_rule is None and not outcome.not_attempted:
+        try:
+            outcome.grads = _vjp(outcome.result, given, rules.keep_grad, index)
+        except Exception as err:  # e.g. a backward hook of the answer's that raises
+            outcome.raised = f"computing gradients through your result raised {type(err).__name__}: {err}"
+    if rules.inputs_unchanged:
+        outcome.inputs_after = {k: v for k, v in given.items() if isinstance(v, torch.Tensor)}
+    return outcome
+
+
+def _raised(err: BaseException, case: dict, name: str) -> str:
+    hint = ""
+    if isinstance(err, TypeError) and "argument" in str(err):  # e.g. a renamed parameter
+        hint = f"\n  hint: keep the stub's parameter names, the check calls it as {name}({', '.join(case)})"
+    return f"your function raised {type(err).__name__}: {err}{_core._where(err)}\n  inputs: {_inputs(case)}{hint}"
+
+
+def _inputs(case: dict) -> str:
+    return ", ".join(f"{k}={describe(v)}" for k, v in case.items())
+
+
+# -- the verdict -----------------------------------------------------------------------------------------------------
+
+
+@contextmanager
+def plain_torch() -> Iterator[None]:
+    """References and comparisons run with the notebook's torch function and dispatch modes set aside
+    (``torch.set_default_device`` pushes one), so they compute what the package computes whatever the notebook set."""
+    from torch.utils._python_dispatch import _disable_current_modes
+
+    with _disable_current_modes(), torch._C.DisableTorchFunction():
+        yield
+
+
+def judge_case(declared: Exercise, case: dict, index: int, outcome: Outcome) -> str:
+    """The verdict on one case: returns when the answer agrees and keeps the rules (a note, or ``""``), raises
+    :class:`NotAttempted` for the untouched stub and :class:`CheckFailed` (the reason, the case, the first wrong
+    element) otherwise. Runs in the grader's process (or the student's kernel); the reference runs here, after the
+    answer."""
+    name, rules = declared.name, declared.rules
+    if outcome.not_attempted:
+        raise NotAttempted(name)
+    if outcome.broke_rule is not None:
+        raise CheckFailed(f"{name}: {outcome.broke_rule}")
+    if outcome.raised is not None:  # a ruled-out call on the way explains more than what it raised
+        raise CheckFailed(f"{name}: {outcome.called or outcome.raised}")
+    if rules.inputs_unchanged:
+        after = outcome.inputs_after or {}
+        for key, value in case.items():
+            if isinstance(value, torch.Tensor) and not (
+                isinstance(after.get(key), torch.Tensor)
+                and after[key].shape == value.shape
+                and _core._equal(after[key].to(value.dtype), value)
+            ):
+                raise CheckFailed(
+                    f"{name}: your function modified its input {key} in place; return a new tensor instead\n"
+                    f"  inputs: {_inputs(case)}"
+                )
+    with plain_torch():
+        given = _cloned(case, rules.keep_grad)
+        want = declared.reference(**given)
+        try:
+            _core._compare(name, outcome.result, want, case, declared.rtol, declared.atol)
+        except CheckFailed as failure:
+            message = str(failure)
+            if declared.explain is not None:
+                message += declared.explain(message, case)
+            raise CheckFailed(message) from None
+        if outcome.called is not None:  # right, but not the student's work
+            raise CheckFailed(f"{name}: {outcome.called}")
+        if rules.keep_grad:
+            _judge_grads(declared, given, want, index, outcome.grads or {})
+    return _dtype_note(outcome.result, want)
+
+
+def _dtype_note(got: Any, want: Any) -> str:
+    """A right answer in another floating dtype than the reference's passes, with a note naming both."""
+    if isinstance(want, torch.Tensor) and _core._is_plain_tensor(got) and got.dtype != want.dtype:
+        g, w = (str(t.dtype).replace("torch.", "") for t in (got, want))
+        return f"note: your result is {g}; the exercise works in {w} (the values agree to the check's tolerance)"
+    return ""
+
+
+def _judge_grads(declared: Exercise, given: dict, want: Any, index: int, grads: dict) -> None:
+    expected = _vjp(want, given, declared.rules.keep_grad, index)
+    for key in declared.rules.keep_grad:
+        got, wanted = grads.get(key), expected[key]
+        if wanted is None:
+            continue
+        if not isinstance(got, torch.Tensor):
+            raise CheckFailed(
+                f"{declared.name}: your result does not carry gradients back to {key}; something on the way cut the "
+                "graph (.detach(), .item(), torch.tensor(...) of a result, or a torch.no_grad() block)"
+            )
+        if got.shape != wanted.shape or not _core._allclose(
+            _core._to_double(got),
+            _core._to_double(wanted),
+            rtol=max(declared.rtol, 1e-6),
+            atol=max(declared.atol, 1e-8),
+        ):
+            raise CheckFailed(
+                f"{declared.name}: your result's gradient with respect to {key} is wrong (relative error "
+                f"{_core.relative_error(got, wanted) if got.shape == wanted.shape else float('nan'):.3g}): part of "
+                "the computation was cut off from the graph (.detach(), .data, an in-place write into a leaf)"
+            )
+
+
+def judge_cost(declared: Exercise, seconds: dict[int, float]) -> None:
+    """The verdict of the linear-cost rule from the answer's CPU seconds at the two lengths (measured by the grader)."""
+    cost = declared.rules.linear_cost
+    (short, t_short), (long, t_long) = sorted(seconds.items())
+    exponent = math.log(max(t_long, 1e-9) / max(t_short, 1e-9)) / math.log(long / short)
+    if exponent > cost.max_exponent:
+        raise CheckFailed(
+            f"{declared.name}: right values, but your function's cost grows like T^{exponent:.1f}: "
+            f"{1e3 * t_short:.1f} ms of CPU at T = {short}, {1e3 * t_long:.1f} ms at T = {long}. The exercise asks "
+            f"for a cost linear in T (exponent at most {cost.max_exponent:g} allowed for noise); a T × T matrix, "
+            "or a loop that revisits every earlier token, grows like T²"
+        )
+
+
+# -- the check in the student's kernel ---------------------------------------------------------------------------------
+
+
+@contextmanager
+def one_thread() -> Iterator[None]:
+    """Costs are measured on one intra-op thread: idle pool threads that spin would add CPU time unrelated to T."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _cpu_seconds(answer: Callable, declared: Exercise, case: dict, repeats: int) -> tuple[Outcome, float]:
+    best, outcome = math.inf, None
+    for _ in range(repeats):
+        given = _core._cloned(case)
+        start = time.process_time()
+        try:
+            result = declared.call(answer, given)
+        except Exception as err:
+            return Outcome(raised=_raised(err, case, declared.name)), 0.0
+        best = min(best, time.process_time() - start)
+        outcome = Outcome(result=result, inputs_after=given)
+    return outcome, best
+
+
+def run_in_kernel(
+    declared: Exercise, answer: Callable, *, bad: Forbidden | None = None, then: Callable[[], None] | None = None
+) -> bool:
+    """The check of ``declared`` in this process (the student's kernel): prints ``PASS`` and returns True, or prints
+    "not attempted yet" and returns False (raising instead under the autograder), or raises :class:`CheckFailed`.
+    ``bad`` replaces what the declaration forbids (the older checks name code objects themselves); ``then`` is a last
+    test once every case agrees.
+
+    Raises:
+        ValueError: the exercise has no cases (a check with no case could not fail).
+    """
+    name = declared.name
+    if not callable(answer):
+        raise CheckFailed(f"{name}: expected your function, got {type(answer).__name__}")
+    bad = declared.forbidden() if bad is None else bad
+    n_cases, notes = 0, []
+    try:
+        for index, case in enumerate(declared.cases()):
+            outcome = answer_outcome(declared, answer, case, index, guard=functools.partial(watching, bad))
+            notes.append(judge_case(declared, case, index, outcome))
+            n_cases += 1
+        if n_cases == 0:
+            raise ValueError(f"{name}: the check has no cases, so it could not fail")
+        cost = declared.rules.linear_cost
+        if cost is not None:
+            seconds = {}
+            for length in cost.lengths:
+                case = cost.case(length, torch.Generator().manual_seed(length))
+                with watching(bad) as trace, one_thread():
+                    outcome, seconds[length] = _cpu_seconds(answer, declared, case, cost.repeats)
+                outcome.called = trace.hit
+                judge_case(declared, case, -1, outcome)
+            judge_cost(declared, seconds)
+        if then is not None:
+            then()
+    except NotAttempted:
+        if _core.under_autograder():
+            raise CheckFailed(f"{name}: not attempted (the stub still raises NotImplementedError)") from None
+        print(f"[not attempted yet] {name}: fill in the function above, run its cell, then run this check again.")
+        return False
+    except CheckFailed as failure:
+        raise failure.with_traceback(None) from None
+    note = next((n for n in notes if n), "")
+    print(
+        f"PASS {name}: your function agrees with the reference on {n_cases} random cases."
+        + (f" ({note})" if note else "")
+    )
+    return True
+
+
+def run_check(
+    name: str,
+    student_fn: Callable,
+    reference_fn: Callable,
+    cases: Iterable[dict],
+    *,
+    rtol: float = 1e-6,
+    atol: float = 1e-8,
+    inputs_unchanged: bool = False,
+    then: Callable[[], None] | None = None,
+) -> bool:
+    """Compare ``student_fn(**case)`` with ``reference_fn(**case)`` on every case.
+
+    Args:
+        name: the exercise's name, as printed.
+        student_fn: the student's function.
+        reference_fn: the package's function with the same signature.
+        cases: keyword-argument dicts; tensors are cloned before each call, so an in-place edit by
+            the student cannot change what the reference sees.
+        rtol, atol: tolerances of ``torch.allclose`` (floats compare the same way).
+        inputs_unchanged: also fail when the student's function modifies an input tensor in place (for exercises
+            whose text says "do not modify ... in place"; the copy it was given is compared with the case).
+        then: a last test once every case agrees (e.g. reading a kernel's source for what the interpreter cannot
+            show); it raises :class:`CheckFailed` to fail the check, before ``PASS`` is printed.
+
+    Returns:
+        ``True`` when every case agrees, ``False`` when the student's function is not written yet.
+
+    Raises:
+        CheckFailed: on the first disagreeing case, with the case and the first wrong element; when the student's
+            function calls the package's own implementation (:func:`_core.implementations`); when it returns a tensor
+            subclass or something else than a plain tensor or number; when the notebook replaced a function the
+            check relies on; and, under the autograder, when the exercise is not attempted. A check called from a
+            graded cell reports these in the student's own kernel instead (see :func:`graded`).
+        ValueError: ``cases`` is empty (a check with no case could not fail).
+    """
+    if not getattr(_core._state, "depth", 0):  # called directly, not through a graded check (which has looked already)
+        _core._refuse_tampering(name)
+    if not callable(student_fn):
+        raise CheckFailed(f"{name}: expected your function, got {type(student_fn).__name__}")
+    targets = _core.implementations(reference_fn)
+    launcher = _core._function(student_fn)
+    if (
+        launcher is not None
+        and _core._in_checks(launcher)
+        and launcher.__closure__
+        and launcher is not _core._function(reference_fn)
+    ):
+        # the check's own wrapper around the student's function, built as the reference's wrapper (the same code)
+        targets = {code: label for code, label in targets.items() if code is not launcher.__code__}
+    bad = Forbidden(
+        codes={
+            code: f"your function calls the package's own implementation ({label}); the exercise is to write it "
+            "yourself, so this does not count as an answer"
+            for code, label in targets.items()
+        }
+    )
+    cases = list(cases)
+    declared = Exercise(
+        name, reference_fn, lambda: cases, Rules(inputs_unchanged=inputs_unchanged), rtol=rtol, atol=atol
+    )
+    try:
+        return run_in_kernel(declared, student_fn, bad=bad, then=then)
+    except CheckFailed as failure:  # the student sees the message, not the package's frames
+        raise failure.with_traceback(None) from None
