@@ -100,6 +100,72 @@ def test_the_chunk_size_claim_fails_when_small_chunks_cost_no_more_operations(mo
         exec(cell, namespace)
 
 
+def test_the_length_claims_hold_whatever_the_machine_load_does_to_the_timings():
+    # The time-against-length cell once claimed a speed-up of the chunk form over the token loop from two wall-clock
+    # minima; here every timing is the same, as a swamped machine may give them, and the cell still runs: its claims
+    # count operations and flops.
+    namespace, cell = _cell_namespace("def make_inputs(", "lengths = [32, 64, 128, 256, 512]")
+    namespace["best_seconds"] = lambda fn, repeats=5: 0.01
+    exec(cell, namespace)
+    assert (
+        namespace["operations"]["delta rule, recurrent"][-1]
+        > 10 * namespace["operations"]["delta rule, chunk C=32"][-1]
+    )
+
+
+def test_the_token_loop_claim_fails_when_its_operations_do_not_grow_with_the_length(monkeypatch):
+    from ttr_edu import profiling
+    from ttr_edu.course import claims
+
+    namespace, cell = _cell_namespace("def make_inputs(", "lengths = [32, 64, 128, 256, 512]")
+    namespace["best_seconds"] = lambda fn, repeats=5: 0.01
+    monkeypatch.setattr(profiling, "operation_count", lambda fn: 100)  # a token loop fused into one operation
+    with pytest.raises(claims.ClaimFailed, match="the token loop dispatches a number of operations proportional to T"):
+        exec(cell, namespace)
+
+
+def _flop_rate_namespace():
+    """The flop-rate cell's source and a namespace holding what it needs from the intensity cell before it."""
+    import nbformat
+
+    from tests.claims.mutation import ROOT
+
+    namespace, cell = _cell_namespace("def make_inputs(", "heads = 8  # 8 heads")
+    cells = [c.source for c in nbformat.read(ROOT / CHAPTER, as_version=4).cells if c.cell_type == "code"]
+    (intensity,) = [c for c in cells if "intensity = [" in c]
+    exec(intensity, namespace)
+    return namespace, cell
+
+
+def test_the_flop_rate_cell_runs_when_the_load_grows_through_its_timings(monkeypatch):
+    # A load that rises while the cell times its products makes the flop rate fall with C; the cell used to claim the
+    # opposite order from these timings. It still runs: what it claims is the count of calls for the same flops.
+    import time
+
+    clock = {"now": 0.0, "step": 1e-6}
+
+    def rising_load():
+        clock["now"] += clock["step"]
+        clock["step"] *= 1.2
+        return clock["now"]
+
+    namespace, cell = _flop_rate_namespace()
+    monkeypatch.setattr(time, "perf_counter", rising_load)
+    exec(cell, namespace)
+    gflops = namespace["gflops"]
+    assert gflops.index(max(gflops)) == 0  # the timings say the matrix-vector step is fastest
+
+
+def test_the_flop_rate_cell_claim_fails_when_the_calls_do_not_fall_with_the_rows(monkeypatch):
+    from ttr_edu import profiling
+    from ttr_edu.course import claims
+
+    namespace, cell = _flop_rate_namespace()
+    monkeypatch.setattr(profiling, "operation_count", lambda fn: 100)  # the products batched into one call
+    with pytest.raises(claims.ClaimFailed, match="the operations dispatched for the same flops fall as 1/C"):
+        exec(cell, namespace)
+
+
 def _fla_source(module: str) -> str:
     import inspect
 
