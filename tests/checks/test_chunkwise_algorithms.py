@@ -213,6 +213,16 @@ def test_wrong_backward_passes_are_rejected(mistake):
         checks.check_ut_transform_backward(lambda **case: ut_transform_backward(**case, **UT_BACKWARD_WRONG[mistake]))
 
 
+def test_ut_backward_by_autograd_is_ruled_out():
+    def by_autograd(k, v, beta, dW, dU):  # right numbers, but autograd does the derivation
+        k, v, beta = (x.detach().clone().requires_grad_() for x in (k, v, beta))
+        ut = checks.ut_transform_spec(k, beta)
+        return torch.autograd.grad((dW * (ut @ k)).sum() + (dU * (ut @ v)).sum(), (k, v, beta))
+
+    with pytest.raises(CheckFailed, match=r"used autograd \(torch\.autograd\.grad\).*write the gradients out"):
+        checks.check_ut_transform_backward(by_autograd)
+
+
 def test_ut_backward_that_modifies_its_input_is_rejected():
     def in_place(k, v, beta, dW, dU):
         dk, dv, dbeta = ut_transform_backward(k, v, beta, dW, dU)

@@ -29,7 +29,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from ttr_edu import ops
 from ttr_edu.checks._core import CheckFailed, random_case
-from ttr_edu.checks._rules import run_check
+from ttr_edu.checks._rules import Rules, exercise, run_check
 
 __all__ = [
     "check_chunk_linear_attention",
@@ -261,18 +261,21 @@ def _ut_backward_cases() -> Iterator[dict]:
         }
 
 
+@exercise(
+    reference=_ut_outputs_autograd,
+    cases=_ut_backward_cases,
+    rules=Rules(
+        no_autograd=True,
+        inputs_unchanged=True,
+        why="write the gradients out from the derivation above (d𝒯, then dA through the inverse, then dk and dβ)",
+    ),
+    rtol=1e-8,
+    atol=1e-10,
+)
 def check_ut_transform_backward(ut_transform_backward: Callable) -> bool:
     """Check ``ut_transform_backward(k, v, beta, dW, dU) -> (dk, dv, dbeta)`` against autograd through
-    :func:`ut_transform_spec`: the gradients of ``⟨dW, 𝒯K⟩ + ⟨dU, 𝒯V⟩``."""
-    return run_check(
-        "ut_transform_backward",
-        ut_transform_backward,
-        _ut_outputs_autograd,
-        _ut_backward_cases(),
-        rtol=1e-8,
-        atol=1e-10,
-        inputs_unchanged=True,
-    )
+    :func:`ut_transform_spec`: the gradients of ``⟨dW, 𝒯K⟩ + ⟨dU, 𝒯V⟩``, written out (autograd in any form is ruled
+    out by what the answer calls)."""
 
 
 # ---------------------------------------------------------------------------------------------------------------
