@@ -313,7 +313,8 @@ _ARITHMETIC = (
 class _LargeSolveGuard(TorchDispatchMode):
     """What Exercise 11.5 rules out, refused while active (``C`` is the matrix's size, ``block`` the diagonal blocks'):
 
-    * an inverse, factorisation or solve (:data:`_SOLVES`) of a matrix wider than ``block``;
+    * an inverse, factorisation or solve (:data:`_SOLVES`) with a matrix wider than ``block`` (the right-hand side of
+      a solve may be wider: a diagonal block solved against its block row is blocked forward substitution);
     * a forward (or backward) substitution across the whole matrix: more than ``C // 2`` **row steps**, arithmetic
       whose result is a single row or column wider than ``block`` (a blocked inverse computes whole blocks, so it makes
       none; a substitution across the matrix makes one or more per row);
@@ -340,9 +341,12 @@ class _LargeSolveGuard(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         name = func.__name__.split(".")[0]
         if name.startswith(_SOLVES):
-            widest = max((max(a.shape[-2:]) for a in args if isinstance(a, torch.Tensor) and a.dim() >= 2), default=0)
-            if widest > self.block:
-                self._refuse(f"called {name} on a {widest}-wide matrix")
+            # the matrix that is inverted, factorised or solved with, not a right-hand side: solving a diagonal block
+            # against a whole block row is blocked forward substitution (triangular_solve(B, A) takes it second)
+            factor = args[1] if name == "triangular_solve" and len(args) > 1 else args[0] if args else None
+            width = max(factor.shape[-2:]) if isinstance(factor, torch.Tensor) and factor.dim() >= 2 else 0
+            if width > self.block:
+                self._refuse(f"called {name} on a {width}-wide matrix")
         if name == "_local_scalar_dense" and args and isinstance(args[0], torch.Tensor):
             self._count_element(args[0], "read")
         out = func(*args, **(kwargs or {}))
