@@ -213,6 +213,16 @@ def test_wrong_backward_passes_are_rejected(mistake):
         checks.check_ut_transform_backward(lambda **case: ut_transform_backward(**case, **UT_BACKWARD_WRONG[mistake]))
 
 
+def test_ut_backward_by_autograd_is_ruled_out():
+    def by_autograd(k, v, beta, dW, dU):  # right numbers, but autograd does the derivation
+        k, v, beta = (x.detach().clone().requires_grad_() for x in (k, v, beta))
+        ut = checks.ut_transform_spec(k, beta)
+        return torch.autograd.grad((dW * (ut @ k)).sum() + (dU * (ut @ v)).sum(), (k, v, beta))
+
+    with pytest.raises(CheckFailed, match=r"used autograd \(torch\.autograd\.grad\).*write the gradients out"):
+        checks.check_ut_transform_backward(by_autograd)
+
+
 def test_ut_backward_that_modifies_its_input_is_rejected():
     def in_place(k, v, beta, dW, dU):
         dk, dv, dbeta = ut_transform_backward(k, v, beta, dW, dU)
@@ -380,7 +390,21 @@ def tolist_route(A, block):
     return torch.tensor(X, dtype=A.dtype)
 
 
-@pytest.mark.parametrize("answer", [block_rows_at_once, own_substitution_in_blocks, numpy_blocks])
+def blocked_forward_substitution(A, block):  # each diagonal block solved against its whole block row at once
+    C = A.shape[0]
+    L = torch.eye(C, dtype=A.dtype) + A
+    eye = torch.eye(C, dtype=A.dtype)
+    X = torch.zeros_like(L)
+    for a in range(0, C, block):
+        b = min(a + block, C)
+        rhs = eye[a:b] - L[a:b, :a] @ X[:a]
+        X[a:b] = torch.linalg.solve_triangular(L[a:b, a:b], rhs, upper=False, unitriangular=True)
+    return X
+
+
+@pytest.mark.parametrize(
+    "answer", [block_rows_at_once, own_substitution_in_blocks, numpy_blocks, blocked_forward_substitution]
+)
 def test_other_blocked_inverses_pass(answer, capsys):
     assert checks.check_solve_tril(answer)
     assert capsys.readouterr().out.startswith("PASS")

@@ -16,7 +16,10 @@ if type(triton.jit(lambda: None)).__name__ != "InterpretedFunction":
 from tests.checks.triton_puzzle_kernels import Bound as _Bound  # noqa: E402
 from tests.checks.triton_puzzle_kernels import (  # noqa: E402  (the reference and wrong kernels, after the interpreter check)
     causal_chunk,
+    causal_chunk_allow_tf32_false,
+    causal_chunk_allow_tf32_true,
     causal_chunk_default_precision,
+    causal_chunk_positional_precision,
     chunk_dv,
     chunk_linear_attention,
     delta_rule_chunk,
@@ -24,7 +27,9 @@ from tests.checks.triton_puzzle_kernels import (  # noqa: E402  (the reference a
     gated_delta_rule_chunk,
     running_sum,
     running_sum_batch_widened,
+    running_sum_cast,
     running_sum_int32,
+    running_sum_wide_size,
     scale_tile,
     scale_tile_first_rows_only,
     scale_tile_not_power_of_two,
@@ -32,6 +37,7 @@ from tests.checks.triton_puzzle_kernels import (  # noqa: E402  (the reference a
     scale_tile_row_stride_block,
     scale_tile_store_unmasked,
     ut_transform,
+    ut_transform_neumann,
 )
 
 
@@ -224,7 +230,7 @@ def test_a_dot_without_input_precision_is_named_by_the_lint():
 
 
 def test_offsets_left_in_int32_are_reported_although_the_numbers_agree(capsys):
-    with pytest.raises(CheckFailed, match="(?s)right numbers here.*in int32, where `i_b`, `i_h`"):
+    with pytest.raises(CheckFailed, match="(?s)right numbers here.*in int32: `i_b`, `i_h` \\(from a program id\\)"):
         checks.check_running_sum(running_sum_int32)
     assert "PASS" not in capsys.readouterr().out  # the source is read before PASS: no PASS line beside the failure
 
@@ -244,7 +250,7 @@ def test_widening_only_the_state_offsets_is_reported():
     # i_bh widened for the state, i_b and i_h left int32 in the offsets of q, k, v, o and β: the numbers agree here,
     # and the lint names the int32 product in the inputs' offsets (a check that only asked "is some program id
     # widened?" passed this kernel)
-    with pytest.raises(CheckFailed, match=r"(?s)right numbers here.*in int32, where `i_b`, `i_h`"):
+    with pytest.raises(CheckFailed, match=r"(?s)right numbers here.*in int32: `i_b`, `i_h` \(from a program id\)"):
         checks.check_delta_rule_chunk(delta_rule_chunk_int32_inputs)
 
 
@@ -258,3 +264,33 @@ def test_the_package_kernel_passes_the_lint():
     from ttr_edu.kernels import _triton_kernels
 
     assert checks.lint_kernel(_triton_kernels.delta_rule_fwd_kernel, needs_int64=True) == []
+
+
+@pytest.mark.parametrize(
+    "kernel",
+    [causal_chunk_allow_tf32_false, causal_chunk_positional_precision],
+    ids=["allow_tf32=False", "input_precision positional"],
+)
+def test_every_spelling_of_an_accurate_product_passes(kernel, capsys):
+    # fla writes tl.dot(..., allow_tf32=False); Triton 3.9 maps it to "ieee", as it does a positional "ieee"
+    assert checks.check_causal_chunk(kernel)
+    assert capsys.readouterr().out.startswith("PASS")
+
+
+def test_allow_tf32_true_is_named_as_a_request_for_tf32():
+    problems = checks.lint_kernel(causal_chunk_allow_tf32_true, needs_int64=False)
+    assert len(problems) == 2 and all("asks for tf32 (allow_tf32=True)" in p for p in problems)
+    with pytest.raises(CheckFailed):  # and the numbers, rounded to tf32 as on a GPU, fail before the lint
+        checks.check_causal_chunk(causal_chunk_allow_tf32_true)
+
+
+@pytest.mark.parametrize("kernel", [running_sum_cast, running_sum_wide_size], ids=["tl.cast", "widened size"])
+def test_every_spelling_of_int64_offsets_passes(kernel, capsys):
+    assert checks.check_running_sum(kernel)
+    assert capsys.readouterr().out.startswith("PASS")
+
+
+def test_the_neumann_series_fails_on_correlated_keys():
+    # exact on near-orthogonal keys, but its terms grow far beyond the inverse once the keys are correlated
+    with pytest.raises(CheckFailed, match="first wrong element"):
+        checks.check_ut_transform(ut_transform_neumann)

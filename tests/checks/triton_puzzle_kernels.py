@@ -466,3 +466,112 @@ def running_sum_batch_widened(x_ptr, out_ptr, T, H, D, BLOCK_T: tl.constexpr, BL
         x = tl.load(x_ptr + offsets, mask=mask, other=0.0)
         tl.store(out_ptr + offsets, tl.cumsum(x, 0) + carry[None, :], mask=mask)
         carry += tl.sum(x, 0)
+
+
+@triton.jit
+def _causal_chunk_tiles(
+    q_ptr, k_ptr, v_ptr, C, D_k, D_v, BLOCK_C: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_V: tl.constexpr
+):
+    t = tl.arange(0, BLOCK_C)
+    dk = tl.arange(0, BLOCK_K)
+    dv = tl.arange(0, BLOCK_V)
+    qk_mask = (t[:, None] < C) & (dk[None, :] < D_k)
+    v_mask = (t[:, None] < C) & (dv[None, :] < D_v)
+    q = tl.load(q_ptr + t[:, None] * D_k + dk[None, :], mask=qk_mask, other=0.0)
+    k = tl.load(k_ptr + t[:, None] * D_k + dk[None, :], mask=qk_mask, other=0.0)
+    v = tl.load(v_ptr + t[:, None] * D_v + dv[None, :], mask=v_mask, other=0.0)
+    return q, k, v
+
+
+@triton.jit
+def causal_chunk_allow_tf32_false(
+    q_ptr, k_ptr, v_ptr, out_ptr, C, D_k, D_v, BLOCK_C: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_V: tl.constexpr
+):
+    # right: allow_tf32=False, the deprecated spelling that fla uses, is "ieee" in Triton 3.9
+    q, k, v = _causal_chunk_tiles(q_ptr, k_ptr, v_ptr, C, D_k, D_v, BLOCK_C, BLOCK_K, BLOCK_V)
+    t = tl.arange(0, BLOCK_C)
+    scores = tl.where(t[:, None] >= t[None, :], tl.dot(q, tl.trans(k), allow_tf32=False), 0.0)
+    out = tl.dot(scores, v, allow_tf32=False)
+    dv = tl.arange(0, BLOCK_V)
+    tl.store(out_ptr + t[:, None] * D_v + dv[None, :], out, mask=(t[:, None] < C) & (dv[None, :] < D_v))
+
+
+@triton.jit
+def causal_chunk_positional_precision(
+    q_ptr, k_ptr, v_ptr, out_ptr, C, D_k, D_v, BLOCK_C: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_V: tl.constexpr
+):
+    # right: the precision as tl.dot's fourth positional argument (input, other, acc, input_precision)
+    q, k, v = _causal_chunk_tiles(q_ptr, k_ptr, v_ptr, C, D_k, D_v, BLOCK_C, BLOCK_K, BLOCK_V)
+    t = tl.arange(0, BLOCK_C)
+    scores = tl.where(t[:, None] >= t[None, :], tl.dot(q, tl.trans(k), None, "ieee"), 0.0)
+    out = tl.dot(scores, v, None, "ieee")
+    dv = tl.arange(0, BLOCK_V)
+    tl.store(out_ptr + t[:, None] * D_v + dv[None, :], out, mask=(t[:, None] < C) & (dv[None, :] < D_v))
+
+
+@triton.jit
+def causal_chunk_allow_tf32_true(
+    q_ptr, k_ptr, v_ptr, out_ptr, C, D_k, D_v, BLOCK_C: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_V: tl.constexpr
+):
+    # wrong on a GPU: allow_tf32=True asks for tf32 products
+    q, k, v = _causal_chunk_tiles(q_ptr, k_ptr, v_ptr, C, D_k, D_v, BLOCK_C, BLOCK_K, BLOCK_V)
+    t = tl.arange(0, BLOCK_C)
+    scores = tl.where(t[:, None] >= t[None, :], tl.dot(q, tl.trans(k), allow_tf32=True), 0.0)
+    out = tl.dot(scores, v, allow_tf32=True)
+    dv = tl.arange(0, BLOCK_V)
+    tl.store(out_ptr + t[:, None] * D_v + dv[None, :], out, mask=(t[:, None] < C) & (dv[None, :] < D_v))
+
+
+@triton.jit
+def ut_transform_neumann(k_ptr, beta_ptr, out_ptr, C, D_k, BLOCK_C: tl.constexpr, BLOCK_K: tl.constexpr):
+    # wrong in fp32 on correlated keys: (I + A)^-1 as the Neumann series (I - A)(I + A^2)(I + A^4)(I + A^8), exact
+    # for a strictly lower A of 16 rows in exact arithmetic; its terms grow far beyond the inverse and cancel
+    t = tl.arange(0, BLOCK_C)
+    dk = tl.arange(0, BLOCK_K)
+    k = tl.load(k_ptr + t[:, None] * D_k + dk[None, :], mask=(t[:, None] < C) & (dk[None, :] < D_k), other=0.0)
+    beta = tl.load(beta_ptr + t, mask=t < C, other=0.0)
+    A = tl.where(t[:, None] > t[None, :], beta[:, None] * tl.dot(k, tl.trans(k), input_precision="ieee"), 0.0)
+    eye = tl.where(t[:, None] == t[None, :], 1.0, 0.0)
+    inverse = eye - A
+    power = tl.dot(A, A, input_precision="ieee")
+    for _ in range(3):
+        inverse = tl.dot(inverse, eye + power, input_precision="ieee")
+        power = tl.dot(power, power, input_precision="ieee")
+    tl.store(out_ptr + t[:, None] * C + t[None, :], inverse * beta[None, :], mask=(t[:, None] < C) & (t[None, :] < C))
+
+
+@triton.jit
+def running_sum_cast(x_ptr, out_ptr, T, H, D, BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr):
+    # right: the batch index widened with tl.cast instead of .to
+    i_bh, i_d = tl.program_id(0), tl.program_id(1)
+    i_b, i_h = tl.cast(i_bh // H, tl.int64), i_bh % H
+    cols = i_d * BLOCK_D + tl.arange(0, BLOCK_D)
+    t = tl.arange(0, BLOCK_T)
+    base = (i_b * T * H + i_h) * D
+    carry = tl.zeros([BLOCK_D], dtype=tl.float32)
+    for start in range(0, T, BLOCK_T):
+        rows = start + t
+        mask = (rows[:, None] < T) & (cols[None, :] < D)
+        offsets = base + rows[:, None] * H * D + cols[None, :]
+        x = tl.load(x_ptr + offsets, mask=mask, other=0.0)
+        tl.store(out_ptr + offsets, tl.cumsum(x, 0) + carry[None, :], mask=mask)
+        carry += tl.sum(x, 0)
+
+
+@triton.jit
+def running_sum_wide_size(x_ptr, out_ptr, T, H, D, BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr):
+    # right: the sequence length widened instead of the program id; i_b * T_wide is then an int64 product
+    i_bh, i_d = tl.program_id(0), tl.program_id(1)
+    i_b, i_h = i_bh // H, i_bh % H
+    T_wide = T.to(tl.int64)
+    cols = i_d * BLOCK_D + tl.arange(0, BLOCK_D)
+    t = tl.arange(0, BLOCK_T)
+    base = (i_b * T_wide * H + i_h) * D
+    carry = tl.zeros([BLOCK_D], dtype=tl.float32)
+    for start in range(0, T, BLOCK_T):
+        rows = start + t
+        mask = (rows[:, None] < T) & (cols[None, :] < D)
+        offsets = base + rows[:, None] * H * D + cols[None, :]
+        x = tl.load(x_ptr + offsets, mask=mask, other=0.0)
+        tl.store(out_ptr + offsets, tl.cumsum(x, 0) + carry[None, :], mask=mask)
+        carry += tl.sum(x, 0)

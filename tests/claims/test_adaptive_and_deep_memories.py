@@ -21,8 +21,8 @@ MUTATIONS = [
     ),
     # DeltaProduct given one step per token is DeltaNet: it no longer counts modulo 3
     (
-        '("DeltaProduct (two steps)", 2)',
-        '("DeltaProduct (two steps)", 1)',
+        '("DeltaProduct (two steps)", 2, None)',
+        '("DeltaProduct (two steps)", 1, None)',
         "DeltaProduct's two steps count exactly for every modulus, in every seed",
     ),
     # a small enough step keeps every mini-batch stable: nothing diverges any more
@@ -42,6 +42,12 @@ MUTATIONS = [
         "switch_every = 50  # steps per regime",
         "switch_every = 5000  # steps per regime",
         "when the map switches, forgetting helps the exact solver: Mesa beats RLS in every seed",
+    ),
+    # RLS, which never forgets, counted among Mesa's gates: the correlated-switching comparison turns false
+    (
+        'gates = {0.95: "Mesa", 0.9:',
+        'gates = {0.95: "RLS", 0.9:',
+        "on correlated switching streams Mesa beats every first-order rule at every gate tried",
     ),
 ]
 

@@ -98,3 +98,117 @@ def test_the_chunk_size_claim_fails_when_small_chunks_cost_no_more_operations(mo
     monkeypatch.setattr(profiling, "operation_count", lambda fn: 100)  # a loop over chunks batched away
     with pytest.raises(claims.ClaimFailed, match="C = 4 runs over twice as many PyTorch operations as C = 64"):
         exec(cell, namespace)
+
+
+def test_the_length_claims_hold_whatever_the_machine_load_does_to_the_timings():
+    # The time-against-length cell once claimed a speed-up of the chunk form over the token loop from two wall-clock
+    # minima; here every timing is the same, as a swamped machine may give them, and the cell still runs: its claims
+    # count operations and flops.
+    namespace, cell = _cell_namespace("def make_inputs(", "lengths = [32, 64, 128, 256, 512]")
+    namespace["best_seconds"] = lambda fn, repeats=5: 0.01
+    exec(cell, namespace)
+    assert (
+        namespace["operations"]["delta rule, recurrent"][-1]
+        > 10 * namespace["operations"]["delta rule, chunk C=32"][-1]
+    )
+
+
+def test_the_token_loop_claim_fails_when_its_operations_do_not_grow_with_the_length(monkeypatch):
+    from ttr_edu import profiling
+    from ttr_edu.course import claims
+
+    namespace, cell = _cell_namespace("def make_inputs(", "lengths = [32, 64, 128, 256, 512]")
+    namespace["best_seconds"] = lambda fn, repeats=5: 0.01
+    monkeypatch.setattr(profiling, "operation_count", lambda fn: 100)  # a token loop fused into one operation
+    with pytest.raises(claims.ClaimFailed, match="the token loop dispatches a number of operations proportional to T"):
+        exec(cell, namespace)
+
+
+def _flop_rate_namespace():
+    """The flop-rate cell's source and a namespace holding what it needs from the intensity cell before it."""
+    import nbformat
+
+    from tests.claims.mutation import ROOT
+
+    namespace, cell = _cell_namespace("def make_inputs(", "heads = 8  # 8 heads")
+    cells = [c.source for c in nbformat.read(ROOT / CHAPTER, as_version=4).cells if c.cell_type == "code"]
+    (intensity,) = [c for c in cells if "intensity = [" in c]
+    exec(intensity, namespace)
+    return namespace, cell
+
+
+def test_the_flop_rate_cell_runs_when_the_load_grows_through_its_timings(monkeypatch):
+    # A load that rises while the cell times its products makes the flop rate fall with C; the cell used to claim the
+    # opposite order from these timings. It still runs: what it claims is the count of calls for the same flops.
+    import time
+
+    clock = {"now": 0.0, "step": 1e-6}
+
+    def rising_load():
+        clock["now"] += clock["step"]
+        clock["step"] *= 1.2
+        return clock["now"]
+
+    namespace, cell = _flop_rate_namespace()
+    monkeypatch.setattr(time, "perf_counter", rising_load)
+    exec(cell, namespace)
+    gflops = namespace["gflops"]
+    assert gflops.index(max(gflops)) == 0  # the timings say the matrix-vector step is fastest
+
+
+def test_the_flop_rate_cell_claim_fails_when_the_calls_do_not_fall_with_the_rows(monkeypatch):
+    from ttr_edu import profiling
+    from ttr_edu.course import claims
+
+    namespace, cell = _flop_rate_namespace()
+    monkeypatch.setattr(profiling, "operation_count", lambda fn: 100)  # the products batched into one call
+    with pytest.raises(claims.ClaimFailed, match="the operations dispatched for the same flops fall as 1/C"):
+        exec(cell, namespace)
+
+
+def _fla_source(module: str) -> str:
+    import inspect
+
+    return inspect.getsource(pytest.importorskip(module))
+
+
+def test_fla_keeps_the_inverse_and_recomputes_the_states_in_its_backward_as_the_chapter_says():
+    # section 3: the forward saves A, solve_tril's inverse, and no chunk states; the backward recomputes w, u from A
+    # and the chunk states h with the forward's state loop
+    source = _fla_source("fla.ops.delta_rule.chunk")
+    saved = source[source.index("ctx.save_for_backward(") :].split("\n", 1)[0]
+    assert " A," in saved and "initial_state" in saved and " h" not in saved
+    backward = source[source.index("def chunk_delta_rule_bwd(") : source.index("class ChunkDeltaRuleFunction")]
+    assert backward.index("recompute_w_u_fwd(") < backward.index("chunk_gated_delta_rule_fwd_h(")
+    assert "A=A" in backward[: backward.index("chunk_gated_delta_rule_fwd_h(")]
+    wy = _fla_source("fla.ops.delta_rule.wy_fast")
+    forward = wy[wy.index("def prepare_wy_repr_fwd(") : wy.index("def recompute_w_u_fwd(")]
+    calls = ["chunk_scaled_dot_kkt_fwd(", "solve_tril(", "recompute_w_u_fwd("]  # the WY part: three kernels in a row
+    assert [forward.index(c) for c in calls] == sorted(forward.index(c) for c in calls)
+
+
+def test_fla_solve_tril_multiplies_in_ieee_unless_asked_as_the_chapter_says():
+    # the default is ieee, and any other precision is tried only on a GPU with TMA (the wording of the condition
+    # differs between fla releases; the sources ledger quotes the pinned commit)
+    import os
+    import re
+
+    source = _fla_source("fla.ops.utils.solve_tril")
+    assert "os.environ.get('FLA_TRIL_PRECISION', 'ieee')" in source
+    assert re.search(r"DOT_PRECISION_AUTOTUNE_LIST = \[\"ieee\"\]", source)
+    tma_first = r"IS_TMA_SUPPORTED[^\n]*\n?[^\n]*DOT_PRECISION_AUTOTUNE_LIST"
+    assert re.search(tma_first, source) or re.search(r"DOT_PRECISION_AUTOTUNE_LIST[^\n]*IS_TMA", source)
+    if "FLA_TRIL_PRECISION" not in os.environ:
+        assert pytest.importorskip("fla.ops.utils.solve_tril").FLA_TRIL_PRECISION == "ieee"
+
+
+@pytest.mark.slow
+@pytest.mark.notebook
+def test_neumann_instability_claim_fails_when_the_steps_are_small():
+    # at beta = 0.1 instead of 1 the powers of A shrink and the series is accurate: the stability cell's claim that it
+    # loses everything on correlated keys must then stop the run
+    error = run_mutated(
+        CHAPTER, "A_s = torch.tril(keys @ keys.T, diagonal=-1)", "A_s = torch.tril(0.1 * keys @ keys.T, diagonal=-1)"
+    )
+    assert error is not None and "ClaimFailed" in error
+    assert "the Neumann series is off by more than 100 %" in error

@@ -50,3 +50,11 @@ def test_swapping_the_two_windows_breaks_the_window_trade_off():
     )
     assert error is not None and "ClaimFailed" in error
     assert "a sliding window of 40 pairs makes softmax attention track" in error
+
+
+def test_noise_claim_fails_when_the_noise_free_runs_get_ten_times_the_noise():
+    # the windowed softmax's settled error is estimation error, not value noise: with a large noise instead of none in
+    # the comparison runs, "without it the settled error changes by under 5 %" must stop the run
+    error = run_mutated(NOTEBOOK, "switch_every=period, noise=noise,", "switch_every=period, noise=noise or 0.5,")
+    assert error is not None and "ClaimFailed" in error
+    assert "the value noise is not what settles the window of 20 there" in error

@@ -15,8 +15,13 @@ CHAPTERS = [
     "04_delta_rule",
     "05_dual_form",
     "06_test_time_regression_parametric",
+    "07_test_time_regression_nonparametric",
+    "08_adaptive_and_deep_memories",
+    "10_language_modelling",
+    "11_chunkwise_algorithms",
+    "12_triton_kernels",
 ]
-HEADING = re.compile(r"^### Exercise (\d+\.\d+) — .*? (★☆☆|★★☆|★★★) \(about (\d+) minutes\)$", re.MULTILINE)
+HEADING = re.compile(r"^### (?:Exercise|Puzzle) (\d+\.\d+) — .*? (★☆☆|★★☆|★★★) \(about (\d+) minutes\)$", re.MULTILINE)
 MINUTES = {1: (5, 10), 2: (10, 20), 3: (20, 30)}
 HINT = re.compile(r"^:::\{dropdown\}[^\n]*\n(.*?)^:::$", re.MULTILINE | re.DOTALL)
 
@@ -26,7 +31,7 @@ def exercises(chapter: str) -> list[tuple[str, int, int, list[str]]]:
     found = []
     nb = nbformat.read(ROOT / "solutions" / f"{chapter}.ipynb", as_version=4)
     for cell in nb.cells:
-        if cell.cell_type != "markdown" or "### Exercise" not in cell.source:
+        if cell.cell_type != "markdown" or not ("### Exercise" in cell.source or "### Puzzle" in cell.source):
             continue
         headings = list(HEADING.finditer(cell.source))
         assert headings, f"{chapter}: an exercise heading without a rating '(★☆☆|★★☆|★★★) (about N minutes)'"

@@ -402,6 +402,12 @@ add(
         lambda: __import__("ttr_edu.kernels.ptxas_report", fromlist=["read_shipped"]).read_shipped(),
     )
 )
+add(
+    Target(
+        "ttr_edu.kernels.ptxas_report.read_shipped_tiles",
+        lambda: __import__("ttr_edu.kernels.ptxas_report", fromlist=["read_shipped_tiles"]).read_shipped_tiles(),
+    )
+)
 KERNEL_TARGETS = {n for n in TARGETS if n.startswith("ttr_edu.kernels.") and "ptxas" not in n}
 
 # ------------------------------------------------------------------------------------------------------------------

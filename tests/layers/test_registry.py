@@ -37,6 +37,8 @@ def test_the_lists_are_views_of_the_one_registry():
         "linear_sumnorm_no_onorm",
         "linear_no_onorm",
         "deltanet",
+        "linear_katharopoulos",
+        "delta_sumnorm",
         "gated_deltanet",
         "softmax",
     ]

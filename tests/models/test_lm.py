@@ -22,9 +22,13 @@ def test_recurrent_logits_equal_chunk_logits_in_fp32(mixer):
     assert ((recurrent - full).norm() / full.norm()).item() <= 1e-5
 
 
-def test_every_mixer_has_the_same_parameter_budget_within_one_percent():
+def test_every_mixer_has_the_same_parameter_budget_within_three_percent():
+    # the two layers built as Schlag et al.'s code builds them have no short convolution (1,536 weights fewer at
+    # d = 64, 2 blocks); the others are within 1 % of each other
     counts = {m: TinyLM(LMConfig(mixer=m)).num_parameters() for m in LM_MIXERS}
-    assert max(counts.values()) / min(counts.values()) < 1.01, counts
+    assert max(counts.values()) / min(counts.values()) < 1.03, counts
+    with_conv = [n for m, n in counts.items() if m not in ("linear_katharopoulos", "delta_sumnorm")]
+    assert max(with_conv) / min(with_conv) < 1.01, counts
 
 
 def test_the_output_embedding_is_tied_to_the_input():

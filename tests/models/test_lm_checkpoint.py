@@ -1,35 +1,33 @@
-"""The shipped language model loads, is small, says how it was made, and reproduces its recorded valid bits per byte."""
+"""The shipped language models load, are small, say how they were made, and reproduce their recorded valid bits per
+byte."""
 
 import pytest
 import torch
 
 from ttr_edu.experiments.lm import evaluate_bpb
-from ttr_edu.experiments.lm_checkpoint import MIXER, RECIPE, SEED
+from ttr_edu.experiments.lm_checkpoint import CHECKPOINTS, MIXER, RECIPE, SEED
 from ttr_edu.models.lm import SHIPPED_CHECKPOINT, LMConfig, TinyLM, generate, load_checkpoint, save_checkpoint
 from ttr_edu.tasks.text import load_stdlib_corpus
 
 
-def test_the_shipped_checkpoint_is_package_data_under_one_megabyte():
-    assert SHIPPED_CHECKPOINT.is_file()
-    assert SHIPPED_CHECKPOINT.stat().st_size < 1_000_000
+def test_the_shipped_checkpoints_are_package_data_under_one_megabyte():
+    assert CHECKPOINTS[MIXER] == SHIPPED_CHECKPOINT
+    for path in CHECKPOINTS.values():
+        assert path.is_file() and path.stat().st_size < 1_000_000
 
 
-def test_it_records_its_recipe_and_its_corpus():
-    model, meta = load_checkpoint()
+@pytest.mark.parametrize("mixer", list(CHECKPOINTS))
+def test_it_records_its_recipe_and_its_corpus(mixer):
+    model, meta = load_checkpoint(CHECKPOINTS[mixer])
     assert isinstance(model, TinyLM) and not model.training
-    assert meta["mixer"] == MIXER and meta["seed"] == SEED and meta["recipe"]["steps"] == RECIPE.steps
+    assert meta["mixer"] == mixer and meta["seed"] == SEED and meta["recipe"]["steps"] == RECIPE.steps
     assert {"valid_bpb", "test_bpb", "corpus_sha256", "python_version", "torch_version", "train_seconds"} <= set(meta)
     assert model.num_parameters() == meta["parameters"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the shipped checkpoint was trained with a DeltaNet that applied the SiLU to q and k twice; DeltaNet now "
-    "applies it once, as fla's, so the weights compute another function until the checkpoint is retrained "
-    "(python -m ttr_edu.experiments.lm_checkpoint); then this test passes, and strict=True asks for the mark's removal",
-)
-def test_it_reproduces_its_recorded_valid_bits_per_byte():
-    model, meta = load_checkpoint()
+@pytest.mark.parametrize("mixer", list(CHECKPOINTS))
+def test_it_reproduces_its_recorded_valid_bits_per_byte(mixer):
+    model, meta = load_checkpoint(CHECKPOINTS[mixer])
     corpus = load_stdlib_corpus()
     if corpus.sha256 != meta["corpus_sha256"]:
         pytest.skip(f"trained on Python {meta['python_version']}'s standard library, this is {corpus.python_version}")
@@ -38,8 +36,9 @@ def test_it_reproduces_its_recorded_valid_bits_per_byte():
     assert abs(bpb - meta["valid_bpb"]) < 1e-4, (bpb, meta["valid_bpb"])
 
 
-def test_it_generates_bytes_with_the_recurrent_form():
-    model, _ = load_checkpoint()
+@pytest.mark.parametrize("mixer", list(CHECKPOINTS))
+def test_it_generates_bytes_with_the_recurrent_form(mixer):
+    model, _ = load_checkpoint(CHECKPOINTS[mixer])
     prompt = torch.tensor([list(b"def ")])
     out = generate(model, prompt, 20, temperature=0)
     assert out.shape == (1, 24) and torch.equal(out[:, :4], prompt)

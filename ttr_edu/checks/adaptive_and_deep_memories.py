@@ -17,8 +17,7 @@ from collections.abc import Callable, Iterator
 import torch
 
 from ttr_edu.checks._core import CheckFailed
-from ttr_edu.checks._forbid import forbid
-from ttr_edu.checks._rules import run_check
+from ttr_edu.checks._rules import Rules, exercise, run_check
 from ttr_edu.ops import TitansState, longhorn_recurrent, titans_recurrent, ttt_mlp_recurrent
 
 __all__ = [
@@ -117,35 +116,27 @@ def check_momentum_step(momentum_step: Callable) -> bool:
     return run_check("momentum_step", momentum_step, reference_momentum_step, cases, inputs_unchanged=True)
 
 
-#: What "write both gradients out, without autograd" rules out (the usual spellings; a name bound before the check
-#: runs escapes, see :mod:`ttr_edu.checks._forbid`)
-AUTOGRAD = [
-    "torch.autograd.grad",
-    "torch.autograd.backward",  # what Tensor.backward() calls
-    "torch.autograd.functional.vjp",
-    "torch.autograd.functional.jacobian",
-    "torch.func.grad",
-    "torch.func.grad_and_value",
-    "torch.func.vjp",
-    "torch.func.jacrev",
-]
-
-
-def check_mlp_gradient_step(mlp_gradient_step: Callable) -> bool:
-    """Check ``mlp_gradient_step(W1, W2, k, v, lr)``: one SGD step of a two-layer GELU MLP memory, with both
-    gradients written out: autograd called inside the function is reported (``ForbiddenCall``)."""
-    cases = []
+def _mlp_cases() -> Iterator[dict]:
     for c, lr in zip(_cases(820), (0.1, 0.5, 0.05, 1.0)):
         d_h = c["d_k"] + 2
         W1 = torch.randn(c["d_k"], d_h, generator=c["gen"], dtype=torch.float64)
         W2 = torch.randn(d_h, c["d_v"], generator=c["gen"], dtype=torch.float64) / d_h**0.5
-        cases.append({"W1": W1, "W2": W2, "k": c["k"], "v": c["v"], "lr": lr})
-    by_hand = forbid(
-        mlp_gradient_step,
-        AUTOGRAD,
-        "write both gradients out by the chain rule (δ = h W2 − v, then back through W2 and GELU′)",
-    )
-    return run_check("mlp_gradient_step", by_hand, reference_mlp_gradient_step, cases, inputs_unchanged=True)
+        yield {"W1": W1, "W2": W2, "k": c["k"], "v": c["v"], "lr": lr}
+
+
+@exercise(
+    reference=reference_mlp_gradient_step,
+    cases=_mlp_cases,
+    rules=Rules(
+        no_autograd=True,
+        inputs_unchanged=True,
+        why="write both gradients out by the chain rule (δ = h W2 − v, then back through W2 and GELU′)",
+    ),
+)
+def check_mlp_gradient_step(mlp_gradient_step: Callable) -> bool:
+    """Check ``mlp_gradient_step(W1, W2, k, v, lr)``: one SGD step of a two-layer GELU MLP memory, with both
+    gradients written out: autograd in any form (``backward``, ``torch.autograd``, ``torch.func``'s transforms, forward
+    mode included) is ruled out by what the answer calls."""
 
 
 def householder_product(k1: torch.Tensor, k2: torch.Tensor, beta: float = 2.0) -> torch.Tensor:

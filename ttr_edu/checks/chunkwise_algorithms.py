@@ -29,7 +29,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from ttr_edu import ops
 from ttr_edu.checks._core import CheckFailed, random_case
-from ttr_edu.checks._rules import run_check
+from ttr_edu.checks._rules import Rules, exercise, run_check
 
 __all__ = [
     "check_chunk_linear_attention",
@@ -261,18 +261,21 @@ def _ut_backward_cases() -> Iterator[dict]:
         }
 
 
+@exercise(
+    reference=_ut_outputs_autograd,
+    cases=_ut_backward_cases,
+    rules=Rules(
+        no_autograd=True,
+        inputs_unchanged=True,
+        why="write the gradients out from the derivation above (d𝒯, then dA through the inverse, then dk and dβ)",
+    ),
+    rtol=1e-8,
+    atol=1e-10,
+)
 def check_ut_transform_backward(ut_transform_backward: Callable) -> bool:
     """Check ``ut_transform_backward(k, v, beta, dW, dU) -> (dk, dv, dbeta)`` against autograd through
-    :func:`ut_transform_spec`: the gradients of ``⟨dW, 𝒯K⟩ + ⟨dU, 𝒯V⟩``."""
-    return run_check(
-        "ut_transform_backward",
-        ut_transform_backward,
-        _ut_outputs_autograd,
-        _ut_backward_cases(),
-        rtol=1e-8,
-        atol=1e-10,
-        inputs_unchanged=True,
-    )
+    :func:`ut_transform_spec`: the gradients of ``⟨dW, 𝒯K⟩ + ⟨dU, 𝒯V⟩``, written out (autograd in any form is ruled
+    out by what the answer calls)."""
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -310,7 +313,8 @@ _ARITHMETIC = (
 class _LargeSolveGuard(TorchDispatchMode):
     """What Exercise 11.5 rules out, refused while active (``C`` is the matrix's size, ``block`` the diagonal blocks'):
 
-    * an inverse, factorisation or solve (:data:`_SOLVES`) of a matrix wider than ``block``;
+    * an inverse, factorisation or solve (:data:`_SOLVES`) with a matrix wider than ``block`` (the right-hand side of
+      a solve may be wider: a diagonal block solved against its block row is blocked forward substitution);
     * a forward (or backward) substitution across the whole matrix: more than ``C // 2`` **row steps**, arithmetic
       whose result is a single row or column wider than ``block`` (a blocked inverse computes whole blocks, so it makes
       none; a substitution across the matrix makes one or more per row);
@@ -337,9 +341,12 @@ class _LargeSolveGuard(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         name = func.__name__.split(".")[0]
         if name.startswith(_SOLVES):
-            widest = max((max(a.shape[-2:]) for a in args if isinstance(a, torch.Tensor) and a.dim() >= 2), default=0)
-            if widest > self.block:
-                self._refuse(f"called {name} on a {widest}-wide matrix")
+            # the matrix that is inverted, factorised or solved with, not a right-hand side: solving a diagonal block
+            # against a whole block row is blocked forward substitution (triangular_solve(B, A) takes it second)
+            factor = args[1] if name == "triangular_solve" and len(args) > 1 else args[0] if args else None
+            width = max(factor.shape[-2:]) if isinstance(factor, torch.Tensor) and factor.dim() >= 2 else 0
+            if width > self.block:
+                self._refuse(f"called {name} on a {width}-wide matrix")
         if name == "_local_scalar_dense" and args and isinstance(args[0], torch.Tensor):
             self._count_element(args[0], "read")
         out = func(*args, **(kwargs or {}))

@@ -19,10 +19,11 @@ Two guards make the usual kernel bugs visible in both cases:
 * outputs start as NaN, so an element the kernel never writes is a wrong element too.
 
 Two GPU bugs cannot show at test sizes in any run, so once a kernel computes the right numbers its **source** is read
-(:func:`lint_kernel`, with :mod:`ast`): every ``tl.dot`` must name its ``input_precision`` (without it an fp32 product
-runs in tf32 on a GPU, whatever the interpreter does), and a kernel addressing the ``(B, T, H, D)`` layout must widen
-a program id to int64 (``.to(tl.int64)``) before its offsets are multiplied out, or they overflow int32 once a tensor
-has 2³¹ elements.
+(:func:`lint_kernel`, with :mod:`ast`): every ``tl.dot`` must state its precision (``input_precision=``, by keyword
+or as the fourth argument, or the deprecated ``allow_tf32=False``; without either an fp32 product runs in tf32 on a
+GPU, whatever the interpreter does), and a kernel addressing the ``(B, T, H, D)`` layout must compute its offsets in
+int64 (a program id or a size widened with ``.to(tl.int64)`` or ``tl.cast(…, tl.int64)`` before the product), or they
+overflow int32 once a tensor has 2³¹ elements.
 
 No Triton import happens at import time: launching a kernel needs only the kernel object.
 """
@@ -174,6 +175,42 @@ def _is_tl(node: ast.AST, name: str) -> bool:
     return isinstance(node, ast.Attribute) and node.attr == name
 
 
+def _argument(call: ast.Call, position: int, keyword: str) -> ast.AST | None:
+    """The argument of ``call`` passed at ``position`` (0-based, after the callee's own object) or as ``keyword``."""
+    for item in call.keywords:
+        if item.arg == keyword:
+            return item.value
+    return call.args[position] if len(call.args) > position else None
+
+
+def _int64_cast(call: ast.Call) -> ast.AST | None:
+    """The operand that ``call`` converts to int64, or None: ``x.to(tl.int64)`` (also ``dtype=``) and
+    ``tl.cast(x, tl.int64)`` (also ``dtype=``), the two spellings of a widening conversion."""
+    if isinstance(call.func, ast.Attribute) and call.func.attr == "to":
+        dtype = _argument(call, 0, "dtype")
+        return call.func.value if dtype is not None and _is_tl(dtype, "int64") else None
+    if _is_tl(call.func, "cast"):
+        dtype = _argument(call, 1, "dtype")
+        return _argument(call, 0, "input") if dtype is not None and _is_tl(dtype, "int64") else None
+    return None
+
+
+def _dot_precision_problem(call: ast.Call) -> str | None:
+    """Why a ``tl.dot`` call runs in tf32 on a GPU, or None when it states another precision.
+
+    Triton 3.9's ``tl.dot(input, other, acc, input_precision, allow_tf32, ...)``: a stated ``input_precision`` (by
+    keyword or as the fourth argument) is used as written; ``allow_tf32=False`` (the deprecated spelling, fla's)
+    means ``"ieee"``; with neither, an fp32 product defaults to tf32 on a GPU from sm_80 on."""
+    if _argument(call, 3, "input_precision") is not None:
+        return None
+    allow = _argument(call, 4, "allow_tf32")
+    if allow is None:
+        return "has no input_precision, so on a GPU an fp32 tl.dot runs in tf32"
+    if isinstance(allow, ast.Constant) and allow.value is True:
+        return "asks for tf32 (allow_tf32=True)"
+    return None  # allow_tf32=False, or a name the kernel sets: stated, not left to the default
+
+
 class _Width:
     """What :func:`lint_kernel` knows of an integer expression: whether it depends on a program id, and whether it is
     int64 (a ``.to(tl.int64)`` in it, or a name assigned from one: int32 with int64 promotes to int64)."""
@@ -238,9 +275,13 @@ class _OffsetWidths:
         if isinstance(node, ast.Call):
             if _is_tl(node.func, "program_id"):
                 return _Width(pid=True)
-            if isinstance(node.func, ast.Attribute) and node.func.attr == "to" and node.args:
+            widened = _int64_cast(node)
+            if widened is not None:
+                inner = self.expr(widened)
+                return _Width(inner.pid, True, inner.runtime)
+            if isinstance(node.func, ast.Attribute) and node.func.attr == "to":  # another dtype: narrows again
                 inner = self.expr(node.func.value)
-                return _Width(inner.pid, _is_tl(node.args[0], "int64"), inner.runtime)
+                return _Width(inner.pid, False, inner.runtime)
             if _is_tl(node.func, "load"):  # data, not an index computed here
                 return _Width()
             parts = [self.expr(a) for a in node.args]
@@ -303,12 +344,19 @@ def _addresses(tree: ast.AST) -> Iterator[tuple[ast.Call, ast.AST]]:
 def lint_kernel(kernel, *, needs_int64: bool) -> list[str]:
     """Problems a GPU would show and the interpreter cannot, found in ``kernel``'s source (empty: none found).
 
-    * a ``tl.dot`` without ``input_precision=``: on a GPU an fp32 product then runs in tf32;
+    * a ``tl.dot`` that leaves its precision to the default (no ``input_precision``, by keyword or fourth argument,
+      and no ``allow_tf32=False``) or asks for tf32: on a GPU an fp32 product then runs in tf32;
     * with ``needs_int64``: an address (of a ``tl.load``, a ``tl.store`` or a block pointer) that multiplies a program
-      id, or a name computed from one, by a runtime size (``T``, ``H``, ``D``: not a ``tl.constexpr``) in int32, such
-      as ``i_b * T`` in ``((i_b * T + t) * H + i_h) * D`` with ``i_b`` left int32: past 2³¹ elements it overflows.
-      Every address is checked, so widening one program id (for the state) while the inputs' offsets stay int32 is
-      still reported. A kernel that never widens a program id at all is reported too.
+      id, or a name computed from one, by a runtime size (``T``, ``H``, ``D``: not a ``tl.constexpr``) with neither
+      factor in int64, such as ``i_b * T`` in ``((i_b * T + t) * H + i_h) * D`` with ``i_b`` and ``T`` left int32:
+      past 2³¹ elements it overflows. Widening either factor (``i_b.to(tl.int64)``, ``tl.cast(i_b, tl.int64)``,
+      ``T.to(tl.int64)``) makes the product int64. Every address is checked, so widening one program id (for the
+      state) while the inputs' offsets stay int32 is still reported. A kernel with no int64 conversion at all (of a
+      program id or a size) is reported too.
+
+    Products of in-sequence indices (``t * H * D``, from ``tl.arange`` and a loop over ``T``) are not reported: they
+    stay below ``T * H * D``, which the package's wrappers keep under 2³⁰
+    (:data:`ttr_edu.kernels._dispatch.MAX_SLICE`).
     """
     source = _kernel_source(kernel)
     if source is None:
@@ -317,11 +365,11 @@ def lint_kernel(kernel, *, needs_int64: bool) -> list[str]:
     problems = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Call) and _is_tl(node.func, "dot"):
-            if not any(keyword.arg == "input_precision" for keyword in node.keywords):
+            problem = _dot_precision_problem(node)
+            if problem is not None:
                 problems.append(
-                    f"line {node.lineno} of your kernel: `{ast.unparse(node)}` has no input_precision; on a GPU an "
-                    "fp32 tl.dot then runs in tf32 (about 1e-4 to 1e-3 relative error, section 7). Pass "
-                    'input_precision="ieee".'
+                    f"line {node.lineno} of your kernel: `{ast.unparse(node)}` {problem} (about 1e-4 to 1e-3 relative "
+                    'error, section 7). Pass input_precision="ieee" (or "tf32x3").'
                 )
     if needs_int64:
         widths = _OffsetWidths(tree)
@@ -339,30 +387,29 @@ def lint_kernel(kernel, *, needs_int64: bool) -> list[str]:
                         if isinstance(n, ast.Name) and widths.name(n.id).pid and not widths.name(n.id).wide
                     }
                 )
+                source = ", ".join(f"`{n}`" for n in names) + " (from a program id)" if names else "a program id"
                 narrow.append(
                     f"line {call.lineno} of your kernel: the address of `{ast.unparse(call.func)}` multiplies "
-                    f"`{text}` (line {product.lineno}) in int32, where {', '.join(f'`{n}`' for n in names)} "
-                    "(from a program id) is not widened: a program id times a size overflows once a tensor holds "
-                    "2**31 elements (B = 8, T = 65536, H = 32, D = 128 is enough), far beyond what a check can run. "
-                    "Widen it with .to(tl.int64) before it is multiplied, in every offset that uses it."
+                    f"`{text}` (line {product.lineno}) in int32: {source} times a size, with neither factor in int64, "
+                    "overflows once a tensor holds 2**31 elements (B = 8, T = 65536, H = 32, D = 128 is enough), far "
+                    "beyond what a check can run. Widen a factor with .to(tl.int64) (or tl.cast(..., tl.int64)) "
+                    "before it is multiplied, in every offset that uses it."
                 )
         if len(narrow) > 2:
             narrow = narrow[:2] + [f"(and {len(narrow) - 2} more addresses like these)"]
         problems.extend(narrow)
         widened = any(
             isinstance(node, ast.Call)
-            and isinstance(node.func, ast.Attribute)
-            and node.func.attr == "to"
-            and any(_is_tl(arg, "int64") for arg in node.args)
-            and widths.expr(node.func.value).pid
+            and (operand := _int64_cast(node)) is not None
+            and (widths.expr(operand).pid or widths.expr(operand).runtime)
             for node in ast.walk(tree)
         )
         if not widened and not reported:
             problems.append(
-                "your kernel never widens a program id to int64: its offsets, like ((i_b * T + t) * H + i_h) * D, are "
-                "int32 and overflow once a tensor holds 2**31 elements (B = 8, T = 65536, H = 32, D = 128 is enough), "
-                "far beyond what a check can run. Convert the batch index (or i_bh) with .to(tl.int64) before you "
-                "multiply, as the package's kernel does."
+                "no program id and no size in your kernel is converted to int64, so its offsets, like "
+                "((i_b * T + t) * H + i_h) * D, are int32 and overflow once a tensor holds 2**31 elements (B = 8, "
+                "T = 65536, H = 32, D = 128 is enough), far beyond what a check can run. Convert the batch index (or "
+                "i_bh) with .to(tl.int64) before you multiply, as the package's kernel does."
             )
     return problems
 
@@ -516,7 +563,10 @@ def check_ut_transform(kernel) -> bool:
     :func:`ttr_edu.checks.chunkwise_algorithms.ut_transform_spec`: ``out`` ``(C, C)`` is the UT matrix
     ``𝒯 = (I + tril(diag(β) K Kᵀ, −1))⁻¹ diag(β)``.
 
-    One program (grid ``(1,)``), ``C ≤ BLOCK_C = 16``.
+    One program (grid ``(1,)``), ``C ≤ BLOCK_C = 16``. The last case has correlated keys (mean cosine about 0.99) and
+    ``β = 1``: forward substitution stays at fp32 rounding there (about 0.3 of the tolerance), while the Neumann series
+    ``Σ (−A)ⁿ``, exact on the near-orthogonal cases, cancels terms far larger than the inverse and misses by 50 to 500
+    times the tolerance (chapter 11 measures why).
     """
 
     def launch(k, beta):
@@ -532,6 +582,10 @@ def check_ut_transform(kernel) -> bool:
             g = _generator(1300 + i)
             k = torch.randn(C, d_k, generator=g)
             yield {"k": k / k.norm(dim=-1, keepdim=True), "beta": torch.rand(C, generator=g)}
+        g = _generator(1301)  # correlated keys: one direction plus a little noise
+        centre = torch.randn(16, generator=g)
+        k = centre + 0.1 * centre.norm() / 4 * torch.randn(16, 16, generator=g)
+        yield {"k": k / k.norm(dim=-1, keepdim=True), "beta": torch.ones(16)}
 
     return run_check(
         "ut_transform",

@@ -72,8 +72,9 @@ def check_kernel_sizes(d_k: int, chunk_size: int, reference: str, *, T: int = 1,
         )
     if chunk_size < 16 or chunk_size > MAX_CHUNK or chunk_size & (chunk_size - 1):
         raise ValueError(
-            f"chunk_size: the kernels need a power of two from 16 (a tl.dot tile side) to {MAX_CHUNK} (C x C tiles "
-            f"live in registers), got {chunk_size}; the answer does not depend on it, so pass 16, 32, 64 or 128, "
+            f"chunk_size: the kernels need a power of two from 16 (a tl.dot tile side) to {MAX_CHUNK} (each program "
+            f"holds C x C tiles, spread over its threads' registers), got {chunk_size}; the answer does not depend on "
+            f"it, so pass 16, 32, 64 or 128, "
             f"or call {reference}"
         )
     if d_k > MAX_D_K:
@@ -98,8 +99,9 @@ def dot_precision(dtype: torch.dtype, device: torch.device) -> str:
 
     * Under the interpreter: ``"ieee"`` (NumPy fp32 products, parity with the references to ~1e-7).
     * On a GPU, fp32/fp64 inputs: ``"tf32x3"``, three tf32 tensor-core products that recover ~fp32 accuracy. (Plain
-      ``"ieee"`` lowers to scalar FMAs and, compiled for sm_90, spills ~95 KB per program; ``"tf32"`` alone keeps
-      only 10 mantissa bits.)
+      ``"ieee"`` lowers to scalar FMAs and, compiled for sm_90, spills heavily: ``sm90_ptxas_report.csv`` holds
+      ptxas's counts, static bytes of spill instructions and a per-thread stack frame; ``"tf32"`` alone keeps only
+      10 mantissa bits.)
     * On a GPU, fp16/bf16 inputs: ``"tf32"``, which carries more mantissa bits than the inputs.
     """
     if device.type != "cuda":

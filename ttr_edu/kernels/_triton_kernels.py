@@ -119,8 +119,8 @@ def delta_rule_fwd_kernel(
 
     Per chunk, with ``γ_i = exp(Σ_{s≤i} g_s)`` inside the chunk (``γ = 1`` without a gate) and ``Γ_ij = γ_i / γ_j``:
         A = tril(diag(β) (K Kᵀ ⊙ Γ), −1)          strictly lower
-        T = (I + A)⁻¹ diag(β)                     forward substitution
-        W = T diag(γ) K,   U = T V − W S          the WY/UT pseudo-values
+        𝒯 = (I + A)⁻¹ diag(β)                     the UT matrix (`ut`), by forward substitution
+        W = 𝒯 diag(γ) K,   U = 𝒯 V − W S          the WY/UT pseudo-values
         O = diag(γ) Q S + (Q Kᵀ ⊙ Γ ⊙ M) U
         S ← γ_last S + (diag(γ_last / γ) K)ᵀ U
     """
@@ -181,7 +181,7 @@ def delta_rule_fwd_kernel(
         else:
             k_decayed = k_c
 
-        # T = (I + A)⁻¹ diag(β). (I + A) is unit lower triangular, so its inverse follows row by row:
+        # 𝒯 = (I + A)⁻¹ diag(β), the UT matrix. I + A is unit lower triangular: its inverse follows row by row,
         # row i of the inverse is e_i − Σ_{j<i} A_ij (row j of the inverse), and rows j < i are already final.
         A = tl.where(strictly_lower, b_c[:, None] * kk, 0.0)
         inverse = identity
@@ -189,10 +189,10 @@ def delta_rule_fwd_kernel(
             a_i = tl.sum(tl.where(offs_t[:, None] == i, A, 0.0), 0)  # row i of A, indexed by j
             update = tl.sum(a_i[:, None] * inverse, 0)
             inverse = tl.where(offs_t[:, None] == i, inverse - update[None, :], inverse)
-        T_c = inverse * b_c[None, :]
+        ut = inverse * b_c[None, :]  # 𝒯 (T is the sequence length)
 
-        W = tl.dot(T_c, k_decayed, input_precision=PRECISION)  # (BT, BK)
-        U = tl.dot(T_c, v_c, input_precision=PRECISION) - tl.dot(W, S, input_precision=PRECISION)  # (BT, BV)
+        W = tl.dot(ut, k_decayed, input_precision=PRECISION)  # (BT, BK)
+        U = tl.dot(ut, v_c, input_precision=PRECISION) - tl.dot(W, S, input_precision=PRECISION)  # (BT, BV)
 
         scores = tl.where(causal, qk, 0.0)
         o_c = tl.dot(q_c, S, input_precision=PRECISION) + tl.dot(scores, U, input_precision=PRECISION)

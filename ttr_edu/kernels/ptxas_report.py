@@ -13,8 +13,14 @@ Configuration: the tiles, warps and dot precision the wrappers choose on a GPU f
 ``tests/kernels/test_compile.py``), fp32 inputs, chunk 64, H = 16. Each compilation runs in a subprocess with
 ``TRITON_INTERPRET`` unset and takes several seconds (about 12 s on an idle core).
 
-``benchmarks/sm90_ptxas_report.py`` writes :data:`SHIPPED` for every precision, with and without the gate; the
-Triton chapter prints that table, or recompiles when ``TTR_EDU_COMPILE=1`` is set.
+Beside ptxas's report, each compilation counts the tensor-core instructions in the PTX: ``wgmma.mma_async`` (Hopper's
+warpgroup MMA, whose B operand comes from shared memory) and ``mma.sync`` (the warp-level MMA of Ampere, "MMAv2",
+operands in registers). Which one Triton emits for a ``tl.dot`` depends on the tile: a product too small for a
+warpgroup's instruction stays on ``mma.sync``.
+
+``benchmarks/sm90_ptxas_report.py`` writes :data:`SHIPPED` for every precision, with and without the gate, and
+:data:`SHIPPED_TILES`, the tf32 variant at the puzzles' tiles and at the GPU configuration; the Triton chapter prints
+both, or recompiles when ``TTR_EDU_COMPILE=1`` is set.
 """
 
 from __future__ import annotations
@@ -29,9 +35,21 @@ import tempfile
 import textwrap
 from pathlib import Path
 
-__all__ = ["FIELDS", "SHIPPED", "PRECISIONS", "compile_report", "compile_kernel_report", "read_shipped"]
+__all__ = [
+    "FIELDS",
+    "TILE_FIELDS",
+    "SHIPPED",
+    "SHIPPED_TILES",
+    "TILE_CONFIGURATIONS",
+    "PRECISIONS",
+    "compile_report",
+    "compile_kernel_report",
+    "read_shipped",
+    "read_shipped_tiles",
+]
 
 SHIPPED = Path(__file__).resolve().parent / "sm90_ptxas_report.csv"
+SHIPPED_TILES = Path(__file__).resolve().parent / "sm90_mma_by_tile.csv"
 PRECISIONS = ("ieee", "tf32x3", "tf32")
 FIELDS = [
     "precision",
@@ -41,7 +59,21 @@ FIELDS = [
     "spill_loads_bytes",
     "stack_bytes",
     "wgmma_serialized",
+    "wgmma_instructions",
+    "mma_sync_instructions",
 ]
+#: The columns of :data:`SHIPPED_TILES`: one tf32 compilation of the kernel per tile configuration.
+TILE_FIELDS = ["tiles", "bt", "bk", "bv", "num_warps", "wgmma_instructions", "mma_sync_instructions", "registers"]
+#: name: (BT, BK, BV, warps). The puzzles' tiles (chapter 12, section 7, D_k = 64) and the wrappers' GPU choice at
+#: D_k = D_v = 128.
+TILE_CONFIGURATIONS = {"puzzle": (16, 64, 16, 4), "gpu": (64, 128, 64, 8)}
+
+#: Printed after a compilation: the tensor-core instructions of its PTX.
+_COUNT_PTX = """
+import re as _re
+_ptx = compiled.asm["ptx"]
+print("PTX_MMA", len(_re.findall(r"\\bwgmma\\.mma_async", _ptx)), len(_re.findall(r"\\bmma\\.sync", _ptx)))
+"""
 
 COMPILE = textwrap.dedent(
     """
@@ -63,7 +95,7 @@ COMPILE = textwrap.dedent(
     signature = {{n: signature[n] for n in names}}
     source = ASTSource(kernel, signature, constexprs={{(names.index(n),): v for n, v in constants.items()}})
     warps = {num_warps} or _dispatch.warps_for(BK, BV, cuda)
-    triton.compile(source, target=GPUTarget("cuda", 90, 32), options={{"num_warps": warps}})
+    compiled = triton.compile(source, target=GPUTarget("cuda", 90, 32), options={{"num_warps": warps}})
     """
 )
 
@@ -84,7 +116,7 @@ COMPILE_SOURCE = textwrap.dedent(
     constants = {{**{{n: v for n, v in defaults.items() if n not in signature}}, **constants}}
     signature = {{n: ("constexpr" if n in constants else signature[n]) for n in names}}
     source = ASTSource(kernel, signature, constexprs={{(names.index(n),): v for n, v in constants.items()}})
-    triton.compile(source, target=GPUTarget("cuda", 90, 32), options={{"num_warps": {num_warps}}})
+    compiled = triton.compile(source, target=GPUTarget("cuda", 90, 32), options={{"num_warps": {num_warps}}})
     """
 )
 
@@ -163,6 +195,7 @@ def compile_kernel_report(kernel, signature: dict[str, str], constants: dict, nu
 
 def _run(code: str, what: str) -> str:
     """Run ``code`` in a fresh interpreter without ``TRITON_INTERPRET``, asking ptxas for its report; return the log."""
+    code += _COUNT_PTX
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     with tempfile.TemporaryDirectory() as cache:
         env.update(TRITON_DUMP_PTXAS_LOG="1", TRITON_CACHE_DIR=cache, TRITON_DEFAULT_FP_FUSION="1")
@@ -186,6 +219,8 @@ def _parse(log: str) -> dict:
         "spill_loads_bytes": number(r"(\d+) bytes spill loads"),
         "stack_bytes": number(r"(\d+) bytes stack frame"),
         "wgmma_serialized": "wgmma.mma_async instructions are serialized" in log,
+        "wgmma_instructions": number(r"PTX_MMA (\d+) \d+"),
+        "mma_sync_instructions": number(r"PTX_MMA \d+ (\d+)"),
     }
 
 
@@ -194,8 +229,15 @@ def read_shipped() -> list[dict]:
     with open(SHIPPED, newline="") as handle:
         rows = list(csv.DictReader(handle))
     for row in rows:
-        for key in FIELDS[2:6]:
+        for key in (*FIELDS[2:6], *FIELDS[7:]):
             row[key] = int(row[key])
         row["use_g"] = row["use_g"] == "True"
         row["wgmma_serialized"] = row["wgmma_serialized"] == "True"
     return rows
+
+
+def read_shipped_tiles() -> dict[str, dict]:
+    """The rows of :data:`SHIPPED_TILES` by configuration name (:data:`TILE_CONFIGURATIONS`), numbers as ints."""
+    with open(SHIPPED_TILES, newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    return {row["tiles"]: {key: row[key] if key == "tiles" else int(row[key]) for key in TILE_FIELDS} for row in rows}

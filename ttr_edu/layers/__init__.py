@@ -25,7 +25,7 @@ Each layer's ``state_size(seq_len)`` counts the floats it keeps per sequence to 
 """
 
 from ttr_edu.layers.base import QK_FEATURE_MAPS, Mixer, MixerState, ShortConvolution
-from ttr_edu.layers.linear import DeltaNet, GatedDeltaNet, LinearAttention, MesaLayer
+from ttr_edu.layers.linear import DeltaNet, GatedDeltaNet, LinearAttention, MesaLayer, SumNormDeltaNet
 from ttr_edu.layers.local import LocalLinearAttention, SoftmaxAttention
 from ttr_edu.layers.memory import TTTMLP, DeltaProduct, Longhorn, TitansMemory, TTTLinear
 from ttr_edu.layers.registry import REGISTRY, MixerSpec, SpecView, register, unregister
@@ -38,6 +38,7 @@ __all__ = [
     "QK_FEATURE_MAPS",
     "LinearAttention",
     "DeltaNet",
+    "SumNormDeltaNet",
     "GatedDeltaNet",
     "MesaLayer",
     "SoftmaxAttention",

@@ -16,7 +16,7 @@ from torch import nn
 
 from ttr_edu._internal.deprecation import renamed_arguments
 from ttr_edu._internal.validation import check_bool, check_choice, check_positive_float, check_positive_int
-from ttr_edu.layers.base import Mixer
+from ttr_edu.layers.base import MAX_CONV_SIZE, Mixer
 from ttr_edu.layers.registry import MixerSpec, feature_map_recipe, register
 from ttr_edu.ops import (
     delta_rule_chunk,
@@ -37,6 +37,7 @@ from ttr_edu.ops.linear_attention import recurrent_step as linear_attention_step
 __all__ = [
     "LinearAttention",
     "DeltaNet",
+    "SumNormDeltaNet",
     "GatedDeltaNet",
     "MesaLayer",
 ]
@@ -210,6 +211,79 @@ class DeltaNet(Mixer):
         return o.view(q.shape[0], 1, self.num_heads, -1), memory
 
 
+class SumNormDeltaNet(Mixer):
+    """Schlag, Irie and Schmidhuber's delta-rule layer as their language-model code builds it (``IDSIA/lmtool-fwp`` at
+    ``015920127fa97b64c1ef6980e9005cb1a8912fb4``, ``src/utils/cuda_fast_weight_layer.py``,
+    ``CudaFastWeightLinearTransformerLayer``, lines 57-188, their ``attn_type 24``).
+
+    ``φ = ELU+1`` on q and k, each divided by the sum of its features (Schlag et al. 2021, eq. 31; lines 120-125),
+    ``β = σ(W_β x)`` per head (line 110), the delta rule ``S_t = S_{t−1} + β_t k̂_t (v_t − S_{t−1}ᵀ k̂_t)ᵀ``, and, with
+    ``normalize`` (their script's setting: it does not pass ``--skip_attn_normalization``), the readout divided by
+    Katharopoulos et al.'s denominator, ``o_t / (z_tᵀ q̂_t + 10⁻⁵)`` with ``z_t = Σ_{i≤t} k̂_i`` (lines 127-156). No
+    short convolution and no RMSNorm on the head outputs, as theirs. Test-time regression: uniform weights, linear
+    class in the feature space, online SGD with step β on keys whose features sum to one (so ``β ‖k̂‖² ≤ β``).
+
+    Args:
+        hidden_size, num_heads; use_short_conv, conv_size (off by default, as the paper's layer);
+        feature_map: ``φ``, a name of :data:`ttr_edu.layers.QK_FEATURE_MAPS` (``"elu_plus_one"``, the paper's).
+            The features are divided by the sum of their absolute values and the readout by ``|z_tᵀ q̂_t| + 10⁻⁵``:
+            for a non-negative map (ELU+1, ReLU) exactly the paper's sum normalisation and denominator, and for a
+            signed one their L1 analogue, which keeps the layer defined.
+        normalize: divide the readout by ``|z_tᵀ q̂_t| + 10⁻⁵``.
+        chunk_size: tokens per chunk of :func:`ttr_edu.ops.delta_rule_chunk` (a speed setting).
+    """
+
+    def __init__(
+        self,
+        hidden_size: int,
+        num_heads: int = 1,
+        *,
+        use_short_conv: bool = False,
+        conv_size: int = 4,
+        feature_map: str = "elu_plus_one",
+        normalize: bool = True,
+        chunk_size: int = 32,
+    ) -> None:
+        if check_positive_int("conv_size", conv_size) > MAX_CONV_SIZE:  # checked even when the convolution is off
+            raise ValueError(f"conv_size: expected 1 to {MAX_CONV_SIZE}, got {conv_size}")
+        super().__init__(hidden_size, num_heads, use_short_conv, conv_size, feature_map)
+        self.chunk_size = check_positive_int("chunk_size", chunk_size)
+        self.normalize = check_bool("normalize", normalize)
+        self.b_proj = nn.Linear(hidden_size, num_heads)
+
+    def op_inputs(self, x: torch.Tensor, qkv: torch.Tensor) -> dict[str, torch.Tensor]:
+        """``q̂, k̂`` ``φ(·) / Σ |φ(·)|`` and ``v`` ``(B, T, H, D)``, ``beta = σ(W_β x)`` ``(B, T, H)``."""
+        inputs = super().op_inputs(x, qkv)
+        for name in ("q", "k"):  # sum normalisation (eq. 31) for φ ≥ 0, as ops.sum_norm with |φ| in the sum
+            inputs[name] = inputs[name] / (inputs[name].abs().sum(-1, keepdim=True) + 1e-6)
+        inputs["beta"] = torch.sigmoid(F.linear(x, self.b_proj.weight, self.b_proj.bias))
+        return inputs
+
+    def _normalised(self, o: torch.Tensor, q: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
+        """``o / (|zᵀ q| + 10⁻⁵)`` per token and head, with ``z`` the running sum of the keys ``(B, T, H, D_k)``."""
+        return o / ((z * q).sum(-1, keepdim=True).abs() + 1e-5) if self.normalize else o
+
+    def mix(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, beta: torch.Tensor) -> torch.Tensor:
+        """:func:`ttr_edu.ops.delta_rule_chunk`, then the denominator: ``(B, T, H, D)``."""
+        o = delta_rule_chunk(q, k, v, beta, chunk_size=self.chunk_size, check_stability="ignore")[0]
+        return self._normalised(o, q, k.cumsum(1))
+
+    def mix_step(
+        self, memory: Any, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, beta: torch.Tensor
+    ) -> tuple[torch.Tensor, Any]:
+        """:func:`ttr_edu.ops.delta_rule_recurrent` over one token, from and to ``memory`` ``(S, z)``: the state
+        ``(B, H, D_k, D)`` and the running sum of the keys ``(B, 1, H, D_k)``."""
+        S, z = (None, torch.zeros_like(k)) if memory is None else memory
+        z = z + k
+        o, S = delta_rule_recurrent(q, k, v, beta, initial_state=S, output_final_state=True, check_stability="ignore")
+        return self._normalised(o, q, z), (S, z)
+
+    def state_size(self, seq_len: int) -> int:
+        """``H · D_k · (D + 1)`` floats: the state and the running sum of the keys."""
+        check_positive_int("seq_len", seq_len)
+        return self.num_heads * self.d_k * (self.head_dim + 1)
+
+
 class GatedDeltaNet(DeltaNet):
     """Gated DeltaNet (Yang, Kautz, Hatamizadeh 2025): decay ``exp(g_t)``, then the delta-rule step.
 
@@ -381,7 +455,7 @@ for _name, _options, _what in (
     (
         "linear_sumnorm_no_onorm",
         {"sum_norm": True, "output_norm": False},
-        "sum-normalised q and k, no RMSNorm on the head outputs (as the paper)",
+        "sum-normalised q and k, no RMSNorm on the head outputs",
     ),
     ("linear_no_onorm", {"output_norm": False}, "no sum normalisation, no RMSNorm on the head outputs"),
 ):
@@ -406,6 +480,39 @@ register(
         lm=True,
         description="DeltaNet (delta rule), SiLU + L2-normalised q and k, learned β",
         fuzz={"use_beta": ("flag", True), "chunk_size": ("int", 4), "feature_map": feature_map_recipe("silu")},
+    )
+)
+# The two layers of Schlag et al.'s language-model code, for a like-for-like comparison with their table: no short
+# convolution, no RMSNorm on the head outputs, the readout divided by Katharopoulos et al.'s denominator. Their sum
+# rule has ELU+1 features without sum normalisation (lmtool-fwp's CudaFastWeightSumLinearTransformerLayer, whose
+# use_sum_norm defaults to False); their delta rule sum-normalises q and k (SumNormDeltaNet).
+register(
+    MixerSpec(
+        "linear_katharopoulos",
+        "linear attention (Katharopoulos' denominator)",
+        LinearAttention,
+        {"feature_map": "elu_plus_one", "use_short_conv": False, "normalize": True, "output_norm": False},
+        family="variant",
+        lm=True,
+        description="linear attention (sum rule) as Schlag et al.'s code: ELU+1, the readout divided by "
+        "Katharopoulos et al.'s denominator, no convolution, no RMSNorm",
+    )
+)
+register(
+    MixerSpec(
+        "delta_sumnorm",
+        "delta rule (Schlag et al.)",
+        SumNormDeltaNet,
+        family="variant",
+        lm=True,
+        description="delta rule as Schlag et al.'s code: ELU+1 and sum normalisation, sigmoid β, the readout divided "
+        "by the same denominator, no convolution, no RMSNorm",
+        fuzz={
+            "use_short_conv": ("flag", False),
+            "normalize": ("flag", True),
+            "chunk_size": ("int", 4),
+            "feature_map": feature_map_recipe("elu_plus_one"),
+        },
     )
 )
 register(
