@@ -69,6 +69,24 @@ def test_say_renders_numbers_from_values(capsys):
     assert capsys.readouterr().out == "0.5 and text\n"
 
 
+def test_show_markdown_is_html_in_the_book_and_markdown_in_jupyterlab(monkeypatch):
+    """A table a cell builds itself reaches the book as HTML (a Markdown output would show as raw text there)."""
+    import IPython.display
+
+    shown = []
+    monkeypatch.setattr("IPython.get_ipython", lambda: object())
+    monkeypatch.setattr(IPython.display, "display", lambda obj, raw=False: shown.append(obj))
+    table = "| a | $x_t$ |\n|---|---|\n| 1 | 2 |"
+    monkeypatch.setenv(claims.BOOK_ENV, "1")
+    claims.show_markdown(table)
+    assert "<table>" in shown[-1]["text/html"] and "\\(x_t\\)" in shown[-1]["text/html"]
+    monkeypatch.setenv(claims.BOOK_ENV, "0")
+    claims.show_markdown(table)
+    assert isinstance(shown[-1], IPython.display.Markdown) and shown[-1].data == table
+    with pytest.raises(TypeError, match="text"):
+        claims.show_markdown(["not", "text"])
+
+
 @pytest.mark.parametrize(
     ("call", "reads"),
     [

@@ -68,6 +68,7 @@ __all__ = [
     "slope",
     "trend",
     "say",
+    "show_markdown",
     "render",
     "spread",
     "count",
@@ -695,7 +696,19 @@ def say(template: str, **values) -> None:
 
     Returns ``None`` (the text is shown, not echoed again as a cell's value); :func:`render` gives the string.
     """
-    text = render(template, **values)
+    show_markdown(render(template, **values))
+
+
+def show_markdown(text: str) -> None:
+    """Show Markdown text as :func:`say` shows its sentences: a Markdown output in JupyterLab, HTML while the book
+    builds (where a Markdown output would appear as raw text), printed outside IPython. For tables and descriptions a
+    cell builds itself; use it instead of ``display(Markdown(...))``.
+
+    Raises:
+        TypeError: ``text`` is not a str.
+    """
+    if not isinstance(text, str):
+        raise TypeError(f"text: expected a str of Markdown, got {type(text).__name__}")
     try:
         from IPython import get_ipython
         from IPython.display import Markdown, display
