@@ -3,6 +3,7 @@
 import pytest
 import torch
 
+from tests.checks.gallery import verdict
 from ttr_edu.checks import CheckFailed
 from ttr_edu.checks import associative_recall as checks
 
@@ -231,3 +232,70 @@ def test_the_wired_circuit_scores_exactly_one_and_an_untouched_model_near_zero()
 def test_wiring_plausible_wrong_answers_are_rejected(wrong):
     with pytest.raises(CheckFailed, match="wire_recall_circuit"):
         checks.check_wire_recall_circuit(wrong)
+
+
+# --- right answers written differently ---------------------------------------------------------------------------
+
+
+def accuracy_as_numpy_float(logits, labels):  # a NumPy float64 is a Python float
+    asked = (labels != -100).numpy()
+    return (logits.argmax(-1).numpy()[asked] == labels.numpy()[asked]).mean()
+
+
+def accuracy_by_loop(logits, labels):  # position by position, in Python
+    right = asked = 0
+    for b in range(labels.shape[0]):
+        for t in range(labels.shape[1]):
+            if labels[b, t] != -100:
+                asked += 1
+                right += int(logits[b, t].argmax() == labels[b, t])
+    return right / asked
+
+
+def layout_by_scatter(keys, values, slots, seq_len, filler):  # the hint's vectorised route
+    B, N = keys.shape
+    tail = torch.zeros(B, seq_len - 2 * N, dtype=torch.long) if filler is None else filler.clone()
+    tail_labels = torch.full((B, seq_len - 2 * N), -100, dtype=torch.long)
+    tail.scatter_(1, 2 * slots, keys)
+    tail_labels.scatter_(1, 2 * slots, values)
+    context = torch.stack([keys, values], -1).reshape(B, 2 * N)
+    context_labels = torch.full((B, 2 * N), -100, dtype=torch.long)
+    return torch.cat([context, tail], 1), torch.cat([context_labels, tail_labels], 1)
+
+
+def wiring_that_returns_a_new_model(model):  # a wired copy, returned: the check scores what is returned
+    import copy
+
+    wired = copy.deepcopy(model)
+    _wire(wired)
+    return wired
+
+
+@pytest.mark.parametrize(
+    "check,answer",
+    [
+        (checks.check_mqar_accuracy, accuracy_as_numpy_float),
+        (checks.check_mqar_accuracy, accuracy_by_loop),
+        (checks.check_mqar_layout, layout_by_scatter),
+        (checks.check_wire_recall_circuit, wiring_that_returns_a_new_model),
+    ],
+    ids=lambda x: getattr(x, "__name__", ""),
+)
+def test_right_answers_written_differently_pass(check, answer):
+    passed, message = verdict(check, answer)
+    assert passed and message.startswith("PASS"), message
+
+
+def test_the_packages_own_functions_are_not_answers():
+    from ttr_edu.tasks import mqar
+
+    with pytest.raises(CheckFailed, match="calls the package's own implementation"):
+        checks.check_mqar_accuracy(lambda logits, labels: mqar.mqar_accuracy(logits, labels))
+    with pytest.raises(CheckFailed, match="calls the package's own implementation"):
+        checks.check_mqar_layout(lambda **case: mqar.mqar_layout(**case))
+
+
+def test_the_wiring_check_leaves_the_callers_random_state_alone():
+    before = torch.get_rng_state()
+    checks.check_wire_recall_circuit(wire_recall_circuit)
+    assert torch.equal(torch.get_rng_state(), before)
