@@ -25,7 +25,7 @@ import functools
 import math
 import time
 from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager, nullcontext
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -81,6 +81,11 @@ class Rules:
         keep_grad: names of inputs the result must carry gradients back to (no ``detach``, ``.item()`` or
             ``no_grad`` on the way): the answer's vector-Jacobian products are compared with the reference's.
         linear_cost: the answer's cost may grow at most linearly in ``T`` (:class:`LinearCost`).
+        watch: for a rule that depends on the case (its sizes): ``watch(case)`` is a context, entered around each
+            call of the answer, whose value has a ``hit`` attribute (the first broken rule's message, or None); it
+            watches the torch operations the answer runs (a ``TorchDispatchMode``, say) and may also raise
+            :class:`~ttr_edu.checks._guard.ForbiddenCall` to stop the answer there. Used where a rule is about sizes,
+            e.g. "invert no block wider than ``block``" (chapter 11's blocked inverse).
         why: what to do instead, in the exercise's words; ends the message of a broken rule.
     """
 
@@ -90,6 +95,7 @@ class Rules:
     inputs_unchanged: bool = False
     keep_grad: tuple[str, ...] = ()
     linear_cost: LinearCost | None = None
+    watch: Callable[[dict], AbstractContextManager] | None = None
     why: str = ""
 
     def __post_init__(self) -> None:
@@ -255,9 +261,11 @@ def answer_outcome(declared: Exercise, answer: Callable, case: dict, index: int,
     rules = declared.rules
     given = _cloned(case, rules.keep_grad)
     outcome = Outcome()
+    watch = rules.watch(case) if rules.watch is not None else nullcontext()
     with guard() as trace:
         try:
-            outcome.result = declared.call(answer, given)
+            with watch as watched:
+                outcome.result = declared.call(answer, given)
         except NotImplementedError as err:
             if _core._is_untouched_stub(err):
                 outcome.not_attempted = True
@@ -272,6 +280,8 @@ def answer_outcome(declared: Exercise, answer: Callable, case: dict, index: int,
         except Exception as err:  # noqa: BLE001 - the student's own bug, shown with its case
             outcome.raised = _raised(err, case, declared.name)
     outcome.called = getattr(trace, "hit", None)
+    if getattr(watched, "hit", None) is not None and outcome.broke_rule is None:  # a refusal the answer caught
+        outcome.broke_rule = watched.hit
     if rules.keep_grad and outcome.raised is None and outcome.broke_rule is None and not outcome.not_attempted:
         try:
             outcome.grads = _vjp(outcome.result, given, rules.keep_grad, index)
