@@ -299,3 +299,9 @@ def test_the_wiring_check_leaves_the_callers_random_state_alone():
     before = torch.get_rng_state()
     checks.check_wire_recall_circuit(wire_recall_circuit)
     assert torch.equal(torch.get_rng_state(), before)
+
+
+def test_a_wrong_layout_counts_the_wrong_tokens_not_a_relative_error_of_ids():
+    with pytest.raises(CheckFailed, match=r"mqar_layout\[0\]: wrong values \(\d+ of \d+ entries differ\)") as failure:
+        checks.check_mqar_layout(values_first)
+    assert "relative error" not in str(failure.value)

@@ -277,6 +277,9 @@ ADAPTED = {
     "update_eigenvalues": "used an eigensolver",
     # the reference trains the check's own model in place, so the copy hands back a W0 taken after training
     "record_training": r"your W0 equals the weight \*after\* training",
+    # the check reads the weights off the model the answer trains in place; the copy trains a copy of that model and
+    # hands back the reference's (losses, weights) where the losses belong
+    "train_lm": r"train_lm\[0\]: expected a plain torch\.Tensor, got tuple",
     # the answer wires the check's model in place; handing back the reference's return value wires nothing
     "wire_recall_circuit": r"wire_recall_circuit: got 0\.0, expected 1\.0",
 }

@@ -211,7 +211,7 @@ def _transition(rotation_keys: Callable, case: dict) -> torch.Tensor:
         and len(keys) == 2
         and all(isinstance(k, torch.Tensor) and k.shape == (2,) and k.is_floating_point() for k in keys)
     ):
-        raise CheckFailed(f"rotation_keys: expected two floating tensors of shape (2,), (k1, k2), got {keys!r}")
+        raise CheckFailed(f"rotation_keys: expected two tensors of shape (2,), (k1, k2), floating, got {keys!r}")
     return householder_product(*keys)
 
 
