@@ -362,3 +362,33 @@ def test_a_watch_judges_what_the_answer_runs_at_the_cases_size(capsys):
         check_square_by_halves(lambda x: x @ x)
     with pytest.raises(CheckFailed, match=r"square_by_halves: multiplied into a \(4, 4\) result, wider than 2"):
         check_square_by_halves(_whole_but_caught)
+
+
+# -- a rule read from the answer's source: Rules.source ----------------------------------------------------------------
+
+
+def _no_cumsum_in_source(answer):
+    import inspect
+
+    return "it spells cumsum, which the exercise rules out" if "cumsum" in inspect.getsource(answer) else None
+
+
+@exercise(reference=_prefix_reference, cases=_prefix_cases, rules=Rules(source=_no_cumsum_in_source))
+def check_prefix_sum_by_hand(prefix_sum):
+    """Check ``prefix_sum(x)``, written without ``cumsum``."""
+
+
+def _by_cumsum(x):
+    return torch.cumsum(x, dim=0)
+
+
+def _by_cumsum_but_wrong(x):
+    return torch.cumsum(x, dim=0) + 1
+
+
+def test_a_source_rule_is_reported_once_the_values_agree(capsys):
+    assert check_prefix_sum_by_hand(_linear) is True
+    with pytest.raises(CheckFailed, match=r"^prefix_sum_by_hand: it spells cumsum, which the exercise rules out$"):
+        check_prefix_sum_by_hand(_by_cumsum)
+    with pytest.raises(CheckFailed, match=r"prefix_sum_by_hand: wrong values"):  # a wrong answer is shown as wrong
+        check_prefix_sum_by_hand(_by_cumsum_but_wrong)

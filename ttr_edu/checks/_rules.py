@@ -45,6 +45,7 @@ __all__ = [
     "answer_outcome",
     "judge_case",
     "judge_cost",
+    "judge_source",
     "run_in_kernel",
     "to_plain",
     "Foreign",
@@ -86,6 +87,9 @@ class Rules:
             watches the torch operations the answer runs (a ``TorchDispatchMode``, say) and may also raise
             :class:`~ttr_edu.checks._guard.ForbiddenCall` to stop the answer there. Used where a rule is about sizes,
             e.g. "invert no block wider than ``block``" (chapter 11's blocked inverse).
+        source: for a rule no run at the cases' sizes can show (a Triton kernel's int32 offsets overflow only past
+            2³¹ elements): ``source(answer)`` reads the answer's source and returns what breaks the rule, or None. It
+            runs where the answer runs and is reported once every case agrees (:func:`judge_source`).
         why: what to do instead, in the exercise's words; ends the message of a broken rule.
     """
 
@@ -96,6 +100,7 @@ class Rules:
     keep_grad: tuple[str, ...] = ()
     linear_cost: LinearCost | None = None
     watch: Callable[[dict], AbstractContextManager] | None = None
+    source: Callable[[Callable], str | None] | None = None
     why: str = ""
 
     def __post_init__(self) -> None:
@@ -174,7 +179,8 @@ class Outcome:
     ``result`` (see :func:`to_plain`), or the ``raised`` message, or ``not_attempted``, or a ``broke_rule`` message
     (the answer was stopped); ``called``: what the call trace saw it reach that it may not (reported once the values
     are judged: a wrong answer is shown as wrong first); ``inputs_after`` (the case's tensors after the call) and
-    ``grads`` (input name -> vector-Jacobian product) when the rules ask for them."""
+    ``grads`` (input name -> vector-Jacobian product) when the rules ask for them; ``source``: what the rules' reading
+    of the answer's source found (:func:`judge_source`)."""
 
     result: Any = None
     raised: str | None = None
@@ -183,6 +189,7 @@ class Outcome:
     called: str | None = None
     inputs_after: dict | None = None
     grads: dict | None = None
+    source: str | None = None
 
     def as_dict(self) -> dict:
         return dict(vars(self))
@@ -289,6 +296,8 @@ def answer_outcome(declared: Exercise, answer: Callable, case: dict, index: int,
             outcome.raised = f"computing gradients through your result raised {type(err).__name__}: {err}"
     if rules.inputs_unchanged:
         outcome.inputs_after = {k: v for k, v in given.items() if isinstance(v, torch.Tensor)}
+    if rules.source is not None and outcome.raised is None and outcome.broke_rule is None and not outcome.not_attempted:
+        outcome.source = rules.source(answer)
     return outcome
 
 
@@ -403,6 +412,14 @@ def judge_cost(declared: Exercise, seconds: dict[int, float]) -> None:
         )
 
 
+def judge_source(declared: Exercise, found: list[str | None]) -> None:
+    """The verdict of the rules' reading of the answer's source (:attr:`Rules.source`), from what each case's outcome
+    found, once every case agrees: raises :class:`CheckFailed` with the first problem."""
+    problem = next((f for f in found if f), None)
+    if problem is not None:
+        raise CheckFailed(f"{declared.name}: {problem}")
+
+
 # -- the check in the student's kernel ---------------------------------------------------------------------------------
 
 
@@ -446,11 +463,12 @@ def run_in_kernel(
     if not callable(answer):
         raise CheckFailed(f"{name}: expected your function, got {type(answer).__name__}")
     bad = declared.forbidden() if bad is None else bad
-    n_cases, notes = 0, []
+    n_cases, notes, found = 0, [], []
     try:
         for index, case in enumerate(declared.cases()):
             outcome = answer_outcome(declared, answer, case, index, guard=functools.partial(watching, bad))
             notes.append(judge_case(declared, case, index, outcome))
+            found.append(outcome.source)
             n_cases += 1
         if n_cases == 0:
             raise ValueError(f"{name}: the check has no cases, so it could not fail")
@@ -464,6 +482,7 @@ def run_in_kernel(
                 outcome.called = trace.hit
                 judge_case(declared, case, -1, outcome)
             judge_cost(declared, seconds)
+        judge_source(declared, found)
         if then is not None:
             then()
     except NotAttempted:
