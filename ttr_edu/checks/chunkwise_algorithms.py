@@ -390,6 +390,12 @@ class _BlockedInverseRules:
         rules = self
 
         class Operations(TorchDispatchMode):
+            @classmethod
+            def _should_skip_dynamo(cls) -> bool:
+                # torch wraps a mode's __torch_dispatch__ in a Dynamo guard that imports torch._dynamo on its first
+                # use (seconds); nothing compiles inside an answer, so the guard is left out
+                return False
+
             def __torch_dispatch__(self, func, types, args=(), kwargs=None):
                 name = func.__name__.split(".")[0]
                 if name in _FACTOR and len(args) > _FACTOR[name] and isinstance(args[_FACTOR[name]], torch.Tensor):
