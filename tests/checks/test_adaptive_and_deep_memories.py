@@ -120,7 +120,7 @@ def loss_without_half(W1, W2, k, v, lr):  # ‖·‖² without ½: twice the ste
 
 
 def tanh_gelu(W1, W2, k, v, lr):  # the tanh approximation of GELU
-    loss = lambda a, b: 0.5 * ((torch.nn.functional.gelu(k @ a, approximate="tanh") @ b - v) ** 2).sum()  # noqa: E731
+    loss = lambda a, b: 0.5 * ((torch.nn.functional.gelu(k @ a, approximate="tanh") @ b - v) ** 2).sum()
     g1, g2 = grad(loss, argnums=(0, 1))(W1, W2)
     return W1 - lr * g1, W2 - lr * g2
 

@@ -75,7 +75,7 @@ def test_ut_spec_reproduces_the_package_delta_rule():
     """The spec 𝒯 is the one the package's chunk form uses: a chunk step built on it matches ops.delta_rule."""
     gen = torch.Generator().manual_seed(0)
     C, d_k, d_v = 6, 4, 3
-    rand = lambda *shape: torch.randn(*shape, generator=gen, dtype=torch.float64)  # noqa: E731
+    rand = lambda *shape: torch.randn(*shape, generator=gen, dtype=torch.float64)
     q, v, S = rand(C, d_k), rand(C, d_v), rand(d_k, d_v)
     k = torch.nn.functional.normalize(rand(C, d_k), dim=-1)
     beta = torch.rand(C, generator=gen, dtype=torch.float64)
@@ -545,7 +545,7 @@ def blocked_column_by_column(A, block):  # block columns left to right, each sol
 def hides_the_refusal(A, block):  # a whole-matrix inverse whose refusal it catches, then the right answer anyway
     try:
         torch.linalg.inv(torch.eye(A.shape[0], dtype=A.dtype) + A)
-    except Exception:  # noqa: BLE001
+    except Exception:
         pass
     return solve_tril(A, block)
 
@@ -607,7 +607,7 @@ def ut_backward_by_backward(k, v, beta, dW, dU):
 def ut_backward_by_vjp(k, v, beta, dW, dU):
     _, pullback = torch.func.vjp(
         lambda k, v, beta: (checks.ut_transform_spec(k, beta) @ k, checks.ut_transform_spec(k, beta) @ v), k, v, beta
-    )  # noqa: E501
+    )
     return pullback((dW, dU))
 
 

@@ -326,7 +326,7 @@ def train_with_the_global_generator(model, tokens, steps, batch_size, seq_len, l
 
 
 def train_with_adamw_without_decay(model, tokens, steps, batch_size, seq_len, lr, seed):  # AdamW(wd=0) is Adam
-    adamw = lambda p: torch.optim.AdamW(p, lr=lr, weight_decay=0.0)  # noqa: E731
+    adamw = lambda p: torch.optim.AdamW(p, lr=lr, weight_decay=0.0)
     return _loop(model, tokens, steps, batch_size, seq_len, lr, seed, optimizer=adamw)
 
 
@@ -375,7 +375,7 @@ def train_without_the_last_step(model, tokens, steps, batch_size, seq_len, lr, s
 
 
 def train_with_a_little_weight_decay(model, tokens, steps, batch_size, seq_len, lr, seed):
-    adamw = lambda p: torch.optim.AdamW(p, lr=lr, weight_decay=1e-3)  # noqa: E731
+    adamw = lambda p: torch.optim.AdamW(p, lr=lr, weight_decay=1e-3)
     return _loop(model, tokens, steps, batch_size, seq_len, lr, seed, optimizer=adamw)
 
 

@@ -194,7 +194,7 @@ WRONG = [
         "review: Gaussian weights instead of softmax(s q·k)",
         checks.check_local_linear_readout,
         local_linear("gaussian_weights"),
-    ),  # noqa: E501
+    ),
     ("review: ridge on the intercept too", checks.check_local_linear_readout, local_linear("ridge_on_intercept")),
     ("review: (k̄ − q) for (q − k̄)", checks.check_local_linear_readout, local_linear("sign")),
     ("review: ridge dropped, pinv", checks.check_local_linear_readout, local_linear("ridge_dropped")),

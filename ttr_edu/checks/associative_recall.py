@@ -1,7 +1,7 @@
-"""Checks for chapter 09, associative recall. The references are :func:`ttr_edu.mqar.mqar_accuracy` and
-:func:`ttr_edu.mqar.mqar_layout`.
+"""Checks for chapter 09, associative recall. The references are :func:`ttr_edu.tasks.mqar.mqar_accuracy` and
+:func:`ttr_edu.tasks.mqar.mqar_layout`.
 
-``mqar_accuracy``: the cases are real MQAR label layouts from :func:`ttr_edu.mqar.mqar_batch` (labels ``-100``
+``mqar_accuracy``: the cases are real MQAR label layouts from :func:`ttr_edu.tasks.mqar.mqar_batch` (labels ``-100``
 except at the queries) with random logits in which a known fraction of the queries is answered right, so accuracies
 lie strictly between chance and 1 and an answer that also counts the ``-100`` positions, or reads the logits one step
 off, gives another number. The exercise asks for a Python float, and the check requires one.
@@ -89,7 +89,7 @@ def _layout_cases() -> Iterator[dict]:
 
 @exercise(reference=mqar_layout, cases=_layout_cases, rules=Rules(inputs_unchanged=True), rtol=0, atol=0)
 def check_mqar_layout(mqar_layout: Callable) -> bool:
-    """Check ``mqar_layout(keys, values, slots, seq_len, filler)`` against :func:`ttr_edu.mqar.mqar_layout`:
+    """Check ``mqar_layout(keys, values, slots, seq_len, filler)`` against :func:`ttr_edu.tasks.mqar.mqar_layout`:
     the ``(inputs, labels)`` pair, exactly, the arguments left as they were."""
 
 

@@ -1,6 +1,6 @@
 """Checks for the language-modelling chapter.
 
-* ``causal_lm_loss(logits, tokens)``: against :func:`ttr_edu.models_lm.causal_lm_loss`, on logits that favour the
+* ``causal_lm_loss(logits, tokens)``: against :func:`ttr_edu.models.lm.causal_lm_loss`, on logits that favour the
   next byte, so a loss without the shift (or shifted the wrong way) is far off;
 * ``greedy_generate(model, prompt, num_tokens)``: against :func:`ttr_edu.models.lm.generate` at temperature 0, on
   small random models whose ``forward`` is switched off, so only the recurrent :meth:`TinyLM.step` can be used, and
@@ -70,13 +70,13 @@ class _StepOnlyLM(_CheckLM):
     functional cache would, so the answer must carry the state that ``step`` returns.
     """
 
-    def forward(self, tokens):  # noqa: D102 - see the class docstring
+    def forward(self, tokens):  # see the class docstring
         raise CheckFailed(
             "greedy_generate: call model.step(token, state) one token at a time; calling model(...) on "
             "the whole prefix costs O(t) per new token, which is what the recurrent form avoids"
         )
 
-    def step(self, token, state):  # noqa: D102 - see the class docstring
+    def step(self, token, state):  # see the class docstring
         return super().step(token, copy.deepcopy(state))
 
 
