@@ -152,8 +152,9 @@ def test_other_interpreter_errors_become_an_actionable_check_failure():
 
 
 def test_a_compiled_kernel_without_a_gpu_says_how_to_turn_on_the_interpreter(monkeypatch):
-    class Compiled:  # what @triton.jit returns without TRITON_INTERPRET
-        pass
+    class Compiled:  # what @triton.jit returns without TRITON_INTERPRET: callable, launched as kernel[grid](...)
+        def __call__(self, *args, **kwargs):
+            raise RuntimeError("Cannot call @triton.jit'd outside of the scope of a kernel")
 
     monkeypatch.setattr(checks.torch.cuda, "is_available", lambda: False)
     with pytest.raises(CheckFailed, match="TRITON_INTERPRET.*re-run the cell that defines the kernel"):
@@ -167,8 +168,11 @@ def test_the_interpreter_is_restored_after_a_check():
     assert not {"create_masked_load", "create_masked_store", "create_dot"} & set(vars(interpreter.interpreter_builder))
 
 
-class _IgnoresG:
+class _IgnoresG(_Bound):
     """Puzzle 12.6's kernel launched with the gated puzzle's arguments: the g pointer is dropped."""
+
+    def __init__(self):
+        super().__init__(delta_rule_chunk)
 
     def __getitem__(self, grid):
         def launch(q, k, v, beta, g, o, s0, s, *rest, **constants):

@@ -17,6 +17,9 @@ class Bound:
     def __getitem__(self, grid):
         return lambda *args, **constants: self.kernel[grid](*args, **constants, **self.flags)
 
+    def __call__(self, *args, **kwargs):  # callable, as a kernel object is, and refusing, as Triton does
+        raise RuntimeError("a kernel is launched as kernel[grid](...)")
+
 
 @triton.jit
 def scale_tile(x_ptr, out_ptr, T, D, scale, BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr):
