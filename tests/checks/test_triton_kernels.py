@@ -255,3 +255,44 @@ def test_the_package_kernel_passes_the_lint():
     from ttr_edu.kernels import _triton_kernels
 
     assert checks.lint_kernel(_triton_kernels.delta_rule_fwd_kernel, needs_int64=True) == []
+
+
+# The wrong kernels a reader tried on 12 that no other test here writes (the rest are above): low-precision operands
+# and a tf32 product asked for by name (12.2), the decay forgotten in one more place (12.7), dV without β (12.8).
+REVIEW_WRONG = [
+    ("12.2 fp16 operands", checks.check_causal_chunk, Bound(causal_chunk, OPERANDS="fp16")),
+    ("12.2 bf16 operands", checks.check_causal_chunk, Bound(causal_chunk, OPERANDS="bf16")),
+    ('12.2 input_precision="tf32" by name', checks.check_causal_chunk, Bound(causal_chunk, PRECISION="tf32")),
+    (
+        "12.7 no decay on the scores",
+        checks.check_gated_delta_rule_chunk,
+        Bound(gated_delta_rule_chunk, NO_SCORE_DECAY=True),
+    ),
+    ("12.7 W without diag(γ)", checks.check_gated_delta_rule_chunk, Bound(gated_delta_rule_chunk, W_UNDECAYED=True)),
+    (
+        "12.7 keys not decayed to the chunk's end",
+        checks.check_gated_delta_rule_chunk,
+        Bound(gated_delta_rule_chunk, NO_KEY_DECAY=True),
+    ),
+    ("12.8 no β", checks.check_chunk_dv, Bound(chunk_dv, NO_BETA=True)),
+]
+
+
+@pytest.mark.parametrize("label,check,wrong", REVIEW_WRONG, ids=[w[0] for w in REVIEW_WRONG])
+def test_the_reviews_wrong_kernels_fail_with_their_case(label, check, wrong):
+    with pytest.raises(CheckFailed, match=r"inputs: "):
+        check(wrong)
+
+
+def test_bfloat16_tiles_are_multiplied_by_their_values_not_their_bits():
+    # review: the interpreter's tl.dot multiplied bfloat16 bit patterns, "relative error 5.52e+08"; a GPU's bfloat16
+    # products are about 1e-2 off, and the check now says so
+    import numpy as np
+
+    from ttr_edu.checks._triton_sanitizer import bf16_bits_to_fp32
+
+    values = np.array([1.0, -2.5, 0.15625, 2.0**100], dtype=np.float32)  # exact in bfloat16
+    assert np.array_equal(bf16_bits_to_fp32((values.view(np.uint32) >> 16).astype(np.uint16)), values)
+    with pytest.raises(CheckFailed, match=r"relative error (\d\.\d+e-0[23]|0\.0\d+)\)") as failure:
+        checks.check_causal_chunk(Bound(causal_chunk, OPERANDS="bf16"))
+    assert float(str(failure.value).split("relative error ")[1].split(")")[0]) < 0.1
