@@ -9,7 +9,7 @@ import pytest
 import torch
 from torch.func import grad
 
-from tests.checks.gallery import passes_or_names, verdict
+from tests.checks.gallery import assert_passes, passes_or_names
 from ttr_edu.checks import CheckFailed
 from ttr_edu.checks import adaptive_and_deep_memories as checks
 
@@ -400,8 +400,7 @@ def test_more_right_answers_pass(capsys):
         (checks.check_momentum_step, momentum_loop),
         (checks.check_mlp_gradient_step, mlp_by_hand("erf")),
     ]:
-        passed, message = verdict(check, answer)
-        assert passed and message.startswith("PASS"), (answer, message)
+        assert_passes(check, answer)
 
 
 def test_right_answers_in_float32_are_told_their_dtype():

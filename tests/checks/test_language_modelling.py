@@ -4,7 +4,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from tests.checks.gallery import passes_or_names, verdict
+from tests.checks.gallery import assert_passes, passes_or_names
 from ttr_edu.checks import CheckFailed
 from ttr_edu.checks import language_modelling as checks
 from ttr_edu.models.lm import causal_lm_loss
@@ -397,8 +397,7 @@ def test_a_loop_whose_losses_agree_is_judged_by_the_weights_it_leaves(wrong):
     ids=lambda x: getattr(x, "__name__", ""),
 )
 def test_right_answers_written_differently_pass(check, answer):
-    passed, message = verdict(check, answer)
-    assert passed and message.startswith("PASS"), message
+    assert_passes(check, answer)
 
 
 def test_float_byte_ids_are_told_their_dtype():

@@ -7,7 +7,7 @@ That an unattempted stub is reported is tested for every check at once in test_c
 import pytest
 import torch
 
-from tests.checks.gallery import passes_or_names, verdict
+from tests.checks.gallery import assert_passes, passes_or_names
 from ttr_edu.checks import CheckFailed
 from ttr_edu.checks import test_time_regression_nonparametric as checks
 from ttr_edu.ops import local_linear_attention
@@ -99,8 +99,7 @@ RIGHT = [
 
 @pytest.mark.parametrize("check,answer", RIGHT, ids=lambda x: getattr(x, "__name__", ""))
 def test_right_answers_pass(check, answer):
-    passed, message = verdict(check, answer)
-    assert passed and message.startswith("PASS"), message
+    assert_passes(check, answer)
 
 
 @pytest.mark.parametrize(
