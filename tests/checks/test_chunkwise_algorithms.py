@@ -682,3 +682,45 @@ def test_the_packages_own_chunk_forms_are_not_answers():
 
     with pytest.raises(CheckFailed, match=r"calls the package's own implementation \(.*linear_attention_recurrent"):
         checks.check_chunk_linear_attention(by_the_package)
+
+
+def ut_backward_variant(mistake):
+    """The written-out backward with one of the mistakes a reader tried on 11.4."""
+
+    def ut_transform_backward(k, v, beta, dW, dU):
+        eye = torch.eye(k.shape[0], dtype=k.dtype)
+        gram = k @ k.T
+        X = torch.linalg.solve_triangular(eye + torch.tril(beta[:, None] * gram, -1), eye, upper=False)
+        ut = X * beta[None, :]
+        d_ut = dW @ k.T + dU @ v.T
+        inner = beta[:, None] * d_ut if mistake == "beta on the rows" else d_ut * beta[None, :]
+        dA = -(X @ inner @ X if mistake == "X for Xᵀ" else X.T @ inner @ X.T)
+        if mistake != "no tril on dA":
+            dA = torch.tril(dA, -1)
+        both = mistake != "one of A's two K terms"
+        dk = ut.T @ dW + (beta[:, None] * dA + (dA.T * beta[None, :] if both else 0)) @ k
+        through_A = torch.tril(-X.T @ inner @ X.T) if mistake == "dA's diagonal kept in dβ" else dA
+        dbeta = (through_A * gram).sum(1) + (0 if mistake == "no diag(Xᵀ d𝒯) in dβ" else torch.diagonal(X.T @ d_ut))
+        return dk, ut.T @ dU, dbeta
+
+    return ut_transform_backward
+
+
+@pytest.mark.parametrize(
+    "mistake",
+    [
+        "no tril on dA",
+        "beta on the rows",
+        "X for Xᵀ",
+        "one of A's two K terms",
+        "no diag(Xᵀ d𝒯) in dβ",
+        "dA's diagonal kept in dβ",
+    ],
+)
+def test_the_reviews_wrong_backward_passes_fail(mistake):
+    with pytest.raises(CheckFailed, match=r"ut_transform_backward\[\d\]: wrong values"):
+        checks.check_ut_transform_backward(ut_backward_variant(mistake))
+
+
+def test_the_reviews_right_backward_passes():
+    assert_passes(checks.check_ut_transform_backward, ut_backward_variant(None))
