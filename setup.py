@@ -1,8 +1,8 @@
 """One build step that pyproject.toml cannot declare: the course goes into the wheel.
 
-The student notebooks (``chapters/``), the pages they link to (``notation.md``, and ``intro.md`` and ``grading.md``
-beside it), the figures (``images/``) and the bibliography (``references.bib``) live at the top of the repository,
-where the book and the tests read them. Building the wheel copies them into the package as
+The student notebooks (``chapters/``), the pages they link to (``notation.md`` and ``sources.md``, and ``intro.md``
+and ``grading.md`` beside them), the figures (``images/``) and the bibliography (``references.bib``) live at the top
+of the repository, where the book and the tests read them. Building the wheel copies them into the package as
 ``ttr_edu/course/content/``, so ``pip install ttr-edu[course]`` installs the course and ``ttr-edu start`` works with
 no clone, while git holds each file once. The sdist carries them (``MANIFEST.in``), so a wheel built from the sdist
 is the same. An editable install copies nothing: it finds the clone itself.
@@ -17,7 +17,7 @@ from setuptools.command.build_py import build_py
 
 HERE = Path(__file__).resolve().parent
 #: what the wheel ships of the course, as paths from the repository root (folders: every file in them)
-COURSE = ["chapters", "images", "intro.md", "notation.md", "grading.md", "references.bib"]
+COURSE = ["chapters", "images", "intro.md", "notation.md", "sources.md", "grading.md", "references.bib"]
 TARGET = Path("ttr_edu", "course", "content")
 
 

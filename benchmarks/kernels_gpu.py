@@ -22,7 +22,8 @@ Usage::
     python benchmarks/kernels_gpu.py --varlen        # also packed variable-length batches (cu_seqlens)
     python benchmarks/kernels_gpu.py --dry-run       # no GPU: print the plan and the FLOP / byte model
 
-Targets (issue 7): at least 5x faster than the reference chunk form; at least 0.5x fla's chunked kernel.
+Targets (what a GPU kernel must earn over the readable forms): at least 5x faster than the reference chunk form; at
+least 0.5x fla's chunked kernel.
 """
 
 from __future__ import annotations

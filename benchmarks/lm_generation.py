@@ -13,7 +13,8 @@ Printed side by side, per model:
 * ``floor``: the same model's step written as plainly as PyTorch allows (:class:`PlainStep`): one function, the
   model's weights read once, no check, no module or op dispatch, the same arithmetic; its logits are checked equal to
   the package's before any timing. It is the floor of Python overhead for this arithmetic;
-* ``step/floor``: the package's step over the floor (issue 27's target: at most 1.5 at t = 128 and 4096);
+* ``step/floor``: the package's step over the floor (the target: at most 1.5 at t = 128 and 4096, so
+  that the package's structure costs at most half again the arithmetic's own Python overhead);
 * tokens per second of the package's step.
 
 The three ways to step one model take turns token by token, in a rotating order, so a change of machine load hits
@@ -21,8 +22,8 @@ them alike and none always runs first, on caches the others warmed (one thread b
 other). A
 fast-weight layer's step costs the same at every t (its state is (H, D_k, D_v)); softmax attention's step reads the
 whole cache and grows it by concatenation, O(t), in the package and in the floor alike. The aten ops per token of
-each step (counted with ``torch.profiler``) are printed too: a count that travels between machines (issue 27: 1,116
-per token of the DeltaNet model's checked step, before its step lost its per-token checks).
+each step (counted with ``torch.profiler``) are printed too: a count that travels between machines (1,116 per
+token of the DeltaNet model's checked step before the step lost its per-token checks).
 
     python benchmarks/lm_generation.py [--lengths 128 512 2048 4096] [--new-tokens 64] [--threads 1]
 """
@@ -41,12 +42,12 @@ import torch.nn.functional as F
 from torch.profiler import ProfilerActivity, profile
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from ops_cpu import cpu_model, load  # noqa: E402  (the CPU model and the load average, printed the same way)
+from ops_cpu import cpu_model, load
 
-from ttr_edu.layers import DeltaNet, GatedDeltaNet, SoftmaxAttention  # noqa: E402
-from ttr_edu.models.lm import LMConfig, TinyLM, load_checkpoint  # noqa: E402
+from ttr_edu.layers import DeltaNet, GatedDeltaNet, SoftmaxAttention
+from ttr_edu.models.lm import LMConfig, TinyLM, load_checkpoint
 
-#: Issue 27's target: the package's step at most this many times the floor's, at these context lengths.
+#: The target: the package's step at most this many times the floor's, at these context lengths.
 FLOOR_TARGET, TARGET_LENGTHS = 1.5, (128, 4096)
 
 
@@ -55,8 +56,8 @@ class PlainStep:
 
     Supports the models of this benchmark: every block's mixer a :class:`DeltaNet`, :class:`GatedDeltaNet` (SiLU
     features, learned β) or :class:`SoftmaxAttention` (no QK-norm), each with its short convolution. The state is a
-    list, per block, of ``[window, memory]``: the last ``conv_size`` inputs of the mixer, and the fast weight
-    ``S`` ``(B·H, D, D)`` or the key-value cache ``(k, v)`` ``(B, t, H, D)``.
+    list, per block, of ``[cache, memory]``: the projected q, k, v of the previous ``conv_size − 1`` tokens, and the
+    fast weight ``S`` ``(B·H, D, D)`` or the key-value cache ``(k, v)`` ``(B, t, H, D)``.
     """
 
     def __init__(self, model: TinyLM) -> None:
@@ -70,7 +71,7 @@ class PlainStep:
                 raise TypeError(f"PlainStep: no plain step for {kind.__name__} here")
             if kind is SoftmaxAttention and mixer.qk_norm:
                 raise TypeError("PlainStep: softmax attention with QK-norm has no plain step here")
-            if kind is not SoftmaxAttention and (mixer.feature_map is not F.silu or not mixer.use_beta):
+            if kind is not SoftmaxAttention and (mixer.feature_map != "silu" or not mixer.use_beta):
                 raise TypeError("PlainStep: DeltaNet with SiLU features and a learned β only")
             conv = mixer.qkv_conv1d.conv
             p = dict(
@@ -101,10 +102,11 @@ class PlainStep:
         B, d = x.shape
         for p, s in zip(self.blocks, state):
             h = F.rms_norm(x, (d,), *p["norm"])
-            window = h[:, None] if s[0] is None else torch.cat([s[0], h[:, None]], dim=1)[:, -p["K"] :]
-            s[0] = window
+            projected = F.linear(h, p["qkv"])[:, None]  # (B, 1, 3 d): this token's q, k, v
+            window = projected if s[0] is None else torch.cat([s[0], projected], dim=1)
+            s[0] = window[:, 1 - p["K"] :] if p["K"] > 1 else None
             L, H, D = window.shape[1], p["H"], p["D"]
-            qkv = F.silu((F.linear(window, p["qkv"]) * p["taps"][-L:]).sum(1) + p["conv_bias"])  # conv's last
+            qkv = F.silu((window * p["taps"][-L:]).sum(1) + p["conv_bias"])  # the conv's output at this token
             if p["kind"] is SoftmaxAttention:
                 q, k, v = qkv.view(B, 1, 3, H, D).unbind(2)
                 if s[1] is not None:
@@ -113,7 +115,7 @@ class PlainStep:
                 weights = torch.softmax(torch.einsum("bqhd,bthd->bhqt", q * D**-0.5, k), dim=-1)
                 o = torch.einsum("bhqt,bthd->bqhd", weights, v).reshape(B, d)
             else:
-                qk = F.silu(qkv[:, : 2 * d].reshape(B, 2, H, 1, D))
+                qk = qkv[:, : 2 * d].reshape(B, 2, H, 1, D)  # SiLU'd once, by the convolution
                 qk = qk / torch.linalg.vector_norm(qk, dim=-1, keepdim=True).clamp_min(1e-12)  # F.normalize's maths
                 q, k = qk[:, 0].reshape(B * H, 1, D), qk[:, 1].reshape(B * H, 1, D)
                 v = qkv[:, 2 * d :].reshape(B * H, 1, D)
@@ -253,7 +255,7 @@ def main(argv: list[str] | None = None) -> None:
             )
         print(f"{'':>8} softmax/deltanet per token: {ms['softmax', 'step'] / ms['deltanet', 'step']:.2f}x")
     print(f"\nload average after the run: {load()}")
-    print(f"\ntargets (issue 27: the package's step within {FLOOR_TARGET}x of the floor at t = 128 and 4096)")
+    print(f"\ntargets (the package's step within {FLOOR_TARGET}x of the floor at t = 128 and 4096)")
     for name in models:
         for length in TARGET_LENGTHS:
             ratio = ratios.get((name, length))

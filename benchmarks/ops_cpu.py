@@ -10,7 +10,7 @@ prints per layer and form:
   spent waiting for a core (``--clock wall`` for wall time). The input policy's scans for NaN/inf are switched off
   (:func:`ttr_edu.finite_checks`, as a training loop on known-finite data does; ``--finite-checks on`` includes
   them): a pass or more over every input and the output that is not the algorithm, which fla's forms do not do
-  and issue 27's profile left out;
+  and a profile by op names alone leaves out;
 * the speedup against the layer's recurrent form (its median time divided by this form's);
 * ``fla/ours``: for chunk forms, the time of flash-linear-attention's pure-PyTorch chunk form of the same layer at
   the same chunk size (``naive_chunk_linear_attn``, ``delta_rule_chunkwise``, ``naive_chunk_simple_gla``,
@@ -28,15 +28,15 @@ prints per layer and form:
 * ``copy %``: for chunk forms, the share of the form's time spent in ``aten::copy_`` and ``aten::cat`` (moving data
   between layouts), from ``torch.profiler`` in the same run: the median over ``--repeats`` profiled calls, each the
   self time of those ops over the self time of all ops of the call. Unlike a rate, this share hardly depends on the
-  machine's memory system (issue 27: 30 % + 11 % for ``delta_rule_chunk`` before its blocks were read in place);
+  machine's memory system (30 % + 11 % for ``delta_rule_chunk`` before its blocks were read in place);
 * the peak memory allocated by PyTorch during one call, from the profiler's allocation records
   (``torch.profiler`` with ``profile_memory=True``: a running sum of every allocation and free, in order).
 
-Then it checks the targets of issue 27 at T = 1024 and 4096 and prints each with "met" or "NOT met": every chunk
-form spends under 10 % of its time in ``copy_``/``cat``; ``delta_rule_chunk`` runs at no less than 45 % of the
-one-core matmul rate, ``gated_delta_rule_chunk`` and the per-key ``gla_chunk`` at no less than 35 %; every chunk form
-is at least 1.2× as fast as fla's naive chunk form of the same layer (fla has none of per-key GLA). Issue 27 asks for
-all of them in three consecutive runs. Also printed, as before: ``linear_attention_chunk`` against
+Then it checks the speed targets of the chunk forms at T = 1024 and 4096 and prints each with "met" or "NOT met": every
+chunk form spends under 10 % of its time in ``copy_``/``cat``; ``delta_rule_chunk`` runs at no less than 45 % of the
+one-core matmul rate, ``gated_delta_rule_chunk`` and the per-key ``gla_chunk`` at no less than 35 %; every chunk form is
+at least 1.2× as fast as fla's naive chunk form of the same layer (fla has none of per-key GLA). They count as met when
+all of them hold in three consecutive runs. Also printed, as before: ``linear_attention_chunk`` against
 ``linear_attention_parallel``, and how the peak memory of the chunk forms grows from T = 1024 to 4096 (×4 linear, a
 T×T buffer would give ×16). The CPU model and the load average before and after are printed with the numbers.
 
@@ -71,7 +71,7 @@ import torch.nn.functional as F
 from torch.profiler import ProfilerActivity, profile
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository root: fla's loader lives in tests/
-from tests.helpers.fla_naive import fla_naive, fla_version  # noqa: E402
+from tests.helpers.fla_naive import fla_naive, fla_version
 from ttr_edu import finite_checks, ops
 
 B, H, D = 1, 8, 64
@@ -396,15 +396,15 @@ def load() -> str:
     return " / ".join(f"{x:.1f}" for x in os.getloadavg())
 
 
-#: Issue 27's rate targets: the chunk form's FLOP rate as a share of the one-core matmul rate.
+#: The rate targets: the chunk form's FLOP rate as a share of the one-core matmul rate.
 RATE_TARGETS = {"delta_rule": 0.45, "gated_delta_rule": 0.35, "gla": 0.35}
-#: Issue 27's other targets: the share of time moving data (below), the speed against fla's naive form (at least).
+#: The other targets: the share of time moving data (below), the speed against fla's naive form (at least).
 COPY_TARGET, FLA_TARGET = 0.10, 1.2
 TARGET_T = (1024, 4096)
 
 
 def report_targets(results: dict[tuple[str, str, int], tuple[float, int]], fla_ratios: dict, layers) -> None:
-    print("targets (issue 27: T = 1024 and 4096, B·H = 8, D = 64, fp32, one thread; to hold in three consecutive runs)")
+    print("targets (T = 1024 and 4096, B·H = 8, D = 64, fp32, one thread; to hold in three consecutive runs)")
     verdict = lambda ok: "met" if ok else "NOT met"  # noqa: E731
     chunk_layers = [layer for layer in layers if "chunk" in LAYERS[layer]]
     for layer in chunk_layers:

@@ -1,5 +1,6 @@
 """Write ``ttr_edu/kernels/sm90_ptxas_report.csv``: ptxas's register and spill report for the package's delta-rule
-kernel compiled for sm_90 on a CPU, for each dot precision, with and without the gate (see ttr_edu.ptxas_report).
+kernel compiled for sm_90 on a CPU, for each dot precision, with and without the gate (see
+ttr_edu.kernels.ptxas_report).
 
 Usage::
 

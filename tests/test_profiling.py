@@ -64,7 +64,10 @@ def test_best_seconds_is_the_minimum_of_the_runs():
     assert len(calls) == 3
 
 
-@pytest.mark.parametrize("measure", [profiling.peak_memory, profiling.bytes_created, profiling.best_seconds])
+@pytest.mark.parametrize(
+    "measure",
+    [profiling.peak_memory, profiling.bytes_created, profiling.operation_count, profiling.best_seconds],
+)
 def test_a_non_callable_is_refused(measure):
     with pytest.raises(TypeError, match="fn: expected a callable"):
         measure(torch.zeros(3))
@@ -74,6 +77,21 @@ def test_a_non_callable_is_refused(measure):
 def test_best_seconds_checks_repeats(repeats, error):
     with pytest.raises(error, match="repeats"):
         profiling.best_seconds(lambda: None, repeats=repeats)
+
+
+def test_operation_count_counts_each_pytorch_operation_once():
+    a, b = torch.randn(3, 5), torch.randn(5, 7)
+    assert profiling.operation_count(lambda: (a @ b).relu()) == 2  # mm, relu
+    assert profiling.operation_count(lambda: None) == 0
+
+    def steps(n):
+        x = torch.zeros(4)
+        for _ in range(n):
+            x = x + 1.0
+        return x
+
+    # a loop of small steps pays one operation per step (and one to make x), whatever the size of each
+    assert [profiling.operation_count(lambda n=n: steps(n)) for n in (1, 8, 64)] == [2, 9, 65]
 
 
 def test_matmul_flops_counts_two_per_multiply_add():

@@ -1,10 +1,9 @@
-"""Regression tests for the reliability reviews of 2026-12-01 (issue 13, and its second round, issue 24): every bad
-input they found is now refused by name, warned about, or computed right, and the numerics they broke stay finite.
+"""Regression tests for bad inputs and broken numerics that readers once found: every bad input is now refused by
+name, warned about, or computed right, and the numerics stay finite.
 
-Each test restates one reproducer of ``reviews/2026-12-01/reproducers.py`` or
-``reviews/2026-12-01-round2/reproducers-2.py`` (named in its docstring) in this project's words. The input policy
-itself is in ``ttr_edu/_internal/validation.py`` and CONTRIBUTING.md; ``tests/test_fuzz_public_api.py`` checks it on
-every public callable.
+Each test restates one reproducer (named in its docstring) in this project's words. The input policy itself is in
+``ttr_edu/_internal/validation.py`` and CONTRIBUTING.md; ``tests/test_fuzz_public_api.py`` checks it on every public
+callable.
 """
 
 import math
@@ -17,7 +16,8 @@ import torch
 import ttr_edu
 from ttr_edu import layers, ops
 from ttr_edu.checks import CheckFailed
-from ttr_edu.checks._core import relative_error, run_check
+from ttr_edu.checks._core import relative_error
+from ttr_edu.checks._rules import run_check
 from ttr_edu.tasks import images, mqar
 
 
@@ -439,9 +439,8 @@ def test_a_singular_rls_state_is_named_not_a_linalg_error():
 
 
 # ==================================================================================================================
-# Review 2 (issue 24, item 5): each reproducer of reviews/2026-12-01-round2/reproducers-2.py in the input policy's
-# scope, named in its test's docstring. (The grading, CLI, experiments, MQAR and claims reproducers have their own
-# tests beside that code.)
+# The second set: each reproducer in the input policy's scope, named in its test's docstring. (The grading, CLI,
+# experiments, MQAR and claims reproducers have their own tests beside that code.)
 # ==================================================================================================================
 
 
@@ -538,7 +537,11 @@ def test_longhorn_step_size_checks_its_inputs_and_returns_the_shape_of_beta():
     assert eps.shape == beta.shape
     assert relative_error(eps, beta / (1 + beta * k.pow(2).sum(-1))) < 1e-6
     per_channel = torch.rand(2, 7, 2, 3)
-    assert ops.longhorn_step_size(per_channel, k).shape == per_channel.shape
+    assert ops.longhorn_step_size(per_channel, k, per_channel=True).shape == per_channel.shape
+    with pytest.raises(ValueError, match=r"^beta: expected \(B, T, H\), .* needs per_channel=True"):
+        ops.longhorn_step_size(per_channel, k)
+    with pytest.raises(ValueError, match=r"^beta: expected 4 dims \(B, T, H, D_v\)"):
+        ops.longhorn_step_size(per_channel[..., 0], k, per_channel=True)  # its last axis dropped
     with pytest.raises(ValueError, match=r"^beta: expected a weight .* in \[0, inf\)"):
         ops.longhorn_step_size(-beta - 1, k)
     with pytest.raises(ValueError, match=r"^beta: expected shape \(B, T, H\)"):

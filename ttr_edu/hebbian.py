@@ -24,7 +24,14 @@ from __future__ import annotations
 
 import torch
 
-from ttr_edu._internal.validation import Dims, check_allocation, check_positive_int, check_same_device, guarded
+from ttr_edu._internal.validation import (
+    Dims,
+    check_allocation,
+    check_positive_int,
+    check_same_device,
+    check_seed,
+    guarded,
+)
 
 __all__ = [
     "hebbian_write",
@@ -156,8 +163,7 @@ def recall(W: torch.Tensor, queries: torch.Tensor) -> torch.Tensor:
 
 
 def _generator(seed: int | None) -> torch.Generator:
-    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
-        raise TypeError(f"seed: expected an int or None, got {type(seed).__name__} {seed!r}")
+    check_seed("seed", seed, allow_none=True)
     generator = torch.Generator()
     if seed is not None:
         generator.manual_seed(seed)

@@ -1,4 +1,5 @@
-"""Measure what a PyTorch computation costs: best-of-n time, peak tensor memory, bytes of tensors created.
+"""Measure what a PyTorch computation costs: best-of-n time, peak tensor memory, bytes of tensors created, the
+operations it runs.
 
 The memory counters watch every PyTorch operation through a ``TorchDispatchMode``, so they work on any device (CPU
 included, where there is no allocator statistic) and count exactly the tensors the computation creates:
@@ -10,11 +11,13 @@ included, where there is no allocator statistic) and count exactly the tensors t
   but its output buffers, allocated with ``torch.empty``, are counted.
 
 Used by the chapters linear_attention_is_fwp (FLOPs, memory and time against ``T``), chunkwise_algorithms (memory
-against ``T`` and the chunk size) and triton_kernels (the reference's memory traffic)::
+against ``T`` and the chunk size, operations against the chunk size) and triton_kernels (the reference's memory
+traffic)::
 
     from ttr_edu import profiling
     profiling.peak_memory(lambda: ops.delta_rule_chunk(q, k, v, beta))     # bytes
     profiling.bytes_created(lambda: ops.delta_rule_chunk(q, k, v, beta))   # bytes
+    profiling.operation_count(lambda: ops.delta_rule_chunk(q, k, v, beta)) # PyTorch operations
     profiling.best_seconds(lambda: ops.delta_rule_chunk(q, k, v, beta))    # seconds
 """
 
@@ -30,7 +33,15 @@ from torch.utils._pytree import tree_leaves
 
 from ttr_edu._internal.validation import check_positive_int
 
-__all__ = ["PeakMemory", "BytesCreated", "peak_memory", "bytes_created", "matmul_flops", "best_seconds"]
+__all__ = [
+    "PeakMemory",
+    "BytesCreated",
+    "peak_memory",
+    "bytes_created",
+    "matmul_flops",
+    "operation_count",
+    "best_seconds",
+]
 
 
 def _storages(tree) -> dict[int, int]:
@@ -173,6 +184,36 @@ def matmul_flops(fn: Callable[[], object]) -> int:
     with FlopCounterMode(display=False) as counter:
         fn()
     return int(counter.get_total_flops())
+
+
+class _CountOperations(TorchDispatchMode):
+    """Context manager: ``count`` is the number of PyTorch operations run inside the block."""
+
+    def __enter__(self):
+        self.count = 0
+        return super().__enter__()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.count += 1
+        return func(*args, **(kwargs or {}))
+
+
+def operation_count(fn: Callable[[], object]) -> int:
+    """How many PyTorch operations ``fn()`` runs: every ATen operation dispatched once, views, copies and in-place
+    updates included (one CUDA kernel launch or more each on a GPU).
+
+    Deterministic, unlike a timing: it depends only on the shapes and the code path. Each operation pays a fixed cost
+    to dispatch (and launch) whatever its size, so the count measures the per-step overhead of a loop of small steps,
+    as :func:`matmul_flops` measures the arithmetic: the chunked delta rule runs a few operations per chunk, so its
+    count falls as the chunk size grows.
+
+    Raises:
+        TypeError: ``fn`` is not callable.
+    """
+    _check_callable(fn)
+    with _CountOperations() as counter:
+        fn()
+    return counter.count
 
 
 #: The most calls :func:`best_seconds` makes.

@@ -16,7 +16,7 @@ import torch
 from tqdm.auto import tqdm
 
 from ttr_edu._internal.progress import progress_enabled  # one rule for bars: off while the book builds
-from ttr_edu._internal.validation import check_positive_float, check_positive_int, check_scalar_fits
+from ttr_edu._internal.validation import check_positive_float, check_positive_int, check_scalar_fits, check_seed
 
 __all__ = ["TrainResult", "train", "evaluate", "progress_enabled"]
 
@@ -127,8 +127,8 @@ def train(
     check_scalar_fits("lr", lr, torch.float32)  # Adam keeps it as a float32 tensor on the GPU
     if target_loss is not None:
         check_positive_float("target_loss", target_loss, allow_zero=True)
-    if isinstance(seed, bool) or not isinstance(seed, int):
-        raise TypeError(f"seed: expected an int, got {type(seed).__name__} {seed!r}")
+    check_seed("seed", seed)
+    check_seed("seed", seed + 1)  # the evaluation set's seed
     parameters = [p for p in model.parameters() if p.requires_grad]
     if not parameters:
         raise ValueError("model: it has no trainable parameters; call evaluate(model, batches) instead")

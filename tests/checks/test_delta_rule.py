@@ -3,6 +3,8 @@
 That an unattempted stub is reported is tested for every check at once in test_checks_contract.py.
 """
 
+import math
+
 import pytest
 import torch
 
@@ -59,10 +61,53 @@ def raw_errors(k, v, beta):  # forgets β
     return pseudo_values(k, v, beta) / beta[:, None]
 
 
+def predicted_norm_by_the_recursion(b, D, D_v, T):
+    ratio, energy = 1 + (b * b - 2 * b) / D, 0.0
+    for _ in range(T):
+        energy = ratio * energy + b * b * D_v
+    return math.sqrt(energy)
+
+
+def predicted_norm_in_closed_form(b, D, D_v, T):  # the geometric series, with b = 2 as a case of its own
+    ratio = 1 + (b * b - 2 * b) / D
+    return math.sqrt(b * b * D_v * (T if ratio == 1 else (ratio**T - 1) / (ratio - 1)))
+
+
+def predicted_norm_as_a_tensor(b, D, D_v, T):
+    return torch.tensor(predicted_norm_in_closed_form(b, D, D_v, T), dtype=torch.float64)
+
+
+def predicted_norm_without_the_sphere(b, D, D_v, T):  # E‖Sᵀk‖² taken as ‖S‖², forgetting E[k kᵀ] = I/D
+    return predicted_norm_by_the_recursion(b, 1, D_v, T)
+
+
+def predicted_norm_without_the_cross_term_sign(b, D, D_v, T):  # (1 − b/D)² for the old memory: only its k part shrinks
+    ratio, energy = (1 - b / D) ** 2, 0.0
+    for _ in range(T):
+        energy = ratio * energy + b * b * D_v
+    return math.sqrt(energy)
+
+
+def predicted_energy(b, D, D_v, T):  # E‖S_T‖², not its square root
+    return predicted_norm_by_the_recursion(b, D, D_v, T) ** 2
+
+
+def predicted_norm_one_write_late(b, D, D_v, T):
+    return predicted_norm_by_the_recursion(b, D, D_v, T - 1)
+
+
+def predicted_norm_failing_at_the_edge(b, D, D_v, T):  # the series without its b = 2 case divides by zero
+    ratio = 1 + (b * b - 2 * b) / D
+    return math.sqrt(b * b * D_v * (ratio**T - 1) / (ratio - 1))
+
+
 RIGHT = [
     (checks.check_delta_rule_step, step),
     (checks.check_update_eigenvalues, eigenvalues),
     (checks.check_pseudo_values, pseudo_values),
+    (checks.check_predicted_memory_norm, predicted_norm_by_the_recursion),
+    (checks.check_predicted_memory_norm, predicted_norm_in_closed_form),
+    (checks.check_predicted_memory_norm, predicted_norm_as_a_tensor),
 ]
 WRONG = [
     (checks.check_delta_rule_step, sum_rule_step),
@@ -72,6 +117,21 @@ WRONG = [
     (checks.check_pseudo_values, pseudo_values_after_the_write),
     (checks.check_pseudo_values, raw_errors),
 ]
+
+
+WRONG_PREDICTIONS = [
+    predicted_norm_without_the_sphere,
+    predicted_norm_without_the_cross_term_sign,
+    predicted_energy,
+    predicted_norm_one_write_late,
+    predicted_norm_failing_at_the_edge,
+]
+
+
+@pytest.mark.parametrize("answer", WRONG_PREDICTIONS)
+def test_a_wrong_prediction_of_the_memory_size_is_rejected(answer):
+    with pytest.raises(CheckFailed, match="expected|raised ZeroDivisionError"):
+        checks.check_predicted_memory_norm(answer)
 
 
 @pytest.mark.parametrize("check,answer", RIGHT)

@@ -154,8 +154,8 @@ def _prefix_cases():
         yield {"x": torch.randn(t, 3, generator=g, dtype=torch.float64)}
 
 
-def _prefix_at(t: int) -> dict:
-    return {"x": torch.randn(t, 64, generator=torch.Generator().manual_seed(t), dtype=torch.float64)}
+def _prefix_at(t: int, generator: torch.Generator) -> dict:
+    return {"x": torch.randn(t, 64, generator=generator, dtype=torch.float64)}
 
 
 def _prefix_reference(x):

@@ -18,8 +18,30 @@ def decay_weights(g):
     return (G[:, None] - G[None, :]).masked_fill(~causal, float("-inf")).exp()
 
 
-def sgd_step(S, k, v, beta):
-    return S + beta * torch.outer(k, v - S.T @ k)
+def sweep_operator(k, beta):
+    M = torch.eye(k.shape[1], dtype=k.dtype)
+    for t in range(k.shape[0]):
+        M = (torch.eye(k.shape[1], dtype=k.dtype) - beta[t] * torch.outer(k[t], k[t])) @ M
+    return M
+
+
+def sweep_operator_by_sgd_steps(k, beta):  # the columns of M are the errors left from the identity, one pass each
+    E = torch.eye(k.shape[1], dtype=k.dtype)
+    for t in range(k.shape[0]):
+        E = E - beta[t] * torch.outer(k[t], k[t] @ E)
+    return E
+
+
+def sweep_operator_reversed(k, beta):  # the first pair's factor leftmost: the transpose
+    return sweep_operator(k.flip(0), beta.flip(0))
+
+
+def sweep_operator_first_order(k, beta):  # I − Σ β_t k_t k_tᵀ: the products of the factors dropped
+    return torch.eye(k.shape[1], dtype=k.dtype) - (beta[:, None] * k).T @ k
+
+
+def sweep_operator_normalised(k, beta):  # Kaczmarz's step β/‖k‖², not the exercise's β
+    return sweep_operator(k, beta / (k * k).sum(1))
 
 
 def ridge_readout(q, k, v, ridge):
@@ -33,7 +55,8 @@ def ridge_readout(q, k, v, ridge):
 
 CHECKS = [
     (checks.check_decay_weights, decay_weights),
-    (checks.check_sgd_step, sgd_step),
+    (checks.check_sweep_operator, sweep_operator),
+    (checks.check_sweep_operator, sweep_operator_by_sgd_steps),
     (checks.check_ridge_readout, ridge_readout),
 ]
 
@@ -62,7 +85,9 @@ def pseudo_inverse_readout(q, k, v, ridge):  # the ridge ignored: minimum-norm f
 
 
 WRONG = [
-    ("sgd: S k instead of Sᵀ k", checks.check_sgd_step, lambda S, k, v, beta: S + beta * torch.outer(k, v - S @ k)),
+    ("sweep: first order, products dropped", checks.check_sweep_operator, sweep_operator_first_order),
+    ("sweep: steps normalised by ‖k‖²", checks.check_sweep_operator, sweep_operator_normalised),
+    ("sweep: the identity", checks.check_sweep_operator, lambda k, beta: torch.eye(k.shape[1], dtype=k.dtype)),
     ("ridge: ridge ignored (pseudo-inverse)", checks.check_ridge_readout, pseudo_inverse_readout),
     ("decay: includes the pair's own gate", checks.check_decay_weights, decay_including_own_gate),
     (
@@ -70,8 +95,6 @@ WRONG = [
         checks.check_decay_weights,
         lambda g: (torch.cumsum(g, 0)[:, None] - torch.cumsum(g, 0)[None, :]).exp(),
     ),
-    ("sgd: Hebbian write, no error term", checks.check_sgd_step, lambda S, k, v, beta: S + beta * torch.outer(k, v)),
-    ("sgd: gradient ascent", checks.check_sgd_step, lambda S, k, v, beta: S - beta * torch.outer(k, v - S.T @ k)),
     ("ridge: covariance ignored", checks.check_ridge_readout, linear_attention_readout),
     ("ridge: not causal", checks.check_ridge_readout, non_causal_readout),
 ]
@@ -81,6 +104,31 @@ WRONG = [
 def test_plausible_wrong_answers_are_rejected(label, check, wrong):
     with pytest.raises(CheckFailed):
         check(wrong)
+
+
+def test_the_reversed_product_is_named():
+    with pytest.raises(CheckFailed, match="transpose of the pass's: the factors are in reverse order"):
+        checks.check_sweep_operator(sweep_operator_reversed)
+
+
+def test_the_sweep_operator_is_what_a_pass_of_sgd_does_to_the_error():
+    # The chapter's reason for it: with consistent targets, one pass of the package's SGD multiplies the error by M.
+    from ttr_edu.regression import Linear, MultiPassSGD, TestTimeRegression, Uniform
+
+    g = torch.Generator().manual_seed(0)
+    k, W = torch.randn(6, 8, generator=g, dtype=torch.float64), torch.randn(8, 3, generator=g, dtype=torch.float64)
+    beta = 0.3 + 0.2 * torch.rand(6, generator=g, dtype=torch.float64)
+    sgd = TestTimeRegression(Uniform(), Linear(), MultiPassSGD(2))
+    _, S = sgd(
+        k[None, :, None],
+        k[None, :, None],
+        (k @ W)[None, :, None],
+        beta=beta[None, :, None],
+        scale=1.0,
+        output_final_state=True,
+    )
+    M = sweep_operator(k, beta)
+    torch.testing.assert_close(S[0, 0] - W, M @ M @ (-W))
 
 
 def decay_masked_after_exp(g):  # the exponential first, then the mask: inf · 0 = NaN under a strong decay

@@ -39,6 +39,7 @@ class Bound(_Bound):
     """A bound kernel that the checks treat as interpreted (its kernel is, in this module)."""
 
 
+@pytest.mark.slow  # minutes in the Triton interpreter on a loaded CPU; the quick loop skips it
 def test_solutions_pass(capsys):
     assert checks.check_scale_tile(scale_tile)
     assert checks.check_causal_chunk(causal_chunk)
@@ -99,7 +100,12 @@ def test_unsolved_kernel_is_reported_not_raised(capsys):
     "check, wrong, message",
     [
         (checks.check_running_sum, Bound(running_sum, TIME_STRIDE_D=True), "first wrong element|outside"),
-        (checks.check_delta_rule_chunk, Bound(delta_rule_chunk, FIRST_BLOCK=True), "first wrong element"),
+        pytest.param(
+            checks.check_delta_rule_chunk,
+            Bound(delta_rule_chunk, FIRST_BLOCK=True),
+            "first wrong element",
+            marks=pytest.mark.slow,  # the delta-rule kernel in the Triton interpreter: tens of seconds
+        ),
     ],
     ids=["time stride D instead of H*D", "second grid axis ignored"],
 )
@@ -127,6 +133,7 @@ def test_plain_tf32_dot_fails_as_on_a_gpu(check, wrong):
         check(wrong)
 
 
+@pytest.mark.slow  # tens of seconds in the Triton interpreter on a loaded CPU; the quick loop skips it
 def test_tf32x3_dot_passes(capsys):
     assert checks.check_delta_rule_chunk(Bound(delta_rule_chunk, PRECISION="tf32x3"))
 

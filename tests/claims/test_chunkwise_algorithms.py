@@ -46,3 +46,55 @@ def test_fla_builds_its_64_wide_inverse_from_four_diagonal_blocks_as_the_chapter
     dispatch = source[source.index("def solve_tril(") :]
     assert "BT == 32" in dispatch and "merge_16x16_to_32x32_inverse_kernel" in dispatch
     assert "BT == 64" in dispatch and "merge_16x16_to_64x64_inverse_kernel" in dispatch
+
+
+def _cell_namespace(anchor_setup: str, anchor_cell: str):
+    """The chapter's setup cell run in a fresh namespace, and the source of the cell containing ``anchor_cell``."""
+    import nbformat
+    import torch
+
+    from tests.claims.mutation import ROOT
+    from ttr_edu import ops, profiling, viz
+    from ttr_edu.course import claims
+
+    cells = [c.source for c in nbformat.read(ROOT / CHAPTER, as_version=4).cells if c.cell_type == "code"]
+    (setup,) = [c for c in cells if anchor_setup in c]
+    (cell,) = [c for c in cells if anchor_cell in c]
+    namespace = {"torch": torch, "ops": ops, "profiling": profiling, "viz": viz, "claims": claims}
+    threads = torch.get_num_threads()
+    try:
+        exec(setup, namespace)  # sets one thread for its timings: restored below
+    finally:
+        torch.set_num_threads(threads)
+    return namespace, cell
+
+
+def test_the_chunk_size_claim_holds_whatever_the_machine_load_does_to_the_timings():
+    # The claim of the chunk-size cell once failed on a loaded machine: it compared two wall-clock minima (C = 4 at
+    # least 1.5 x as slow as C = 64) measured one after the other, so a burst of load over the C = 64 runs turned the
+    # ratio around. Here the timings are as a swamped machine gives them, all equal, and the cell still runs: its
+    # claim counts operations. The old claim, on the same timings, is what failed.
+    from ttr_edu.course import claims
+
+    namespace, cell = _cell_namespace("def make_inputs(", "chunk_sizes = [4, 8, 16, 32, 64, 128]")
+    namespace["best_seconds"] = lambda fn, repeats=5: 0.01  # every timing the same: the load decides them all
+    exec(cell, namespace)
+    by_chunk = namespace["by_chunk"]
+    with pytest.raises(claims.ClaimFailed, match="C = 4 is over 1.5 times as slow as C = 64"):
+        claims.less(
+            "C = 4 is over 1.5 times as slow as C = 64 for the delta rule (the per-step overhead dominates)",
+            1.5 * by_chunk["delta rule"][namespace["chunk_sizes"].index(64)],
+            by_chunk["delta rule"][0],
+            names=("1.5 × C = 64", "C = 4"),
+        )
+
+
+def test_the_chunk_size_claim_fails_when_small_chunks_cost_no_more_operations(monkeypatch):
+    from ttr_edu import profiling
+    from ttr_edu.course import claims
+
+    namespace, cell = _cell_namespace("def make_inputs(", "chunk_sizes = [4, 8, 16, 32, 64, 128]")
+    namespace["best_seconds"] = lambda fn, repeats=5: 0.01
+    monkeypatch.setattr(profiling, "operation_count", lambda fn: 100)  # a loop over chunks batched away
+    with pytest.raises(claims.ClaimFailed, match="C = 4 runs over twice as many PyTorch operations as C = 64"):
+        exec(cell, namespace)

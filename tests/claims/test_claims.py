@@ -1,6 +1,11 @@
 """The claims helper: each claim passes when its evidence holds and fails, naming itself, when it does not."""
 
+import math
+import re
+
+import numpy as np
 import pytest
+import torch
 
 from ttr_edu.course import claims
 
@@ -211,7 +216,7 @@ def test_a_pooled_verdict_says_so_and_never_reads_as_per_seed(capsys):
         claims.check("x", True, "y", pooled_over=0)
 
 
-# -- bad input: named errors, never a verdict from something that is not one (reliability review 2) --------------
+# -- bad input: named errors, never a verdict from something that is not one ----------------------------------------
 
 
 @pytest.mark.parametrize("holds", ["False", [False], float("nan"), lambda: False, 1, None])
@@ -252,3 +257,60 @@ def test_malformed_calls_name_their_argument():
         claims.render("{missing}")
     with pytest.raises(TypeError, match="template: expected a str"):
         claims.say(3)
+
+
+# -- every number a claim takes is checked by name: the input classes of the public-API fuzz ---------------------------
+
+BROKEN_NUMBERS = {
+    "str": "0",
+    "str_nan": "nan",
+    "bool": True,
+    "nan": math.nan,
+    "numpy_nan": np.float64("nan"),
+    "tensor_nan": torch.tensor(math.nan),
+    "huge_int": 10**400,
+    "complex": 1 + 1j,
+    "list": [0.5],
+    "none": None,
+}
+CLAIMS_WITH_NUMBERS = {  # (call with every argument valid, taking the one to break by name)
+    "between.value": lambda x: claims.between("s", x, 0.0, 1.0),
+    "between.low": lambda x: claims.between("s", 0.5, x, 1.0),
+    "between.high": lambda x: claims.between("s", 0.5, 0.0, x),
+    "close.got": lambda x: claims.close("s", x, 1.0, rtol=0.1),
+    "close.want": lambda x: claims.close("s", 1.0, x, rtol=0.1),
+    "close.rtol": lambda x: claims.close("s", 1.0, 1.0, rtol=x),
+    "less.smaller": lambda x: claims.less("s", x, 2.0, names=("a", "b")),
+    "less.margin": lambda x: claims.less("s", 1.0, 2.0, names=("a", "b"), margin=x),
+    "ordered.values": lambda x: claims.ordered("s", {"a": 2.0, "b": x}),
+    "ordered.margin": lambda x: claims.ordered("s", {"a": 2.0, "b": 1.0}, margin=x),
+    "slope.low": lambda x: claims.slope("s", [1, 2, 4, 8], [1, 2, 4, 8], x, 2.0),
+    "trend.high": lambda x: claims.trend("s", [1, 2, 4, 8], [1, 2, 4, 8], 0.0, x, scale="linear"),
+    "trend.confidence": lambda x: claims.trend("s", [1, 2, 4, 8], [1, 2, 4.1, 8], 0, 2, scale="linear", confidence=x),
+}
+
+
+PER_SEED = {"between.value", "close.got", "close.want", "less.smaller", "ordered.values"}  # a list is one per seed
+
+
+@pytest.mark.parametrize(
+    "where, broken",
+    [(w, b) for w in sorted(CLAIMS_WITH_NUMBERS) for b in sorted(BROKEN_NUMBERS) if b != "list" or w not in PER_SEED],
+)
+def test_a_broken_number_is_refused_by_name(where, broken):
+    name = where.split(".")[1]
+    with pytest.raises((TypeError, ValueError)) as refused:
+        CLAIMS_WITH_NUMBERS[where](BROKEN_NUMBERS[broken])
+    assert re.match(rf"{name}(\[[^\]]+\])?: ", str(refused.value)), str(refused.value)
+
+
+@pytest.mark.parametrize("same", [np.float64(0.5), np.float32(0.5), torch.tensor(0.5), np.int64(0)], ids=repr)
+def test_numpy_and_torch_scalars_count_as_the_numbers_they_are(same):
+    claims.between("a NumPy or torch scalar is a number", same, 0.0, 1.0)
+    claims.between("as a bound too", 0.75, same, 1.0)
+
+
+def test_the_direction_of_an_order_is_a_bool():
+    for wrong in ("false", 0, None, [False]):
+        with pytest.raises(TypeError, match="^decreasing: "):
+            claims.ordered("s", {"a": 1.0, "b": 2.0}, decreasing=wrong)

@@ -20,8 +20,8 @@ def test_swapping_favor_for_dpfp_breaks_the_concentration_comparison():
     # than DPFP" is false in every seed.
     error = run_mutated(
         NOTEBOOK,
-        "spec, top3[label], wrong_top[label], target_weight[label] = capacity.MODELS[label], [], [], []",
-        'spec, top3[label], wrong_top[label], target_weight[label] = capacity.MODELS["DPFP ν=1"], [], [], []',
+        "spec, top3[label], concentration[label], target_weight[label] = capacity.MODELS[label], [], [], []",
+        'spec, top3[label], concentration[label], target_weight[label] = capacity.MODELS["DPFP ν=1"], [], [], []',
     )
     assert error is not None and "ClaimFailed" in error
     assert "FAVOR+ piles its weight on a few keys" in error
@@ -41,6 +41,18 @@ def test_one_seed_of_the_grid_breaks_the_claims_across_seeds():
 
 def test_a_paper_limit_below_ours_breaks_the_comparison():
     # Had the paper solved DPFP ν = 3 only up to 200 of its 384 features, our limits would lie above it in every seed.
-    error = run_mutated(NOTEBOOK, '"DPFP ν=3": {340: 0.0, 400: 0.036},', '"DPFP ν=3": {200: 0.0, 240: 0.036},')
+    error = run_mutated(
+        NOTEBOOK,
+        '"DPFP ν=3": {340: 0.0001, 360: 0.0034, 380: 0.0045, 400: 0.0359},',
+        '"DPFP ν=3": {200: 0.0001, 220: 0.0034, 240: 0.0359},',
+    )
     assert error is not None and "ClaimFailed" in error
     assert "no memory's limit lies above the paper's, in any seed" in error
+
+
+def test_reading_with_the_keys_instead_of_the_queries_breaks_the_mechanism():
+    # The model reads with its own query projection. Scored with each key as its own query (the key-key view), a solved
+    # run that holds two keys at cosine 0.91 no longer gives every query more than 0.9 of its weight on its own key.
+    error = run_mutated(NOTEBOOK, "w = readout_weights(queries, after)", "w = readout_weights(after, after)")
+    assert error is not None and "ClaimFailed" in error
+    assert "a run is solved exactly when every query gives its own key more than 0.9" in error

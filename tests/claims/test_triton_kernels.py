@@ -5,7 +5,7 @@ import pytest
 
 pytest.importorskip("triton")
 
-from tests.claims.mutation import run_mutated  # noqa: E402
+from tests.claims.mutation import run_mutated
 
 CHAPTER = "solutions/12_triton_kernels.ipynb"
 
@@ -72,7 +72,7 @@ def _ptxas(ptxas: str, ptx_file, arch: str) -> dict:
 
     log = subprocess.run([ptxas, "-v", f"--gpu-name={arch}", str(ptx_file), "-o", str(ptx_file) + ".o"],
                          capture_output=True, text=True, check=True).stderr  # fmt: skip
-    number = lambda pattern: int(re.search(pattern, log).group(1))  # noqa: E731
+    number = lambda pattern: int(re.search(pattern, log).group(1))
     return {"registers": number(r"Used (\d+) registers"),
             "spilled": number(r"(\d+) bytes spill stores") + number(r"(\d+) bytes spill loads")}  # fmt: skip
 

@@ -25,9 +25,9 @@ def toc_files() -> list[str]:
     return re.findall(r"^\s*- file:\s*(\S+)\s*$", (ROOT / "book.yml").read_text(), flags=re.MULTILINE)
 
 
-def test_toc_has_the_landing_page_every_chapter_in_order_and_the_instructor_guide():
+def test_toc_has_the_landing_page_every_chapter_in_order_the_sources_and_the_instructor_guide():
     chapters = [f"chapters/{p.name}" for p in sorted((ROOT / "chapters").glob("*.ipynb"))]
-    assert toc_files() == ["intro.md", "notation.md", *chapters, "grading.md"]
+    assert toc_files() == ["intro.md", "notation.md", *chapters, "sources.md", "grading.md"]
 
 
 def test_every_citation_key_is_in_the_bibliography():
@@ -89,6 +89,7 @@ def cell(*outputs):
 PLOT = {"output_type": "display_data", "data": {"application/vnd.plotly.v1+json": {"data": []}}}
 WIDGET = {"output_type": "display_data", "data": {"application/vnd.jupyter.widget-view+json": {"model_id": "m"}}}
 STREAM = {"output_type": "stream", "name": "stdout", "text": "PASS"}
+MARKDOWN_SAY = {"text/markdown": "Recall holds up to $N = d$.", "text/plain": "<IPython.core.display.Markdown object>"}
 
 
 @pytest.mark.parametrize(
@@ -108,6 +109,15 @@ STREAM = {"output_type": "stream", "name": "stdout", "text": "PASS"}
             ),
             "HTML only",
         ),
+        (  # claims.say as JupyterLab shows it: the book's theme has no Markdown parser for outputs
+            page("/chapters/01_x.ipynb", cell({"output_type": "display_data", "data": MARKDOWN_SAY})),
+            "text/markdown output shown as raw text",
+        ),
+        (
+            page("/chapters/01_x.ipynb", cell({"output_type": "execute_result", "data": {"text/plain": "1 of $d$"}})),
+            "raw maths '$d$'",
+        ),
+        (page("/chapters/01_x.ipynb", cell({**STREAM, "text": "error grows like $\\sqrt{T}$\n"})), "raw maths"),
     ],
 )
 def test_page_problems_finds_each_kind_of_broken_page(bad, problem):
@@ -117,6 +127,33 @@ def test_page_problems_finds_each_kind_of_broken_page(bad, problem):
 
 def test_a_healthy_page_has_no_problems():
     assert page_problems(page("/chapters/01_x.ipynb", text("Figure"), cell(STREAM, PLOT, WIDGET))) == []
+
+
+def test_say_writes_html_with_its_maths_marked_for_mathjax_while_the_book_builds(monkeypatch):
+    """In JupyterLab `say` shows Markdown (jupyterlab-myst renders it); while the book builds, HTML whose maths the
+    theme's MathJax typesets (inline \\(...\\) and display $$...$$, underscores inside left alone), which the page
+    check accepts."""
+    import IPython
+    import IPython.display
+
+    from ttr_edu.course import claims
+
+    shown = []
+    monkeypatch.setattr(IPython, "get_ipython", lambda: object())
+    monkeypatch.setattr(IPython.display, "display", lambda *objects, **kw: shown.extend(objects))
+    template = "The **rival** sits at {r} of $\\sqrt{{2 \\ln N}}$ and $a_1 < b_2$:\n\n$$\nS_t = S_{{t-1}}\n$$"
+    claims.say(template, r=0.7)
+    monkeypatch.setenv("TTR_EDU_BOOK", "1")
+    claims.say(template, r=0.7)
+    markdown, book = shown
+    assert isinstance(markdown, IPython.display.Markdown) and "$a_1 < b_2$" in markdown.data
+    assert set(book) == {"text/html", "text/plain"}
+    html = book["text/html"]
+    assert "<strong>rival</strong> sits at 0.7 of" in html and "\\(\\sqrt{2 \\ln N}\\)" in html
+    assert "\\(a_1 &lt; b_2\\)" in html and "<em>" not in html  # the underscores stayed maths
+    assert "$$\nS_t = S_{t-1}\n$$" in html
+    said = {"output_type": "display_data", "data": book}
+    assert page_problems(page("/chapters/01_x.ipynb", cell(STREAM, said))) == []
 
 
 def test_book_fails_when_myst_exits_0_without_executing(tmp_path, monkeypatch):

@@ -122,7 +122,7 @@ base, token = os.environ["JUPYTER_BASE_URL"], os.environ["JUPYTER_TOKEN"]
 request = urllib.request.Request(f"{{base}}api/kernels?token={{token}}", data=b"{{}}", method="POST",
                                  headers={{"Content-Type": "application/json"}})
 urllib.request.urlopen(request, timeout=120).close()
-for _ in range(100):
+for _ in range(1200):  # until both are up: up to 4 minutes on a loaded machine, no longer than they take
     ps = subprocess.run(["ps", "-ww", "-eo", "args"], capture_output=True, text=True).stdout
     if "ipykernel" in ps and {str(tmp_path / "runtime")!r} in ps and "theme-server" in ps:
         Path({str(tmp_path / "seen")!r}).write_text(ps)

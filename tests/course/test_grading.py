@@ -1,6 +1,7 @@
-"""Grading: every check cell is an nbgrader test worth its exercise's stars that imports its check afresh; under
-nbgrader's autograder an unattempted or wrong exercise scores 0 and a solved one full marks, while in the student's own
-kernel the notebook runs on; and the five ways round 2 of the reliability review fooled the grader score 0."""
+"""Grading in the student's kernel: every check cell is an nbgrader test worth its exercise's stars that imports its
+check afresh; an unattempted or wrong exercise fails its graded cell under nbgrader's autograder and prints in the
+student's own kernel, where the notebook runs on; the attacks that need only ordinary Python score 0 there too. (The
+grading engine, which computes the grade out of the student's reach, is tested in tests/grading.)"""
 
 import copy
 import os
@@ -13,7 +14,8 @@ import nbformat
 import pytest
 import torch
 
-from ttr_edu.checks._core import CheckFailed, run_check
+from ttr_edu.checks._core import CheckFailed
+from ttr_edu.checks._rules import run_check
 from ttr_edu.course.notebooks import CHECK_CALL, CHECKS_IMPORT, FRESH_IMPORT, STARS, stamp_grading
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -184,15 +186,18 @@ def autograde(course: Path, root: Path, config: str = "") -> tuple[dict, str]:
         return {name: (s.score, s.max_score) for name, s in scores.items()}, printed
 
 
-#: What grading.md tells instructors to add: the kernel's transport warning stays out of autograde's output.
+#: The kernel's transport warning stays out of autograde's output.
 QUIET = 'c.KernelManager.transport_encryption = "auto"\n'
 
 
 @pytest.mark.slow
 @pytest.mark.notebook
-def test_nbgrader_scores_honest_work_as_before_and_each_attack_0(tmp_path):
-    """nbgrader's own generate_assignment and autograde on chapter 01, as grading.md says. Before the fixes of issue 24
-    the attacks scored 9, 1, 9, 9 and 0 of 9 (reliability review 2 §4, browser-and-classroom review 2 §3)."""
+def test_without_the_engine_the_checks_in_the_kernel_still_score_the_simple_attacks_0(tmp_path):
+    """nbgrader's own autograde on chapter 01 *without* the grading engine (a course whose nbgrader_config.py lacks
+    use_engine): the notebook runs in a kernel and the checks decide there, which grading.md says not to rely on. The
+    attacks that need no more than ordinary Python (rebinding `checks`, a Tensor subclass, unsetting
+    NBGRADER_EXECUTION, a one-line call to the package's solution, edited and deleted check cells) still score 0, and
+    honest work scores exactly. (The engine's path: tests/grading/test_nbgrader.py.)"""
     pytest.importorskip("nbgrader")
     got, printed = autograde(tmp_path, ROOT, QUIET)
     print(f"nbgrader scores: {got}")
@@ -209,10 +214,10 @@ def test_nbgrader_scores_honest_work_as_before_and_each_attack_0(tmp_path):
 
 
 def test_the_checks_cannot_be_replaced_by_assignment():
-    from ttr_edu.checks import _core
+    from ttr_edu.checks import _core, _rules
     from ttr_edu.checks import hebbian_memory as checks
 
-    for module, name in ((checks, "check_write"), (checks, "hebbian"), (_core, "run_check"), (_core, "_compare")):
+    for module, name in ((checks, "check_write"), (checks, "hebbian"), (_rules, "run_check"), (_core, "_compare")):
         with pytest.raises(AttributeError, match="read-only"):
             setattr(module, name, lambda *a, **k: True)
         with pytest.raises(AttributeError, match="read-only"):
@@ -224,7 +229,7 @@ def test_the_checks_cannot_be_replaced_by_assignment():
 
 
 class _Agrees(torch.Tensor):
-    """The review's Tensor subclass: it answers torch.allclose (function and method) with True."""
+    """A Tensor subclass that answers torch.allclose (function and method) with True."""
 
     @classmethod
     def __torch_function__(cls, func, types, args=(), kwargs=None):

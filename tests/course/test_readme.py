@@ -17,14 +17,23 @@ def test_python_example_runs_and_returns_the_documented_shapes():
     assert o.shape == (B, T, H, D) and S.shape == (B, H, D, D)
 
 
-def test_quick_start_has_exactly_two_commands_and_ci_runs_the_second():
+def test_quick_start_has_exactly_two_commands_and_ci_runs_both():
     quick_start = README.split("## Quick start")[1].split("\n## ")[0]
     commands = re.findall(r"```bash\n(.*?)```", quick_start, flags=re.DOTALL)
     assert len(commands) == 2
     course, tests = ([line for line in c.splitlines() if not line.startswith("#")] for c in commands)
-    assert len(course) == 1 and "ttr-edu start" in course[0]
-    assert 'pip install "ttr-edu[course]"' in course[0] and " -e " not in course[0]  # students need no clone
-    assert "git clone" in quick_start.split(commands[1])[0]  # contributors are told where the second one runs
+    assert len(course) == 1 and course[0].endswith("ttr-edu start my-course")
+    assert 'pip install -e ".[course]"' in course[0]  # from the clone: the package is not published yet
+    assert "git clone" in quick_start.split(commands[0])[0]  # the reader is told where both commands run
     assert len(tests) == 1 and "pytest" in tests[0]
-    assert "# 2. set up and run the tests" in commands[1]  # the marker .ci/run reads the command after
-    assert "README.md" in (ROOT / ".ci" / "run").read_text()
+    assert 'pip install "ttr-edu[course]"' in quick_start and "After the first release" in quick_start
+    ci = (ROOT / ".ci" / "run").read_text()
+    for marker in ("# 1. set up and run the course", "# 2. set up and run the tests"):  # .ci/run reads the line after
+        assert marker in commands[0] + commands[1] and marker in ci
+
+
+def test_the_readme_says_how_to_get_torchs_cpu_build_and_which_versions_were_tested():
+    quick_start = README.split("## Quick start")[1].split("\n## ")[0]
+    assert "pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu" in quick_start
+    assert "keeps the install small" not in README  # the pin alone does not: PyPI's Linux torch is the CUDA build
+    assert "torch 2.13.0 (its CPU build) and triton 3.9.0" in quick_start and "triton 3.7.1" in quick_start

@@ -60,13 +60,14 @@ def folder_problems(folder: Path) -> list[str]:
 def test_every_student_notebook_has_no_raw_citation_and_no_link_out_of_the_folder(tmp_path, capsys):
     dest = tmp_path / "my-course"
     assert main(["--root", str(ROOT), "copy", str(dest)]) == 0
-    assert sorted(p.name for p in dest.glob("*.ipynb")) == sorted([*(p.name for p in CHAPTERS), "notation.ipynb"])
-    assert (dest / "notation.ipynb").is_file(), "every chapter links the notation page: it is copied along"
+    assert sorted(p.name for p in dest.glob("*.ipynb")) == sorted(p.name for p in CHAPTERS)
+    assert (dest / "notation.md").is_file(), "every chapter links the notation page: it is copied along"
+    assert (dest / "sources.md").is_file(), "the chapters link the sources ledger: it is copied along"
     assert folder_problems(dest) == []
     first = nbformat.read(dest / CHAPTERS[0].name, as_version=4)
     text = "\n".join(cell.source for cell in first.cells)
     assert "[Steinbuch, 1961](https://doi.org/10.1007/BF00293853)" in text  # written out as a link to the paper
-    assert "[notation page](notation.ipynb)" in text  # aimed at the copy, which JupyterLab renders as a notebook
+    assert "[notation page](notation.md)" in text  # aimed at the copy, which JupyterLab opens rendered
     references = first.cells[-1]
     assert references.id == REFERENCES_CELL and references.source.startswith("## References\n")
     assert "- Steinbuch (1961). Die Lernmatrix. Kybernetik. <https://doi.org/10.1007/BF00293853>" in references.source
@@ -176,35 +177,34 @@ def test_links_are_aimed_inside_the_students_folder_and_pages_come_along(tmp_pat
     data, linked = render(root, PurePosixPath("chapters/01_one.ipynb"))
     nb = nbformat.reads(data.decode("utf-8"), as_version=4)
     text = nb.cells[0].source
-    assert "[notation](notation.ipynb#sizes)" in text and "![a figure](images/fig.svg)" in text
+    assert "[notation](notation.md#sizes)" in text and "![a figure](images/fig.svg)" in text
     assert "[two](02_two.ipynb)" in text and "(https://example.org)" in text
     assert "(../missing.md)" in text  # not a course file: left as written, and the folder check reports it
     assert nb.cells[1].source == "x = '[@hopfield1982neural](../notation.md)'"  # code is never touched
     assert linked == {PurePosixPath("notation.md"), PurePosixPath("images/fig.svg")}
     pages = student_copy.linked_pages(root, linked)
-    assert set(pages) == {PurePosixPath("notation.ipynb"), PurePosixPath("images/fig.svg")}
-    page = nbformat.reads(pages[PurePosixPath("notation.ipynb")].decode("utf-8"), as_version=4)
-    nbformat.validate(page)
-    assert page.cells[0].source.startswith("# Notation\n\nSymbols ([Hopfield, 1982](https://doi.org/")  # front matter
-    assert "[one](01_one.ipynb)" in page.cells[0].source  # the page's own links follow
-    assert page.cells[1].id == REFERENCES_CELL and "Hopfield (1982)" in page.cells[1].source
+    assert set(pages) == {PurePosixPath("notation.md"), PurePosixPath("images/fig.svg")}
+    page = pages[PurePosixPath("notation.md")].decode("utf-8")
+    assert page.startswith("# Notation\n\nSymbols ([Hopfield, 1982](https://doi.org/")  # the front matter's title
+    assert "[one](01_one.ipynb)" in page  # the page's own links follow
+    assert page.split("## References\n", 1)[1].count("Hopfield (1982)") == 1  # its references at its end
 
 
 def test_an_edited_page_is_kept_and_a_changed_release_of_it_is_announced(tmp_path, capsys):
     root = small_course(tmp_path)
     dest = tmp_path / "mine"
     assert main(["--root", str(root), "copy", str(dest)]) == 0
-    assert (dest / "notation.ipynb").is_file() and (dest / "images" / "fig.svg").read_text() == "<svg/>"
+    assert (dest / "notation.md").is_file() and (dest / "images" / "fig.svg").read_text() == "<svg/>"
     manifest = json.loads((dest / ".ttr-edu-copy.json").read_text())
-    assert set(manifest["pages"]) == {"notation.ipynb", "images/fig.svg"}
-    (dest / "notation.ipynb").write_text("my notes", encoding="utf-8")
+    assert set(manifest["pages"]) == {"notation.md", "images/fig.svg"}
+    (dest / "notation.md").write_text("my notes", encoding="utf-8")
     capsys.readouterr()
     assert main(["--root", str(root), "copy", str(dest)]) == 0
-    assert (dest / "notation.ipynb").read_text() == "my notes" and "notation" not in capsys.readouterr().out
+    assert (dest / "notation.md").read_text() == "my notes" and "notation" not in capsys.readouterr().out
     (root / "notation.md").write_text("Symbols, second edition.\n")
     (root / "images" / "fig.svg").write_text("<svg>2</svg>")
     assert main(["--root", str(root), "copy", str(dest)]) == 0
     out = capsys.readouterr().out
-    assert "kept your notation.ipynb (edited)" in out
-    assert (dest / "notation.ipynb").read_text() == "my notes"
+    assert "kept your notation.md (edited)" in out
+    assert (dest / "notation.md").read_text() == "my notes"
     assert (dest / "images" / "fig.svg").read_text() == "<svg>2</svg>"  # untouched: refreshed

@@ -28,7 +28,7 @@ pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[2]
 CHAPTERS = sorted(p.name for p in (ROOT / "chapters").glob("[0-9][0-9]_*.ipynb"))
-PAGES = ["notation.md", "grading.md", "intro.md", "references.bib", "images/logo.svg"]
+PAGES = ["notation.md", "sources.md", "grading.md", "intro.md", "references.bib", "images/logo.svg"]
 VERSION = re.search(r'^version\s*=\s*"([^"]+)"', (ROOT / "pyproject.toml").read_text(), re.MULTILINE)[1]
 CHAPTER = "01_hebbian_memory.ipynb"  # the chapter `check` runs: the quickest to execute
 TORCH = "torch==2.13.0"  # the README's pin
@@ -160,7 +160,8 @@ def test_list_copy_and_check_work_with_no_clone(student, work):
     copied = run([ttr_edu, "copy", "my-course"], env=env, cwd=cwd)
     assert f"{len(CHAPTERS)} new, 0 refreshed, 0 up to date" in copied
     folder = cwd / "my-course"
-    assert sorted(p.name for p in folder.glob("*.ipynb")) == sorted([*CHAPTERS, "notation.ipynb"])
+    assert sorted(p.name for p in folder.glob("*.ipynb")) == sorted(CHAPTERS) and (folder / "notation.md").is_file()
+    assert (folder / "sources.md").is_file()
     assert folder_problems(folder) == []  # no raw citation, no link out of the folder
 
     started = time.monotonic()
@@ -206,7 +207,7 @@ def test_start_serves_the_chapters_with_jupyterlab_myst(student):
                 time.sleep(0.5)
         with urllib.request.urlopen(f"{url}/api/contents?token={token}", timeout=30) as response:
             served = sorted(item["name"] for item in __import__("json").load(response)["content"])
-        assert served == sorted([*CHAPTERS, "notation.ipynb"])
+        assert served == sorted([*CHAPTERS, "notation.md", "sources.md"])
         with urllib.request.urlopen(f"{url}/lab?token={token}", timeout=30) as response:
             assert "jupyterlab-myst" in response.read().decode()  # the page loads the MyST renderer
     finally:

@@ -69,11 +69,13 @@ def start_as_in_a_terminal(command, **popen_kwargs):
     """Start ``command`` (text I/O) for a test that will press Ctrl-C in it: in a session of its own, so the test can
     signal its whole process group as a terminal does, with SIGINT at its default. A pytest worker may run with
     SIGINT ignored, the child inherits that, and Python installs no KeyboardInterrupt handler under an ignored
-    SIGINT: the Ctrl-C would then never arrive."""
+    SIGINT: the Ctrl-C would then never arrive. A blocked SIGINT is inherited too (a CI runner may start the tests
+    with it masked), so it is unblocked as well: a terminal's foreground job has it neither ignored nor blocked."""
     import signal
     import subprocess
 
     def sigint_at_default():
         signal.signal(signal.SIGINT, signal.SIG_DFL)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
 
     return subprocess.Popen(command, text=True, start_new_session=True, preexec_fn=sigint_at_default, **popen_kwargs)

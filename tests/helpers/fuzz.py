@@ -16,6 +16,11 @@ outcome of a case is one of:
 
 Expectations of a mutation: ``"bad"`` must be refused or announced; ``"valid"`` must compute; ``"either"`` may do
 either, as long as the outcome is clean (a meta tensor may run, yielding meta outputs, or be refused by name).
+
+The input classes every argument is broken in, one argument at a time with the rest valid (:data:`CLASSES` counts
+the cases of each): each axis of a tensor of size 0; int, bool, complex, half and another float dtype; NaN and ±inf
+in float tensors and in int and float scalars; the same values in a non-contiguous view, and a stride-0 view; meta
+tensors; NumPy and torch scalars where a Python number goes; ints beyond int64 and beyond a float, numbers as strings.
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy
 import torch
 
 #: A size that no machine can hold: sizes must be refused (or capped) before anything is allocated for them.
@@ -82,14 +88,36 @@ def _resized(x: torch.Tensor, axis: int) -> torch.Tensor:
     return torch.cat([x, x.narrow(axis, 0, 1)], dim=axis) if x.shape[axis] else x
 
 
+def noncontiguous(x: torch.Tensor) -> torch.Tensor:
+    """The same values in a non-contiguous view (every other element of a buffer twice as long)."""
+    return torch.stack([x, x], dim=-1)[..., 0]
+
+
+def stride0(x: torch.Tensor) -> torch.Tensor:
+    """A view of ``x``'s shape whose elements all share one memory location (stride 0), as ``expand`` gives: writing
+    into it in place fails, and its values are all the first element's."""
+    if not x.numel():
+        return x
+    return x.reshape(-1)[:1].reshape([1] * x.dim()).expand(x.shape)
+
+
 def tensor_mutations(x: torch.Tensor, dims, ctx: Ctx, rank: str = "bad") -> list[Mutation]:
-    """Shape, type and device mutations shared by every tensor kind (``rank``: what one more or one fewer leading
-    axis must do; ``"either"`` for a function of any shape ``(..., D)``)."""
+    """Shape, layout, type and device mutations shared by every tensor kind (``rank``: what one more or one fewer
+    leading axis must do; ``"either"`` for a function of any shape ``(..., D)``).
+
+    Layout: the same values in a non-contiguous view must give the same result (``"valid"``); a stride-0 view (all
+    elements one location) may be refused by name or computed, never fail inside. Size: each axis in turn of size 0,
+    refused by name or computed (a shape mismatch, an empty batch, an empty sequence)."""
     out: list[Mutation] = [
         ("list", lambda: x.tolist(), "bad"),
         ("extra_dim", lambda: x[None], rank),
         ("meta", lambda: x.to("meta"), "either"),
+        ("noncontiguous", lambda: noncontiguous(x), "valid"),
+        ("stride0", lambda: stride0(x), "either"),
     ]
+    for axis in range(x.dim()):
+        if x.shape[axis]:
+            out.append((f"zero_axis{axis}", lambda axis=axis: x.narrow(axis, 0, 0), "either"))
     if x.dim():
         out.append(("drop_dim", lambda: x[..., 0], rank))
     for axis, d in enumerate(dims):
@@ -156,7 +184,13 @@ class F(Kind):
                 ("posinf", poke(math.inf), "bad"),
                 ("neginf", poke(-math.inf), "valid" if self.neginf else "bad"),
             ]
-        out += [("int_dtype", lambda: x.detach().to(torch.int64), "bad")]
+        out += [
+            ("int_dtype", lambda: x.detach().to(torch.int64), "bad"),
+            ("bool_dtype", lambda: x.detach() > 0, "bad"),
+            ("complex_dtype", lambda: x.detach().to(torch.complex64), "bad"),
+            # half precision: refused by name, or computed (alone, it is another float dtype)
+            ("half_dtype", lambda: x.detach().to(torch.float16), "bad" if self.linked and ctx.linked > 1 else "either"),
+        ]
         other = torch.float64 if x.dtype != torch.float64 else torch.float32
         expect = self.other_dtype or ("bad" if self.linked and ctx.linked > 1 else "valid")
         out.append(("other_dtype", lambda: x.detach().to(other), expect))
@@ -202,6 +236,9 @@ class I(Kind):  # noqa: E742 - the index kind, named like F
             ("float_dtype", lambda: x.to(torch.float32), "bad"),
             ("bool_dtype", lambda: x.bool(), "bad"),
             ("int32", lambda: x.to(torch.int32), "either"),
+            ("uint8", lambda: x.clamp(0, 255).to(torch.uint8), "either"),
+            ("half_dtype", lambda: x.to(torch.float16), "bad"),
+            ("complex_dtype", lambda: x.to(torch.complex64), "bad"),
             ("none", lambda: None, "bad"),
         ]
         if x.numel():
@@ -229,6 +266,8 @@ class Flag(Kind):
             ("int_one", lambda: 1, "bad"),
             ("none", lambda: None, "valid" if self.optional else "bad"),
             ("flipped", lambda: not value if isinstance(value, bool) else True, "valid"),
+            ("numpy_bool", lambda: numpy.bool_(value), "either"),  # accepted as the bool it is, or refused by name
+            ("tensor_bool", lambda: torch.tensor(bool(value)), "either"),
         ]
 
 
@@ -258,7 +297,18 @@ class Int(Kind):
             ("str", lambda: "3", "bad"),
             ("none", lambda: None, "valid" if self.optional else "bad"),
             ("huge", lambda: HUGE, self.huge),
+            # no tensor can hold it: refused by name, or capped where HUGE is
+            ("beyond_int64", lambda: 10**30, "either" if self.huge == "valid" else self.huge),
+            ("nan", lambda: math.nan, "bad"),
+            ("inf", lambda: math.inf, "bad"),
+            ("str_huge", lambda: "1" + "0" * 30, "bad"),
         ]
+        if isinstance(value, int) and not isinstance(value, bool):
+            out += [  # the same number as NumPy or torch gives it: taken as that int, or refused by name
+                ("numpy_int", lambda: numpy.int64(value), "either"),
+                ("tensor_int", lambda: torch.tensor(value), "either"),
+                ("numpy_float", lambda: numpy.float64(value), "either"),
+            ]
         hi = self.hi(ctx.sizes) if callable(self.hi) else self.hi
         if hi is not None:
             out.append(("above", lambda: hi + 1, "bad"))
@@ -297,7 +347,18 @@ class Num(Kind):
             ("none", lambda: None, "valid" if self.optional else "bad"),
             ("list", lambda: [1.0], "bad"),
             ("big", lambda: 1e300, big if self.hi is None else "bad"),
+            ("huge_int", lambda: 10**400, "bad"),  # an int no float can hold: float() overflows
+            ("str_nan", lambda: "nan", "bad"),
+            ("complex", lambda: 1 + 1j, "bad"),
         ]
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            out += [  # the same number as NumPy or torch gives it
+                ("numpy_float", lambda: numpy.float64(value), "valid"),  # a float subclass: must work as the float
+                ("numpy_float32", lambda: numpy.float32(value), "either"),
+                ("tensor_scalar", lambda: torch.tensor(float(value)), "either"),
+                ("numpy_nan", lambda: numpy.float64("nan"), "bad"),
+                ("tensor_nan", lambda: torch.tensor(math.nan), "bad"),
+            ]
         if self.lo is not None:
             out.append(("below", lambda: self.lo - 1.0, "bad"))
             if self.lo_open:
@@ -350,8 +411,9 @@ class Obj(Kind):
 
 @dataclass
 class Tup(Kind):
-    """A tuple of tensors (a state such as ``(S, P)`` or ``(W1, W2)``): each part's mutations, a lone tensor, a
-    shorter tuple. ``wrap``: builds the container from the parts (default ``tuple``)."""
+    """A tuple of tensors (a state such as ``(S, P)`` or ``(W1, W2)``): each part's mutations (a part of another float
+    dtype than the call's is refused, as a half one is), a lone tensor, a shorter tuple. ``wrap``: builds the
+    container from the parts (default ``tuple``)."""
 
     parts: Sequence = ()
     optional: bool = True
@@ -368,7 +430,7 @@ class Tup(Kind):
         ]
         for i, part in enumerate(self.parts):
             for label, thunk, expect in part.mutations(value[i], ctx):
-                if label in ("none", "other_dtype"):
+                if label == "none":
                     continue
                 out.append((f"[{i}]{label}", lambda i=i, thunk=thunk: self._replace(value, i, thunk()), expect))
         return out
@@ -379,9 +441,30 @@ class Tup(Kind):
         return self.wrap(items)
 
 
-def Gen() -> Obj:  # noqa: N802 - reads as a kind
+def Gen() -> Obj:  # reads as a kind
     """An optional ``torch.Generator``."""
     return Obj(factory=lambda ctx: torch.Generator().manual_seed(0), optional=True)
+
+
+#: The classes of input the fuzz covers, by the label of a case's mutation (the part after ``arg:``), for the tally.
+CLASSES = {
+    "zero-size dims": re.compile(r"(^|\])(zero_axis\d+|empty_\w+)$|^empty:"),
+    "dtypes (int, bool, complex, half, mixed)": re.compile(
+        r"(^|\])(int_dtype|bool_dtype|complex_dtype|half_dtype|other_dtype|float_dtype|int32|uint8)$"
+    ),
+    "NaN and inf": re.compile(r"(^|\])(nan|posinf|neginf|inf|numpy_nan|tensor_nan|str_nan)$"),
+    "layout (non-contiguous, stride 0)": re.compile(r"(^|\])(noncontiguous|stride0)$"),
+    "meta tensors": re.compile(r"(^|\])meta$|^all_meta$"),
+    "NumPy and torch scalars": re.compile(r"(^|\])(numpy_\w+|tensor_\w+)$"),
+    "huge numbers and strings": re.compile(r"(^|\])(huge|beyond_int64|huge_int|big|tiny|str|str_\w+)$"),
+    "valid calls": re.compile(r"^valid$"),
+}
+
+
+def class_of(label: str) -> str:
+    """The input class of a case (:data:`CLASSES`); anything else is "other mutations" (shapes, ranges, types)."""
+    mutation = label.split(":", 1)[-1]
+    return next((name for name, pattern in CLASSES.items() if pattern.search(mutation)), "other mutations")
 
 
 # ------------------------------------------------------------------------------------------------------------------
@@ -500,7 +583,7 @@ def classify(
             if expect == "valid":
                 return Outcome("refused", f"{type(error).__name__}: {message[:200]}")
             return Outcome("clean", "refused")
-        except Exception as error:  # noqa: BLE001 - anything else is obscure by definition
+        except Exception as error:  # anything else is obscure by definition
             return Outcome("obscure", f"{type(error).__name__}: {str(error)[:200]}")
     announced = [
         w

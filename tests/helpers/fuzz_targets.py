@@ -185,7 +185,7 @@ for form in ("recurrent", "chunk", "diagonal_recurrent"):
 
 op(
     "longhorn_step_size",
-    dict(beta=_beta(0.0, 2.0, rank="either"), k=F(QK)),
+    dict(beta=_beta(0.0, 2.0), k=F(QK)),
     empty=("B", "T", "H", "D_k"),
 )
 
@@ -642,31 +642,34 @@ COMMON_LAYER_ARGS = dict(
     use_short_conv=Flag(True),
     conv_size=Int(2, hi=64),
 )
-LAYER_OPTIONS = {
-    "LinearAttention": dict(
-        feature_map=Ch("elu_plus_one", ("relu", "identity")),
-        normalize=Flag(),
-        qk_norm=Flag(),
-        sum_norm=Flag(),
-        output_norm=Flag(True),
-        chunk_size=Int(4, huge="either"),
-        feature_map_params=Obj(
-            lambda ctx: None, optional=True, extra=(("unknown_param", lambda v, c: {"nope": 1}, "bad"),)
-        ),
-    ),
-    "DeltaNet": dict(use_beta=Flag(True), chunk_size=Int(4, huge="either")),
-    "GatedDeltaNet": dict(chunk_size=Int(4, huge="either")),
-    "MesaLayer": dict(
-        ridge=Num(1.0, lo=0.0, lo_open=True, **RIDGE), use_gate=Flag(), solver=Ch("auto", ("recurrent", "exact"))
-    ),
-    "SoftmaxAttention": dict(qk_norm=Flag(), qk_scale=Num(10.0, lo=0.0, lo_open=True, **RIDGE)),
-    "LocalLinearAttention": dict(ridge=Num(0.01, lo=0.0, lo_open=True, **RIDGE)),
-    "Longhorn": dict(diagonal=Flag(), chunk_size=Int(4, huge="either")),
-    "DeltaProduct": dict(num_householder=Int(2, hi=64), chunk_size=Int(4, huge="either")),
-    "TTTLinear": dict(mini_batch_size=Int(2, huge="either"), layer_norm=Flag(), residual=Flag()),
-    "TTTMLP": dict(mini_batch_size=Int(2, huge="either"), expansion=Int(2, hi=64), layer_norm=Flag(), residual=Flag()),
-    "TitansMemory": dict(expansion=Int(2, hi=64)),
-}
+
+
+def _option(recipe):
+    """A fuzz argument from a mixer spec's recipe (:class:`ttr_edu.layers.MixerSpec`, ``fuzz``)."""
+    kind, default, *more = recipe
+    if kind == "flag":
+        return Flag(default)
+    if kind == "int":
+        return Int(default, hi=more[0]) if more else Int(default, huge="either")
+    if kind == "positive":
+        return Num(default, lo=0.0, lo_open=True, **RIDGE)
+    if kind == "choice":
+        return Ch(default, more[0])
+    return Obj(lambda ctx: None, optional=True, extra=(("unknown_param", lambda v, c: {"nope": 1}, "bad"),))
+
+
+def _layer_options():
+    """class name -> the fuzz arguments of its own options, from the registry's specs (each class's first recipe)."""
+    from ttr_edu.layers import REGISTRY
+
+    found = {}
+    for spec in REGISTRY.values():
+        if spec.fuzz is not None and spec.layer.__module__.startswith("ttr_edu."):
+            found.setdefault(spec.layer.__name__, {name: _option(r) for name, r in spec.fuzz.items()})
+    return found
+
+
+LAYER_OPTIONS = _layer_options()
 
 
 def _layers():
@@ -777,17 +780,17 @@ add(
 )
 add(
     Target(
-        "ttr_edu.layers.check_layer_input",
-        lambda module, x: _layers().check_layer_input(module, x),
+        "ttr_edu.layers.MixerSpec",
+        lambda **a: _layers().MixerSpec(**a),
         dict(
-            module=Obj(
-                lambda ctx: _build_layer("DeltaNet", ctx),
-                extra=(("no_hidden_size", lambda v, c: torch.nn.Linear(2, 2), "bad"),),
-            ),
-            x=F(("B", "T", _hidden), other_dtype="bad"),
+            name=Obj(lambda ctx: "fuzzed", extra=(("not_an_identifier", lambda v, c: "no name", "bad"),)),
+            label=Obj(lambda ctx: "fuzzed"),
+            layer=Obj(lambda ctx: _layers().DeltaNet, extra=(("not_a_mixer", lambda v, c: torch.nn.Linear, "bad"),)),
+            options=Obj(lambda ctx: {}, extra=(("not_a_dict", lambda v, c: [1], "bad"),)),
+            parametric=Flag(True),
+            mqar=Flag(),
+            lm=Flag(),
         ),
-        sizes=LAYER_SIZES,
-        empty=("B", "T"),
     )
 )
 
@@ -1455,31 +1458,6 @@ add(
 )
 
 
-add(
-    Target(
-        f"{MM}.QKVConvolution",
-        lambda **a: _mod(MM).QKVConvolution(**a),
-        dict(hidden_size=Int(lambda s: 3 * s["D"]), conv_size=Int(2, hi=64), qk_silu=Flag(True)),
-        sizes=MM_SIZES,
-    )
-)
-add(
-    Target(
-        f"{MM}.QKVConvolution.forward",
-        lambda module, x: module(x),
-        dict(
-            module=Obj(
-                lambda ctx: _mod(MM).QKVConvolution(3 * ctx.sizes["D"], 2, qk_silu=False).to(ctx.dtype),
-                wrong_type=False,
-            ),
-            x=F(("B", "T", lambda s: 3 * s["D"]), other_dtype="bad"),
-        ),
-        sizes=MM_SIZES,
-        empty=("B", "T"),
-    )
-)
-
-
 def _mqar_model(ctx):
     torch.manual_seed(0)
     s = ctx.sizes
@@ -1495,19 +1473,6 @@ add(
         empty=("B", "T"),
     )
 )
-add(
-    Target(
-        f"{MM}.MQARLayer",
-        lambda **a: _mod(MM).MQARLayer(**a),
-        dict(
-            label=Obj(lambda ctx: "DeltaNet"),
-            layer=Obj(lambda ctx: _layers().DeltaNet),
-            kwargs=Obj(lambda ctx: {}, extra=(("not_a_dict", lambda v, c: [1], "bad"),)),
-            linear_memory=Flag(True),
-        ),
-    )
-)
-
 # ------------------------------------------------------------------------------------------------------------------
 # ttr_edu.train, ttr_edu.profiling, ttr_edu.viz (the figures of tensors and sizes)
 # ------------------------------------------------------------------------------------------------------------------
@@ -1573,7 +1538,7 @@ add(
 )
 
 PRF = "ttr_edu.profiling"
-for fname in ("peak_memory", "bytes_created", "matmul_flops"):
+for fname in ("peak_memory", "bytes_created", "matmul_flops", "operation_count"):
     fn_target(PRF, fname, dict(fn=Obj(lambda ctx: lambda: torch.ones(3, 3) @ torch.ones(3, 3))))
 fn_target(PRF, "best_seconds", dict(fn=Obj(lambda ctx: lambda: torch.ones(3) * 2), repeats=Int(2, hi=1000)))
 for cname in ("PeakMemory", "BytesCreated"):

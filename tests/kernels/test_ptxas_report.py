@@ -5,7 +5,7 @@ import pytest
 pytest.importorskip("triton")
 pytest.importorskip("triton.backends.nvidia", reason="needs Triton's CUDA backend (ptxas ships with it)")
 
-from ttr_edu.kernels import ptxas_report  # noqa: E402
+from ttr_edu.kernels import ptxas_report
 
 PUZZLE_SIGNATURE = {
     **{name: "*fp32" for name in ("q_ptr", "k_ptr", "v_ptr", "beta_ptr", "o_ptr", "s0_ptr", "s_ptr")},

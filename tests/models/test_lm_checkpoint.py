@@ -22,6 +22,12 @@ def test_it_records_its_recipe_and_its_corpus():
     assert model.num_parameters() == meta["parameters"]
 
 
+@pytest.mark.xfail(
+    strict=True,
+    reason="the shipped checkpoint was trained with a DeltaNet that applied the SiLU to q and k twice; DeltaNet now "
+    "applies it once, as fla's, so the weights compute another function until the checkpoint is retrained "
+    "(python -m ttr_edu.experiments.lm_checkpoint); then this test passes, and strict=True asks for the mark's removal",
+)
 def test_it_reproduces_its_recorded_valid_bits_per_byte():
     model, meta = load_checkpoint()
     corpus = load_stdlib_corpus()

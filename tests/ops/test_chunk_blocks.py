@@ -1,4 +1,4 @@
-"""The chunk forms' machinery (:mod:`ttr_edu.ops._chunking`, issue 27): blocks read in place from the caller's layout,
+"""The chunk forms' machinery (:mod:`ttr_edu.ops._chunking`): blocks read in place from the caller's layout,
 buffers reused under ``no_grad``, the same code out of place under autograd. Whatever path a call takes, every chunk
 form equals its recurrent form: fp64 to 1e-12, fp32 to 1e-5."""
 
@@ -106,7 +106,7 @@ def test_factorised_and_exact_scalar_decays_agree(monkeypatch, layer, module, dt
     args, S0 = inputs(layer, T=70, dtype=dtype, max_decay=0.1)
     results = []
     for threshold in (0.0, 2.0):  # 0: every block factorised; 2 > any decay: none
-        monkeypatch.setattr(module, "_MIN_FACTORED_DECAY", threshold)
+        monkeypatch.setattr(module, "MIN_FACTORED_DECAY", threshold)
         with torch.no_grad():
             results.append(run(layer, args, S0, chunk_size=16))
     (o_f, S_f), (o_e, S_e) = results

@@ -120,7 +120,7 @@ def test_split_with_state_equals_whole_run(form, T, data):
     split = data.draw(st.integers(1, T - 1), label="split")
     q, k, v, beta = make_inputs(2, T, 2, 4, 3, torch.float64, seed=T)
     extra = {"chunk_size": data.draw(st.integers(1, 8), label="chunk_size")} if form == "chunk" else {}
-    run = lambda *x, **kw: FORMS[form](*x, output_final_state=True, **extra, **kw)  # noqa: E731
+    run = lambda *x, **kw: FORMS[form](*x, output_final_state=True, **extra, **kw)
     o_whole, S_whole = run(q, k, v, beta)
     o_first, S = run(q[:, :split], k[:, :split], v[:, :split], beta[:, :split])
     o_second, S_end = run(q[:, split:], k[:, split:], v[:, split:], beta[:, split:], initial_state=S)

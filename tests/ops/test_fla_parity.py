@@ -22,7 +22,7 @@ CU = [0, 37, 38, 100, 128]
 
 def make(B=2, T=100, H=3, D_k=16, D_v=16, seed=0, temperature=1.0):
     gen = torch.Generator().manual_seed(seed)
-    rand = lambda *shape: torch.randn(*shape, generator=gen)  # noqa: E731
+    rand = lambda *shape: torch.randn(*shape, generator=gen)
     q, k, v = rand(B, T, H, D_k), rand(B, T, H, D_k), rand(B, T, H, D_v)
     gk = F.logsigmoid(rand(B, T, H, D_k)) / temperature
     g = F.logsigmoid(rand(B, T, H)) / temperature
@@ -62,38 +62,30 @@ def test_varlen_matches_fla_naive_run_sequence_by_sequence(layer):
     beta = torch.rand(1, CU[-1], 3, generator=torch.Generator().manual_seed(2))
     k_unit = F.normalize(k, dim=-1)
     if layer == "gla":
-        ours = lambda cu, s: ops.gla_chunk(q, k, v, gk, initial_state=s, output_final_state=True, cu_seqlens=cu)  # noqa: E731
-        theirs = (
-            lambda a, b, s: fla_naive("gla").naive_recurrent_gla(  # noqa: E731
-                q[:, a:b], k[:, a:b], v[:, a:b], gk[:, a:b], initial_state=s, output_final_state=True
-            )
+        ours = lambda cu, s: ops.gla_chunk(q, k, v, gk, initial_state=s, output_final_state=True, cu_seqlens=cu)
+        theirs = lambda a, b, s: fla_naive("gla").naive_recurrent_gla(
+            q[:, a:b], k[:, a:b], v[:, a:b], gk[:, a:b], initial_state=s, output_final_state=True
         )
     elif layer == "simple_gla":
-        ours = lambda cu, s: ops.gated_linear_attention_chunk(  # noqa: E731
+        ours = lambda cu, s: ops.gated_linear_attention_chunk(
             q, k, v, g, initial_state=s, output_final_state=True, cu_seqlens=cu
         )
-        theirs = (
-            lambda a, b, s: fla_naive("simple_gla").naive_chunk_simple_gla(  # noqa: E731
-                q[:, a:b], k[:, a:b], v[:, a:b], g[:, a:b], initial_state=s, output_final_state=True
-            )
+        theirs = lambda a, b, s: fla_naive("simple_gla").naive_chunk_simple_gla(
+            q[:, a:b], k[:, a:b], v[:, a:b], g[:, a:b], initial_state=s, output_final_state=True
         )
     elif layer == "gated_delta_rule":
-        ours = lambda cu, s: ops.gated_delta_rule_chunk(  # noqa: E731
+        ours = lambda cu, s: ops.gated_delta_rule_chunk(
             q, k_unit, v, g, beta, initial_state=s, output_final_state=True, cu_seqlens=cu
         )
-        theirs = (
-            lambda a, b, s: fla_naive("gated_delta_rule").naive_chunk_gated_delta_rule(  # noqa: E731
-                q[:, a:b], k_unit[:, a:b], v[:, a:b], g[:, a:b], beta[:, a:b], initial_state=s, output_final_state=True
-            )
+        theirs = lambda a, b, s: fla_naive("gated_delta_rule").naive_chunk_gated_delta_rule(
+            q[:, a:b], k_unit[:, a:b], v[:, a:b], g[:, a:b], beta[:, a:b], initial_state=s, output_final_state=True
         )
     else:
-        ours = lambda cu, s: ops.linear_attention_chunk(  # noqa: E731
+        ours = lambda cu, s: ops.linear_attention_chunk(
             q, k, v, initial_state=s, output_final_state=True, cu_seqlens=cu
         )
-        theirs = (
-            lambda a, b, s: fla_naive("linear_attn").naive_recurrent_linear_attn(  # noqa: E731
-                q[:, a:b], k[:, a:b], v[:, a:b], initial_state=s, output_final_state=True
-            )
+        theirs = lambda a, b, s: fla_naive("linear_attn").naive_recurrent_linear_attn(
+            q[:, a:b], k[:, a:b], v[:, a:b], initial_state=s, output_final_state=True
         )
     o, S = ours(torch.tensor(CU), S0)
     for n, (a, b) in enumerate(zip(CU, CU[1:])):

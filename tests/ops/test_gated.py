@@ -158,7 +158,7 @@ GATED = {
 def test_split_with_state_equals_whole_run(form, T, data):
     split = data.draw(st.integers(1, T - 1), label="split")
     q, k, v, g, beta = make_inputs(2, T, 2, 4, 3, torch.float64, seed=T)
-    run = lambda *x, **kw: GATED[form](*x, output_final_state=True, **kw)  # noqa: E731
+    run = lambda *x, **kw: GATED[form](*x, output_final_state=True, **kw)
     o_whole, S_whole = run(q, k, v, g, beta)
     first = [x[:, :split] for x in (q, k, v, g, beta)]
     second = [x[:, split:] for x in (q, k, v, g, beta)]

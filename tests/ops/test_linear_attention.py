@@ -111,7 +111,7 @@ def test_split_with_state_equals_whole_run(form, normalize, T, data):
     split = data.draw(st.integers(1, T - 1), label="split")
     q, k, v = make_qkv(2, T, 2, 4, 3, torch.float64, seed=T, positive=True)
     extra = {"chunk_size": data.draw(st.integers(1, 8), label="chunk_size")} if form == "chunk" else {}
-    run = lambda *x, **kw: FORMS[form](*x, normalize=normalize, output_final_state=True, **extra, **kw)  # noqa: E731
+    run = lambda *x, **kw: FORMS[form](*x, normalize=normalize, output_final_state=True, **extra, **kw)
     o_whole, state_whole = run(q, k, v)
     o_first, state = run(q[:, :split], k[:, :split], v[:, :split])
     o_second, state_end = run(q[:, split:], k[:, split:], v[:, split:], initial_state=state)

@@ -137,7 +137,7 @@ def test_longhorn_diagonal_form_is_the_authors_scan_in_their_layout():
         X = (1 - eps[:, :, t, None] * k_t**2) * X + (eps[:, :, t] * u[:, :, t])[..., None] * k_t
         ys.append(torch.einsum("bdn,bn->bd", X, q[:, :, t]))
     y = torch.stack(ys, -1)
-    ours = lambda x: x.permute(0, 2, 1)[:, :, None, :]  # (b, ·, l) -> (B, T, H = 1, ·)  # noqa: E731
+    ours = lambda x: x.permute(0, 2, 1)[:, :, None, :]  # (b, ·, l) -> (B, T, H = 1, ·)
     o, S = longhorn_diagonal_recurrent(ours(q), ours(k), ours(u), ours(beta), scale=1.0, output_final_state=True)
     assert relative_error(o[:, :, 0].permute(0, 2, 1), y) < 1e-14
     assert relative_error(S[:, 0].mT, X) < 1e-14

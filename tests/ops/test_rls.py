@@ -102,7 +102,7 @@ def test_split_with_state_equals_whole_run(form, decay, T, data):
     split = data.draw(st.integers(1, T - 1), label="split")
     q, k, v, g = make_inputs(2, T, 2, 3, 4, torch.float64, seed=T)
     g = g if decay else None
-    cut = lambda x, s: None if x is None else x[:, s]  # noqa: E731
+    cut = lambda x, s: None if x is None else x[:, s]
     o_whole, (S_whole, P_whole) = FORMS[form](q, k, v, ridge=0.7, g=g, output_final_state=True)
     first, second = slice(None, split), slice(split, None)
     o_first, state = FORMS[form](
@@ -146,7 +146,7 @@ def test_gradcheck(form, decay):
 
     assert torch.autograd.gradcheck(fn, inputs, fast_mode=True)
     # P_0 is symmetric: perturbed through its symmetric part (a Cholesky factorisation reads one triangle only)
-    symmetric = lambda P: (P + P.mT) / 2  # noqa: E731
+    symmetric = lambda P: (P + P.mT) / 2
     S0, P0 = S0.requires_grad_(), P0.requires_grad_()
     assert torch.autograd.gradcheck(
         lambda *x: fn(*x[:-2], state=(x[-2], symmetric(x[-1]))), [*inputs, S0, P0], fast_mode=True
@@ -309,6 +309,26 @@ def _state(B, H, D_k, D_v, dtype, seed):
     return torch.randn(B, H, D_k, D_v, generator=gen, dtype=torch.float64).to(dtype), P0.to(dtype)
 
 
+def fp32_chunk_tolerance(k, ridge, P0, chunk_size):
+    """The fp32 chunk form's relative error bound, from how rounding errors grow in it.
+
+    Each chunk factorises (Cholesky) and solves with the information matrix A_t = P_t⁻¹ (D_k × D_k) after summing up
+    to C outer products into it. A backward-stable Cholesky solve errs by at most γ_3n · κ(A) relative to the
+    solution, with γ_m ≈ m·u, u = 2⁻²⁴ fp32's unit roundoff and n = D_k (Higham, Accuracy and Stability of Numerical
+    Algorithms, 2nd ed., Thm 10.4 with §7.1); the C-term sums add γ_C. The state carries each chunk's error into the
+    next, so the errors add up over the ceil(T / C) chunks. κ(A_t) ≤ (λ_max(A_0) + Σ_i ‖k_i‖²) / λ_min(A_0) for every
+    t, since A_t = A_0 + Σ_{i≤t} k_i k_iᵀ (A_0 = ridge·I, or P_0⁻¹ from a state). So the bound is
+    3·u·κ·(D_k + C)·ceil(T / C). Over 400 random cases of this test's ranges the measured error stayed below 0.42 of
+    u·κ·(D_k + C)·ceil(T / C), so the factor 3 (γ_3n's) leaves room; a wrong chunk form errs by 10⁻¹ or more.
+    """
+    B, T, H, D_k = k.shape
+    A0 = torch.linalg.inv(P0.double()) if P0 is not None else ridge * torch.eye(D_k, dtype=torch.float64)
+    eigenvalues = torch.linalg.eigvalsh(A0).expand(B, H, D_k)
+    kappa = (eigenvalues[..., -1] + k.double().square().sum((1, 3))) / eigenvalues[..., 0]
+    u = torch.finfo(torch.float32).eps / 2
+    return 3 * u * kappa.max().item() * (D_k + min(chunk_size, T)) * -(-T // chunk_size)
+
+
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
 @FAST
 @example(dict(B=1, T=1, H=1, D_k=3, D_v=2, chunk_size=4, ridge=1.0, from_state=False, seed=0))  # T = 1 < C
@@ -316,7 +336,8 @@ def _state(B, H, D_k, D_v, dtype, seed):
 @given(case=chunk_cases)
 def test_chunk_form_equals_sherman_morrison(dtype, case):
     """o, S_T and P_T of rls_chunk equal rls_recurrent's in fp64 to 1e-12 at every chunk size; in fp32 the chunk
-    form is within 1e-5 of that fp64 answer (both fp32 forms round, so they are compared with the truth)."""
+    form is within the bound of :func:`fp32_chunk_tolerance` of that fp64 answer (both fp32 forms round, so they are
+    compared with the truth)."""
     B, T, H, D_k, D_v = (case[n] for n in ("B", "T", "H", "D_k", "D_v"))
     q, k, v, _ = make_inputs(B, T, H, D_k, D_v, dtype, case["seed"])
     state = _state(B, H, D_k, D_v, dtype, case["seed"]) if case["from_state"] else None
@@ -324,7 +345,11 @@ def test_chunk_form_equals_sherman_morrison(dtype, case):
     as64 = None if state is None else tuple(x.double() for x in state)
     o_rec, (S_rec, P_rec) = rls_recurrent(q.double(), k.double(), v.double(), initial_state=as64, **kw)
     o_ch, (S_ch, P_ch) = rls_chunk(q, k, v, chunk_size=case["chunk_size"], initial_state=state, **kw)
-    tol = {torch.float64: 1e-12, torch.float32: 1e-5}[dtype]
+    if dtype == torch.float64:
+        tol = 1e-12
+    else:
+        tol = fp32_chunk_tolerance(k, case["ridge"], None if state is None else state[1], case["chunk_size"])
+        assert tol < 2e-2  # a bound this loose would test nothing: keep the cases well conditioned
     assert o_ch.dtype == dtype and o_ch.shape == o_rec.shape
     for new, want in zip((o_ch, S_ch, P_ch), (o_rec, S_rec, P_rec)):
         assert relative_error(new, want) <= tol

@@ -171,3 +171,96 @@ def test_stability_warning_points_at_the_caller(name):
     with pytest.warns(RuntimeWarning) as record:
         call(name, beta=torch.full((B, T, H), 3.0))
     assert record[0].filename == __file__
+
+
+# ---- the dtypes of a state made of several tensors ---------------------------------------------------------------
+
+D_H = 3  # the MLP memory's hidden width
+
+
+def _tuple_state_ops():
+    """name -> (call(inputs, state, **kwargs), the state's parts in fp64 (each test casts them), whether the parts
+    must have the dtype of q exactly (a key-value cache, concatenated with k and v) or may also have the compute
+    dtype)."""
+    f64 = {"dtype": torch.float64}
+    S, z, eye = torch.zeros(B, H, D_K, D_V, **f64), torch.zeros(B, H, D_K, **f64), torch.eye(D_K, **f64)
+    W = (torch.full((B, H, D_K, D_H), 0.1, **f64), torch.full((B, H, D_H, D_V), 0.1, **f64))
+    cache = (torch.zeros(B, 2, H, D_K, **f64), torch.zeros(B, 2, H, D_V, **f64))
+
+    def rls(form):
+        return lambda x, st, **kw: getattr(ops, f"rls_{form}")(x["q"], x["k"], x["v"], initial_state=st, **kw)
+
+    def ttt_mlp(form):
+        return lambda x, st, **kw: getattr(ops, f"ttt_mlp_{form}")(
+            x["q"], x["k"], x["v"], x["beta"], 2, initial_state=st, **kw
+        )
+
+    def normalised(form):
+        def run(x, st, **kw):
+            q, k = ops.elu_plus_one(x["q"]), ops.elu_plus_one(x["k"])
+            return getattr(ops, f"linear_attention_{form}")(q, k, x["v"], normalize=True, initial_state=st, **kw)
+
+        return run
+
+    def titans(x, st, **kw):
+        gates = (torch.full(x["q"].shape[:3], 0.1, dtype=x["q"].dtype),) * 3
+        return ops.titans_recurrent(x["q"], x["k"], x["v"], *gates, initial_state=st, **kw)
+
+    def titans_with_momentum(x, st, **kw):
+        return titans(x, ops.TitansState(*st), **kw)
+
+    def softmax(x, st, **kw):
+        return ops.softmax_attention(x["q"], x["k"], x["v"], initial_state=st, **kw)
+
+    table = {
+        f"rls_{form}": (rls(form), (S, eye.expand(B, H, D_K, D_K)), False) for form in ("recurrent", "exact", "chunk")
+    }
+    table |= {f"ttt_mlp_{form}": (ttt_mlp(form), W, False) for form in ("recurrent", "chunk")}
+    table |= {f"linear_attention_{f}": (normalised(f), (S, z), False) for f in ("recurrent", "parallel", "chunk")}
+    table["titans_recurrent (W1, W2)"] = (titans, W, False)
+    table["titans_recurrent TitansState(S, U)"] = (titans_with_momentum, (S, S), False)
+    table["softmax_attention (k_cache, v_cache)"] = (softmax, cache, True)
+    return table
+
+
+TUPLE_STATE_OPS = _tuple_state_ops()
+
+
+@pytest.mark.parametrize("name", TUPLE_STATE_OPS)
+@pytest.mark.parametrize("part", [0, 1])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float64])
+def test_a_part_of_a_tuple_state_in_another_dtype_is_refused_by_name(name, part, dtype):
+    """Beside fp32 inputs, a part in half precision has lost digits already and an fp64 one would be rounded: both
+    are refused, naming the part (``initial_state[1] (P)``, ``initial_state.momentum[0] (U)``)."""
+    op, parts, _ = TUPLE_STATE_OPS[name]
+    state = [p.float() for p in parts]
+    state[part] = parts[part].to(dtype)
+    with pytest.raises(
+        TypeError, match=rf"^initial_state(\.\w+)?(\[\d\] \(\w+\))?: expected float32 like q, got {dtype}$"
+    ):
+        op(_inputs(), tuple(state))
+
+
+@pytest.mark.parametrize("name", TUPLE_STATE_OPS)
+def test_a_tuple_state_in_the_dtype_of_q_or_of_a_final_state_runs(name):
+    """Half inputs compute in fp32 and return their final state in fp32: that state is taken back, as is one in the
+    dtype of q (a key-value cache: only that one, as its final state has it); fp64 inputs take fp64 parts."""
+    op, parts, exact = TUPLE_STATE_OPS[name]
+    half = {key: x.to(torch.bfloat16) for key, x in _inputs().items()}
+    _, final = op(half, tuple(p.to(torch.bfloat16) for p in parts), output_final_state=True)
+    op(half, final)
+    if not exact:
+        op(half, tuple(p.float() for p in parts))
+    op({key: x.double() for key, x in _inputs().items()}, parts)
+    allowed = "bfloat16 like q" if exact else "bfloat16 like q or float32, the dtype of a final state"
+    with pytest.raises(TypeError, match=f"expected {allowed}, got torch.float16"):
+        op(half, tuple(p.to(torch.float16) for p in parts))
+
+
+@pytest.mark.parametrize("name", [n for n in STATEFUL if OPS[n][1] == "S"])
+def test_a_one_tensor_state_of_another_dtype_is_cast(name):
+    """One state tensor of any floating dtype is cast to the compute dtype (documented per op), unlike the parts of
+    a tuple state."""
+    for dtype in (torch.float16, torch.float64):
+        o, S = call(name, initial_state=torch.zeros(B, H, D_K, D_V, dtype=dtype), output_final_state=True)
+        assert torch.isfinite(o).all() and S.dtype == torch.float32

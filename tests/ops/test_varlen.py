@@ -18,7 +18,7 @@ H, D_K, D_V = 2, 8, 5
 def make_packed(dtype=torch.float64, seed=0, cu=CU):
     gen = torch.Generator().manual_seed(seed)
     T, N = cu[-1], len(cu) - 1
-    rand = lambda *shape: torch.randn(*shape, generator=gen, dtype=torch.float64)  # noqa: E731
+    rand = lambda *shape: torch.randn(*shape, generator=gen, dtype=torch.float64)
     x = {
         "q": rand(1, T, H, D_K),
         "k": F.normalize(rand(1, T, H, D_K), dim=-1),

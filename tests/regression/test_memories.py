@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from tests.helpers import relative_error
+from tests.helpers import fla_inputs, relative_error
 from ttr_edu.ops import (
     delta_product_recurrent,
     gated_delta_rule_recurrent,
@@ -127,12 +127,12 @@ def test_mlp_memories_differentiate_like_their_ops(layer):
     alpha = 0.2 * torch.rand(B, T, H, generator=torch.Generator().manual_seed(9), dtype=torch.float64)
     W = mlp_weights()
     if layer == "ttt_mlp":
-        generic = lambda q, k, v, beta, W1, W2: named_layer("ttt_mlp", mini_batch_size=4)(  # noqa: E731
+        generic = lambda q, k, v, beta, W1, W2: named_layer("ttt_mlp", mini_batch_size=4)(
             q, k, v, beta=beta, initial_state=(W1, W2)
         )[0]
-        op = lambda q, k, v, beta, W1, W2: ttt_mlp_recurrent(q, k, v, beta, 4, initial_state=(W1, W2))[0]  # noqa: E731
+        op = lambda q, k, v, beta, W1, W2: ttt_mlp_recurrent(q, k, v, beta, 4, initial_state=(W1, W2))[0]
     else:
-        gates = lambda beta: [x[tuple(slice(n) for n in beta.shape)] for x in (eta, alpha)]  # noqa: E731
+        gates = lambda beta: [x[tuple(slice(n) for n in beta.shape)] for x in (eta, alpha)]
 
         def generic(q, k, v, beta, W1, W2):
             e, a = gates(beta)
@@ -165,7 +165,7 @@ def test_generic_mlp_path_double_backward_with_layer_norm():
         0.4 * torch.randn(1, 1, 4, 3, generator=gen, dtype=torch.float64),
     ]
     layer = TestTimeRegression(weights=Uniform(), function_class=MLP(layer_norm=True), optimizer=MiniBatchGD(2))
-    f = lambda q, k, v, b, W1, W2: layer(q, k, v, beta=b, initial_state=(W1, W2))[0]  # noqa: E731
+    f = lambda q, k, v, b, W1, W2: layer(q, k, v, beta=b, initial_state=(W1, W2))[0]
     assert torch.autograd.gradgradcheck(f, [t.requires_grad_() for t in x])
 
 
@@ -245,6 +245,17 @@ def test_conjugate_gradients_with_D_k_steps_are_the_exact_solve(gated):
     assert errors[0] > 1e-3  # one step is not enough: the test can tell
 
 
+def test_conjugate_gradients_stop_at_the_rounding_level_of_the_dtype_not_at_D_k_steps():
+    """An ill-conditioned key covariance (condition number about 10⁶: large keys, strong decay, ridge 1e-3) loses
+    the directions' conjugacy: D_k steps left fp64 4e-6 from the exact solve. The solver now stops at fp64's rounding
+    level, within the default 8 steps."""
+    a = fla_inputs(1, 6, 1, 4, 2, dtype=torch.float64, max_decay=3.0, seed=187, key_norm="raw")
+    q, k, v, g = a["q"], 10 * a["k"], a["v"], a["g"]
+    cg, S_cg = named_layer("mesa_cg")(q, k, v, g=g, output_final_state=True)
+    exact, S_exact = named_layer("mesa", ridge=1e-3)(q, k, v, g=g, output_final_state=True)
+    assert relative_error(cg, exact) < 1e-9 and relative_error(S_cg, S_exact) < 1e-9
+
+
 def test_longhorn_is_the_delta_rule_at_the_transformed_step():
     q, k, v, beta = inputs()
     k = 3 * k
@@ -288,7 +299,7 @@ def test_gated_deltanet_two_readings_differ_with_decay_and_repeated_keys():
     assert relative_error(a, b) > 1e-3
 
 
-# ---- Gates behave as the ops (issue 13) ----------------------------------------------------------------------------
+# ---- Gates behave as the ops --------------------------------------------------------------------------------------
 
 
 def test_gates_reset_is_exact():
@@ -350,7 +361,7 @@ def test_kernel_ridge_is_the_representer_solution():
     q, k, v, _ = inputs()
     scale, lam = 0.7, 0.05
     o = named_layer("kernel_ridge", ridge=lam)(q, k, v, scale=scale)[0]
-    kappa = lambda x, y: torch.exp(-scale * (x - y).pow(2).sum(-1) / 2)  # noqa: E731
+    kappa = lambda x, y: torch.exp(-scale * (x - y).pow(2).sum(-1) / 2)
     for b, h, t in ((0, 0, 0), (1, 1, 7), (0, 1, T - 1)):
         K = kappa(k[b, : t + 1, h, None], k[b, None, : t + 1, h])
         coef = torch.linalg.solve(K + lam * torch.eye(t + 1, dtype=torch.float64), v[b, : t + 1, h])

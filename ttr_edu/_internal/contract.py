@@ -10,7 +10,11 @@ The contract (CONTRIBUTING.md, "Conventions"; the flash-linear-attention convent
 
 from __future__ import annotations
 
+import os
+import sys
 import warnings
+from collections.abc import Sequence
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -21,6 +25,11 @@ QK = ("B", "T", "H", "D_k")
 V = ("B", "T", "H", "D_v")
 PER_TOKEN = ("B", "T", "H")
 STATE = ("B", "H", "D_k", "D_v")
+
+
+#: What an op carries between calls: the state ``S`` ``(B, H, D_k, D_v)``, or a tuple of tensors where it is more
+#: (``(S, z)`` of normalised linear attention, ``(S, P)`` of RLS, the MLP's ``(W1, W2)``, Titans' memory and momentum).
+State = torch.Tensor | tuple[Any, ...]
 
 
 def shares_doc(shared: str):
@@ -185,11 +194,50 @@ def resolve_scale(scale, d_k: int) -> float:
     return d_k**-0.5 if scale is None else check_positive_float("scale", scale)
 
 
-def check_state(name: str, state, dims: Dims, shape, device: torch.device) -> None:
-    """Check one tensor of an ``initial_state`` against its named shape and the inputs' device."""
+def state_dtypes(dtype: torch.dtype) -> tuple[torch.dtype, ...]:
+    """The dtypes a part of a state made of several tensors may have beside inputs of ``dtype``: the inputs' own, and
+    the compute dtype in which an op returns its final state (fp32 for half inputs), so that a state carried from one
+    call into the next is always taken. Another dtype is refused by name: a float16 part beside float32 inputs has
+    already lost its digits, and a float64 part would be rounded to float32, both without a word."""
+    return tuple(dict.fromkeys((dtype, compute_dtype(dtype))))
+
+
+def check_state(
+    name: str, state, dims: Dims, shape, device: torch.device, *, dtypes: Sequence[torch.dtype] = ()
+) -> None:
+    """Check one tensor of an ``initial_state`` against its named shape and the inputs' device, and against
+    ``dtypes`` when given (the first one the dtype of q). Alone, a state of any floating dtype is cast by the op; the
+    parts of a tuple state are checked by :func:`check_state_parts`.
+
+    Raises:
+        TypeError: not a floating tensor, or a dtype outside ``dtypes``.
+        ValueError: a shape that disagrees with the named dims, another device than q's.
+    """
     dims.bind(name, state, shape)
+    if dtypes and state.dtype not in dtypes:
+        names = [str(d).removeprefix("torch.") for d in dtypes]
+        final = f" or {names[1]}, the dtype of a final state" if len(names) > 1 else ""
+        raise TypeError(f"{name}: expected {names[0]} like q{final}, got {state.dtype}")
     if state.device != device:
         raise ValueError(f"{name}: expected a tensor on {device} (the device of q), got one on {state.device}")
+
+
+def check_state_parts(
+    name: str, state, parts: Sequence[tuple[str, Sequence[str | int]]], dims: Dims, q: torch.Tensor, *, dtypes=None
+) -> tuple[torch.Tensor, ...]:
+    """Check the tensors of a state made of several (RLS's ``(S, P)``, the MLP memory's ``(W1, W2)``, ``(S, z)``, a
+    key-value cache) and return them: ``state[i]`` is named ``f"{name}[i] (label)"`` after ``parts[i] = (label,
+    named shape)`` and must have that shape, the device of ``q``, and one of ``dtypes`` (default
+    :func:`state_dtypes` of q's dtype). The caller has checked that ``state`` is a tuple or list of ``len(parts)``.
+
+    Raises:
+        TypeError: a part that is no floating tensor, or of another dtype.
+        ValueError: a part of the wrong shape or on another device.
+    """
+    allowed = state_dtypes(q.dtype) if dtypes is None else tuple(dtypes)
+    for i, ((label, shape), part) in enumerate(zip(parts, state)):
+        check_state(f"{name}[{i}] ({label})", part, dims, shape, q.device, dtypes=allowed)
+    return tuple(state)
 
 
 def zero_state(dims: Dims, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
@@ -228,6 +276,19 @@ def fla_output(o: torch.Tensor, dtype: torch.dtype | None) -> torch.Tensor:
     return o.to(dtype or o.dtype, memory_format=torch.contiguous_format).contiguous()
 
 
+_PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def stacklevel_outside_the_package() -> int:
+    """The ``stacklevel`` for ``warnings.warn`` in the caller of this function that points at the first frame
+    outside ``ttr_edu``: the user's line, however many of the package's wrappers (input policy, ``cu_seqlens``)
+    lie between."""
+    frame, level = sys._getframe(1), 1
+    while frame is not None and frame.f_code.co_filename.startswith(_PACKAGE + os.sep):
+        frame, level = frame.f_back, level + 1
+    return level
+
+
 def check_stability(beta: torch.Tensor, k: torch.Tensor, mode: str) -> None:
     """Warn or raise when ``beta_t ||k_t||^2`` leaves ``[0, 2]`` (up to rounding), where the delta rule is unstable.
 
@@ -263,7 +324,7 @@ def check_stability(beta: torch.Tensor, k: torch.Tensor, mode: str) -> None:
     )
     if mode == "raise":
         raise ValueError(f"beta: {message}")
-    warnings.warn(message, RuntimeWarning, stacklevel=5)  # at the caller of the (guarded) public op
+    warnings.warn(message, RuntimeWarning, stacklevel=stacklevel_outside_the_package())  # at the op's caller
 
 
 def extend_kv_cache(k, v, initial_state, dims: Dims):
@@ -282,14 +343,9 @@ def extend_kv_cache(k, v, initial_state, dims: Dims):
             "initial_state: expected the key-value cache (k_cache, v_cache) of shapes (B, T_cache, H, D_k) and "
             f"(B, T_cache, H, D_v), got {type(initial_state).__name__}"
         )
-    k0, v0 = initial_state
-    dims.bind("initial_state[0] (k_cache)", k0, ("B", "T_cache", "H", "D_k"))
-    dims.bind("initial_state[1] (v_cache)", v0, ("B", "T_cache", "H", "D_v"))
-    for name, cached in (("initial_state[0] (k_cache)", k0), ("initial_state[1] (v_cache)", v0)):
-        if cached.dtype != k.dtype:
-            raise TypeError(f"{name}: expected the dtype of q ({k.dtype}), got {cached.dtype}")
-        if cached.device != k.device:
-            raise ValueError(f"{name}: expected a tensor on {k.device} (the device of q), got one on {cached.device}")
+    # the cache is concatenated with this call's keys and values: it must have their dtype, not only a castable one
+    cache = (("k_cache", ("B", "T_cache", "H", "D_k")), ("v_cache", ("B", "T_cache", "H", "D_v")))
+    k0, v0 = check_state_parts("initial_state", initial_state, cache, dims, k, dtypes=(k.dtype,))
     return torch.cat([k0, k], dim=1), torch.cat([v0, v], dim=1), k0.shape[1]
 
 

@@ -20,9 +20,12 @@ import math
 
 import torch
 
+from ttr_edu._internal.contract import check_state_parts
 from ttr_edu._internal.validation import Dims
 
 _LN_EPS = 1e-6
+#: The parts of an MLP memory, named, with their shapes.
+MLP_STATE = (("W1", ("B", "H", "D_k", "D_h")), ("W2", ("B", "H", "D_h", "D_v")))
 
 
 def gelu_derivative(a: torch.Tensor) -> torch.Tensor:
@@ -64,19 +67,15 @@ def unwrap_grad(error: torch.Tensor, cache) -> torch.Tensor:
     return error if cache is None else layer_norm_backward(error, *cache)
 
 
-def check_mlp_state(name: str, state, dims: Dims, device) -> tuple[torch.Tensor, torch.Tensor]:
-    """Check an MLP memory ``(W1, W2)`` of shapes ``(B, H, D_k, D_h)`` and ``(B, H, D_h, D_v)``."""
+def check_mlp_state(name: str, state, dims: Dims, q: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Check an MLP memory ``(W1, W2)`` of shapes ``(B, H, D_k, D_h)`` and ``(B, H, D_h, D_v)`` on the device of
+    ``q``, each of q's dtype or the compute dtype (:func:`~ttr_edu._internal.contract.check_state_parts`)."""
     if not isinstance(state, (tuple, list)) or len(state) != 2:
         raise TypeError(
             f"{name}: expected the MLP memory as a pair (W1, W2) of shapes (B, H, D_k, D_h) and (B, H, D_h, D_v), "
             f"got {type(state).__name__}"
         )
-    W1, W2 = state
-    dims.bind(f"{name}[0] (W1)", W1, ("B", "H", "D_k", "D_h"))
-    dims.bind(f"{name}[1] (W2)", W2, ("B", "H", "D_h", "D_v"))
-    for i, W in enumerate(state):
-        if W.device != device:
-            raise ValueError(f"{name}[{i}]: expected a tensor on {device} (the device of q), got one on {W.device}")
+    W1, W2 = check_state_parts(name, state, MLP_STATE, dims, q)
     return W1, W2
 
 

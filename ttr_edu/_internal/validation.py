@@ -67,6 +67,7 @@ __all__ = [
     "check_device",
     "check_allocation",
     "check_real",
+    "check_seed",
     "NonFiniteError",
 ]
 
@@ -174,7 +175,10 @@ def check_scalar_fits(name: str, value, dtype: torch.dtype) -> None:
     would become ``inf`` and ``1e-300`` would become ``0`` there, turning a finite request into NaN output or a
     division by zero. Non-numbers are left to the caller's type check.
     """
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value == 0 or not math.isfinite(value):
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value == 0:
+        return
+    value = _as_float(name, value)
+    if not math.isfinite(value):
         return
     info = torch.finfo(_compute_dtype(dtype))
     if abs(value) > info.max or abs(value) < info.tiny:
@@ -277,16 +281,47 @@ def check_same_device(**tensors: torch.Tensor | None) -> torch.device:
     return first
 
 
+INT64_MAX = 2**63 - 1  # the largest int a tensor, a shape or a range in torch can hold
+
+
+def _big(value: int) -> str:
+    """An int as an error message shows it: its digits, or how many there are."""
+    digits = str(abs(value))
+    return digits if len(digits) <= 24 else f"an int of {len(digits)} digits"
+
+
+def _as_float(name: str, value) -> float:
+    """``float(value)``; an int too large for a float (``10**400``) is refused by name, not an ``OverflowError``."""
+    try:
+        return float(value)
+    except OverflowError:
+        raise ValueError(f"{name}: {_big(value)} is too large for a float") from None
+
+
 def check_positive_int(name: str, value, *, maximum: int | None = None, why: str = "") -> int:
-    """Raise ``TypeError``/``ValueError`` unless ``value`` is a positive int (bools are rejected), at most ``maximum``
-    when given (``why`` says where the bound comes from)."""
+    """Raise ``TypeError``/``ValueError`` unless ``value`` is a positive int (bools are rejected) that a 64-bit int
+    holds, at most ``maximum`` when given (``why`` says where the bound comes from)."""
     if isinstance(value, bool) or not isinstance(value, int):
         raise TypeError(f"{name}: expected a positive int, got {type(value).__name__} {value!r}")
     if value <= 0:
         raise ValueError(f"{name}: expected a positive int, got {value}")
+    if value > INT64_MAX:
+        raise ValueError(f"{name}: expected an int a 64-bit integer holds (at most 2**63 - 1), got {_big(value)}")
     if maximum is not None and value > maximum:
         raise ValueError(f"{name}: expected an int from 1 to {maximum}{f' ({why})' if why else ''}, got {value}")
     return value
+
+
+def check_seed(name: str, seed, *, allow_none: bool = False) -> None:
+    """Raise unless ``seed`` is an int that ``torch.Generator.manual_seed`` takes (from -2**63 to 2**64 - 1), or
+    ``None`` when ``allow_none``."""
+    if seed is None and allow_none:
+        return
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        expected = "an int or None" if allow_none else "an int"
+        raise TypeError(f"{name}: expected {expected}, got {type(seed).__name__} {seed!r}")
+    if not -(2**63) <= seed < 2**64:
+        raise ValueError(f"{name}: expected a seed from -2**63 to 2**64 - 1 (a torch generator's), got {_big(seed)}")
 
 
 def check_real(name: str, value, *, low: float | None = None, high: float | None = None, dtype=None) -> float:
@@ -299,7 +334,7 @@ def check_real(name: str, value, *, low: float | None = None, high: float | None
     """
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise TypeError(f"{name}: expected a number, got {type(value).__name__} {value!r}")
-    value = float(value)
+    value = _as_float(name, value)
     if not math.isfinite(value):
         raise ValueError(f"{name}: expected a finite number, got {value}")
     if (low is not None and value < low) or (high is not None and value > high):
@@ -395,7 +430,7 @@ def check_positive_float(name: str, value, *, allow_zero: bool = False) -> float
     """Raise unless ``value`` is a finite real number > 0 (or ≥ 0 when ``allow_zero``)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise TypeError(f"{name}: expected a number, got {type(value).__name__} {value!r}")
-    value = float(value)
+    value = _as_float(name, value)
     bad = value < 0 if allow_zero else value <= 0
     if bad or not math.isfinite(value):
         bound = ">= 0" if allow_zero else "> 0"

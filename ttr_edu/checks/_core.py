@@ -22,7 +22,7 @@ autograder or *Validate* it raises, so the graded cell fails. Elsewhere (a plain
 raises too.
 
 The check in the student's kernel is **feedback**: code that ran earlier in the same kernel can reach anything here.
-The grade comes from the grading engine (``ttr_edu.course.engine``), which runs the answer in a process of its own and
+The grade comes from the grading engine (``ttr_edu.checks.grading.engine``), which runs the answer in a process of its own and
 judges it in another; ``grading.md`` says what each defends against. In the kernel the check still:
 
 * reads whether the autograder runs from ``NBGRADER_EXECUTION`` in the environment this process **started** with
@@ -50,7 +50,7 @@ import sysconfig
 import threading
 import traceback
 import types
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -58,7 +58,6 @@ import torch
 
 __all__ = [
     "CheckFailed",
-    "run_check",
     "random_case",
     "relative_error",
     "first_mismatch",
@@ -112,7 +111,7 @@ def _started_under_grader() -> bool:
         import psutil
 
         return psutil.Process().environ().get("NBGRADER_EXECUTION") in _GRADER_MODES
-    except Exception:  # noqa: BLE001 - no psutil, or a platform it cannot read: the value at import stands
+    except Exception:  # no psutil, or a platform it cannot read: the value at import stands
         return False
 
 
@@ -131,7 +130,7 @@ def _in_kernel() -> bool:
     ipython = sys.modules.get("IPython")
     try:
         return ipython is not None and ipython.get_ipython() is not None
-    except Exception:  # noqa: BLE001 - a broken IPython is no kernel
+    except Exception:  # a broken IPython is no kernel
         return False
 
 
@@ -604,73 +603,6 @@ def _short(value: Any) -> str:
 
 
 _state = threading.local()  # depth of nested graded checks in this thread: only the outermost one reports
-
-
-def run_check(
-    name: str,
-    student_fn: Callable,
-    reference_fn: Callable,
-    cases: Iterable[dict],
-    *,
-    rtol: float = 1e-6,
-    atol: float = 1e-8,
-    inputs_unchanged: bool = False,
-    then: Callable[[], None] | None = None,
-) -> bool:
-    """Compare ``student_fn(**case)`` with ``reference_fn(**case)`` on every case.
-
-    Args:
-        name: the exercise's name, as printed.
-        student_fn: the student's function.
-        reference_fn: the package's function with the same signature.
-        cases: keyword-argument dicts; tensors are cloned before each call, so an in-place edit by
-            the student cannot change what the reference sees.
-        rtol, atol: tolerances of ``torch.allclose`` (floats compare the same way).
-        inputs_unchanged: also fail when the student's function modifies an input tensor in place (for exercises
-            whose text says "do not modify ... in place"; the copy it was given is compared with the case).
-        then: a last test once every case agrees (e.g. reading a kernel's source for what the interpreter cannot
-            show); it raises :class:`CheckFailed` to fail the check, before ``PASS`` is printed.
-
-    Returns:
-        ``True`` when every case agrees, ``False`` when the student's function is not written yet.
-
-    Raises:
-        CheckFailed: on the first disagreeing case, with the case and the first wrong element; when the student's
-            function calls the package's own implementation (:func:`implementations`); when it returns a tensor
-            subclass or something else than a plain tensor or number; when the notebook replaced a function the
-            check relies on; and, under the autograder, when the exercise is not attempted. A check called from a
-            graded cell reports these in the student's own kernel instead (see :func:`graded`).
-        ValueError: ``cases`` is empty (a check with no case could not fail).
-    """
-    from ttr_edu.checks import _rules
-    from ttr_edu.checks._guard import Forbidden
-
-    if not getattr(_state, "depth", 0):  # called directly, not through a graded check (which has looked already)
-        _refuse_tampering(name)
-    if not callable(student_fn):
-        raise CheckFailed(f"{name}: expected your function, got {type(student_fn).__name__}")
-    targets = implementations(reference_fn)
-    launcher = _function(student_fn)
-    if (
-        launcher is not None
-        and _in_checks(launcher)
-        and launcher.__closure__
-        and launcher is not _function(reference_fn)
-    ):
-        # the check's own wrapper around the student's function, built as the reference's wrapper (the same code)
-        targets = {code: label for code, label in targets.items() if code is not launcher.__code__}
-    bad = Forbidden(
-        codes={
-            code: f"your function calls the package's own implementation ({label}); the exercise is to write it "
-            "yourself, so this does not count as an answer"
-            for code, label in targets.items()
-        }
-    )
-    cases = list(cases)
-    declared = _rules.Exercise(
-        name, reference_fn, lambda: cases, _rules.Rules(inputs_unchanged=inputs_unchanged), rtol=rtol, atol=atol
-    )
-    return _rules.run_in_kernel(declared, student_fn, bad=bad, then=then)
 
 
 def random_case(seed: int, **shapes: tuple[int, ...]) -> dict[str, torch.Tensor]:

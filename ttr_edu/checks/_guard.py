@@ -19,13 +19,15 @@ Two ways to hold an answer to them:
 * :func:`watching` (the student's own kernel, feedback): the dispatcher block and the profile hook for the duration
   of one call, then reported. Code that runs earlier in the same kernel can undo anything here; this is feedback.
 * :func:`lock_down` (the grading engine's child process, before the answer's cells run; for the rest of that process):
-  the same, plus **removal** (every reference to a forbidden Python callable is replaced by one that ends the
-  process with the rule's message, and the dispatcher block cannot be unregistered: its only handle lives in the
-  audit hook's closure) and an **audit hook** (PEP 578; CPython has no way to remove one) that refuses what would
-  bring a forbidden callable back or hide a call from the trace: opening or re-importing code, ``ctypes``,
-  ``gc`` introspection, new code or function objects, starting processes, changing the profile hook, signalling
-  other processes, network, and writing outside the process's scratch folder. What the engine cannot stop is stated
-  in ``grading.md`` ("What the grader defends against").
+  the dispatcher block, and **removal** instead of a trace: every reference to a forbidden Python callable that the
+  garbage collector knows of (module and class namespaces, instance attributes, containers, closures, defaults) is
+  replaced by one that ends the process with the rule's message, so there is nothing left to call, in any thread; the
+  dispatcher block cannot be unregistered (its only handle lives in the audit hook's closure). An **audit hook**
+  (PEP 578; CPython has no way to remove one) then refuses what would bring a forbidden callable back or act outside
+  the process: opening or re-importing the package's (or numpy's and scipy's linear algebra) code, ``ctypes``, ``gc``
+  introspection, new code or function objects, starting processes, signalling other processes, tracing or profiling
+  hooks, network, ``sqlite3``, and writing outside the process's scratch folder. What the engine cannot stop is
+  stated in ``grading.md`` ("What the grader defends against").
 """
 
 from __future__ import annotations
@@ -138,6 +140,14 @@ class Forbidden:
 
     def __bool__(self) -> bool:
         return bool(self.codes or self.callables or self.ops or self.autograd)
+
+    def __or__(self, other: Forbidden) -> Forbidden:
+        return Forbidden(
+            {**self.codes, **other.codes},
+            self.callables + other.callables,
+            {**self.ops, **other.ops},
+            self.autograd or other.autograd,
+        )
 
 
 def _resolve(dotted: str) -> Any:
@@ -345,7 +355,7 @@ class _Trace:
                     )
                 elif self.autograd is not None and engine_backward(arg):
                     self._found(self.autograd)
-        except Exception:  # noqa: BLE001 - a hook that raises is switched off by CPython: record, never raise
+        except Exception:  # a hook that raises is switched off by CPython: record, never raise
             self._found("your function broke the check's call trace; remove the code that interferes with it")
 
 
@@ -498,6 +508,7 @@ def lock_down(
     """
     scratch = os.path.realpath(scratch)
     code_dirs = tuple(os.path.realpath(d) + os.sep for d in code_dirs)
+    tracing = not bad  # nothing to remove: the caller keeps the call trace of `watching` (an older check)
     library = _block_ops(bad.ops, end)
     replacements = {
         id(value): (value, _ender(message, end))
@@ -511,7 +522,7 @@ def lock_down(
     if stuck:
         raise RuntimeError("the grader could not remove what the rules forbid (held by " + ", ".join(stuck) + ")")
     loaded = set(sys.modules)
-    sys.addaudithook(_audit(library, scratch, code_dirs, loaded))
+    sys.addaudithook(_audit(library, scratch, code_dirs, loaded, tracing))
 
 
 class _EndedEngine:
@@ -524,7 +535,7 @@ class _EndedEngine:
         return lambda *args, **kwargs: self._end()
 
 
-def _audit(library: Any, scratch: str, code_dirs: tuple[str, ...], loaded: set[str]) -> Callable:
+def _audit(library: Any, scratch: str, code_dirs: tuple[str, ...], loaded: set[str], tracing: bool) -> Callable:
     """The audit hook of :func:`lock_down`. It holds the dispatcher block (its only reference: a hook cannot be listed,
     removed or reached through ``gc``, which it refuses), so the block lasts as long as the process."""
 
@@ -543,6 +554,8 @@ def _audit(library: Any, scratch: str, code_dirs: tuple[str, ...], loaded: set[s
         return real.startswith(code_dirs) and real.endswith((".py", ".pyc", ".so", ".pyd"))
 
     refused, writes_events, proc = _REFUSED_EVENTS, _WRITES, "/proc"  # held here: module globals go at shutdown
+    if tracing:
+        refused = tuple(e for e in refused if e not in ("sys.setprofile", "sys.settrace"))
 
     def hook(event: str, args: tuple) -> None:
         if event == "":  # never raised; naming the block here keeps it alive as long as this hook

@@ -10,7 +10,7 @@ A chapter's check module declares each exercise with :func:`exercise` on the che
 The same declaration is run two ways, with the same verdict:
 
 * in the student's kernel (``checks.check_write(write)``): :func:`run_in_kernel`, fast feedback;
-* by the grading engine (``ttr_edu.course.engine``): the answer runs in a child process holding only the notebook's
+* by the grading engine (``ttr_edu.checks.grading.engine``): the answer runs in a child process holding only the notebook's
   setup cells, the student's answer cells and the package, held to the rules by
   :func:`ttr_edu.checks._guard.lock_down`; what it returns crosses back as plain tensors, and the reference, the
   comparison and the rule verdicts (:func:`judge_case`, :func:`judge_cost`) run in the grader's own process.
@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import functools
 import math
+import sys
 import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
@@ -57,12 +58,13 @@ class LinearCost:
     """The rule "linear cost in T": the answer's CPU time at the ``lengths`` (two values of ``T``) may grow at most
     like ``T ** max_exponent`` (1.5 by default: a linear form measures about 1, a ``T × T`` matrix about 2).
 
-    ``case(T)`` builds the inputs at length ``T`` (plain tensors, from a seeded generator); the answer's output there is
-    compared with the reference too, so skipping work shows as a wrong answer. Pick lengths where the reference takes
-    a few milliseconds to a few tens of milliseconds.
+    ``case(T, generator)`` builds the inputs at length ``T`` (plain tensors), drawing from ``generator``: the check in
+    the kernel seeds it with ``T``, the grading engine with a number nobody knows in advance, so an answer cannot have
+    its outputs ready. The answer's output there is compared with the reference too, so skipping work shows as a wrong
+    answer. Pick lengths where the reference takes a few milliseconds to a few tens of milliseconds.
     """
 
-    case: Callable[[int], dict]
+    case: Callable[[int, torch.Generator], dict]
     lengths: tuple[int, int] = (256, 1024)
     repeats: int = 3
     max_exponent: float = 1.5
@@ -210,22 +212,20 @@ def to_plain(value: Any, depth: int = 0) -> Any:
     stays; a tuple or list is converted item by item; anything else becomes ``{"foreign": type name, "tensor": bool}``.
     Methods are called through ``torch.Tensor``, never through the value, and a tensor carrying attributes of its
     own is foreign too."""
-    if type(value) in (bool, int, float, str) or value is None:
+    kind = type(value)  # compared by identity: a metaclass could answer == for a class of the student's
+    if value is None or kind is bool or kind is int or kind is float or kind is str:
         return value
-    if type(value) is torch.Tensor or type(value) is torch.nn.Parameter:
+    if kind is torch.Tensor or kind is torch.nn.Parameter:
         if (getattr(value, "__dict__", None) or {}) or value.layout is not torch.strided:
             return {"foreign": f"{type(value).__name__} with attributes of its own", "tensor": True}
         return torch.Tensor.clone(torch.Tensor.detach(value)).cpu()
-    if type(value) in (tuple, list) and depth < 4:
-        return type(value)(to_plain(v, depth + 1) for v in value)
-    numpy = __import__("sys").modules.get("numpy")
-    if (
-        numpy is not None
-        and isinstance(value, (numpy.bool_, numpy.integer, numpy.floating))
-        and type(value).__module__ == "numpy"
-    ):
+    if (kind is tuple or kind is list) and depth < 4:
+        return kind(to_plain(v, depth + 1) for v in value)
+    numpy = sys.modules.get("numpy")
+    scalars = (numpy.float64, numpy.float32, numpy.int64, numpy.int32, numpy.bool_) if numpy is not None else ()
+    if any(kind is t for t in scalars):
         return value.item()
-    return {"foreign": type(value).__name__, "tensor": isinstance(value, torch.Tensor)}
+    return {"foreign": str(getattr(kind, "__name__", "?")), "tensor": isinstance(value, torch.Tensor)}
 
 
 def from_plain(value: Any) -> Any:
@@ -284,7 +284,7 @@ def answer_outcome(declared: Exercise, answer: Callable, case: dict, index: int,
             outcome.broke_rule = str(err)
         except CheckFailed as err:  # an adapter's own refusal (e.g. "call model.step one token at a time")
             outcome.broke_rule = str(err).removeprefix(f"{declared.name}: ")
-        except Exception as err:  # noqa: BLE001 - the student's own bug, shown with its case
+        except Exception as err:  # the student's own bug, shown with its case
             outcome.raised = _raised(err, case, declared.name)
     outcome.called = getattr(trace, "hit", None)
     if getattr(watched, "hit", None) is not None and outcome.broke_rule is None:  # a refusal the answer caught
@@ -292,7 +292,7 @@ def answer_outcome(declared: Exercise, answer: Callable, case: dict, index: int,
     if rules.keep_grad and outcome.raised is None and outcome.broke_rule is None and not outcome.not_attempted:
         try:
             outcome.grads = _vjp(outcome.result, given, rules.keep_grad, index)
-        except Exception as err:  # noqa: BLE001 - e.g. a backward hook of the answer's that raises
+        except Exception as err:  # e.g. a backward hook of the answer's that raises
             outcome.raised = f"computing gradients through your result raised {type(err).__name__}: {err}"
     if rules.inputs_unchanged:
         outcome.inputs_after = {k: v for k, v in given.items() if isinstance(v, torch.Tensor)}
@@ -441,7 +441,7 @@ def _cpu_seconds(answer: Callable, declared: Exercise, case: dict, repeats: int)
         start = time.process_time()
         try:
             result = declared.call(answer, given)
-        except Exception as err:  # noqa: BLE001
+        except Exception as err:
             return Outcome(raised=_raised(err, case, declared.name)), 0.0
         best = min(best, time.process_time() - start)
         outcome = Outcome(result=result, inputs_after=given)
@@ -476,7 +476,7 @@ def run_in_kernel(
         if cost is not None:
             seconds = {}
             for length in cost.lengths:
-                case = cost.case(length)
+                case = cost.case(length, torch.Generator().manual_seed(length))
                 with watching(bad) as trace, one_thread():
                     outcome, seconds[length] = _cpu_seconds(answer, declared, case, cost.repeats)
                 outcome.called = trace.hit
@@ -498,3 +498,70 @@ def run_in_kernel(
         + (f" ({note})" if note else "")
     )
     return True
+
+
+def run_check(
+    name: str,
+    student_fn: Callable,
+    reference_fn: Callable,
+    cases: Iterable[dict],
+    *,
+    rtol: float = 1e-6,
+    atol: float = 1e-8,
+    inputs_unchanged: bool = False,
+    then: Callable[[], None] | None = None,
+) -> bool:
+    """Compare ``student_fn(**case)`` with ``reference_fn(**case)`` on every case.
+
+    Args:
+        name: the exercise's name, as printed.
+        student_fn: the student's function.
+        reference_fn: the package's function with the same signature.
+        cases: keyword-argument dicts; tensors are cloned before each call, so an in-place edit by
+            the student cannot change what the reference sees.
+        rtol, atol: tolerances of ``torch.allclose`` (floats compare the same way).
+        inputs_unchanged: also fail when the student's function modifies an input tensor in place (for exercises
+            whose text says "do not modify ... in place"; the copy it was given is compared with the case).
+        then: a last test once every case agrees (e.g. reading a kernel's source for what the interpreter cannot
+            show); it raises :class:`CheckFailed` to fail the check, before ``PASS`` is printed.
+
+    Returns:
+        ``True`` when every case agrees, ``False`` when the student's function is not written yet.
+
+    Raises:
+        CheckFailed: on the first disagreeing case, with the case and the first wrong element; when the student's
+            function calls the package's own implementation (:func:`_core.implementations`); when it returns a tensor
+            subclass or something else than a plain tensor or number; when the notebook replaced a function the
+            check relies on; and, under the autograder, when the exercise is not attempted. A check called from a
+            graded cell reports these in the student's own kernel instead (see :func:`graded`).
+        ValueError: ``cases`` is empty (a check with no case could not fail).
+    """
+    if not getattr(_core._state, "depth", 0):  # called directly, not through a graded check (which has looked already)
+        _core._refuse_tampering(name)
+    if not callable(student_fn):
+        raise CheckFailed(f"{name}: expected your function, got {type(student_fn).__name__}")
+    targets = _core.implementations(reference_fn)
+    launcher = _core._function(student_fn)
+    if (
+        launcher is not None
+        and _core._in_checks(launcher)
+        and launcher.__closure__
+        and launcher is not _core._function(reference_fn)
+    ):
+        # the check's own wrapper around the student's function, built as the reference's wrapper (the same code)
+        targets = {code: label for code, label in targets.items() if code is not launcher.__code__}
+    bad = Forbidden(
+        codes={
+            code: f"your function calls the package's own implementation ({label}); the exercise is to write it "
+            "yourself, so this does not count as an answer"
+            for code, label in targets.items()
+        }
+    )
+    cases = list(cases)
+    declared = Exercise(
+        name, reference_fn, lambda: cases, Rules(inputs_unchanged=inputs_unchanged), rtol=rtol, atol=atol
+    )
+    try:
+        return run_in_kernel(declared, student_fn, bad=bad, then=then)
+    except CheckFailed as failure:  # the student sees the message, not the package's frames
+        raise failure.with_traceback(None) from None

@@ -9,6 +9,7 @@ The student's functions work on one head: the state ``S`` is ``(D_k, D_v)``, a k
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterator
 
 import torch
@@ -16,7 +17,13 @@ import torch
 from ttr_edu.checks._rules import Rules, exercise
 from ttr_edu.ops import delta_rule_pseudo_values, delta_rule_recurrent
 
-__all__ = ["check_delta_rule_step", "check_update_eigenvalues", "check_pseudo_values"]
+__all__ = [
+    "check_delta_rule_step",
+    "check_update_eigenvalues",
+    "check_predicted_memory_norm",
+    "check_pseudo_values",
+    "reference_predicted_memory_norm",
+]
 
 
 def _reference_step(S, k, v, beta):
@@ -44,6 +51,18 @@ def _reference_pseudo_values(k, v, beta):
     """``u_t = β_t (v_t − S_{t−1}ᵀ k_t)`` from the package's :func:`ttr_edu.ops.delta_rule_pseudo_values` (one head)."""
     u = delta_rule_pseudo_values(k[None, :, None], v[None, :, None], beta[None, :, None], check_stability="ignore")
     return u[0, :, 0]
+
+
+def reference_predicted_memory_norm(b: float, D: int, D_v: int, T: int) -> float:
+    """``√E‖S_T‖²`` of the delta rule from ``S_0 = 0``, for unit keys uniform on the sphere of ``R^D``, values with
+    independent standard normal entries (``D_v`` of them) and ``b = β‖k‖²``.
+
+    One write gives ``E‖S_t‖² = r E‖S_{t−1}‖² + b² D_v`` with ``r = 1 + (b² − 2b)/D`` (the cross term has mean zero,
+    and ``E[k kᵀ] = I/D``), so ``E‖S_T‖² = b² D_v (r^T − 1)/(r − 1)``, and ``b² D_v T`` where ``r = 1`` (``b = 2``).
+    """
+    ratio = 1 + (b * b - 2 * b) / D
+    energy = b * b * D_v * T if ratio == 1 else b * b * D_v * (ratio**T - 1) / (ratio - 1)
+    return math.sqrt(energy)
 
 
 def _step_cases() -> Iterator[dict]:
@@ -92,6 +111,27 @@ def check_delta_rule_step(delta_rule_step: Callable) -> bool:
 def check_update_eigenvalues(update_eigenvalues: Callable) -> bool:
     """Check ``update_eigenvalues(k, beta)``: the eigenvalues of ``I − β k kᵀ`` in ascending order, derived, not
     computed: an eigensolver, SVD, inverse or solve (torch, numpy or scipy, however it is reached) is ruled out."""
+
+
+def _prediction_cases() -> Iterator[dict]:
+    # one write; inside, at and past the edge b = 2 (where r = 1 exactly); D ≠ D_v, so swapping them fails; a long T
+    for b, D, D_v, T in [
+        (1.0, 8, 8, 1),
+        (0.5, 4, 3, 10),
+        (1.9, 8, 6, 300),
+        (2.0, 8, 8, 125),
+        (2.0, 16, 5, 7),
+        (2.1, 8, 3, 300),
+        (2.5, 16, 4, 50),
+        (1.5, 3, 2, 1000),
+    ]:
+        yield {"b": b, "D": D, "D_v": D_v, "T": T}
+
+
+@exercise(reference=reference_predicted_memory_norm, cases=_prediction_cases, rtol=1e-9)
+def check_predicted_memory_norm(predicted_memory_norm: Callable) -> bool:
+    """Check ``predicted_memory_norm(b, D, D_v, T) = √E‖S_T‖²`` (see :func:`reference_predicted_memory_norm`),
+    inside, at and past the edge ``b = 2``."""
 
 
 @exercise(

@@ -9,7 +9,8 @@ import torch
 from torch import nn
 
 from ttr_edu import dual_form
-from ttr_edu.checks._core import CheckFailed, random_case, run_check
+from ttr_edu.checks._core import CheckFailed, random_case
+from ttr_edu.checks._rules import run_check
 
 __all__ = ["check_dual_output", "check_momentum_rescale", "check_class_votes", "check_record_training"]
 

@@ -9,7 +9,8 @@ from collections.abc import Callable, Iterator
 
 import torch
 
-from ttr_edu.checks._core import CheckFailed, run_check
+from ttr_edu.checks._core import CheckFailed
+from ttr_edu.checks._rules import run_check
 from ttr_edu.models.retrieval import retrieval_loss, sum_rule_retrieve
 from ttr_edu.ops.feature_maps import dpfp, favor_plus, orthogonal_random_features
 

@@ -14,7 +14,8 @@ from collections.abc import Callable, Iterator
 import torch
 
 from ttr_edu import profiling
-from ttr_edu.checks._core import CheckFailed, run_check
+from ttr_edu.checks._core import CheckFailed
+from ttr_edu.checks._rules import run_check
 from ttr_edu.ops import linear_attention_chunk, linear_attention_parallel, linear_attention_recurrent
 from ttr_edu.ops.feature_maps import elu_plus_one
 

@@ -2,7 +2,8 @@
 
 The exercises use one sequence and one head: ``k, q`` are ``(T, D_k)``, ``v`` is ``(T, D_v)``, a log decay ``g`` is
 ``(T,)`` and a memory ``S`` is ``(D_k, D_v)`` (read out as ``Sᵀ q``). The references run the package's framework on
-the same data in the fla layout ``(1, T, 1, D)``.
+the same data in the fla layout ``(1, T, 1, D)``, except the sweep operator's, which is the product it defines, and
+RLS's, which is one solve.
 """
 
 from __future__ import annotations
@@ -11,16 +12,19 @@ from collections.abc import Callable, Iterator
 
 import torch
 
-from ttr_edu.checks._core import CheckFailed, random_case, run_check
+from ttr_edu.checks._core import CheckFailed
 from ttr_edu.checks._forbid import forbid
-from ttr_edu.regression import ExactSolve, Linear, OnlineSGD, TestTimeRegression, Uniform, regression_weights
+from ttr_edu.checks._rules import run_check
+from ttr_edu.regression import ExactSolve, Linear, TestTimeRegression, Uniform, regression_weights
 
 __all__ = [
     "check_decay_weights",
-    "check_sgd_step",
+    "check_sweep_operator",
     "check_ridge_readout",
     "check_rls_memory",
     "reference_rls_memory",
+    "reference_sweep_operator",
+    "reference_decay_weights",
     "SOLVERS",
 ]
 
@@ -37,19 +41,18 @@ def reference_decay_weights(g: torch.Tensor) -> torch.Tensor:
     return regression_weights(_fla(g))[0, 0]
 
 
-def reference_sgd_step(S: torch.Tensor, k: torch.Tensor, v: torch.Tensor, beta: float) -> torch.Tensor:
-    """One SGD step on ``½‖v − Sᵀk‖²`` from ``S``: the framework's OnlineSGD on a one-token sequence."""
-    sgd = TestTimeRegression(Uniform(), Linear(), OnlineSGD())
-    beta_t = torch.full((1, 1, 1), float(beta), dtype=S.dtype)
-    _, S_new = sgd(
-        k[None, None, None],
-        k[None, None, None],
-        v[None, None, None],
-        beta=beta_t,
-        initial_state=S[None, None],
-        output_final_state=True,
-    )
-    return S_new[0, 0]
+def reference_sweep_operator(k: torch.Tensor, beta: torch.Tensor) -> torch.Tensor:
+    """What one SGD pass over the pairs does to the error of a consistent fit: ``(T, D_k), (T,) -> (D_k, D_k)``.
+
+    With targets ``v_t = S*ᵀ k_t``, one step gives ``S_t − S* = (I − β_t k_t k_tᵀ)(S_{t−1} − S*)``, so a pass over the
+    pairs in order multiplies the error by ``M = (I − β_T k_T k_Tᵀ) ⋯ (I − β_1 k_1 k_1ᵀ)``, the first pair's factor
+    rightmost (Kaczmarz's method when ``β_t ‖k_t‖² = 1``).
+    """
+    eye = torch.eye(k.shape[1], dtype=k.dtype)
+    M = eye.clone()
+    for t in range(k.shape[0]):
+        M = (eye - beta[t] * torch.outer(k[t], k[t])) @ M
+    return M
 
 
 def reference_ridge_readout(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, ridge: float) -> torch.Tensor:
@@ -68,9 +71,15 @@ def _decay_cases() -> Iterator[dict]:
     yield {"g": torch.zeros(5, dtype=torch.float64)}  # no decay: the causal mask of ones
 
 
-def _sgd_cases() -> Iterator[dict]:
-    for i, (_, d_k, d_v) in enumerate(SHAPES):
-        yield {**random_case(610 + i, S=(d_k, d_v), k=(d_k,), v=(d_v,)), "beta": [0.5, 0.1, 1.0, 0.7][i]}
+def _sweep_cases() -> Iterator[dict]:
+    # (T, D_k): one pair, fewer pairs than dimensions, more; keys of any length and steps that differ per pair, so that
+    # the order of the factors matters (the reversed product is the transpose) and no step is 1 by accident
+    for i, (T, d_k) in enumerate([(1, 3), (4, 6), (9, 5), (12, 16)]):
+        gen = _g(610 + i)
+        yield {
+            "k": torch.randn(T, d_k, generator=gen, dtype=torch.float64),
+            "beta": 0.1 + 0.4 * torch.rand(T, generator=gen, dtype=torch.float64),
+        }
 
 
 def _ridge_cases() -> Iterator[dict]:
@@ -111,9 +120,21 @@ def check_decay_weights(decay_weights: Callable) -> bool:
     return run_check("decay_weights", decay_weights, reference_decay_weights, [*_decay_cases(), case])
 
 
-def check_sgd_step(sgd_step: Callable) -> bool:
-    """Check ``sgd_step(S, k, v, beta) -> S + β k (v − Sᵀk)ᵀ`` (one DeltaNet step, ``S`` of shape ``(D_k, D_v)``)."""
-    return run_check("sgd_step", sgd_step, reference_sgd_step, _sgd_cases())
+def check_sweep_operator(sweep_operator: Callable) -> bool:
+    """Check ``sweep_operator(k, beta) -> M``: the product of ``I − β_t k_t k_tᵀ`` over one pass, the first pair's
+    factor rightmost; a product in the reverse order (the transpose) is named in the failure."""
+    case = list(_sweep_cases())[-1]  # 12 pairs in 16 dimensions: far from symmetric
+    try:
+        got = sweep_operator(**{name: value.clone() for name, value in case.items()})
+    except Exception:  # a stub, or an error: run_check below reports it with its case
+        got = None
+    want = reference_sweep_operator(**case)
+    if isinstance(got, torch.Tensor) and got.shape == want.shape and torch.allclose(got.double(), want.T, atol=1e-9):
+        raise CheckFailed(
+            "sweep_operator: your product is the transpose of the pass's: the factors are in reverse order. The first "
+            "pair acts on the error first, so its factor I − β_1 k_1 k_1ᵀ must stand rightmost."
+        )
+    return run_check("sweep_operator", sweep_operator, reference_sweep_operator, _sweep_cases(), rtol=1e-9, atol=1e-10)
 
 
 def check_ridge_readout(ridge_readout: Callable) -> bool:

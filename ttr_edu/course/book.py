@@ -4,15 +4,18 @@
 root) and points MyST at it (``JUPYTER_BASE_URL``/``JUPYTER_TOKEN``), so the server is always stopped afterwards: left
 to itself MyST leaves the server it launched running. MyST runs with ``--strict`` (a notebook that could not execute
 is an error), and the built content is then read back: every notebook page must hold outputs, and none an error, a
-widget with no static figure before it, or a raw ``[@key]`` citation (:func:`page_problems`). ``--no-execute`` is
-a quick preview and says so.
+widget with no static figure before it, a raw ``[@key]`` citation, or an output that the book's theme would show as raw
+Markdown or ``$...$`` maths (:func:`page_problems`). The theme (its ``@myst-theme/jupyter`` outputs, through
+thebe-core's JupyterLab renderers) renders HTML outputs and typesets their maths with MathJax, but its Markdown
+renderer has no parser and shows the source as text; so ``claims.say`` writes HTML while the book builds.
+``--no-execute`` is a quick preview and says so.
 
 MyST and the Jupyter server each run in a process group of their own, which is emptied when the build ends, however
 it ends: MyST's theme server (``node server.js``) does not outlive a failed HTML build. The web theme is downloaded
 on first use; offline, ``--site`` builds the pages' content with a stub theme put in its place
 (:func:`theme_folder`), and an HTML build that cannot download the theme says so and names ``--site``.
 
-Everything MyST executes sees ``TTR_EDU_BOOK=1``: progress bars stay off there (``ttr_edu.progress``).
+Everything MyST executes sees ``TTR_EDU_BOOK=1``: progress bars stay off there (``ttr_edu._internal.progress``).
 """
 
 from __future__ import annotations
@@ -37,6 +40,11 @@ from ttr_edu._internal.progress import BOOK_ENV
 PLOTLY = "application/vnd.plotly.v1+json"
 WIDGET = "application/vnd.jupyter.widget-view+json"
 RAW_CITATION = re.compile(r"\[-?@[A-Za-z][\w:-]*")
+#: what the book's theme renders (its outputs go through JupyterLab's renderers, with MathJax for the maths in HTML)
+RENDERED = {"text/html", "image/png", "image/jpeg", "image/gif", "image/svg+xml", PLOTLY, WIDGET}
+#: what it shows as raw text: its renderers have no Markdown parser, and it loads no LaTeX renderer for outputs
+SHOWN_RAW = ("text/markdown", "text/latex")
+RAW_MATH = re.compile(r"(?<![\\\w])\$[^$\s][^$\n]*\$")
 
 
 def theme_folder(root: Path) -> Path:
@@ -218,6 +226,31 @@ def _blocks(node):
             yield from _blocks(child)
 
 
+def _content(value) -> str:
+    """The text of an output's data or stream (in the site JSON: a string, a list of lines, or ``{"content": ...}``)."""
+    if isinstance(value, dict):
+        value = value.get("content", "")
+    if isinstance(value, list):
+        value = "".join(str(v) for v in value)
+    return value if isinstance(value, str) else ""
+
+
+def _raw_output(out: dict) -> str | None:
+    """How an output would show raw Markdown or maths in the book, or ``None``: a Markdown or LaTeX output with
+    nothing the theme renders beside it, or plain text (a stream too) holding ``$...$``."""
+    data = out.get("data") or {}
+    if out.get("output_type") == "stream":
+        text = _content(out.get("text"))
+    elif set(data) & RENDERED:
+        return None
+    elif shown := [mime for mime in SHOWN_RAW if mime in data]:
+        return f"a {shown[0]} output shown as raw text: {_content(data[shown[0]])[:80]!r}"
+    else:
+        text = _content(data.get("text/plain"))
+    math = RAW_MATH.search(text)
+    return f"raw maths {math.group()[:60]!r} in a text output" if math else None
+
+
 def page_problems(page: dict) -> list[str]:
     """What is wrong with one page of MyST's ``--site`` content (a ``_build/site/content/*.json`` file)."""
     where = page.get("location", "?")
@@ -238,6 +271,8 @@ def page_problems(page: dict) -> list[str]:
         data = out.get("data") or {}
         if "text/html" in data and "plotly" in str(data["text/html"]).lower() and PLOTLY not in data:
             problems.append(f"{where}: a plotly figure saved as HTML only (no plotly JSON): it will not draw")
+        if raw := _raw_output(out):
+            problems.append(f"{where}: {raw} (claims.say writes HTML while the book builds)")
     for block in _blocks(mdast):
         seen_figure = False
         for out in block:

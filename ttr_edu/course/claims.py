@@ -51,7 +51,10 @@ from __future__ import annotations
 
 import html
 import math
+import os
 from collections.abc import Mapping, Sequence
+
+from ttr_edu._internal.progress import BOOK_ENV
 
 __all__ = [
     "MIN_SEEDS",
@@ -225,9 +228,13 @@ def _number(value, name: str) -> float:
         )
     ):
         raise TypeError(f"{name}: expected a number, got {type(value).__name__} {value!r}")
+    if isinstance(value, complex) or getattr(value, "is_complex", lambda: False)():
+        raise TypeError(f"{name}: expected a real number, got {type(value).__name__} {value!r}")
     try:
         number = float(value)
-    except (TypeError, ValueError):
+    except OverflowError:
+        raise ValueError(f"{name}: {value!r} is too large for a float") from None
+    except (TypeError, ValueError, RuntimeError):  # RuntimeError: a tensor of more than one element
         raise TypeError(f"{name}: expected a number, got {type(value).__name__}") from None
     if math.isnan(number):
         raise ValueError(f"{name}: got NaN, which no claim can rest on")
@@ -309,7 +316,9 @@ def _too_few_seeds(statement: str, n: int, seeds: int) -> None:
 def between(statement: str, value, low: float, high: float) -> None:
     """Claim ``low ≤ value ≤ high``; with one value per seed, in every seed."""
     n, v = _align(value=value)
-    low, high = float(low), float(high)
+    low, high = _number(low, "low"), _number(high, "high")
+    if low > high:
+        raise ValueError(f"low, high: expected low <= high, got {_fmt(low)} > {_fmt(high)}")
     if n is None:
         x = v["value"][0]
         holds = low <= x <= high
@@ -333,7 +342,9 @@ def between(statement: str, value, low: float, high: float) -> None:
 def close(statement: str, got, want, rtol: float) -> None:
     """Claim ``|got − want| ≤ rtol · |want|`` (``≤ rtol`` when ``want`` is 0); with per-seed values, in every seed."""
     n, v = _align(got=got, want=want)
-    rtol = float(rtol)
+    rtol = _number(rtol, "rtol")
+    if rtol < 0:
+        raise ValueError(f"rtol: expected a tolerance >= 0, got {_fmt(rtol)}")
 
     def error(g: float, w: float) -> float:
         return abs(g - w) / abs(w) if w != 0 else abs(g)
@@ -396,7 +407,7 @@ def less(
         raise TypeError(f"names: expected two labels (str, str), got {names!r}")
     n, v = _align(smaller=smaller, larger=larger)
     a, b = names
-    margin = float(margin)
+    margin = _number(margin, "margin")
     xa, xb = v["smaller"], v["larger"]
     const_a, const_b = _seeds_of(smaller, "smaller") is None, _seeds_of(larger, "larger") is None
     if n is None:
@@ -413,7 +424,9 @@ def less(
     if n < MIN_SEEDS:
         _too_few_seeds(statement, n, MIN_SEEDS)
     if standard_errors is not None:
-        ok, evidence = _by_standard_errors([(a, xa, const_a), (b, xb, const_b)], margin, float(standard_errors))
+        ok, evidence = _by_standard_errors(
+            [(a, xa, const_a), (b, xb, const_b)], margin, _number(standard_errors, "standard_errors")
+        )
         _record(statement, ok, evidence, n)
         return
     gaps = [y - x for x, y in zip(xa, xb)]
@@ -474,14 +487,17 @@ def ordered(
         )
     if len(values) < 2:
         raise ValueError(f"values: an order needs at least 2 entries, got {len(values)}")
-    n, v = _align(**{f"v{i}": x for i, x in enumerate(values.values())})
+    if not isinstance(decreasing, bool):
+        raise TypeError(f"decreasing: expected True or False, got {type(decreasing).__name__} {decreasing!r}")
+    keys = [f"values[{name!r}]" for name in values]  # how an error names an entry
+    n, v = _align(**dict(zip(keys, values.values())))
     names = list(values)
-    series = [v[f"v{i}"] for i in range(len(names))]
-    constants = [_seeds_of(x, name) is None for name, x in values.items()]
+    series = [v[key] for key in keys]
+    constants = [_seeds_of(x, key) is None for key, x in zip(keys, values.values())]
     # Work with "increasing" gaps: b − a for an increasing claim, a − b for a decreasing one.
     direction = -1.0 if decreasing else 1.0
     sign = " > " if decreasing else " < "
-    margin = float(margin)
+    margin = _number(margin, "margin")
     if n is None:
         numbers = [s[0] for s in series]
         gaps = [direction * (b - a) for a, b in zip(numbers, numbers[1:])]
@@ -500,7 +516,7 @@ def ordered(
     if standard_errors is not None:
         oriented = [[direction * x for x in s] for s in series]
         entries = [(name, s, c) for name, s, c in zip(names, oriented, constants)]
-        ok, evidence = _by_standard_errors(entries, margin, float(standard_errors))
+        ok, evidence = _by_standard_errors(entries, margin, _number(standard_errors, "standard_errors"))
         if decreasing:  # show the numbers as measured, not negated
             shown = ", ".join(_summary(name, s, c) for name, s, c in zip(names, series, constants))
             evidence = evidence.rsplit("; ", 1)[0] + f"; {shown} (mean ± sd over seeds)"
@@ -592,6 +608,7 @@ def slope(statement: str, x: Sequence[float], y: Sequence[float], low: float, hi
     """
     px, py, _ = _fit_points(x, y, "loglog")
     p, _ = _least_squares(px, py)
+    low, high = _number(low, "low"), _number(high, "high")
     ok = low <= p <= high
     _record(statement, ok, f"fitted exponent {p:.2f} {'in' if ok else 'outside'} [{_fmt(low)}, {_fmt(high)}]", 1)
 
@@ -629,6 +646,9 @@ def trend(
     """
     from scipy.special import stdtrit  # Student-t quantiles; scipy comes with scikit-learn
 
+    low, high, confidence = _number(low, "low"), _number(high, "high"), _number(confidence, "confidence")
+    if not 0 < confidence < 1:
+        raise ValueError(f"confidence: expected a level between 0 and 1, e.g. 0.95, got {_fmt(confidence)}")
     px, py, runs = _fit_points(x, y, scale)
     if len(px) - runs - 1 < 1:
         raise ValueError(
@@ -669,6 +689,10 @@ def say(template: str, **values) -> None:
     formatted to 3 significant digits unless the field gives its own format (``{err:.1e}``). Per-seed numbers are
     rendered with :func:`spread` beforehand (``spread=claims.spread(values)``).
 
+    In JupyterLab the text is a Markdown output, which jupyterlab-myst renders, maths included. While the book builds
+    (``TTR_EDU_BOOK`` set, :mod:`ttr_edu.course.book`) it is HTML instead (:func:`markdown_html`): the book's theme
+    renders an HTML output and typesets the maths in it with MathJax, but shows a Markdown output as raw text.
+
     Returns ``None`` (the text is shown, not echoed again as a cell's value); :func:`render` gives the string.
     """
     text = render(template, **values)
@@ -680,8 +704,19 @@ def say(template: str, **values) -> None:
         return
     if get_ipython() is None:
         print(text)
+    elif os.environ.get(BOOK_ENV, "0") not in ("", "0"):
+        display({"text/html": markdown_html(text), "text/plain": text}, raw=True)
     else:
         display(Markdown(text))
+
+
+def markdown_html(text: str) -> str:
+    """Markdown as HTML, its maths kept for a typesetter: ``$x$`` becomes ``<span class="math">\\(x\\)</span>``
+    and ``$$x$$`` a ``<div class="math">`` (mistune's math plugin), so underscores in maths are not read as emphasis.
+    Raw HTML in the text is escaped."""
+    import mistune
+
+    return mistune.create_markdown(escape=True, plugins=["math", "strikethrough", "table"])(text)
 
 
 def render(template: str, **values) -> str:

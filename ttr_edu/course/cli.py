@@ -1,31 +1,22 @@
 """The ``ttr-edu`` command: list the chapters, copy them into a student's own folder and open JupyterLab there,
 check a student's notebook, regenerate the student notebooks, build the book.
 
-Every failure prints one line starting with ``ttr-edu:`` and exits non-zero. A student's notebook is never lost:
-every write is atomic (a temporary file in the same folder, then ``os.replace``), one run at a time works in a folder
-(a lock file), backups are created exclusively, and an edited notebook is never replaced without a backup.
+Every failure prints one line starting with ``ttr-edu:`` and exits non-zero, with no traceback. The student's
+folder is kept in step with the course by :mod:`ttr_edu.course.sync` (which never loses an edit), and JupyterLab is
+run by :mod:`ttr_edu.course.lab` (which never leaves a server or a kernel behind).
 """
 
 from __future__ import annotations
 
 import argparse
-import hashlib
-import importlib.util
-import json
 import os
 import re
 import shlex
-import signal
-import subprocess
 import sys
-import tempfile
-from contextlib import contextmanager
-from dataclasses import dataclass, field
-from datetime import datetime
 from pathlib import Path, PurePosixPath
 
 from ttr_edu import __version__
-from ttr_edu.course import student_copy
+from ttr_edu.course import lab, student_copy, sync
 from ttr_edu.course.book import BookError
 from ttr_edu.course.notebooks import (
     CHAPTER_NAME,
@@ -34,10 +25,8 @@ from ttr_edu.course.notebooks import (
     NotebookError,
     course_content,
     course_root,
-    file_mode,
     generate,
     list_chapters,
-    write_atomically,
 )
 
 DESCRIPTION = (
@@ -45,21 +34,11 @@ DESCRIPTION = (
     "your edits) and opens JupyterLab there; `ttr-edu check NOTEBOOK` grades your exercises. Instructors, in a clone "
     "of the repository: `ttr-edu generate` rebuilds chapters/ from solutions/; `ttr-edu book` builds the book."
 )
-MANIFEST = ".ttr-edu-copy.json"  # per chapter slug (and per page copied along): hashes of what we wrote, of the release
-LOCK = ".ttr-edu.lock"
-BESIDE = "new-release"  # a changed release of an edited notebook goes beside it as NN_slug.new-release.ipynb
+MANIFEST = sync.MANIFEST
 
 
 class UsageError(Exception):
     """A mistake of the user's; reported in one line."""
-
-
-def _digest(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
-
-
-def _file_digest(path: Path) -> str:
-    return _digest(path.read_bytes())
 
 
 def cmd_list(args: argparse.Namespace) -> int:
@@ -110,236 +89,6 @@ def _select(root: Path, wanted: list[str] | None) -> list[Path]:
     return [root / "chapters" / name for name in files if name in chosen]
 
 
-# -- the manifest: what we wrote into the student's folder -------------------------------------------------------------
-
-
-def _read_manifest(path: Path) -> dict[str, dict]:
-    """Per chapter slug: ``file`` (its name in DEST), ``written`` (hash of the notebook as we wrote it) and
-    ``release`` (hash of the newest release the student was given). A missing or damaged manifest counts as empty.
-
-    Empty is the safe side: every notebook that differs from the course's then counts as edited and is kept.
-    The first manifests (before chapters could be renumbered) mapped file names to hashes; they are read too.
-    """
-    if not path.is_file():
-        return {}
-    try:
-        manifest = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        manifest = None
-    if not isinstance(manifest, dict):
-        print(f"note: {path} is damaged; treating every changed notebook as edited", file=sys.stderr)
-        return {}
-    if manifest.get("format") == 2 and isinstance(manifest.get("notebooks"), dict):
-        return {slug: entry for slug, entry in manifest["notebooks"].items() if isinstance(entry, dict)}
-    converted = {}
-    for name, digest in manifest.items():  # format 1: {"01_hebbian_memory.ipynb": sha256}
-        match = CHAPTER_NAME.match(name)
-        if match and isinstance(digest, str):
-            converted[match[2]] = {"file": name, "written": digest, "release": digest}
-    return converted
-
-
-def _read_pages(path: Path) -> dict[str, dict]:
-    """Per page copied along with the notebooks (``notation.ipynb``): ``written`` and ``release`` hashes, as for a
-    notebook. Missing or damaged counts as empty (an existing page then counts as edited and is kept)."""
-    try:
-        pages = json.loads(path.read_text(encoding="utf-8")).get("pages", {})
-    except (OSError, ValueError, AttributeError):
-        return {}
-    return {name: entry for name, entry in pages.items() if isinstance(entry, dict)} if isinstance(pages, dict) else {}
-
-
-def _write_manifest(path: Path, manifest: dict[str, dict], pages: dict[str, dict] | None = None) -> None:
-    content = {"format": 2, "notebooks": manifest, **({"pages": pages} if pages else {})}
-    write_atomically(path, json.dumps(content, indent=1, sort_keys=True) + "\n")
-
-
-@contextmanager
-def _locked(dest: Path):
-    """Hold DEST's lock file for the whole run, so two runs into one folder cannot interleave.
-
-    ``flock`` locks vanish with their process, so a killed run never leaves the folder locked. On systems without
-    ``fcntl`` (Windows) runs are not serialised, but backups and writes stay exclusive and atomic.
-    """
-    try:
-        import fcntl
-    except ImportError:
-        yield
-        return
-    flags = os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0)  # a lock file that is a symlink is refused
-    with os.fdopen(os.open(dest / LOCK, flags, 0o644), "r+") as lock:
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            print(f"waiting for another ttr-edu run in {dest} to finish...", file=sys.stderr, flush=True)
-            fcntl.flock(lock, fcntl.LOCK_EX)
-        yield
-
-
-def _create_exclusive(path: Path, data: bytes) -> Path:
-    """Write ``data`` to ``path``, or to ``path`` with ``-2``, ``-3``, ... added, never over an existing file, and
-    never half: a run killed mid-write must not leave a truncated backup that looks like a notebook. Returns the path
-    written.
-
-    The data goes to a temporary file first (named as :func:`write_atomically` names them, so the next run clears a
-    killed run's leftover); a hard link then puts it at the first free name, and ``link`` fails on an existing name,
-    so two runs can never pick the same one. Where the file system has no hard links, a rename after checking the name
-    is free (the caller holds the folder's lock).
-    """
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        os.chmod(tmp, file_mode(path.with_name(f".{path.name}.new")))  # a new file's mode: 0666 less the umask
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        stem, n = path.name.removesuffix(".ipynb"), 1
-        while True:
-            candidate = path if n == 1 else path.with_name(f"{stem}-{n}.ipynb")
-            n += 1
-            try:
-                os.link(tmp, candidate)
-            except FileExistsError:
-                continue
-            except OSError:  # no hard links here
-                if candidate.exists() or candidate.is_symlink():
-                    continue
-                os.rename(tmp, candidate)
-            return candidate
-    finally:
-        Path(tmp).unlink(missing_ok=True)
-
-
-def _move(old: Path, new: Path) -> None:
-    """Rename a renumbered notebook, never over an existing file (the link of a symlink is moved, not its target)."""
-    try:
-        os.link(old, new, follow_symlinks=False)
-    except FileExistsError:
-        raise UsageError(
-            f"cannot rename {old.name} to {new.name}: {new.name} already exists; move one of them away"
-        ) from None
-    except OSError:  # no hard links on this file system: a plain rename, after checking the name is free
-        if new.exists() or new.is_symlink():
-            raise UsageError(
-                f"cannot rename {old.name} to {new.name}: {new.name} already exists; move one of them away"
-            ) from None
-        os.rename(old, new)
-        return
-    old.unlink()
-
-
-@dataclass
-class Report:
-    new: list[str] = field(default_factory=list)
-    refreshed: list[str] = field(default_factory=list)
-    current: list[str] = field(default_factory=list)
-    kept: list[str] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
-
-    def lines(self, dest: Path) -> list[str]:
-        counts = [f"{len(self.new)} new", f"{len(self.refreshed)} refreshed", f"{len(self.current)} up to date"]
-        first = f"{dest}: " + ", ".join(counts)
-        if self.kept:
-            first += f"; kept your edits in {', '.join(self.kept)}"
-        return [first + "."] + (["; ".join(self.notes) + "."] if self.notes else [])
-
-
-def _existing(dest: Path, slug: str, entry: dict, target: Path) -> Path | None:
-    """The student's notebook for ``slug``, whatever number it had: the current name first, then the manifest's."""
-    found = [p for p in sorted(dest.glob(f"*_{slug}.ipynb")) if (m := CHAPTER_NAME.match(p.name)) and m[2] == slug]
-    found = [p for p in found if p.is_file() or p.is_symlink()]
-    for preferred in (target, dest / str(entry.get("file", ""))):
-        if preferred in found:
-            return preferred
-    return found[0] if found else None
-
-
-def _sync(
-    source: Path, data: bytes, dest: Path, manifest: dict[str, dict], force: bool, stamp: str, report: Report
-) -> None:
-    """Bring one chapter (``data``: its student copy, :func:`student_copy.render`) into DEST; records it in
-    ``manifest`` only after its files are written."""
-    slug = CHAPTER_NAME.match(source.name)[2]
-    want = _digest(data)
-    entry = dict(manifest.get(slug, {}))
-    target = dest / source.name
-    current = _existing(dest, slug, entry, target)
-    label = source.name[:2]
-    if current is None:
-        write_atomically(target, data.decode("utf-8"))
-        report.new.append(label)
-        entry = {"file": target.name, "written": want, "release": want}
-    else:
-        have = _file_digest(current)
-        if current != target:
-            report.notes.append(f"renumbered {current.name} -> {target.name}")
-        if have == want:  # already the release (a run interrupted after the write, before the manifest, ends here)
-            if current != target:
-                _move(current, target)
-            report.current.append(label)
-            entry = {"file": target.name, "written": want, "release": want}
-        elif entry.get("written") == have:  # untouched since we wrote it: refresh
-            write_atomically(target, data.decode("utf-8"))
-            if current != target:
-                current.unlink()
-            report.refreshed.append(label)
-            entry = {"file": target.name, "written": want, "release": want}
-        else:  # edited by the student
-            if current != target:
-                _move(current, target)  # the edits follow the chapter's slug to its new number
-            entry["file"] = target.name
-            if force:
-                backup = _create_exclusive(target.with_name(f"{target.stem}.backup-{stamp}.ipynb"), target.read_bytes())
-                write_atomically(target, data.decode("utf-8"))
-                report.refreshed.append(label)
-                report.notes.append(f"your edited {target.name} is backed up as {backup.name}")
-                entry = {"file": target.name, "written": want, "release": want}
-            else:
-                report.kept.append(label)
-                if entry.get("release") != want:  # a release changed a notebook the student edited
-                    beside = _put_beside(target, data, entry)
-                    entry["beside"] = {"file": beside.name, "written": want}
-                    entry["release"] = want
-                    report.notes.append(f"a new version of {target.name} is beside it: {beside.name}")
-    manifest[slug] = entry
-
-
-def _sync_page(relative: PurePosixPath, data: bytes, dest: Path, pages: dict[str, dict], report: Report) -> None:
-    """Bring one page the notebooks link to (``notation.ipynb``) into DEST: written when missing or untouched since we
-    wrote it; a page the student edited is kept as it is."""
-    target, want = dest.joinpath(*relative.parts), _digest(data)
-    entry = pages.get(str(relative), {})
-    if not target.exists() and not target.is_symlink():
-        target.parent.mkdir(parents=True, exist_ok=True)
-        write_atomically(target, data)
-        pages[str(relative)] = {"written": want, "release": want}
-        return
-    have = _file_digest(target) if target.is_file() and not target.is_symlink() else None
-    if have == want:
-        pages[str(relative)] = {"written": want, "release": want}
-    elif have is not None and entry.get("written") == have:
-        write_atomically(target, data)
-        pages[str(relative)] = {"written": want, "release": want}
-    elif entry.get("release") != want:
-        report.notes.append(f"kept your {relative} (edited); the course's new version of it was not copied")
-        pages[str(relative)] = {**entry, "release": want}
-
-
-def _put_beside(target: Path, data: bytes, entry: dict) -> Path:
-    """Write a new release of an edited notebook beside it; replace an earlier one only if still untouched."""
-    path = target.with_name(f"{target.stem}.{BESIDE}.ipynb")
-    earlier = entry.get("beside") or {}
-    if (
-        path.is_file()
-        and not path.is_symlink()
-        and earlier.get("file") == path.name
-        and _file_digest(path) == earlier.get("written")
-    ):
-        write_atomically(path, data.decode("utf-8"))
-        return path
-    return _create_exclusive(path, data)
-
-
 def _check_dest(root: Path, raw: str | None, command: str) -> Path:
     if raw is None:
         raise UsageError(
@@ -363,6 +112,10 @@ def _check_dest(root: Path, raw: str | None, command: str) -> Path:
         raise UsageError(f"cannot copy to {dest}: it is a file, not a folder")
     if dest.resolve() in {(root / "chapters").resolve(), (root / "solutions").resolve()}:
         raise UsageError(f"cannot copy into the course's own {dest.resolve().name}/ folder; choose a folder of yours")
+    if dest.resolve() == root.resolve():
+        raise UsageError(
+            f"cannot copy into the course itself ({root}); choose a folder of yours, e.g. {root / 'my-course'}"
+        )
     return dest
 
 
@@ -394,20 +147,7 @@ def cmd_copy(args: argparse.Namespace) -> int:
         if target.exists() and not target.is_file():
             raise UsageError(f"cannot copy {name}: {target} exists and is not a file; move it away first")
     dest.mkdir(exist_ok=True)
-    report = Report()
-    with _locked(dest):
-        # temporary files of a killed run (named by write_atomically); we hold the lock, so none is in use
-        for leftover in [*dest.glob(".*.ipynb.*.tmp"), *dest.glob(f".{MANIFEST}.*.tmp")]:
-            leftover.unlink(missing_ok=True)
-        manifest_path = dest / MANIFEST
-        manifest, copied_pages = _read_manifest(manifest_path), _read_pages(manifest_path)
-        stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
-        for source in sources:
-            _sync(source, notebooks[source], dest, manifest, args.force, stamp, report)
-            _write_manifest(manifest_path, manifest, copied_pages)  # after each chapter: a failure later leaves it true
-        for page, data in pages.items():
-            _sync_page(page, data, dest, copied_pages, report)
-        _write_manifest(manifest_path, manifest, copied_pages)
+    report = sync.copy_into(dest, notebooks, pages, args.force)
     for line in report.lines(dest):
         print(line)
     if args.command == "copy":
@@ -416,52 +156,6 @@ def cmd_copy(args: argparse.Namespace) -> int:
 
 
 # -- JupyterLab --------------------------------------------------------------------------------------------------------
-
-
-def lab_command(dest: Path, options: list[str]) -> list[str]:
-    """JupyterLab on ``dest`` through this very interpreter (works without activating the venv).
-
-    As root (containers, cloud notebooks) Jupyter needs ``--allow-root``. ``options`` go to JupyterLab as given.
-    """
-    if importlib.util.find_spec("jupyterlab") is None:
-        raise UsageError(f"JupyterLab is not installed for {sys.executable}: pip install 'ttr-edu[course]'")
-    command = [sys.executable, "-m", "jupyterlab", str(dest)]
-    if hasattr(os, "geteuid") and os.geteuid() == 0 and "--allow-root" not in options:
-        command.append("--allow-root")
-    return command + options
-
-
-def run_foreground(command: list[str], stopped: str = "") -> int:
-    """Run ``command`` (JupyterLab) and wait. Ctrl-C stops it: one line (``stopped``), exit status 130.
-
-    On POSIX the command runs in a session of its own, so the terminal's Ctrl-C reaches this process alone, which then
-    asks JupyterLab to stop with SIGTERM: its own clean shutdown, kernels included, with no confirmation prompt and
-    no traceback of its own. If it has not stopped after 30 s, its process group is killed (its kernels, which poll
-    their parent, then end by themselves). Elsewhere Ctrl-C goes to JupyterLab as the terminal sends it.
-    """
-    if not hasattr(os, "killpg"):  # pragma: no cover - Windows: the console signals JupyterLab itself
-        previous = signal.signal(signal.SIGINT, lambda *_: None)  # a no-op handler, unlike SIG_IGN, is not inherited
-        try:
-            status = subprocess.Popen(command).wait()
-        finally:
-            signal.signal(signal.SIGINT, previous)
-        return 130 if status == -signal.SIGINT else status
-    process = subprocess.Popen(command, start_new_session=True)
-    try:
-        return process.wait()
-    except KeyboardInterrupt:
-        previous = signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not cut the shutdown short
-        try:
-            process.terminate()
-            try:
-                process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                os.killpg(process.pid, signal.SIGKILL)
-                process.wait()
-        finally:
-            signal.signal(signal.SIGINT, previous)
-        print(f"ttr-edu: {stopped or 'stopped'}", file=sys.stderr, flush=True)
-        return 130
 
 
 def cmd_start(args: argparse.Namespace) -> int:
@@ -473,37 +167,39 @@ def cmd_start(args: argparse.Namespace) -> int:
             options.append(f"{flag}={value}")
     if args.no_browser:
         options.append("--no-browser")
-    command = lab_command(dest, options)  # fail before copying if JupyterLab is missing
+    command = lab.lab_command(dest, options)  # fail before copying if JupyterLab is missing
     cmd_copy(args)
+    command.insert(command.index(str(dest)) + 1, f"--LabApp.app_settings_dir={lab.write_settings(dest)}")
     again = f"ttr-edu start {shlex.quote(str(dest))}"
     print(f"Opening JupyterLab in {dest}; stop it with Ctrl-C, resume any day with: {again}", flush=True)
-    return run_foreground(command, stopped=f"JupyterLab stopped; your notebooks are saved in {dest} (resume: {again})")
+    return lab.run_foreground(command, dest, resume=again)
 
 
 # -- checking a student's notebook -------------------------------------------------------------------------------------
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    """Grade NOTEBOOK as nbgrader's autograder would: the release's check cells, run in a fresh kernel."""
+    """Grade NOTEBOOK as the course's autograder does: the grading engine's verdicts, one line per exercise."""
     try:
         return _check(args)
-    except KeyboardInterrupt:  # before the kernel started; afterwards checking.Interrupted says the same
+    except KeyboardInterrupt:
         print(CHECK_INTERRUPTED, file=sys.stderr)
         return 130
 
 
-CHECK_INTERRUPTED = "ttr-edu: interrupted; the check stopped and its kernel is shut down (your notebook is unchanged)"
+CHECK_INTERRUPTED = "ttr-edu: interrupted; the check stopped and its processes are ended (your notebook is unchanged)"
 
 
 def _check(args: argparse.Namespace) -> int:
     import nbformat
 
-    import ttr_edu
     from ttr_edu.course import checking
 
     path = Path(args.notebook)
     if not path.is_file():
         raise UsageError(f"{path}: no such notebook")
+    if args.timeout <= 0:
+        raise UsageError(f"--timeout: expected a positive number of seconds, got {args.timeout:g}")
     try:
         nb = nbformat.read(path, as_version=4)
     except Exception as err:
@@ -518,31 +214,25 @@ def _check(args: argparse.Namespace) -> int:
             "chapter's); check runs the course's own check cells, so it needs a copy made by ttr-edu copy or start"
         )
     release = nbformat.read(release_path, as_version=4)
-    restored = checking.restore_checks(nb, release)
-    print(f"running {path} with the check cells of {release_path.name} ...", file=sys.stderr, flush=True)
-    try:
-        run = checking.run_graded(restored, path.parent.resolve(), args.timeout, Path(ttr_edu.__file__).resolve())
-    except checking.Interrupted:
-        print(CHECK_INTERRUPTED, file=sys.stderr)
-        return 130
-    if run.setup_error is not None:
-        tail = "".join(run.kernel_log.strip().splitlines(keepends=True)[-5:])
-        raise UsageError(f"{path}: the check could not start: {run.setup_error}" + (f"\n{tail}" if tail else ""))
-    if run.stopped:
-        print(f"ttr-edu: {path}: the notebook stopped early ({run.stopped}); results so far:", file=sys.stderr)
-    results = checking.exercise_results(run.nb, release)
-    width = max(len(name) for name, _, _ in results)
-    for name, outcome, detail in results:
-        print(f"{outcome:<13}  {name:<{width}}" + (f"  {detail}" if detail else ""))
-    counts = {o: sum(r[1] == o for r in results) for o in ("PASS", "FAIL", "not attempted", "not run")}
+    print(f"grading {path} with the checks of {release_path.name} ...", file=sys.stderr, flush=True)
+    report = checking.grade(nb, release, args.timeout)
+    for problem in report.problems:
+        print(f"ttr-edu: note: {problem}", file=sys.stderr)
+    width = max((len(v.heading) for v in report.verdicts), default=0)
+    for verdict in report.verdicts:
+        lines = verdict.detail.splitlines() if verdict.status != "PASS" else []
+        print(f"{verdict.status:<13}  {verdict.heading:<{width}}" + (f"  {lines[0]}" if lines else ""))
+        for line in lines[1:]:  # the whole reason: a case, the first wrong element, a note on a special case
+            print(f"{'':15}{line}")
+    counts = {o: sum(v.status == o for v in report.verdicts) for o in ("PASS", "FAIL", "not attempted")}
     print(
-        f"{counts['PASS']} of {len(results)} pass, {counts['FAIL']} fail, {counts['not attempted']} not attempted"
-        + (f", {counts['not run']} not run" if counts["not run"] else "")
-        + "."
+        f"{counts['PASS']} of {len(report.verdicts)} pass, {counts['FAIL']} fail, {counts['not attempted']} not "
+        "attempted."
     )
-    if counts["FAIL"] or counts["not run"]:
+    print(f"{report.score:g} of {report.max_score:g} points.")
+    if counts["FAIL"]:
         return 1
-    return 0 if counts["PASS"] == len(results) else 3
+    return 0 if counts["PASS"] == len(report.verdicts) else 3
 
 
 # -- instructors -------------------------------------------------------------------------------------------------------
@@ -606,13 +296,16 @@ def build_parser() -> argparse.ArgumentParser:
     check = sub.add_parser(
         "check",
         help="grade a notebook as the autograder will and print each exercise's result",
-        description="Run NOTEBOOK from the top with the course's own check cells (an edited or deleted check cell is "
-        "put back, as nbgrader does) and print one line per exercise: PASS, FAIL with the reason, or not "
-        "attempted. Exit status: 0 every exercise passes; 1 one fails (or a check did not run); "
-        "3 none fails but some are not attempted; 2 the notebook cannot be read; 130 interrupted.",
+        description="Grade NOTEBOOK with the course's grading engine, as the autograder does: your exercise cells "
+        "(and cells you added) run in a sandboxed process with the course's own setup and check cells, and each "
+        "exercise gets one line: PASS, FAIL with the whole reason, or not attempted. Exit status: 0 every "
+        "exercise passes; 1 one fails; 3 none fails but some are not attempted; 2 the notebook cannot be read; "
+        "130 interrupted.",
     )
     check.add_argument("notebook", metavar="NOTEBOOK")
-    check.add_argument("--timeout", type=int, default=600, help="seconds allowed per cell (default: 600)")
+    check.add_argument(
+        "--timeout", type=float, default=60, help="seconds the answers of one exercise may run (default: 60)"
+    )
     check.set_defaults(run=cmd_check)
 
     gen = sub.add_parser("generate", help="build chapters/ from solutions/, grading metadata included (instructors)")
@@ -653,19 +346,39 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unrecognized arguments: {' '.join(stray)} (JupyterLab options go as --name=value, or after --)")
     args.lab_options = unknown + passthrough
     try:
-        return args.run(args)
-    except (UsageError, CourseLayoutError, NotebookError, BookError) as err:
+        status = args.run(args)
+        sys.stdout.flush()  # a closed pipe (`ttr-edu list | head -1`) shows here, not at exit
+        return status
+    except (UsageError, CourseLayoutError, NotebookError, BookError, sync.CopyError, lab.UsageError) as err:
         print(f"ttr-edu: {err}", file=sys.stderr)
         return 2
     except ImportError as err:  # an extra that is not installed, e.g. nbgrader for `generate`
-        print(f"ttr-edu: {err}", file=sys.stderr)
+        print(f"ttr-edu: {_missing_extra(err, args.command)}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # the reader went away (`| head -1`): what it wanted was printed; exit as a shell's tool
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error when Python flushes at exit
+        return 128 + 13  # SIGPIPE
     except OSError as err:  # permissions, a full disk, ...: one line, not a traceback
-        print(f"ttr-edu: {err.strerror or err}: {err.filename}", file=sys.stderr)
+        where = f": {err.filename}" if err.filename else ""
+        print(f"ttr-edu: {err.strerror or err}{where}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("ttr-edu: interrupted; every notebook is whole (run the same command again to finish)", file=sys.stderr)
         return 130
+
+
+#: the extra that installs each module a command may miss: the course's commands need the [course] extra (nbgrader,
+#: for `generate`, comes with [dev])
+EXTRAS = {"nbformat": "course", "nbclient": "course", "jupyter_client": "course", "ipykernel": "course"}
+
+
+def _missing_extra(err: ImportError, command: str) -> str:
+    """One line for a module that is not installed: which extra installs it, when one does."""
+    module = (err.name or "").split(".")[0]
+    if module in EXTRAS:
+        extra = EXTRAS[module]
+        return f"{command} needs {module}, which the [{extra}] extra installs: pip install 'ttr-edu[{extra}]'"
+    return str(err)
 
 
 if __name__ == "__main__":

@@ -330,7 +330,9 @@ def _same_notebook(path: Path, text: str) -> bool:
 
 
 def generate(root: Path, check: bool = False) -> list[str]:
-    """Regenerate ``chapters/`` from ``solutions/`` (and store ``solutions/`` clean, with grading metadata).
+    """Regenerate ``chapters/`` from ``solutions/`` (and store ``solutions/`` clean, with grading metadata), and the
+    sources ledger's book page ``sources.md`` from ``sources.yaml`` where the course has one
+    (:mod:`ttr_edu.course.sources`).
 
     All or nothing: every notebook is read and converted before the first file is written, so a broken solution
     notebook leaves both folders as they were; each file is then written atomically.
@@ -345,6 +347,7 @@ def generate(root: Path, check: bool = False) -> list[str]:
     Raises:
         CourseLayoutError: ``chapters`` exists but is not a folder.
         NotebookError: a solution notebook cannot be read, or holds a solution region outside a solution cell.
+        SourcesError: ``sources.yaml`` breaks its schema.
     """
     chapters_dir = root / "chapters"
     if chapters_dir.exists() and not chapters_dir.is_dir():
@@ -364,6 +367,13 @@ def generate(root: Path, check: bool = False) -> list[str]:
         }.items():
             if not _same_notebook(path, text):
                 writes[path] = text
+    if (root / "sources.yaml").is_file():
+        from ttr_edu.course.sources import load_entries, sources_markdown
+
+        titles = {c.number: (c.filename, c.title) for c in list_chapters(root)}
+        page = sources_markdown(load_entries(root / "sources.yaml"), titles)
+        if not (root / "sources.md").is_file() or (root / "sources.md").read_text(encoding="utf-8") != page:
+            writes[root / "sources.md"] = page
     stale = [p for p in sorted(chapters_dir.glob("*.ipynb")) if p.name not in expected] if chapters_dir.is_dir() else []
     problems = [f"{'would write' if check else 'wrote'} {path.relative_to(root)}" for path in writes]
     problems += [f"{'would remove' if check else 'removed'} {p.relative_to(root)} (no solution source)" for p in stale]

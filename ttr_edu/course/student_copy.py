@@ -9,8 +9,10 @@ notebooks side by side, no ``../``). So ``ttr-edu copy`` writes each file throug
   (its DOI, else its URL), and the notebook ends with the list of the references it cites, as a book page does;
 - every relative link is rewritten to where its target lands in the student's folder (a chapter notebook beside the
   others, any other course file at its path from the course root), and the pages a notebook links to are copied
-  along. A Markdown page (``notation.md``) becomes a notebook of one Markdown cell (``notation.ipynb``): JupyterLab
-  opens a linked ``.md`` file in its text editor, but renders a notebook with jupyterlab-myst, as the chapters.
+  along. A Markdown page (``notation.md``) stays Markdown, its front matter's title as its heading: ``ttr-edu start``
+  makes JupyterLab open Markdown rendered (by jupyterlab-myst), so a linked page starts no kernel of its own;
+- a notebook carries the kernel metadata JupyterLab writes when it opens one with this Python's kernel, so opening a
+  chapter does not change it.
 
 ``chapters/`` itself keeps ``[@key]``: the book builds from it. Only markdown changes; code cells are copied as
 they are, so nbgrader's checksums of locked cells still match. Stdlib only (``ttr-edu copy`` stays light): the
@@ -20,6 +22,7 @@ bibliography is the course's own ``references.bib``, and a test renders every en
 from __future__ import annotations
 
 import json
+import platform
 import posixpath
 import re
 import unicodedata
@@ -36,6 +39,7 @@ __all__ = [
     "references_markdown",
     "linked_pages",
     "bibliography_of",
+    "kernel_metadata",
     "REFERENCES_CELL",
     "MARKDOWN_LINK",
     "CITATION_KEY",
@@ -277,12 +281,9 @@ def references_markdown(keys: set[str], bibliography: dict[str, Reference]) -> s
 
 def student_path(relative: PurePosixPath) -> PurePosixPath:
     """Where a course file (a path from the course root) lands in the student's folder: a chapter notebook
-    (``chapters/NN_slug.ipynb``) beside the others at the top, a Markdown page as a notebook (``notation.ipynb``),
-    any other file at its path from the root."""
+    (``chapters/NN_slug.ipynb``) beside the others at the top, any other file at its path from the root."""
     if len(relative.parts) == 2 and relative.parts[0] == "chapters":
         return PurePosixPath(relative.name)
-    if relative.suffix == ".md":
-        return relative.with_suffix(".ipynb")
     return relative
 
 
@@ -340,22 +341,31 @@ REFERENCES_CELL = "ttr-edu-references"  # the id of the cell a student copy ends
 _FRONT_MATTER = re.compile(r"\A---\n(.*?)\n---\n", re.DOTALL)
 
 
-def _page_notebook(text: str) -> dict:
-    """A Markdown page as a notebook of one Markdown cell; its front matter's title becomes the heading."""
+def _page_markdown(text: str) -> str:
+    """A Markdown page with its front matter's title as its first heading (the front matter is the book's)."""
     front = _FRONT_MATTER.match(text)
     if front:
         title = re.search(r"^title:\s*(.+?)\s*$", front[1], re.MULTILINE)
         text = text[front.end() :].lstrip("\n")
         if title:
             text = f"# {title[1].strip(chr(34) + chr(39))}\n\n{text}"
+    return text
+
+
+def kernel_metadata() -> dict:
+    """The notebook metadata JupyterLab writes once this Python's kernel (ipykernel's ``python3``) has started: its
+    kernelspec and the ``language_info`` of its ``kernel_info`` reply."""
     return {
-        "cells": [{"cell_type": "markdown", "id": "page", "metadata": {}, "source": text}],
-        "metadata": {
-            "kernelspec": {"display_name": "Python 3 (ipykernel)", "language": "python", "name": "python3"},
-            "language_info": {"name": "python"},
+        "kernelspec": {"display_name": "Python 3 (ipykernel)", "language": "python", "name": "python3"},
+        "language_info": {
+            "codemirror_mode": {"name": "ipython", "version": 3},
+            "file_extension": ".py",
+            "mimetype": "text/x-python",
+            "name": "python",
+            "nbconvert_exporter": "python",
+            "pygments_lexer": "ipython3",
+            "version": platform.python_version(),
         },
-        "nbformat": 4,
-        "nbformat_minor": 5,
     }
 
 
@@ -363,30 +373,37 @@ def render(root: Path, source: PurePosixPath, bibliography=None) -> tuple[bytes,
     """The student's copy of the course file ``root/source`` and the course files it links to.
 
     A notebook's markdown cells are rendered (citations written out, links re-aimed) and, if it cites anything, a
-    last cell lists the references (id :data:`REFERENCES_CELL`); code cells are left exactly as they are. A ``.md``
-    page becomes such a notebook of one cell. Any other file is copied as it is. A notebook is written as nbformat
-    writes it (JSON, one-space indent, keys sorted, sources split into lines).
+    last cell lists the references (id :data:`REFERENCES_CELL`); code cells are left exactly as they are, and the
+    kernel metadata is JupyterLab's (:func:`kernel_metadata`). A notebook is written as nbformat writes it (JSON,
+    one-space indent, keys sorted, sources split into lines). A ``.md`` page is rendered the same way, its references
+    at its end. Any other file is copied as it is.
 
     Raises:
         ValueError: a notebook is not JSON, or ``references.bib`` cannot be read.
     """
     bibliography = bibliography_of(root) if bibliography is None else bibliography
     data, linked, cited = (root / source).read_bytes(), set(), set()
-    if source.suffix not in (".ipynb", ".md"):
+    if source.suffix == ".md":
+        text = _markdown(_page_markdown(data.decode("utf-8")), source, root, bibliography, linked, cited)
+        if cited:
+            text = text.rstrip("\n") + "\n\n" + references_markdown(cited, bibliography) + "\n"
+        return text.encode("utf-8"), {path for path in linked if path != source}
+    if source.suffix != ".ipynb":
         return data, linked
-    nb = json.loads(data.decode("utf-8")) if source.suffix == ".ipynb" else _page_notebook(data.decode("utf-8"))
+    nb = json.loads(data.decode("utf-8"))
     for cell in nb.get("cells", []):
         if cell.get("cell_type") != "markdown":
             continue
         text = "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
         new = _markdown(text, source, root, bibliography, linked, cited)
-        if new != text or source.suffix == ".md":
+        if new != text:
             cell["source"] = new.splitlines(keepends=True)
     if cited:
         references = references_markdown(cited, bibliography)
         nb["cells"].append(
             {"cell_type": "markdown", "id": REFERENCES_CELL, "metadata": {}, "source": references.splitlines(True)}
         )
+    nb["metadata"] = {**nb.get("metadata", {}), **kernel_metadata()}
     data = (json.dumps(nb, sort_keys=True, indent=1, ensure_ascii=False) + "\n").encode("utf-8")
     return data, {path for path in linked if path != source}
 

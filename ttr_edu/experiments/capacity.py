@@ -3,9 +3,10 @@
 For each feature map (``d_k = 16``, so ELU+1 has ``d_dot = 16`` and DPFP ν = 1, 2, 3 have 32, 64, 96) and each
 number of unique keys ``S``, train a single-layer sum-rule model on setting 1 and record its best evaluation loss.
 With trained key and query projections the loss stays near 0 until ``S`` approaches ``d_dot`` and then rises (the
-model can make at most ``d_dot`` keys orthogonal; near that limit, whether training finds a packing varies from seed
-to seed); with fixed random keys it degrades smoothly from the start. FAVOR+ (random features redrawn every call) and
-softmax attention are the paper's two references.
+model can give at most ``d_dot`` keys a private feature that only their own query reads, which exact retrieval
+needs; near that limit, whether training finds such a packing varies from seed to seed); with fixed random keys it
+degrades smoothly from the start. FAVOR+ (random features redrawn every call) and softmax attention are the paper's
+two references.
 
 Run the full grid (writes CSV, shows progress bars)::
 

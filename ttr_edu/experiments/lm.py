@@ -1,8 +1,8 @@
 """``python -m ttr_edu.experiments lm``: tiny byte-level language models on the standard-library corpus.
 
-Every cell trains one :class:`ttr_edu.models_lm.TinyLM` whose mixer is one of :data:`ttr_edu.models_lm.LM_MIXERS`
+Every cell trains one :class:`ttr_edu.models.lm.TinyLM` whose mixer is one of :data:`ttr_edu.models.lm.LM_MIXERS`
 (everything else equal, parameter counts within 1 %), with Adam on random windows of the train split, then reports
-bits per byte on the whole valid and test splits (:func:`ttr_edu.text_corpus.eval_windows`). A run whose loss
+bits per byte on the whole valid and test splits (:func:`ttr_edu.tasks.text.eval_windows`). A run whose loss
 becomes NaN or infinite is kept as a row with ``diverged = 1``.
 
     python -m ttr_edu.experiments lm                  # the full grid -> lm_grid.csv

@@ -168,7 +168,7 @@ class Block:
         for model in self.models:
             if model not in MODELS:
                 raise ValueError(f"models: unknown name {model!r} in block {self.name!r}; valid: {', '.join(MODELS)}")
-            maps = self.feature_maps if MODELS[model].linear_memory else ("",)
+            maps = self.feature_maps if MODELS[model].parametric else ("",)
             out += [
                 Cell(model, fm, conv, t, n, d, lr, seed)
                 for fm in maps
@@ -648,7 +648,7 @@ def state_figure(
     )
     for col, (t, n) in enumerate(tasks, start=1):
         for model in models:
-            fm = feature_map if MODELS[model].linear_memory else ""
+            fm = feature_map if MODELS[model].parametric else ""
             picked = [
                 r for r in conv if (r["model"], r["feature_map"], r["seq_len"], r["num_pairs"]) == (model, fm, t, n)
             ]
@@ -705,7 +705,7 @@ def ablation_figure(rows: list[dict], d_model: int = 32):
     for conv, colour, name in ((True, "#4c78a8", "with the short convolution"), (False, "#e45756", "without it")):
         labels, means, dots_x, dots_y = [], [], [], []
         for m in models:
-            fm = "silu" if MODELS[m].linear_memory else ""
+            fm = "silu" if MODELS[m].parametric else ""
             where = dict(model=m, feature_map=fm, short_conv=conv, d_model=d_model)
             b = best(rows, **where)
             seeds = [r["accuracy"] for r in rows if all(r[k] == v for k, v in where.items()) and r["lr"] == b["lr"]]

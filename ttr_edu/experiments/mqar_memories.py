@@ -3,9 +3,9 @@
 A grid beside the main one (:mod:`ttr_edu.experiments.mqar`), with the main grid's recipe: the same task (Zoology's
 vocabulary, ``T >= 6 N``), batches of 32 examples, step budget, early stop, held-out set, learning-rate sweep and
 seeds. It trains DeltaNet as the baseline, Longhorn, DeltaProduct (``n_h = 2``), TTT-Linear, and the two MLP
-memories, TTT-MLP and Titans. Each cell is the main grid's :class:`MQARModel` with its mixer swapped for one of
-:data:`ttr_edu.layers.MEMORY_MIXERS` (each with its own defaults: the convolution's SiLU, then the L2 norm, on q and
-k: the main grid's ``φ = silu``), trained by the same :func:`ttr_edu.train.train`, through the same runner. The CSV
+memories, TTT-MLP and Titans. Each cell is the main grid's :class:`MQARModel` around one of
+:data:`ttr_edu.layers.MEMORY_MIXERS` (with the main grid's ``φ = silu``: the convolution's SiLU, once, then the L2
+norm, on q and k), trained by the same :func:`ttr_edu.train.train`, through the same runner. The CSV
 shipped with the package (``ttr_edu/experiments/results/mqar_memories.csv``, read by :func:`load_results`) is this
 grid; chapter 09 reads it.
 
@@ -21,7 +21,7 @@ from pathlib import Path
 
 import torch
 
-from ttr_edu.layers import MEMORY_MIXERS, MIXERS
+from ttr_edu.layers import REGISTRY
 from ttr_edu.models.mqar import MQARModel
 from ttr_edu.tasks.mqar import free_slot_fraction, mqar_batch
 
@@ -119,18 +119,15 @@ OPTIONS = {
 
 
 def build_model(mixer: str, vocab_size: int, d_model: int) -> MQARModel:
-    """The main grid's model with ``mixer`` taken from ``MIXERS`` or ``MEMORY_MIXERS``.
+    """The main grid's model around the registered ``mixer`` (:data:`ttr_edu.layers.REGISTRY`) with its
+    :data:`OPTIONS`.
 
     Raises:
         ValueError: an unknown mixer name.
     """
-    if mixer not in MIXERS and mixer not in MEMORY_MIXERS:
-        raise ValueError(f"mixer: unknown name {mixer!r}; valid names are {', '.join([*MIXERS, *MEMORY_MIXERS])}")
-    model = MQARModel("deltanet", vocab_size, d_model)  # the same embedding, norm and readout ...
-    # ... around the mixer with its own defaults (SiLU + L2 keys, as the memory mixers here use)
-    model.mixer = {**MIXERS, **MEMORY_MIXERS}[mixer](d_model, 1, **OPTIONS.get(mixer, {}))
-    model.mixer_name = mixer
-    return model
+    if mixer not in REGISTRY:
+        raise ValueError(f"mixer: unknown name {mixer!r}; valid names are {', '.join(REGISTRY)}")
+    return MQARModel(mixer, vocab_size, d_model, **OPTIONS.get(mixer, {}))
 
 
 def train_cell(grid: MemoryGrid, cell: dict) -> dict:

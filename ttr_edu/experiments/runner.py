@@ -396,7 +396,7 @@ def _dask_cells(cell_fn, todo, scheduler, lost: list) -> Iterator[tuple[dict, di
     try:
         from distributed import TimeoutError as DaskTimeout
     except ImportError:  # pragma: no cover
-        DaskTimeout = TimeoutError  # noqa: N806
+        DaskTimeout = TimeoutError
 
     client, cluster = _dask_client(scheduler)
     waiting = list(todo)
@@ -565,7 +565,7 @@ def _local_workers(scheduler: str) -> int | None:
 class ArgumentParser(argparse.ArgumentParser):
     """``argparse`` with an error that is one line (``prog: error: ...``) and exit status 2, without the usage."""
 
-    def error(self, message: str):  # noqa: D102 - argparse's hook
+    def error(self, message: str):  # argparse's hook
         self.exit(2, f"{self.prog}: error: {message}\n")
 
 

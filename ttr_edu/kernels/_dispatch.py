@@ -1,6 +1,6 @@
 """Where a kernel may run, how big its tiles are, and the autograd wrapper every kernel shares.
 
-Dispatch (issue 7):
+Dispatch:
 
 * CUDA tensors run the compiled kernel;
 * CPU tensors run it under Triton's interpreter, which must be switched on with ``TRITON_INTERPRET=1`` *before*

@@ -7,11 +7,14 @@ Same signatures, checks and results as :func:`ttr_edu.ops.delta_rule_chunk` and
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 import triton
 
 from ttr_edu._internal.contract import (
     STATE,
+    State,
     check_inputs,
     check_log_decay,
     check_state,
@@ -126,17 +129,17 @@ def _check(
 
 @guarded(cap_chunk=False)  # the tiles need a power of two: check_kernel_sizes bounds it
 def delta_rule_chunk(
-    q,
-    k,
-    v,
-    beta,
-    scale=None,
-    initial_state=None,
-    output_final_state=False,
-    chunk_size=64,
-    check_stability="warn",
-    cu_seqlens=None,
-):
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    beta: torch.Tensor,
+    scale: float | None = None,
+    initial_state: State | None = None,
+    output_final_state: bool = False,
+    chunk_size: int = 64,
+    check_stability: str = "warn",
+    cu_seqlens: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, Any]:
     """The delta rule, chunked in the WY/UT form, as a Triton kernel (forward) with autograd.
 
     Computes exactly what :func:`ttr_edu.ops.delta_rule_chunk` computes: per token
@@ -187,18 +190,18 @@ def delta_rule_chunk(
 
 @guarded(cap_chunk=False)  # the tiles need a power of two: check_kernel_sizes bounds it
 def gated_delta_rule_chunk(
-    q,
-    k,
-    v,
-    g,
-    beta,
-    scale=None,
-    initial_state=None,
-    output_final_state=False,
-    chunk_size=64,
-    check_stability="warn",
-    cu_seqlens=None,
-):
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    g: torch.Tensor,
+    beta: torch.Tensor,
+    scale: float | None = None,
+    initial_state: State | None = None,
+    output_final_state: bool = False,
+    chunk_size: int = 64,
+    check_stability: str = "warn",
+    cu_seqlens: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, Any]:
     """The gated delta rule, chunked in the WY/UT form, as a Triton kernel (forward) with autograd.
 
     Computes exactly what :func:`ttr_edu.ops.gated_delta_rule_chunk` computes: per token, with the decay applied

@@ -6,10 +6,12 @@ Same signature, checks and results as :func:`ttr_edu.ops.linear_attention_chunk`
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 import triton
 
-from ttr_edu._internal.contract import check_inputs, compute_dtype, resolve_scale
+from ttr_edu._internal.contract import State, check_inputs, compute_dtype, resolve_scale
 from ttr_edu._internal.validation import check_positive_float, check_positive_int, guarded
 from ttr_edu.kernels import _triton_kernels
 from ttr_edu.kernels._dispatch import (
@@ -103,17 +105,17 @@ def _reference(q, k, v, S0, z0, *, normalize: bool, **options):
 
 @guarded(cap_chunk=False)  # the tiles need a power of two: check_kernel_sizes bounds it
 def linear_attention_chunk(
-    q,
-    k,
-    v,
-    scale=None,
-    normalize=False,
-    initial_state=None,
-    output_final_state=False,
-    chunk_size=64,
-    eps=1e-6,
-    cu_seqlens=None,
-):
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    scale: float | None = None,
+    normalize: bool = False,
+    initial_state: State | None = None,
+    output_final_state: bool = False,
+    chunk_size: int = 64,
+    eps: float = 1e-06,
+    cu_seqlens: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, Any]:
     """Chunked causal linear attention as a Triton kernel (forward) with autograd.
 
     Computes exactly what :func:`ttr_edu.ops.linear_attention_chunk` computes: ``S_t = S_{t-1} + k_t v_tᵀ``,
@@ -159,7 +161,7 @@ def linear_attention_chunk(
     dims = check_inputs(q, k, v)
     scale = resolve_scale(scale, dims["D_k"])
     check_positive_float("eps", eps, allow_zero=True)
-    S0, z0 = unpack_state(initial_state, normalize, varlen_state_dims(dims, cu_seqlens, q), q.device)
+    S0, z0 = unpack_state(initial_state, normalize, varlen_state_dims(dims, cu_seqlens, q), q)
     check_runnable(q.device, _REFERENCE)
     check_kernel_sizes(dims["D_k"], chunk_size, _REFERENCE, T=dims["T"], H=dims["H"], d_v=dims["D_v"] + bool(normalize))
 

@@ -10,12 +10,12 @@ Two ways to run one model, proven equal by the tests:
 
 * :meth:`TinyLM.forward` reads a whole sequence with the mixers' chunkwise forms (training, evaluation);
 * :meth:`TinyLM.step` reads one token and carries a :class:`LMState`: each block's mixer steps through its own
-  recurrent form (:meth:`ttr_edu.layers.base._Mixer.step`), keeping its memory and the last ``conv_size`` inputs of
+  recurrent form (:meth:`ttr_edu.layers.base.Mixer.step`), keeping its memory and the last ``conv_size`` inputs of
   its short convolution. A fast-weight layer's token costs the same at any context length; softmax attention keeps
   its key-value cache, so a token costs ``O(t)``.
 
-Any mixer of :data:`ttr_edu.layers.MIXERS` or :data:`ttr_edu.layers.MEMORY_MIXERS` can be named in
-:class:`LMConfig` (with its default options); :data:`LM_MIXERS` adds the named variants the chapter compares.
+Any registered mixer (:data:`ttr_edu.layers.REGISTRY`) can be named in :class:`LMConfig`, with its spec's options;
+:data:`LM_MIXERS` lists the ones the chapter compares.
 """
 
 from __future__ import annotations
@@ -38,8 +38,7 @@ from ttr_edu._internal.validation import (
     check_real,
     guarded,
 )
-from ttr_edu.layers import MEMORY_MIXERS, MIXERS, DeltaNet, GatedDeltaNet, LinearAttention, SoftmaxAttention
-from ttr_edu.layers.base import MixerState
+from ttr_edu.layers import REGISTRY, Mixer, MixerSpec, MixerState, SpecView
 
 __all__ = [
     "LMConfig",
@@ -55,28 +54,12 @@ __all__ = [
     "load_checkpoint",
 ]
 
-#: name -> (description, constructor ``(hidden_size, num_heads) -> mixer``). Every mixer has the short convolution.
-LM_MIXERS = {
-    "linear_sumnorm": (
-        "linear attention (sum rule), ELU+1 features, sum-normalised q and k",
-        lambda d, h: LinearAttention(d, h, "elu_plus_one", sum_norm=True),
-    ),
-    "linear": (
-        "linear attention (sum rule), ELU+1 features, no sum normalisation",
-        lambda d, h: LinearAttention(d, h, "elu_plus_one", sum_norm=False),
-    ),
-    "linear_sumnorm_no_onorm": (
-        "linear attention, sum-normalised q and k, no RMSNorm on the head outputs (as the paper)",
-        lambda d, h: LinearAttention(d, h, "elu_plus_one", sum_norm=True, output_norm=False),
-    ),
-    "linear_no_onorm": (
-        "linear attention, no sum normalisation, no RMSNorm on the head outputs",
-        lambda d, h: LinearAttention(d, h, "elu_plus_one", sum_norm=False, output_norm=False),
-    ),
-    "deltanet": ("DeltaNet (delta rule), SiLU + L2-normalised q and k, learned β", lambda d, h: DeltaNet(d, h)),
-    "gated_deltanet": ("gated DeltaNet: a learned decay, then the delta rule", lambda d, h: GatedDeltaNet(d, h)),
-    "softmax": ("softmax attention (causal, no position embedding)", lambda d, h: SoftmaxAttention(d, h)),
-}
+#: name -> (description, the :class:`~ttr_edu.layers.MixerSpec` that builds the mixer as ``spec(hidden_size,
+#: num_heads)``) of the models the chapter compares: a view of the registry's specs with ``lm=True``. Every mixer
+#: has the short convolution.
+LM_MIXERS: SpecView[tuple[str, MixerSpec]] = SpecView(
+    lambda spec: spec.lm, lambda spec: (spec.description or spec.label, spec)
+)
 
 
 @dataclass(frozen=True)
@@ -84,7 +67,7 @@ class LMConfig:
     """Every hyperparameter of a :class:`TinyLM`.
 
     Attributes:
-        mixer: a key of :data:`LM_MIXERS`.
+        mixer: the name of a registered mixer (:data:`ttr_edu.layers.REGISTRY`), e.g. a key of :data:`LM_MIXERS`.
         d_model: width (64–128 in the chapter). num_heads: heads of each mixer (``D = d_model / num_heads``).
         n_layers: blocks. mlp_ratio: hidden width of the MLP over ``d_model``. vocab_size: 256 bytes.
 
@@ -101,9 +84,8 @@ class LMConfig:
     vocab_size: int = 256
 
     def __post_init__(self) -> None:
-        if self.mixer not in LM_MIXERS and self.mixer not in MIXERS and self.mixer not in MEMORY_MIXERS:
-            names = dict.fromkeys([*LM_MIXERS, *MIXERS, *MEMORY_MIXERS])
-            raise ValueError(f"mixer: expected one of {', '.join(names)}, got {self.mixer!r}")
+        if self.mixer not in REGISTRY:
+            raise ValueError(f"mixer: expected one of {', '.join(REGISTRY)}, got {self.mixer!r}")
         for name in ("d_model", "num_heads", "n_layers", "mlp_ratio", "vocab_size"):
             check_positive_int(name, getattr(self, name))
         if self.d_model % self.num_heads:
@@ -123,7 +105,7 @@ class Block(nn.Module):
         super().__init__()
         d = config.d_model
         self.mixer_norm = nn.RMSNorm(d)
-        self.mixer = build_mixer(config.mixer, d, config.num_heads)
+        self.mixer: Mixer = REGISTRY[config.mixer](d, config.num_heads)
         self.mlp_norm = nn.RMSNorm(d)
         self.mlp = nn.Sequential(nn.Linear(d, config.mlp_ratio * d), nn.GELU(), nn.Linear(config.mlp_ratio * d, d))
 
@@ -139,13 +121,6 @@ class Block(nn.Module):
         up, act, down = self.mlp
         hidden = F.gelu(F.linear(_rms_norm(self.mlp_norm, x), up.weight, up.bias), approximate=act.approximate)
         return x + F.linear(hidden, down.weight, down.bias), state
-
-
-def build_mixer(name: str, d_model: int, num_heads: int) -> nn.Module:
-    """The mixer named ``name``: a variant of :data:`LM_MIXERS`, or a layer of the registries with its defaults."""
-    if name in LM_MIXERS:
-        return LM_MIXERS[name][1](d_model, num_heads)
-    return {**MIXERS, **MEMORY_MIXERS}[name](d_model, num_heads)
 
 
 @dataclass
@@ -258,7 +233,7 @@ class TinyLM(nn.Module):
 
     def step_unchecked(self, token: torch.Tensor, state: LMState) -> tuple[torch.Tensor, LMState]:
         """:meth:`step` without its argument checks, for a caller that checked once (:func:`generate` checks the
-        prompt, then runs every token through here): each mixer's :meth:`~ttr_edu.layers.base._Mixer.step_unchecked`
+        prompt, then runs every token through here): each mixer's :meth:`~ttr_edu.layers.base.Mixer.step_unchecked`
         and no scan of any tensor. ``state`` must already hold one :class:`~ttr_edu.layers.base.MixerState` per
         block (:meth:`init_state` then one checked :meth:`step`, or :meth:`init_state_for`). Call it under
         ``torch.no_grad()``. Same result as :meth:`step`."""

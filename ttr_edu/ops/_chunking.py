@@ -2,7 +2,7 @@
 in the caller's layout and computed in buffers that every block reuses.
 
 A chunk form does its batched products for a block of chunks at once, and only the chunk-to-chunk state update in a
-loop. Three rules keep the data movement down (issue 27: moving data between layouts cost a third to a half of the
+loop. Three rules keep the data movement down (moving data between layouts cost a third to a half of the
 time on some machines):
 
 * **Strided views in, one pass.** :func:`chunk_blocks` hands out each block as strided views of the caller's
@@ -24,16 +24,59 @@ Used by :func:`ttr_edu.ops.delta_rule.chunk_forward` (the delta rule, gated delt
 
 from __future__ import annotations
 
+import math
+from collections.abc import Callable
+
 import torch
 import torch.nn.functional as F
 
 #: Rows of ``q`` per block of chunks (chunks × C × B·H): 8 chunks of 64 tokens at B·H = 8, buffers of 1 MiB each at
-#: D = 64. Issue 27, one core of a 2-core Xeon (2 MiB L2), B·H = 8, D = 64, T = 1024 and 4096, the other core idle,
+#: D = 64. One core of a 2-core Xeon (2 MiB L2), B·H = 8, D = 64, T = 1024 and 4096, the other core idle,
 #: four interleaved comparisons of 5–7 rounds: against 2048 rows, linear attention, both gated linear attentions and
 #: the gated delta rule ran 4–19 % faster, ``delta_rule_chunk`` from 2 % slower to 11 % faster; 16384 rows ran
 #: slower (its buffers outgrow the cache). The best size depends on cache pressure: with a test run busy on the
 #: other core, a review measured 2048 rows faster for ``delta_rule_chunk`` (4–10 %).
 BLOCK_ROWS = 4096
+
+
+#: The smallest chunk decay ``γ_C = exp(Σ g)`` for which a block of a gated form factorises its decay matrix,
+#: ``Γ_ij = γ_i / γ_j``: then ``1/γ ≤ e⁸`` cannot overflow and ``Γ`` carries at most 2·8 units of rounding.
+MIN_FACTORED_DECAY = math.exp(-8.0)
+
+
+def run_blocks(
+    block_forward: Callable[..., tuple[torch.Tensor, torch.Tensor, torch.Tensor]],
+    inputs: list[torch.Tensor],
+    S: torch.Tensor,
+    chunk_size: int,
+    **options,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The one loop of every chunk form: the chunks of ``inputs`` a block at a time through ``block_forward``.
+
+    Args:
+        block_forward: ``block_forward(*views, state=, scratch=, **options) -> (inter, intra, state)``, one block
+            of ``n`` chunks from its ``(n, B, H, C, ·)`` views (:func:`chunk_blocks`) and the state before it
+            ``(B·H, D_k, D_v)``, returning the output's two terms ``(n, B, H, C, D_v)`` and the state after it.
+        inputs: ``k, v, q`` and the form's per-token tensors in the fla layout ``(B, T, H, ·)`` / ``(B, T, H)``.
+        S: the state before the first token, ``(B, H, D_k, D_v)``.
+        chunk_size: ``C``.
+        options: passed to ``block_forward`` (``scale``).
+
+    Returns:
+        ``o`` ``(B, T, H, D_v)``, written where it lies (:func:`store`), and ``S_T`` ``(B, H, D_k, D_v)``.
+    """
+    B, T, H = inputs[0].shape[:3]
+    D_k, D_v = S.shape[-2:]
+    fast = no_grad_needed(S, *inputs)
+    scratch = Scratch(fast, inputs[2])
+    o = inputs[2].new_empty(B, T, H, D_v)
+    state = S.reshape(B * H, D_k, D_v)
+    for t0, t1, views in chunk_blocks(inputs, chunk_size, chunks_per_block(B, H, chunk_size)):
+        inter, intra, state = block_forward(*views, state=state, scratch=scratch, **options)
+        store(output_view(o, t0, t1, chunk_size), inter, intra)
+    if fast:
+        state = state.clone()  # not a view of the block's buffer
+    return o, state.unflatten(0, (B, H))
 
 
 def chunks_per_block(B: int, H: int, chunk_size: int) -> int:

@@ -13,14 +13,46 @@ tokens (:func:`length_groups`): at most ``2 T`` tokens are materialised in all, 
 
 from __future__ import annotations
 
+import functools
+import inspect
+import operator
 from collections.abc import Callable
+from typing import Any, TypeVar
 
 import torch
 import torch.nn.functional as F
 
 from ttr_edu._internal.validation import check_cu_seqlens, check_tensor
 
-__all__ = ["run_varlen", "length_groups"]
+__all__ = ["varlen", "run_varlen", "length_groups"]
+
+Op = TypeVar("Op", bound=Callable[..., Any])
+
+
+def varlen(*tensors: str) -> Callable[[Op], Op]:
+    """Give an op fla's ``cu_seqlens``: the one place where a packed call is told from a batched one.
+
+    ``@varlen("q", "k", "v", "beta")`` above an op whose signature has those tensors, ``initial_state``,
+    ``output_final_state`` and ``cu_seqlens``: a call with ``cu_seqlens`` runs the op on each packed sequence
+    (:func:`run_varlen`, its other arguments passed on), any other call runs the op as written."""
+
+    def decorate(op: Op) -> Op:
+        signature = inspect.signature(op)
+
+        @functools.wraps(op)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            arguments = signature.bind(*args, **kwargs).arguments
+            cu_seqlens = arguments.pop("cu_seqlens", None)
+            if cu_seqlens is None:
+                return op(*args, **kwargs)
+            named = {name: arguments.pop(name) for name in tensors}
+            initial_state = arguments.pop("initial_state", None)
+            output_final_state = arguments.pop("output_final_state", False)
+            return run_varlen(op, cu_seqlens, named, initial_state, output_final_state, **arguments)
+
+        return wrapper  # type: ignore[return-value]
+
+    return decorate
 
 
 def length_groups(lengths: list[int]) -> list[list[int]]:
@@ -103,12 +135,14 @@ def run_varlen(op: Callable, cu_seqlens, tensors: dict, initial_state, output_fi
         ]
         rows = torch.tensor(group, device=batch[0].device)
         start = (
-            None if initial_state is None else _map_state(lambda s, rows=rows: s.index_select(0, rows), initial_state)
+            None
+            if initial_state is None
+            else _map_state(functools.partial(torch.index_select, dim=0, index=rows), initial_state)
         )
         o, final = op(*batch, initial_state=start, output_final_state=True, **options)
         for row, i in enumerate(group):
             outputs[i] = o[row, : lengths[i]]
-            finals[i] = _map_state(lambda s, row=row: s[row], final)
+            finals[i] = _map_state(operator.itemgetter(row), final)
     o = torch.cat(outputs).unsqueeze(0)
     if not output_final_state:
         return o, None

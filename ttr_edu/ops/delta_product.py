@@ -17,10 +17,13 @@ token's last sub-step (zero queries elsewhere, whose outputs are dropped) and ``
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
 from ttr_edu._internal.contract import (
     STATE,
+    State,
     check_log_decay,
     check_nonempty,
     check_state,
@@ -95,17 +98,17 @@ def _prepare(q, k, v, beta, num_householder, g, scale, initial_state, check_stab
 @guarded
 @shares_doc(_SHARED_DOC)
 def delta_product_recurrent(
-    q,
-    k,
-    v,
-    beta,
-    num_householder,
-    g=None,
-    scale=None,
-    initial_state=None,
-    output_final_state=False,
-    check_stability="warn",
-):
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    beta: torch.Tensor,
+    num_householder: int,
+    g: torch.Tensor | None = None,
+    scale: float | None = None,
+    initial_state: State | None = None,
+    output_final_state: bool = False,
+    check_stability: str = "warn",
+) -> tuple[torch.Tensor, Any]:
     """Recurrent form: per token, decay once, then ``n_h`` delta-rule steps; read after the last one.
 
     Source: Siems et al. 2025, eq. 4 (the product of ``n_h`` Householder steps per token).
@@ -128,18 +131,18 @@ def delta_product_recurrent(
 @guarded
 @shares_doc(_SHARED_DOC)
 def delta_product_chunk(
-    q,
-    k,
-    v,
-    beta,
-    num_householder,
-    g=None,
-    scale=None,
-    initial_state=None,
-    output_final_state=False,
-    chunk_size=64,
-    check_stability="warn",
-):
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    beta: torch.Tensor,
+    num_householder: int,
+    g: torch.Tensor | None = None,
+    scale: float | None = None,
+    initial_state: State | None = None,
+    output_final_state: bool = False,
+    chunk_size: int = 64,
+    check_stability: str = "warn",
+) -> tuple[torch.Tensor, Any]:
     """Chunk form: the (gated) delta rule's WY/UT chunks over the ``T·n_h`` sub-steps, read at every ``n_h``-th."""
     out_dtype = q.dtype if isinstance(q, torch.Tensor) else None
     check_positive_int("chunk_size", chunk_size)
@@ -155,3 +158,28 @@ def delta_product_chunk(
     o, S = chunk_forward(q_sub.flatten(2, 3), k, v, beta, S, chunk_size, g=g_sub)  # o: (B, T·n, H, D_v)
     o = o[:, n - 1 :: n]
     return fla_output(o, out_dtype), (S if output_final_state else None)
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# The naive reference (as fla keeps a naive.py beside each op): the equation of the module docstring, one token at a
+# time, in fla's layout and the inputs' dtype, unchecked. Every form above is tested equal to it
+# (tests/ops/test_naive.py); read it first.
+# ------------------------------------------------------------------------------------------------------------------
+
+
+def naive(q, k, v, beta, num_householder, g=None, scale=None, initial_state=None):
+    """Per token ``t``: ``S ← exp(g_t) S``, then for ``j < n_h`` the delta-rule step with ``k, v, β`` of row
+    ``t·n_h + j``; ``o_t = Sᵀ q_t`` after the last: ``q`` ``(B, T, H, D_k)``, ``k, v, beta`` ``T·n_h`` rows;
+    ``(o, S_T)`` out."""
+    B, T, H, D_k = q.shape
+    S = q.new_zeros(B, H, D_k, v.shape[-1]) if initial_state is None else initial_state
+    q = q * (D_k**-0.5 if scale is None else scale)
+    outputs = []
+    for t in range(T):
+        if g is not None:
+            S = g[:, t, :, None, None].exp() * S
+        for row in range(t * num_householder, (t + 1) * num_householder):
+            error = v[:, row] - torch.einsum("bhkv,bhk->bhv", S, k[:, row])
+            S = S + beta[:, row, :, None, None] * k[:, row, :, :, None] * error[:, :, None, :]
+        outputs.append(torch.einsum("bhkv,bhk->bhv", S, q[:, t]))
+    return torch.stack(outputs, dim=1), S

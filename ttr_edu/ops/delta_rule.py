@@ -25,7 +25,7 @@ Correspondence with flash-linear-attention 0.6.0: :func:`delta_rule_chunk` is ``
 
 from __future__ import annotations
 
-import math
+from typing import Any
 
 import torch
 
@@ -33,6 +33,7 @@ from ttr_edu._internal.contract import (
     PER_TOKEN,
     QK,
     STATE,
+    State,
     V,
     check_inputs,
     check_nonempty,
@@ -49,8 +50,8 @@ from ttr_edu._internal.contract import (
 )
 from ttr_edu._internal.validation import Dims, check_chunk_size, check_same_device, guarded
 
-from ._chunking import Scratch, chunk_blocks, chunks_per_block, no_grad_needed, output_view, pack, store
-from ._varlen import run_varlen
+from ._chunking import MIN_FACTORED_DECAY, pack, run_blocks
+from ._varlen import varlen
 
 __all__ = ["delta_rule_recurrent", "delta_rule_parallel", "delta_rule_chunk", "delta_rule_pseudo_values"]
 
@@ -121,23 +122,8 @@ def chunk_forward(q, k, v, beta, S, chunk_size, scale=1.0, g=None):
     Takes ``q, k, v`` ``(B, H, T, ·)`` (usually transposed views of fla's layout), ``beta`` and ``g`` ``(B, H, T)``
     and ``S`` ``(B, H, D_k, D_v)``; returns ``o`` ``(B, T, H, D_v)`` (fla's layout) and ``S_T``.
     """
-    B, H, T, D_k = q.shape
-    D_v = v.shape[-1]
-    fast = no_grad_needed(q, k, v, beta, S, g)
-    scratch = Scratch(fast, q)
-    o = q.new_empty(B, T, H, D_v)
-    inputs = [x.transpose(1, 2) for x in ([k, v, q, beta] if g is None else [k, v, q, beta, g])]  # (B, T, H, ·)
-    state = S.reshape(B * H, D_k, D_v)
-    for t0, t1, views in chunk_blocks(inputs, chunk_size, chunks_per_block(B, H, chunk_size)):
-        inter, intra, state = _block_forward(*views, state=state, scale=scale, scratch=scratch)
-        store(output_view(o, t0, t1, chunk_size), inter, intra)
-    if fast:
-        state = state.clone()  # not a view of the block's buffer
-    return o, state.unflatten(0, (B, H))
-
-
-#: The smallest chunk decay γ_C = exp(Σ g) for which a block factorises the decays of the gated delta rule.
-_MIN_FACTORED_DECAY = math.exp(-8.0)
+    inputs = [x.transpose(1, 2) for x in (k, v, q, beta, g) if x is not None]  # (B, T, H, ·)
+    return run_blocks(_block_forward, inputs, S, chunk_size, scale=scale)
 
 
 def ut_solve(gram, rhs, *, in_place=False):
@@ -186,7 +172,7 @@ def _block_forward(k, v, q, beta, g=None, *, state, scale, scratch):
         G = torch.cumsum(g, -1, out=_viewed(scratch("G", M, C), g.shape))  # log γ_i
         gamma = torch.exp(G)  # (n, B, H, C)
         chunk_decay = gamma[..., -1].reshape(M, 1, 1)  # γ_C
-        factorised = bool((chunk_decay >= _MIN_FACTORED_DECAY).all())
+        factorised = bool((chunk_decay >= MIN_FACTORED_DECAY).all())
 
     # (1) The right-hand sides of the UT transform, β diag(γ) K and β V, packed as the inputs are read.
     W = pack(torch.mul, k, beta if gamma is None else beta * gamma.unsqueeze(-1), out=scratch("W", M, C, D_k))
@@ -266,23 +252,22 @@ def _mul(x, factor, in_place):
 
 @guarded
 @shares_doc(_SHARED_DOC)
+@varlen("q", "k", "v", "beta")
 def delta_rule_recurrent(
-    q, k, v, beta, scale=None, initial_state=None, output_final_state=False, check_stability="warn", cu_seqlens=None
-):
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    beta: torch.Tensor,
+    scale: float | None = None,
+    initial_state: State | None = None,
+    output_final_state: bool = False,
+    check_stability: str = "warn",
+    cu_seqlens: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, Any]:
     """Recurrent form: ``S_t = S_{t-1} + β_t k_t (v_t − S_{t-1}ᵀ k_t)ᵀ``, ``o_t = S_tᵀ q_t``, one token at a time.
 
     Source: Schlag, Irie, Schmidhuber 2021, eq. 29 (W = Sᵀ). Cost ``O(T D_k D_v)``, memory ``O(D_k D_v)``.
     """
-    if cu_seqlens is not None:
-        return run_varlen(
-            delta_rule_recurrent,
-            cu_seqlens,
-            dict(q=q, k=k, v=v, beta=beta),
-            initial_state,
-            output_final_state,
-            scale=scale,
-            check_stability=check_stability,
-        )
     out_dtype = q.dtype if isinstance(q, torch.Tensor) else None
     q, k, v, beta, _, S, scale = prepare(q, k, v, beta, scale, initial_state, check_stability)
     o, S = recurrent_forward(q, k, v, beta, S, scale)
@@ -320,7 +305,7 @@ def recurrent_step(S, q, k, v, beta, decay=None):
     ``(N, D_k, D_v)``, ``q`` (already scaled) and ``k`` ``(N, 1, D_k)``, ``v`` ``(N, 1, D_v)``, ``beta`` and
     ``decay = α_t = exp(g_t)`` ``(N, 1, 1)`` (``None``: no decay). Returns ``(o (N, 1, D_v), S_t)``. Three batched
     products and no argument check: the recurrent forms call it after theirs, and the layers' one-token step
-    (:meth:`ttr_edu.layers.base._Mixer.step`) after the caller's checks.
+    (:meth:`ttr_edu.layers.base.Mixer.step`) after the caller's checks.
     """
     if decay is not None:
         S = S * decay  # decay first (fla), then the error against the decayed memory
@@ -332,8 +317,15 @@ def recurrent_step(S, q, k, v, beta, decay=None):
 @guarded
 @shares_doc(_SHARED_DOC)
 def delta_rule_parallel(
-    q, k, v, beta, scale=None, initial_state=None, output_final_state=False, check_stability="warn"
-):
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    beta: torch.Tensor,
+    scale: float | None = None,
+    initial_state: State | None = None,
+    output_final_state: bool = False,
+    check_stability: str = "warn",
+) -> tuple[torch.Tensor, Any]:
     """Parallel (T×T) form: the UT transform over the whole sequence at once.
 
     With ``𝒯 = (I + tril(diag(β) K Kᵀ, −1))⁻¹ diag(β)`` (T×T; applied by a unit lower-triangular solve, never
@@ -348,18 +340,19 @@ def delta_rule_parallel(
 
 @guarded
 @shares_doc(_SHARED_DOC)
+@varlen("q", "k", "v", "beta")
 def delta_rule_chunk(
-    q,
-    k,
-    v,
-    beta,
-    scale=None,
-    initial_state=None,
-    output_final_state=False,
-    chunk_size=64,
-    check_stability="warn",
-    cu_seqlens=None,
-):
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    beta: torch.Tensor,
+    scale: float | None = None,
+    initial_state: State | None = None,
+    output_final_state: bool = False,
+    chunk_size: int = 64,
+    check_stability: str = "warn",
+    cu_seqlens: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, Any]:
     """Chunkwise form (WY/UT representation): C tokens at a time, the state handed from chunk to chunk.
 
     Per chunk (fla's convention, Yang et al. 2024): ``𝒯 = (I + tril(diag(β) K Kᵀ, −1))⁻¹ diag(β)``, ``W = 𝒯 K``,
@@ -370,17 +363,6 @@ def delta_rule_chunk(
     T×T.
     Any positive ``chunk_size`` works, and T need not be a multiple of it.
     """
-    if cu_seqlens is not None:
-        return run_varlen(
-            delta_rule_chunk,
-            cu_seqlens,
-            dict(q=q, k=k, v=v, beta=beta),
-            initial_state,
-            output_final_state,
-            scale=scale,
-            chunk_size=chunk_size,
-            check_stability=check_stability,
-        )
     out_dtype = q.dtype if isinstance(q, torch.Tensor) else None
     chunk_size = check_chunk_size(chunk_size, q)  # capped at T
     q, k, v, beta, _, S, scale = prepare(q, k, v, beta, scale, initial_state, check_stability)
@@ -389,7 +371,13 @@ def delta_rule_chunk(
 
 
 @guarded
-def delta_rule_pseudo_values(k, v, beta, initial_state=None, check_stability="warn"):
+def delta_rule_pseudo_values(
+    k: torch.Tensor,
+    v: torch.Tensor,
+    beta: torch.Tensor,
+    initial_state: torch.Tensor | None = None,
+    check_stability: str = "warn",
+) -> torch.Tensor:
     """The delta rule's pseudo-values ``u_t = β_t (v_t − S_{t-1}ᵀ k_t)``: the corrected values it actually writes.
 
     With them the delta-rule update becomes the sum rule, ``S_t = S_{t-1} + k_t u_tᵀ``, so
@@ -441,3 +429,24 @@ def delta_rule_pseudo_values(k, v, beta, initial_state=None, check_stability="wa
         u.append(beta[:, :, t, None] * (v[:, :, t] - read))
         S = S + torch.einsum("b h k, b h v -> b h k v", k_t, u[-1])  # the sum rule over pseudo-values
     return fla_output(torch.stack(u, dim=1), out_dtype)
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# The naive reference (as fla keeps a naive.py beside each op): the equation of the module docstring, one token at a
+# time, in fla's layout and the inputs' dtype, unchecked. Every form above is tested equal to it
+# (tests/ops/test_naive.py); read it first.
+# ------------------------------------------------------------------------------------------------------------------
+
+
+def naive(q, k, v, beta, scale=None, initial_state=None):
+    """``S_t = S_{t−1} + β_t k_t (v_t − S_{t−1}ᵀ k_t)ᵀ``, ``o_t = S_tᵀ q_t`` (Schlag et al. 2021, eq. 29):
+    ``(B, T, H, ·)`` and ``beta`` ``(B, T, H)`` in, ``(o, S_T)`` out."""
+    B, T, H, D_k = q.shape
+    S = q.new_zeros(B, H, D_k, v.shape[-1]) if initial_state is None else initial_state
+    q = q * (D_k**-0.5 if scale is None else scale)
+    outputs = []
+    for t in range(T):
+        error = v[:, t] - torch.einsum("bhkv,bhk->bhv", S, k[:, t])
+        S = S + beta[:, t, :, None, None] * k[:, t, :, :, None] * error[:, :, None, :]
+        outputs.append(torch.einsum("bhkv,bhk->bhv", S, q[:, t]))
+    return torch.stack(outputs, dim=1), S

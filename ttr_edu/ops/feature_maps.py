@@ -21,6 +21,7 @@ import math
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from functools import partial
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -201,6 +202,8 @@ class FavorPlus(torch.nn.Module):
             phi_q, phi_k = fmap(q), fmap(k)
     """
 
+    projection: torch.Tensor  # Ω, a buffer
+
     def __init__(
         self,
         d_k: int,
@@ -321,7 +324,7 @@ def _lookup(name: str):
 
 
 @guarded
-def d_dot(name: str, d_k: int, **params) -> int:
+def d_dot(name: str, d_k: int, **params: Any) -> int:
     """The feature dimension ``d_dot`` of a named map on inputs of size ``d_k``, the memory's capacity.
 
     ``elu_plus_one``, ``relu``, ``identity``: ``d_k``; ``dpfp``: ``2 d_k ν`` (``nu=``); ``favor_plus``: ``2m`` (``m=``).
@@ -334,8 +337,8 @@ def d_dot(name: str, d_k: int, **params) -> int:
 
 
 @guarded
-def get_feature_map(name: str, **params) -> Callable[[torch.Tensor], torch.Tensor]:
-    """The feature map called ``name``, with its parameters bound.
+def get_feature_map(name: str, **params: Any) -> Callable[[torch.Tensor], torch.Tensor]:
+    """The feature map called ``name``, with its parameters bound: ``(..., D_k) -> (..., d_dot)``.
 
     ``get_feature_map("dpfp", nu=2)``; ``get_feature_map("favor_plus", d_k=64, m=128, redraw=False, seed=0)``
     returns a :class:`FavorPlus` module.

@@ -18,12 +18,14 @@ same argument order ``(q, k, v, g, beta)`` and state layout.
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
-from ttr_edu._internal.contract import fla_output, require_tensor, shares_doc
+from ttr_edu._internal.contract import State, fla_output, require_tensor, shares_doc
 from ttr_edu._internal.validation import check_chunk_size, guarded
 
-from ._varlen import run_varlen
+from ._varlen import varlen
 from .delta_rule import chunk_forward, prepare, recurrent_forward
 
 __all__ = ["gated_delta_rule_recurrent", "gated_delta_rule_chunk"]
@@ -60,32 +62,23 @@ _SHARED_DOC = """
 
 @guarded
 @shares_doc(_SHARED_DOC)
+@varlen("q", "k", "v", "g", "beta")
 def gated_delta_rule_recurrent(
-    q,
-    k,
-    v,
-    g,
-    beta,
-    scale=None,
-    initial_state=None,
-    output_final_state=False,
-    check_stability="warn",
-    cu_seqlens=None,
-):
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    g: torch.Tensor,
+    beta: torch.Tensor,
+    scale: float | None = None,
+    initial_state: State | None = None,
+    output_final_state: bool = False,
+    check_stability: str = "warn",
+    cu_seqlens: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, Any]:
     """Recurrent form: decay, then the delta-rule correction against the decayed state; one token at a time.
 
     Source: Yang, Kautz, Hatamizadeh 2025, eq. 10; fla ``naive_recurrent_gated_delta_rule``'s order of operations.
     """
-    if cu_seqlens is not None:
-        return run_varlen(
-            gated_delta_rule_recurrent,
-            cu_seqlens,
-            dict(q=q, k=k, v=v, g=g, beta=beta),
-            initial_state,
-            output_final_state,
-            scale=scale,
-            check_stability=check_stability,
-        )
     out_dtype = q.dtype if isinstance(q, torch.Tensor) else None
     q, k, v, beta, g, S, scale = prepare(q, k, v, beta, scale, initial_state, check_stability, g=require_tensor("g", g))
     o, S = recurrent_forward(q, k, v, beta, S, scale, g=g)  # decay first (fla), then the delta-rule correction
@@ -94,19 +87,20 @@ def gated_delta_rule_recurrent(
 
 @guarded
 @shares_doc(_SHARED_DOC)
+@varlen("q", "k", "v", "g", "beta")
 def gated_delta_rule_chunk(
-    q,
-    k,
-    v,
-    g,
-    beta,
-    scale=None,
-    initial_state=None,
-    output_final_state=False,
-    chunk_size=64,
-    check_stability="warn",
-    cu_seqlens=None,
-):
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    g: torch.Tensor,
+    beta: torch.Tensor,
+    scale: float | None = None,
+    initial_state: State | None = None,
+    output_final_state: bool = False,
+    chunk_size: int = 64,
+    check_stability: str = "warn",
+    cu_seqlens: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, Any]:
     """Chunkwise form: the WY/UT transform with in-chunk decays (see :func:`ttr_edu.ops.delta_rule.chunk_forward`).
 
     With ``G_i = Σ_{j≤i} g_j`` inside a chunk, ``γ = exp(G)``, ``Γ_ij = exp(G_i − G_j)``:
@@ -114,19 +108,30 @@ def gated_delta_rule_chunk(
     ``O = diag(γ) Q S + (Q Kᵀ ⊙ Γ ⊙ M) u``, ``S ← γ_C S + (diag(γ_C / γ) K)ᵀ u``. Memory ``O(T C)``, nothing of
     size T×T; any positive ``chunk_size``, any T.
     """
-    if cu_seqlens is not None:
-        return run_varlen(
-            gated_delta_rule_chunk,
-            cu_seqlens,
-            dict(q=q, k=k, v=v, g=g, beta=beta),
-            initial_state,
-            output_final_state,
-            scale=scale,
-            chunk_size=chunk_size,
-            check_stability=check_stability,
-        )
     out_dtype = q.dtype if isinstance(q, torch.Tensor) else None
     chunk_size = check_chunk_size(chunk_size, q)  # capped at T
     q, k, v, beta, g, S, scale = prepare(q, k, v, beta, scale, initial_state, check_stability, g=require_tensor("g", g))
     o, S = chunk_forward(q, k, v, beta, S, chunk_size, scale=scale, g=g)
     return fla_output(o, out_dtype), (S if output_final_state else None)
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# The naive reference (as fla keeps a naive.py beside each op): the equation of the module docstring, one token at a
+# time, in fla's layout and the inputs' dtype, unchecked. Every form above is tested equal to it
+# (tests/ops/test_naive.py); read it first.
+# ------------------------------------------------------------------------------------------------------------------
+
+
+def naive(q, k, v, g, beta, scale=None, initial_state=None):
+    """``S̃_t = exp(g_t) S_{t−1}``, ``S_t = S̃_t + β_t k_t (v_t − S̃_tᵀ k_t)ᵀ``, ``o_t = S_tᵀ q_t``: the decay first,
+    as fla; ``(o, S_T)`` out."""
+    B, T, H, D_k = q.shape
+    S = q.new_zeros(B, H, D_k, v.shape[-1]) if initial_state is None else initial_state
+    q = q * (D_k**-0.5 if scale is None else scale)
+    outputs = []
+    for t in range(T):
+        S = g[:, t, :, None, None].exp() * S
+        error = v[:, t] - torch.einsum("bhkv,bhk->bhv", S, k[:, t])
+        S = S + beta[:, t, :, None, None] * k[:, t, :, :, None] * error[:, :, None, :]
+        outputs.append(torch.einsum("bhkv,bhk->bhv", S, q[:, t]))
+    return torch.stack(outputs, dim=1), S

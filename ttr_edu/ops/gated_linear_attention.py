@@ -16,10 +16,13 @@ argument order, ``g`` and state layout. For per-key gates ``(B, T, H, D_k)`` (fl
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
 from ttr_edu._internal.contract import (
     STATE,
+    State,
     check_inputs,
     check_state,
     compute_dtype,
@@ -30,7 +33,7 @@ from ttr_edu._internal.contract import (
 )
 from ttr_edu._internal.validation import check_chunk_size, guarded
 
-from ._varlen import run_varlen
+from ._varlen import varlen
 from .linear_attention import blockwise
 
 __all__ = ["gated_linear_attention_recurrent", "gated_linear_attention_chunk"]
@@ -77,22 +80,21 @@ def _prepare(q, k, v, g, scale, initial_state):
 
 @guarded
 @shares_doc(_SHARED_DOC)
+@varlen("q", "k", "v", "g")
 def gated_linear_attention_recurrent(
-    q, k, v, g, scale=None, initial_state=None, output_final_state=False, cu_seqlens=None
-):
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    g: torch.Tensor,
+    scale: float | None = None,
+    initial_state: State | None = None,
+    output_final_state: bool = False,
+    cu_seqlens: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, Any]:
     """Recurrent form: ``S_t = exp(g_t) S_{t-1} + k_t v_tᵀ``, ``o_t = S_tᵀ q_t``, one token at a time.
 
     Source: Wang, Shi, Fox 2025, §3.2 (decay weights); fla ``naive_recurrent_simple_gla``'s convention.
     """
-    if cu_seqlens is not None:
-        return run_varlen(
-            gated_linear_attention_recurrent,
-            cu_seqlens,
-            dict(q=q, k=k, v=v, g=g),
-            initial_state,
-            output_final_state,
-            scale=scale,
-        )
     out_dtype = q.dtype if isinstance(q, torch.Tensor) else None
     q, k, v, g, S, scale = _prepare(q, k, v, g, scale, initial_state)
     q = q * scale
@@ -107,9 +109,18 @@ def gated_linear_attention_recurrent(
 
 @guarded
 @shares_doc(_SHARED_DOC)
+@varlen("q", "k", "v", "g")
 def gated_linear_attention_chunk(
-    q, k, v, g, scale=None, initial_state=None, output_final_state=False, chunk_size=64, cu_seqlens=None
-):
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    g: torch.Tensor,
+    scale: float | None = None,
+    initial_state: State | None = None,
+    output_final_state: bool = False,
+    chunk_size: int = 64,
+    cu_seqlens: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, Any]:
     """Chunkwise form: decayed T×T attention inside chunks, the decayed state between chunks.
 
     With the in-chunk cumulative log decay ``G_i = Σ_{j≤i} g_j`` and ``Γ_ij = exp(G_i − G_j)`` (i ≥ j):
@@ -120,18 +131,28 @@ def gated_linear_attention_chunk(
     (Yang et al. 2024, "Gated linear attention", chunkwise form, with a scalar gate). Memory ``O(T C)``, nothing of
     size T×T; any positive ``chunk_size``, any T (the last chunk is zero-padded: ``g = 0`` keeps the state).
     """
-    if cu_seqlens is not None:
-        return run_varlen(
-            gated_linear_attention_chunk,
-            cu_seqlens,
-            dict(q=q, k=k, v=v, g=g),
-            initial_state,
-            output_final_state,
-            scale=scale,
-            chunk_size=chunk_size,
-        )
     out_dtype = q.dtype if isinstance(q, torch.Tensor) else None
     chunk_size = check_chunk_size(chunk_size, q)  # capped at T
     q, k, v, g, S, scale = _prepare(q, k, v, g, scale, initial_state)
     o, S = blockwise(q, k, v, S, chunk_size, scale, g=g)  # the block form shared with linear attention
     return fla_output(o, out_dtype), (S if output_final_state else None)
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# The naive reference (as fla keeps a naive.py beside each op): the equation of the module docstring, one token at a
+# time, in fla's layout and the inputs' dtype, unchecked. Every form above is tested equal to it
+# (tests/ops/test_naive.py); read it first.
+# ------------------------------------------------------------------------------------------------------------------
+
+
+def naive(q, k, v, g, scale=None, initial_state=None):
+    """``S_t = exp(g_t) S_{t−1} + k_t v_tᵀ``, ``o_t = S_tᵀ q_t``: ``(B, T, H, ·)`` and ``g`` ``(B, T, H)`` in,
+    ``(o, S_T)`` out."""
+    B, T, H, D_k = q.shape
+    S = q.new_zeros(B, H, D_k, v.shape[-1]) if initial_state is None else initial_state
+    q = q * (D_k**-0.5 if scale is None else scale)
+    outputs = []
+    for t in range(T):
+        S = g[:, t, :, None, None].exp() * S + k[:, t, :, :, None] * v[:, t, :, None, :]
+        outputs.append(torch.einsum("bhkv,bhk->bhv", S, q[:, t]))
+    return torch.stack(outputs, dim=1), S

@@ -22,11 +22,14 @@ Unlike fla's kernels, both forms accept ``g = −inf`` (a full reset of that key
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
 from ttr_edu._internal.contract import (
     QK,
     STATE,
+    State,
     check_inputs,
     check_log_decay,
     check_state,
@@ -38,18 +41,8 @@ from ttr_edu._internal.contract import (
 )
 from ttr_edu._internal.validation import check_chunk_size, guarded
 
-from ._chunking import (
-    Scratch,
-    chunk_blocks,
-    chunk_states,
-    chunks_per_block,
-    no_grad_needed,
-    output_view,
-    pack,
-    scaled_bmm,
-    store,
-)
-from ._varlen import run_varlen
+from ._chunking import MIN_FACTORED_DECAY, chunk_states, pack, run_blocks, scaled_bmm
+from ._varlen import varlen
 
 __all__ = ["gla_recurrent", "gla_chunk"]
 
@@ -107,16 +100,22 @@ def _prepare(q, k, v, g, scale, initial_state):
 
 @guarded
 @shares_doc(_SHARED_DOC)
-def gla_recurrent(q, k, v, g, scale=None, initial_state=None, output_final_state=False, cu_seqlens=None):
+@varlen("q", "k", "v", "g")
+def gla_recurrent(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    g: torch.Tensor,
+    scale: float | None = None,
+    initial_state: State | None = None,
+    output_final_state: bool = False,
+    cu_seqlens: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, Any]:
     """Recurrent form: ``S_t = diag(exp(g_t)) S_{t-1} + k_t v_tᵀ``, ``o_t = S_tᵀ q_t``, one token at a time.
 
     Source: Yang et al. 2024 (GLA), eq. 3 with ``G_t = α_t 1ᵀ``; fla's ``naive_recurrent_gla`` and
     ``fused_recurrent_gla``. Cost ``O(T D_k D_v)``, memory ``O(D_k D_v)``.
     """
-    if cu_seqlens is not None:
-        return run_varlen(
-            gla_recurrent, cu_seqlens, dict(q=q, k=k, v=v, g=g), initial_state, output_final_state, scale=scale
-        )
     out_dtype = q.dtype if isinstance(q, torch.Tensor) else None
     q, k, v, g, S, scale = _prepare(q, k, v, g, scale, initial_state)
     q = q * scale
@@ -198,13 +197,20 @@ def _log_decays(g: torch.Tensor, scratch) -> torch.Tensor:
     return G.view(B, n, C, H, D_k).permute(1, 0, 3, 2, 4)
 
 
-#: The smallest per-key chunk log decay for which :func:`gla_chunk` uses the rank-one factorisation of the decays.
-_MIN_FACTORED_LOG_DECAY = -8.0
-
-
 @guarded
 @shares_doc(_SHARED_DOC)
-def gla_chunk(q, k, v, g, scale=None, initial_state=None, output_final_state=False, chunk_size=64, cu_seqlens=None):
+@varlen("q", "k", "v", "g")
+def gla_chunk(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    g: torch.Tensor,
+    scale: float | None = None,
+    initial_state: State | None = None,
+    output_final_state: bool = False,
+    chunk_size: int = 64,
+    cu_seqlens: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, Any]:
     """Chunkwise form: per-key decayed attention inside chunks, the decayed state between chunks.
 
     With ``Σ_{j<l≤i} g_l`` the per-key log decay from token j to token i of a chunk (a vector), ``γ_i`` its value
@@ -219,33 +225,12 @@ def gla_chunk(q, k, v, g, scale=None, initial_state=None, output_final_state=Fal
     chunks are taken a block at a time (:mod:`ttr_edu.ops._chunking`). Memory ``O(T C + T D_k)``, nothing of size
     T×T; any positive ``chunk_size``, any T (zero-padded: ``g = 0`` keeps the state).
     """
-    if cu_seqlens is not None:
-        return run_varlen(
-            gla_chunk,
-            cu_seqlens,
-            dict(q=q, k=k, v=v, g=g),
-            initial_state,
-            output_final_state,
-            scale=scale,
-            chunk_size=chunk_size,
-        )
     out_dtype = q.dtype if isinstance(q, torch.Tensor) else None
     chunk_size = check_chunk_size(chunk_size, q)  # capped at T
     q, k, v, g, S, scale = _prepare(q, k, v, g, scale, initial_state)
-    B, H, T, D_k = q.shape
-    D_v = v.shape[-1]
-    fast = no_grad_needed(q, k, v, g, S)
-    scratch = Scratch(fast, q)
-    o = q.new_empty(B, T, H, D_v)
     inputs = [x.transpose(1, 2) for x in (k, v, q, g)]  # (B, T, H, ·): fla's layout, where they lie
-    state = S.reshape(B * H, D_k, D_v)
-    per_block = chunks_per_block(B, H, chunk_size)
-    for t0, t1, views in chunk_blocks(inputs, chunk_size, per_block):
-        inter, intra, state = _block_forward(*views, state=state, scale=scale, scratch=scratch)
-        store(output_view(o, t0, t1, chunk_size), inter, intra)
-    if fast:
-        state = state.clone()  # not a view of the block's buffer
-    return fla_output(o, out_dtype), (state.unflatten(0, (B, H)) if output_final_state else None)
+    o, S = run_blocks(_block_forward, inputs, S, chunk_size, scale=scale)
+    return fla_output(o, out_dtype), (S if output_final_state else None)
 
 
 def _block_forward(k, v, q, g, *, state, scale, scratch):
@@ -265,7 +250,7 @@ def _block_forward(k, v, q, g, *, state, scale, scratch):
     G = _log_decays(g, scratch)  # log γ_i = Σ_{j≤i} g_j, per key, an (n, B, H, C, D_k) view of a buffer
     V = pack(None, v, out=scratch("V", M, C, D_v))  # V: no op to fold its packing into
     # (NaN from a reset, g = −inf, fails the test; a meta tensor has no values and takes the exact path)
-    if G.device.type != "meta" and bool((G[..., -1, :] >= _MIN_FACTORED_LOG_DECAY).all()):
+    if G.device.type != "meta" and bool((G[..., -1, :].exp() >= MIN_FACTORED_DECAY).all()):
         # Γ_ijd = γ_id / γ_jd has rank one in (i, j) for each d: Q Kᵀ ⊙ Γ = (Q ⊙ γ)(K / γ)ᵀ, one product. Every
         # chunk decays by at most e⁸ per key here, so 1/γ cannot overflow and Γ carries at most 2·8 units of
         # rounding: fp32 round-off of order 1e-6 (as the scalar gate's factorised path).
@@ -295,3 +280,23 @@ def _block_forward(k, v, q, g, *, state, scale, scratch):
     inter = scaled_bmm(Q, starts, inter_scale, out=scratch("inter", M, C, D_v))  # scale (Q ⊙ γ) S_start
     intra = torch.bmm(scores, V, out=scratch("intra", M, C, D_v))  # A V
     return inter.view(n, B, H, C, D_v), intra.view(n, B, H, C, D_v), state
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# The naive reference (as fla keeps a naive.py beside each op): the equation of the module docstring, one token at a
+# time, in fla's layout and the inputs' dtype, unchecked. Every form above is tested equal to it
+# (tests/ops/test_naive.py); read it first.
+# ------------------------------------------------------------------------------------------------------------------
+
+
+def naive(q, k, v, g, scale=None, initial_state=None):
+    """``S_t = diag(exp(g_t)) S_{t−1} + k_t v_tᵀ``, ``o_t = S_tᵀ q_t``: ``g`` ``(B, T, H, D_k)``, one rate per key
+    dimension; ``(o, S_T)`` out."""
+    B, T, H, D_k = q.shape
+    S = q.new_zeros(B, H, D_k, v.shape[-1]) if initial_state is None else initial_state
+    q = q * (D_k**-0.5 if scale is None else scale)
+    outputs = []
+    for t in range(T):
+        S = g[:, t, :, :, None].exp() * S + k[:, t, :, :, None] * v[:, t, :, None, :]
+        outputs.append(torch.einsum("bhkv,bhk->bhv", S, q[:, t]))
+    return torch.stack(outputs, dim=1), S

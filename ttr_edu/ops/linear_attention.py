@@ -27,14 +27,16 @@ chunk_linear_attn`` (and ``naive_chunk_linear_attn``), :func:`linear_attention_r
 
 from __future__ import annotations
 
-import math
+from typing import Any
 
 import torch
 
 from ttr_edu._internal.contract import (
     STATE,
+    State,
     check_inputs,
     check_state,
+    check_state_parts,
     compute_dtype,
     decay_matrix,
     fla_output,
@@ -45,17 +47,8 @@ from ttr_edu._internal.contract import (
 )
 from ttr_edu._internal.validation import check_chunk_size, check_positive_float, guarded
 
-from ._chunking import (
-    Scratch,
-    chunk_blocks,
-    chunk_states,
-    chunks_per_block,
-    no_grad_needed,
-    output_view,
-    pack,
-    store,
-)
-from ._varlen import run_varlen
+from ._chunking import MIN_FACTORED_DECAY, chunk_states, pack, run_blocks
+from ._varlen import varlen
 
 __all__ = ["linear_attention_recurrent", "linear_attention_parallel", "linear_attention_chunk"]
 
@@ -68,7 +61,7 @@ _SHARED_DOC = """
         normalize: divide by ``z_tᵀ q_t + eps`` with ``z_t = Σ_{i≤t} k_i``; then the state is the pair ``(S, z)``.
         eps: added to the normaliser (Schlag et al.'s code uses 1e-6); ignored without ``normalize``.
         initial_state: ``S_0`` of shape ``(B, H, D_k, D_v)`` (with ``normalize``: a tuple ``(S_0, z_0)``, ``z_0`` of
-            shape ``(B, H, D_k)``); ``None`` means zero.
+            shape ``(B, H, D_k)``, each in the dtype of ``q`` or the compute dtype); ``None`` means zero.
         output_final_state: also return the final state (fp32, or fp64 for fp64 inputs).
         chunk_size: (``linear_attention_chunk`` only) tokens per chunk, any positive int; T need not be a multiple.
         cu_seqlens: (recurrent and chunk forms) fla's variable-length offsets, an integer tensor ``(N + 1,)``: the N
@@ -82,7 +75,8 @@ _SHARED_DOC = """
         (or ``(S_T, z_T)`` with ``normalize``), or ``None`` unless ``output_final_state``.
 
     Raises:
-        TypeError: a non-tensor, an integer dtype, mixed dtypes of q, k, v, or a wrongly typed ``initial_state``.
+        TypeError: a non-tensor, an integer dtype, mixed dtypes of q, k, v, a wrongly typed ``initial_state``, or a
+            part of ``(S_0, z_0)`` in another dtype than q's or the compute dtype.
         ValueError: mismatched shapes (named dims in the message), different devices, a bad ``scale``/``eps``.
 """
 
@@ -94,7 +88,7 @@ def _prepare(q, k, v, scale, normalize, eps, initial_state):
     scale = resolve_scale(scale, dims["D_k"])
     check_positive_float("eps", eps, allow_zero=True)
     dtype = compute_dtype(q.dtype)
-    S0, z0 = unpack_state(initial_state, normalize, dims, q.device)
+    S0, z0 = unpack_state(initial_state, normalize, dims, q)
     S = zero_state(dims, dtype, q.device) if S0 is None else S0.to(dtype)
     z = None
     if normalize:
@@ -103,9 +97,10 @@ def _prepare(q, k, v, scale, normalize, eps, initial_state):
     return q, k, v, S, z, scale
 
 
-def unpack_state(initial_state, normalize, dims, device):
-    """``initial_state`` checked against the inputs' ``dims``: ``(S, None)`` without ``normalize``, ``(S, z)`` with it
-    (``(None, None)`` for no state). Shared with the Triton kernel, which takes the same states."""
+def unpack_state(initial_state, normalize, dims, q):
+    """``initial_state`` checked against the inputs' ``dims`` and ``q`` (device; the dtypes of a pair ``(S, z)``):
+    ``(S, None)`` without ``normalize``, ``(S, z)`` with it (``(None, None)`` for no state). Shared with the Triton
+    kernel, which takes the same states."""
     if initial_state is None:
         return None, None
     if normalize:
@@ -114,16 +109,14 @@ def unpack_state(initial_state, normalize, dims, device):
                 "initial_state: with normalize=True expected a tuple (S, z) of shapes (B, H, D_k, D_v) and "
                 f"(B, H, D_k), got {type(initial_state).__name__}"
             )
-        S0, z0 = initial_state
-        check_state("initial_state[0] (S)", S0, dims, STATE, device)
-        check_state("initial_state[1] (z)", z0, dims, ("B", "H", "D_k"), device)
+        S0, z0 = check_state_parts("initial_state", initial_state, (("S", STATE), ("z", ("B", "H", "D_k"))), dims, q)
         return S0, z0
     if isinstance(initial_state, (tuple, list)):
         raise TypeError(
             "initial_state: with normalize=False expected the tensor S of shape (B, H, D_k, D_v), got a "
             f"{type(initial_state).__name__} (the pair (S, z) is the state of normalize=True)"
         )
-    check_state("initial_state", initial_state, dims, STATE, device)
+    check_state("initial_state", initial_state, dims, STATE, q.device)
     return initial_state, None
 
 
@@ -139,25 +132,23 @@ def _finish(o, normalizer, eps, S, z, out_dtype, output_final_state):
 
 @guarded
 @shares_doc(_SHARED_DOC)
+@varlen("q", "k", "v")
 def linear_attention_recurrent(
-    q, k, v, scale=None, normalize=False, initial_state=None, output_final_state=False, eps=1e-6, cu_seqlens=None
-):
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    scale: float | None = None,
+    normalize: bool = False,
+    initial_state: State | None = None,
+    output_final_state: bool = False,
+    eps: float = 1e-06,
+    cu_seqlens: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, Any]:
     """Recurrent form: one state update per token, ``S_t = S_{t-1} + k_t v_tᵀ``, ``o_t = S_tᵀ q_t``.
 
     Cost ``O(T D_k D_v)``, memory ``O(D_k D_v)`` for the state. Source: Katharopoulos et al. 2020, eqs. 16-20;
     Schlag et al. 2021, eqs. 11-13.
     """
-    if cu_seqlens is not None:
-        return run_varlen(
-            linear_attention_recurrent,
-            cu_seqlens,
-            dict(q=q, k=k, v=v),
-            initial_state,
-            output_final_state,
-            scale=scale,
-            normalize=normalize,
-            eps=eps,
-        )
     out_dtype = q.dtype if isinstance(q, torch.Tensor) else None
     q, k, v, S, z, scale = _prepare(q, k, v, scale, normalize, eps, initial_state)
     q = q * scale
@@ -191,8 +182,15 @@ def recurrent_step(S, q, k, v, decay=None):
 @guarded
 @shares_doc(_SHARED_DOC)
 def linear_attention_parallel(
-    q, k, v, scale=None, normalize=False, initial_state=None, output_final_state=False, eps=1e-6
-):
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    scale: float | None = None,
+    normalize: bool = False,
+    initial_state: State | None = None,
+    output_final_state: bool = False,
+    eps: float = 1e-06,
+) -> tuple[torch.Tensor, Any]:
     """Parallel (T×T) form: ``O = Q S_0 + (Q Kᵀ ⊙ M) V`` with ``M`` the causal mask, diagonal included.
 
     This is "attention without the softmax" (Katharopoulos et al. 2020, eq. 4 with φ applied outside).
@@ -213,18 +211,19 @@ def linear_attention_parallel(
 
 @guarded
 @shares_doc(_SHARED_DOC)
+@varlen("q", "k", "v")
 def linear_attention_chunk(
-    q,
-    k,
-    v,
-    scale=None,
-    normalize=False,
-    initial_state=None,
-    output_final_state=False,
-    chunk_size=64,
-    eps=1e-6,
-    cu_seqlens=None,
-):
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    scale: float | None = None,
+    normalize: bool = False,
+    initial_state: State | None = None,
+    output_final_state: bool = False,
+    chunk_size: int = 64,
+    eps: float = 1e-06,
+    cu_seqlens: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, Any]:
     """Chunkwise form: T×T attention inside chunks of ``C = chunk_size`` tokens, the state between chunks.
 
     For chunk ``n`` with state ``S_n`` at its start (Yang et al. 2024, "chunkwise parallel form"):
@@ -235,18 +234,6 @@ def linear_attention_chunk(
     Cost ``O(T C (D_k + D_v) + T D_k D_v)``, memory ``O(T C + (T / C) D_k D_v)``: nothing of size T×T.
     Any positive ``chunk_size`` works, and T need not be a multiple of it (the last chunk is zero-padded).
     """
-    if cu_seqlens is not None:
-        return run_varlen(
-            linear_attention_chunk,
-            cu_seqlens,
-            dict(q=q, k=k, v=v),
-            initial_state,
-            output_final_state,
-            scale=scale,
-            normalize=normalize,
-            eps=eps,
-            chunk_size=chunk_size,
-        )
     out_dtype = q.dtype if isinstance(q, torch.Tensor) else None
     chunk_size = check_chunk_size(chunk_size, q)  # capped at T
     q, k, v, S0, z0, scale = _prepare(q, k, v, scale, normalize, eps, initial_state)
@@ -280,23 +267,8 @@ def blockwise(q, k, v, S, chunk_size, scale, g=None):
     Takes heads-first ``q`` (not scaled), ``k``, ``v`` ``(B, H, T, ·)`` (usually transposed views of fla's layout),
     ``g`` ``(B, H, T)`` and ``S`` ``(B, H, D_k, D_v)``; returns ``o`` ``(B, T, H, D_v)`` (fla's layout) and ``S_T``.
     """
-    B, H, T, D_k = q.shape
-    D_v = v.shape[-1]
-    fast = no_grad_needed(q, k, v, S, g)
-    scratch = Scratch(fast, q)
-    o = q.new_empty(B, T, H, D_v)
-    inputs = [x.transpose(1, 2) for x in ([k, v, q] if g is None else [k, v, q, g])]  # (B, T, H, ·)
-    state = S.reshape(B * H, D_k, D_v)
-    for t0, t1, views in chunk_blocks(inputs, chunk_size, chunks_per_block(B, H, chunk_size)):
-        inter, intra, state = _block_forward(*views, state=state, scale=scale, scratch=scratch)
-        store(output_view(o, t0, t1, chunk_size), inter, intra)
-    if fast:
-        state = state.clone()  # not a view of the block's buffer
-    return o, state.unflatten(0, (B, H))
-
-
-#: The smallest chunk decay γ_C = exp(Σ g) for which a block uses the rank-one factorisation of the decay matrix.
-_MIN_FACTORED_DECAY = math.exp(-8.0)
+    inputs = [x.transpose(1, 2) for x in (k, v, q, g) if x is not None]  # (B, T, H, ·)
+    return run_blocks(_block_forward, inputs, S, chunk_size, scale=scale)
 
 
 def _block_forward(k, v, q, g=None, *, state, scale, scratch):
@@ -331,7 +303,7 @@ def _block_forward(k, v, q, g=None, *, state, scale, scratch):
         gamma = torch.exp(G)  # (n, B, H, C)
         chunk_decay = gamma[..., -1].reshape(M, 1, 1)  # γ_C
         # (a meta tensor has no values to test: it takes the exact path, which holds for any decay)
-        factorised = g.device.type != "meta" and bool((chunk_decay >= _MIN_FACTORED_DECAY).all())
+        factorised = g.device.type != "meta" and bool((chunk_decay >= MIN_FACTORED_DECAY).all())
     V = pack(None, v, out=scratch("V", M, C, D_v))  # V: no op to fold its packing into
     if factorised:
         if gamma is None:
@@ -359,3 +331,29 @@ def _block_forward(k, v, q, g=None, *, state, scale, scratch):
     inter = torch.bmm(Q, starts, out=scratch("inter", M, C, D_v))  # diag(γ) Q S_start (scaled)
     intra = torch.bmm(scores, V, out=scratch("intra", M, C, D_v))  # (Q Kᵀ ⊙ Γ ⊙ M) V (scaled)
     return inter.view(n, B, H, C, D_v), intra.view(n, B, H, C, D_v), state
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# The naive reference (as fla keeps a naive.py beside each op): the equation of the module docstring, one token at a
+# time, in fla's layout and the inputs' dtype, unchecked. Every form above is tested equal to it
+# (tests/ops/test_naive.py); read it first.
+# ------------------------------------------------------------------------------------------------------------------
+
+
+def naive(q, k, v, scale=None, normalize=False, initial_state=None, eps=1e-6):
+    """``S_t = S_{t−1} + k_t v_tᵀ``, ``o_t = S_tᵀ q_t`` (``/ (z_tᵀ q_t + eps)`` with ``z_t = z_{t−1} + k_t`` when
+    ``normalize``): ``(B, T, H, ·)`` in, ``(o, S_T)`` (or ``(o, (S_T, z_T))``) out."""
+    B, T, H, D_k = q.shape
+    S, z = (initial_state if normalize else (initial_state, None)) if initial_state is not None else (None, None)
+    S = q.new_zeros(B, H, D_k, v.shape[-1]) if S is None else S
+    z = q.new_zeros(B, H, D_k) if z is None else z
+    q = q * (D_k**-0.5 if scale is None else scale)
+    outputs = []
+    for t in range(T):
+        S = S + k[:, t, :, :, None] * v[:, t, :, None, :]
+        o = torch.einsum("bhkv,bhk->bhv", S, q[:, t])
+        if normalize:
+            z = z + k[:, t]
+            o = o / ((z * q[:, t]).sum(-1, keepdim=True) + eps)
+        outputs.append(o)
+    return torch.stack(outputs, dim=1), ((S, z) if normalize else S)

@@ -15,10 +15,12 @@ key dimensions have been seen, e.g. at ``t = 1`` where ``ŷ_1 = v_1``.
 from __future__ import annotations
 
 import warnings
+from typing import Any
 
 import torch
 
 from ttr_edu._internal.contract import (
+    State,
     causal_mask,
     check_inputs,
     compute_dtype,
@@ -35,8 +37,15 @@ __all__ = ["local_linear_attention"]
 
 @guarded
 def local_linear_attention(
-    q, k, v, scale=None, ridge=1e-2, qk_norm=False, initial_state=None, output_final_state=False
-):
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    scale: float | None = None,
+    ridge: float = 0.01,
+    qk_norm: bool = False,
+    initial_state: State | None = None,
+    output_final_state: bool = False,
+) -> tuple[torch.Tensor, Any]:
     """Causal local linear attention, closed form ``ŷ_t = v̄ + Σ_vk Σ_kk⁻¹ (q_t − k̄)`` (Wang, Shi, Fox 2025, §4.2).
 
     The ``Σ_vk Σ_kk⁻¹ (q − k̄)`` term is computed without forming ``Σ_vk``: with ``x = Σ_kk⁻¹ (q − k̄)``,
@@ -121,3 +130,35 @@ def _factorise(cov_kk, ridge, second_moment):
             stacklevel=4,
         )
     return L
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# The naive reference (as fla keeps a naive.py beside each op): the equation of the module docstring, one token at a
+# time, in fla's layout and the inputs' dtype, unchecked. Every form above is tested equal to it
+# (tests/ops/test_naive.py); read it first.
+# ------------------------------------------------------------------------------------------------------------------
+
+
+def naive(q, k, v, scale=None, ridge=1e-2, qk_norm=False, initial_state=None):
+    """``ŷ_t = v̄ + Σ_vk Σ_kk⁻¹ (q_t − k̄)`` with the causal softmax weights ``w_i``, ``k̄ = Σ w_i k_i``,
+    ``Σ_kk = Σ w_i (k_i − k̄)(k_i − k̄)ᵀ + ridge · I``, ``Σ_vk = Σ w_i (v_i − v̄)(k_i − k̄)ᵀ``; ``(o, (k, v))``."""
+    T, D_k = q.shape[1], q.shape[-1]
+    if initial_state is not None:
+        k, v = torch.cat([initial_state[0], k], dim=1), torch.cat([initial_state[1], v], dim=1)
+    cache = (k, v)
+    if qk_norm:
+        q, k = torch.nn.functional.normalize(q, dim=-1), torch.nn.functional.normalize(k, dim=-1)
+    scale = D_k**-0.5 if scale is None else scale
+    before = k.shape[1] - T
+    eye = torch.eye(D_k, dtype=q.dtype, device=q.device)
+    outputs = []
+    for t in range(T):
+        seen = before + t + 1
+        w = torch.softmax(scale * torch.einsum("bhk,bthk->bht", q[:, t], k[:, :seen]), dim=-1)
+        k_mean, v_mean = torch.einsum("bht,bthk->bhk", w, k[:, :seen]), torch.einsum("bht,bthv->bhv", w, v[:, :seen])
+        dk, dv = k[:, :seen] - k_mean[:, None], v[:, :seen] - v_mean[:, None]
+        cov_kk = torch.einsum("bht,bthi,bthj->bhij", w, dk, dk) + ridge * eye
+        cov_vk = torch.einsum("bht,bthv,bthk->bhvk", w, dv, dk)
+        x = torch.linalg.solve(cov_kk, (q[:, t] - k_mean)[..., None])[..., 0]
+        outputs.append(v_mean + torch.einsum("bhvk,bhk->bhv", cov_vk, x))
+    return torch.stack(outputs, dim=1), cache

@@ -37,12 +37,15 @@ Which is which:
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
 from ttr_edu._internal.contract import (
     PER_TOKEN,
     QK,
     STATE,
+    State,
     V,
     check_inputs,
     check_nonempty,
@@ -88,23 +91,30 @@ def _step_size(beta: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
 
 
 @guarded
-def longhorn_step_size(beta: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+def longhorn_step_size(beta: torch.Tensor, k: torch.Tensor, *, per_channel: bool = False) -> torch.Tensor:
     """The implicit step ``ε = β / (1 + β ‖k‖²)`` of every token (Liu et al. 2024; the module docstring derives it).
 
     Args:
-        beta: the objective's weight β ≥ 0, ``(B, T, H)`` or per value channel ``(B, T, H, D_v)``, floating.
+        beta: the objective's weight β ≥ 0, ``(B, T, H)``, or ``(B, T, H, D_v)`` with ``per_channel``, floating.
         k: keys ``(B, T, H, D_k)``, floating, on the device of ``beta``.
+        per_channel: ``beta`` holds one weight per value channel. Said explicitly because nothing else here knows
+            ``D_v``: a per-channel ``beta`` that lost its last axis would otherwise pass for a per-token one.
 
     Returns:
         ``ε`` in the shape of ``beta``, in the compute dtype (fp32, or fp64 when both are fp64); ``ε ‖k‖² < 1``.
 
     Raises:
         TypeError: a non-tensor or a non-floating dtype.
-        ValueError: shapes that disagree (named dims), an empty dim, another device, a negative ``beta``.
+        ValueError: shapes that disagree (named dims), a ``beta`` of the other form than ``per_channel`` says, an
+            empty dim, another device, a negative ``beta``.
     """
     dims = Dims()
     dims.bind("k", k, QK)
-    per_channel = isinstance(beta, torch.Tensor) and beta.dim() == 4
+    if not per_channel and isinstance(beta, torch.Tensor) and beta.dim() == 4:
+        raise ValueError(
+            f"beta: expected (B, T, H), one weight per token and head, got shape {tuple(beta.shape)}; a weight per "
+            "value channel (B, T, H, D_v) needs per_channel=True"
+        )
     dims.bind("beta", beta, ("B", "T", "H", "D_v") if per_channel else PER_TOKEN)
     check_nonempty(dims, k=("B", "T", "H", "D_k"))
     check_same_device(k=k, beta=beta)
@@ -143,7 +153,15 @@ def _prepare(q, k, v, beta, scale, initial_state):
 
 @guarded
 @shares_doc(_SHARED_DOC)
-def longhorn_recurrent(q, k, v, beta, scale=None, initial_state=None, output_final_state=False):
+def longhorn_recurrent(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    beta: torch.Tensor,
+    scale: float | None = None,
+    initial_state: State | None = None,
+    output_final_state: bool = False,
+) -> tuple[torch.Tensor, Any]:
     """Exact implicit step, token by token: ``S_t = S_{t−1} + k_t (ε_t ⊙ (v_t − S_{t−1}ᵀ k_t))ᵀ``; ``o_t = S_tᵀ q_t``.
 
     Source: Liu et al. 2024, the closed form of the online objective (§3, "Longhorn"). Cost ``O(T D_k D_v)``.
@@ -163,7 +181,16 @@ def longhorn_recurrent(q, k, v, beta, scale=None, initial_state=None, output_fin
 
 @guarded
 @shares_doc(_SHARED_DOC)
-def longhorn_chunk(q, k, v, beta, scale=None, initial_state=None, output_final_state=False, chunk_size=64):
+def longhorn_chunk(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    beta: torch.Tensor,
+    scale: float | None = None,
+    initial_state: State | None = None,
+    output_final_state: bool = False,
+    chunk_size: int = 64,
+) -> tuple[torch.Tensor, Any]:
     """Exact implicit step in chunks: the delta rule's WY/UT chunk form run at the step ``ε = β/(1 + β‖k‖²)``.
 
     With a per-channel β, each value channel ``j`` is its own delta rule (step ``ε[j]``), so the channels run as
@@ -191,7 +218,15 @@ def longhorn_chunk(q, k, v, beta, scale=None, initial_state=None, output_final_s
 
 @guarded
 @shares_doc(_SHARED_DOC)
-def longhorn_diagonal_recurrent(q, k, v, beta, scale=None, initial_state=None, output_final_state=False):
+def longhorn_diagonal_recurrent(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    beta: torch.Tensor,
+    scale: float | None = None,
+    initial_state: State | None = None,
+    output_final_state: bool = False,
+) -> tuple[torch.Tensor, Any]:
     """The published Longhorn layer: ``k kᵀ`` replaced by ``diag(k ⊙ k)``, an elementwise (selective-scan) update.
 
     ``S_t = (1 − k_t² ε_tᵀ) ⊙ S_{t−1} + k_t (ε_t ⊙ v_t)ᵀ``, ``o_t = S_tᵀ q_t``: the recurrence of the authors' scan
@@ -209,3 +244,42 @@ def longhorn_diagonal_recurrent(q, k, v, beta, scale=None, initial_state=None, o
         outputs.append(torch.einsum("b h k v, b h k -> b h v", S, q[:, :, t]))
     o = fla_output(torch.stack(outputs, dim=1), out_dtype)
     return o, (S if output_final_state else None)
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# The naive reference (as fla keeps a naive.py beside each op): the equation of the module docstring, one token at a
+# time, in fla's layout and the inputs' dtype, unchecked. Every form above is tested equal to it
+# (tests/ops/test_naive.py); read it first.
+# ------------------------------------------------------------------------------------------------------------------
+
+
+def naive(q, k, v, beta, scale=None, initial_state=None):
+    """``S_t = argmin_S ‖S − S_{t−1}‖² + β_t ‖Sᵀk_t − v_t‖²`` in its closed form, the delta rule at
+    ``ε_t = β_t / (1 + β_t ‖k_t‖²)``; ``beta`` ``(B, T, H)`` or per value channel ``(B, T, H, D_v)``; ``(o, S_T)``."""
+    B, T, H, D_k = q.shape
+    S = q.new_zeros(B, H, D_k, v.shape[-1]) if initial_state is None else initial_state
+    q = q * (D_k**-0.5 if scale is None else scale)
+    beta = beta if beta.dim() == 4 else beta[..., None]
+    outputs = []
+    for t in range(T):
+        eps = beta[:, t] / (1 + beta[:, t] * k[:, t].pow(2).sum(-1, keepdim=True))  # (B, H, 1 or D_v)
+        error = v[:, t] - torch.einsum("bhkv,bhk->bhv", S, k[:, t])
+        S = S + k[:, t, :, :, None] * (eps * error)[:, :, None, :]
+        outputs.append(torch.einsum("bhkv,bhk->bhv", S, q[:, t]))
+    return torch.stack(outputs, dim=1), S
+
+
+def naive_diagonal(q, k, v, beta, scale=None, initial_state=None):
+    """The published layer's diagonal approximation:
+    ``S_t[i, j] = (1 − ε_t[j] k_t[i]²) S_{t−1}[i, j] + ε_t[j] k_t[i] v_t[j]``; ``(o, S_T)``."""
+    B, T, H, D_k = q.shape
+    S = q.new_zeros(B, H, D_k, v.shape[-1]) if initial_state is None else initial_state
+    q = q * (D_k**-0.5 if scale is None else scale)
+    beta = beta if beta.dim() == 4 else beta[..., None]
+    outputs = []
+    for t in range(T):
+        eps = (beta[:, t] / (1 + beta[:, t] * k[:, t].pow(2).sum(-1, keepdim=True)))[:, :, None, :]  # (B, H, 1, ·)
+        kk = k[:, t, :, :, None]
+        S = (1 - eps * kk**2) * S + eps * kk * v[:, t, :, None, :]
+        outputs.append(torch.einsum("bhkv,bhk->bhv", S, q[:, t]))
+    return torch.stack(outputs, dim=1), S

@@ -40,14 +40,16 @@ error exceeds 1e-3 gives a ``RuntimeWarning`` (e.g. collinear keys with ``ridge 
 from __future__ import annotations
 
 import warnings
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 
 from ttr_edu._internal.contract import (
     STATE,
+    State,
     check_inputs,
-    check_state,
+    check_state_parts,
     compute_dtype,
     decayed_cumsum,
     fla_output,
@@ -75,7 +77,8 @@ _SHARED_DOC = """
             dtype; ``−inf`` is a full reset (the data so far is forgotten, the ridge stays).
         scale: multiplies ``q``; default ``D_k ** -0.5`` (fla convention; pass ``1.0`` for the plain regression).
         initial_state: a tuple ``(S_0, P_0)`` of shapes ``(B, H, D_k, D_v)`` and ``(B, H, D_k, D_k)``, ``P_0``
-            symmetric positive definite; ``None`` means ``(0, I / ridge)``.
+            symmetric positive definite, each in the dtype of ``q`` or the compute dtype (a final state carried
+            over); ``None`` means ``(0, I / ridge)``.
         output_final_state: also return ``(S_T, P_T)`` (fp32, or fp64 for fp64 inputs).
 
     Returns:
@@ -83,7 +86,8 @@ _SHARED_DOC = """
         the dtype of ``q``.
 
     Raises:
-        TypeError: a non-tensor, an integer dtype, mixed dtypes of q, k, v, an ``initial_state`` that is no pair.
+        TypeError: a non-tensor, an integer dtype, mixed dtypes of q, k, v, an ``initial_state`` that is no pair or
+            has a part in another dtype than q's or the compute dtype.
         ValueError: a ``g`` that is NaN, ``+inf`` or ``> 0``; non-finite q, k, v or state; mismatched shapes (the
             message names the dims), different devices, ``ridge <= 0`` or outside the compute dtype's range, a bad
             ``scale``; a ridge system that is not positive definite in floating point (naming ``ridge``).
@@ -111,10 +115,8 @@ def _prepare(q, k, v, ridge, g, scale, initial_state):
                 "initial_state: expected a tuple (S, P) of shapes (B, H, D_k, D_v) and (B, H, D_k, D_k), "
                 f"got {type(initial_state).__name__}"
             )
-        S, P = initial_state
-        check_state("initial_state[0] (S)", S, dims, STATE, q.device)
-        check_state("initial_state[1] (P)", P, dims, ("B", "H", "D_k", "D_k"), q.device)
-        S, P = S.to(dtype), P.to(dtype)
+        parts = (("S", STATE), ("P", ("B", "H", "D_k", "D_k")))
+        S, P = (x.to(dtype) for x in check_state_parts("initial_state", initial_state, parts, dims, q))
     q, k, v = (x.to(dtype).transpose(1, 2) for x in (q, k, v))  # (B, H, T, ·)
     log_decay = None if g is None else g.to(dtype).transpose(1, 2)  # (B, H, T)
     return q * scale, k, v, log_decay, S, P, ridge
@@ -195,7 +197,16 @@ def _warn_if_ill_conditioned(kappa, ridge, dtype, depth: int) -> None:
 @renamed_arguments(lam="ridge")
 @guarded
 @shares_doc(_SHARED_DOC)
-def rls_recurrent(q, k, v, ridge=1.0, g=None, scale=None, initial_state=None, output_final_state=False):
+def rls_recurrent(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    ridge: float = 1.0,
+    g: torch.Tensor | None = None,
+    scale: float | None = None,
+    initial_state: State | None = None,
+    output_final_state: bool = False,
+) -> tuple[torch.Tensor, Any]:
     """Recurrent form: one token at a time.
 
     Without ``g``: Sherman–Morrison updates of ``P = A⁻¹``, then a delta-rule step with learning rate ``P_t``,
@@ -236,7 +247,16 @@ def rls_recurrent(q, k, v, ridge=1.0, g=None, scale=None, initial_state=None, ou
 
 @guarded
 @shares_doc(_SHARED_DOC)
-def rls_chunk(q, k, v, ridge=1.0, scale=None, initial_state=None, output_final_state=False, chunk_size=64):
+def rls_chunk(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    ridge: float = 1.0,
+    scale: float | None = None,
+    initial_state: State | None = None,
+    output_final_state: bool = False,
+    chunk_size: int = 64,
+) -> tuple[torch.Tensor, Any]:
     """Chunkwise form without gates: the Woodbury identity turns ``C`` Sherman–Morrison steps into one ``C × C``
     Cholesky factorisation per chunk (``chunk_size = C``; ``g`` is not taken: with gates the constant ridge makes no
     low-rank update, use :func:`rls_exact`).
@@ -306,7 +326,16 @@ def _gated_recurrent(q, k, v, log_decay, S, P, ridge, out_dtype, output_final_st
 @renamed_arguments(lam="ridge")
 @guarded
 @shares_doc(_SHARED_DOC)
-def rls_exact(q, k, v, ridge=1.0, g=None, scale=None, initial_state=None, output_final_state=False):
+def rls_exact(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    ridge: float = 1.0,
+    g: torch.Tensor | None = None,
+    scale: float | None = None,
+    initial_state: State | None = None,
+    output_final_state: bool = False,
+) -> tuple[torch.Tensor, Any]:
     """Exact form: ``A_t`` for every ``t`` from the definition, one batched Cholesky solve, a linear-attention read.
 
     ``A_t = γ_0^{(t)} H_0 + Σ_{i≤t} γ_i^{(t)} k_i k_iᵀ + λI``, ``b_t = γ_0^{(t)} b_0 + Σ_{i≤t} γ_i^{(t)} k_i v_iᵀ``,
@@ -339,3 +368,32 @@ def rls_exact(q, k, v, ridge=1.0, g=None, scale=None, initial_state=None, output
     if not output_final_state:
         return o, None
     return o, (torch.cholesky_solve(b, L[:, :, -1]), torch.cholesky_inverse(L[:, :, -1]))
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# The naive reference (as fla keeps a naive.py beside each op): the equation of the module docstring, one token at a
+# time, in fla's layout and the inputs' dtype, unchecked. Every form above is tested equal to it
+# (tests/ops/test_naive.py); read it first.
+# ------------------------------------------------------------------------------------------------------------------
+
+
+def naive(q, k, v, ridge=1.0, g=None, scale=None, initial_state=None):
+    """``H_t = α_t H_{t−1} + k_t k_tᵀ``, ``b_t = α_t b_{t−1} + k_t v_tᵀ``, ``S_t = (H_t + λI)⁻¹ b_t``,
+    ``o_t = S_tᵀ q_t``, one solve per token; ``(o, (S_T, P_T = (H_T + λI)⁻¹))`` out. A state ``(S_0, P_0)`` gives
+    ``H_0 + λI = P_0⁻¹`` and ``b_0 = P_0⁻¹ S_0``."""
+    B, T, H, D_k = q.shape
+    eye = torch.eye(D_k, dtype=q.dtype, device=q.device)
+    if initial_state is None:
+        A, b = ridge * eye.expand(B, H, D_k, D_k), q.new_zeros(B, H, D_k, v.shape[-1])
+    else:
+        A = torch.linalg.inv(initial_state[1])
+        b = A @ initial_state[0]
+    q = q * (D_k**-0.5 if scale is None else scale)
+    outputs = []
+    for t in range(T):
+        alpha = 1.0 if g is None else g[:, t, :, None, None].exp()
+        A = alpha * (A - ridge * eye) + ridge * eye + k[:, t, :, :, None] * k[:, t, :, None, :]  # the ridge stays
+        b = alpha * b + k[:, t, :, :, None] * v[:, t, :, None, :]
+        S = torch.linalg.solve(A, b)
+        outputs.append(torch.einsum("bhkv,bhk->bhv", S, q[:, t]))
+    return torch.stack(outputs, dim=1), (torch.linalg.solve(A, b), torch.linalg.inv(A))

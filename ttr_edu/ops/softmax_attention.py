@@ -9,9 +9,12 @@ temperature ``1 / scale`` plays the bandwidth (Wang, Shi, Fox 2025, §4).
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
 from ttr_edu._internal.contract import (
+    State,
     causal_mask,
     check_inputs,
     compute_dtype,
@@ -27,7 +30,15 @@ __all__ = ["softmax_attention"]
 
 
 @guarded
-def softmax_attention(q, k, v, scale=None, qk_norm=False, initial_state=None, output_final_state=False):
+def softmax_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    scale: float | None = None,
+    qk_norm: bool = False,
+    initial_state: State | None = None,
+    output_final_state: bool = False,
+) -> tuple[torch.Tensor, Any]:
     """Causal softmax attention (Vaswani et al. 2017, eq. 1, with a causal mask).
 
     Args:
@@ -48,7 +59,7 @@ def softmax_attention(q, k, v, scale=None, qk_norm=False, initial_state=None, ou
         with ``T_cache + T`` tokens, or ``None`` unless ``output_final_state``.
 
     Raises:
-        TypeError: a non-tensor, an integer dtype, mixed dtypes of q, k, v.
+        TypeError: a non-tensor, an integer dtype, mixed dtypes of q, k, v, a cache of another dtype.
         ValueError: mismatched shapes (the message names the dims), different devices, a bad ``scale``.
     """
     dims = check_inputs(q, k, v)
@@ -72,3 +83,28 @@ def attend_last(q, k, v, scale):
     (:meth:`ttr_edu.layers.SoftmaxAttention.mix_step_unchecked`), whose caller checked its arguments once."""
     logits = torch.einsum("bqhd,bthd->bhqt", q * scale, k)
     return torch.einsum("bhqt,bthd->bqhd", torch.softmax(logits, dim=-1), v)
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# The naive reference (as fla keeps a naive.py beside each op): the equation of the module docstring, one token at a
+# time, in fla's layout and the inputs' dtype, unchecked. Every form above is tested equal to it
+# (tests/ops/test_naive.py); read it first.
+# ------------------------------------------------------------------------------------------------------------------
+
+
+def naive(q, k, v, scale=None, qk_norm=False, initial_state=None):
+    """``o_t = Σ_{i≤t} softmax_i(scale · q_t·k_i) v_i`` over the cache and this call's tokens; ``(o, (k, v))``."""
+    T, D_k = q.shape[1], q.shape[-1]
+    if initial_state is not None:
+        k, v = torch.cat([initial_state[0], k], dim=1), torch.cat([initial_state[1], v], dim=1)
+    cache = (k, v)
+    if qk_norm:
+        q, k = torch.nn.functional.normalize(q, dim=-1), torch.nn.functional.normalize(k, dim=-1)
+    scale = D_k**-0.5 if scale is None else scale
+    before = k.shape[1] - T
+    outputs = []
+    for t in range(T):
+        seen = before + t + 1
+        w = torch.softmax(scale * torch.einsum("bhk,bthk->bht", q[:, t], k[:, :seen]), dim=-1)
+        outputs.append(torch.einsum("bht,bthv->bhv", w, v[:, :seen]))
+    return torch.stack(outputs, dim=1), cache

@@ -20,23 +20,28 @@ that is a different rule, not a faster form of this one, so only the per-token r
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import torch
 
 from ttr_edu._internal.contract import (
     STATE,
+    State,
     check_inputs,
     check_nonnegative,
     check_state,
+    check_state_parts,
     compute_dtype,
     fla_output,
     resolve_scale,
+    state_dtypes,
     zero_state,
 )
 from ttr_edu._internal.deprecation import renamed_arguments
-from ttr_edu._internal.mlp_memory import check_mlp_state, gelu_derivative, mlp_hidden
+from ttr_edu._internal.mlp_memory import MLP_STATE, check_mlp_state, gelu_derivative, mlp_hidden
 from ttr_edu._internal.validation import guarded
+
+from .ttt import _naive_gradients, _naive_memory
 
 __all__ = ["titans_recurrent", "TitansState"]
 
@@ -50,7 +55,17 @@ class TitansState(NamedTuple):
 
 @renamed_arguments(theta="beta")
 @guarded
-def titans_recurrent(q, k, v, beta, eta, alpha, scale=None, initial_state=None, output_final_state=False):
+def titans_recurrent(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    beta: torch.Tensor,
+    eta: torch.Tensor,
+    alpha: torch.Tensor,
+    scale: float | None = None,
+    initial_state: State | None = None,
+    output_final_state: bool = False,
+) -> tuple[torch.Tensor, Any]:
     """Titans' memory update token by token, the gradient written out (Behrouz et al. 2024, eqs. 13–14).
 
     Args:
@@ -70,7 +85,9 @@ def titans_recurrent(q, k, v, beta, eta, alpha, scale=None, initial_state=None, 
         ``(o, state)`` (``None`` unless ``output_final_state``); ``o`` is ``(B, T, H, D_v)`` in the dtype of ``q``.
 
     Raises:
-        TypeError: a non-tensor, an integer dtype, mixed dtypes of q, k, v, a malformed state.
+        TypeError: a non-tensor, an integer dtype, mixed dtypes of q, k, v, a malformed state, a tensor of
+            ``(W1, W2)`` or of a :class:`TitansState` in another dtype than q's or the compute dtype (a lone ``S_0``
+            is cast).
         ValueError: mismatched shapes (the message names the dims), T = 0, different devices, a bad ``scale``,
             ``beta < 0``, ``eta`` or ``alpha`` outside ``[0, 1]``, any of them not finite.
     """
@@ -87,29 +104,33 @@ def titans_recurrent(q, k, v, beta, eta, alpha, scale=None, initial_state=None, 
             "initial_state.memory: expected S (B, H, D_k, D_v) or the MLP's (W1, W2), got None (pass "
             "initial_state=None for a zero linear memory)"
         )
+    where = "initial_state.memory" if isinstance(initial_state, TitansState) else "initial_state"
     if memory is None:
         memory = (zero_state(dims, dtype, q.device),)
     elif isinstance(memory, torch.Tensor):
-        check_state("initial_state", memory, dims, STATE, q.device)
+        # alone, S is cast like any one-tensor state; beside its momentum it is a part of a tuple state
+        check_state(where, memory, dims, STATE, q.device, dtypes=state_dtypes(q.dtype) if momentum is not None else ())
         memory = (memory.to(dtype),)
     else:
-        memory = tuple(W.to(dtype) for W in check_mlp_state("initial_state", memory, dims, q.device))
+        memory = tuple(W.to(dtype) for W in check_mlp_state(where, memory, dims, q))
     if momentum is None:
         momentum = tuple(torch.zeros_like(W) for W in memory)
     else:
         momentum = (momentum,) if isinstance(momentum, torch.Tensor) else tuple(momentum)
-        if len(momentum) != len(memory) or any(U.shape != W.shape for U, W in zip(momentum, memory)):
+        if len(momentum) != len(memory):
             raise ValueError(
-                f"initial_state.momentum: expected the shapes of the memory {[tuple(W.shape) for W in memory]}, got "
-                f"{[tuple(U.shape) for U in momentum]}"
+                f"initial_state.momentum: expected one tensor per tensor of the memory ({len(memory)}), got "
+                f"{len(momentum)}"
             )
-        momentum = tuple(U.to(dtype) for U in momentum)
+        parts = (("U", STATE),) if len(memory) == 1 else (("U1", MLP_STATE[0][1]), ("U2", MLP_STATE[1][1]))
+        momentum = tuple(U.to(dtype) for U in check_state_parts("initial_state.momentum", momentum, parts, dims, q))
     q, k, v = (x.to(dtype).transpose(1, 2) * s for x, s in ((q, scale), (k, 1.0), (v, 1.0)))
     beta, eta, alpha = (x.to(dtype).transpose(1, 2)[..., None, None] for x in (beta, eta, alpha))  # (B, H, T, 1, 1)
 
     outputs = []
     for t in range(q.shape[2]):
         k_t, v_t, q_t = k[:, :, t, None], v[:, :, t, None], q[:, :, t, None]  # (B, H, 1, D)
+        grads: tuple[torch.Tensor, ...]
         if len(memory) == 1:  # linear: ∇ℓ = k (Sᵀk − v)ᵀ
             grads = (k_t.mT @ (k_t @ memory[0] - v_t),)
         else:  # MLP: ∇_{W2} = h δ2ᵀ, ∇_{W1} = k δ1ᵀ with δ1 = GELU'(a) ⊙ (W2 δ2)
@@ -126,5 +147,31 @@ def titans_recurrent(q, k, v, beta, eta, alpha, scale=None, initial_state=None, 
     o = fla_output(torch.cat([piece.transpose(1, 2) for piece in outputs], dim=1), out_dtype)
     if not output_final_state:
         return o, None
-    unpack = (lambda x: x[0]) if len(memory) == 1 else (lambda x: x)  # noqa: E731
+    unpack = (lambda x: x[0]) if len(memory) == 1 else (lambda x: x)
     return o, TitansState(unpack(memory), unpack(momentum))
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# The naive reference (as fla keeps a naive.py beside each op): the equation of the module docstring, one token at a
+# time, in fla's layout and the inputs' dtype, unchecked. Every form above is tested equal to it
+# (tests/ops/test_naive.py); read it first.
+# ------------------------------------------------------------------------------------------------------------------
+
+
+def naive(q, k, v, beta, eta, alpha, scale=None, initial_state=None):
+    """``U_t = η_t U_{t−1} − β_t ∇ℓ(M_{t−1}; k_t, v_t)``, ``M_t = (1 − α_t) M_{t−1} + U_t``, ``o_t = f_{M_t}(q_t)``,
+    the gradient by autograd from ``ℓ = ½ ‖f_M(k) − v‖²``; a linear memory (``initial_state`` ``S`` or ``None``) or
+    the MLP (``(W1, W2)``), momentum from zero; ``(o, TitansState(M_T, U_T))`` out."""
+    B, T, H, D_k = q.shape
+    M = (q.new_zeros(B, H, D_k, v.shape[-1]),) if initial_state is None else initial_state
+    M = (M,) if isinstance(M, torch.Tensor) else tuple(M)
+    U = tuple(torch.zeros_like(m) for m in M)
+    q = q * (D_k**-0.5 if scale is None else scale)
+    outputs = []
+    for t in range(T):
+        grads = _naive_gradients(M, k[:, t], v[:, t])
+        U = tuple(eta[:, t, :, None, None] * u - beta[:, t, :, None, None] * grad for u, grad in zip(U, grads))
+        M = tuple((1 - alpha[:, t, :, None, None]) * m + u for m, u in zip(M, U))
+        outputs.append(_naive_memory(M, q[:, t]))
+    unpack = (lambda x: x[0]) if len(M) == 1 else (lambda x: x)
+    return torch.stack(outputs, dim=1), TitansState(unpack(M), unpack(U))

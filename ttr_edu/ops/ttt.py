@@ -25,10 +25,13 @@ and for the MLP the same is done layer by layer (the hidden layer of the queries
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
 from ttr_edu._internal.contract import (
     STATE,
+    State,
     check_inputs,
     check_nonnegative,
     check_state,
@@ -60,7 +63,8 @@ _SHARED_DOC = """
             multiple; the paper uses 16).
         scale: multiplies ``q``; default ``D_k ** -0.5`` (fla).
         initial_state: linear: ``S_0`` ``(B, H, D_k, D_v)``, ``None`` means zero; MLP (required, since a zero MLP
-            has zero gradients): ``(W1, W2)`` of shapes ``(B, H, D_k, D_h)`` and ``(B, H, D_h, D_v)``.
+            has zero gradients): ``(W1, W2)`` of shapes ``(B, H, D_k, D_h)`` and ``(B, H, D_h, D_v)``, each in the
+            dtype of ``q`` or the compute dtype (a final state carried over).
         output_final_state: also return the final memory (fp32, or fp64 for fp64 inputs).
         layer_norm: wrap the memory's output in a LayerNorm over ``D_v`` (no affine parameters).
         residual: add the input, ``f(x) = x + …`` (needs ``D_k == D_v``).
@@ -71,7 +75,7 @@ _SHARED_DOC = """
 
     Raises:
         TypeError: a non-tensor, an integer dtype, mixed dtypes of q, k, v, non-bool flags, an MLP state that is
-            no pair.
+            no pair or has a part in another dtype than q's or the compute dtype.
         ValueError: mismatched shapes (the message names the dims), T = 0, different devices, a bad ``scale`` or
             ``mini_batch_size``, ``residual`` with ``D_k != D_v``.
 """
@@ -90,7 +94,7 @@ def _prepare(q, k, v, beta, mini_batch_size, scale, initial_state, layer_norm, r
                 "initial_state: the MLP memory needs its starting weights (W1, W2), shapes (B, H, D_k, D_h) and "
                 "(B, H, D_h, D_v): at W1 = W2 = 0 every gradient is zero and nothing is learned"
             )
-        state = tuple(W.to(dtype) for W in check_mlp_state("initial_state", initial_state, dims, q.device))
+        state = tuple(W.to(dtype) for W in check_mlp_state("initial_state", initial_state, dims, q))
     elif initial_state is None:
         state = zero_state(dims, dtype, q.device)
     else:
@@ -107,17 +111,17 @@ def _prepare(q, k, v, beta, mini_batch_size, scale, initial_state, layer_norm, r
 @guarded
 @shares_doc(_SHARED_DOC)
 def ttt_linear_recurrent(
-    q,
-    k,
-    v,
-    beta,
-    mini_batch_size=16,
-    scale=None,
-    initial_state=None,
-    output_final_state=False,
-    layer_norm=False,
-    residual=False,
-):
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    beta: torch.Tensor,
+    mini_batch_size: int = 16,
+    scale: float | None = None,
+    initial_state: State | None = None,
+    output_final_state: bool = False,
+    layer_norm: bool = False,
+    residual: bool = False,
+) -> tuple[torch.Tensor, Any]:
     """TTT-Linear token by token: ``∇ℓ(S_s; k_t, v_t) = k_t δ_tᵀ`` with ``δ_t = ∂ℓ/∂m = LN'ᵀ(f(k_t) − v_t)``.
 
     Source: Sun et al. 2024, §2.4 (mini-batch gradient descent; the gradient at the mini-batch's start).
@@ -142,17 +146,17 @@ def ttt_linear_recurrent(
 @guarded
 @shares_doc(_SHARED_DOC)
 def ttt_linear_chunk(
-    q,
-    k,
-    v,
-    beta,
-    mini_batch_size=16,
-    scale=None,
-    initial_state=None,
-    output_final_state=False,
-    layer_norm=False,
-    residual=False,
-):
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    beta: torch.Tensor,
+    mini_batch_size: int = 16,
+    scale: float | None = None,
+    initial_state: State | None = None,
+    output_final_state: bool = False,
+    layer_norm: bool = False,
+    residual: bool = False,
+) -> tuple[torch.Tensor, Any]:
     """TTT-Linear's dual form, one mini-batch of ``b`` tokens at a time (Sun et al. 2024, §2.5)."""
     out_dtype = q.dtype if isinstance(q, torch.Tensor) else None
     q, k, v, beta, S = _prepare(q, k, v, beta, mini_batch_size, scale, initial_state, layer_norm, residual, False)
@@ -187,17 +191,17 @@ def _mlp_deltas(W1, W2, k, v, layer_norm, residual):
 @guarded
 @shares_doc(_SHARED_DOC)
 def ttt_mlp_recurrent(
-    q,
-    k,
-    v,
-    beta,
-    mini_batch_size=16,
-    scale=None,
-    initial_state=None,
-    output_final_state=False,
-    layer_norm=False,
-    residual=False,
-):
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    beta: torch.Tensor,
+    mini_batch_size: int = 16,
+    scale: float | None = None,
+    initial_state: State | None = None,
+    output_final_state: bool = False,
+    layer_norm: bool = False,
+    residual: bool = False,
+) -> tuple[torch.Tensor, Any]:
     """TTT-MLP token by token, the two-layer gradient at the mini-batch's start written out (Sun et al. 2024, §2.4)."""
     out_dtype = q.dtype if isinstance(q, torch.Tensor) else None
     q, k, v, beta, (W1, W2) = _prepare(q, k, v, beta, mini_batch_size, scale, initial_state, layer_norm, residual, True)
@@ -219,17 +223,17 @@ def ttt_mlp_recurrent(
 @guarded
 @shares_doc(_SHARED_DOC)
 def ttt_mlp_chunk(
-    q,
-    k,
-    v,
-    beta,
-    mini_batch_size=16,
-    scale=None,
-    initial_state=None,
-    output_final_state=False,
-    layer_norm=False,
-    residual=False,
-):
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    beta: torch.Tensor,
+    mini_batch_size: int = 16,
+    scale: float | None = None,
+    initial_state: State | None = None,
+    output_final_state: bool = False,
+    layer_norm: bool = False,
+    residual: bool = False,
+) -> tuple[torch.Tensor, Any]:
     """TTT-MLP's dual form: layer 1 of the queries from ``W1_t``, then layer 2 from ``W2_t`` (Sun et al. 2024, §2.5).
 
     ``A_q = Q W1_s − tril(Q Kᵀ) diag(β) Δ1``, ``H_q = GELU(A_q)``, ``O = f(H_q W2_s − tril(H_q H_kᵀ) diag(β) Δ2)``.
@@ -248,3 +252,47 @@ def ttt_mlp_chunk(
         W1, W2 = W1 - k_b.mT @ step1, W2 - h_k.mT @ step2
     o = fla_output(torch.cat([piece.transpose(1, 2) for piece in outputs], dim=1), out_dtype)
     return o, ((W1, W2) if output_final_state else None)
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# The naive reference (as fla keeps a naive.py beside each op): the equation of the module docstring, one token at a
+# time, in fla's layout and the inputs' dtype, unchecked. Every form above is tested equal to it
+# (tests/ops/test_naive.py); read it first.
+# ------------------------------------------------------------------------------------------------------------------
+
+
+def naive(q, k, v, beta, mini_batch_size=16, scale=None, initial_state=None, layer_norm=False, residual=False):
+    """``W_t = W_s − Σ_{s<i≤t} β_i ∇ℓ(W_s; k_i, v_i)``, ``o_t = f_{W_t}(q_t)``, every gradient at the mini-batch's
+    start ``W_s``, taken by autograd from ``ℓ = ½ ‖f_W(k) − v‖²``. The memory is linear (``initial_state`` ``S`` or
+    ``None``: TTT-Linear) or the two-layer GELU MLP (``(W1, W2)``: TTT-MLP); ``(o, W_T)`` out."""
+    B, T, H, D_k = q.shape
+    W = (q.new_zeros(B, H, D_k, v.shape[-1]),) if initial_state is None else initial_state
+    W = (W,) if isinstance(W, torch.Tensor) else tuple(W)
+    q = q * (D_k**-0.5 if scale is None else scale)
+    outputs = []
+    for t in range(T):
+        if t % mini_batch_size == 0:
+            start = W
+        grads = _naive_gradients(start, k[:, t], v[:, t], layer_norm, residual)
+        W = tuple(w - beta[:, t, :, None, None] * grad for w, grad in zip(W, grads))
+        outputs.append(_naive_memory(W, q[:, t], layer_norm, residual))
+    return torch.stack(outputs, dim=1), (W[0] if len(W) == 1 else W)
+
+
+def _naive_memory(W, x, layer_norm=False, residual=False):
+    """``f_W(x) = [x +] [LN](m(x))`` with ``m(x) = Sᵀx`` or ``W2ᵀ GELU(W1ᵀx)``, for ``x`` ``(B, H, D)``."""
+    if len(W) == 1:
+        m = torch.einsum("bhkv,bhk->bhv", W[0], x)
+    else:
+        m = torch.einsum("bhjv,bhj->bhv", W[1], torch.nn.functional.gelu(torch.einsum("bhkj,bhk->bhj", W[0], x)))
+    if layer_norm:
+        m = torch.nn.functional.layer_norm(m, m.shape[-1:], eps=1e-6)
+    return x + m if residual else m
+
+
+def _naive_gradients(W, k, v, layer_norm=False, residual=False):
+    """``∇_W ½ ‖f_W(k) − v‖²`` for every sequence and head at once, by autograd."""
+    with torch.enable_grad():
+        W = tuple(w.detach().requires_grad_() for w in W)
+        loss = 0.5 * (_naive_memory(W, k, layer_norm, residual) - v).pow(2).sum()
+        return torch.autograd.grad(loss, W)

@@ -51,7 +51,7 @@ class LocalLinear:
             raise ValueError(f"kernel: expected 'softmax' or 'gaussian', got {self.kernel!r}")
 
 
-FUNCTION_CLASSES = (Linear, LocalConstant, LocalLinear)
+FUNCTION_CLASSES: tuple[type, ...] = (Linear, LocalConstant, LocalLinear)
 
 
 @dataclass(frozen=True)

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
 import torch
 
-from ttr_edu._internal.contract import check_nonempty, check_nonnegative
+from ttr_edu._internal.contract import STATE, check_nonempty, check_nonnegative, check_state
 from ttr_edu._internal.deprecation import rename_keywords
 from ttr_edu._internal.mlp_memory import check_mlp_state
 from ttr_edu._internal.validation import (
@@ -17,18 +20,8 @@ from ttr_edu._internal.validation import (
 
 from .deep import mini_batch_gd, momentum_sgd
 from .function_classes import FUNCTION_CLASSES, MLP, KernelRidge, Linear, LocalConstant, LocalLinear
-from .linear import (
-    _conjugate_gradient,
-    _exact_solve,
-    _gradient_step,
-    _implicit_step,
-    _mini_batch_gd,
-    _multi_pass_sgd,
-    _online_sgd,
-    _recursive_least_squares,
-    _steps_per_token,
-)
-from .local import _kernel_ridge, _local_constant, _local_linear
+from .linear import LINEAR_SOLVERS
+from .local import LOCAL_SOLVERS
 from .optimizers import (
     OPTIMIZERS,
     ConjugateGradient,
@@ -50,6 +43,7 @@ __all__ = [
     "named_layer",
     "STEPPED",
     "WARM_STARTED",
+    "SOLVERS",
 ]
 
 #: optimisers that take the call's step sizes ``beta``
@@ -86,7 +80,7 @@ class TestTimeRegression:
 
     __test__ = False  # not a pytest test class, despite the name
 
-    def __init__(self, weights, function_class, optimizer) -> None:
+    def __init__(self, weights: Any, function_class: Any, optimizer: Any) -> None:
         for name, value, kinds in (
             ("weights", weights, WEIGHTS),
             ("function_class", function_class, FUNCTION_CLASSES),
@@ -125,6 +119,10 @@ class TestTimeRegression:
                 f"optimizer: ExactSolve(ridge={optimizer.ridge}) with {type(function_class).__name__} inverts the key "
                 "covariance, which is singular while fewer than D_k keys are seen; use a ridge > 0 (e.g. 1e-3)"
             )
+        if (type(function_class), type(optimizer)) not in SOLVERS:
+            raise ValueError(
+                f"optimizer: {type(optimizer).__name__} has no way to fit {type(function_class).__name__} here"
+            )
         self.weights, self.function_class, self.optimizer = weights, function_class, optimizer
 
     def __repr__(self) -> str:
@@ -147,7 +145,7 @@ class TestTimeRegression:
         output_final_state: bool = False,
         eta: torch.Tensor | None = None,
         alpha: torch.Tensor | None = None,
-    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+    ) -> tuple[torch.Tensor, Any]:
         """Memorise ``(k_i, v_i)`` and retrieve ``y_t = m_t(q_t)`` for every ``t`` (causal).
 
         Args:
@@ -168,7 +166,8 @@ class TestTimeRegression:
             compute dtype (fp32, or fp64 for fp64 inputs), or ``(o, None)``.
 
         Raises:
-            TypeError: non-tensors, integer dtypes, or ``k``/``v`` of another dtype than ``q``.
+            TypeError: non-tensors, integer dtypes, ``k``/``v`` of another dtype than ``q``, or :class:`MLP`
+                weights ``(W1, W2)`` in another dtype than q's or the compute dtype.
             ValueError: shapes that disagree (the message names the argument and the dims), T = 0, tensors on
                 different devices, a missing or superfluous ``beta``/``g``, or a state the chosen class does not keep;
                 NaN/inf in any tensor (``initial_state`` included), a ``scale`` that does not fit the compute dtype,
@@ -192,8 +191,8 @@ class TestTimeRegression:
         if dims["D_v"] == 0:
             raise ValueError(f"v: expected D_v >= 1, got shape {tuple(v.shape)}")
         mlp = isinstance(self.function_class, MLP)
-        for name, x in (("beta", beta), ("g", g), ("eta", eta), ("alpha", alpha)):
-            check_tensor(name, x, allow_none=True)
+        for name, value in (("beta", beta), ("g", g), ("eta", eta), ("alpha", alpha)):
+            check_tensor(name, value, allow_none=True)
         # NaN/inf in every tensor (initial_state included; g by the weights), a non-bool output_final_state, a scale
         # that overflows the compute dtype and an overflowing o: refused by @guarded, the ops' input policy
         if not mlp:
@@ -202,6 +201,40 @@ class TestTimeRegression:
         dtype = torch.float64 if q.dtype == torch.float64 else torch.float32
         scale = dims["D_k"] ** -0.5 if scale is None else check_positive_float("scale", scale)
 
+        params = self._check_what_the_choices_take(dims, pairs, q, beta, eta, alpha, initial_state, output_final_state)
+
+        g = self.weights.log_decay(g, dims, dtype, q.device)
+        if g is not None and isinstance(self.optimizer, RecursiveLeastSquares) and bool(torch.isneginf(g).any()):
+            raise ValueError(
+                "g: RecursiveLeastSquares decays its ridge with the data (forgetting-factor RLS), so a reset "
+                "g = -inf would leave the covariance singular; use ExactSolve or ConjugateGradient (a constant "
+                "ridge: Mesa, named_layer('mesa')), or split the sequence"
+            )
+        out_dtype = q.dtype
+        q, k, v = (x.to(dtype).transpose(1, 2) for x in (q, k, v))  # (B, H, T, D): time next to features
+        g = None if g is None else g.transpose(1, 2)  # (B, H, T)
+        beta = None if beta is None else beta.to(dtype).transpose(1, 2)
+        S0 = None if initial_state is None or mlp else initial_state.to(dtype)
+
+        prepared = _Prepared(q, k, v, g, beta, S0, scale, eta, alpha, params, dims, dtype)
+        o, S = SOLVERS[type(self.function_class), type(self.optimizer)](self, prepared)
+        o = o.transpose(1, 2).to(out_dtype)
+        return o, (S if output_final_state else None)
+
+    def _check_what_the_choices_take(
+        self,
+        dims: Dims,
+        pairs: str,
+        q: torch.Tensor,
+        beta: torch.Tensor | None,
+        eta: torch.Tensor | None,
+        alpha: torch.Tensor | None,
+        initial_state: Any,
+        output_final_state: bool,
+    ) -> tuple[torch.Tensor, ...] | None:
+        """Refuse, naming the argument, what the three choices do not take (``beta`` without a stepped optimiser,
+        ``eta``/``alpha`` without momentum, a final state of the key-value cache, a warm start that the optimiser
+        cannot use) or lack; return the MLP's starting weights (``None`` for the other classes)."""
         stepped = isinstance(self.optimizer, STEPPED)
         if stepped and beta is None:
             raise ValueError(f"beta: optimizer={type(self.optimizer).__name__}() needs step sizes beta, (B, T, H)")
@@ -222,76 +255,25 @@ class TestTimeRegression:
                 f"output_final_state: {type(self.function_class).__name__} keeps every pair (its state is the "
                 "key-value cache), not a fixed-size S"
             )
-        if mlp:
+        if isinstance(self.function_class, MLP):
             if initial_state is None:
                 raise ValueError(
                     "initial_state: the MLP memory needs its starting weights (W1, W2), shapes (B, H, D_k, D_h) and "
                     "(B, H, D_h, D_v): at W1 = W2 = 0 every gradient is zero"
                 )
-            params = check_mlp_state("initial_state", initial_state, dims, q.device)
             if self.function_class.residual and dims["D_k"] != dims["D_v"]:
                 raise ValueError(
                     f"function_class: MLP(residual=True) needs D_k == D_v, got {dims['D_k']}, {dims['D_v']}"
                 )
+            return check_mlp_state("initial_state", initial_state, dims, q)
         elif initial_state is not None:
             if not isinstance(self.optimizer, WARM_STARTED):
                 raise ValueError(
                     f"initial_state: {type(self.optimizer).__name__} solves from the pairs alone (RLS would also "
                     "need the inverse covariance P); pass the earlier pairs instead"
                 )
-            dims.bind("initial_state", initial_state, ("B", "H", "D_k", "D_v"))
-            if initial_state.device != q.device:
-                raise ValueError(
-                    f"initial_state: expected a tensor on {q.device} (the device of q), got one on "
-                    f"{initial_state.device}"
-                )
-
-        g = self.weights.log_decay(g, dims, dtype, q.device)
-        if g is not None and isinstance(self.optimizer, RecursiveLeastSquares) and bool(torch.isneginf(g).any()):
-            raise ValueError(
-                "g: RecursiveLeastSquares decays its ridge with the data (forgetting-factor RLS), so a reset "
-                "g = -inf would leave the covariance singular; use ExactSolve or ConjugateGradient (a constant "
-                "ridge: Mesa, named_layer('mesa')), or split the sequence"
-            )
-        out_dtype = q.dtype
-        q, k, v = (x.to(dtype).transpose(1, 2) for x in (q, k, v))  # (B, H, T, D): time next to features
-        g = None if g is None else g.transpose(1, 2)  # (B, H, T)
-        beta = None if beta is None else beta.to(dtype).transpose(1, 2)
-        S0 = None if initial_state is None or mlp else initial_state.to(dtype)
-
-        if isinstance(self.function_class, LocalConstant):
-            o, S = _local_constant(q, k, v, g, scale, self.function_class.kernel), None
-        elif isinstance(self.function_class, LocalLinear):
-            o, S = _local_linear(q, k, v, g, scale, self.optimizer.ridge, self.function_class.kernel), None
-        elif isinstance(self.function_class, KernelRidge):
-            o, S = _kernel_ridge(q, k, v, g, scale, self.optimizer.ridge, self.function_class.kernel), None
-        elif mlp or isinstance(self.optimizer, MomentumSGD):
-            start = (
-                tuple(W.to(dtype) for W in params)
-                if mlp
-                else ((q.new_zeros(dims["B"], dims["H"], dims["D_k"], dims["D_v"]) if S0 is None else S0),)
-            )
-            if isinstance(self.optimizer, MomentumSGD):
-                gates = [None if x is None else x.to(dtype).transpose(1, 2) for x in (eta, alpha)]
-                o, S = momentum_sgd(self.optimizer, self.function_class, start, scale * q, k, v, beta, *gates)
-            else:
-                o, S = mini_batch_gd(self.optimizer, self.function_class, start, scale * q, k, v, beta)
-            S = S if mlp else S[0]
-        else:
-            solve = {
-                ExactSolve: _exact_solve,
-                RecursiveLeastSquares: _recursive_least_squares,
-                GradientStep: _gradient_step,
-                OnlineSGD: _online_sgd,
-                MultiPassSGD: _multi_pass_sgd,
-                ImplicitStep: _implicit_step,
-                StepsPerToken: _steps_per_token,
-                ConjugateGradient: _conjugate_gradient,
-                MiniBatchGD: _mini_batch_gd,
-            }[type(self.optimizer)]
-            o, S = solve(self.optimizer, scale * q, k, v, g, beta, S0)
-        o = o.transpose(1, 2).to(out_dtype)
-        return o, (S if output_final_state else None)
+            check_state("initial_state", initial_state, dims, STATE, q.device)
+        return None
 
     @guarded
     def predict(
@@ -362,6 +344,63 @@ def _renamed_q(error: ValueError, name: str) -> ValueError:
     return ValueError(f"{name}:{message[2:]}" if message.startswith("q:") else message)
 
 
+class _Prepared(NamedTuple):
+    """A call's checked inputs, heads-first in the compute dtype: ``q, k`` ``(B, H, T, D_k)`` (``q`` unscaled),
+    ``v`` ``(B, H, T, D_v)``, ``g`` and ``beta`` ``(B, H, T)`` or ``None``, ``S0`` the linear class's warm start,
+    ``eta, alpha`` as the caller passed them, ``params`` the MLP's starting weights."""
+
+    q: torch.Tensor
+    k: torch.Tensor
+    v: torch.Tensor
+    g: torch.Tensor | None
+    beta: torch.Tensor | None
+    S0: torch.Tensor | None
+    scale: float
+    eta: torch.Tensor | None
+    alpha: torch.Tensor | None
+    params: tuple[torch.Tensor, ...] | None
+    dims: Dims
+    dtype: torch.dtype
+
+
+def _local(layer: TestTimeRegression, c: _Prepared) -> tuple[torch.Tensor, None]:
+    """A local class, refitted at every query: its closed form (:data:`ttr_edu.regression.local.LOCAL_SOLVERS`)."""
+    solve = LOCAL_SOLVERS[type(layer.function_class)]
+    return solve(layer.function_class, layer.optimizer, c.q, c.k, c.v, c.g, c.scale), None
+
+
+def _linear(layer: TestTimeRegression, c: _Prepared) -> tuple[torch.Tensor, torch.Tensor]:
+    """The linear class under its optimiser (:data:`ttr_edu.regression.linear.LINEAR_SOLVERS`)."""
+    solve: Callable[..., tuple[torch.Tensor, torch.Tensor]] = LINEAR_SOLVERS[type(layer.optimizer)]
+    return solve(layer.optimizer, c.scale * c.q, c.k, c.v, c.g, c.beta, c.S0)
+
+
+def _gradient_method(layer: TestTimeRegression, c: _Prepared) -> tuple[torch.Tensor, object]:
+    """The MLP memory under a gradient method, or momentum on the linear class (:mod:`ttr_edu.regression.deep`)."""
+    opt, fc = layer.optimizer, layer.function_class
+    if c.params is not None:
+        start = tuple(W.to(c.dtype) for W in c.params)
+    else:
+        d = c.dims
+        start = (c.q.new_zeros(d["B"], d["H"], d["D_k"], d["D_v"]) if c.S0 is None else c.S0,)
+    if isinstance(opt, MomentumSGD):
+        gates = [None if x is None else x.to(c.dtype).transpose(1, 2) for x in (c.eta, c.alpha)]
+        o, S = momentum_sgd(opt, fc, start, c.scale * c.q, c.k, c.v, c.beta, *gates)
+    else:
+        o, S = mini_batch_gd(opt, fc, start, c.scale * c.q, c.k, c.v, c.beta)
+    return o, (S if c.params is not None else S[0])
+
+
+#: (function class, optimiser) -> how the layer computes: every combination :class:`TestTimeRegression` accepts has
+#: one entry, and a combination without one is refused when the layer is built.
+SOLVERS: dict[tuple[type, type], Callable[[TestTimeRegression, _Prepared], tuple[torch.Tensor, object]]] = {
+    **{(function_class, ExactSolve): _local for function_class in LOCAL_SOLVERS},
+    **{(Linear, optimizer): _linear for optimizer in LINEAR_SOLVERS},
+    **{(MLP, optimizer): _gradient_method for optimizer in (OnlineSGD, MiniBatchGD, MomentumSGD)},
+    (Linear, MomentumSGD): _gradient_method,
+}
+
+
 # --------------------------------------------------------------------------------------------------------------
 # The named layers of the field.
 # --------------------------------------------------------------------------------------------------------------
@@ -392,7 +431,7 @@ NAMED_LAYERS: dict[str, tuple] = {
 }
 
 
-def named_layer(name: str, *, ridge: float | None = None, **options) -> TestTimeRegression:
+def named_layer(name: str, *, ridge: float | None = None, **options: Any) -> TestTimeRegression:
     """The layer called ``name`` as a :class:`TestTimeRegression` (see :data:`NAMED_LAYERS`).
 
     Args:

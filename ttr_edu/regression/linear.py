@@ -6,6 +6,8 @@ already scaled. Each solver returns ``(o, S_T)`` with ``o`` ``(B, H, T, D_v)``.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 
 from ttr_edu._internal.contract import decay_matrix
@@ -18,11 +20,22 @@ from ttr_edu._internal.validation import (
     guarded,
 )
 
-from .optimizers import ExactSolve, GradientStep, MultiPassSGD, OnlineSGD, RecursiveLeastSquares
+from .optimizers import (
+    ConjugateGradient,
+    ExactSolve,
+    GradientStep,
+    ImplicitStep,
+    MiniBatchGD,
+    MultiPassSGD,
+    OnlineSGD,
+    RecursiveLeastSquares,
+    StepsPerToken,
+)
 from .weights import _decay_from_start, decayed_cumsum, regression_weights
 
 __all__ = [
     "conjugate_gradient",
+    "LINEAR_SOLVERS",
 ]
 
 
@@ -102,7 +115,7 @@ def _online_sgd(opt: OnlineSGD, q, k, v, g, beta, S0):
         if g is None:  # uniform weights: Γ is the causal mask
             Gamma = torch.ones(k_c.shape[2], k_c.shape[2], dtype=k.dtype, device=k.device).tril()
         else:
-            Gamma = decay_matrix(g_c)  # (B, H, C, C): Γ_ij = exp(Σ_{l=j+1..i} g_l), 0 above the diagonal
+            Gamma = decay_matrix(g[:, :, chunk])  # (B, H, C, C): Γ_ij = exp(Σ_{l=j+1..i} g_l), 0 above the diagonal
         system = beta_c * (k_c @ k_c.mT) * Gamma  # its strict lower triangle; the diagonal is taken as ones
         right = beta_c * (v_c - gamma * (k_c @ S))
         errors = torch.linalg.solve_triangular(system, right, upper=False, unitriangular=True)  # (B, H, C, D_v)
@@ -160,7 +173,7 @@ def _recursive_least_squares(opt: RecursiveLeastSquares, q, k, v, g, beta, S0):
     S = k.new_zeros(B * H, D_k, D_v)
     q_t, k_t, v_t = (x.permute(2, 0, 1, 3).reshape(T, B * H, 1, -1) for x in (q, k, v))  # (T, B·H, 1, D)
     alpha = None if g is None else g.exp().permute(2, 0, 1).reshape(T, B * H, 1, 1)
-    o = []
+    outputs = []
     for t in range(T):
         if alpha is not None:
             P = P / alpha[t]  # the old data (and the ridge) weigh α_t less: A_t = α_t A_{t−1} + k kᵀ
@@ -169,8 +182,8 @@ def _recursive_least_squares(opt: RecursiveLeastSquares, q, k, v, g, beta, S0):
         P = torch.baddbmm(P, gain.transpose(1, 2), u, alpha=-1.0)
         error = torch.baddbmm(v_t[t], k_t[t], S, alpha=-1.0)  # v_t − Sᵀ k_t
         S = torch.baddbmm(S, gain.transpose(1, 2), error)
-        o.append(torch.bmm(q_t[t], S))
-    o = torch.cat(o, 1).reshape(B, H, T, D_v)
+        outputs.append(torch.bmm(q_t[t], S))
+    o = torch.cat(outputs, 1).reshape(B, H, T, D_v)
     return o, S.reshape(B, H, D_k, D_v)
 
 
@@ -201,12 +214,15 @@ def _steps_per_token(opt, q, k, v, g, beta, S0):
 
 
 @guarded
-def conjugate_gradient(A, b, steps: int):
+def conjugate_gradient(A: torch.Tensor, b: torch.Tensor, steps: int) -> torch.Tensor:
     """``steps`` conjugate-gradient iterations for ``A x = b`` from ``x = 0`` (Hestenes & Stiefel 1952).
 
-    Each step minimises ``½ xᵀAx − bᵀx`` along a direction conjugate to the earlier ones; after ``D`` steps the answer
-    is exact in exact arithmetic, so ``steps`` is capped at ``D`` (as ``chunk_size`` is capped at ``T``). A residual
-    that is already zero stops the updates (``0/0`` is taken as 0).
+    Each step minimises ``½ xᵀAx − bᵀx`` along a direction conjugate to the earlier ones. In exact arithmetic ``D``
+    steps give the exact answer; in floating point an ill-conditioned ``A`` loses the directions' conjugacy and needs
+    more (condition number 10⁶ at ``D = 6``: 4e-2 after 6 steps in fp64, 2e-11 after 12). So the tolerance comes
+    from the dtype, not from ``D``: a system stops once its residual is at the rounding level of ``b``'s dtype,
+    ``‖r‖ ≤ ε ‖b‖`` (``ε`` = ``torch.finfo(dtype).eps``), and ``steps`` is capped at ``10 D``, the iteration limit
+    SciPy's ``cg`` takes by default (so a huge ``steps`` costs no more than that).
 
     Args:
         A: ``(*batch, D, D)``, symmetric positive definite, floating.
@@ -239,31 +255,40 @@ def conjugate_gradient(A, b, steps: int):
         scale = A.abs().amax(dim=(-2, -1), keepdim=True)
         if not bool(((A - A.mT).abs() <= 1e-5 * scale).all()):
             raise ValueError("A: expected a symmetric positive definite matrix, got one that is not symmetric")
-    x, definite = _cg(A, b, min(steps, dims["D"]))
+    x, definite = _cg(A, b, min(steps, MAX_STEPS_PER_DIM * dims["D"]))
     if not definite:
         raise ValueError("A: expected a symmetric positive definite matrix, got a direction p with pᵀAp <= 0")
     return x
 
 
-def _cg(A, b, steps: int):
+#: The most conjugate-gradient steps per dimension of the system (SciPy's ``cg`` stops at ``maxiter = 10 n``).
+MAX_STEPS_PER_DIM = 10
+
+
+def _cg(A: torch.Tensor, b: torch.Tensor, steps: int) -> tuple[torch.Tensor, bool]:
     """The iterations of :func:`conjugate_gradient` on checked (or broadcasting) inputs; returns ``x`` and whether
-    every direction met ``pᵀAp > 0`` where the residual was not yet zero."""
+    every direction met ``pᵀAp > 0`` where the residual was not yet at rounding level. A system whose residual is
+    at the rounding level of the dtype takes no further step; the loop ends when every system has."""
     definite = True
     x = torch.zeros_like(b)
     r, p = b, b
     rr = (r * r).sum(-1, keepdim=True)
-    unsolved = torch.finfo(b.dtype).eps * rr  # a residual above rounding: pᵀAp must be positive there
+    solved = torch.finfo(b.dtype).eps ** 2 * rr  # ‖r‖² ≤ (ε ‖b‖)²: at the rounding level of b's dtype
     for _ in range(steps):
+        active = rr > solved
+        if p.device.type != "meta" and not bool(active.any()):
+            break
         Ap = (A @ p[..., None])[..., 0]
         pAp = (p * Ap).sum(-1, keepdim=True)
-        if p.device.type != "meta" and bool(((pAp <= 0) & (rr > unsolved)).any()):
+        if p.device.type != "meta" and bool(((pAp <= 0) & active).any()):
             definite = False
-        step = torch.where(pAp > 0, rr / torch.where(pAp > 0, pAp, 1), 0)
+        go = active & (pAp > 0)
+        step = torch.where(go, rr / torch.where(go, pAp, 1), 0)
         x = x + step * p
         r = r - step * Ap
         rr_new = (r * r).sum(-1, keepdim=True)
-        p = r + torch.where(rr > 0, rr_new / torch.where(rr > 0, rr, 1), 0) * p
-        rr = rr_new
+        p = torch.where(go, r + torch.where(rr > 0, rr_new / torch.where(rr > 0, rr, 1), 0) * p, p)
+        rr = torch.where(go, rr_new, rr)
     return x, definite
 
 
@@ -271,7 +296,7 @@ def _conjugate_gradient(opt, q, k, v, g, beta, S0):
     """MesaNet's readout: ``x_t ≈ (A_t + λI)⁻¹ q_t`` by CG, then ``o_t = Σ γ (k_i·x_t) v_i``; ``S_T`` by CG too."""
     D_k = q.shape[3]
     A = _covariances(k, g) + opt.ridge * torch.eye(D_k, dtype=q.dtype, device=q.device)
-    steps = min(opt.steps, D_k)  # exact after D_k steps: more would only repeat zero updates
+    steps = min(opt.steps, MAX_STEPS_PER_DIM * D_k)  # a system stops at its dtype's rounding level (see _cg)
     x = _cg(A, q, steps)[0]
     o, moment = _weighted_readout(x, k, v, g)
     S = _cg(A[:, :, -1, None], moment.mT, steps)[0].mT  # each column of S: (A_T + λI) s = m
@@ -294,3 +319,18 @@ def _mini_batch_gd(opt, q, k, v, g, beta, S0):
         outputs.append(q_b @ S - (q_b @ k_b.mT).tril() @ steps)
         S = S - k_b.mT @ steps
     return torch.cat(outputs, dim=2), S
+
+
+#: optimiser class -> how the linear class computes ``(o, S_T)`` under it: ``solve(opt, scale · q, k, v, g, beta,
+#: S_0)`` on heads-first tensors in the compute dtype. Adding an optimiser of the linear class is one solver here.
+LINEAR_SOLVERS: dict[type, Callable[..., tuple[torch.Tensor, torch.Tensor]]] = {
+    ExactSolve: _exact_solve,
+    RecursiveLeastSquares: _recursive_least_squares,
+    GradientStep: _gradient_step,
+    OnlineSGD: _online_sgd,
+    MultiPassSGD: _multi_pass_sgd,
+    ImplicitStep: _implicit_step,
+    StepsPerToken: _steps_per_token,
+    ConjugateGradient: _conjugate_gradient,
+    MiniBatchGD: _mini_batch_gd,
+}

@@ -9,10 +9,11 @@ import math
 
 import torch
 
+from .function_classes import KernelRidge, LocalConstant, LocalLinear
 from .linear import _raise_if_not_factorised
 from .weights import regression_weights
 
-__all__: list[str] = []  # the solvers of TestTimeRegression, on its checked inputs
+__all__ = ["LOCAL_SOLVERS"]
 
 
 def _log_kernel_weights(q, k, g, scale, kernel):
@@ -77,3 +78,13 @@ def _kernel_ridge(q, k, v, g, scale, ridge, kernel):
         coef = torch.linalg.solve(system, V_t if w is None else w * V_t)  # (B, H, t+1, D_v)
         outputs.append(K_qk[:, :, t, None, : t + 1] @ coef)
     return torch.cat(outputs, dim=2)
+
+
+#: local class -> how it answers every query: ``solve(function_class, optimizer, q, k, v, g, scale)`` on heads-first
+#: tensors (``q`` unscaled: ``scale`` is the kernel's); the optimiser is :class:`~ttr_edu.regression.ExactSolve`,
+#: whose ridge the linear fits take.
+LOCAL_SOLVERS = {
+    LocalConstant: lambda fc, opt, q, k, v, g, scale: _local_constant(q, k, v, g, scale, fc.kernel),
+    LocalLinear: lambda fc, opt, q, k, v, g, scale: _local_linear(q, k, v, g, scale, opt.ridge, fc.kernel),
+    KernelRidge: lambda fc, opt, q, k, v, g, scale: _kernel_ridge(q, k, v, g, scale, opt.ridge, fc.kernel),
+}

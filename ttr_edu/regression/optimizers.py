@@ -118,7 +118,7 @@ class MultiPassSGD:
         check_positive_int("passes", self.passes, maximum=MAX_PASSES, why="each pass costs O(T² D_k D_v)")
 
 
-OPTIMIZERS = (ExactSolve, RecursiveLeastSquares, GradientStep, OnlineSGD, MultiPassSGD)
+OPTIMIZERS: tuple[type, ...] = (ExactSolve, RecursiveLeastSquares, GradientStep, OnlineSGD, MultiPassSGD)
 
 
 # ---- adaptive steps, momentum, several steps, mini-batches, an iterative solver (chapter adaptive_and_deep_memories)

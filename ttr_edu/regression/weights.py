@@ -35,7 +35,10 @@ __all__ = [
 class Uniform:
     """``γ_i^{(t)} = 1``: every pair seen so far counts equally (linear attention, DeltaNet, softmax attention)."""
 
-    def log_decay(self, g, dims: Dims, dtype, device):
+    def log_decay(
+        self, g: torch.Tensor | None, dims: Dims, dtype: torch.dtype, device: torch.device | str | None
+    ) -> torch.Tensor | None:
+        """No log decay (``None``): every weight is 1. Raises ``ValueError`` for a ``g`` ``(B, T, H)``."""
         if g is not None:
             raise ValueError("g: weights=Uniform() has no decay, so it takes no g; use weights=Gates() for gates")
         return None
@@ -56,7 +59,11 @@ class ExponentialDecay:
         if self.gamma > 1:
             raise ValueError(f"gamma: expected a decay in (0, 1], got {self.gamma}")
 
-    def log_decay(self, g, dims: Dims, dtype, device):
+    def log_decay(
+        self, g: torch.Tensor | None, dims: Dims, dtype: torch.dtype, device: torch.device | str | None
+    ) -> torch.Tensor | None:
+        """The log decay ``log gamma`` at every token, ``(B, T, H)`` in ``dtype`` on ``device``. Raises ``ValueError``
+        for a ``g``."""
         if g is not None:
             raise ValueError("g: weights=ExponentialDecay(gamma) fixes the decay, so it takes no g; use Gates()")
         return torch.full((dims["B"], dims["T"], dims["H"]), math.log(self.gamma), dtype=dtype, device=device)
@@ -71,7 +78,10 @@ class Gates:
     Raises ``ValueError`` at the call, naming ``g``, when it is missing, NaN, ``+inf`` or positive somewhere.
     """
 
-    def log_decay(self, g, dims: Dims, dtype, device):
+    def log_decay(
+        self, g: torch.Tensor | None, dims: Dims, dtype: torch.dtype, device: torch.device | str | None
+    ) -> torch.Tensor | None:
+        """The call's log decay ``g`` ``(B, T, H)``, checked (``≤ 0``, ``−inf`` allowed), in ``dtype``."""
         if g is None:
             raise ValueError("g: weights=Gates() needs the log decay g, shaped (B, T, H), at the call")
         dims.bind("g", g, ("B", "T", "H"))

@@ -33,7 +33,7 @@ MNIST_NAMES = {
 }
 MNIST_TRAIN_SIZE = 60_000
 
-OFFLINE_FALLBACK = "ttr_edu.datasets.load_digits() (scikit-learn's 8×8 digits, which ship offline)"
+OFFLINE_FALLBACK = "ttr_edu.tasks.images.load_digits() (scikit-learn's 8×8 digits, which ship offline)"
 
 
 @dataclass(frozen=True)
@@ -192,7 +192,8 @@ def load_mnist(name: str = "mnist", data_home: str | Path | None = None) -> Imag
     path = _npz_path(name, data_home)
     if not path.is_file():
         raise FileNotFoundError(
-            f"data_home: {name} is not on disk at {path}. While online, run ttr_edu.datasets.download_mnist({name!r}"
+            f"data_home: {name} is not on disk at {path}. While online, run "
+            f"ttr_edu.tasks.images.download_mnist({name!r}"
             f"{'' if data_home is None else f', {str(data_home)!r}'}) once (about 55 MB). Offline, use "
             f"{OFFLINE_FALLBACK}."
         )

@@ -281,7 +281,11 @@ def mqar_layout(
                 f"filler: expected an int64 tensor (B, T - 2N) or None, got {getattr(filler, 'dtype', type(filler))}"
             )
         if filler.shape != (B, tail_len):
-            raise ValueError(f"filler: expected shape (B, T - 2N) = {(B, tail_len)}, got {tuple(filler.shape)}")
+            fits = f"; it fits seq_len={filler.shape[1] + context}" if filler.dim() == 2 else ""
+            raise ValueError(
+                f"filler: expected shape (B, T - 2N) = {(B, tail_len)} for seq_len={seq_len} and N={N}, got "
+                f"{tuple(filler.shape)}{fits}: filler and seq_len disagree"
+            )
         if filler.device != keys.device:
             raise ValueError(f"filler: expected the device of keys ({keys.device}), got {filler.device}")
     pairs = torch.stack([keys, values], dim=-1).reshape(B, context)  # k1 v1 k2 v2 …

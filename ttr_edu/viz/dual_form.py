@@ -13,7 +13,7 @@ from plotly.subplots import make_subplots
 
 from ttr_edu._internal.validation import Dims, check_finite, check_positive_int, check_tensor
 
-__all__ = ["bar_figure", "sorted_scores_figure", "spotlight_figure", "table_figure"]
+__all__ = ["sorted_scores_figure", "spotlight_figure", "table_figure"]
 
 TEMPLATE = "plotly_white"
 
@@ -168,22 +168,4 @@ def table_figure(header: Sequence[str], rows: Sequence[Sequence], *, title: str 
         height=60 + 30 * (len(rows) + 1),
         margin={"l": 10, "r": 10, "t": 40 if title else 10, "b": 10},
     )
-    return figure
-
-
-def bar_figure(
-    categories: Sequence[str], series: Mapping[str, Sequence[float]], *, title: str = "", y_title: str = ""
-) -> go.Figure:
-    """Grouped bars: one group per category, one bar per series.
-
-    Raises:
-        ValueError: a series' length differs from the categories'.
-    """
-    figure = go.Figure()
-    for name, values in series.items():
-        values = list(values)
-        if len(values) != len(categories):
-            raise ValueError(f"series[{name!r}]: expected {len(categories)} values, got {len(values)}")
-        figure.add_trace(go.Bar(x=list(categories), y=values, name=name))
-    figure.update_layout(title=title, yaxis_title=y_title, barmode="group", template=TEMPLATE)
     return figure

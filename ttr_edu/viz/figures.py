@@ -1,7 +1,7 @@
 """Plotly figures for the chapters. Every function returns a plain ``go.Figure``.
 
 A ``go.Figure`` renders in the static book with no kernel, sliders and frames included; ipywidgets do not. So every
-interactive idea is first a ``go.Figure`` here, and :mod:`ttr_edu.widgets` adds live controls for JupyterLab.
+interactive idea is first a ``go.Figure`` here, and :mod:`ttr_edu.viz.widgets` adds live controls for JupyterLab.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import plotly.graph_objects as go
 import torch
 
 from ttr_edu import hebbian
-from ttr_edu._internal.validation import check_finite, check_real
+from ttr_edu._internal.validation import check_finite, check_real, check_seed
 
 __all__ = ["line_figure", "slider_figure", "heatmap", "recall_scores_figure"]
 
@@ -91,7 +91,7 @@ def heatmap(
     :func:`recall_scores_figure` does.
 
     Raises:
-        TypeError: ``matrix`` not a tensor, ``zmid`` not a number or None.
+        TypeError: ``matrix`` not a tensor or of bool or complex dtype, ``zmid`` not a number or None.
         ValueError: ``matrix`` not 2-D, on the meta device, or with NaN/inf entries; ``zmid`` NaN or inf.
     """
     if not isinstance(matrix, torch.Tensor):
@@ -100,6 +100,8 @@ def heatmap(
         raise ValueError(f"matrix: expected a 2-D tensor (rows, cols), got {tuple(matrix.shape)}")
     if matrix.device.type == "meta":
         raise ValueError("matrix: expected a tensor with values to draw, got a meta tensor")
+    if matrix.dtype == torch.bool or matrix.is_complex():
+        raise TypeError(f"matrix: expected real numbers to draw as colours, got {matrix.dtype}")
     check_finite("matrix", matrix)
     if zmid is not None:
         check_real("zmid", zmid)
@@ -121,6 +123,8 @@ def slider_figure(
     title: str,
     titles_by_step: Mapping[object, str] | None = None,
     active: int = 0,
+    layout_from: go.Figure | None = None,
+    annotations_by_step: Mapping[object, Sequence] | None = None,
     **layout,
 ) -> go.Figure:
     """A figure with a slider that shows one group of traces per step: it works in a static page.
@@ -133,6 +137,9 @@ def slider_figure(
         slider_label: the slider's prefix, e.g. ``"N = "``.
         title: the figure title; ``titles_by_step`` overrides it per step.
         active: the index of the step shown first.
+        layout_from: a figure whose layout (subplot grid, axes, size) the slider figure starts from, for steps whose
+            traces come from figures of one grid (a gallery per test image).
+        annotations_by_step: step label -> the layout annotations shown at that step (a gallery's captions).
         layout: passed to ``figure.update_layout``.
 
     Raises:
@@ -143,7 +150,7 @@ def slider_figure(
         raise ValueError("traces_by_step: expected at least one step, got none")
     if not 0 <= active < len(steps):
         raise ValueError(f"active: expected an index in [0, {len(steps) - 1}], got {active}")
-    figure = go.Figure()
+    figure = go.Figure(layout=layout_from.layout) if layout_from is not None else go.Figure()
     owner = []  # owner[i] = the step index of trace i
     for index, step in enumerate(steps):
         for trace in traces_by_step[step]:
@@ -156,14 +163,30 @@ def slider_figure(
             "label": str(step),
             "method": "update",
             # "title.text", not "title": plotly.js 3+ (JupyterLab's plotly) drops a title set as a bare string
-            "args": [{"visible": [o == index for o in owner]}, {"title.text": titles.get(step, title)}],
+            "args": [
+                {"visible": [o == index for o in owner]},
+                {"title.text": titles.get(step, title)}
+                | ({"annotations": list(annotations_by_step[step])} if annotations_by_step else {}),
+            ],
         }
         for index, step in enumerate(steps)
     ]
+    # Below an x-axis title the slider's current-value label would sit on the title: move the slider further down.
+    x_title = layout.get("xaxis_title") or (layout.get("xaxis") or {}).get("title")
+    x_title = x_title or (layout_from is not None and layout_from.layout.xaxis.title.text)
+    if annotations_by_step:
+        figure.update_layout(annotations=list(annotations_by_step[steps[active]]))
     figure.update_layout(
         title=titles.get(steps[active], title),
         template=TEMPLATE,
-        sliders=[{"active": active, "currentvalue": {"prefix": slider_label}, "steps": slider_steps}],
+        sliders=[
+            {
+                "active": active,
+                "currentvalue": {"prefix": slider_label},
+                "steps": slider_steps,
+                "pad": {"t": 70 if x_title else 20},
+            }
+        ],
         **layout,
     )
     return figure
@@ -175,8 +198,8 @@ def recall_scores_figure(n: int, d: int, *, seed: int = 0) -> go.Figure:
     The diagonal is the signal (≈ 1), everything else is crosstalk; recall fails where an off-diagonal entry of a
     column beats its diagonal.
     """
-    if isinstance(seed, bool) or not isinstance(seed, int):
-        raise TypeError(f"seed: expected an int, got {type(seed).__name__} {seed!r}")
+    check_seed("seed", seed)
+    check_seed("seed", seed + 1)  # the values' seed
     keys = hebbian.random_unit_keys(n, d, seed=seed)
     values = hebbian.random_unit_keys(n, d, seed=seed + 1)
     W = hebbian.store(keys, values)

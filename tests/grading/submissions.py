@@ -1,0 +1,189 @@
+"""Chapter 01 submissions for the grading tests: honest ones, and ones that try to score without solving anything.
+
+Chapter 01 is worth 9 points: 1.1 write (1), 1.2 store (1), 1.3 crosstalk_energy (2), 1.4 recall_accuracy (2),
+1.5 cleanup_scores + rival_score_variance (3). Each submission is ``(answers by nbgrader grade_id, an edit of the whole
+notebook or None, the points it must score)``.
+"""
+
+from __future__ import annotations
+
+import copy
+
+RIGHT = {
+    "ch01_write": "def write(W, k, v):\n    return W + torch.outer(v, k)\n",
+    "ch01_store": "def store(keys, values):\n    return values.T @ keys\n",
+    "ch01_crosstalk": (
+        "def crosstalk_energy(keys):\n    gram = keys @ keys.T\n"
+        "    return ((gram - torch.diag(torch.diagonal(gram))) ** 2).sum(dim=0).mean()\n"
+    ),
+    "ch01_accuracy": (
+        "def recall_accuracy(W, keys, values):\n    scores = (keys @ W.T) @ values.T\n    rivals = scores.clone()\n"
+        "    rivals.fill_diagonal_(-torch.inf)\n"
+        "    return (torch.diagonal(scores) > rivals.max(dim=1).values).double().mean().item()\n"
+    ),
+    "ch01_rival_noise": (
+        "def cleanup_scores(keys, values):\n    W = values.transpose(1, 2) @ keys\n"
+        "    return (keys @ W.transpose(1, 2)) @ values.transpose(1, 2)\n\n\n"
+        "def rival_score_variance(n, d):\n    return 2 / d + (n - 2) / d**2\n"
+    ),
+}
+STUB = {gid: source.split(":\n", 1)[0] + ":\n    raise NotImplementedError()\n" for gid, source in RIGHT.items()}
+STUB["ch01_rival_noise"] = (
+    "def cleanup_scores(keys, values):\n    raise NotImplementedError()\n\n\n"
+    "def rival_score_variance(n, d):\n    raise NotImplementedError()\n"
+)
+FUNCTIONS = {  # grade id -> (function, the package's own implementation of it)
+    "ch01_write": [("write(W, k, v)", "hebbian.hebbian_write(W, k, v)")],
+    "ch01_store": [("store(keys, values)", "hebbian.store(keys, values)")],
+    "ch01_crosstalk": [("crosstalk_energy(keys)", "hebbian.crosstalk_energy(keys)")],
+    "ch01_accuracy": [("recall_accuracy(W, keys, values)", "hebbian.recall_accuracy(W, keys, values)")],
+    "ch01_rival_noise": [
+        ("cleanup_scores(keys, values)", "hebbian.cleanup_scores(keys, values)"),
+        ("rival_score_variance(n, d)", "hebbian.rival_score_variance(n, d)"),
+    ],
+}
+
+
+def every_answer(body: str, first: str = "") -> dict:
+    """Every exercise answered by ``body`` (``{call}``: the package's own implementation); ``first`` goes above 1.1."""
+    out = {
+        gid: "\n\n".join(f"def {signature}:\n" + body.format(call=call) for signature, call in functions)
+        for gid, functions in FUNCTIONS.items()
+    }
+    out["ch01_write"] = first + out["ch01_write"]
+    return out
+
+
+def before_everything(code: str, base: dict = STUB) -> dict:
+    return {**base, "ch01_write": code + "\n\n\n" + base["ch01_write"]}
+
+
+def _pasted_check_cell(nb, nbformat):
+    """A right write() in a cell of the student's own at the end, then a pasted copy of 1.1's graded cell."""
+    check = next(c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == "test_check_write")
+    nb.cells.append(nbformat.v4.new_code_cell(RIGHT["ch01_write"]))
+    pasted = copy.deepcopy(check)
+    pasted.id = "pasted-copy"
+    nb.cells.append(pasted)
+
+
+_FORGET_ERRORS = """def _forget(result):
+    if result.error_in_exec is not None:
+        result.error_in_exec = None
+        from IPython.display import clear_output
+        clear_output()
+
+
+get_ipython().events.register("post_run_cell", _forget)"""
+_FULL_MARKS_FIRST = """def _mark(info):
+    hook = get_ipython().displayhook
+    hook.start_displayhook()
+    hook.write_format_data({"text/plain": "full marks"}, {})
+    hook.finish_displayhook()
+
+
+get_ipython().events.register("pre_run_cell", _mark)"""
+_FROM_THE_STACK = """import copy, sys
+
+
+def _expected():
+    frame = sys._getframe(2)
+    while frame is not None:
+        for name in ("want", "expected", "reference"):
+            if name in frame.f_locals:
+                value = frame.f_locals[name]
+                return copy.deepcopy(value(**frame.f_locals.get("case", {})) if callable(value) else value)
+        frame = frame.f_back
+    raise LookupError("nothing found")
+
+
+"""
+_FAKE_CHECKS = """import builtins, types
+
+
+class _Yes:
+    def __getattr__(self, name):
+        return lambda *args, **kwargs: True
+
+
+_import = builtins.__import__
+
+
+def _fake(name, globals=None, locals=None, fromlist=(), level=0):
+    if name == "ttr_edu.checks" and fromlist:
+        return types.SimpleNamespace(hebbian_memory=_Yes())
+    return _import(name, globals, locals, fromlist, level)
+
+
+builtins.__import__ = _fake"""
+_WRITES_THE_GRADEBOOK_LATER = """import pathlib, subprocess, sys
+
+_here = pathlib.Path.cwd()
+_db = next((p / "gradebook.db" for p in [_here, *_here.parents] if (p / "gradebook.db").exists()), None)
+_code = (
+    "import sqlite3, time\\n"
+    "time.sleep(8)\\n"
+    f"db = sqlite3.connect({str(_db)!r})\\n"
+    "db.execute('UPDATE grade SET auto_score = '\\n"
+    "           '(SELECT max_score FROM grade_cells WHERE grade_cells.id = grade.cell_id)')\\n"
+    "db.commit()\\n"
+)
+if _db is not None:
+    subprocess.Popen([sys.executable, "-c", _code], start_new_session=True)"""
+_TOUCHES_THE_COURSE = """import os, pathlib, signal
+
+for folder in [pathlib.Path.cwd(), *pathlib.Path.cwd().parents]:
+    for victim in folder.glob("*.db"):
+        victim.write_text("gone")
+try:
+    os.kill(os.getppid(), signal.SIGKILL)  # the grader, if it can be reached
+except Exception:
+    pass"""
+
+SUBMISSIONS = {
+    "solved": (RIGHT, None, 9),
+    "unsolved": (STUB, None, 0),
+    "half": ({**STUB, "ch01_write": RIGHT["ch01_write"], "ch01_crosstalk": RIGHT["ch01_crosstalk"],
+              "ch01_store": "def store(keys, values):\n    return 2 * values.T @ keys\n"}, None, 3),
+    "honest, with a warning": ({**RIGHT, "ch01_accuracy": RIGHT["ch01_accuracy"].replace(
+        "(torch.diagonal(scores) > rivals.max(dim=1).values).double().mean().item()",
+        "torch.tensor(torch.diagonal(scores) > rivals.max(dim=1).values, dtype=torch.float64).mean().item()")},
+        None, 9),
+    "honest, with set_default_device": (before_everything('torch.set_default_device("cpu")', RIGHT), None, 9),
+    "honest, helper in a cell of its own": ({**RIGHT, "ch01_write": "def write(W, k, v):\n    return _add(W, k, v)"},
+                                            lambda nb, nbformat: nb.cells.insert(2, nbformat.v4.new_code_cell(
+                                                "def _add(W, k, v):\n    return W + torch.outer(v, k)")), 9),
+    "post_run_cell forgets errors": (before_everything(_FORGET_ERRORS), None, 0),
+    "pre_run_cell publishes full marks": (before_everything(_FULL_MARKS_FIRST), None, 0),
+    "answers read the stack": (every_answer("    return _expected()\n", _FROM_THE_STACK), None, 0),
+    "package solution in a thread": (every_answer(
+        "    with ThreadPoolExecutor(1) as pool:\n        return pool.submit(lambda: {call}).result()\n",
+        "from concurrent.futures import ThreadPoolExecutor\n\n\n"), None, 0),
+    "package solution after settrace(None)": (every_answer("    sys.settrace(None)\n    return {call}\n",
+                                                           "import sys\n\n\n"), None, 0),
+    "references replaced by a library callable": ({**every_answer('    return "ok"\n'), "ch01_write": (
+        "for _n in ('hebbian_write', 'store', 'crosstalk_energy', 'recall_accuracy', 'cleanup_scores',\n"
+        "           'rival_score_variance'):\n    setattr(hebbian, _n, 'ok'.format)\n\n\n"
+        "def write(W, k, v):\n    return 'ok'\n")}, None, 0),
+    "fake checks through the import system": (before_everything(_FAKE_CHECKS), None, 0),
+    "infinite loop in 1.1": ({**RIGHT, "ch01_write": "def write(W, k, v):\n    while True:\n        pass\n"}, None, 8),
+    "os._exit in 1.1": ({**RIGHT, "ch01_write": "import os\n\n\ndef write(W, k, v):\n    os._exit(0)\n"}, None, 8),
+    "detached process writes the gradebook": (before_everything(_WRITES_THE_GRADEBOOK_LATER), None, 0),
+    "pasted check cell": (STUB, _pasted_check_cell, 1),
+    "touches the course and the grader": (before_everything(_TOUCHES_THE_COURSE, RIGHT), None, 9),
+}  # fmt: skip
+
+
+def submission(release, name: str):
+    """The release with the answers and edit of ``SUBMISSIONS[name]``."""
+    import nbformat
+
+    answers, edit, _ = SUBMISSIONS[name]
+    nb = copy.deepcopy(release)
+    for cell in nb.cells:
+        gid = cell.metadata.get("nbgrader", {}).get("grade_id")
+        if gid in answers:
+            cell.source = answers[gid]
+    if edit is not None:
+        edit(nb, nbformat)
+    return nb

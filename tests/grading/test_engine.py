@@ -1,0 +1,186 @@
+"""The grading engine on chapter 01: verdicts come from the grader's process, the answers run in a sandboxed process
+of their own, and what goes wrong in one graded cell costs that cell alone. (nbgrader's path: test_nbgrader.py.)"""
+
+import os
+import shutil
+import sqlite3
+from pathlib import Path
+
+import nbformat
+import psutil
+import pytest
+import torch
+
+from tests.grading.submissions import RIGHT, SUBMISSIONS, before_everything, submission
+from ttr_edu.checks.grading import engine, notebook, sandbox
+
+ROOT = Path(__file__).resolve().parents[2]
+RELEASE = nbformat.read(ROOT / "chapters" / "01_hebbian_memory.ipynb", as_version=4)
+
+pytestmark = pytest.mark.notebook
+
+
+def _grade(nb, **kwargs) -> engine.Report:
+    return engine.grade(nb, RELEASE, **{"timeout": 30, **kwargs})
+
+
+def test_the_plan_runs_the_releases_setup_and_graded_cells_and_the_students_own_code():
+    nb = submission(RELEASE, "pasted check cell")
+    nb.cells[1].source = "import ttr_edu.checks._guard as g\ng.lock_down = lambda *a, **k: None"  # an edited setup cell
+    plan = notebook.plan(nb, RELEASE)
+    assert plan.setup == [RELEASE.cells[1].source]  # the release's, not the student's edit
+    assert [u.grade_id for u in plan.units] == [
+        "test_check_write", "test_check_store", "test_check_crosstalk_energy", "test_check_recall_accuracy",
+        "test_check_cleanup_scores",
+    ]  # fmt: skip
+    assert [c.check for c in plan.units[-1].checks] == ["check_cleanup_scores", "check_rival_score_variance"]
+    write = plan.units[0]  # its last copy stands below the student's own cell that defines write()
+    assert plan.cells[write.upto - 1] == ("your cell 1", RIGHT["ch01_write"])
+    assert any("'test_check_write' is in the notebook twice" in p for p in plan.problems)
+
+
+@pytest.mark.parametrize("name", ["solved", "unsolved", "half", "honest, with a warning", "answers read the stack"])
+def test_scores(name):
+    report = _grade(submission(RELEASE, name))
+    assert report.score == SUBMISSIONS[name][2], [(v.heading, v.status, v.detail) for v in report.verdicts]
+    assert report.max_score == 9
+
+
+def test_honest_global_settings_cost_nothing_and_float32_is_named():
+    answers = before_everything(
+        'import warnings\nwarnings.simplefilter("always")\ntorch.set_default_device("cpu")', RIGHT
+    )
+    answers["ch01_store"] = "def store(keys, values):\n    return (values.T @ keys).float()"
+    report = _grade(submission_with(answers))
+    by_id = {v.grade_id: v for v in report.verdicts}
+    assert report.score == 9, [(v.heading, v.status, v.detail) for v in report.verdicts]
+    assert "your result is float32; the exercise works in float64" in by_id["test_check_store"].detail
+
+
+def submission_with(answers: dict):
+    nb = submission(RELEASE, "unsolved")
+    for cell in nb.cells:
+        gid = cell.metadata.get("nbgrader", {}).get("grade_id")
+        if gid in answers:
+            cell.source = answers[gid]
+    return nb
+
+
+def test_a_timeout_or_a_dead_process_costs_that_cell_alone():
+    report = _grade(submission(RELEASE, "infinite loop in 1.1"), timeout=5)
+    first = report.verdicts[0]
+    assert report.score == 8 and first.status == "FAIL" and "took longer than 5 s" in first.detail
+    assert any("took longer than 5 s" in p for p in report.problems)
+    report = _grade(submission(RELEASE, "os._exit in 1.1"))
+    assert report.score == 8 and "does your code call os._exit" in report.verdicts[0].detail
+
+
+def test_memory_is_limited_per_graded_cell():
+    hog = "def write(W, k, v):\n    blocks = [torch.ones(1 << 27) for _ in range(64)]  # 32 GiB\n    return W"
+    report = _grade(submission_with({**RIGHT, "ch01_write": hog}), memory_gb=1)
+    assert report.score == 8 and "memory" in report.verdicts[0].detail.lower(), report.verdicts[0].detail
+
+
+@pytest.mark.parametrize("sandboxed", [True, False], ids=["bubblewrap", "process group only"])
+def test_the_answers_cannot_write_the_course_folder_or_outlive_the_grading(tmp_path, monkeypatch, request, sandboxed):
+    if sandboxed and sandbox._bwrap() is None:
+        pytest.skip("bubblewrap is not available here")
+    if not sandboxed:
+        which = shutil.which  # the grading modules are read-only, like the checks: hide bubblewrap from the search
+        monkeypatch.setattr(shutil, "which", lambda name, *a, **k: None if name == "bwrap" else which(name, *a, **k))
+        sandbox._bwrap.cache_clear()  # it remembers its answer; asked again now, and again by the next test
+        request.addfinalizer(sandbox._bwrap.cache_clear)
+        assert sandbox._bwrap() is None
+    course = tmp_path / "course"
+    course.mkdir()
+    gradebook = course / "gradebook.db"
+    with sqlite3.connect(gradebook) as db:
+        db.execute("CREATE TABLE grade (score REAL)")
+    before = gradebook.read_bytes()
+    marker = f"ttr-edu-test-{os.getpid()}-{sandboxed}"
+    nasty = (
+        f"import os, pathlib, subprocess, sys, threading, time\n"
+        f"for attempt in (lambda: subprocess.Popen(['sleep', '300', {marker!r}], start_new_session=True),\n"
+        f"                lambda: os.fork(),\n"
+        f"                lambda: pathlib.Path({str(gradebook)!r}).write_text('gone'),\n"
+        f"                lambda: os.kill(os.getppid(), 9),\n"
+        f"                lambda: open(os.path.expanduser('~/.bashrc'), 'a').write('x')):\n"
+        f"    try:\n        attempt()\n    except Exception:\n        pass\n"
+        f"threading.Thread(target=time.sleep, args=(300,), daemon=False).start()\n"
+    )
+    report = _grade(submission_with({**RIGHT, "ch01_write": nasty + "\n\n" + RIGHT["ch01_write"]}), hide=[course])
+    assert report.score == 9, [(v.heading, v.status, v.detail) for v in report.verdicts]
+    assert gradebook.read_bytes() == before
+    left = [p for p in psutil.process_iter(["cmdline"]) if marker in " ".join(p.info["cmdline"] or [])]
+    assert left == []
+    assert report.protection == sandbox.protection()
+
+
+def test_hidden_tests_of_the_source_count():
+    """An instructor's hidden test in a graded cell of the source notebook runs after the check: an answer that passes
+    the visible cases but not the hidden one scores 0 for that cell."""
+    import copy
+
+    source = copy.deepcopy(RELEASE)
+    graded = next(c for c in source.cells if c.metadata.get("nbgrader", {}).get("grade_id") == "test_check_write")
+    graded.source += (
+        "\n### BEGIN HIDDEN TESTS\nI = torch.eye(2, dtype=torch.float64)\n"
+        "assert torch.equal(write(0 * I, I[0], I[1]), torch.outer(I[1], I[0])), 'a 2 × 2 case'\n### END HIDDEN TESTS\n"
+    )
+    special = "def write(W, k, v):\n    if W.shape == (2, 2):\n        return W\n    return W + torch.outer(v, k)"
+    report = engine.grade(submission_with({**RIGHT, "ch01_write": special}), source, timeout=30)
+    first = report.verdicts[0]
+    assert report.score == 8 and first.status == "FAIL" and "hidden tests: AssertionError: a 2 × 2 case" in first.detail
+    assert engine.grade(submission(RELEASE, "solved"), source, timeout=30).score == 9
+
+
+def _serve(tmp_path, answer_cell: str):
+    """One graded cell of the small linear-cost exercise of tests/checks/test_rules.py through the fork server (no
+    sandbox): what the grader's process hears, and its verdict."""
+    from tests.checks.test_rules import check_prefix_sum
+    from ttr_edu.checks.grading import _child
+    from ttr_edu.checks.grading.notebook import Check
+
+    declared = check_prefix_sum.__exercise__
+    frames = tmp_path / "frames"
+    out = os.open(frames, os.O_WRONLY | os.O_CREAT)
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    job = {"cells": [["answer", answer_cell]], "timeout": 60, "memory_bytes": 1 << 30, "hidden": ""}
+    job["_cases"] = {"check_prefix_sum": list(declared.cases())}
+    unit = {"grade_id": "test", "checks": [{"check": "check_prefix_sum", "expression": "prefix_sum"}], "upto": 1}
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # as the fork server runs: one intra-op thread, so the fork can use torch safely
+    try:
+        _child._serve_unit(out, job, 0, {**unit, "hidden": ""}, {}, {"check_prefix_sum": declared}, scratch)
+    finally:
+        torch.set_num_threads(threads)
+        os.close(out)
+    reader, heard = _child.FrameReader(), engine._Heard()
+    reader.feed(frames.read_bytes())
+    for header, payload in reader.frames():
+        engine._note(heard, header, payload, {"check_prefix_sum"})
+    check = Check("test_rules", "check_prefix_sum", "prefix_sum")
+    return heard, engine._judge_check(check, declared, heard, 60)
+
+
+@pytest.mark.parametrize(
+    "answer,verdict",
+    [
+        ("import torch\n\ndef prefix_sum(x):\n    return torch.cumsum(x, dim=0)", ("PASS", "")),
+        ("import torch\n\ndef prefix_sum(x):\n    return torch.ones(len(x), len(x), dtype=x.dtype).tril() @ x", "T^"),
+        (  # the output of the first call at each length, replayed: every call gets new inputs, and is judged
+            "import torch\n_seen = {}\n\ndef prefix_sum(x):\n"
+            "    return _seen.setdefault(x.shape, torch.cumsum(x, dim=0))",
+            "wrong values",
+        ),
+    ],
+    ids=["linear", "quadratic", "replayed"],
+)
+def test_the_cost_of_an_answer_is_measured_by_the_grader(tmp_path, answer, verdict):
+    heard, (status, detail) = _serve(tmp_path, answer)
+    assert len(heard.costs.get(("check_prefix_sum", 2000), [])) == 3, (heard.status, detail)  # each call is judged
+    if verdict == ("PASS", ""):
+        assert status == "PASS", detail
+    else:
+        assert status == "FAIL" and verdict in detail, detail

@@ -1,0 +1,410 @@
+"""The answers' process, inside the sandbox: the setup cells once, then one forked process per graded cell.
+
+This process (the *fork server*) never runs the student's code. It reads the job (JSON on stdin), runs the release's
+setup cells, builds each exercise's cases, and for each graded cell forks a child that
+
+1. limits its memory and CPU time, points its output at a log, keeps only its own pipes;
+2. locks itself down for the exercises of that cell (:func:`ttr_edu.checks._guard.lock_down`): from here on the
+   forbidden callables are gone and the audit hook refuses what would bring them back;
+3. runs the student's cells above the graded cell (exercise cells and cells of their own), calls each answer on each
+   case (:func:`ttr_edu.checks._rules.answer_outcome`) and writes what it gave as plain tensors (``torch.save``);
+4. runs the graded cell's hidden tests, if any, and ends with ``os._exit``.
+
+For the linear-cost rule the fork server draws new inputs for every call, from a seed of its own, sends them only when
+it asks for the answer, and reads the child's CPU time from ``/proc`` itself before and after; every call's output is
+judged. The child can add to its cost, never hide it. A child
+that runs past its time is killed; one that dies is reported as such; either costs that graded cell alone.
+
+Frames (both pipes): two big-endian 32-bit lengths, a JSON header, a payload (``torch.save`` bytes or nothing).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import resource
+import selectors
+import signal
+import struct
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+#: The most a child may send back for one graded cell (outcomes of every case), and of its log.
+MAX_FRAME = 64 << 20
+MAX_LOG = 64 << 10
+#: Exit status of a child that broke a rule (it reported which first).
+RULE_EXIT = 86
+
+
+def write_frame(fd: int, header: dict, payload: bytes = b"") -> None:
+    data = memoryview(_frame(header, payload))
+    while data:
+        data = data[os.write(fd, data) :]
+
+
+class FrameReader:
+    """Frames from a byte stream fed in pieces; :meth:`frames` yields ``(header, payload)`` once complete. A frame
+    larger than :data:`MAX_FRAME` or a header that is not a JSON object raises ValueError."""
+
+    def __init__(self) -> None:
+        self.buffer = bytearray()
+
+    def feed(self, data: bytes) -> None:
+        self.buffer += data
+
+    def frames(self):
+        while len(self.buffer) >= 8:
+            head, size = struct.unpack(">II", self.buffer[:8])
+            if head > MAX_FRAME or size > MAX_FRAME:
+                raise ValueError("a frame larger than the grader reads")
+            if len(self.buffer) < 8 + head + size:
+                return
+            header = json.loads(bytes(self.buffer[8 : 8 + head]))
+            payload = bytes(self.buffer[8 + head : 8 + head + size])
+            del self.buffer[: 8 + head + size]
+            if not isinstance(header, dict):
+                raise ValueError("a frame header that is not an object")
+            yield header, payload
+
+
+def _python_source(source: str) -> str:
+    """A cell's code as Python (IPython magics become calls of the stand-in ``get_ipython``)."""
+    try:
+        from IPython.core.inputtransformer2 import TransformerManager
+
+        return TransformerManager().transform_cell(source)
+    except Exception:  # no IPython, or a cell it cannot read: compile reports it
+        return source
+
+
+class _NoShell:
+    """``get_ipython()`` for cells run outside a kernel: magics, events and display calls do nothing."""
+
+    def __getattr__(self, name: str) -> _NoShell:
+        return self
+
+    def __call__(self, *args, **kwargs) -> _NoShell:
+        return self
+
+
+def _run_cell(source: str, name: str, namespace: dict) -> str | None:
+    """Run one cell's code in ``namespace``; the error it raised, formatted for the student, or None."""
+    try:
+        exec(compile(_python_source(source), name, "exec"), namespace)  # the point of this process
+    except BaseException as err:  # SystemExit included: a cell cannot end the grading
+        where = traceback.extract_tb(err.__traceback__)
+        line = next((f" (line {f.lineno})" for f in reversed(where) if f.filename == name), "")
+        return f"{type(err).__name__}: {err}{line}"
+    return None
+
+
+def _cpu_ns(pid: int) -> int:
+    """Nanoseconds the process ``pid`` has run on a CPU, all its threads together, read from ``/proc``."""
+    total = 0
+    try:
+        for task in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{task}/schedstat") as f:
+                total += int(f.read().split()[0])
+        return total
+    except (OSError, ValueError, IndexError):
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) * 10**9 // os.sysconf("SC_CLK_TCK")
+
+
+# -- the child (one graded cell) ---------------------------------------------------------------------------------------
+
+
+def _plain_bytes(value: Any) -> bytes:
+    import torch
+
+    buffer = io.BytesIO()
+    torch.save(value, buffer)
+    return buffer.getvalue()
+
+
+def _child(job: dict, unit: dict, namespace: dict, declared: dict, results: int, control: int, scratch: Path) -> None:
+    """The forked child of one graded cell. Never returns."""
+    from ttr_edu.checks import _rules
+    from ttr_edu.checks._guard import Forbidden, lock_down, package_dirs
+
+    def end(message: str):
+        write_frame(results, {"type": "rule", "message": str(message)})
+        os._exit(RULE_EXIT)
+
+    import torch
+
+    torch.set_num_threads(1)  # a fork may not use an OpenMP pool its parent started: one intra-op thread
+    budget = int(job["memory_bytes"])
+    with open("/proc/self/statm") as f:
+        mapped = int(f.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+    resource.setrlimit(resource.RLIMIT_AS, (mapped + budget, mapped + budget))
+    cpu = int(job["timeout"]) + 5
+    resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 5))
+    resource.setrlimit(resource.RLIMIT_FSIZE, (MAX_FRAME, MAX_FRAME))
+    bad = Forbidden()
+    for exercise in declared.values():
+        if exercise is not None:
+            bad = bad | exercise.forbidden(solver_modules=list(_SOLVER_MODULES))
+    lock_down(bad, end=end, scratch=scratch, code_dirs=package_dirs())
+    del bad
+    errors = {}
+    for name, source in job["cells"][: int(unit["upto"])]:
+        errors[name] = _run_cell(source, f"<{name}>", namespace)
+    if any(errors.values()):
+        write_frame(results, {"type": "cell_errors", "errors": {k: v for k, v in errors.items() if v}})
+    for check in unit["checks"]:
+        name = check["check"]
+        exercise = declared.get(name)
+        try:
+            answer = eval(check["expression"], namespace)  # the release's own expression, e.g. "write"
+        except Exception as err:  # e.g. an input the answer turned into an object of its own
+            write_frame(results, {"type": "missing", "check": name, "message": f"{type(err).__name__}: {err}"})
+            continue
+        if exercise is None:
+            _legacy(results, check, answer)
+            continue
+        for index, case in enumerate(job["_cases"][name]):
+            outcome = _rules.answer_outcome(exercise, answer, case, index)
+            write_frame(results, {"type": "outcome", "check": name, "case": index}, _outcome_bytes(outcome))
+            if outcome.not_attempted:
+                break
+        else:
+            if exercise.rules.linear_cost is not None:
+                _cost_calls(results, control, name, exercise, answer)
+    if unit["hidden"]:
+        error = _run_cell(unit["hidden"], f"<hidden tests {unit['grade_id']}>", namespace)
+        write_frame(results, {"type": "hidden", "error": error})
+    write_frame(results, {"type": "done"})
+    os._exit(0)
+
+
+def _outcome_bytes(outcome) -> bytes:
+    """An outcome as ``torch.save`` bytes of plain data only; what cannot be written that way is named instead."""
+    from ttr_edu.checks import _rules
+
+    record = outcome.as_dict()
+    record["result"] = _rules.to_plain(outcome.result)
+    for key in ("inputs_after", "grads"):
+        if record[key] is not None:
+            record[key] = {str(k): _rules.to_plain(v) for k, v in dict(record[key]).items()}
+    try:
+        return _plain_bytes(record)
+    except Exception as err:
+        message = f"the grader could not read back what your function left ({type(err).__name__})"
+        return _plain_bytes({**_rules.Outcome(raised=message).as_dict()})
+
+
+def _legacy(results: int, check: dict, answer: Any) -> None:
+    """A check not yet declared for the engine: run here, in the answer's process (its verdict could be forged)."""
+    import importlib
+
+    from ttr_edu.checks import CheckFailed
+
+    module = importlib.import_module(f"ttr_edu.checks.{check['module']}")
+    try:
+        status = "PASS" if getattr(module, check["check"])(answer) is True else "not attempted"
+        message = ""
+    except CheckFailed as failure:
+        message = str(failure)
+        status = "not attempted" if ": not attempted (the stub" in message else "FAIL"
+    except Exception as err:
+        status, message = "FAIL", f"{type(err).__name__}: {err}"
+    write_frame(results, {"type": "legacy", "check": check["check"], "status": status, "message": message})
+
+
+def _cost_calls(results: int, control: int, name: str, exercise, answer) -> None:
+    """The linear-cost protocol, child side: ask for the inputs at each length, answer, report what it gave."""
+    import torch
+
+    from ttr_edu.checks import _rules
+
+    reader = FrameReader()
+    cost = exercise.rules.linear_cost
+    for length in cost.lengths:
+        for _ in range(cost.repeats):
+            write_frame(results, {"type": "cost_ready", "check": name, "length": length})
+            payload = _read_one(control, reader)
+            case = torch.load(io.BytesIO(payload), weights_only=True)
+            outcome = _rules.answer_outcome(exercise, answer, case, -1)
+            write_frame(results, {"type": "cost_outcome", "check": name, "length": length}, _outcome_bytes(outcome))
+
+
+def _read_one(fd: int, reader: FrameReader) -> bytes:
+    while True:
+        for _, payload in reader.frames():
+            return payload
+        data = os.read(fd, 1 << 20)
+        if not data:
+            os._exit(0)
+        reader.feed(data)
+
+
+# -- the fork server ---------------------------------------------------------------------------------------------------
+
+_SOLVER_MODULES = ("numpy.linalg", "scipy.linalg", "scipy.sparse.linalg")
+#: What a child reports (and the fork server passes on); the fork server's own reports are other kinds.
+_RELAYED = {"outcome", "cost_outcome", "legacy", "missing", "cell_errors", "hidden", "rule", "harness_error", "done"}
+
+
+def _serve_unit(out: int, job: dict, index: int, unit: dict, namespace: dict, declared: dict, scratch: Path) -> None:
+    """Fork the child of one graded cell, relay what it reports, measure its cost, end it."""
+    import torch
+
+    results_r, results_w = os.pipe()
+    control_r, control_w = os.pipe()
+    log_r, log_w = os.pipe()
+    folder = scratch / f"cell-{index}"
+    folder.mkdir()
+    started = time.monotonic()
+    pid = os.fork()
+    if pid == 0:  # the child
+        try:
+            null = os.open(os.devnull, os.O_RDONLY)
+            os.dup2(null, 0)
+            os.dup2(log_w, 1)
+            os.dup2(log_w, 2)
+            for fd in (out, results_r, control_w, log_r, log_w, null):
+                os.close(fd)
+            os.chdir(folder)
+            _child(job, unit, namespace, declared, results_w, control_r, folder)
+        except BaseException:  # a failure of the harness itself: say so, then end
+            try:
+                write_frame(results_w, {"type": "harness_error", "message": traceback.format_exc()[-2000:]})
+            finally:
+                os._exit(70)
+    for fd in (results_w, control_r, log_w):
+        os.close(fd)
+    os.set_blocking(control_w, False)
+    reader, log, pending = FrameReader(), bytearray(), bytearray()
+    selector = selectors.DefaultSelector()
+    selector.register(results_r, selectors.EVENT_READ, "results")
+    selector.register(log_r, selectors.EVENT_READ, "log")
+    deadline = started + float(job["timeout"])
+    cpu_before, best, status, relayed = {}, {}, None, 0
+    seeds = {}  # (check, length) -> the seeds of the inputs of each repeat, drawn now (after the fork), one per call
+    while status is None and (results_r in selector.get_map() or log_r in selector.get_map()):
+        left = deadline - time.monotonic()
+        if left <= 0:
+            status = "timeout"
+            break
+        for key, _ in selector.select(timeout=min(left, 1.0)):
+            if key.data == "control":
+                pending = pending[os.write(control_w, pending) :]
+                if not pending:
+                    selector.unregister(control_w)
+                continue
+            data = os.read(key.fd, 1 << 20)
+            if not data:
+                selector.unregister(key.fd)
+                continue
+            if key.data == "log":
+                log += data[: max(0, MAX_LOG - len(log))]
+                continue
+            reader.feed(data)
+            try:
+                for header, payload in reader.frames():
+                    kind = header.get("type")
+                    if kind == "cost_ready":
+                        check, length = str(header.get("check")), int(header.get("length", 0))
+                        cost = declared[check].rules.linear_cost
+                        drawn = seeds.setdefault((check, length), [])
+                        if length not in cost.lengths or len(drawn) >= cost.repeats or check in cpu_before:
+                            raise ValueError("a cost measurement the grader did not ask for")
+                        drawn.append(int.from_bytes(os.urandom(6), "big"))  # new inputs for every call
+                        case = cost.case(length, torch.Generator().manual_seed(drawn[-1]))
+                        frame = _frame({}, _plain_bytes(case))
+                        cpu_before[check] = _cpu_ns(pid)  # the inputs do not exist in the child before this
+                        if not pending:
+                            selector.register(control_w, selectors.EVENT_WRITE, "control")
+                        pending += frame
+                        continue
+                    if kind == "cost_outcome":  # every call's output is judged: none may be a replay
+                        check, length = str(header.get("check")), int(header.get("length", 0))
+                        seconds = (_cpu_ns(pid) - cpu_before.pop(check)) / 1e9
+                        best[check, length] = min(best.get((check, length), seconds), seconds)
+                        header["seed"] = seeds[check, length][-1]
+                    if kind not in _RELAYED:
+                        raise ValueError(f"a report of a kind the child does not send ({str(kind)[:40]!r})")
+                    relayed += len(payload)
+                    if relayed > 4 * MAX_FRAME:
+                        raise ValueError("more output than the grader reads")
+                    header["unit"] = index
+                    write_frame(out, header, payload)
+            except (ValueError, KeyError, TypeError, AttributeError, OSError) as err:
+                status = f"garbled: {type(err).__name__}: {err}"
+                break
+    selector.close()
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    _, code, usage = os.wait4(pid, 0)
+    for fd in (results_r, control_w, log_r):
+        os.close(fd)
+    for (check, length), seconds in best.items():
+        write_frame(out, {"type": "cost", "unit": index, "check": check, "length": length, "seconds": seconds})
+    write_frame(
+        out,
+        {
+            "type": "status",
+            "unit": index,
+            "status": status or f"exit {os.waitstatus_to_exitcode(code)}",
+            "seconds": time.monotonic() - started,
+            "cpu": usage.ru_utime + usage.ru_stime,
+            "peak_rss_mb": usage.ru_maxrss / 1024,
+            "log": log.decode("utf-8", "replace"),
+        },
+    )
+
+
+def _frame(header: dict, payload: bytes) -> bytes:
+    head = json.dumps(header).encode()
+    return struct.pack(">II", len(head), len(payload)) + head + payload
+
+
+def main() -> None:
+    """The fork server's entry point (``python -I -c ...`` inside the sandbox)."""
+    job = json.loads(sys.stdin.buffer.read().decode("utf-8"))
+    out = os.dup(1)
+    null = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(null, 1)  # what the setup cells print goes nowhere; frames go to `out`
+    scratch = Path(job["scratch"])
+    os.chdir(scratch)
+    import importlib
+
+    import torch
+
+    torch.set_num_threads(1)
+    namespace = {"__name__": "__main__", "get_ipython": _NoShell()}
+    for i, source in enumerate(job["setup"]):
+        error = _run_cell(source, f"<setup cell {i + 1}>", namespace)
+        if error is not None:
+            write_frame(out, {"type": "setup_error", "message": error})
+            os._exit(0)
+    torch.set_num_threads(1)  # whatever a setup cell set: one intra-op thread in the forks (fork-safe, measurable)
+    declared, cases, solvers = {}, {}, False
+    for unit in job["units"]:
+        for check in unit["checks"]:
+            module = importlib.import_module(f"ttr_edu.checks.{check['module']}")
+            exercise = getattr(getattr(module, check["check"], None), "__exercise__", None)
+            declared[check["check"]] = exercise
+            if exercise is not None:
+                cases[check["check"]] = list(exercise.cases())
+                solvers |= exercise.rules.no_solvers
+    if solvers:  # loaded before the forks, so that their solvers are removed, not imported fresh afterwards
+        for name in _SOLVER_MODULES:
+            try:
+                importlib.import_module(name)
+            except ImportError:
+                pass
+    job["_cases"] = cases
+    for index, unit in enumerate(job["units"]):
+        mine = {c["check"]: declared[c["check"]] for c in unit["checks"]}
+        _serve_unit(out, job, index, unit, namespace, mine, scratch)
+    write_frame(out, {"type": "end"})
+    os._exit(0)

@@ -1,0 +1,370 @@
+"""The verdict engine: grade one submitted notebook in a process the student's code never runs in.
+
+:func:`grade` plans what to run (:mod:`ttr_edu.checks.grading.notebook`), starts the answers' process in a sandbox
+(:mod:`ttr_edu.checks.grading.sandbox`, :mod:`ttr_edu.checks.grading._child`), and reads back only plain data
+(``torch.load(weights_only=True)``: tensors, numbers, strings, containers; no object of the student's). The cases,
+the references, the comparisons and the rule verdicts run here, with the same code as the check in the student's
+kernel (:func:`ttr_edu.checks._rules.judge_case`, :func:`~ttr_edu.checks._rules.judge_cost`). A graded cell scores
+its points when every check it calls passes, and 0 otherwise. What goes wrong in one graded cell (a timeout, a
+process that died, a broken rule) costs that cell alone and is named in :attr:`Report.problems`; nothing here raises
+for a submission, however broken.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ttr_edu.checks.grading import notebook, sandbox
+from ttr_edu.checks.grading._child import RULE_EXIT, FrameReader
+
+if TYPE_CHECKING:
+    import nbformat
+
+__all__ = ["Verdict", "Report", "grade", "DEFAULT_TIMEOUT", "DEFAULT_MEMORY_GB"]
+
+#: Seconds one graded cell's answers may run (all its cases), and the memory they may add, by default.
+DEFAULT_TIMEOUT = 60.0
+DEFAULT_MEMORY_GB = 4.0
+#: Seconds the answers' process may take to start and run the setup cells.
+STARTUP_TIMEOUT = 180.0
+
+_BOOT = "import sys; sys.path.insert(0, {root!r}); from ttr_edu.checks.grading._child import main; main()"
+
+
+@dataclass
+class Verdict:
+    """One graded cell: ``status`` is ``PASS``, ``FAIL`` or ``not attempted``; ``detail`` the whole reason."""
+
+    grade_id: str
+    heading: str
+    points: float
+    status: str
+    detail: str = ""
+
+    @property
+    def earned(self) -> float:
+        return self.points if self.status == "PASS" else 0.0
+
+
+@dataclass
+class Report:
+    """One notebook's verdicts, what a student or instructor should know about it, how it was contained, its cost."""
+
+    verdicts: list[Verdict]
+    problems: list[str] = field(default_factory=list)
+    protection: str = ""
+    seconds: float = 0.0
+
+    @property
+    def score(self) -> float:
+        return sum(v.earned for v in self.verdicts)
+
+    @property
+    def max_score(self) -> float:
+        return sum(v.points for v in self.verdicts)
+
+
+@dataclass
+class _Heard:
+    """What the answers' process reported about one graded cell."""
+
+    outcomes: dict[tuple[str, int], Any] = field(default_factory=dict)
+    costs: dict[tuple[str, int], Any] = field(default_factory=dict)
+    seconds: dict[tuple[str, int], float] = field(default_factory=dict)
+    legacy: dict[str, tuple[str, str]] = field(default_factory=dict)
+    missing: dict[str, str] = field(default_factory=dict)
+    cell_errors: dict[str, str] = field(default_factory=dict)
+    hidden: str | None = None
+    hidden_ran: bool = False
+    rule: str | None = None
+    harness: str | None = None
+    status: str | None = None
+    log: str = ""
+
+
+def _load(payload: bytes) -> Any:
+    import torch
+
+    return torch.load(io.BytesIO(payload), weights_only=True)
+
+
+def _outcome(payload: bytes):
+    from ttr_edu.checks._rules import Outcome, from_plain
+
+    data = _load(payload)
+    if not isinstance(data, dict):
+        raise ValueError("an outcome that is not a record")
+    known = {k: v for k, v in data.items() if k in Outcome.__dataclass_fields__}
+    outcome = Outcome(**known)
+    outcome.result = from_plain(outcome.result)
+    for text in ("raised", "broke_rule", "called", "source"):
+        if getattr(outcome, text) is not None and not isinstance(getattr(outcome, text), str):
+            raise ValueError(f"an outcome whose {text} is not text")
+    outcome.not_attempted = outcome.not_attempted is True
+    return outcome
+
+
+def _listen(process: subprocess.Popen, checks: list[set[str]], deadline: float) -> tuple[dict[int, _Heard], str | None]:
+    """Read the answers' process's frames until it ends or ``deadline``; what was heard per graded cell (``checks``:
+    the checks each calls), and a problem with the whole run (setup failed, the process died or ran out of time)."""
+    heard = {i: _Heard() for i in range(len(checks))}
+    reader = FrameReader()
+    fd = process.stdout.fileno()
+    os.set_blocking(fd, False)
+    problem = "the grading process ended before it finished"
+    import selectors
+
+    with selectors.DefaultSelector() as selector:
+        selector.register(fd, selectors.EVENT_READ)
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return heard, "the grading of this notebook ran out of time"
+            if not selector.select(timeout=min(left, 1.0)):
+                continue
+            data = os.read(fd, 1 << 20)
+            if not data:
+                return heard, problem
+            reader.feed(data)
+            for header, payload in reader.frames():
+                kind = header.get("type")
+                if kind == "end":
+                    return heard, None
+                if kind == "setup_error":
+                    return heard, f"the notebook's setup cells failed in the grader: {header.get('message')}"
+                unit = header.get("unit")
+                if not isinstance(unit, int) or unit not in heard:
+                    continue
+                _note(heard[unit], header, payload, checks[unit])
+
+
+def _note(heard: _Heard, header: dict, payload: bytes, checks: set[str]) -> None:
+    """Record one frame about a graded cell; what the answers' process wrote is untrusted and checked for shape (and
+    kept only for the checks this graded cell calls)."""
+    kind, check = header.get("type"), str(header.get("check", ""))
+    if "check" in header and check not in checks:
+        return
+    try:
+        if kind == "outcome":
+            heard.outcomes.setdefault((check, int(header["case"])), _outcome(payload))
+        elif kind == "cost_outcome":
+            calls = heard.costs.setdefault((check, int(header["length"])), [])
+            if len(calls) < 64:
+                calls.append((_outcome(payload), int(header["seed"])))
+        elif kind == "cost":
+            heard.seconds[check, int(header["length"])] = float(header["seconds"])
+        elif kind == "legacy":
+            heard.legacy.setdefault(check, (str(header.get("status")), str(header.get("message", ""))))
+        elif kind == "missing":
+            heard.missing.setdefault(check, str(header.get("message")))
+        elif kind == "cell_errors" and isinstance(header.get("errors"), dict):
+            heard.cell_errors.update({str(k): str(v) for k, v in header["errors"].items()})
+        elif kind == "hidden" and not heard.hidden_ran:
+            heard.hidden_ran, heard.hidden = True, None if header.get("error") is None else str(header["error"])
+        elif kind == "rule" and heard.rule is None:
+            heard.rule = str(header.get("message"))
+        elif kind == "harness_error":
+            heard.harness = str(header.get("message"))
+        elif kind == "status":
+            heard.status, heard.log = str(header.get("status")), str(header.get("log", ""))[:65536]
+    except (KeyError, TypeError, ValueError, RuntimeError, EOFError, OSError, AttributeError) as err:
+        heard.harness = heard.harness or f"unreadable report from the answers' process ({type(err).__name__})"
+
+
+def _why_missing(heard: _Heard, timeout: float, index: int) -> str:
+    """Why a case has no outcome: the answer broke a rule (the process ended there), ran out of time, or died."""
+    if heard.rule is not None:
+        return heard.rule
+    if heard.harness is not None:
+        return f"the grader could not run your function: {heard.harness.strip().splitlines()[-1]}"
+    status = heard.status or "no report"
+    if status == "timeout":
+        return f"your function took longer than {timeout:g} s (the grader stops an exercise there)"
+    if status.startswith("exit "):
+        code = status.removeprefix("exit ")
+        if code == str(RULE_EXIT):
+            return "your function ended its process as if it broke a rule, without saying which"
+        if code.startswith("-"):
+            name = signal.Signals(-int(code)).name if -int(code) in signal.Signals._value2member_map_ else code
+            more = " (its CPU time ran out)" if name == "SIGXCPU" else " (out of memory?)" if name == "SIGKILL" else ""
+            return f"the process running your function was killed by {name} on case {index}{more}"
+        return (
+            f"the process running your function ended (exit status {code}) on case {index}: does your code call "
+            "os._exit, sys.exit or exit()?"
+        )
+    return f"the grader lost the process running your function ({status})"
+
+
+def _judge_check(check: notebook.Check, declared, heard: _Heard, timeout: float) -> tuple[str, str]:
+    """``(status, detail)`` of one check of a graded cell."""
+    from ttr_edu.checks._core import CheckFailed
+    from ttr_edu.checks._rules import NotAttempted, judge_case, judge_cost, judge_source
+
+    name = check.check.removeprefix("check_")
+    if check.check in heard.missing:
+        return "FAIL", f"{name}: {check.expression} is not defined ({heard.missing[check.check]})" + _cells(heard)
+    if declared is None:
+        if check.check not in heard.legacy:
+            return "FAIL", f"{name}: {_why_missing(heard, timeout, 0)}"
+        status, message = heard.legacy[check.check]
+        return (status if status in ("PASS", "FAIL", "not attempted") else "FAIL"), message
+    notes, found = [], []
+    try:
+        for index, case in enumerate(declared.cases()):
+            outcome = heard.outcomes.get((check.check, index))
+            if outcome is None:
+                return "FAIL", f"{name}: {_why_missing(heard, timeout, index)}"
+            notes.append(judge_case(declared, case, index, outcome))
+            found.append(outcome.source)
+        cost = declared.rules.linear_cost
+        if cost is not None:
+            import torch
+
+            seconds = {}
+            for length in cost.lengths:
+                calls = heard.costs.get((check.check, length), [])
+                if len(calls) < cost.repeats or (check.check, length) not in heard.seconds:
+                    return "FAIL", f"{name}: {_why_missing(heard, timeout, -1)}"
+                for outcome, seed in calls:
+                    judge_case(declared, cost.case(length, torch.Generator().manual_seed(seed)), -1, outcome)
+                seconds[length] = heard.seconds[check.check, length]
+            judge_cost(declared, seconds)
+        judge_source(declared, found)
+    except NotAttempted:
+        return "not attempted", ""
+    except CheckFailed as failure:
+        return "FAIL", str(failure) + (_cells(heard) if "raised NameError" in str(failure) else "")
+    note = next((n for n in notes if n), "")
+    return "PASS", note
+
+
+def _cells(heard: _Heard) -> str:
+    return "".join(f"\n  ({name} raised {error})" for name, error in heard.cell_errors.items())
+
+
+def grade(
+    student: nbformat.NotebookNode,
+    release: nbformat.NotebookNode,
+    *,
+    timeout: float = DEFAULT_TIMEOUT,
+    memory_gb: float = DEFAULT_MEMORY_GB,
+    hide: list[Path] | tuple[Path, ...] = (),
+) -> Report:
+    """Grade ``student`` against ``release`` (the release, or nbgrader's source with hidden tests).
+
+    Args:
+        timeout: seconds the answers of one graded cell may run, all cases together.
+        memory_gb: memory the answers of one graded cell may add to what the setup cells hold.
+        hide: folders the answers may not see (the course folder); the grader's home is hidden as well.
+    """
+    import importlib
+
+    started = time.monotonic()
+    plan = notebook.plan(student, release)
+    declared: dict[str, Any] = {}
+    for unit in plan.units:
+        for check in unit.checks:
+            module = importlib.import_module(f"ttr_edu.checks.{check.module}")
+            declared[check.check] = getattr(getattr(module, check.check, None), "__exercise__", None)
+    scratch = Path(tempfile.mkdtemp(prefix="ttr-edu-grade-")).resolve()
+    job = {
+        "setup": plan.setup,
+        "cells": plan.cells,
+        "units": [
+            {"grade_id": u.grade_id, "checks": [vars(c) for c in u.checks], "hidden": u.hidden, "upto": u.upto}
+            for u in plan.units
+        ],
+        "timeout": timeout,
+        "memory_bytes": int(memory_gb * (1 << 30)),
+        "scratch": str(scratch),
+    }
+    import ttr_edu
+
+    root = str(Path(ttr_edu.__file__).resolve().parents[1])
+    argv, _ = sandbox.command([sys.executable, "-I", "-c", _BOOT.format(root=root)], scratch, list(hide))
+    heard: dict[int, _Heard] = {}
+    problem = None
+    log = scratch / "grader.log"
+    try:
+        with open(log, "wb") as errors:
+            process = subprocess.Popen(
+                argv,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=errors,
+                env=sandbox.environment(scratch),
+                cwd=scratch,
+                start_new_session=True,
+            )
+            try:
+                process.stdin.write(json.dumps(job).encode())
+                process.stdin.close()
+                deadline = time.monotonic() + STARTUP_TIMEOUT + len(plan.units) * (timeout + 15)
+                checks = [{c.check for c in u.checks} for u in plan.units]
+                heard, problem = _listen(process, checks, deadline)
+            except (BrokenPipeError, ValueError) as err:
+                problem = f"the grading process could not be started ({type(err).__name__}: {err})"
+            finally:
+                _end(process)
+        if problem is not None:
+            tail = log.read_text(encoding="utf-8", errors="replace").strip().splitlines()[-3:]
+            if tail and "setup cells" not in problem:
+                problem += " [" + " | ".join(tail) + "]"
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    return _report(plan, declared, heard, problem, timeout, time.monotonic() - started)
+
+
+def _end(process: subprocess.Popen) -> None:
+    """End the answers' process and everything it started (its process group; the sandbox's PID namespace)."""
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    process.wait()
+    if process.stdout is not None:
+        process.stdout.close()
+
+
+def _report(plan, declared, heard, problem, timeout, seconds) -> Report:
+    verdicts, problems = [], list(plan.problems)
+    if problem is not None:
+        problems.append(problem)
+    older = sorted({c.check for u in plan.units for c in u.checks if declared[c.check] is None})
+    if older:
+        problems.append(
+            f"{len(older)} check{'s' if len(older) > 1 else ''} of this notebook ({', '.join(older)}) "
+            f"{'are' if len(older) > 1 else 'is'} not declared for the engine yet: judged inside the answers' process, "
+            "where a determined student could forge the verdict"
+        )
+    for index, unit in enumerate(plan.units):
+        told = heard.get(index, _Heard())
+        if problem is not None and told.status is None:
+            told.harness = told.harness or problem
+        results = [_judge_check(c, declared[c.check], told, timeout) for c in unit.checks]
+        if not unit.checks and not unit.hidden:
+            results = [("FAIL", "this graded cell calls no check the grader knows")]
+        if unit.hidden and all(status == "PASS" for status, _ in results):
+            if not told.hidden_ran:
+                results.append(("FAIL", f"hidden tests: {_why_missing(told, timeout, 0)}"))
+            elif told.hidden is not None:
+                results.append(("FAIL", f"hidden tests: {told.hidden}"))
+        failed = [r for r in results if r[0] == "FAIL"]
+        status, detail = failed[0] if failed else next((r for r in results if r[0] != "PASS"), ("PASS", ""))
+        if status == "PASS":
+            detail = "; ".join(d for s, d in results if d)
+        verdicts.append(Verdict(unit.grade_id, unit.heading, unit.points, status, detail))
+        if told.status is not None and told.status not in ("exit 0", f"exit {RULE_EXIT}"):
+            problems.append(f"{unit.heading} ({unit.grade_id}): {_why_missing(told, timeout, 0)}")
+    return Report(verdicts, problems, sandbox.protection(), seconds)

@@ -1,0 +1,151 @@
+"""The grading engine inside ``nbgrader autograde``: two preprocessors, switched on by :func:`use_engine` in the
+course's ``nbgrader_config.py``::
+
+    from ttr_edu.checks.grading.nbgrader import use_engine
+    use_engine(c)
+
+* :class:`GradeWithEngine` takes the place of nbgrader's ``Execute``: no kernel runs the submission. The engine grades
+  it (:func:`ttr_edu.checks.grading.engine.grade`, against the assignment's ``source/`` notebook, so hidden tests count)
+  and each graded cell gets the outputs of its verdict: a ``PASS`` line, or an error that says why. nbgrader's own
+  ``SaveAutoGrades`` then scores those outputs as it always does, so the points come from the engine, never from
+  anything the student's code printed. What went wrong in a notebook (a timeout, a process that died, a pasted copy
+  of a cell) is logged as a warning naming the student and the notebook, and stored in the autograded notebook's
+  metadata (``ttr_edu_grading``).
+* :class:`DropDuplicateIds` takes the place of ``DeduplicateIds``: a cell pasted twice keeps its last copy, and the
+  earlier copies lose their nbgrader metadata entirely (nbgrader 0.9 leaves an empty record that its next step
+  refuses as "an old version of the nbgrader metadata format", which stops autograde for the whole class).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from nbconvert.exporters.exporter import ResourcesDict
+from nbformat.notebooknode import NotebookNode
+from nbgrader.preprocessors import (
+    AssignLatePenalties,
+    CheckCellMetadata,
+    ClearOutput,
+    IgnorePattern,
+    LimitOutput,
+    NbGraderPreprocessor,
+    OverwriteCells,
+    OverwriteKernelspec,
+    SaveAutoGrades,
+)
+from traitlets import Float
+
+from ttr_edu.checks.grading import engine, notebook
+
+__all__ = ["GradeWithEngine", "DropDuplicateIds", "use_engine"]
+
+
+class DropDuplicateIds(NbGraderPreprocessor):
+    """Keep the last cell of each nbgrader ``grade_id``; earlier copies become plain cells."""
+
+    def preprocess(self, nb: NotebookNode, resources: ResourcesDict) -> tuple[NotebookNode, ResourcesDict]:
+        seen = set()
+        for cell in reversed(nb.cells):
+            gid = notebook.grade_id(cell)
+            if gid is None:
+                continue
+            if gid in seen:
+                self.log.warning(
+                    "ttr-edu grader: %s: the cell %r is in the notebook more than once (a pasted copy?): the last "
+                    "one counts",
+                    _who(resources),
+                    gid,
+                )
+                del cell.metadata["nbgrader"]
+            seen.add(gid)
+        return nb, resources
+
+
+def _who(resources: ResourcesDict) -> str:
+    info = resources.get("nbgrader", {})
+    return f"{info.get('student', '?')}/{info.get('assignment', '?')}/{info.get('notebook', '?')}"
+
+
+class GradeWithEngine(NbGraderPreprocessor):
+    """Grade the notebook with the ttr-edu engine and write each graded cell's verdict as its outputs."""
+
+    timeout = Float(engine.DEFAULT_TIMEOUT, help="Seconds the answers of one graded cell may run.").tag(config=True)
+    memory_gb = Float(engine.DEFAULT_MEMORY_GB, help="Memory (GiB) the answers of one graded cell may add.").tag(
+        config=True
+    )
+
+    def _source(self, resources: ResourcesDict) -> tuple[NotebookNode, Path]:
+        """The assignment's source notebook (the instructor's, hidden tests included) and the course folder."""
+        import nbformat
+        from nbgrader.coursedir import CourseDirectory
+
+        coursedir = CourseDirectory(config=self.config)
+        info = resources["nbgrader"]
+        folder = Path(coursedir.format_path(coursedir.source_directory, ".", info["assignment"]))
+        return nbformat.read(folder / f"{info['notebook']}.ipynb", as_version=4), Path(coursedir.root).resolve()
+
+    def preprocess(self, nb: NotebookNode, resources: ResourcesDict) -> tuple[NotebookNode, ResourcesDict]:
+        who = _who(resources)
+        try:
+            source, course = self._source(resources)
+            report = engine.grade(nb, source, timeout=self.timeout, memory_gb=self.memory_gb, hide=[course])
+        except Exception as err:  # one notebook the grader cannot read costs that notebook alone
+            self.log.error("ttr-edu grader: %s could not be graded: %s: %s", who, type(err).__name__, err)
+            report = engine.Report(
+                [
+                    engine.Verdict(notebook.grade_id(c), "", 0.0, "FAIL", f"the grader failed: {err}")
+                    for c in nb.cells
+                    if notebook.is_graded_check(c)
+                ],
+                [f"the grader failed: {type(err).__name__}: {err}"],
+            )
+        verdicts = {v.grade_id: v for v in report.verdicts}
+        for cell in nb.cells:
+            verdict = verdicts.get(notebook.grade_id(cell)) if notebook.is_graded_check(cell) else None
+            if cell.cell_type == "code":
+                cell.outputs, cell.execution_count = [], None
+            if verdict is not None:
+                cell.outputs = [_output(verdict)]
+        for problem in report.problems:
+            self.log.warning("ttr-edu grader: %s: %s", who, problem)
+        nb.metadata["ttr_edu_grading"] = {
+            "score": report.score,
+            "max_score": report.max_score,
+            "problems": report.problems,
+            "protection": report.protection,
+            "seconds": round(report.seconds, 1),
+        }
+        self.log.info("ttr-edu grader: %s: %g of %g in %.1f s", who, report.score, report.max_score, report.seconds)
+        return nb, resources
+
+
+def _output(verdict: engine.Verdict) -> NotebookNode:
+    """The outputs nbgrader scores: a stdout line for a pass (full points), an error otherwise (0)."""
+    from nbformat.v4 import new_output
+
+    if verdict.status == "PASS":
+        text = f"PASS {verdict.heading}" + (f" ({verdict.detail})" if verdict.detail else "") + "\n"
+        return new_output("stream", name="stdout", text=text)
+    if verdict.status == "not attempted":
+        message = f"{verdict.heading}: not attempted (the stub still raises NotImplementedError)"
+        return new_output("error", ename="NotAttempted", evalue=message, traceback=[message])
+    return new_output("error", ename="CheckFailed", evalue=verdict.detail, traceback=verdict.detail.splitlines())
+
+
+def use_engine(c) -> None:
+    """Configure nbgrader (the ``c`` of ``nbgrader_config.py``) to autograde with the ttr-edu engine."""
+    c.Autograde.sanitize_preprocessors = [
+        ClearOutput,
+        DropDuplicateIds,
+        OverwriteKernelspec,
+        OverwriteCells,
+        CheckCellMetadata,
+    ]
+    c.Autograde.autograde_preprocessors = [
+        GradeWithEngine,
+        IgnorePattern,
+        LimitOutput,
+        SaveAutoGrades,
+        AssignLatePenalties,
+        CheckCellMetadata,
+    ]

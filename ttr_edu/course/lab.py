@@ -1,0 +1,218 @@
+"""JupyterLab for ``ttr-edu start``: the command, the course's settings, and a run in the foreground that no way of
+stopping ``ttr-edu`` leaves behind.
+
+- Ctrl-C asks first, as JupyterLab's own Ctrl-C does, because edits not yet saved in the browser are lost when the
+  server stops (the server cannot save them: they live in the browser tab until JupyterLab saves). A second Ctrl-C,
+  or no terminal to ask in, stops at once. The closing line names the notebooks saved during the session and when.
+- Closing the terminal (SIGHUP) or SIGTERM stops JupyterLab the same clean way, its kernels included.
+- A ``ttr-edu`` that is killed outright (SIGKILL) cannot clean up; on Linux the kernel then sends JupyterLab a
+  SIGTERM (``PR_SET_PDEATHSIG``), and JupyterLab shuts its kernels down.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import importlib.util
+import json
+import os
+import select
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+__all__ = ["SETTINGS", "SETTINGS_DIR", "lab_command", "run_foreground"]
+
+#: JupyterLab settings for the course, as JupyterLab's ``overrides.json`` takes them (the student can still change
+#: them in JupyterLab's settings editor): no news pop-up and no update check (the course runs offline too), and a
+#: linked Markdown page (``notation.md``) opens rendered, by jupyterlab-myst, with no kernel of its own.
+SETTINGS = {
+    "@jupyterlab/apputils-extension:notification": {"fetchNews": "false", "checkForUpdates": False},
+    "@jupyterlab/docmanager-extension:plugin": {"defaultViewers": {"markdown": "Markdown Preview"}},
+}
+SETTINGS_DIR = ".ttr-edu-lab"  # in the student's folder: JupyterLab's application settings for the course
+ASK_SECONDS = 10  # how long the Ctrl-C question waits for an answer before JupyterLab goes on (Jupyter waits 5 s)
+
+
+class UsageError(Exception):
+    """JupyterLab cannot be started as asked; reported in one line."""
+
+
+def lab_command(dest: Path, options: list[str]) -> list[str]:
+    """JupyterLab on ``dest`` through this very interpreter (works without activating the venv), with the course's
+    settings (:data:`SETTINGS`) and no news feed fetched.
+
+    As root (containers, cloud notebooks) Jupyter needs ``--allow-root``. ``options`` go to JupyterLab as given, after
+    ours, so a student's own option wins.
+    """
+    if importlib.util.find_spec("jupyterlab") is None:
+        raise UsageError(f"JupyterLab is not installed for {sys.executable}: pip install 'ttr-edu[course]'")
+    command = [sys.executable, "-m", "jupyterlab", str(dest), "--LabApp.news_url=None"]
+    if hasattr(os, "geteuid") and os.geteuid() == 0 and "--allow-root" not in options:
+        command.append("--allow-root")
+    return command + options
+
+
+def write_settings(dest: Path) -> Path:
+    """Write JupyterLab's application settings for the course into ``dest/.ttr-edu-lab`` and return the folder, for
+    ``--LabApp.app_settings_dir``.
+
+    That option replaces JupyterLab's own settings folder, so what it holds (overrides that other packages or the
+    administrator installed) is copied first, and ``overrides.json`` is theirs with the course's settings on top.
+    """
+    from jupyterlab.commands import get_app_dir
+
+    default, folder = Path(get_app_dir()) / "settings", dest / SETTINGS_DIR
+    shutil.rmtree(folder, ignore_errors=True)
+    if default.is_dir():
+        shutil.copytree(default, folder, ignore=shutil.ignore_patterns("overrides.json"))
+    folder.mkdir(exist_ok=True)
+    overrides = {}
+    if (default / "overrides.json").is_file():
+        try:
+            overrides = json.loads((default / "overrides.json").read_text(encoding="utf-8"))
+        except ValueError:
+            overrides = {}
+    for plugin, values in SETTINGS.items():
+        overrides[plugin] = {**overrides.get(plugin, {}), **values}
+    (folder / "overrides.json").write_text(json.dumps(overrides, indent=2) + "\n", encoding="utf-8")
+    return folder
+
+
+class _Stopped(Exception):
+    def __init__(self, signum: int):
+        self.signum = signum
+
+
+def _raise_stopped(signum, frame):
+    raise _Stopped(signum)
+
+
+def _die_with_parent():
+    """In JupyterLab's process, before it starts (Linux): receive SIGTERM when ``ttr-edu`` dies, however it dies."""
+    parent = os.getppid()
+    libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
+    libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    if os.getppid() != parent:  # ttr-edu died before the line above: nobody will send the signal
+        os.kill(os.getpid(), signal.SIGTERM)
+
+
+def _notebooks(dest: Path) -> dict[str, float]:
+    return {p.name: p.stat().st_mtime for p in sorted(dest.glob("*.ipynb")) if p.is_file()}
+
+
+def _saved_since(dest: Path, before: dict[str, float]) -> str:
+    """The notebooks saved in ``dest`` since ``before`` (their modification times), with the time of the last save."""
+    saved = [(name, t) for name, t in _notebooks(dest).items() if before.get(name) != t]
+    if not saved:
+        return "no notebook was saved during this session"
+    when = ", ".join(f"{name} at {time.strftime('%H:%M:%S', time.localtime(t))}" for name, t in saved)
+    return f"saved during this session: {when}"
+
+
+def _ask_to_stop(dest: Path, before: dict[str, float]) -> bool:
+    """After a Ctrl-C: whether to stop JupyterLab. Without a terminal to ask in, yes; a second Ctrl-C, yes."""
+    if sys.stdin is None or not sys.stdin.isatty():
+        return True
+    print(
+        f"\nttr-edu: stop JupyterLab? Edits not saved yet (a notebook tab marked ●) would be lost: save them first "
+        f"(Ctrl-S); so far {_saved_since(dest, before)}. Stop now? (y/[n]; with no answer in {ASK_SECONDS} s "
+        "JupyterLab goes on) ",
+        end="",
+        file=sys.stderr,
+        flush=True,
+    )
+    try:
+        answer = _answer(sys.stdin.fileno(), ASK_SECONDS)
+    except KeyboardInterrupt:
+        print(file=sys.stderr)
+        return True
+    if answer.startswith("y"):
+        return True
+    print("ttr-edu: JupyterLab goes on; Ctrl-C again to stop it.", file=sys.stderr, flush=True)
+    return False
+
+
+def _answer(fd: int, seconds: float) -> str:
+    """The first line typed on the terminal ``fd`` within ``seconds`` (lower case), or "" if none came. Read from the
+    file descriptor itself (a terminal gives a line per read, and nothing stays in a buffer for the next question);
+    an empty read, which a terminal can give spuriously, is not an answer."""
+    deadline = time.monotonic() + seconds
+    while (left := deadline - time.monotonic()) > 0:
+        if not select.select([fd], [], [], left)[0]:
+            break
+        line = os.read(fd, 1024).decode(errors="replace").strip().lower()
+        if line:
+            return line
+        time.sleep(0.1)
+    return ""
+
+
+def _stop(process: subprocess.Popen) -> None:
+    """JupyterLab's own clean shutdown (SIGTERM: kernels included, no prompt); after 30 s its process group is
+    killed (its kernels, which poll their parent, then end by themselves)."""
+    process.terminate()
+    try:
+        process.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+
+
+def _say(line: str) -> None:
+    try:
+        print(line, file=sys.stderr, flush=True)
+    except OSError:  # the terminal is gone (SIGHUP)
+        pass
+
+
+def run_foreground(command: list[str], dest: Path, resume: str) -> int:
+    """Run ``command`` (JupyterLab on ``dest``) and wait for it.
+
+    Ctrl-C asks first (:func:`_ask_to_stop`); SIGHUP and SIGTERM stop at once. Either way JupyterLab and its kernels
+    are shut down, one line says what was saved, and the exit status is 128 + the signal (130 for Ctrl-C).
+    """
+    if not hasattr(os, "killpg"):  # pragma: no cover - Windows: the console signals JupyterLab itself
+        previous = signal.signal(signal.SIGINT, lambda *_: None)  # a no-op handler, unlike SIG_IGN, is not inherited
+        try:
+            status = subprocess.Popen(command).wait()
+        finally:
+            signal.signal(signal.SIGINT, previous)
+        return 130 if status == -signal.SIGINT else status
+    before = _notebooks(dest)
+    preexec = _die_with_parent if sys.platform.startswith("linux") else None
+    handled = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+    previous = {signum: signal.getsignal(signum) for signum in handled}
+    signal.signal(signal.SIGTERM, _raise_stopped)
+    signal.signal(signal.SIGHUP, _raise_stopped)
+    process, signum = None, None
+    try:
+        # its own session and no standard input: the terminal's Ctrl-C, and the answer to our question, reach
+        # ttr-edu alone, which asks before it stops JupyterLab
+        process = subprocess.Popen(command, stdin=subprocess.DEVNULL, start_new_session=True, preexec_fn=preexec)
+        while signum is None:
+            try:
+                status = process.wait()  # JupyterLab ended by itself (File > Shut Down)
+                break
+            except KeyboardInterrupt:
+                signum = signal.SIGINT if _ask_to_stop(dest, before) else None
+    except _Stopped as stopped:
+        signum = stopped.signum
+    try:
+        if signum is None:
+            return status
+        for each in handled:  # nothing may cut the shutdown short
+            signal.signal(each, signal.SIG_IGN)
+        if process is not None and process.poll() is None:
+            _stop(process)
+    finally:
+        for each, handler in previous.items():
+            signal.signal(each, handler)
+    _say(
+        f"ttr-edu: JupyterLab stopped; {_saved_since(dest, before)} (edits after a notebook's last save, Ctrl-S or "
+        f"JupyterLab's autosave, were not saved); resume: {resume}"
+    )
+    return 128 + signum
