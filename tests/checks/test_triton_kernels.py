@@ -264,6 +264,18 @@ def test_the_package_kernel_passes_the_lint():
     assert checks.lint_kernel(_triton_kernels.delta_rule_fwd_kernel, needs_int64=True) == []
 
 
+def test_a_kernel_whose_source_cannot_be_read_does_not_pass():
+    # the interpreter runs a kernel without its source; a rule read from the source must then fail, not find nothing
+    import inspect
+    import textwrap
+
+    namespace = {"triton": triton, "tl": tl}
+    source = textwrap.dedent(inspect.getsource(running_sum.fn))
+    exec(compile(source, "<a cell no cache kept>", "exec"), namespace)
+    with pytest.raises(CheckFailed, match="cannot read your kernel's source"):
+        checks.check_running_sum(namespace["running_sum"])
+
+
 # The wrong kernels a reader tried on 12 that no other test here writes (the rest are above): low-precision operands
 # and a tf32 product asked for by name (12.2), the decay forgotten in one more place (12.7), dV without β (12.8).
 REVIEW_WRONG = [

@@ -22,8 +22,8 @@ autograder or *Validate* it raises, so the graded cell fails. Elsewhere (a plain
 raises too.
 
 The check in the student's kernel is **feedback**: code that ran earlier in the same kernel can reach anything here.
-The grade comes from the grading engine (``ttr_edu.checks.grading.engine``), which runs the answer in a process of its own and
-judges it in another; ``grading.md`` says what each defends against. In the kernel the check still:
+The grade comes from the grading engine (``ttr_edu.checks.grading.engine``), which runs the answer in a process of
+its own and judges it in another; ``grading.md`` says what each defends against. In the kernel the check still:
 
 * reads whether the autograder runs from ``NBGRADER_EXECUTION`` in the environment this process **started** with
   (``/proc/self/environ``) and at import, not only from ``os.environ``;

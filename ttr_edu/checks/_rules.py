@@ -10,8 +10,8 @@ A chapter's check module declares each exercise with :func:`exercise` on the che
 The same declaration is run two ways, with the same verdict:
 
 * in the student's kernel (``checks.check_write(write)``): :func:`run_in_kernel`, fast feedback;
-* by the grading engine (``ttr_edu.checks.grading.engine``): the answer runs in a child process holding only the notebook's
-  setup cells, the student's answer cells and the package, held to the rules by
+* by the grading engine (``ttr_edu.checks.grading.engine``): the answer runs in a child process holding only the
+  notebook's setup cells, the student's answer cells and the package, held to the rules by
   :func:`ttr_edu.checks._guard.lock_down`; what it returns crosses back as plain tensors, and the reference, the
   comparison and the rule verdicts (:func:`judge_case`, :func:`judge_cost`) run in the grader's own process.
 
