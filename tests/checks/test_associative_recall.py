@@ -234,6 +234,40 @@ def test_wiring_plausible_wrong_answers_are_rejected(wrong):
         checks.check_wire_recall_circuit(wrong)
 
 
+def wire_by_training(model):  # the text says "without training": a few gradient steps on MQAR batches
+    from ttr_edu.tasks.mqar import mqar_batch
+
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.5)
+    vocab_size = model.embed.weight.shape[0]
+    for step in range(3):
+        batch = mqar_batch(8, 24, 3, vocab_size, generator=torch.Generator().manual_seed(step))
+        optimizer.zero_grad()
+        model.loss(batch).backward()
+        optimizer.step()
+
+
+def wire_then_tune_by_autograd_grad(model):  # the hand-wired circuit, then one step by torch.autograd.grad
+    from ttr_edu.tasks.mqar import mqar_batch
+
+    _wire(model)
+    batch = mqar_batch(8, 24, 3, model.embed.weight.shape[0], generator=torch.Generator().manual_seed(0))
+    (g,) = torch.autograd.grad(model.loss(batch), [model.mixer.o_proj.weight])
+    with torch.no_grad():
+        model.mixer.o_proj.weight -= 0.0 * g
+
+
+@pytest.mark.parametrize(
+    "trains,says",
+    [
+        (wire_by_training, r"got 0\.\d+, expected 1\.0"),  # a wrong answer is shown as wrong first
+        (wire_then_tune_by_autograd_grad, r"your function used autograd.*without training"),  # right, but trained
+    ],
+)
+def test_a_wiring_that_trains_is_refused(trains, says):
+    with pytest.raises(CheckFailed, match=rf"wire_recall_circuit: {says}"):
+        checks.check_wire_recall_circuit(trains)
+
+
 # --- right answers written differently ---------------------------------------------------------------------------
 
 

@@ -1,8 +1,8 @@
-"""The rules of chapters 07, 08, 11 and 12 hold where the grade is given: in the grading engine, whose answers run in a
-locked-down process of their own and are judged in the grader's (``ttr_edu.checks.grading``). The tests beside this
-one feed the same answers to the checks in the student's kernel; here a whole notebook with those answers in its
-exercise cells is graded, so a rule that only the kernel's watch enforced (11.5's sizes, read while the answer runs)
-would show as a PASS, and so would one read from a Triton kernel's source once its numbers agree (12.5's int64
+"""The rules of chapters 07, 08, 09, 11 and 12 hold where the grade is given: in the grading engine, whose answers
+run in a locked-down process of their own and are judged in the grader's (``ttr_edu.checks.grading``). The tests
+beside this one feed the same answers to the checks in the student's kernel; here a whole notebook with those answers
+in its exercise cells is graded, so a rule that only the kernel's watch enforced (11.5's sizes, read while the answer
+runs) would show as a PASS, and so would one read from a Triton kernel's source once its numbers agree (12.5's int64
 offsets).
 """
 
@@ -122,8 +122,22 @@ def ut_transform_kernel(k_ptr, beta_ptr, out_ptr, C, D_k, BLOCK_C: tl.constexpr,
     tl.store(out_ptr + t[:, None] * C + t[None, :], inverse * beta[None, :], mask=(t[:, None] < C) & (t[None, :] < C))
 """
 
-# (chapter, {answer cell's grade id: its source}, {graded cell's grade id: (status, what its detail says)}); the
-# graded cells not named must PASS (their answer is the solution's).
+WIRING_TUNED_BY_AUTOGRAD = """{solution}
+
+
+_wired_by_hand = wire_recall_circuit
+
+
+def wire_recall_circuit(model):
+    _wired_by_hand(model)
+    batch = mqar.mqar_batch(8, 24, 3, model.embed.weight.shape[0], generator=torch.Generator().manual_seed(0))
+    (g,) = torch.autograd.grad(model.loss(batch), [model.mixer.o_proj.weight])
+    with torch.no_grad():
+        model.mixer.o_proj.weight -= 0.0 * g
+"""
+
+# (chapter, {answer cell's grade id: its source, where {solution} stands for the solution's}, {graded cell's grade
+# id: (status, what its detail says)}); the graded cells not named must PASS (their answer is the solution's).
 SUBMISSIONS = {
     "07: the package's local linear attention": (
         "07_test_time_regression_nonparametric",
@@ -137,6 +151,11 @@ SUBMISSIONS = {
             "test_check_momentum_step": ("FAIL", r"used autograd"),
             "test_check_mlp_gradient_step": ("FAIL", r"used autograd"),
         },
+    ),
+    "09: a wiring tuned by a gradient": (
+        "09_associative_recall",
+        {"ch09_wire_recall_circuit": WIRING_TUNED_BY_AUTOGRAD},
+        {"test_check_wire_recall_circuit": ("FAIL", r"used autograd")},
     ),
     "11: autograd in 11.4, a Neumann product in 11.5": (
         "11_chunkwise_algorithms",
@@ -176,7 +195,7 @@ def _submission(slug: str, answers: dict[str, str]):
     for cell in solved.cells:
         grade_id = cell.metadata.get("nbgrader", {}).get("grade_id")
         if grade_id in answers:
-            cell.source = answers.pop(grade_id)
+            cell.source = answers.pop(grade_id).replace("{solution}", cell.source)
     assert not answers, f"no exercise cells {sorted(answers)} in {slug}"
     return solved, release
 

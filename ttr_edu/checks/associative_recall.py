@@ -129,7 +129,19 @@ def _wire_and_score(wire_recall_circuit: Callable, case: dict) -> float:
     return _wired_accuracy(wire_recall_circuit, **case)
 
 
-@exercise(reference=_perfect, cases=_wiring_cases, call=_wire_and_score, rtol=0, atol=0)
+@exercise(
+    reference=_perfect,
+    cases=_wiring_cases,
+    call=_wire_and_score,
+    rules=Rules(
+        no_autograd=True,
+        why="set the weights by hand (under torch.no_grad()): the exercise builds the circuit that training has to "
+        "find, without training",
+    ),
+    rtol=0,
+    atol=0,
+)
 def check_wire_recall_circuit(wire_recall_circuit: Callable) -> bool:
     """Check ``wire_recall_circuit(model)``: a model wired by hand recalls every query of zero-filler MQAR batches
-    (accuracy exactly 1.0) at every case of :data:`WIRING_CASES` (the inputs shown are the model's sizes and seed)."""
+    (accuracy exactly 1.0) at every case of :data:`WIRING_CASES` (the inputs shown are the model's sizes and seed),
+    without training (no autograd: a gradient step is refused by what it runs)."""
