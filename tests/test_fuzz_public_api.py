@@ -436,6 +436,44 @@ EXCLUDED = {
     "ttr_edu.viz.dual_form.table_figure": "plotly data (a header and rows of cells); no tensor input",
     "ttr_edu.viz.widgets.hebbian_recall_explorer": "an ipywidgets widget that needs a running kernel; its figure is "
     "recall_scores_figure (fuzzed)",
+    **{
+        f"ttr_edu.regression.{name}": "the design space's catalogue: built from named choices and parameters, whose "
+        "errors (unknown names, invalid points) tests/regression/test_design_space.py checks; no tensor input"
+        for name in (
+            "design_space.Choice",
+            "design_space.Identity",
+            "design_space.Neighbour",
+            "design_space.Param",
+            "design_space.Point",
+            "design_space.identify",
+            "design_space.named_point",
+            "design_space.neighbours",
+            "update_rule.Formula",
+            "update_rule.UpdateRule",
+            "update_rule.update_rule",
+            "cost.Cost",
+            "cost.cost",
+            "cost.matched_hidden",
+        )
+    },
+    **{
+        f"ttr_edu.viz.{name}": "the design-space explorer's figures and widget: they draw the diagnostics of a Point "
+        "(tests/viz/test_design_space.py); no tensor input"
+        for name in (
+            "design_space.frontier_costs",
+            "design_space.point_figure",
+            "design_space.point_of",
+            "design_space.point_text",
+            "design_space.static_explorer",
+            "explorer.DesignSpaceExplorer",
+            "explorer.design_space_explorer",
+        )
+    },
+    "ttr_edu.layers.RegressionMixer": "the generic path's mixer, built at a design-space Point: registered by "
+    "register_point, it runs the layer suite (shapes, gradients, causality, step == forward, named bad input) in "
+    "tests/layers/test_regression_mixer.py, and its point's errors are the catalogue's",
+    "ttr_edu.layers.register_point": "registers a RegressionMixer at a Point (no tensor input): tested in "
+    "tests/layers/test_regression_mixer.py",
 }
 #: Modules another branch is rewriting: their targets run and are counted, and a bad outcome is an expected failure
 #: (xfail, not strict) until that branch lands, with the reason.

@@ -193,6 +193,10 @@ class _CountOperations(TorchDispatchMode):
         self.count = 0
         return super().__enter__()
 
+    @classmethod
+    def _should_skip_dynamo(cls) -> bool:
+        return False  # nothing here is compiled: no need to import torch._dynamo (2–3 s) on the first operation
+
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         self.count += 1
         return func(*args, **(kwargs or {}))

@@ -4,10 +4,13 @@ That an unattempted stub is reported is tested for every check at once in test_c
 """
 
 import math
+from functools import partial
 
 import pytest
 import torch
+import torch.nn.functional as F
 
+from tests.checks.galleries import DTYPE_NAMED, accepted, ids, refused
 from ttr_edu.checks import CheckFailed
 from ttr_edu.checks import feature_maps_and_capacity as checks
 from ttr_edu.models.retrieval import sum_rule_retrieve
@@ -121,7 +124,7 @@ def test_sum_rule_check_rejects_plausible_wrong_answers(wrong):
 
 
 def test_a_sum_rule_without_eps_is_told_so():
-    # Review: the answer without ε was refused with "got -0.1828823, expected -0.1828822", which reads as rounding.
+    # Without the note, "got -0.1828823, expected -0.1828822" would read as rounding.
     with pytest.raises(CheckFailed, match=r"without ε: the denominator is zᵀφ\(q\) \+ 1e-6"):
         checks.check_sum_rule_retrieve(_normaliser_without_eps)
 
@@ -137,7 +140,7 @@ def test_a_sum_rule_with_another_eps_is_refused_without_the_note():
 
 def test_the_tiny_features_case_alone_tells_a_missing_eps_apart():
     # The tiny case is where a missing ε shows: there the answer without ε is off by more than 100%, not by rounding.
-    tiny = list(checks._sum_rule_cases())[-1]
+    tiny = next(case for case in checks._sum_rule_cases() if case["phi_k"].max() < 1e-3)
     want = sum_rule_retrieve(**tiny)
     assert ((_normaliser_without_eps(**tiny) - want).norm() / want.norm()).item() > 1.0
 
@@ -152,7 +155,7 @@ def test_dpfp_rolled_the_other_way_is_told_so():
 
 
 def test_a_sum_rule_without_gradient_is_rejected(capsys):
-    # Review: an answer under torch.no_grad() passed the check and then stopped the chapter's training.
+    # An answer under torch.no_grad() has the right values and would stop the chapter's training.
     def no_grad_sum_rule(phi_k, v, phi_q):  # the right formula, written out, under no_grad
         with torch.no_grad():
             S = torch.einsum("b t k, b t v -> b k v", phi_k, v)
@@ -161,7 +164,7 @@ def test_a_sum_rule_without_gradient_is_rejected(capsys):
                 torch.einsum("b k, b k -> b", z, phi_q)[:, None] + 1e-6
             )
 
-    with pytest.raises(CheckFailed, match="no gradient flows through your function"):
+    with pytest.raises(CheckFailed, match="does not carry gradients back to phi_k"):
         checks.check_sum_rule_retrieve(no_grad_sum_rule)
     assert "PASS" not in capsys.readouterr().out
 
@@ -172,3 +175,161 @@ def test_the_sum_rule_check_still_reports_an_unattempted_stub(capsys):
 
     assert checks.check_sum_rule_retrieve(stub) is False
     assert "not attempted yet" in capsys.readouterr().out
+
+
+# -- the galleries: plausible wrong answers, and right answers written differently ------------------------------------
+
+
+def _dpfp_variant(x, nu, *, first=1, sign=1, signed=False, roll_x=False, dim=-1, interleave=False):
+    r = torch.cat([torch.relu(x), -torch.relu(-x) if signed else torch.relu(-x)], dim)
+    shifts = [sign * j for j in range(first, first + nu)]
+    if roll_x:  # rolls x before the ReLU split, not r
+        blocks = [
+            r * torch.cat([torch.relu(torch.roll(x, j, -1)), torch.relu(-torch.roll(x, j, -1))], -1) for j in shifts
+        ]
+    else:
+        blocks = [r * torch.roll(r, j, dims=dim) for j in shifts]
+    return torch.stack(blocks, -1).flatten(-2) if interleave else torch.cat(blocks, dim)
+
+
+def _favor_variant(x, projection, *, damping="half", width="2m", transposed=True, batch_norm=False, pairs="blocks"):
+    m = projection.shape[0]
+    wx = x @ projection.T if transposed or m != projection.shape[1] else x @ projection
+    squared = (x**2).sum() if batch_norm else (x**2).sum(-1, keepdim=True)
+    factor = {"half": torch.exp(-0.5 * squared), "none": 1.0, "full": torch.exp(-squared),
+              "norm": torch.exp(-0.5 * x.norm(dim=-1, keepdim=True))}[damping]  # fmt: skip
+    features = torch.stack([torch.exp(wx), torch.exp(-wx)], -1).flatten(-2) if pairs == "interleaved" else (
+        torch.cat([torch.exp(wx), torch.exp(-wx)], -1) if pairs == "blocks" else torch.exp(wx))  # fmt: skip
+    return factor * features / math.sqrt((2 if width == "2m" else 1) * m)
+
+
+def _sum_rule_variant(phi_k, v, phi_q, *, detach="", mean=False):
+    if "phi_k" in detach:
+        phi_k = phi_k.detach()
+    if "phi_q" in detach:
+        phi_q = phi_q.detach()
+    S = torch.einsum("b t k, b t v -> b k v", phi_k, v)
+    z = phi_k.sum(1)
+    if mean:
+        S, z = S / phi_k.shape[1], z / phi_k.shape[1]
+    if "S" in detach:  # "the fast weights are not trained by backprop"
+        S = S.detach()
+    if "z" in detach:  # the normaliser taken as a constant
+        z = z.detach()
+    return torch.einsum("b k v, b k -> b v", S, phi_q) / (torch.einsum("b k, b k -> b", z, phi_q)[:, None] + 1e-6)
+
+
+def _sum_rule_under_no_grad(phi_k, v, phi_q):
+    with torch.no_grad():
+        return _sum_rule_variant(phi_k, v, phi_q)
+
+
+def _one_hot(target, y):
+    return F.one_hot(target, y.shape[1]).to(y.dtype)
+
+
+def _retrieve_by_softmax(phi_k, v, phi_q):
+    return torch.einsum("b t, b t v -> b v", torch.softmax(torch.einsum("b t k, b k -> b t", phi_k, phi_q), -1), v)
+
+
+WRONG_ANSWERS = [
+    ("3.1 roll by −j", checks.check_dpfp, partial(_dpfp_variant, sign=-1),
+     "the same products in another order"),
+    ("3.1 j from 0 (r ⊙ r first)", checks.check_dpfp, partial(_dpfp_variant, first=0),
+     "wrong values"),
+    ("3.1 roll without dims", checks.check_dpfp, dpfp_roll_without_dims, "wrong values"),
+    ("3.1 r = [ReLU(x); −ReLU(−x)]", checks.check_dpfp, partial(_dpfp_variant, signed=True),
+     "wrong values"),
+    ("3.1 rolls x, not r", checks.check_dpfp, partial(_dpfp_variant, roll_x=True), "wrong values"),
+    ("3.1 concatenated on dim 0", checks.check_dpfp, partial(_dpfp_variant, dim=0), "wrong"),
+    ("3.1 blocks interleaved", checks.check_dpfp, partial(_dpfp_variant, interleave=True), "wrong values"),
+    ("3.2 no damping", checks.check_favor_plus, partial(_favor_variant, damping="none"), "wrong values"),
+    ("3.2 ‖x‖ instead of ‖x‖²", checks.check_favor_plus, partial(_favor_variant, damping="norm"),
+     "wrong values"),
+    ("3.2 √m instead of √(2m)", checks.check_favor_plus, partial(_favor_variant, width="m"),
+     "wrong values"),
+    ("3.2 damping summed over the batch", checks.check_favor_plus, partial(_favor_variant, batch_norm=True),
+     "wrong values"),
+    ("3.2 x Ω for a square Ω", checks.check_favor_plus, partial(_favor_variant, transposed=False),
+     r"wrong values .*\n.*projection=tensor\(5, 5\)"),
+    ("3.2 one-sided features", checks.check_favor_plus, partial(_favor_variant, pairs="one", width="m"),
+     "wrong shape"),
+    ("3.2 [e⁺, e⁻] pairs interleaved", checks.check_favor_plus,
+     partial(_favor_variant, pairs="interleaved"), "wrong values"),
+    ("3.2 damping exp(−‖x‖²)", checks.check_favor_plus, partial(_favor_variant, damping="full"),
+     "wrong values"),
+    ("3.3 mean over the entries", checks.check_retrieval_loss, loss_mean_over_values, "wrong values"),
+    ("3.3 no ½", checks.check_retrieval_loss, loss_without_half, "wrong values"),
+    ("3.3 one-hot width from the targets", checks.check_retrieval_loss,
+     lambda y, target: 0.5 * ((y - F.one_hot(target).to(y.dtype)) ** 2).sum(-1).mean(), "raised RuntimeError"),
+    ("3.3 ½ F.mse_loss", checks.check_retrieval_loss, lambda y, target: 0.5 * F.mse_loss(y, _one_hot(target, y)),
+     "wrong values"),
+    ("3.3 summed over the batch", checks.check_retrieval_loss,
+     lambda y, target: 0.5 * ((y - _one_hot(target, y)) ** 2).sum(), "wrong values"),
+    ("3.3 cross-entropy", checks.check_retrieval_loss, lambda y, target: F.cross_entropy(y, target), "wrong values"),
+    ("3.4 mean for S and z", checks.check_sum_rule_retrieve, partial(_sum_rule_variant, mean=True),
+     "wrong values"),
+    ("3.4 under torch.no_grad()", checks.check_sum_rule_retrieve, _sum_rule_under_no_grad,
+     "does not carry gradients back to phi_k"),
+    ("3.4 φ(k) detached", checks.check_sum_rule_retrieve, partial(_sum_rule_variant, detach="phi_k"),
+     "does not carry gradients back to phi_k.*\n.*learns the key and query projections"),
+    ("3.4 φ(q) detached", checks.check_sum_rule_retrieve, partial(_sum_rule_variant, detach="phi_q"),
+     "does not carry gradients back to phi_q"),
+    ("3.4 the memory S detached", checks.check_sum_rule_retrieve, partial(_sum_rule_variant, detach="S"),
+     "gradient with respect to phi_k is wrong"),
+    ("3.4 the normaliser z detached", checks.check_sum_rule_retrieve, partial(_sum_rule_variant, detach="z"),
+     "gradient with respect to phi_k is wrong"),
+    ("3.4 no normaliser", checks.check_sum_rule_retrieve, _no_normaliser, "wrong values"),
+    ("3.4 softmax weights", checks.check_sum_rule_retrieve, _retrieve_by_softmax, "wrong values"),
+    ("3.4 divided by Σ z", checks.check_sum_rule_retrieve,
+     lambda phi_k, v, phi_q: _no_normaliser(phi_k, v, phi_q) / (phi_k.sum((1, 2))[:, None] + 1e-6), "wrong values"),
+    ("3.4 Sᵀ(q / Σq), a delta-style read", checks.check_sum_rule_retrieve,
+     lambda phi_k, v, phi_q: _no_normaliser(phi_k, v, phi_q / (phi_q.sum(-1, keepdim=True) + 1e-6)), "wrong values"),
+    ("3.4 the package's sum_rule_retrieve", checks.check_sum_rule_retrieve,
+     lambda phi_k, v, phi_q: sum_rule_retrieve(phi_k, v, phi_q), "calls the package's own implementation"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("label,check,answer,reason", WRONG_ANSWERS, ids=ids(WRONG_ANSWERS))
+def test_a_plausible_wrong_answer_is_refused_for_its_reason(label, check, answer, reason, capsys):
+    refused(check, answer, reason, capsys)
+
+
+def _dpfp_by_loop(x, nu):  # one feature block at a time, by index arithmetic instead of torch.roll
+    r = torch.cat([torch.relu(x), torch.relu(-x)], dim=-1)
+    width = r.shape[-1]
+    blocks = []
+    for j in range(1, nu + 1):
+        index = (torch.arange(width) - j) % width
+        blocks.append(r * r[..., index])
+    return torch.cat(blocks, dim=-1)
+
+
+def _sum_rule_by_loop(phi_k, v, phi_q):  # writes one pair at a time: the gradients still flow
+    S = phi_k.new_zeros(phi_k.shape[0], phi_k.shape[2], v.shape[2])
+    z = phi_k.new_zeros(phi_k.shape[0], phi_k.shape[2])
+    for t in range(phi_k.shape[1]):
+        S = S + phi_k[:, t, :, None] * v[:, t, None, :]
+        z = z + phi_k[:, t]
+    return (S.transpose(1, 2) @ phi_q[..., None])[..., 0] / ((z * phi_q).sum(-1, keepdim=True) + 1e-6)
+
+
+RIGHT_VARIANTS = [
+    ("3.1 index arithmetic instead of roll", checks.check_dpfp, _dpfp_by_loop, None),
+    ("3.1 in float32", checks.check_dpfp, lambda x, nu: dpfp(x.float(), nu), DTYPE_NAMED),
+    ("3.2 Ω x as an einsum, one exp", checks.check_favor_plus,
+     lambda x, projection: torch.exp(
+         torch.einsum("... d, s m d -> ... s m", x, torch.stack([projection, -projection])).flatten(-2)
+         - 0.5 * (x * x).sum(-1, keepdim=True)) / math.sqrt(2 * projection.shape[0]), None),
+    ("3.3 through F.mse_loss", checks.check_retrieval_loss,
+     lambda y, target: 0.5 * y.shape[1] * F.mse_loss(y, _one_hot(target, y)), None),
+    ("3.4 a loop over the pairs", checks.check_sum_rule_retrieve, _sum_rule_by_loop, None),
+    ("3.4 one einsum for the numerator", checks.check_sum_rule_retrieve,
+     lambda phi_k, v, phi_q: _no_normaliser(phi_k, v, phi_q)
+     / (torch.einsum("b t k, b k -> b", phi_k, phi_q)[:, None] + 1e-6), None),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("label,check,answer,expected", RIGHT_VARIANTS, ids=ids(RIGHT_VARIANTS))
+def test_a_right_answer_written_differently_passes(label, check, answer, expected, capsys):
+    accepted(check, answer, expected, capsys)

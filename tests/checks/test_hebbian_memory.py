@@ -4,9 +4,13 @@ answers.
 That an unattempted stub is reported is tested for every check at once in test_checks_contract.py.
 """
 
+import math
+
 import pytest
 import torch
+import torch.nn.functional as F
 
+from tests.checks.galleries import DTYPE_NAMED, accepted, ids, refused
 from ttr_edu import hebbian
 from ttr_edu.checks import CheckFailed
 from ttr_edu.checks import hebbian_memory as checks
@@ -163,7 +167,7 @@ def test_a_check_without_cases_cannot_pass():
 
 
 def test_a_tensor_where_a_number_is_expected_is_a_clear_failure():
-    with pytest.raises(CheckFailed, match=r"expected a single number like .*, got a tensor of shape \(4,\)"):
+    with pytest.raises(CheckFailed, match=r"asks for a Python float, your function returned a tensor of shape \(4,\)"):
         checks.check_recall_accuracy(
             lambda W, keys, values: ((keys @ W.T) @ values.T).argmax(dim=1) == torch.arange(len(keys))
         )
@@ -203,3 +207,202 @@ def test_wrong_variance_is_rejected(label, wrong):
 def test_the_tie_case_says_why_it_is_special():
     with pytest.raises(CheckFailed, match="every score ties"):
         checks.check_recall_accuracy(_accuracy_ties_pass)
+
+
+# -- the galleries: plausible wrong answers, and right answers written differently ------------------------------------
+
+
+def _scores(W, keys, values):
+    return (keys @ W.T) @ values.T
+
+
+def _strict_wins(scores):  # own score strictly above every rival's, per row
+    others = scores.clone()
+    others.fill_diagonal_(-math.inf)
+    return torch.diagonal(scores) > others.max(dim=1).values
+
+
+def _gram_off_diagonal(keys):
+    gram = keys @ keys.T
+    return gram - torch.diag(torch.diagonal(gram))
+
+
+def _accuracy_by_cosine(W, keys, values):  # clean-up by angle: the same winner only when all values have one length
+    y = F.normalize(keys @ W.T, dim=-1)
+    return _strict_wins(y @ F.normalize(values, dim=-1).T).double().mean().item()
+
+
+def _accuracy_by_distance(W, keys, values):  # the nearest value by Euclidean distance
+    distances = torch.cdist(keys @ W.T, values)
+    others = distances.clone()
+    others.fill_diagonal_(math.inf)
+    return (torch.diagonal(distances) < others.min(dim=1).values).double().mean().item()
+
+
+def _accuracy_at_least(W, keys, values):  # >= lets a tie win
+    scores = _scores(W, keys, values)
+    others = scores.clone()
+    others.fill_diagonal_(-math.inf)
+    return (torch.diagonal(scores) >= others.max(dim=1).values).double().mean().item()
+
+
+def _scores_by_loop(keys, values):  # right values, one memory at a time
+    return torch.stack([(K @ (V.T @ K).T) @ V.T for K, V in zip(keys, values)])
+
+
+def _store_by_loop(keys, values):  # right values, one pair at a time
+    return sum(torch.outer(v, k) for k, v in zip(keys, values))
+
+
+WRONG_ANSWERS = [
+    ("1.1 modifies W in place", checks.check_write, _write_in_place, "modified its input W in place"),
+    ("1.1 forgets the old memory", checks.check_write, lambda W, k, v: torch.outer(v, k), "wrong values"),
+    ("1.1 divides by ‖k‖²", checks.check_write, lambda W, k, v: W + torch.outer(v, k) / (k @ k), "wrong values"),
+    (
+        "1.2 a Python loop over the pairs",
+        checks.check_store,
+        _store_by_loop,
+        "torch operations at N = 4 and .* a Python loop over the pairs",
+    ),
+    ("1.2 divided by N", checks.check_store, lambda keys, values: values.T @ keys / len(keys), "wrong values"),
+    ("1.2 keys and values swapped", checks.check_store, lambda keys, values: keys.T @ values, "wrong shape"),
+    ("1.3 keeps the diagonal", checks.check_crosstalk_energy, _crosstalk_with_diagonal, "wrong values"),
+    ("1.3 subtracts the unsquared diagonal", checks.check_crosstalk_energy, _crosstalk_unsquared_diagonal, "wrong"),
+    (
+        "1.3 mean over the N − 1 others",
+        checks.check_crosstalk_energy,
+        lambda keys: (_gram_off_diagonal(keys) ** 2).sum() / max(len(keys) - 1, 1),
+        "wrong values",
+    ),
+    (
+        "1.3 upper triangle only",
+        checks.check_crosstalk_energy,
+        lambda keys: ((keys @ keys.T).triu(1) ** 2).sum() / len(keys),
+        "wrong values",
+    ),
+    (
+        "1.3 subtracts N (assumes unit keys)",
+        checks.check_crosstalk_energy,
+        lambda keys: (((keys @ keys.T) ** 2).sum() - len(keys)) / len(keys),
+        "wrong values",
+    ),
+    (
+        "1.3 mean over all N² entries",
+        checks.check_crosstalk_energy,
+        lambda keys: (_gram_off_diagonal(keys) ** 2).sum() / len(keys) ** 2,
+        "wrong values",
+    ),
+    (
+        "1.3 a Python float (.item())",
+        checks.check_crosstalk_energy,
+        lambda keys: ((_gram_off_diagonal(keys) ** 2).sum() / len(keys)).item(),
+        "expected a plain torch.Tensor, got float",
+    ),
+    (
+        "1.3 cosines instead of dot products",
+        checks.check_crosstalk_energy,
+        lambda keys: (_gram_off_diagonal(F.normalize(keys, dim=-1)) ** 2).sum() / len(keys),
+        "wrong values",
+    ),
+    ("1.4 argmax (a tie counts as a win)", checks.check_recall_accuracy, _accuracy_ties_pass, "every score ties"),
+    ("1.4 >= instead of >", checks.check_recall_accuracy, _accuracy_at_least, "every score ties"),
+    (
+        "1.4 transposed score matrix",
+        checks.check_recall_accuracy,
+        lambda W, keys, values: _strict_wins(_scores(W, keys, values).T).double().mean().item(),
+        "got .*, expected",
+    ),
+    (
+        "1.4 a 0-d tensor, not a Python float",
+        checks.check_recall_accuracy,
+        lambda W, keys, values: _strict_wins(_scores(W, keys, values)).double().mean(),
+        r"asks for a Python float, your function returned a tensor of shape \(\)",
+    ),
+    ("1.4 cosine similarity", checks.check_recall_accuracy, _accuracy_by_cosine, "values have different lengths"),
+    ("1.4 Euclidean nearest value", checks.check_recall_accuracy, _accuracy_by_distance, "different lengths"),
+    (
+        "1.5a transposed [r, i, j]",
+        checks.check_cleanup_scores,
+        lambda keys, values: ((keys @ (values.transpose(1, 2) @ keys).transpose(1, 2)) @ values.transpose(1, 2)).mT,
+        "wrong values",
+    ),
+    (
+        "1.5a a Python loop over the memories",
+        checks.check_cleanup_scores,
+        _scores_by_loop,
+        "torch operations at R = 2 and .* a Python loop over the memories",
+    ),
+    (
+        "1.5a (VVᵀ)(KKᵀ), the transpose",
+        checks.check_cleanup_scores,
+        lambda keys, values: (values @ values.transpose(1, 2)) @ (keys @ keys.transpose(1, 2)),
+        "wrong values",
+    ),
+    ("1.5b N/d²", checks.check_rival_score_variance, lambda n, d: n / d**2, "got .*, expected"),
+    ("1.5b 2/d + (N−1)/d²", checks.check_rival_score_variance, lambda n, d: 2 / d + (n - 1) / d**2, "got"),
+    ("1.5b 1/d + (N−1)/d²", checks.check_rival_score_variance, lambda n, d: 1 / d + (n - 1) / d**2, "got"),
+    (
+        "1.5b the standard deviation",
+        checks.check_rival_score_variance,
+        lambda n, d: math.sqrt(2 / d + (n - 2) / d**2),
+        "got",
+    ),
+    ("1.5b 2/d + N/d²", checks.check_rival_score_variance, lambda n, d: 2 / d + n / d**2, "got"),
+    ("1.5b the own score's (N−1)/d²", checks.check_rival_score_variance, lambda n, d: (n - 1) / d**2, "got"),
+]
+
+
+@pytest.mark.parametrize("label,check,answer,reason", WRONG_ANSWERS, ids=ids(WRONG_ANSWERS))
+def test_a_plausible_wrong_answer_is_refused_for_its_reason(label, check, answer, reason, capsys):
+    refused(check, answer, reason, capsys)
+
+
+def _crosstalk_by_loop(keys):  # no loop is ruled out here
+    n = len(keys)
+    pairs = ((keys[i] @ keys[j]) ** 2 for i in range(n) for j in range(n) if i != j)
+    return sum(pairs, keys.new_zeros(())) / n
+
+
+def _accuracy_by_loop(W, keys, values):
+    hits = 0
+    for j in range(len(keys)):
+        scores = values @ (W @ keys[j])
+        hits += bool(all(scores[j] > scores[i] for i in range(len(keys)) if i != j))
+    return hits / len(keys)
+
+
+RIGHT_VARIANTS = [
+    ("1.1 outer(k, v) transposed", checks.check_write, lambda W, k, v: W + torch.outer(k, v).T, None),
+    ("1.1 an einsum", checks.check_write, lambda W, k, v: W + torch.einsum("i, j -> i j", v, k), None),
+    ("1.1 in float32", checks.check_write, lambda W, k, v: (W + torch.outer(v, k)).float(), DTYPE_NAMED),
+    ("1.2 an einsum", checks.check_store, lambda keys, values: torch.einsum("n k, n v -> v k", keys, values), None),
+    ("1.2 (KᵀV)ᵀ", checks.check_store, lambda keys, values: (keys.T @ values).T, None),
+    (
+        "1.3 squared sums minus the diagonal",
+        checks.check_crosstalk_energy,
+        lambda keys: (((keys @ keys.T) ** 2).sum() - (torch.diagonal(keys @ keys.T) ** 2).sum()) / len(keys),
+        None,
+    ),
+    ("1.3 a double loop", checks.check_crosstalk_energy, _crosstalk_by_loop, None),
+    ("1.4 a loop over the keys", checks.check_recall_accuracy, _accuracy_by_loop, None),
+    (
+        "1.5a (KKᵀ)(VVᵀ)",
+        checks.check_cleanup_scores,
+        lambda keys, values: (keys @ keys.transpose(1, 2)) @ (values @ values.transpose(1, 2)),
+        None,
+    ),
+    (
+        "1.5a an einsum",
+        checks.check_cleanup_scores,
+        lambda keys, values: torch.einsum("r j k, r l k, r l v, r i v -> r j i", keys, keys, values, values),
+        None,
+    ),
+    ("1.5b one fraction", checks.check_rival_score_variance, lambda n, d: (2 * d + n - 2) / d**2, None),
+    # "as a float": a one-element tensor holds the same number (1.4 asks for a Python float by name, and gets one)
+    ("1.5b a 0-d tensor", checks.check_rival_score_variance, lambda n, d: torch.tensor(2 / d + (n - 2) / d**2), None),
+]
+
+
+@pytest.mark.parametrize("label,check,answer,expected", RIGHT_VARIANTS, ids=ids(RIGHT_VARIANTS))
+def test_a_right_answer_written_differently_passes(label, check, answer, expected, capsys):
+    accepted(check, answer, expected, capsys)

@@ -3,11 +3,15 @@
 That an unattempted stub is reported is tested for every check at once in test_checks_contract.py.
 """
 
+import math
+
 import pytest
 import torch
 
+from tests.checks.galleries import DTYPE_NAMED, accepted, ids, refused
 from ttr_edu.checks import CheckFailed
 from ttr_edu.checks import linear_attention_is_fwp as checks
+from ttr_edu.ops import linear_attention_parallel
 
 
 def recurrence(q, k, v):
@@ -88,9 +92,15 @@ def test_wrong_answer_is_rejected(check, answer):
         check(answer)
 
 
-def test_the_recurrence_and_the_parallel_form_are_interchangeable():
-    # The chapter's claim, through the checks: each form passes the other's check.
-    assert checks.check_fast_weight_recurrence(parallel) and checks.check_causal_linear_attention(recurrence)
+def test_the_recurrence_and_the_parallel_form_agree_but_each_exercise_asks_for_its_own():
+    # The chapter's claim: the two forms compute the same outputs. Each exercise asks for one of them, and its check
+    # tells them apart by the operations they run: a loop over t, or a few matrix products whatever T.
+    for case in checks.check_fast_weight_recurrence.__exercise__.cases():
+        torch.testing.assert_close(recurrence(**case), parallel(**case))
+    with pytest.raises(CheckFailed, match=r"runs 4 torch operations at T = 4 and 4 at T = 32"):
+        checks.check_fast_weight_recurrence(parallel)
+    with pytest.raises(CheckFailed, match=r"a Python loop over the tokens runs operations for each"):
+        checks.check_causal_linear_attention(recurrence)
 
 
 def _chunk_reference(q, k, v, chunk_size):
@@ -177,13 +187,13 @@ def _chunk_secretly_quadratic(q, k, v, chunk_size):  # one T × T matrix, whatev
 @pytest.mark.parametrize(
     ("wrong", "message"),
     [
-        (_chunk_per_token, "ran no matrix product"),
-        (_chunk_per_token_matmul, "do not grow with chunk_size"),
-        (_chunk_secretly_quadratic, "do not grow with chunk_size"),
+        (_chunk_per_token, "runs as many operations at every chunk size"),
+        (_chunk_per_token_matmul, "runs as many operations at every chunk size"),
+        (_chunk_secretly_quadratic, "runs as many operations at every chunk size"),
     ],
 )
 def test_chunk_check_rejects_right_values_computed_without_chunks(wrong, message, capsys):
-    # Review N5: a per-token loop passed and then crashed the cost section; the FLOP count now refuses it.
+    # A per-token loop would crash the cost section; the operation count refuses it, naming chunk sizes.
     with pytest.raises(CheckFailed, match=message):
         checks.check_chunk_linear_attention(wrong)
     assert "PASS" not in capsys.readouterr().out  # no PASS line before the failure
@@ -195,3 +205,287 @@ def test_chunk_check_reports_an_unattempted_stub(capsys):
 
     assert checks.check_chunk_linear_attention(stub) is False
     assert "not attempted yet" in capsys.readouterr().out
+
+
+# -- the galleries: plausible wrong answers, and right answers written differently ------------------------------------
+
+
+def _recurrence_in_float32(q, k, v):  # the state kept in float32 whatever the inputs
+    S, out = torch.zeros(k.shape[1], v.shape[1]), []
+    for t in range(len(q)):
+        S = S + torch.outer(k[t], v[t]).float()
+        out.append(S.T @ q[t].float())
+    return torch.stack(out)
+
+
+def _recurrence_in_place(q, k, v):  # S += ...: S is the function's own tensor, so this is fine
+    S, out = torch.zeros(k.shape[1], v.shape[1], dtype=q.dtype), []
+    for t in range(len(q)):
+        S += torch.outer(k[t], v[t])
+        out.append(S.T @ q[t])
+    return torch.stack(out)
+
+
+def _recurrence_by_matrix_products(q, k, v):  # one token at a time, as (1, D) rows
+    S, out = q.new_zeros(k.shape[1], v.shape[1]), []
+    for t in range(len(q)):
+        S = S + k[t : t + 1].T @ v[t : t + 1]
+        out.append(q[t : t + 1] @ S)
+    return torch.cat(out)
+
+
+def _cumulative_states(q, k, v):  # every S_t at once: no loop, the parallel form's cost in memory
+    return torch.einsum("t k, t k v -> t v", q, torch.cumsum(torch.einsum("t k, t v -> t k v", k, v), dim=0))
+
+
+def _chunk(q, k, v, chunk_size, *, resum_prefix=False, prefix_rows=False, state_first=False, token_loop=False):
+    S, out = q.new_zeros(k.shape[1], v.shape[1]), []
+    for s in range(0, len(q), chunk_size):
+        qc, kc, vc = q[s : s + chunk_size], k[s : s + chunk_size], v[s : s + chunk_size]
+        if resum_prefix:  # the state rebuilt from every earlier token, in every chunk
+            S = k[:s].T @ v[:s]
+        if prefix_rows:  # every earlier token attended to directly, a (C, s) block per chunk
+            out.append((qc @ k[:s].T) @ v[:s] + torch.tril(qc @ kc.T) @ vc)
+            continue
+        if state_first:  # the chunk's own writes read through the state: no causal mask inside the chunk
+            S = S + kc.T @ vc
+            out.append(qc @ S)
+            continue
+        if token_loop:  # the chunk's own part token by token
+            local = S.clone()
+            for i in range(len(qc)):
+                local = local + torch.outer(kc[i], vc[i])
+                out.append((local.T @ qc[i])[None])
+        else:
+            out.append(qc @ S + torch.tril(qc @ kc.T) @ vc)
+        S = S + kc.T @ vc
+    return torch.cat(out)
+
+
+def _sliced_t_by_t(q, k, v, chunk_size):  # a T × T matrix, then cut into chunks
+    A = torch.tril(q @ k.T)
+    return torch.cat([A[s : s + chunk_size] @ v for s in range(0, len(q), chunk_size)])
+
+
+def _normalized(q, k, v, *, eps_at="denominator", z="inclusive"):
+    scores = torch.tril(q @ k.T)
+    if z == "full":
+        denominator = (q @ k.T).sum(-1, keepdim=True)
+    elif z == "exclusive":
+        denominator = torch.tril(q @ k.T, -1).sum(-1, keepdim=True)
+    elif z == "columns":
+        denominator = scores.sum(0)[:, None]
+    else:
+        denominator = scores.sum(-1, keepdim=True)
+    if eps_at == "none":
+        return (scores @ v) / denominator
+    if eps_at == "outside":
+        return (scores @ v) / denominator + 1e-6
+    if eps_at == "clamp":
+        return (scores @ v) / denominator.clamp_min(1e-6)
+    if eps_at == "numerator":
+        return (scores @ v + 1e-6) / (denominator + 1e-6)
+    if eps_at == "every score":
+        scores = torch.tril(q @ k.T + 1e-6)
+        return (scores @ v) / scores.sum(-1, keepdim=True)
+    return (scores @ v) / (denominator + 1e-6)
+
+
+def _normalized_by_loop(q, k, v):  # the recurrent form with z: right values, but the text asks for the parallel one
+    S, z, out = q.new_zeros(k.shape[1], v.shape[1]), q.new_zeros(k.shape[1]), []
+    for t in range(len(q)):
+        S, z = S + torch.outer(k[t], v[t]), z + k[t]
+        out.append(S.T @ q[t] / (z @ q[t] + 1e-6))
+    return torch.stack(out)
+
+
+def _softmax_attention(q, k, v):
+    future = torch.ones(len(q), len(q), dtype=torch.bool).triu(1)
+    return torch.softmax((q @ k.T).masked_fill(future, -math.inf), dim=-1) @ v
+
+
+def _through_the_package(q, k, v):
+    return linear_attention_parallel(q[None, :, None], k[None, :, None], v[None, :, None], scale=1.0)[0][0, :, 0]
+
+
+WRONG_ANSWERS = [
+    ("2.1 reads before it writes", checks.check_fast_weight_recurrence, read_before_write, "wrong values"),
+    (
+        "2.1 the state in float32",
+        checks.check_fast_weight_recurrence,
+        _recurrence_in_float32,
+        "only the dtype differs: your result is float32, the reference float64",
+    ),
+    ("2.1 the parallel form, no loop", checks.check_fast_weight_recurrence, parallel, "in a Python loop over t"),
+    ("2.1 all states by cumsum, no loop", checks.check_fast_weight_recurrence, _cumulative_states, "grows like T"),
+    ("2.2 strict mask tril(−1)", checks.check_causal_linear_attention, strict_mask, "wrong values"),
+    ("2.2 triu", checks.check_causal_linear_attention, lambda q, k, v: torch.triu(q @ k.T) @ v, "wrong values"),
+    (
+        "2.2 scores transposed, tril(k qᵀ)",
+        checks.check_causal_linear_attention,
+        lambda q, k, v: torch.tril(k @ q.T) @ v,
+        "wrong values",
+    ),
+    ("2.2 the package's op", checks.check_causal_linear_attention, _through_the_package, "own implementation"),
+    ("2.2 softmax attention", checks.check_causal_linear_attention, _softmax_attention, "wrong values"),
+    ("2.2 a loop over the tokens", checks.check_causal_linear_attention, recurrence, "Python loop over the tokens"),
+    (
+        "2.3 re-sums the prefix in every chunk",
+        checks.check_chunk_linear_attention,
+        lambda q, k, v, chunk_size: _chunk(q, k, v, chunk_size, resum_prefix=True),
+        r"cost grows like T\^",
+    ),
+    (
+        "2.3 attends to every earlier token",
+        checks.check_chunk_linear_attention,
+        lambda q, k, v, chunk_size: _chunk(q, k, v, chunk_size, prefix_rows=True),
+        r"cost grows like T\^",
+    ),
+    (
+        "2.3 a per-token loop of 1 × d products",
+        checks.check_chunk_linear_attention,
+        _chunk_per_token_matmul,
+        "as many operations at every chunk size",
+    ),
+    (
+        "2.3 one hidden T × T matrix",
+        checks.check_chunk_linear_attention,
+        _chunk_secretly_quadratic,
+        "as many operations at every chunk size",
+    ),
+    ("2.3 a T × T matrix cut into chunks", checks.check_chunk_linear_attention, _sliced_t_by_t, r"grows like T\^"),
+    (
+        "2.3 the state updated before the read",
+        checks.check_chunk_linear_attention,
+        lambda q, k, v, chunk_size: _chunk(q, k, v, chunk_size, state_first=True),
+        "wrong values",
+    ),
+    (
+        "2.3 the chunk's own part token by token",
+        checks.check_chunk_linear_attention,
+        lambda q, k, v, chunk_size: _chunk(q, k, v, chunk_size, token_loop=True),
+        "as many operations at every chunk size",
+    ),
+    (
+        "2.4 no ε",
+        checks.check_normalized_linear_attention,
+        lambda q, k, v: _normalized(q, k, v, eps_at="none"),
+        "wrong values",
+    ),
+    (
+        "2.4 ε added outside the division",
+        checks.check_normalized_linear_attention,
+        lambda q, k, v: _normalized(q, k, v, eps_at="outside"),
+        "wrong values",
+    ),
+    (
+        "2.4 clamp_min(ε)",
+        checks.check_normalized_linear_attention,
+        lambda q, k, v: _normalized(q, k, v, eps_at="clamp"),
+        "wrong values",
+    ),
+    (
+        "2.4 the unmasked row sum",
+        checks.check_normalized_linear_attention,
+        lambda q, k, v: _normalized(q, k, v, z="full"),
+        "wrong values",
+    ),
+    (
+        "2.4 z without the current key",
+        checks.check_normalized_linear_attention,
+        lambda q, k, v: _normalized(q, k, v, z="exclusive"),
+        "wrong values",
+    ),
+    (
+        "2.4 column sums",
+        checks.check_normalized_linear_attention,
+        lambda q, k, v: _normalized(q, k, v, z="columns"),
+        "wrong values",
+    ),
+    (
+        "2.4 ε in the numerator too",
+        checks.check_normalized_linear_attention,
+        lambda q, k, v: _normalized(q, k, v, eps_at="numerator"),
+        "wrong values",
+    ),
+    (
+        "2.4 ε added to every score",
+        checks.check_normalized_linear_attention,
+        lambda q, k, v: _normalized(q, k, v, eps_at="every score"),
+        "wrong values",
+    ),
+    (
+        "2.4 the recurrent form, not the parallel one",
+        checks.check_normalized_linear_attention,
+        _normalized_by_loop,
+        "Python loop over the tokens",
+    ),
+]
+
+
+@pytest.mark.parametrize("label,check,answer,reason", WRONG_ANSWERS, ids=ids(WRONG_ANSWERS))
+def test_a_plausible_wrong_answer_is_refused_for_its_reason(label, check, answer, reason, capsys):
+    refused(check, answer, reason, capsys)
+
+
+def _chunk_by_einsum(q, k, v, chunk_size):
+    S, out = q.new_zeros(k.shape[1], v.shape[1]), []
+    for s in range(0, len(q), chunk_size):
+        qc, kc, vc = q[s : s + chunk_size], k[s : s + chunk_size], v[s : s + chunk_size]
+        causal = torch.ones(len(qc), len(qc), dtype=torch.bool).tril()
+        scores = torch.einsum("i k, j k -> i j", qc, kc).masked_fill(~causal, 0.0)
+        out.append(torch.einsum("i k, k v -> i v", qc, S) + torch.einsum("i j, j v -> i v", scores, vc))
+        S = S + torch.einsum("j k, j v -> k v", kc, vc)
+    return torch.cat(out)
+
+
+def _chunk_by_split(q, k, v, chunk_size):  # torch.split, the state carried as a running sum
+    S, out = q.new_zeros(k.shape[1], v.shape[1]), []
+    for qc, kc, vc in zip(*(x.split(chunk_size) for x in (q, k, v))):
+        out.append(qc @ S + (qc @ kc.T).tril() @ vc)
+        S += kc.T @ vc
+    return torch.cat(out)
+
+
+RIGHT_VARIANTS = [
+    ("2.1 S += in place", checks.check_fast_weight_recurrence, _recurrence_in_place, None),
+    ("2.1 (1, D) matrix products", checks.check_fast_weight_recurrence, _recurrence_by_matrix_products, None),
+    (
+        "2.2 the mask on k qᵀ, transposed back",
+        checks.check_causal_linear_attention,
+        lambda q, k, v: torch.triu(k @ q.T).T @ v,
+        None,
+    ),
+    ("2.2 cumulative outer products", checks.check_causal_linear_attention, _cumulative_states, None),
+    (
+        "2.2 masked_fill",
+        checks.check_causal_linear_attention,
+        lambda q, k, v: (q @ k.T).masked_fill(torch.ones(len(q), len(q), dtype=torch.bool).triu(1), 0.0) @ v,
+        None,
+    ),
+    (
+        "2.2 in float32",
+        checks.check_causal_linear_attention,
+        lambda q, k, v: torch.tril(q.float() @ k.float().T) @ v.float(),
+        DTYPE_NAMED,
+    ),
+    ("2.3 einsums and masked_fill", checks.check_chunk_linear_attention, _chunk_by_einsum, None),
+    ("2.3 torch.split, S +=", checks.check_chunk_linear_attention, _chunk_by_split, None),
+    (
+        "2.4 z_tᵀ q_t with z = cumsum(k)",
+        checks.check_normalized_linear_attention,
+        lambda q, k, v: torch.tril(q @ k.T) @ v / ((torch.cumsum(k, 0) * q).sum(-1, keepdim=True) + 1e-6),
+        None,
+    ),
+    (
+        "2.4 weights first, then their product with V",
+        checks.check_normalized_linear_attention,
+        lambda q, k, v: (torch.tril(q @ k.T) / (torch.tril(q @ k.T).sum(-1, keepdim=True) + 1e-6)) @ v,
+        None,
+    ),
+]
+
+
+@pytest.mark.parametrize("label,check,answer,expected", RIGHT_VARIANTS, ids=ids(RIGHT_VARIANTS))
+def test_a_right_answer_written_differently_passes(label, check, answer, expected, capsys):
+    accepted(check, answer, expected, capsys)

@@ -14,7 +14,7 @@ import torch
 from ttr_edu import hebbian
 from ttr_edu.checks import CheckFailed
 from ttr_edu.checks import hebbian_memory as ch01
-from ttr_edu.checks._rules import LinearCost, Rules, exercise
+from ttr_edu.checks._rules import LinearCost, OpCount, Rules, exercise
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -245,6 +245,110 @@ def test_no_autograd_refuses_every_route_into_it(answer):
 
 def test_no_autograd_passes_the_derivative_written_out(capsys):
     assert check_derivative(lambda x: 2 * x) is True
+
+
+def _rows_at(n: int) -> dict:
+    return {"x": torch.randn(n, 3, generator=torch.Generator().manual_seed(n), dtype=torch.float64)}
+
+
+@exercise(
+    reference=lambda x: x.sum(dim=0),
+    cases=_prefix_cases,
+    rules=Rules(
+        op_count=OpCount(_rows_at, sizes=(4, 32), high=0.3, size_name="N", expect="One reduction does it."),
+        why="sum the rows without a loop",
+    ),
+)
+def check_column_sums(column_sums):
+    """Check ``column_sums(x)``: the sum over the rows, without a Python loop over them."""
+
+
+@exercise(
+    reference=lambda x: x.sum(dim=0),
+    cases=_prefix_cases,
+    rules=Rules(op_count=OpCount(_rows_at, sizes=(4, 32), low=0.7, size_name="N", expect="Add one row at a time.")),
+)
+def check_column_sums_by_loop(column_sums):
+    """Check ``column_sums(x)``, added up row by row."""
+
+
+def _sum_by_loop(x):
+    total = torch.zeros_like(x[0])
+    for row in x:
+        total = total + row
+    return total
+
+
+def test_op_count_tells_a_loop_from_one_operation_however_it_is_spelled(capsys):
+    assert check_column_sums(lambda x: x.sum(dim=0)) is True
+    assert check_column_sums(lambda x: torch.einsum("n d -> d", x)) is True
+    for loop in (_sum_by_loop, lambda x: sum(x.unbind(0)), lambda x: torch.stack([x[i] for i in range(len(x))]).sum(0)):
+        with pytest.raises(CheckFailed, match=r"torch operations at N = 4 and .* grows like N\^.*: sum the rows"):
+            check_column_sums(loop)
+    assert check_column_sums_by_loop(_sum_by_loop) is True
+    with pytest.raises(CheckFailed, match=r"grows like N\^0\.0. Add one row at a time\."):
+        check_column_sums_by_loop(lambda x: x.sum(dim=0))
+
+
+def test_taking_the_op_counter_off_the_mode_stack_is_refused():
+    from torch.utils._python_dispatch import _pop_mode
+
+    def hides(x):
+        if torch._C._len_torch_dispatch_stack():  # the count is on: take it off
+            _pop_mode()
+        return _sum_by_loop(x)
+
+    with pytest.raises(CheckFailed, match="switched off the check's count of torch operations"):
+        check_column_sums(hides)
+
+
+def _mean(x):
+    return x.mean().item()
+
+
+@exercise(reference=_mean, cases=_prefix_cases, rules=Rules(returns=float))
+def check_mean(mean):
+    """Check ``mean(x)``, returned as a Python float."""
+
+
+def test_returns_asks_for_the_python_type_the_text_names(capsys):
+    assert check_mean(lambda x: x.mean().item()) is True
+    assert check_mean(lambda x: float(x.numpy().mean())) is True
+    with pytest.raises(CheckFailed, match=r"asks for a Python float, your function returned a tensor of shape \(\)"):
+        check_mean(lambda x: x.mean())
+    with pytest.raises(CheckFailed, match=r"asks for a Python float, your function returned 'text'"):
+        check_mean(lambda x: "text")
+
+
+def _mixed_cases():
+    yield from _prefix_cases()
+    yield {"x": torch.randn(6, 3, generator=torch.Generator().manual_seed(2))}  # float32
+
+
+@exercise(reference=lambda x: torch.cumsum(x, dim=0), cases=_mixed_cases, rtol=1e-12, atol=0.0)
+def check_running_sums(running_sums):
+    """Check ``running_sums(x)`` in float64 (to 1e-12) and float32 (to float32's tolerance)."""
+
+
+def test_float32_cases_are_judged_at_float32_tolerance(capsys):
+    # the same sums in another order: equal in float64 to 1e-12, and in float32 to rounding only
+    assert check_running_sums(lambda x: torch.stack([x[: t + 1].flip(0).sum(0) for t in range(len(x))])) is True
+    with pytest.raises(CheckFailed, match="wrong values"):
+        check_running_sums(lambda x: torch.cumsum(x, dim=0) * (1 + 1e-3))
+
+
+def _explained(message, case, result):
+    return f" [saw {type(result).__name__}]"
+
+
+@exercise(reference=_by_hand, cases=_prefix_cases, explain=_explained)
+def check_double(double):
+    """Check ``double(x) = 2x``; a failure says what the answer returned."""
+
+
+def test_explain_sees_what_the_answer_returned():
+    with pytest.raises(CheckFailed, match=r"(?s)wrong values.*\[saw Tensor\]"):
+        check_double(lambda x: 3 * x)
 
 
 # -- the engine's child: lock_down -------------------------------------------------------------------------------------

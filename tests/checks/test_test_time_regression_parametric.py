@@ -6,6 +6,7 @@ That an unattempted stub is reported is tested for every check at once in test_c
 import pytest
 import torch
 
+from tests.checks.galleries import DTYPE_NAMED, accepted, ids, refused
 from ttr_edu.checks import CheckFailed
 from ttr_edu.checks import test_time_regression_parametric as checks
 
@@ -157,7 +158,7 @@ def test_torch_where_after_exp_passes():  # masking after exp without multiplyin
 
 
 def test_the_decay_check_gives_one_verdict_for_all_its_cases(capsys):
-    # Review: the student saw "PASS decay_weights" and then a second verdict for the strong case.
+    # one PASS line, not a PASS and then a second verdict for the strong case
     def answer(g):  # written as a student would: segment sums, masked before exp
         T = g.shape[0]
         G = torch.cumsum(g, 0)
@@ -166,15 +167,20 @@ def test_the_decay_check_gives_one_verdict_for_all_its_cases(capsys):
 
     assert checks.check_decay_weights(answer) is True
     out = capsys.readouterr().out
-    assert out.count("PASS") == 1 and "6 random cases" in out
+    assert out.count("PASS") == 1 and "7 random cases" in out
 
 
 # --- Exercise 6.4: RLS from scratch (Sherman–Morrison) -----------------------------------------------------------
 
 
-def rls_memory(k, v, ridge):
-    D_k = k.shape[1]
-    P, S = torch.eye(D_k, dtype=k.dtype) / ridge, torch.zeros(D_k, v.shape[1], dtype=k.dtype)
+def _start(k, v, ridge, initial_state):
+    if initial_state is not None:
+        return initial_state
+    return torch.zeros(k.shape[1], v.shape[1], dtype=k.dtype), torch.eye(k.shape[1], dtype=k.dtype) / ridge
+
+
+def rls_memory(k, v, ridge, initial_state=None):
+    S, P = _start(k, v, ridge, initial_state)
     for t in range(k.shape[0]):
         Pk = P @ k[t]
         P = P - torch.outer(Pk, Pk) / (1 + k[t] @ Pk)
@@ -182,16 +188,18 @@ def rls_memory(k, v, ridge):
     return S
 
 
-def _rls_variant(*, p0="inverse", sign=-1.0, one_plus=True, gain="new", error_after=False):
-    def answer(k, v, ridge):
+def _rls_variant(*, p0="inverse", sign=-1.0, one_plus=True, gain="new", error_after=False, updates_P=True):
+    def answer(k, v, ridge, initial_state=None):
         D_k = k.shape[1]
         eye = torch.eye(D_k, dtype=k.dtype)
-        P = eye / ridge if p0 == "inverse" else (ridge * eye if p0 == "ridge" else eye)
-        S = torch.zeros(D_k, v.shape[1], dtype=k.dtype)
+        S, P = _start(k, v, ridge, initial_state)
+        if initial_state is None:
+            P = eye / ridge if p0 == "inverse" else (ridge * eye if p0 == "ridge" else eye)
         for t in range(k.shape[0]):
             old = P
             Pk = P @ k[t]
-            P = P + sign * torch.outer(Pk, Pk) / ((1 if one_plus else 0) + k[t] @ Pk)
+            if updates_P:
+                P = P + sign * torch.outer(Pk, Pk) / ((1 if one_plus else 0) + k[t] @ Pk)
             g = (P if gain == "new" else old) @ k[t]
             if error_after:  # the error read from the memory after this step's write
                 S = S + torch.outer(g, v[t])
@@ -203,12 +211,12 @@ def _rls_variant(*, p0="inverse", sign=-1.0, one_plus=True, gain="new", error_af
     return answer
 
 
-def rls_by_solve(k, v, ridge):  # right values, but the exercise asks for the recursion
+def rls_by_solve(k, v, ridge, initial_state=None):  # right values from zero, but the exercise asks for the recursion
     return torch.linalg.solve(k.T @ k + ridge * torch.eye(k.shape[1], dtype=k.dtype), k.T @ v)
 
 
-def rls_transposed(k, v, ridge):  # the papers' W = Sᵀ, (D_v, D_k)
-    return rls_memory(k, v, ridge).T
+def rls_transposed(k, v, ridge, initial_state=None):  # the papers' W = Sᵀ, (D_v, D_k)
+    return rls_memory(k, v, ridge, initial_state).T
 
 
 RLS_WRONG = [
@@ -218,6 +226,7 @@ RLS_WRONG = [
     ("denominator kᵀPk without the 1 +", _rls_variant(one_plus=False)),
     ("gain from the old P without the denominator", _rls_variant(gain="old")),
     ("error read after the write", _rls_variant(error_after=True)),
+    ("P never updated", _rls_variant(updates_P=False)),
     ("the memory transposed", rls_transposed),
 ]
 
@@ -234,5 +243,187 @@ def test_rls_check_rejects_plausible_wrong_recursions(label, wrong):
 
 
 def test_rls_check_rejects_a_linear_solve():
-    with pytest.raises(CheckFailed, match="ForbiddenCall: torch.linalg.solve is ruled out here"):
+    with pytest.raises(CheckFailed, match="used a linear solve .*rules out: keep P_t"):
         checks.check_rls_memory(rls_by_solve)
+
+
+def _rls_in_place(k, v, ridge, initial_state=None):  # right, but writes into the state it was given
+    S, P = _start(k, v, ridge, initial_state)
+    for t in range(k.shape[0]):
+        Pk = P @ k[t]
+        P -= torch.outer(Pk, Pk) / (1 + k[t] @ Pk)
+        S += torch.outer(P @ k[t], v[t] - S.T @ k[t])
+    return S
+
+
+def test_an_answer_that_updates_the_given_state_in_place_is_judged_on_its_values(capsys):
+    # the state is a tuple of tensors: each call gets copies, so the reference still starts from the case's state
+    assert checks.check_rls_memory(_rls_in_place) is True
+
+
+def test_the_reference_continues_a_memory_as_the_recursion_does():
+    # From the state that earlier pairs left, the memory after the rest is the one solve over all the pairs.
+    g = torch.Generator().manual_seed(0)
+    k, v = torch.randn(20, 4, generator=g, dtype=torch.float64), torch.randn(20, 3, generator=g, dtype=torch.float64)
+    P0 = torch.linalg.inv(k[:8].T @ k[:8] + 0.5 * torch.eye(4, dtype=torch.float64))
+    state = (P0 @ k[:8].T @ v[:8], P0)
+    whole = checks.reference_rls_memory(k, v, 0.5)
+    torch.testing.assert_close(checks.reference_rls_memory(k[8:], v[8:], 0.5, state), whole)
+    torch.testing.assert_close(rls_memory(k[8:], v[8:], 0.5, state), whole)
+
+
+# -- the galleries: plausible wrong answers, and right answers written differently ------------------------------------
+
+
+def _ridge_readout(q, k, v, ridge, *, pairs="inclusive", query_scale=1.0):
+    out = []
+    for t in range(k.shape[0]):
+        end = t if pairs == "exclusive" else t + 1
+        K, V = k[:end], v[:end]
+        S = torch.linalg.solve(K.T @ K + ridge * torch.eye(k.shape[1], dtype=k.dtype), K.T @ V)
+        out.append(S.T @ q[t] * query_scale)
+    return torch.stack(out)
+
+
+def _ridge_by_push_through(q, k, v, ridge):  # (KᵀK + λI)⁻¹Kᵀ = Kᵀ(KKᵀ + λI)⁻¹: a t × t solve per step
+    out = []
+    for t in range(k.shape[0]):
+        K, V = k[: t + 1], v[: t + 1]
+        out.append(V.T @ torch.linalg.solve(K @ K.T + ridge * torch.eye(t + 1, dtype=k.dtype), K @ q[t]))
+    return torch.stack(out)
+
+
+def _decay(g, *, how="masked before exp"):
+    T = g.shape[0]
+    G = torch.cumsum(g, 0)
+    causal = torch.ones(T, T, dtype=torch.bool).tril()
+    if how == "cumprod ratio":  # underflows to 0/0 under a strong decay
+        a = torch.cumprod(g.exp(), 0)
+        return (a[:, None] / a[None, :]).tril()
+    if how == "transposed":
+        return (G[None, :] - G[:, None]).masked_fill(~causal.T, float("-inf")).exp()
+    if how == "where after exp":
+        return torch.where(causal, (G[:, None] - G[None, :]).exp(), torch.zeros((), dtype=g.dtype))
+    if how == "clamp":
+        return (G[:, None] - G[None, :]).clamp(max=0).exp().tril()
+    return (G[:, None] - G[None, :]).masked_fill(~causal, float("-inf")).exp()
+
+
+def _rls_skips_the_memory_update(k, v, ridge, initial_state=None):  # P by Sherman–Morrison, then the batch formula
+    S, P = _start(k, v, ridge, initial_state)
+    for t in range(k.shape[0]):
+        Pk = P @ k[t]
+        P = P - torch.outer(Pk, Pk) / (1 + k[t] @ Pk)
+    return P @ (k.T @ v)
+
+
+def _rls_solved_by(solve):
+    def answer(k, v, ridge, initial_state=None):
+        A = k.T @ k + ridge * torch.eye(k.shape[1], dtype=k.dtype)
+        return solve(A) @ (k.T @ v)
+
+    return answer
+
+
+def _inverse_by_eigh(A):
+    values, vectors = torch.linalg.eigh(A)
+    return vectors @ torch.diag(1 / values) @ vectors.T
+
+
+def _rls_kalman_gain(k, v, ridge, initial_state=None):
+    S, P = _start(k, v, ridge, initial_state)
+    for t in range(k.shape[0]):
+        Pk = P @ k[t]
+        gain = Pk / (1 + k[t] @ Pk)
+        S = S + torch.outer(gain, v[t] - S.T @ k[t])
+        P = P - torch.outer(gain, Pk)
+    return S
+
+
+def _rls_by_rows(k, v, ridge, initial_state=None):  # (1, D) rows and matrix products throughout
+    S, P = _start(k, v, ridge, initial_state)
+    for k_t, v_t in zip(k.split(1), v.split(1)):
+        Pk = P @ k_t.T
+        P = P - (Pk @ Pk.T) / (1 + k_t @ Pk)
+        S = S + (P @ k_t.T) @ (v_t - k_t @ S)
+    return S
+
+
+def _sweep_by_the_delta_rule(k, beta):  # a pass of the package's delta rule from S_0 = I with v = 0 leaves M
+    from ttr_edu.ops import delta_rule_recurrent
+
+    eye = torch.eye(k.shape[1], dtype=k.dtype)
+    zeros = torch.zeros(k.shape[0], k.shape[1], dtype=k.dtype)
+    args = (x[None, :, None] for x in (k, k, zeros, beta))
+    return delta_rule_recurrent(*args, scale=1.0, initial_state=eye[None, None], output_final_state=True)[1][0, 0]
+
+
+WRONG_ANSWERS = [
+    ("6.3 the factors in reverse order", checks.check_sweep_operator, sweep_operator_reversed,
+     "your product is the transpose of the pass's"),
+    ("6.3 first order, the products dropped", checks.check_sweep_operator, sweep_operator_first_order,
+     "wrong values"),
+    ("6.3 Kaczmarz's normalised steps", checks.check_sweep_operator, sweep_operator_normalised, "wrong values"),
+    ("6.3 a pass of the package's delta rule", checks.check_sweep_operator, _sweep_by_the_delta_rule,
+     "calls the package's own implementation"),
+    ("6.1 not causal: all T pairs", checks.check_ridge_readout, non_causal_readout, "wrong values"),
+    ("6.1 pairs 1..t − 1", checks.check_ridge_readout,
+     lambda q, k, v, ridge: _ridge_readout(q, k, v, ridge, pairs="exclusive"), "wrong values"),
+    ("6.1 query scaled by 1/√D_k", checks.check_ridge_readout,
+     lambda q, k, v, ridge: _ridge_readout(q, k, v, ridge, query_scale=k.shape[1] ** -0.5), "wrong values"),
+    ("6.1 no ridge, pinv", checks.check_ridge_readout, pseudo_inverse_readout, "wrong values"),
+    ("6.2 includes g_i", checks.check_decay_weights, decay_including_own_gate, "wrong values"),
+    ("6.2 a ratio of cumulative products", checks.check_decay_weights, lambda g: _decay(g, how="cumprod ratio"),
+     "on or below the diagonal.*ratio of cumulative products"),
+    ("6.2 masked after exp", checks.check_decay_weights, decay_masked_after_exp, "above the diagonal.*inf · 0"),
+    ("6.2 transposed", checks.check_decay_weights, lambda g: _decay(g, how="transposed"), "wrong values"),
+    ("6.4 P_0 = λI", checks.check_rls_memory, _rls_variant(p0="ridge"), "wrong values"),
+    ("6.4 S updated with the old P", checks.check_rls_memory, _rls_variant(gain="old"), "wrong values"),
+    ("6.4 P never updated", checks.check_rls_memory, _rls_variant(updates_P=False), "wrong values"),
+    ("6.4 skips the memory's update: P_T Kᵀ V", checks.check_rls_memory, _rls_skips_the_memory_update,
+     "this case continues a memory"),
+    ("6.4 A.inverse()", checks.check_rls_memory, _rls_solved_by(lambda A: A.inverse()), "used a matrix inverse"),
+    ("6.4 matrix_power(A, −1)", checks.check_rls_memory, _rls_solved_by(lambda A: torch.linalg.matrix_power(A, -1)),
+     "used a matrix inverse"),
+    ("6.4 an inverse by eigh", checks.check_rls_memory, _rls_solved_by(_inverse_by_eigh), "used an eigensolver"),
+    ("6.4 A.pinverse()", checks.check_rls_memory, _rls_solved_by(lambda A: A.pinverse()),
+     "used a singular value decomposition"),
+    ("6.4 torch.linalg.tensorinv", checks.check_rls_memory,
+     _rls_solved_by(lambda A: torch.linalg.tensorinv(A, ind=1)), "used a matrix inverse"),
+    ("6.4 numpy.linalg.inv", checks.check_rls_memory,
+     _rls_solved_by(lambda A: torch.from_numpy(__import__("numpy").linalg.inv(A.numpy()))), "numpy.linalg.inv"),
+    ("6.4 the package's rls_recurrent", checks.check_rls_memory, lambda k, v, ridge, initial_state=None: __import__(
+        "ttr_edu.ops", fromlist=["rls_recurrent"]).rls_recurrent(k[None, :, None], k[None, :, None], v[None, :, None],
+        ridge=ridge, output_final_state=True)[1][0][0, 0], "calls the package's own implementation"),
+    ("6.4 the old signature, no initial_state", checks.check_rls_memory,
+     lambda k, v, ridge: rls_memory(k, v, ridge), "hint: keep the stub's parameter names"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("label,check,answer,reason", WRONG_ANSWERS, ids=ids(WRONG_ANSWERS))
+def test_a_plausible_wrong_answer_is_refused_for_its_reason(label, check, answer, reason, capsys):
+    refused(check, answer, reason, capsys)
+
+
+RIGHT_VARIANTS = [
+    ("6.3 the errors left from the identity", checks.check_sweep_operator, sweep_operator_by_sgd_steps, None),
+    ("6.3 functools.reduce over the factors", checks.check_sweep_operator, lambda k, beta: __import__(
+        "functools").reduce(lambda M, f: f @ M, [torch.eye(len(x), dtype=k.dtype) - b * torch.outer(x, x)
+                                                for x, b in zip(k, beta)], torch.eye(k.shape[1], dtype=k.dtype)), None),
+    ("6.3 in float32", checks.check_sweep_operator, lambda k, beta: sweep_operator(k.float(), beta.float()),
+     DTYPE_NAMED),
+    ("6.1 the push-through form", checks.check_ridge_readout, _ridge_by_push_through, None),
+    ("6.1 in float32", checks.check_ridge_readout,
+     lambda q, k, v, ridge: _ridge_readout(q.float(), k.float(), v.float(), ridge), DTYPE_NAMED),
+    ("6.2 torch.where after exp", checks.check_decay_weights, lambda g: _decay(g, how="where after exp"), None),
+    ("6.2 clamp(max=0), exp, tril", checks.check_decay_weights, lambda g: _decay(g, how="clamp"), None),
+    ("6.4 the Kalman-gain form", checks.check_rls_memory, _rls_kalman_gain, None),
+    ("6.4 (1, D) rows", checks.check_rls_memory, _rls_by_rows, None),
+    ("6.4 in float32", checks.check_rls_memory, lambda k, v, ridge, initial_state=None: rls_memory(
+        k.float(), v.float(), ridge, initial_state and tuple(x.float() for x in initial_state)), DTYPE_NAMED),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("label,check,answer,expected", RIGHT_VARIANTS, ids=ids(RIGHT_VARIANTS))
+def test_a_right_answer_written_differently_passes(label, check, answer, expected, capsys):
+    accepted(check, answer, expected, capsys)

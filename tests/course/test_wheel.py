@@ -122,7 +122,12 @@ def test_the_wheel_holds_the_course_the_shipped_data_and_its_metadata(dist):
             assert wheel.read(f"{content}chapters/{chapter}") == (ROOT / "chapters" / chapter).read_bytes()
         for page in PAGES:
             assert wheel.read(content + page) == (ROOT / page).read_bytes()
-        assert {f"ttr_edu/experiments/results/{p.name}" for p in (ROOT / "ttr_edu/experiments/results").glob("*.csv")}
+        shipped = [
+            *(ROOT / "ttr_edu/experiments/results").glob("*.csv"),
+            *(ROOT / "ttr_edu/experiments/results").glob("*.json"),
+        ]
+        # the chapters' data and the design-space explorer's grid
+        assert {f"ttr_edu/experiments/results/{p.name}" for p in shipped} <= names
         assert not any("solutions/" in name for name in names)
         metadata = wheel.read(f"ttr_edu-{VERSION}.dist-info/METADATA").decode()
     assert f"Version: {VERSION}\n" in metadata

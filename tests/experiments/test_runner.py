@@ -1,17 +1,20 @@
 """The shared runner: rows land as cells finish, under their provenance; resume never mixes recipes and repairs or
 refuses a damaged CSV; a Dask LocalCluster gives the local rows bit for bit; a dead worker loses only its cell."""
 
+import hashlib
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from functools import partial
 from pathlib import Path
 
 import pytest
 
 from tests.helpers import start_as_in_a_terminal
-from ttr_edu.experiments import runner
+from ttr_edu.experiments import INTERRUPTED, provenance, runner
 
 TOY = runner.Experiment(
     name="toy",
@@ -44,9 +47,63 @@ def test_rows_land_under_their_provenance_and_read_back(tmp_path):
     assert rows == result.rows and [r["x"] for r in rows] == [1, 2, 3, 1, 2, 3]
     assert meta["command"] == "the command" and meta["recipe"] == RECIPE and meta["experiment"] == "toy"
     assert meta["ttr-edu"] == runner.package_version() and "git commit" in meta
-    assert {r["recipe"] for r in rows} == {runner.recipe_hash(RECIPE)} == {meta["recipe hash"]}
+    code = provenance.training_code(toy_cell)
+    assert meta["training code"] == f"{provenance.code_digest(code)} {json.dumps(code)}"
+    assert {r["recipe"] for r in rows} == {runner.recipe_hash(RECIPE, code)} == {meta["recipe hash"]}
+    assert runner.recipe_hash(RECIPE, code) != runner.recipe_hash(RECIPE)  # the hash covers the code
     assert rows[1]["square"] == 4 / 3  # floats are written in full: the CSV holds the computed value exactly
     assert out.read_text().splitlines()[-1].startswith("# finished:")
+
+
+def test_the_header_names_torch_the_blas_python_and_the_cpu(tmp_path):
+    import platform
+
+    import torch
+
+    runner.run(TOY, RECIPE, CELLS[:1], toy_cell, tmp_path / "g.csv")
+    meta, _ = runner.read(TOY, tmp_path / "g.csv")
+    assert meta["torch"].startswith(f"{torch.__version__} (CPU kernels: {torch.backends.cpu.get_cpu_capability()})")
+    assert meta["blas"].split()[0] in torch.__config__.show() and meta["python"] == platform.python_version()
+    assert meta["cpu"] == provenance.cpu_name() and f"{platform.machine()}, " in meta["cpu"]
+
+
+def test_the_training_code_is_every_module_a_cell_trains_through():
+    """The MQAR cell's code: the ops, layers, model, task, training loop and its own module; not the runner, the
+    plots or the course. A file's bytes decide its hash."""
+    from functools import partial as bind
+
+    from ttr_edu.experiments import mqar
+
+    code = provenance.training_code(bind(mqar.train_cell, mqar.COURSE_GRID))
+    for needed in (
+        "ops/delta_rule.py",
+        "ops/rls.py",
+        "layers/linear.py",
+        "models/mqar.py",
+        "tasks/mqar.py",
+        "train.py",
+        "experiments/mqar.py",
+        "__init__.py",
+    ):
+        assert f"ttr_edu/{needed}" in code, needed
+    assert not [name for name in code if "/viz/" in name or "/course/" in name or name.endswith("runner.py")]
+    path = Path(mqar.__file__)
+    assert code["ttr_edu/experiments/mqar.py"] == hashlib.sha256(path.read_bytes()).hexdigest()[:12]
+
+
+def test_a_cell_module_edited_between_two_runs_has_another_digest(tmp_path, monkeypatch):
+    module = tmp_path / "edited_cell.py"
+    module.write_text("import ttr_edu.train\n\n\ndef cell(c):\n    return c\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import edited_cell
+
+    before = provenance.training_code(edited_cell.cell)
+    assert "edited_cell.py" in before and "ttr_edu/train.py" in before
+    module.write_text(module.read_text() + "# a change\n")
+    after = provenance.training_code(edited_cell.cell)
+    assert after["edited_cell.py"] != before["edited_cell.py"] and provenance.code_digest(
+        after
+    ) != provenance.code_digest(before)
 
 
 def test_resume_runs_only_the_missing_cells(tmp_path):
@@ -72,13 +129,60 @@ def test_resume_refuses_another_recipe_and_names_the_difference(tmp_path):
     assert len(runner.read(TOY, out)[1]) == 2  # untouched
 
 
+def test_resume_refuses_rows_trained_by_other_code(tmp_path, monkeypatch):
+    out = tmp_path / "g.csv"
+    runner.run(TOY, RECIPE, CELLS[:2], toy_cell, out)
+    before = out.read_bytes()
+    code = provenance.training_code(toy_cell)
+    changed = dict(code, **{"ttr_edu/__init__.py": "000000000000"})
+    monkeypatch.setattr(runner, "training_code", lambda cell_fn: changed)
+    with pytest.raises(runner.ResumeRefused, match=r"trained by other code \(changed: ttr_edu/__init__.py\)"):
+        runner.run(TOY, RECIPE, CELLS, toy_cell, out, resume=True)
+    assert out.read_bytes() == before
+
+
 def test_resume_refuses_rows_of_another_recipe_under_the_header(tmp_path):
     out = tmp_path / "g.csv"
     runner.run(TOY, RECIPE, CELLS[:2], toy_cell, out)
-    text = out.read_text().replace(runner.recipe_hash(RECIPE) + ",", "000000000000,", 1)
-    out.write_text(text.replace("# recipe hash: 000000000000", f"# recipe hash: {runner.recipe_hash(RECIPE)}"))
+    digest = runner.recipe_hash(RECIPE, provenance.training_code(toy_cell))
+    out.write_text(out.read_text().replace(digest + ",", "000000000000,", 1))
     with pytest.raises(runner.ResumeRefused, match="holds a row of recipe 000000000000"):
         runner.run(TOY, RECIPE, CELLS, toy_cell, out, resume=True)
+
+
+def test_the_resumed_line_counts_every_cell_the_resume_trains(tmp_path):
+    """A sweep adds its later seeds only once the first seed's rates are done: the count still includes them."""
+    from ttr_edu.experiments.mqar import Sweep
+
+    cells = [
+        {"name": n, "x": x, "lr": lr, "seed": s}
+        for n in ("a", "b")
+        for x in (1,)
+        for lr in (0.1, 0.2)
+        for s in (0, 1, 2)
+    ]
+    swept = runner.Experiment(
+        "swept",
+        ("name", "x", "lr", "seed", "accuracy", "final_eval_loss"),
+        ("name", "x", "lr", "seed"),
+        {"x": int, "lr": float, "seed": int, "accuracy": float, "final_eval_loss": float},
+    )
+
+    def cell(c):
+        if c["name"] == "b" and c["lr"] == 0.2:
+            raise KeyboardInterrupt  # the first run stops after a's sweep and b's first rate
+        return {**c, "accuracy": c["lr"], "final_eval_loss": 1.0}
+
+    out = tmp_path / "g.csv"
+    with pytest.raises(KeyboardInterrupt):
+        runner.run(swept, RECIPE, Sweep(cells), cell, out)
+    result = runner.run(swept, RECIPE, Sweep(cells), partial(swept_cell), out, resume=True)
+    resumed = [line for line in out.read_text().splitlines() if line.startswith("# resumed:")]
+    assert result.trained == 5 and f"({result.trained} cells to run)" in resumed[0]  # b's rate, then 2 + 2 seeds
+
+
+def swept_cell(c):
+    return {**c, "accuracy": c["lr"], "final_eval_loss": 1.0}
 
 
 def test_resume_refuses_a_file_that_is_not_a_grid_csv(tmp_path):
@@ -143,8 +247,32 @@ def test_joblib_workers_give_the_rows_of_a_serial_run(tmp_path):
 def test_bad_jobs_and_scheduler_are_named():
     with pytest.raises(ValueError, match="jobs: expected a positive int, got 0"):
         runner.run(TOY, RECIPE, CELLS, toy_cell, jobs=0)
-    with pytest.raises(ValueError, match="scheduler: expected local:N"):
+    with pytest.raises(runner.SchedulerError, match="scheduler: local:N needs a whole number N >= 1"):
         runner.run(TOY, RECIPE, CELLS, toy_cell, scheduler="local:0")
+    for address in ("tcp://", "tcp://[::1", "tcp://host", "tcp://host:0", "http://host:8786", "inproc://x"):
+        with pytest.raises(runner.SchedulerError, match="expected local:N or a Dask address tcp://HOST:PORT"):
+            runner.run(TOY, RECIPE, CELLS, toy_cell, scheduler=address)
+
+
+def test_a_scheduler_that_does_not_answer_leaves_an_existing_csv_as_it_was(tmp_path):
+    """Port 1 on this machine refuses at once: the runner says so before it opens the CSV."""
+    pytest.importorskip("distributed")
+    out = tmp_path / "g.csv"
+    runner.run(TOY, RECIPE, CELLS[:2], toy_cell, out)
+    before = out.read_bytes()
+    for resume in (False, True):
+        with pytest.raises(runner.SchedulerError, match=r"no Dask scheduler answers at tcp://127.0.0.1:1 \("):
+            runner.run(TOY, RECIPE, CELLS, toy_cell, out, resume=resume, scheduler="tcp://127.0.0.1:1")
+        assert out.read_bytes() == before
+
+
+def test_a_full_disk_is_an_output_error():
+    if not Path("/dev/full").exists():
+        pytest.skip("no /dev/full here")
+    for resume in (False, True):
+        with pytest.raises(runner.OutputError, match="No space left on device") as caught:
+            runner.run(TOY, RECIPE, CELLS, toy_cell, "/dev/full", resume=resume)
+        assert caught.value.strerror == "cannot write /dev/full: No space left on device"
 
 
 def test_interrupted_run_keeps_a_valid_csv(tmp_path):
@@ -172,7 +300,7 @@ else:
 
 
 @pytest.mark.slow  # a LocalCluster of two worker processes starts in a few seconds
-def test_a_dask_local_cluster_gives_the_local_rows_bit_for_bit(tmp_path):
+def test_a_dask_local_cluster_gives_the_local_rows_bit_for_bit(tmp_path, capfd):
     """A tiny MQAR grid through a LocalCluster of 2 worker processes: every row equals the local run's, float for
     float, but for the two times."""
     from ttr_edu.experiments import mqar
@@ -186,11 +314,50 @@ def test_a_dask_local_cluster_gives_the_local_rows_bit_for_bit(tmp_path):
         eval_examples=16,
     )
     local = mqar.run_grid(tiny, tmp_path / "local.csv", progress=False)
+    capfd.readouterr()
     dask = mqar.run_grid(tiny, tmp_path / "dask.csv", scheduler="local:2", progress=False)
+    assert capfd.readouterr().err == ""  # the cluster's and its workers' logs stay quiet
     assert len(local) == 4
     assert timeless(dask, mqar.EXPERIMENT) == timeless(local, mqar.EXPERIMENT)
     written = sorted(mqar.load_results(tmp_path / "dask.csv", show=False), key=mqar.EXPERIMENT.cell_of)
     assert timeless(written, mqar.EXPERIMENT) == timeless(sorted(local, key=mqar.EXPERIMENT.cell_of), mqar.EXPERIMENT)
+
+
+WHERE = runner.Experiment("where", ("x", "worker", "seconds"), ("x",), {"x": int, "seconds": float}, ("seconds",))
+
+
+def where_cell(cell: dict) -> dict:
+    """Cells 0 and 1 take 3 s (so the scheduler learns how long a cell takes); the others wait until the cluster has
+    two workers (at most 90 s), then return the worker that ran them."""
+    from distributed import get_client, get_worker
+
+    if cell["x"] < 2:
+        time.sleep(3)
+    else:
+        deadline = time.monotonic() + 90
+        while len(get_client().scheduler_info()["workers"]) < 2 and time.monotonic() < deadline:
+            time.sleep(0.2)
+    return {"x": cell["x"], "worker": get_worker().address, "seconds": 0.0}
+
+
+@pytest.mark.slow
+def test_an_adaptive_cluster_grows_because_cells_wait_in_its_queue(tmp_path):
+    """A LocalCluster of one worker with ``adapt(maximum=2)``: the runner's look-ahead queue shows the scheduler
+    waiting cells, so it starts a second worker, and both run cells. (With only as many cells in flight as worker
+    threads the scheduler sees no waiting work and never grows: every waiting cell would time out on one worker.)"""
+    import dask
+    from distributed import LocalCluster
+
+    config = {"distributed.scheduler.worker-saturation": 1.0, "distributed.adaptive.target-duration": "1s"}
+    with dask.config.set(config):
+        cluster = LocalCluster(n_workers=1, threads_per_worker=1, processes=True, dashboard_address=None)
+        try:
+            cluster.adapt(minimum=1, maximum=2, interval="200ms", wait_count=50)
+            cells = [{"x": x} for x in range(8)]
+            result = runner.run(WHERE, {"adapt": 1}, cells, where_cell, scheduler=cluster.scheduler_address)
+        finally:
+            cluster.close()
+    assert len(result.rows) == 8 and len({r["worker"] for r in result.rows}) == 2
 
 
 @pytest.mark.slow
@@ -237,8 +404,8 @@ def cli(*args, cwd):
         (["capacity", "--quick", "--max-steps", "1", "--out", "adir"], "--out: adir is a folder"),
         (["mqar", "--quick", "--max-steps", "0", "--out", "m0.csv"], "--max-steps: expected a positive int"),
         (["mqar", "--quick", "--out", "nodir/x.csv"], "--out: the folder nodir does not exist"),
-        (["lm", "--scheduler", "local:0"], "--scheduler: local:N needs N from 1"),
-        (["mqar", "--scheduler", "http://x", "--quick"], "--scheduler: expected local:N or tcp://HOST:PORT"),
+        (["lm", "--scheduler", "local:0"], "--scheduler: local:N needs a whole number N >= 1"),
+        (["mqar", "--scheduler", "http://x", "--quick"], "--scheduler: expected local:N or a Dask address tcp://HOST"),
         (["mqar_memories", "--seeds", "-1"], "--seeds: expected ints >= 0"),
         (["overwrite", "--bogus"], "unrecognized arguments: --bogus"),
     ],
@@ -284,38 +451,127 @@ def test_resume_refusal_on_the_command_line_is_one_line(tmp_path):
 
 
 @pytest.mark.slow
-def test_ctrl_c_is_one_line_exit_130_and_the_csv_stays_valid(tmp_path):
-    import signal
-    import time
+@pytest.mark.parametrize(
+    "args, message, status",
+    [
+        (["--scheduler", "tcp://127.0.0.1:1"], "error: --scheduler: no Dask scheduler answers at tcp://127.0.0.1:1", 1),
+        (["--scheduler", "tcp://"], "--scheduler: expected local:N or a Dask address tcp://HOST:PORT", 2),
+        (["--scheduler", "tcp://[::1"], "--scheduler: expected local:N or a Dask address tcp://HOST:PORT", 2),
+        (["--out", "/dev/full"], "error: --out: cannot write /dev/full: No space left on device", 1),
+    ],
+)
+def test_a_scheduler_or_out_that_fails_is_one_line_and_leaves_the_csv(tmp_path, args, message, status):
+    """Reproducers experiments_unreachable_scheduler_traceback, experiments_malformed_scheduler_traceback,
+    experiments_bad_scheduler_truncates_out_first and experiments_full_disk_traceback."""
+    if "/dev/full" in args and not Path("/dev/full").exists():
+        pytest.skip("no /dev/full here")
+    (tmp_path / "g.csv").write_text("rows of an earlier run\n")
+    p = cli("mqar", "--quick", "--max-steps", "1", "--out", "g.csv", *args, cwd=tmp_path)
+    assert p.returncode == status and p.stderr.strip().splitlines() == [p.stderr.strip()], p.stderr
+    assert message in p.stderr and "Traceback" not in p.stderr
+    assert (tmp_path / "g.csv").read_text() == "rows of an earlier run\n"
 
+
+# ---- Ctrl-C ----------------------------------------------------------------------------------------------------------
+
+
+def wait_for(condition, what, timeout=180.0):
+    """Poll ``condition`` until it holds (a test waits for a state, never for a time); fail after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            pytest.fail(f"waited {timeout:.0f} s for {what}")
+        time.sleep(0.05)
+
+
+def column_line_written(path):
+    return path.exists() and any(not line.startswith("#") for line in path.read_text().splitlines())
+
+
+def rows_written(path):
+    return sum(1 for line in path.read_text().splitlines() if line and not line.startswith("#")) - 1  # - columns
+
+
+def session_processes(sid):
+    import psutil
+
+    found = []
+    for process in psutil.process_iter():
+        try:
+            if os.getsid(process.pid) == sid:
+                found.append(process.pid)
+        except (OSError, psutil.Error):
+            pass
+    return found
+
+
+@pytest.mark.slow  # each case starts two Pythons and two workers
+@pytest.mark.parametrize("mode", [["--jobs", "2"], ["--scheduler", "local:2"]], ids=["jobs", "dask"])
+@pytest.mark.parametrize("moment", ["starting", "no row yet", "rows written", "twice"])
+def test_ctrl_c_is_one_line_exit_130_whenever_it_comes(tmp_path, mode, moment):
+    """Ctrl-C (SIGINT to the terminal's process group) while the command starts, once its CSV has its header, once
+    rows are written, and twice in a row: one line, exit status 130, a CSV that reads back, no process left."""
+    import psutil
+
+    flag, out = tmp_path / "release", tmp_path / "g.csv"
+    free = "2" if moment in ("rows written", "twice") else "0"  # cells beyond these wait for the flag
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    command = [
+        sys.executable,
+        "-m",
+        "tests.experiments.toy_grid",
+        "--flag",
+        str(flag),
+        "--free",
+        free,
+        "--out",
+        "g.csv",
+    ]
     process = start_as_in_a_terminal(
-        [
-            sys.executable,
-            "-W",
-            "ignore",
-            "-m",
-            "ttr_edu.experiments",
-            "mqar",
-            "--quick",
-            "--jobs",
-            "2",
-            "--out",
-            "g.csv",
-        ],
-        cwd=tmp_path,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        env=env,
+        [*command, *mode], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env
     )
-    deadline = time.time() + 120
-    while time.time() < deadline and not (tmp_path / "g.csv").exists():
-        time.sleep(0.2)
-    time.sleep(3)
-    os.killpg(process.pid, signal.SIGINT)  # as a terminal's Ctrl-C does: the whole process group
-    _, stderr = process.communicate(timeout=120)
+    try:
+        if moment == "starting":
+            wait_for(lambda: psutil.Process(process.pid).children(), "the experiment's process to start")
+        elif moment == "no row yet":
+            wait_for(lambda: column_line_written(out), "the CSV's column line")
+        else:
+            wait_for(lambda: column_line_written(out) and rows_written(out) >= 2, "two rows")
+        child = psutil.Process(process.pid).children()[0].pid
+        os.killpg(process.pid, signal.SIGINT)  # as a terminal's Ctrl-C does: the whole foreground process group
+        if moment == "twice":
+            os.killpg(process.pid, signal.SIGINT)
+        _, stderr = process.communicate(timeout=180)
+    finally:
+        flag.write_text("")  # a cell still waiting returns, whatever happened
+        if process.poll() is None:
+            process.kill()
     assert process.returncode == 130, stderr
-    assert stderr.strip().splitlines() == ["interrupted: the rows written so far are kept; --resume runs the rest"]
+    assert stderr.strip().splitlines() == [INTERRUPTED]
+    if out.exists():
+        rows = runner.read(runner.Experiment("toy", ("x", "seconds"), ("x",), {"x": int, "seconds": float}), out)[1]
+        assert len(rows) >= (2 if moment in ("rows written", "twice") else 0)
+        assert out.read_text().splitlines()[-1].startswith("# interrupted:")
+    wait_for(lambda: not session_processes(child), "the experiment's workers to stop", timeout=60)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", [["--jobs", "2"], ["--scheduler", "local:2"]], ids=["jobs", "dask"])
+def test_ctrl_c_in_the_mqar_command_is_one_line(tmp_path, mode):
+    """The same through ``python -m ttr_edu.experiments mqar``: Ctrl-C once the CSV's column line is written (the
+    cells then train for seconds)."""
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    command = [sys.executable, "-W", "ignore", "-m", "ttr_edu.experiments", "mqar", "--quick", "--out", "g.csv", *mode]
+    process = start_as_in_a_terminal(command, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    try:
+        wait_for(lambda: column_line_written(tmp_path / "g.csv"), "the CSV's column line")
+        os.killpg(process.pid, signal.SIGINT)
+        _, stderr = process.communicate(timeout=180)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert process.returncode == 130, stderr
+    assert stderr.strip().splitlines() == [INTERRUPTED]
     from ttr_edu.experiments import mqar
 
     meta, rows = runner.read(mqar.EXPERIMENT, tmp_path / "g.csv")

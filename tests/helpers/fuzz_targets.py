@@ -422,6 +422,7 @@ def choice_target(name, args, **kw):
 for name in ("Uniform", "Gates", "Linear"):
     choice_target(name, {})
 choice_target("ExponentialDecay", dict(gamma=Num(0.5, lo=0.0, lo_open=True, hi=1.0, tiny="either")))
+choice_target("SlidingWindow", dict(window=Int(4, huge="valid")))  # a window longer than T is uniform weights
 choice_target("LocalConstant", dict(kernel=Ch("softmax", ("gaussian",))))
 choice_target("LocalLinear", dict(kernel=Ch("softmax", ("gaussian",))))
 choice_target("KernelRidge", dict(kernel=Ch("gaussian", ("exponential",))))
@@ -516,8 +517,9 @@ choice_target(
 )
 
 
-def named_call(layer, *, stepped, gated, warm, mlp, rows=1, local=False, momentum=False, options=None):
-    """A call of ``named_layer(layer)``: the tensors its three choices need, built from the drawn sizes."""
+def named_call(layer, *, stepped, gated, warm, mlp, rows=1, local=False, momentum=False, options=None, build=None):
+    """A call of ``named_layer(layer)`` (or of the layer ``build()`` makes): the tensors its three choices need,
+    built from the drawn sizes."""
     K = ("B", (lambda s: s["T"] * rows) if rows > 1 else "T", "H", "D_k")
     VV = ("B", K[1], "H", "D_v")
     args = dict(q=F(QK), k=F(K, gen="unit"), v=F(VV), scale=SCALE, output_final_state=Flag())
@@ -545,7 +547,7 @@ def named_call(layer, *, stepped, gated, warm, mlp, rows=1, local=False, momentu
     options = options or {}
 
     def call(**a):
-        return _reg("named_layer")(layer, **options)(**a)
+        return (build() if build else _reg("named_layer")(layer, **options))(**a)
 
     skip = ("output_final_state:flipped",) if local else ()
     add(
@@ -605,6 +607,27 @@ for layer_name in (
         if layer_name.startswith("ttt")
         else None,
     )
+
+# sliding-window weights: the uniform layer run over each window (ttr_edu.regression.window), checked as the named ones
+named_call(
+    "window_deltanet",
+    stepped=True,
+    gated=False,
+    warm=True,
+    mlp=False,
+    build=lambda: _reg("TestTimeRegression")(_reg("SlidingWindow")(2), _reg("Linear")(), _reg("OnlineSGD")()),
+)
+named_call(
+    "window_softmax_attention",
+    stepped=False,
+    gated=False,
+    warm=False,
+    mlp=False,
+    local=True,
+    build=lambda: _reg("TestTimeRegression")(
+        _reg("SlidingWindow")(2), _reg("LocalConstant")(), _reg("ExactSolve")(0.0)
+    ),
+)
 
 for layer_name, stepped, gated in (
     ("deltanet", True, False),

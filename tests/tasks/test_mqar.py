@@ -1,9 +1,8 @@
-"""The MQAR generator (Zoology-style), its accuracy metric, the tiny models and the grid's CSV round trip."""
+"""The MQAR generator (Zoology-style), its accuracy metric and the tiny models (the grids: tests/experiments)."""
 
 import pytest
 import torch
 
-from ttr_edu.experiments.mqar import COURSE_GRID, FULL_GRID, Block, MQARGrid, best, load_results, run_grid, summarise
 from ttr_edu.models.mqar import LINEAR_MEMORIES, MODELS, MQARModel
 from ttr_edu.tasks.mqar import (
     IGNORE_INDEX,
@@ -246,70 +245,21 @@ def test_no_conv_model_has_no_convolution_and_bad_names_are_refused():
         MQARModel("deltanet", 32, 8, nope=1)
 
 
-def test_grid_refuses_cells_without_room_between_queries_and_small_batches():
-    with pytest.raises(ValueError, match="query slots free"):
-        MQARGrid("course", blocks=(Block("b", ("deltanet",), (16,), ((64, 16),)),))
-    with pytest.raises(ValueError, match="batch_size: expected at least 32"):
-        MQARGrid("course", blocks=(Block("b", ("deltanet",), (16,), ((96, 16),)),), batch_size=8)
-
-
-@pytest.mark.parametrize("grid", [COURSE_GRID, FULL_GRID])
-def test_both_grids_follow_zoology_recipe(grid):
-    cells = grid.cells()
-    assert len(cells) == len(set(cells))
-    assert all(c.seq_len >= 6 * c.num_pairs for c in cells) and grid.batch_size >= 32 and grid.vocab_size == 8192
-    settings = {(c.model, c.feature_map, c.short_conv, c.seq_len, c.num_pairs, c.d_model) for c in cells}
-    for s in settings:
-        picked = [c for c in cells if (c.model, c.feature_map, c.short_conv, c.seq_len, c.num_pairs, c.d_model) == s]
-        assert len({c.lr for c in picked}) >= 3 and len({c.seed for c in picked}) >= 3
-    widths = {(c.model, c.seq_len, c.num_pairs): set() for c in cells if c.short_conv and c.feature_map in ("silu", "")}
-    for c in cells:
-        if c.short_conv and c.feature_map in ("silu", ""):
-            widths[c.model, c.seq_len, c.num_pairs].add(c.d_model)
-    assert all(len(w) >= 3 for w in widths.values())
-    matched = {(c.model, c.feature_map) for c in cells if c.model in ("linear_attention", "deltanet", "rls")}
-    assert {("deltanet", "elu_plus_one"), ("rls", "silu"), ("linear_attention", "elu_plus_one")} <= matched
-    assert {c.model for c in cells if not c.short_conv} >= {"deltanet", "softmax_attention"}
-
-
-def test_full_grid_reaches_zoology_scale():
-    cells = FULL_GRID.cells()
-    assert max(c.d_model for c in cells) >= 128 and max(c.seq_len for c in cells) >= 256
-    assert {"gated_deltanet", "mesa"} <= {c.model for c in cells}
-
-
-TINY = dict(vocab_size=64, max_steps=2, eval_every=1, eval_examples=8)
-
-
-def tiny_grid(models, lrs=(1e-2,), seeds=(0,)):
-    return MQARGrid("quick", blocks=(Block("b", models, (8,), ((24, 4),), lrs=lrs, seeds=seeds),), **TINY)
-
-
-@pytest.mark.slow  # the first Adam in a process imports torch._dynamo (~10 s here); the run itself is 2 steps
-def test_grid_writes_a_csv_that_reads_back_with_its_provenance(tmp_path, capsys):
-    rows = run_grid(tiny_grid(("softmax_attention",)), tmp_path / "g.csv", command="the command", progress=False)
-    back = load_results(tmp_path / "g.csv")
-    shown = capsys.readouterr().out
-    assert "command: the command" in shown and "git commit:" in shown and "started:" in shown
-    assert back == rows and back[0]["steps"] <= 2 and back[0]["state_size"] == 2 * 24 * 8
-    assert summarise(back, model="softmax_attention")["n"] == 1
-
-
-@pytest.mark.slow
-def test_the_sweep_trains_every_rate_on_the_first_seed_and_the_rest_at_the_best(tmp_path):
-    rows = run_grid(tiny_grid(("deltanet",), lrs=(1e-3, 1e-2), seeds=(0, 1, 2)), tmp_path / "g.csv", progress=False)
-    first = {r["lr"] for r in rows if r["seed"] == 0}
-    chosen = best(rows, model="deltanet")
-    assert first == {1e-3, 1e-2} and len(rows) == 4
-    assert {(r["lr"], r["seed"]) for r in rows if r["seed"] != 0} == {(chosen["lr"], 1), (chosen["lr"], 2)}
-    assert chosen["n"] == 3 and set(chosen["by_lr"]) == {1e-3, 1e-2}
-
-
-def test_best_picks_the_rate_by_the_seeds_common_to_all_rates():
-    def row(lr, seed, acc, loss=1.0):
-        return {"model": "m", "lr": lr, "seed": seed, "accuracy": acc, "final_eval_loss": loss}
-
-    rows = [row(1e-3, 0, 0.5), row(1e-2, 0, 0.7), row(1e-2, 1, 0.1), row(1e-2, 2, 0.2)]
-    assert best(rows, model="m")["lr"] == 1e-2 and best(rows, model="m")["min"] == 0.1
-    tie = [row(1e-3, 0, 1.0, 0.01), row(1e-2, 0, 1.0, 0.002)]
-    assert best(tie, model="m")["lr"] == 1e-2  # equal accuracy: the lower loss wins
+def test_layers_stack_and_positions_are_learned_when_asked():
+    """Two layers keep twice one layer's state; positions are added to the embedding and refuse a longer sequence;
+    a one-layer model keeps its parameter names and initial weights."""
+    torch.manual_seed(0)
+    one = MQARModel("softmax_attention", 32, 8)
+    torch.manual_seed(0)
+    two = MQARModel("softmax_attention", 32, 8, n_layers=2, use_short_conv=False, max_positions=16)
+    assert two.state_size(16) == 2 * one.state_size(16) and two.positions.weight.shape == (16, 8)
+    torch.manual_seed(0)
+    again = MQARModel("softmax_attention", 32, 8, n_layers=1, max_positions=0)
+    assert all(torch.equal(a, b) for a, b in zip(one.state_dict().values(), again.state_dict().values()))
+    assert list(one.state_dict()) == list(again.state_dict())
+    b = batch(6, batch_size=2, seq_len=16, num_pairs=2, vocab_size=32)
+    assert two(b.inputs).shape == (2, 16, 32)
+    with pytest.raises(ValueError, match="16 positions"):
+        two(batch(6, batch_size=2, seq_len=24, num_pairs=2, vocab_size=32).inputs)
+    with pytest.raises(ValueError, match="n_layers"):
+        MQARModel("deltanet", 32, 8, n_layers=0)

@@ -494,6 +494,8 @@ def describe(value: Any) -> str:
     """Short description of an input for failure messages: tensors by shape and dtype."""
     if isinstance(value, torch.Tensor):
         return f"tensor{tuple(value.shape)} {str(value.dtype).replace('torch.', '')}"
+    if type(value) is tuple and any(isinstance(v, torch.Tensor) for v in value):  # a state, e.g. (S0, P0)
+        return f"({', '.join(describe(v) for v in value)})"
     return repr(value)
 
 

@@ -31,14 +31,17 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+from torch.utils._python_dispatch import _get_current_dispatch_mode_stack, _pop_mode, _push_mode
 
 from ttr_edu.checks import _core
 from ttr_edu.checks._core import CheckFailed, describe
-from ttr_edu.checks._guard import Forbidden, ForbiddenCall, forbidden, watching
+from ttr_edu.checks._guard import SOLVERS, Forbidden, ForbiddenCall, forbidden, watching
+from ttr_edu.profiling import _CountOperations
 
 __all__ = [
     "Rules",
     "LinearCost",
+    "OpCount",
     "Exercise",
     "exercise",
     "Outcome",
@@ -47,6 +50,8 @@ __all__ = [
     "judge_case",
     "judge_cost",
     "judge_source",
+    "judge_ops",
+    "counting_ops",
     "run_in_kernel",
     "to_plain",
     "Foreign",
@@ -71,6 +76,27 @@ class LinearCost:
 
 
 @dataclass(frozen=True)
+class OpCount:
+    """A rule about loops ("no Python loop", "a loop over t", "one step per chunk"): how the number of torch
+    operations the answer runs grows between the two ``sizes`` of ``case(n)``.
+
+    The operations are counted below autograd, at torch's dispatcher (``torch.ops.aten``), so every spelling of a
+    loop counts, and the count does not depend on the machine. Their growth exponent
+    ``log(ops₂ / ops₁) / log(n₂ / n₁)`` must lie in ``[low, high]``: vectorised code measures about 0, a loop over
+    ``n`` about 1, a loop over the ``T / n`` chunks of a fixed ``T`` about −1. The answer's output at each size is
+    compared with the reference too. ``size_name`` names ``n`` in the message, and ``expect`` says what the exercise
+    asks for instead.
+    """
+
+    case: Callable[[int], dict]
+    sizes: tuple[int, int]
+    low: float = -math.inf
+    high: float = math.inf
+    size_name: str = "n"
+    expect: str = ""
+
+
+@dataclass(frozen=True)
 class Rules:
     """What an exercise rules out or requires, beyond agreeing with its reference.
 
@@ -92,6 +118,9 @@ class Rules:
         source: for a rule no run at the cases' sizes can show (a Triton kernel's int32 offsets overflow only past
             2³¹ elements): ``source(answer)`` reads the answer's source and returns what breaks the rule, or None. It
             runs where the answer runs and is reported once every case agrees (:func:`judge_source`).
+        op_count: how its number of torch operations may grow with a size (:class:`OpCount`): no Python loop, or one.
+        returns: the Python type the exercise asks the result to be (``float``: "return it as a Python float"); a
+            result of another type (a 0-d tensor) fails, naming both.
         why: what to do instead, in the exercise's words; ends the message of a broken rule.
     """
 
@@ -103,6 +132,8 @@ class Rules:
     linear_cost: LinearCost | None = None
     watch: Callable[[dict], AbstractContextManager] | None = None
     source: Callable[[Callable], str | None] | None = None
+    op_count: OpCount | None = None
+    returns: type | None = None
     why: str = ""
 
     def __post_init__(self) -> None:
@@ -117,7 +148,10 @@ def _call(answer: Callable, case: dict) -> Any:
 @dataclass(frozen=True)
 class Exercise:
     """One exercise's check, declared (see the module's docstring). ``call(answer, case)`` calls the answer on a case
-    where the answer runs (default ``answer(**case)``); ``explain(message, case)`` may add words to a failure."""
+    where the answer runs (default ``answer(**case)``); ``explain(message, case, result)`` may add words to a failure
+    of the values (``result``: what the answer returned, as the grader sees it).
+    ``rtol``/``atol`` hold where the case's tensors are float64, ``tol32`` (``(rtol, atol)``) where one of them is
+    float32 or narrower: there the answer and the reference round differently by more."""
 
     name: str
     reference: Callable
@@ -126,7 +160,17 @@ class Exercise:
     rtol: float = 1e-6
     atol: float = 1e-8
     call: Callable[[Callable, dict], Any] = _call
-    explain: Callable[[str, dict], str] | None = None
+    explain: Callable[[str, dict, Any], str] | None = None
+    tol32: tuple[float, float] = (1e-4, 1e-5)
+
+    def tolerances(self, case: dict) -> tuple[float, float]:
+        """``(rtol, atol)`` for ``case``: the exercise's own, or ``tol32`` when a tensor of the case is float32 or
+        narrower."""
+        narrow = any(
+            isinstance(v, torch.Tensor) and v.is_floating_point() and torch.finfo(v.dtype).bits < 64
+            for v in case.values()
+        )
+        return (max(self.rtol, self.tol32[0]), max(self.atol, self.tol32[1])) if narrow else (self.rtol, self.atol)
 
     def forbidden(self, *, solver_modules: Iterable[str] | None = None) -> Forbidden:
         """What the answer may not reach: the reference and the declared package implementations, and the rules."""
@@ -147,7 +191,8 @@ def exercise(
     rtol: float = 1e-6,
     atol: float = 1e-8,
     call: Callable[[Callable, dict], Any] = _call,
-    explain: Callable[[str, dict], str] | None = None,
+    explain: Callable[[str, dict, Any], str] | None = None,
+    tol32: tuple[float, float] = (1e-4, 1e-5),
 ) -> Callable[[Callable], Callable[[Callable], bool]]:
     """Declare the exercise checked by the decorated ``check_<name>`` function (whose docstring says what it checks);
     the function becomes its check in the student's kernel, and carries the declaration (``__exercise__``) for the
@@ -155,7 +200,7 @@ def exercise(
 
     def wrap(fn: Callable) -> Callable[[Callable], bool]:
         declared = Exercise(
-            fn.__name__.removeprefix("check_"), reference, cases, rules or Rules(), rtol, atol, call, explain
+            fn.__name__.removeprefix("check_"), reference, cases, rules or Rules(), rtol, atol, call, explain, tol32
         )
 
         @functools.wraps(fn)
@@ -181,8 +226,9 @@ class Outcome:
     ``result`` (see :func:`to_plain`), or the ``raised`` message, or ``not_attempted``, or a ``broke_rule`` message
     (the answer was stopped); ``called``: what the call trace saw it reach that it may not (reported once the values
     are judged: a wrong answer is shown as wrong first); ``inputs_after`` (the case's tensors after the call) and
-    ``grads`` (input name -> vector-Jacobian product) when the rules ask for them; ``source``: what the rules' reading
-    of the answer's source found (:func:`judge_source`)."""
+    ``grads`` (input name -> vector-Jacobian product) when the rules ask for them; ``ops``: the number of torch
+    operations the call ran, when counted (:class:`OpCount`); ``source``: what the rules' reading of the answer's
+    source found (:func:`judge_source`)."""
 
     result: Any = None
     raised: str | None = None
@@ -192,6 +238,7 @@ class Outcome:
     inputs_after: dict | None = None
     grads: dict | None = None
     source: str | None = None
+    ops: int | None = None
 
     def as_dict(self) -> dict:
         return dict(vars(self))
@@ -239,6 +286,9 @@ def from_plain(value: Any) -> Any:
 
 def _cloned(case: dict, keep_grad: tuple[str, ...] = ()) -> dict:
     given = _core._cloned(case)
+    for name, value in given.items():  # a state given as a tuple of tensors, e.g. initial_state = (S0, P0)
+        if type(value) is tuple or type(value) is list:
+            given[name] = type(value)(v.clone() if isinstance(v, torch.Tensor) else v for v in value)
     for name in keep_grad:
         if isinstance(given.get(name), torch.Tensor) and given[name].is_floating_point():
             given[name] = given[name].detach().requires_grad_()
@@ -261,18 +311,47 @@ def _vjp(result: Any, given: dict, names: tuple[str, ...], index: int) -> dict:
     return {name: None if g is None else g.detach() for name, g in zip(names, grads)}
 
 
-def answer_outcome(declared: Exercise, answer: Callable, case: dict, index: int, guard=nullcontext) -> Outcome:
+@contextmanager
+def counting_ops(enabled: bool = True) -> Iterator[_CountOperations | None]:
+    """Count the torch operations run inside the block (``.count`` of the value, as
+    :func:`ttr_edu.profiling.operation_count` counts them; None when not ``enabled``). An answer that takes the counter
+    off torch's mode stack is refused (:class:`ForbiddenCall`)."""
+    if not enabled:
+        yield None
+        return
+    counter = _CountOperations()
+    counter.__enter__()
+    try:
+        yield counter
+    finally:
+        stack = _get_current_dispatch_mode_stack()
+        intact = bool(stack) and stack[-1] is counter
+        if any(mode is counter for mode in stack):
+            while _get_current_dispatch_mode_stack()[-1] is not counter:
+                _pop_mode()  # what the answer left above the counter
+        else:
+            _push_mode(counter)  # taken off by the answer: back on, so that leaving it restores torch's flags
+        counter.__exit__(None, None, None)
+    if not intact:
+        raise ForbiddenCall("your function switched off the check's count of torch operations; remove that code")
+
+
+def answer_outcome(
+    declared: Exercise, answer: Callable, case: dict, index: int, guard=nullcontext, count_ops: bool = False
+) -> Outcome:
     """Call ``answer`` on ``case`` under ``guard`` (a context whose value has a ``hit`` attribute, or none) and say
-    what it gave. Runs where the answer runs: the student's kernel, or the engine's child (where nothing is guarded
-    here, because the whole process is locked down)."""
+    what it gave; with ``count_ops``, also how many torch operations it ran (:class:`OpCount`). Runs where the answer
+    runs: the student's kernel, or the engine's child (where nothing is guarded here, because the whole process is
+    locked down)."""
     rules = declared.rules
     given = _cloned(case, rules.keep_grad)
     outcome = Outcome()
     watch = rules.watch(case) if rules.watch is not None else nullcontext()
     with guard() as trace:
         try:
-            with watch as watched:
+            with watch as watched, counting_ops(count_ops) as counter:
                 outcome.result = declared.call(answer, given)
+            outcome.ops = None if counter is None else counter.count
         except NotImplementedError as err:
             if _core._is_untouched_stub(err):
                 outcome.not_attempted = True
@@ -333,8 +412,8 @@ def judge_case(declared: Exercise, case: dict, index: int, outcome: Outcome) -> 
     name, rules = declared.name, declared.rules
     if outcome.not_attempted:
         raise NotAttempted(name)
-    if outcome.broke_rule is not None:
-        raise CheckFailed(f"{name}: {outcome.broke_rule}")
+    if outcome.broke_rule is not None:  # a ruled-out call entered first (the package's op, whose solver was refused)
+        raise CheckFailed(f"{name}: {outcome.called or outcome.broke_rule}")
     if outcome.raised is not None:  # a ruled-out call on the way explains more than what it raised
         raise CheckFailed(f"{name}: {outcome.called or outcome.raised}")
     if rules.inputs_unchanged:
@@ -349,21 +428,41 @@ def judge_case(declared: Exercise, case: dict, index: int, outcome: Outcome) -> 
                     f"{name}: your function modified its input {key} in place; return a new tensor instead\n"
                     f"  inputs: {_inputs(case)}"
                 )
+    if rules.returns is not None and not _is_a(outcome.result, rules.returns):
+        got = outcome.result
+        what = (
+            f"a tensor of shape {tuple(got.shape)} (a one-element tensor becomes a number with .item())"
+            if _core._is_plain_tensor(got)
+            else _core._short(got)
+        )
+        raise CheckFailed(
+            f"{name}: the exercise asks for a Python {rules.returns.__name__}, your function returned {what}\n"
+            f"  inputs: {_inputs(case)}"
+        )
+    rtol, atol = declared.tolerances(case)
     with plain_torch():
         given = _cloned(case, rules.keep_grad)
         want = declared.reference(**given)
         try:
-            _core._compare(name, outcome.result, want, case, declared.rtol, declared.atol)
+            _core._compare(name, outcome.result, want, case, rtol, atol)
         except CheckFailed as failure:
             message = str(failure)
             if declared.explain is not None:
-                message += declared.explain(message, case)
+                message += declared.explain(message, case, outcome.result)
             raise CheckFailed(message) from None
         if outcome.called is not None:  # right, but not the student's work
             raise CheckFailed(f"{name}: {outcome.called}")
         if rules.keep_grad:
-            _judge_grads(declared, given, want, index, outcome.grads or {})
+            _judge_grads(declared, given, want, index, outcome.grads or {}, rtol, atol)
     return _dtype_note(outcome.result, want)
+
+
+def _is_a(value: Any, kind: type) -> bool:
+    """Whether ``value`` is of the Python type ``kind`` (a NumPy float counts as a float; a bool is no int)."""
+    if kind is float:
+        numpy = sys.modules.get("numpy")
+        return type(value) is float or (numpy is not None and type(value) is numpy.float64)
+    return type(value) is kind
 
 
 def _dtype_note(got: Any, want: Any) -> str:
@@ -374,8 +473,9 @@ def _dtype_note(got: Any, want: Any) -> str:
     return ""
 
 
-def _judge_grads(declared: Exercise, given: dict, want: Any, index: int, grads: dict) -> None:
+def _judge_grads(declared: Exercise, given: dict, want: Any, index: int, grads: dict, rtol: float, atol: float) -> None:
     expected = _vjp(want, given, declared.rules.keep_grad, index)
+    why = f"\n  {declared.rules.why}" if declared.rules.why else ""
     for key in declared.rules.keep_grad:
         got, wanted = grads.get(key), expected[key]
         if wanted is None:
@@ -383,18 +483,18 @@ def _judge_grads(declared: Exercise, given: dict, want: Any, index: int, grads: 
         if not isinstance(got, torch.Tensor):
             raise CheckFailed(
                 f"{declared.name}: your result does not carry gradients back to {key}; something on the way cut the "
-                "graph (.detach(), .item(), torch.tensor(...) of a result, or a torch.no_grad() block)"
+                f"graph (.detach(), .item(), torch.tensor(...) of a result, or a torch.no_grad() block){why}"
             )
         if got.shape != wanted.shape or not _core._allclose(
             _core._to_double(got),
             _core._to_double(wanted),
-            rtol=max(declared.rtol, 1e-6),
-            atol=max(declared.atol, 1e-8),
+            rtol=max(rtol, 1e-6),
+            atol=max(atol, 1e-8),
         ):
             raise CheckFailed(
                 f"{declared.name}: your result's gradient with respect to {key} is wrong (relative error "
                 f"{_core.relative_error(got, wanted) if got.shape == wanted.shape else float('nan'):.3g}): part of "
-                "the computation was cut off from the graph (.detach(), .data, an in-place write into a leaf)"
+                f"the computation was cut off from the graph (.detach(), .data, an in-place write into a leaf){why}"
             )
 
 
@@ -418,6 +518,30 @@ def judge_source(declared: Exercise, found: list[str | None]) -> None:
     problem = next((f for f in found if f), None)
     if problem is not None:
         raise CheckFailed(f"{declared.name}: {problem}")
+
+
+def judge_ops(declared: Exercise, ops: dict[int, int]) -> None:
+    """The verdict of the :class:`OpCount` rule from the answer's operation counts at its two sizes."""
+    rule = declared.rules.op_count
+    (small, n_small), (large, n_large) = sorted(ops.items())
+    if n_small == n_large:
+        exponent = 0.0
+    elif n_small == 0 or n_large == 0:
+        exponent = math.inf if n_large > n_small else -math.inf
+    else:
+        exponent = math.log(n_large / n_small) / math.log(large / small)
+    if not rule.low <= exponent <= rule.high:
+        n = rule.size_name
+        why = f": {declared.rules.why}." if declared.rules.why else "."
+        raise CheckFailed(
+            f"{declared.name}: right values, but your function runs {n_small} torch operations at {n} = {small} and "
+            f"{n_large} at {n} = {large}, a count that grows like {n}^{exponent:.1f}{why} {rule.expect}".rstrip()
+        )
+
+
+def _solver_modules() -> frozenset[str]:
+    """The numpy and scipy linear-algebra modules loaded so far (:data:`ttr_edu.checks._guard.SOLVERS`)."""
+    return frozenset(name for name in SOLVERS if name in sys.modules)
 
 
 # -- the check in the student's kernel ---------------------------------------------------------------------------------
@@ -462,16 +586,33 @@ def run_in_kernel(
     name = declared.name
     if not callable(answer):
         raise CheckFailed(f"{name}: expected your function, got {type(answer).__name__}")
-    bad = declared.forbidden() if bad is None else bad
+    declared_bad, bad = bad is None, declared.forbidden() if bad is None else bad
+    loaded = _solver_modules()
     n_cases, notes, found = 0, [], []
     try:
         for index, case in enumerate(declared.cases()):
             outcome = answer_outcome(declared, answer, case, index, guard=functools.partial(watching, bad))
+            if declared_bad and declared.rules.no_solvers and _solver_modules() != loaded:
+                # the answer imported numpy's or scipy's linear algebra itself, after its solvers were resolved:
+                # resolve them again and run the case again, now that they are known
+                loaded, bad = _solver_modules(), declared.forbidden()
+                outcome = answer_outcome(declared, answer, case, index, guard=functools.partial(watching, bad))
             notes.append(judge_case(declared, case, index, outcome))
             found.append(outcome.source)
             n_cases += 1
         if n_cases == 0:
             raise ValueError(f"{name}: the check has no cases, so it could not fail")
+        counted = declared.rules.op_count
+        if counted is not None:
+            ops = {}
+            for size in counted.sizes:
+                case = counted.case(size)
+                outcome = answer_outcome(
+                    declared, answer, case, -1, guard=functools.partial(watching, bad), count_ops=True
+                )
+                judge_case(declared, case, -1, outcome)
+                ops[size] = outcome.ops
+            judge_ops(declared, ops)
         cost = declared.rules.linear_cost
         if cost is not None:
             seconds = {}

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import torch
 
@@ -215,7 +216,7 @@ def _transition(rotation_keys: Callable, case: dict) -> torch.Tensor:
     return householder_product(*keys)
 
 
-def _keys_dtype_note(message: str, case: dict) -> str:
+def _keys_dtype_note(message: str, case: dict, result: Any) -> str:
     if "only the dtype differs" not in message:
         return ""
     return (

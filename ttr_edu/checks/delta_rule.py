@@ -3,8 +3,12 @@
 The student's functions work on one head: the state ``S`` is ``(D_k, D_v)``, a key ``(D_k,)``, a sequence of keys
 ``(T, D_k)``. The references are the package's :mod:`ttr_edu.ops.delta_rule` (with the batch and head axes added;
 :func:`ttr_edu.ops.delta_rule_pseudo_values` for the pseudo-values) and, for the eigenvalues,
-``torch.linalg.eigvalsh`` of the update matrix itself. Each exercise is declared once
+``torch.linalg.eigvalsh`` of the update matrix itself; for the memory's size, the closed form of its recursion
+(:func:`reference_predicted_memory_norm`). Each exercise is declared once
 (:func:`ttr_edu.checks._rules.exercise`): the same declaration runs in the student's kernel and in the grading engine.
+The cases hold keys of several lengths and correlated keys, in float64 and float32; the package's delta-rule ops are
+ruled out as answers, and the eigenvalue exercise rules out every eigensolver, decomposition, inverse and solve (torch,
+numpy or scipy, however it is reached).
 """
 
 from __future__ import annotations
@@ -15,7 +19,24 @@ from collections.abc import Callable, Iterator
 import torch
 
 from ttr_edu.checks._rules import Rules, exercise
-from ttr_edu.ops import delta_rule_pseudo_values, delta_rule_recurrent
+from ttr_edu.ops import (
+    delta_rule_chunk,
+    delta_rule_parallel,
+    delta_rule_pseudo_values,
+    delta_rule_recurrent,
+    gated_delta_rule_chunk,
+    gated_delta_rule_recurrent,
+)
+
+#: the package's delta-rule ops: each computes a step, the states or the pseudo-values that the exercises ask for
+DELTA_RULE = (
+    delta_rule_recurrent,
+    delta_rule_chunk,
+    delta_rule_parallel,
+    delta_rule_pseudo_values,
+    gated_delta_rule_recurrent,
+    gated_delta_rule_chunk,
+)
 
 __all__ = [
     "check_delta_rule_step",
@@ -66,23 +87,29 @@ def reference_predicted_memory_norm(b: float, D: int, D_v: int, T: int) -> float
 
 
 def _step_cases() -> Iterator[dict]:
-    for i, (d_k, d_v, beta) in enumerate([(1, 1, 1.0), (3, 5, 0.5), (6, 4, 0.9), (8, 8, 1.7)]):
+    for i, (d_k, d_v, beta, dtype) in enumerate(
+        [(1, 1, 1.0, torch.float64), (3, 5, 0.5, torch.float64), (6, 4, 0.9, torch.float64),
+         (8, 8, 1.7, torch.float64), (5, 3, 0.6, torch.float32)]
+    ):  # fmt: skip
         g = torch.Generator().manual_seed(100 + i)
-        yield {
+        case = {
             "S": torch.randn(d_k, d_v, generator=g, dtype=torch.float64),
             "k": torch.randn(d_k, generator=g, dtype=torch.float64),
             "v": torch.randn(d_v, generator=g, dtype=torch.float64),
-            "beta": beta,
         }
+        yield {**{name: x.to(dtype) for name, x in case.items()}, "beta": beta}
 
 
 def _eigen_cases() -> Iterator[dict]:
     for i, (d_k, beta) in enumerate([(1, 0.5), (2, 1.0), (4, 0.3), (6, 1.9), (5, 2.5)]):
         g = torch.Generator().manual_seed(200 + i)
         yield {"k": 1.5 * torch.randn(d_k, generator=g, dtype=torch.float64), "beta": beta}
+    yield {"k": 0.4 * torch.randn(7, generator=torch.Generator().manual_seed(250)), "beta": 0.8}  # float32
 
 
 def _sequence_cases() -> Iterator[dict]:
+    # unit keys (as the chapter's experiment), then keys of lengths 0.5 to 1.3 and correlated keys (an answer that
+    # assumes ‖k‖ = 1 fails there), and float32; β‖k‖² stays below 2, where the recurrence is stable
     for i, (t, d_k, d_v) in enumerate([(1, 2, 3), (4, 3, 2), (9, 5, 4), (16, 8, 6)]):
         g = torch.Generator().manual_seed(300 + i)
         k = torch.nn.functional.normalize(torch.randn(t, d_k, generator=g, dtype=torch.float64), dim=-1)
@@ -91,11 +118,24 @@ def _sequence_cases() -> Iterator[dict]:
             "v": torch.randn(t, d_v, generator=g, dtype=torch.float64),
             "beta": torch.rand(t, generator=g, dtype=torch.float64),
         }
+    for i, (t, d_k, d_v, shared, dtype) in enumerate([(12, 6, 4, 0.0, torch.float64), (10, 5, 3, 1.5, torch.float64),
+                                                      (11, 4, 5, 0.0, torch.float32)]):  # fmt: skip
+        g = torch.Generator().manual_seed(350 + i)
+        k = torch.randn(t, d_k, generator=g, dtype=torch.float64) + shared * torch.randn(
+            d_k, generator=g, dtype=torch.float64
+        )
+        lengths = 0.5 + 0.8 * torch.rand(t, 1, generator=g, dtype=torch.float64)
+        yield {
+            "k": (lengths * torch.nn.functional.normalize(k, dim=-1)).to(dtype),
+            "v": torch.randn(t, d_v, generator=g, dtype=torch.float64).to(dtype),
+            "beta": (0.2 + 0.8 * torch.rand(t, generator=g, dtype=torch.float64)).to(dtype),
+        }
 
 
-@exercise(reference=_reference_step, cases=_step_cases, rules=Rules(answers=(delta_rule_recurrent,)))
+@exercise(reference=_reference_step, cases=_step_cases, rules=Rules(answers=DELTA_RULE, inputs_unchanged=True))
 def check_delta_rule_step(delta_rule_step: Callable) -> bool:
-    """Check ``delta_rule_step(S, k, v, beta) = S + β k (v − Sᵀk)ᵀ`` (``S`` is ``(D_k, D_v)``)."""
+    """Check ``delta_rule_step(S, k, v, beta) = S + β k (v − Sᵀk)ᵀ`` (``S`` is ``(D_k, D_v)``), as a new tensor:
+    ``S`` is left unchanged."""
 
 
 @exercise(
@@ -131,13 +171,13 @@ def _prediction_cases() -> Iterator[dict]:
 @exercise(reference=reference_predicted_memory_norm, cases=_prediction_cases, rtol=1e-9)
 def check_predicted_memory_norm(predicted_memory_norm: Callable) -> bool:
     """Check ``predicted_memory_norm(b, D, D_v, T) = √E‖S_T‖²`` (see :func:`reference_predicted_memory_norm`),
-    inside, at and past the edge ``b = 2``."""
+    inside, at and past the edge ``b = 2`` (a number, or a one-element tensor)."""
 
 
 @exercise(
     reference=_reference_pseudo_values,
     cases=_sequence_cases,
-    rules=Rules(answers=(delta_rule_pseudo_values,)),
+    rules=Rules(answers=DELTA_RULE),
     rtol=1e-9,
     atol=1e-10,
 )

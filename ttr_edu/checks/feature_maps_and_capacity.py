@@ -1,17 +1,22 @@
 """Checks for chapter 03, feature maps and capacity. Each compares the student's function with the package's
-:mod:`ttr_edu.ops.feature_maps` or :func:`ttr_edu.models.retrieval_loss` on seeded random cases."""
+:mod:`ttr_edu.ops.feature_maps` or :mod:`ttr_edu.models.retrieval` on seeded random cases, in float64 and float32.
+Every exercise is declared once (:func:`ttr_edu.checks._rules.exercise`).
+
+The sum-rule memory drives the chapter's training, which learns the key and query projections *through* it: its
+check compares the gradients that flow back to ``phi_k`` and ``phi_q`` with the reference's (a memory, a normaliser
+or a feature detached from the graph has the right values and stalls the training)."""
 
 from __future__ import annotations
 
-import contextlib
-import io
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import torch
 
-from ttr_edu.checks._core import CheckFailed
-from ttr_edu.checks._rules import run_check
+from ttr_edu.checks._core import _is_plain_tensor
+from ttr_edu.checks._rules import Rules, exercise
 from ttr_edu.models.retrieval import retrieval_loss, sum_rule_retrieve
+from ttr_edu.ops import linear_attention_chunk, linear_attention_parallel, linear_attention_recurrent
 from ttr_edu.ops.feature_maps import dpfp, favor_plus, orthogonal_random_features
 
 __all__ = ["check_dpfp", "check_favor_plus", "check_retrieval_loss", "check_sum_rule_retrieve"]
@@ -21,44 +26,41 @@ def _dpfp_cases() -> Iterator[dict]:
     for i, (shape, nu) in enumerate([((3,), 1), ((4, 5), 1), ((2, 3, 6), 2), ((7, 4), 3), ((2, 4), 7)]):
         g = torch.Generator().manual_seed(100 + i)
         yield {"x": torch.randn(*shape, generator=g, dtype=torch.float64), "nu": nu}
+    yield {"x": torch.randn(3, 5, generator=torch.Generator().manual_seed(150)), "nu": 2}  # float32
 
 
 def _favor_cases() -> Iterator[dict]:
-    for i, (n, d, m) in enumerate([(1, 2, 1), (5, 4, 3), (6, 8, 16), (3, 16, 8)]):
+    # (n, D_k, m, dtype): m < D_k, m > D_k, and m = D_k (a square Ω, where x Ω and x Ωᵀ have the same shape)
+    for i, (n, d, m, dtype) in enumerate(
+        [(1, 2, 1, torch.float64), (5, 4, 3, torch.float64), (6, 8, 16, torch.float64), (3, 16, 8, torch.float64),
+         (4, 5, 5, torch.float64), (6, 4, 8, torch.float32)]
+    ):  # fmt: skip
         g = torch.Generator().manual_seed(200 + i)
         x = 0.5 * torch.randn(n, d, generator=g, dtype=torch.float64)
-        yield {"x": x, "projection": orthogonal_random_features(m, d, generator=g, dtype=torch.float64)}
+        projection = orthogonal_random_features(m, d, generator=g, dtype=torch.float64)
+        yield {"x": x.to(dtype), "projection": projection.to(dtype)}
 
 
 def _loss_cases() -> Iterator[dict]:
-    for i, (b, d_v) in enumerate([(1, 1), (4, 3), (16, 10)]):
+    for i, (b, d_v, dtype) in enumerate([(1, 1, torch.float64), (4, 3, torch.float64), (16, 10, torch.float64),
+                                         (6, 5, torch.float32)]):  # fmt: skip
         g = torch.Generator().manual_seed(300 + i)
         yield {
-            "y": torch.rand(b, d_v, generator=g, dtype=torch.float64),
+            "y": torch.rand(b, d_v, generator=g, dtype=torch.float64).to(dtype),
             "target": torch.randint(d_v, (b,), generator=g),
         }
+    # No target holds the largest symbol: the one-hot width must come from y, not from the targets.
+    yield {"y": torch.rand(3, 6, generator=torch.Generator().manual_seed(350), dtype=torch.float64),
+           "target": torch.tensor([0, 2, 1])}  # fmt: skip
 
 
-def check_dpfp(student_dpfp: Callable) -> bool:
-    """Check ``dpfp(x, nu)``: ``r = [ReLU(x); ReLU(−x)]``, ``concat_{j=1..ν} r ⊙ roll(r, j)`` over the last axis."""
-    try:
-        return run_check("dpfp", student_dpfp, dpfp, _dpfp_cases())
-    except CheckFailed as err:
-        raise CheckFailed(str(err) + _same_numbers_note(student_dpfp)) from None
-
-
-def _same_numbers_note(student_dpfp: Callable) -> str:
+def _roll_note(message: str, case: dict, result: Any) -> str:
     """When the answer holds the right products in another order (roll the other way), say so."""
-    case = next(_dpfp_cases())
-    try:
-        got = student_dpfp(**case)
-    except Exception:  # the first message already shows the error
-        return ""
     want = dpfp(**case)
     if (
-        isinstance(got, torch.Tensor)
-        and got.shape == want.shape
-        and torch.allclose(got.sort(dim=-1).values.double(), want.sort(dim=-1).values.double())
+        _is_plain_tensor(result)
+        and result.shape == want.shape
+        and torch.allclose(result.sort(dim=-1).values.double(), want.sort(dim=-1).values.double())
     ):
         return (
             "\n  the same products in another order: roll r by +j (torch.roll(r, j, dims=-1)) and keep the "
@@ -67,33 +69,46 @@ def _same_numbers_note(student_dpfp: Callable) -> str:
     return ""
 
 
+@exercise(reference=dpfp, cases=_dpfp_cases, explain=_roll_note)
+def check_dpfp(student_dpfp: Callable) -> bool:
+    """Check ``dpfp(x, nu)``: ``r = [ReLU(x); ReLU(−x)]``, ``concat_{j=1..ν} r ⊙ roll(r, j)`` over the last axis."""
+
+
+@exercise(reference=favor_plus, cases=_favor_cases, rtol=1e-9, atol=1e-12)
 def check_favor_plus(student_favor_plus: Callable) -> bool:
-    """Check ``favor_plus(x, projection)``: ``exp(−‖x‖²/2)/√(2m) · [exp(Ωx); exp(−Ωx)]``."""
-    return run_check("favor_plus", student_favor_plus, favor_plus, _favor_cases(), rtol=1e-9, atol=1e-12)
+    """Check ``favor_plus(x, projection)``: ``exp(−‖x‖²/2)/√(2m) · [exp(Ωx); exp(−Ωx)]``; one case has a square
+    ``Ω``, where ``x Ω`` has the shape of ``x Ωᵀ`` but not its values."""
 
 
+@exercise(reference=retrieval_loss, cases=_loss_cases)
 def check_retrieval_loss(student_loss: Callable) -> bool:
-    """Check ``retrieval_loss(y, target) = mean_b ½‖y_b − onehot(target_b)‖²``."""
-    return run_check("retrieval_loss", student_loss, retrieval_loss, _loss_cases())
+    """Check ``retrieval_loss(y, target) = mean_b ½‖y_b − onehot(target_b)‖²``, the one-hot as wide as ``y``."""
+
+
+def _sum_rule_case(b: int, t: int, d_dot: int, d_v: int, g: torch.Generator, *, scale=1.0, shared=0.0, dtype=None):
+    """Non-negative features, as every map of the chapter gives; ``shared`` adds a common part to the keys'
+    features (correlated keys)."""
+    phi_k = scale * (
+        torch.rand(b, t, d_dot, generator=g, dtype=torch.float64)
+        + shared * torch.rand(d_dot, generator=g, dtype=torch.float64)
+    )
+    case = {
+        "phi_k": phi_k,
+        "v": torch.randn(b, t, d_v, generator=g, dtype=torch.float64),
+        "phi_q": scale * torch.rand(b, d_dot, generator=g, dtype=torch.float64),
+    }
+    return {name: x.to(dtype or torch.float64) for name, x in case.items()}
 
 
 def _sum_rule_cases() -> Iterator[dict]:
-    # (B, T, d_dot, D_v): one pair, d_dot ≠ D_v, and a batch; non-negative features as every map of the chapter.
+    # (B, T, d_dot, D_v): one pair, d_dot ≠ D_v, and a batch.
     for i, (b, t, d_dot, d_v) in enumerate([(1, 1, 3, 2), (2, 5, 4, 6), (4, 9, 8, 5)]):
-        g = torch.Generator().manual_seed(400 + i)
-        yield {
-            "phi_k": torch.rand(b, t, d_dot, generator=g, dtype=torch.float64),
-            "v": torch.randn(b, t, d_v, generator=g, dtype=torch.float64),
-            "phi_q": torch.rand(b, d_dot, generator=g, dtype=torch.float64),
-        }
+        yield _sum_rule_case(b, t, d_dot, d_v, torch.Generator().manual_seed(400 + i))
     # Tiny features: zᵀφ(q) is about 1e-8, far below ε = 1e-6, so an answer without ε (or with another ε) is far off
     # here, not only by rounding.
-    g = torch.Generator().manual_seed(450)
-    yield {
-        "phi_k": 1e-4 * torch.rand(2, 3, 4, generator=g, dtype=torch.float64),
-        "v": torch.randn(2, 3, 5, generator=g, dtype=torch.float64),
-        "phi_q": 1e-4 * torch.rand(2, 4, generator=g, dtype=torch.float64),
-    }
+    yield _sum_rule_case(2, 3, 4, 5, torch.Generator().manual_seed(450), scale=1e-4)
+    yield _sum_rule_case(3, 7, 6, 4, torch.Generator().manual_seed(460), shared=2.0)  # correlated keys
+    yield _sum_rule_case(2, 6, 5, 3, torch.Generator().manual_seed(470), dtype=torch.float32)
 
 
 def _without_eps(phi_k, v, phi_q):
@@ -102,17 +117,11 @@ def _without_eps(phi_k, v, phi_q):
     return numerator / torch.einsum("b t k, b k -> b", phi_k, phi_q)[:, None]
 
 
-def _missing_eps_note(student_sum_rule: Callable) -> str:
-    """A line for a failed check when the student's answer is the read-out without ε (on the first case), else ""."""
-    case = next(iter(_sum_rule_cases()))
-    try:
-        with torch.no_grad():
-            got = student_sum_rule(**{k: x.clone() for k, x in case.items()})
-    except Exception:  # the failure message already shows the student's error
-        return ""
+def _missing_eps_note(message: str, case: dict, result: Any) -> str:
+    """A line for a failure whose answer is the read-out without ε, else ""."""
     without = _without_eps(**case)
-    if isinstance(got, torch.Tensor) and got.shape == without.shape:
-        if torch.allclose(got.double(), without, rtol=1e-12, atol=0.0):
+    if _is_plain_tensor(result) and result.shape == without.shape:
+        if torch.allclose(result.double(), without.double(), rtol=1e-12, atol=0.0):
             return (
                 "\n  note: your answer equals Sᵀφ(q) / zᵀφ(q), without ε: the denominator is zᵀφ(q) + 1e-6. Where "
                 "zᵀφ(q) is large the two differ only by rounding-sized amounts, which the check still sees; where the "
@@ -121,34 +130,25 @@ def _missing_eps_note(student_sum_rule: Callable) -> str:
     return ""
 
 
+@exercise(
+    reference=sum_rule_retrieve,
+    cases=_sum_rule_cases,
+    rules=Rules(
+        answers=(linear_attention_recurrent, linear_attention_parallel, linear_attention_chunk),
+        keep_grad=("phi_k", "phi_q"),
+        why="the training below learns the key and query projections through S, z, φ(k) and φ(q): keep each of them "
+        "in the graph",
+    ),
+    rtol=1e-9,
+    atol=1e-12,
+    explain=_missing_eps_note,
+)
 def check_sum_rule_retrieve(student_sum_rule: Callable) -> bool:
     """Check ``sum_rule_retrieve(phi_k, v, phi_q) = Sᵀφ(q) / (zᵀφ(q) + 1e-6)``, ``S = Σ_t φ(k_t) v_tᵀ``,
     ``z = Σ_t φ(k_t)``; one case has features so small that forgetting ``ε`` changes the answer completely, and an
     answer without ``ε`` is told so.
 
-    The chapter trains a model through this function, so the check also asks that a gradient flows from the output
-    back to ``phi_k`` and ``phi_q`` (an answer computed under ``torch.no_grad()`` or detached has the right values
-    and would stop the training)."""
-    captured = io.StringIO()
-    try:
-        with contextlib.redirect_stdout(captured):  # one verdict: PASS only once the gradient is checked too
-            passed = run_check(
-                "sum_rule_retrieve", student_sum_rule, sum_rule_retrieve, _sum_rule_cases(), rtol=1e-9, atol=1e-12
-            )
-    except CheckFailed as failure:
-        note = _missing_eps_note(student_sum_rule)
-        if not note:
-            raise
-        raise CheckFailed(f"{failure}{note}") from None
-    if passed:
-        case = next(iter(_sum_rule_cases()))
-        phi_k, phi_q = case["phi_k"].requires_grad_(), case["phi_q"].requires_grad_()
-        y = student_sum_rule(phi_k=phi_k, v=case["v"], phi_q=phi_q)
-        if not (isinstance(y, torch.Tensor) and y.requires_grad):
-            raise CheckFailed(
-                "sum_rule_retrieve: right values, but no gradient flows through your function: its output does not "
-                "require grad when phi_k and phi_q do.\n  Was it computed under torch.no_grad(), or with .detach() or "
-                ".item()? The training below backpropagates through it into the key and query projections."
-            )
-    print(captured.getvalue(), end="")
-    return passed
+    The chapter trains the key and query projections through this function, so the check also compares the gradients
+    your output sends back to ``phi_k`` and ``phi_q`` with the reference's: an answer computed under
+    ``torch.no_grad()``, or with ``S``, ``z``, ``φ(k)`` or ``φ(q)`` detached, has the right values and would stall the
+    training."""

@@ -22,6 +22,7 @@ from __future__ import annotations
 import copy
 import re
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import torch
 
@@ -101,7 +102,7 @@ def _greedy_bytes(model: TinyLM, prompt: torch.Tensor, num_tokens: int) -> torch
     return generate(model, prompt, num_tokens, temperature=0)
 
 
-def _name_the_byte(message: str, case: dict) -> str:
+def _name_the_byte(message: str, case: dict, result: Any) -> str:
     found = re.search(r"first wrong element at index \((\d+), (\d+)\): got (\S+), expected (\S+)", message)
     if found is None:
         return ""
@@ -190,7 +191,7 @@ def _trained(train_lm: Callable, case: dict):
     return losses, _parameters(case["model"])
 
 
-def _name_the_step_or_weight(message: str, case: dict) -> str:
+def _name_the_step_or_weight(message: str, case: dict, result: Any) -> str:
     """Which loss or which weight a failure is about (``train_lm[0]`` are the losses, ``train_lm[1][j]`` the
     model's j-th parameter after training)."""
     step = re.search(r"first wrong element at index \((\d+),\)", message)

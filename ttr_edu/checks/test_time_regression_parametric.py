@@ -3,19 +3,26 @@
 The exercises use one sequence and one head: ``k, q`` are ``(T, D_k)``, ``v`` is ``(T, D_v)``, a log decay ``g`` is
 ``(T,)`` and a memory ``S`` is ``(D_k, D_v)`` (read out as ``Sᵀ q``). The references run the package's framework on
 the same data in the fla layout ``(1, T, 1, D)``, except the sweep operator's, which is the product it defines, and
-RLS's, which is one solve.
+RLS's, which is one solve. Every exercise is declared once (:func:`ttr_edu.checks._rules.exercise`), with cases in
+float64 and float32, keys of several lengths and correlated keys; the package's regression layers, delta-rule and RLS
+ops are ruled out as answers, and RLS's "no solve and no inverse" is enforced at torch's dispatcher, whatever the
+spelling (:mod:`ttr_edu.checks._guard`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import torch
 
-from ttr_edu.checks._core import CheckFailed
-from ttr_edu.checks._forbid import forbid
-from ttr_edu.checks._rules import run_check
+from ttr_edu._internal.contract import decay_matrix
+from ttr_edu.checks._core import _is_plain_tensor
+from ttr_edu.checks._rules import Rules, exercise
+from ttr_edu.checks.delta_rule import DELTA_RULE
+from ttr_edu.ops import rls_chunk, rls_exact, rls_recurrent
 from ttr_edu.regression import ExactSolve, Linear, TestTimeRegression, Uniform, regression_weights
+from ttr_edu.regression import linear as _regression
 
 __all__ = [
     "check_decay_weights",
@@ -25,11 +32,13 @@ __all__ = [
     "reference_rls_memory",
     "reference_sweep_operator",
     "reference_decay_weights",
-    "SOLVERS",
 ]
 
 # D_k ≠ D_v in most cases, so a transposed memory cannot pass by accident; T = 1 and T < D_k are included.
 SHAPES = [(1, 1, 1), (3, 5, 2), (8, 4, 3), (17, 6, 5)]  # (T, D_k, D_v)
+
+#: the package's exact regression memories: none of them is the student's answer to 6.1 or 6.4
+EXACT_REGRESSION = (rls_recurrent, rls_chunk, rls_exact, _regression._exact_solve, _regression._recursive_least_squares)
 
 
 def _fla(x: torch.Tensor) -> torch.Tensor:
@@ -69,6 +78,8 @@ def _decay_cases() -> Iterator[dict]:
     for i, (T, _, _) in enumerate(SHAPES):
         yield {"g": -torch.rand(T, generator=_g(600 + i), dtype=torch.float64)}
     yield {"g": torch.zeros(5, dtype=torch.float64)}  # no decay: the causal mask of ones
+    yield {"g": -2 * torch.rand(9, generator=_g(605))}  # float32
+    yield _strong_decay_case()
 
 
 def _sweep_cases() -> Iterator[dict]:
@@ -80,17 +91,30 @@ def _sweep_cases() -> Iterator[dict]:
             "k": torch.randn(T, d_k, generator=gen, dtype=torch.float64),
             "beta": 0.1 + 0.4 * torch.rand(T, generator=gen, dtype=torch.float64),
         }
+    # correlated keys, then float32
+    yield {"k": _regression_case(615, 8, 5, 1, shared=1.5, scale=0.6)["k"], "beta": torch.full((8,), 0.7).double()}
+    yield {"k": _regression_case(616, 6, 4, 1, dtype=torch.float32)["k"], "beta": torch.full((6,), 0.3)}
+
+
+def _regression_case(seed: int, T: int, d_k: int, d_v: int, *, scale=1.0, shared=0.0, dtype=torch.float64) -> dict:
+    """Keys of length about ``scale``·√D_k, sharing a direction when ``shared`` > 0 (correlated keys)."""
+    gen = _g(seed)
+    k = scale * (
+        torch.randn(T, d_k, generator=gen, dtype=torch.float64)
+        + shared * torch.randn(d_k, generator=gen, dtype=torch.float64)
+    )
+    return {"k": k.to(dtype), "v": torch.randn(T, d_v, generator=gen, dtype=torch.float64).to(dtype)}
 
 
 def _ridge_cases() -> Iterator[dict]:
     for i, (T, d_k, d_v) in enumerate(SHAPES):
-        gen = _g(620 + i)
-        yield {
-            "q": torch.randn(T, d_k, generator=gen, dtype=torch.float64),
-            "k": torch.randn(T, d_k, generator=gen, dtype=torch.float64),
-            "v": torch.randn(T, d_v, generator=gen, dtype=torch.float64),
-            "ridge": [1.0, 0.1, 0.01, 0.5][i],
-        }
+        case = _regression_case(620 + i, T, d_k, d_v)
+        yield {"q": torch.randn(T, d_k, generator=_g(630 + i), dtype=torch.float64), **case,
+               "ridge": [1.0, 0.1, 0.01, 0.5][i]}  # fmt: skip
+    yield {"q": torch.randn(10, 4, generator=_g(634), dtype=torch.float64),
+           **_regression_case(624, 10, 4, 3, scale=2.0, shared=1.5), "ridge": 0.3}  # fmt: skip
+    yield {"q": torch.randn(9, 5, generator=_g(635)), **_regression_case(625, 9, 5, 4, dtype=torch.float32),
+           "ridge": 1.0}  # fmt: skip
 
 
 def _strong_decay_case() -> dict:
@@ -99,100 +123,151 @@ def _strong_decay_case() -> dict:
     return {"g": torch.full((30,), -50.0, dtype=torch.float64)}
 
 
+def _nan_note(message: str, case: dict, result: Any) -> str:
+    """Why a strong decay gives an answer NaN or inf, from where they sit: above the diagonal (masked after the
+    exponential) or on and below it (a ratio of cumulative products, 0/0)."""
+    if not (_is_plain_tensor(result) and result.is_floating_point() and result.dim() == 2):
+        return ""
+    bad = ~torch.isfinite(result)
+    if bad.triu(1).any():
+        return (
+            "\n  your answer holds NaN or inf above the diagonal: with a strong decay (g = −50 over T = 30) G_t − G_i "
+            "is large and positive there, exp overflows to inf and inf · 0 = NaN. Mask with −inf *before* the "
+            "exponential (masked_fill), not by multiplying after it."
+        )
+    if bad.any():
+        return (
+            "\n  your answer holds NaN or inf on or below the diagonal, where every weight is a product of decays in "
+            "(0, 1]: with a strong decay a ratio of cumulative products underflows to 0 / 0. Exponentiate a difference "
+            "of summed log decays (G_t − G_i, with G = cumsum(g)) instead of dividing products."
+        )
+    return ""
+
+
+@exercise(
+    reference=reference_decay_weights,
+    cases=_decay_cases,
+    rules=Rules(answers=(regression_weights, decay_matrix)),
+    explain=_nan_note,
+)
 def check_decay_weights(decay_weights: Callable) -> bool:
     """Check ``decay_weights(g) -> Γ``, ``Γ[t, i] = exp(g_{i+1} + … + g_t)`` below and on the diagonal, else 0.
 
     The last case has a strong decay (g = −50, T = 30), where masking after the exponential gives NaN above the
-    diagonal; the failure message says so. One verdict covers all cases.
+    diagonal; the failure message says so.
     """
-    case = _strong_decay_case()
-    try:
-        got = decay_weights(**{k: v.clone() for k, v in case.items()})
-    except Exception:  # a stub, or an error: run_check below reports it with its case
-        got = None
-    if isinstance(got, torch.Tensor) and got.shape == (30, 30) and not torch.isfinite(got).all():
-        bad = (~torch.isfinite(got)).nonzero()[0].tolist()
-        raise CheckFailed(
-            f"decay_weights: with a strong decay (g = −50, T = 30) your answer holds {got[bad[0], bad[1]].item()} at "
-            f"index {tuple(bad)}, above the diagonal. There G_t − G_i is large and positive, exp overflows to inf and "
-            "inf · 0 = NaN: mask with −inf *before* the exponential (masked_fill), not by multiplying after it."
+
+
+def _transposed_note(message: str, case: dict, result: Any) -> str:
+    """When the answer is the pass's product in the reverse order (its transpose), say so."""
+    want = reference_sweep_operator(**case)
+    if (
+        _is_plain_tensor(result)
+        and result.shape == want.shape
+        and torch.allclose(result.double(), want.T.double(), rtol=1e-6, atol=1e-9)
+    ):
+        return (
+            "\n  your product is the transpose of the pass's: the factors are in reverse order. The first pair acts on "
+            "the error first, so its factor I − β_1 k_1 k_1ᵀ must stand rightmost."
         )
-    return run_check("decay_weights", decay_weights, reference_decay_weights, [*_decay_cases(), case])
+    return ""
 
 
+@exercise(
+    reference=reference_sweep_operator,
+    cases=_sweep_cases,
+    rules=Rules(answers=(*DELTA_RULE, _regression._online_sgd, _regression._multi_pass_sgd)),
+    rtol=1e-9,
+    atol=1e-10,
+    explain=_transposed_note,
+)
 def check_sweep_operator(sweep_operator: Callable) -> bool:
     """Check ``sweep_operator(k, beta) -> M``: the product of ``I − β_t k_t k_tᵀ`` over one pass, the first pair's
-    factor rightmost; a product in the reverse order (the transpose) is named in the failure."""
-    case = list(_sweep_cases())[-1]  # 12 pairs in 16 dimensions: far from symmetric
-    try:
-        got = sweep_operator(**{name: value.clone() for name, value in case.items()})
-    except Exception:  # a stub, or an error: run_check below reports it with its case
-        got = None
-    want = reference_sweep_operator(**case)
-    if isinstance(got, torch.Tensor) and got.shape == want.shape and torch.allclose(got.double(), want.T, atol=1e-9):
-        raise CheckFailed(
-            "sweep_operator: your product is the transpose of the pass's: the factors are in reverse order. The first "
-            "pair acts on the error first, so its factor I − β_1 k_1 k_1ᵀ must stand rightmost."
-        )
-    return run_check("sweep_operator", sweep_operator, reference_sweep_operator, _sweep_cases(), rtol=1e-9, atol=1e-10)
+    factor rightmost; a product in the reverse order (the transpose) is named in the failure. The package's delta-rule
+    ops and SGD layers, which apply the same pass to a memory, are ruled out as answers."""
 
 
+@exercise(
+    reference=reference_ridge_readout,
+    cases=_ridge_cases,
+    rules=Rules(answers=EXACT_REGRESSION),
+    rtol=1e-6,
+    atol=1e-9,
+)
 def check_ridge_readout(ridge_readout: Callable) -> bool:
     """Check ``ridge_readout(q, k, v, ridge) -> o``, the exact ridge-regression memory read out at every step."""
-    return run_check("ridge_readout", ridge_readout, reference_ridge_readout, _ridge_cases(), rtol=1e-6, atol=1e-9)
 
 
-def reference_rls_memory(k: torch.Tensor, v: torch.Tensor, ridge: float) -> torch.Tensor:
+def reference_rls_memory(
+    k: torch.Tensor, v: torch.Tensor, ridge: float, initial_state: tuple[torch.Tensor, torch.Tensor] | None = None
+) -> torch.Tensor:
     """The memory after all ``T`` pairs, ``S_T = (Kᵀ K + λ I)⁻¹ Kᵀ V``: ``(T, D_k), (T, D_v) -> (D_k, D_v)``.
 
-    Computed by one solve (the reference may; the exercise's recursion may not).
+    From ``initial_state = (S_0, P_0)`` (a memory that has seen earlier pairs, ``P_0 = (A_0 + λI)⁻¹``, which then
+    holds the ridge), ``S_T = (P_0⁻¹ + KᵀK)⁻¹ (P_0⁻¹ S_0 + KᵀV)``: the recursion keeps ``P_t⁻¹ S_t`` growing by
+    ``k_t v_tᵀ`` each step. Computed by solves (the reference may; the exercise's recursion may not).
     """
-    eye = torch.eye(k.shape[1], dtype=k.dtype)
-    return torch.linalg.solve(k.T @ k + ridge * eye, k.T @ v)
-
-
-#: Routines that would solve the normal equations instead of running the Sherman–Morrison recursion.
-SOLVERS = [
-    f"torch.linalg.{name}"
-    for name in (
-        "solve",
-        "solve_ex",
-        "inv",
-        "inv_ex",
-        "lstsq",
-        "pinv",
-        "cholesky",
-        "cholesky_ex",
-        "solve_triangular",
-        "lu_factor",
-        "lu_solve",
-    )
-]
-SOLVERS += [f"torch.{name}" for name in ("inverse", "pinverse", "cholesky_solve", "cholesky_inverse", "linalg_solve")]
-SOLVERS += [f"numpy.linalg.{name}" for name in ("solve", "inv", "lstsq", "pinv")]
+    if initial_state is None:
+        eye = torch.eye(k.shape[1], dtype=k.dtype)
+        return torch.linalg.solve(k.T @ k + ridge * eye, k.T @ v)
+    S0, P0 = initial_state
+    A0 = torch.linalg.inv(P0)
+    return torch.linalg.solve(A0 + k.T @ k, A0 @ S0 + k.T @ v)
 
 
 def _rls_cases() -> Iterator[dict]:
     # (T, D_k, D_v, ridge): T = 1, T < D_k (the ridge matters), T > D_k, a ridge far from 1 both ways (so that
-    # P_0 = λI cannot pass for I/λ), and keys of any length (not unit), D_k ≠ D_v.
+    # P_0 = λI cannot pass for I/λ), keys of any length (not unit) and correlated keys, D_k ≠ D_v; then float32.
     for i, (T, d_k, d_v, ridge) in enumerate(
         [(1, 3, 2, 1.0), (4, 6, 3, 0.1), (12, 5, 4, 0.5), (30, 8, 6, 1e-2), (20, 4, 7, 3.0)]
     ):
-        gen = _g(640 + i)
-        yield {
-            "k": 1.5 * torch.randn(T, d_k, generator=gen, dtype=torch.float64),
-            "v": torch.randn(T, d_v, generator=gen, dtype=torch.float64),
-            "ridge": ridge,
-        }
+        yield {**_regression_case(640 + i, T, d_k, d_v, scale=1.5), "ridge": ridge}
+    yield {**_regression_case(646, 15, 5, 3, scale=0.7, shared=2.0), "ridge": 0.2}
+    yield {**_regression_case(647, 12, 4, 3, dtype=torch.float32), "ridge": 1.0}
+    # Online: the memory continues from the state (S_0, P_0) that earlier pairs left, so an answer that solves the
+    # regression from its own pairs at the end (P_T Kᵀ V) misses what S_0 holds.
+    for i, (T, earlier, d_k, d_v, ridge) in enumerate([(1, 3, 4, 2, 0.5), (9, 6, 5, 3, 0.1), (14, 20, 4, 4, 1.0)]):
+        yield {**_regression_case(650 + i, T, d_k, d_v), "ridge": ridge,
+               "initial_state": _earlier_state(660 + i, earlier, d_k, d_v, ridge)}  # fmt: skip
 
 
-def check_rls_memory(rls_memory: Callable) -> bool:
-    """Check ``rls_memory(k, v, ridge) -> S_T``, the exact ridge memory after all pairs, computed by the
-    Sherman–Morrison recursion: a linear solve or an inverse called inside the function is reported
-    (``ForbiddenCall``)."""
-    recursive = forbid(
-        rls_memory,
-        SOLVERS,
-        "keep P_t = (A_t + λI)⁻¹ up to date with the Sherman–Morrison update instead of solving or inverting",
+def _earlier_state(seed: int, T: int, d_k: int, d_v: int, ridge: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(S_0, P_0)`` after ``T`` earlier pairs: ``P_0 = (K₀ᵀK₀ + λI)⁻¹`` and a memory ``S_0`` that also holds a part
+    no pair explains (any ``S_0`` is a valid start). ``P_0`` is built by Sherman–Morrison updates, not an inverse: the
+    cases are built where the answer runs too, and there solvers are ruled out."""
+    earlier = _regression_case(seed, T, d_k, d_v)
+    P0 = torch.eye(d_k, dtype=torch.float64) / ridge
+    for k in earlier["k"]:
+        Pk = P0 @ k
+        P0 = P0 - torch.outer(Pk, Pk) / (1 + k @ Pk)
+    S0 = P0 @ earlier["k"].T @ earlier["v"] + 0.3 * torch.randn(d_k, d_v, generator=_g(seed + 1), dtype=torch.float64)
+    return S0, P0
+
+
+def _state_note(message: str, case: dict, result: Any) -> str:
+    if "initial_state" not in case:
+        return ""
+    return (
+        "\n  this case continues a memory: initial_state = (S_0, P_0) is the state that earlier pairs left. Start the "
+        "recursion from it (not from S_0 = 0, P_0 = I/λ); an answer that solves the regression from its own pairs "
+        "at the end (P_T Kᵀ V) misses what S_0 holds"
     )
-    return run_check("rls_memory", recursive, reference_rls_memory, _rls_cases(), rtol=1e-6, atol=1e-9)
+
+
+@exercise(
+    reference=reference_rls_memory,
+    cases=_rls_cases,
+    explain=_state_note,
+    rules=Rules(
+        answers=EXACT_REGRESSION,
+        no_solvers=True,
+        why="keep P_t = (A_t + λI)⁻¹ up to date with the Sherman–Morrison update instead of solving or inverting",
+    ),
+    rtol=1e-6,
+    atol=1e-9,
+)
+def check_rls_memory(rls_memory: Callable) -> bool:
+    """Check ``rls_memory(k, v, ridge, initial_state=None) -> S_T``, the exact ridge memory after all pairs, computed
+    online by the Sherman–Morrison recursion, from ``S_0 = 0, P_0 = I/λ`` or from a given ``initial_state =
+    (S_0, P_0)``: an inverse, solve, factorisation or eigensolver, however spelled, is refused, and so is an answer
+    that ignores the state it is given."""

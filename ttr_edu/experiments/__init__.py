@@ -7,7 +7,9 @@
 * ``mqar``: multi-query associative recall (:mod:`.mqar`, chapter 09);
 * ``mqar_memories``: MQAR for Longhorn, DeltaProduct, TTT-Linear, TTT-MLP and Titans beside DeltaNet
   (:mod:`.mqar_memories`);
-* ``lm``: tiny byte-level language models on the standard-library corpus (:mod:`.lm`, chapter 10).
+* ``lm``: tiny byte-level language models on the standard-library corpus (:mod:`.lm`, chapter 10);
+* ``design_space``: the diagnostics of every point of the test-time-regression design space's coarse grid, which
+  the book's static explorer draws (:mod:`.design_space`, chapter 13; a JSON file, not a grid of the runner).
 
 Every grid runs through one runner (:mod:`.runner`): cells run here (``--jobs N`` local processes) or on a Dask
 cluster (``--scheduler local:N`` or ``--scheduler tcp://HOST:8786``; ``docs/cluster.md``), rows land in the CSV as
@@ -20,7 +22,10 @@ The CSVs the chapters plot are shipped in ``ttr_edu/experiments/results``
 
 import re
 
-EXPERIMENTS = ("capacity", "overwrite", "mqar", "mqar_memories", "lm")
+EXPERIMENTS = ("capacity", "overwrite", "mqar", "mqar_memories", "lm", "design_space")
+
+#: what every experiment's command line prints on Ctrl-C (exit status 130)
+INTERRUPTED = "interrupted: the rows written so far are kept; --resume runs the rest"
 
 
 def plain_help(doc: str) -> str:

@@ -1,15 +1,45 @@
-"""``python -m ttr_edu.experiments capacity|overwrite|mqar|mqar_memories|lm [options]``: run one experiment's grid."""
+"""``python -m ttr_edu.experiments capacity|overwrite|mqar|mqar_memories|lm|design_space [options]``: run one
+experiment's grid."""
 
 from __future__ import annotations
 
 import importlib
 import sys
 
-from ttr_edu.experiments import EXPERIMENTS
+from ttr_edu.experiments import EXPERIMENTS, INTERRUPTED
+from ttr_edu.experiments.workers import in_own_session, preflight, ready_for_ctrl_c, run_in_own_session
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run one experiment here, in this process; returns the exit status (130 after a Ctrl-C)."""
     argv = sys.argv[1:] if argv is None else argv
+    try:
+        ready_for_ctrl_c()
+        return _main(argv)
+    except KeyboardInterrupt:  # before the experiment's own handler stands (importing torch takes seconds)
+        print(INTERRUPTED, file=sys.stderr)
+        return 130
+
+
+def command_line() -> int:
+    """``python -m ttr_edu.experiments ...``: the experiment runs in a child process in a session of its own, so
+    that a terminal's Ctrl-C reaches this process alone, which passes it on once
+    (:func:`ttr_edu.experiments.workers.run_in_own_session`)."""
+    argv = sys.argv[1:]
+    if argv and argv[0] in EXPERIMENTS and not in_own_session():
+        refused = preflight(f"python -m ttr_edu.experiments {argv[0]}", argv[1:])
+        if refused is not None:  # said before the experiment imports torch, which takes seconds
+            print(refused[0], file=sys.stderr)
+            return refused[1]
+        try:
+            return run_in_own_session([sys.executable, "-m", "ttr_edu.experiments", *argv])
+        except KeyboardInterrupt:  # before the child was started
+            print(INTERRUPTED, file=sys.stderr)
+            return 130
+    return main(argv)
+
+
+def _main(argv: list[str]) -> int:
     if not argv or argv[0] in ("-h", "--help"):
         print(__doc__)
         print("Each experiment takes --help for its options.")
@@ -33,4 +63,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(command_line())

@@ -1,40 +1,43 @@
-"""``python -m ttr_edu.experiments mqar``: train one-layer models on MQAR, Zoology's way, and write a CSV.
+"""``python -m ttr_edu.experiments mqar``: train small models on MQAR, as Zoology and Based do, and write a CSV.
 
-Zoology (Arora et al. 2023) measures how recall depends on the *state* a layer keeps: it trains each layer at
-several widths, sweeps the learning rate, keeps the best, and plots accuracy against the width (its follow-up, Based,
-against the state size itself). This grid does the same at CPU scale, for the course's test-time-regression layers.
-Every cell shares one recipe (:class:`MQARGrid`):
+Zoology (Arora et al. 2023) measures how recall depends on the memory a layer keeps: it trains each layer at
+several widths, sweeps the learning rate, keeps the best, and plots accuracy against the width, one panel per task.
+Based (Arora et al. 2024) plots recall against the *state size* itself, the floats a layer keeps per sequence, and
+finds one frontier: at equal state, layers recall about equally. This grid does the same at CPU scale for the
+course's test-time-regression layers (:class:`Cell`: the layer, its feature map, convolution, depth, heads, the
+filler, the training recipe, the task ``(T, N)``, the width, the learning rate and the seed).
 
-* the task of :func:`ttr_edu.tasks.mqar.mqar_batch` with Zoology's vocabulary (8192 tokens), power-law query gaps
-  and random filler, at ``T >= 6 N`` (at least half of the query slots hold filler);
-* batches of ``batch_size`` fresh examples at every ``N`` (at least 32), Adam at a constant learning rate, an early
-  stop once the evaluation loss is small, and the accuracy on one held-out set per ``(T, N)`` (seed ``test_seed``);
-* a sweep over ``lrs`` and ``seeds`` for every setting: :func:`best` picks the learning rate with the best mean over
-  the seeds and reports the spread of the seeds there (min–max), as Zoology reports the best learning rate.
+Two training recipes (:class:`MQARGrid`):
 
-The grid is a union of :class:`Block` s, each a product in which one thing varies at a time:
+* ``"course"``: fresh batches of ``batch_size`` examples every step (at least 32), Adam at a constant learning rate,
+  at most ``max_steps`` steps, an early stop once the loss on a fixed evaluation set is small;
+* ``"zoology"`` (:class:`ZoologyRecipe`): Zoology's recipe (``zoology/train.py``): AdamW with weight decay 0.1, a
+  cosine decay of the learning rate over the epochs, a fixed training set seen for several epochs in the same
+  batches of 256, an early stop once the accuracy on a validation set exceeds 0.99.
 
-* ``widths``: linear attention, DeltaNet, RLS and softmax attention at three widths (Zoology's figure: accuracy
-  against state size, one line per layer); the linear memories share the feature map ``silu`` (the convolution's
-  SiLU, then the L2 norm: DeltaNet's own choice) and RLS keeps its true state, twice DeltaNet's;
-* ``features``: the same three linear memories with ``φ = ELU+1`` (non-negative keys) at the middle width;
-* ``no_conv``: DeltaNet and softmax attention without the short convolution, at the smallest width;
-* ``stacked``: linear attention and DeltaNet with ELU+1 stacked on the convolution's SiLU (keys that start almost
-  collinear), at the middle width;
-* (the full grid only) ``gated``: gated DeltaNet and Mesa (gated RLS) beside the others at every width.
+Every cell is measured on the same held-out examples of its task and filler (seed ``test_seed``), with Zoology's
+vocabulary (8192 tokens), power-law query gaps, and ``T >= 6 N`` (at least half of the query slots hold filler).
+Every setting is trained at every learning rate with every seed; :func:`ttr_edu.experiments.mqar_analysis.best`
+picks the rate with the best mean over the seeds and reports their spread, as Zoology reports the best rate.
 
-Two sizes of the same grid: ``--grid course`` (the default; :data:`COURSE_GRID`, the learning rates swept on the
-first seed; 95 cells, sized to finish within 30 minutes on two cores with ``--jobs 2``: each row records its CPU and
-wall seconds, and the CSV's comment lines when the run started and finished. The CSV is shipped as
-``ttr_edu/experiments/results/mqar_grid.csv`` and read by chapter 09) and ``--grid full`` (:data:`FULL_GRID`,
-Zoology's scale: widths up to 128, sequences up to 256 tokens; a cluster's job, see
-``docs/cluster.md``). ``--quick`` runs two small cells, a smoke test of the command (a minute or so).
+Three grids (``--grid``):
 
-Rows are appended as cells finish, under lines that record the command, the package version, the git commit and the
-recipe; every row carries the recipe's hash and the version, and ``--resume`` refuses a CSV of another recipe::
+* ``course`` (:data:`COURSE_GRID`, the default): widths where the layers do not yet saturate, a ladder of matched
+  state (linear attention and DeltaNet at RLS's state), a second task at the same ``T/N``, softmax attention at widths
+  small enough to fail, a zero-filler arm, a Zoology-recipe arm, the convolution ablation with a two-layer attention
+  beside it; five seeds where two layers are compared. 528 cells, 4 to 8 CPU hours (``docs/cluster.md``).
+  Its CSV is not shipped yet: ``ttr_edu/experiments/results/mqar_grid.csv``, which chapter 09 reads, is the first
+  course grid (widths 16, 32, 64 on one task, the learning rate swept on the first seed), read by
+  :func:`load_results` through :data:`FIRST_EXPERIMENT`.
+* ``zoology`` (:data:`ZOOLOGY_GRID`): Zoology's and Based's tasks, fillers and recipe at a cluster's scale:
+  ``docs/cluster.md`` gives its size and cost, and runs it on Slurm.
+* ``quick`` (``--quick``): two small cells, a smoke test of the command.
+
+Rows are appended as cells finish, under lines that record the command, the package version, the git commit, the
+recipe, the training code, torch, BLAS and the CPU; ``--resume`` refuses a CSV of another recipe or code::
 
     python -m ttr_edu.experiments mqar --jobs 2                           # the course grid -> mqar_grid.csv
-    python -m ttr_edu.experiments mqar --grid full --scheduler tcp://HOST:8786 --out mqar_full.csv
+    python -m ttr_edu.experiments mqar --grid zoology --scheduler tcp://HOST:8786 --out mqar_zoology.csv
     python -m ttr_edu.experiments mqar --jobs 2 --resume                  # finish an interrupted run
 """
 
@@ -42,7 +45,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from functools import partial
 from importlib import resources
 from pathlib import Path
@@ -57,29 +60,45 @@ from ttr_edu.train import train
 __all__ = [
     "Block",
     "Cell",
+    "ZoologyRecipe",
     "MQARGrid",
     "COURSE_GRID",
-    "FULL_GRID",
+    "ZOOLOGY_GRID",
     "QUICK_GRID",
     "GRIDS",
+    "LRS",
+    "COURSE_TASKS",
+    "VARIANTS",
     "EXPERIMENT",
+    "build_model",
     "train_cell",
+    "cell_cost",
     "run_grid",
     "load_results",
-    "summarise",
-    "best",
+    "load_header",
+    "read_grid",
+    "FIRST_EXPERIMENT",
     "choose_lr",
     "sweep",
-    "settings",
-    "table",
-    "state_figure",
-    "ablation_figure",
-    "STYLE",
+    "Sweep",
     "main",
 ]
 
 #: the columns that name a cell
-KEY = ("model", "feature_map", "short_conv", "seq_len", "num_pairs", "d_model", "lr", "seed")
+KEY = (
+    "model",
+    "feature_map",
+    "short_conv",
+    "n_layers",
+    "num_heads",
+    "filler",
+    "training",
+    "seq_len",
+    "num_pairs",
+    "d_model",
+    "lr",
+    "seed",
+)
 
 #: The columns both MQAR grids write after their cell's key (this one and :mod:`.mqar_memories`)
 RESULT_FIELDS = (
@@ -115,19 +134,47 @@ EXPERIMENT = runner.Experiment(
     name="mqar",
     fields=(*KEY, *RESULT_FIELDS),
     key=KEY,
-    types={"short_conv": bool, **RESULT_TYPES},
+    types={"short_conv": bool, "n_layers": int, "num_heads": int, **RESULT_TYPES},
     timing=("train_seconds", "cpu_seconds"),
 )
+
+#: filler between the queries: uniform random tokens (Zoology's generator default, Based's figure 2) or token 0
+#: (Zoology's figure 2, ``random_non_queries=False``)
+FILLERS = ("random", "zero")
+#: the training recipes a cell can use
+TRAININGS = ("course", "zoology")
+
+#: layers that are a registered model with other options: name -> (model, options, label). Based-style linear
+#: attention reads ELU+1 features without the L2 norm (Katharopoulos et al. 2020, as in Based's feature-map
+#: comparison), where the course's linear attention shares DeltaNet's SiLU + L2-normalised features.
+VARIANTS = {
+    "linear_attention_elu": ("linear_attention", {"qk_norm": False}, "linear attention (ELU+1, no L2 norm)"),
+}
 
 
 @dataclass(frozen=True)
 class Cell:
-    """One trained model: the layer, its feature map (``""`` for the key-value-cache layers), the convolution, the
-    task ``(T, N)``, the width, the learning rate and the seed (model initialisation and training batches)."""
+    """One trained model.
+
+    Attributes:
+        model: a name in :data:`ttr_edu.models.mqar.MODELS` or :data:`VARIANTS`.
+        feature_map: ``φ`` of a parametric memory (``"silu"``, ``"elu_plus_one"``, ...); ``""`` for attention.
+        short_conv: the short convolution on ``q, k, v``; without it the model gets learned absolute positions
+            (Zoology's attention has them), and nothing else tells a token which came before it.
+        n_layers, num_heads: mixer layers (each with its residual and norm) and heads per layer.
+        filler: ``"random"`` or ``"zero"`` (:data:`FILLERS`).
+        training: ``"course"`` or ``"zoology"`` (:data:`TRAININGS`).
+        seq_len, num_pairs: the task ``(T, N)``.
+        d_model, lr, seed: the width, the learning rate, the seed (model initialisation and training batches).
+    """
 
     model: str
     feature_map: str
     short_conv: bool
+    n_layers: int
+    num_heads: int
+    filler: str
+    training: str
     seq_len: int
     num_pairs: int
     d_model: int
@@ -135,18 +182,21 @@ class Cell:
     seed: int
 
 
-#: the learning rates every setting of the course grid is trained with (Zoology's figure 2 sweeps
-#: np.logspace(-4, -2, 4); its DeltaNet configurations go up to 3.2e-2). An earlier course grid swept 1e-3 to 1e-2
-#: and its best rate was often the largest; chapter 09 counts the settings whose best rate is at an edge of this one.
-LRS = (3e-3, 1e-2, 3e-2)
+#: the learning rates the course grid trains every setting with, every seed at every rate. Zoology's figure 2 sweeps
+#: np.logspace(-4, -2, 4), Based's np.logspace(-3, -1.5, 4); at this step budget DeltaNet does not train at 1e-3, the
+#: sweep's lower edge, where linear attention does: the chapter reports the interaction.
+LRS = (1e-3, 3e-3, 1e-2, 3e-2)
+#: seeds for a setting the chapter compares (or calls a null); three elsewhere
+FIVE_SEEDS, THREE_SEEDS = (0, 1, 2, 3, 4), (0, 1, 2)
 
 
 @dataclass(frozen=True)
 class Block:
-    """A product of settings: models × feature maps × convolution × tasks × widths × learning rates × seeds.
+    """A product of settings in which one thing varies at a time: models × feature maps × convolution × depths ×
+    heads × fillers × recipes × tasks × widths × learning rates × seeds.
 
-    The feature maps apply to the linear memories (:data:`ttr_edu.models.mqar.LINEAR_MEMORIES`); softmax and local
-    linear attention get one cell per remaining setting, with feature map ``""``.
+    The feature maps apply to the parametric memories; softmax and local linear attention get one cell per remaining
+    setting, with feature map ``""``.
     """
 
     name: str
@@ -155,24 +205,36 @@ class Block:
     tasks: tuple[tuple[int, int], ...]  # (seq_len, num_pairs)
     feature_maps: tuple[str, ...] = ("silu",)
     short_conv: tuple[bool, ...] = (True,)
+    n_layers: tuple[int, ...] = (1,)
+    num_heads: tuple[int, ...] = (1,)
+    fillers: tuple[str, ...] = ("random",)
+    trainings: tuple[str, ...] = ("course",)
     lrs: tuple[float, ...] = LRS
-    seeds: tuple[int, ...] = (0, 1, 2)
+    seeds: tuple[int, ...] = THREE_SEEDS
 
     def cells(self) -> list[Cell]:
         """Every cell of the block.
 
         Raises:
-            ValueError: an unknown model name.
+            ValueError: an unknown model, filler or training recipe.
         """
         out = []
         for model in self.models:
-            if model not in MODELS:
-                raise ValueError(f"models: unknown name {model!r} in block {self.name!r}; valid: {', '.join(MODELS)}")
-            maps = self.feature_maps if MODELS[model].parametric else ("",)
+            if _spec(model) is None:
+                valid = ", ".join([*MODELS, *VARIANTS])
+                raise ValueError(f"models: unknown name {model!r} in block {self.name!r}; valid: {valid}")
+            for name, values, valid in (("fillers", self.fillers, FILLERS), ("trainings", self.trainings, TRAININGS)):
+                if not set(values) <= set(valid):
+                    raise ValueError(f"{name}: expected values from {valid} in block {self.name!r}, got {values}")
+            maps = self.feature_maps if _parametric(model) else ("",)
             out += [
-                Cell(model, fm, conv, t, n, d, lr, seed)
+                Cell(model, fm, conv, layers, heads, filler, training, t, n, d, lr, seed)
                 for fm in maps
                 for conv in self.short_conv
+                for layers in self.n_layers
+                for heads in self.num_heads
+                for filler in self.fillers
+                for training in self.trainings
                 for t, n in self.tasks
                 for d in self.d_models
                 for lr in self.lrs
@@ -181,22 +243,68 @@ class Block:
         return out
 
 
+def _spec(model: str):
+    base = VARIANTS[model][0] if model in VARIANTS else model
+    return MODELS[base] if base in MODELS else None
+
+
+def _parametric(model: str) -> bool:
+    spec = _spec(model)
+    return spec is not None and spec.parametric
+
+
+def label(model: str) -> str:
+    """The name of ``model`` in tables and figures."""
+    return VARIANTS[model][2] if model in VARIANTS else MODELS[model].label
+
+
+@dataclass(frozen=True)
+class ZoologyRecipe:
+    """Zoology's training recipe (``zoology/train.py`` and ``zoology/config.py`` at the pinned commit): AdamW with
+    ``weight_decay``, ``CosineAnnealingLR`` over the epochs (stepped once per epoch, to 0), a fixed training set of
+    ``train_examples`` (drawn once, with ``data_seed``, the same for every cell, as Zoology's data seed is) seen
+    ``epochs`` times in the same batches of ``batch_size``, in the same order (Zoology's loader does not shuffle),
+    and an early stop once the accuracy on a validation set (``data_seed + 1``) exceeds ``stop_accuracy`` (checked
+    after each epoch; Zoology checks its test set).
+
+    Zoology trains 100,000 examples for 64 epochs (figure 2), Based 20,000 (100,000 for its first task) for 32.
+    """
+
+    batch_size: int = 256
+    train_examples: int = 16_384
+    epochs: int = 4
+    weight_decay: float = 0.1
+    stop_accuracy: float = 0.99
+    data_seed: int = 123
+
+    def __post_init__(self):
+        if self.batch_size < 32 or self.train_examples < self.batch_size or self.epochs < 1:
+            raise ValueError(
+                f"zoology: expected batch_size >= 32, train_examples >= batch_size and epochs >= 1, got {self}"
+            )
+
+    @property
+    def max_steps(self) -> int:
+        """Optimiser steps without an early stop: ``epochs`` passes of ``ceil(train_examples / batch_size)``."""
+        return self.epochs * math.ceil(self.train_examples / self.batch_size)
+
+
 @dataclass(frozen=True)
 class MQARGrid:
-    """The blocks and the training recipe every cell shares.
+    """The blocks and the training recipes every cell shares.
 
     Attributes:
-        name: ``"course"``, ``"full"`` or ``"quick"``; part of the recipe, so that rows of two grids never mix.
+        name: ``"course"``, ``"zoology"`` or ``"quick"``; part of the recipe, so that rows of two grids never mix.
         blocks: the :class:`Block` s; a cell in two blocks is trained once.
         vocab_size: ``V`` (Zoology: 8192); keys come from ``V/2`` tokens, values from the other half.
-        batch_size: examples per training step, the same at every ``N``.
-        max_steps, target_loss, eval_every: Adam on fresh batches, stopped once the loss on a fixed evaluation
-            set (two batches) is ``<= target_loss`` (checked every ``eval_every`` steps).
-        eval_examples, test_seed: the held-out examples the accuracy is measured on, one set per ``(T, N)``, the
-            same for every layer, width and seed.
-        random_non_queries: filler drawn uniformly from the vocabulary (Zoology's generator default), else token 0.
+        batch_size, max_steps, target_loss, eval_every: the course recipe: Adam on fresh batches of ``batch_size``,
+            stopped once the loss on a fixed evaluation set (two batches) is ``<= target_loss`` (checked every
+            ``eval_every`` steps), at most ``max_steps`` steps.
+        zoology: the Zoology recipe (:class:`ZoologyRecipe`), for cells with ``training="zoology"``.
+        eval_examples, test_seed: the held-out examples the accuracy is measured on, one set per task and filler,
+            the same for every layer, width, recipe and seed.
         sweep_on_first_seed: sweep the learning rates with the first seed only, then train the other seeds at the
-            best rate (:func:`sweep`); ``False`` trains every rate with every seed.
+            best rate (:func:`sweep`); ``False`` (the default) trains every rate with every seed.
 
     Raises:
         ValueError: a task with ``T < 6 N`` (fewer than half of the query slots left to filler), or a batch of
@@ -210,10 +318,10 @@ class MQARGrid:
     max_steps: int = 1200
     target_loss: float = 0.02
     eval_every: int = 100
+    zoology: ZoologyRecipe = field(default_factory=ZoologyRecipe)
     eval_examples: int = 512
     test_seed: int = 12_345
-    random_non_queries: bool = True
-    sweep_on_first_seed: bool = True
+    sweep_on_first_seed: bool = False
 
     def __post_init__(self):
         for t, n in sorted({(c.seq_len, c.num_pairs) for c in self.cells()}):
@@ -234,60 +342,97 @@ class MQARGrid:
         return {k: v for k, v in asdict(self).items() if k != "blocks"}
 
 
-# The course grid, sized for two cores: one task (T = 64, N = 8; Zoology's T = 16 N at 8 pairs would be 128 tokens),
-# three widths, three learning rates swept on the first seed, three seeds at the best rate.
-COURSE_TASK = (64, 8)
-COURSE_WIDTHS = (16, 32, 64)
+# ---------------------------------------------------------------------------------------------------------------------
+# The grids
+# ---------------------------------------------------------------------------------------------------------------------
+
+#: the course grid's two tasks, at the same T/N = 8 (Zoology's figure 2 uses T = 16 N; Based trains on T = 8 N too)
+COURSE_TASKS = ((64, 8), (128, 16))
+_A, _B = COURSE_TASKS[:1], COURSE_TASKS[1:]
+_MEMORIES = ("linear_attention", "deltanet")
 COURSE_GRID = MQARGrid(
     name="course",
     blocks=(
-        Block("widths", ("linear_attention", "deltanet", "rls", "softmax_attention"), COURSE_WIDTHS, (COURSE_TASK,)),
-        Block(
-            "features", ("linear_attention", "deltanet", "rls"), (32,), (COURSE_TASK,), feature_maps=("elu_plus_one",)
-        ),
-        Block("no_conv", ("deltanet", "softmax_attention"), (16,), (COURSE_TASK,), short_conv=(False,)),
-        Block(
-            "stacked",
-            ("linear_attention", "deltanet"),
-            (32,),
-            (COURSE_TASK,),
-            feature_maps=("elu_plus_one_after_silu",),
-        ),
+        # accuracy against state (Based's axis) at widths where the curves are not yet saturated. RLS keeps 2 d²
+        # floats, the others d²: RLS at d = 11, 16, 32 sits beside linear attention and DeltaNet at d = 16, 23, 45
+        # (242, 512, 2048 floats against 256, 529, 2025): the matched-state ladder. Five seeds where the chapter
+        # compares two layers at one width or one state
+        Block("state", _MEMORIES, (16,), _A, seeds=FIVE_SEEDS),
+        Block("state", ("rls",), (11, 16), _A, seeds=FIVE_SEEDS),
+        Block("state", _MEMORIES, (8, 12, 23, 32, 45), _A),
+        Block("state", ("rls",), (8, 23, 32), _A),
+        # softmax attention keeps 2 T d floats: at widths this small it has the linear memories' state
+        Block("state", ("softmax_attention",), (6, 7, 8, 16), _A),
+        # a second task at the same T/N, twice as many pairs: softmax at d = 8 keeps 2048 floats, as RLS at d = 32
+        # and linear attention and DeltaNet at d = 45 do
+        Block("second task", _MEMORIES, (16, 32, 45), _B),
+        Block("second task", ("rls",), (16, 32), _B),
+        Block("second task", ("softmax_attention",), (6, 7, 8), _B),
+        # Zoology's figure-2 filler
+        Block("zero filler", _MEMORIES, (16,), _A, fillers=("zero",), seeds=FIVE_SEEDS),
+        # Zoology's recipe on the d = 16 column
+        Block("zoology recipe", (*_MEMORIES, "rls"), (16,), _A, trainings=("zoology",)),
+        # the short convolution: one layer without it, and a two-layer softmax attention without it (Zoology's
+        # attention solves MQAR with two layers and learned positions, no convolution)
+        Block("no convolution", ("deltanet", "softmax_attention"), (16,), _A, short_conv=(False,)),
+        Block("no convolution", ("softmax_attention",), (16,), _A, short_conv=(False,), n_layers=(2,)),
     ),
 )
-#: Zoology's scale (figure 2: T = 16 N at N = 4, 8, 16; widths 64 to 512, here 32 to 128): a cluster's job
-FULL_TASKS = ((64, 4), (128, 8), (256, 16))
-FULL_LRS = (3e-4, 1e-3, 3e-3, 1e-2, 3e-2)
-FULL_GRID = MQARGrid(
-    name="full",
+
+#: Zoology's figure-2 tasks (T = 16 N) and Based's harder ones (Based trains on (256, 32) and (256, 64); (256, 64)
+#: leaves no query slot to filler, so (512, 64), at T = 8 N, stands in for it)
+ZOOLOGY_TASKS = ((64, 4), (128, 8), (256, 16), (256, 32), (512, 64))
+#: a √2 ladder of widths: one-head states d² from 256 to 65,536 floats, RLS and Mesa (2 d²) between the rungs
+LADDER = (16, 23, 32, 45, 64, 91, 128, 181, 256)
+#: Zoology's and Based's learning rates together: 1e-4 to 3e-2
+ZOOLOGY_LRS = (1e-4, 3e-4, 1e-3, 3e-3, 1e-2, 3e-2)
+_PARAMETRIC = ("linear_attention", "deltanet", "gated_deltanet", "rls", "mesa")
+_ZOOLOGY = dict(trainings=("zoology",), lrs=ZOOLOGY_LRS)
+ZOOLOGY_GRID = MQARGrid(
+    name="zoology",
     blocks=(
+        Block("state", _PARAMETRIC, LADDER, ZOOLOGY_TASKS, **_ZOOLOGY),
+        Block("state", ("linear_attention_elu",), LADDER, ZOOLOGY_TASKS, feature_maps=("elu_plus_one",), **_ZOOLOGY),
+        # softmax's 2 T d floats cross the ladder's d² on every task
+        Block("state", ("softmax_attention",), (16, 32, 64, 128), ZOOLOGY_TASKS, **_ZOOLOGY),
         Block(
-            "widths",
-            ("linear_attention", "deltanet", "gated_deltanet", "rls", "mesa", "softmax_attention"),
-            (32, 64, 128),
-            FULL_TASKS,
-            lrs=FULL_LRS,
-        ),
-        Block(
-            "features",
-            ("linear_attention", "deltanet", "rls"),
-            (32, 64, 128),
-            FULL_TASKS,
-            feature_maps=("identity", "elu_plus_one"),
-            lrs=FULL_LRS,
-        ),
-        Block(
-            "no_conv",
+            "zero filler",
             ("linear_attention", "deltanet", "rls", "softmax_attention"),
-            (64,),
-            ((128, 8),),
-            short_conv=(False,),
-            lrs=FULL_LRS,
+            (16, 32, 64, 128),
+            ZOOLOGY_TASKS[:3],
+            fillers=("zero",),
+            **_ZOOLOGY,
         ),
+        Block(
+            "two layers",
+            ("linear_attention", "softmax_attention"),
+            (32, 64, 128),
+            ZOOLOGY_TASKS,
+            n_layers=(2,),
+            **_ZOOLOGY,
+        ),
+        Block(
+            "two layers",
+            ("linear_attention_elu",),
+            (32, 64, 128),
+            ZOOLOGY_TASKS,
+            n_layers=(2,),
+            feature_maps=("elu_plus_one",),
+            **_ZOOLOGY,
+        ),
+        Block(
+            "two layers",
+            ("softmax_attention",),
+            (32, 64, 128),
+            ZOOLOGY_TASKS,
+            n_layers=(2,),
+            short_conv=(False,),
+            **_ZOOLOGY,
+        ),
+        Block("two heads", ("linear_attention", "deltanet"), (64, 128), ZOOLOGY_TASKS, num_heads=(2,), **_ZOOLOGY),
     ),
-    max_steps=5000,
+    zoology=ZoologyRecipe(batch_size=256, train_examples=20_000, epochs=32),
     eval_examples=1000,
-    sweep_on_first_seed=False,
 )
 #: a smoke test of the command (two small cells): DeltaNet with and without its short convolution
 QUICK_GRID = MQARGrid(
@@ -297,7 +442,7 @@ QUICK_GRID = MQARGrid(
     eval_every=50,
     eval_examples=256,
 )
-GRIDS = {"course": COURSE_GRID, "full": FULL_GRID, "quick": QUICK_GRID}
+GRIDS = {"course": COURSE_GRID, "zoology": ZOOLOGY_GRID, "quick": QUICK_GRID}
 
 
 def choose_lr(rows: list[dict]) -> float:
@@ -327,43 +472,98 @@ def sweep(cells: list[dict], *, first_seed_only: bool = True, setting_of=None):
     """The cells to run, as :func:`ttr_edu.experiments.runner.run` takes them.
 
     ``cells`` is the full product (every learning rate with every seed). With ``first_seed_only`` the runner gets a
-    function of the rows done so far: first every rate with each setting's first seed, then, once a setting's rates
-    are all done, its other seeds at the rate :func:`choose_lr` picks. ``setting_of(cell)`` names a setting (default:
-    everything but ``lr`` and ``seed``).
+    :class:`Sweep` of the rows done so far: first every rate with each setting's first seed, then, once a setting's
+    rates are all done, its other seeds at the rate :func:`choose_lr` picks. ``setting_of(cell)`` names a setting
+    (default: everything but ``lr`` and ``seed``).
     """
-    if not first_seed_only:
-        return cells
-    setting_of = setting_of or (lambda c: tuple((k, v) for k, v in c.items() if k not in ("lr", "seed")))
-    settings_: dict[tuple, list[dict]] = {}
-    for cell in cells:
-        settings_.setdefault(setting_of(cell), []).append(cell)
-    first = {key: min(c["seed"] for c in group) for key, group in settings_.items()}
+    return Sweep(cells, setting_of) if first_seed_only else cells
 
-    def cells_for(rows: list[dict]) -> list[dict]:
+
+class Sweep:
+    """A learning-rate sweep on each setting's first seed, then its other seeds at the best rate (see :func:`sweep`).
+
+    Called with the rows done so far, it lists the cells to run now; :meth:`remaining` counts every cell still to
+    run, the later seeds included, before their rate is known."""
+
+    def __init__(self, cells: list[dict], setting_of=None) -> None:
+        self.setting_of = setting_of or (lambda c: tuple((k, v) for k, v in c.items() if k not in ("lr", "seed")))
+        self.keys = tuple(cells[0]) if cells else ()
+        self.settings: dict[tuple, list[dict]] = {}
+        for cell in cells:
+            self.settings.setdefault(self.setting_of(cell), []).append(cell)
+        self.first = {key: min(c["seed"] for c in group) for key, group in self.settings.items()}
+
+    def _plan(self, rows: list[dict]) -> list[tuple[list[dict], list[dict] | None]]:
+        """Per setting: its first-seed cells, and its other seeds' cells at the chosen rate (``None``: not yet)."""
         by_setting: dict[tuple, list[dict]] = {}
         for row in rows:
-            by_setting.setdefault(setting_of({k: row[k] for k in cells[0]}), []).append(row)
-        out = []
-        for key, group in settings_.items():
-            out += [c for c in group if c["seed"] == first[key]]
-            swept = [r for r in by_setting.get(key, []) if r["seed"] == first[key]]
+            by_setting.setdefault(self.setting_of({k: row[k] for k in self.keys}), []).append(row)
+        plan = []
+        for key, group in self.settings.items():
+            first = [c for c in group if c["seed"] == self.first[key]]
+            swept = [r for r in by_setting.get(key, []) if r["seed"] == self.first[key]]
+            later = None
             if len({r["lr"] for r in swept}) == len({c["lr"] for c in group}):
                 lr = choose_lr(swept)
-                out += [c for c in group if c["lr"] == lr and c["seed"] != first[key]]
-        return out
+                later = [c for c in group if c["lr"] == lr and c["seed"] != self.first[key]]
+            plan.append((first, later))
+        return plan
 
-    return cells_for
+    def __call__(self, rows: list[dict]) -> list[dict]:
+        return [cell for first, later in self._plan(rows) for cell in first + (later or [])]
+
+    def remaining(self, rows: list[dict]) -> int:
+        """How many cells are still to run, given the rows done: the missing first-seed cells, and for each setting
+        its other seeds (at the chosen rate once known) not yet done."""
+        done = {tuple(row[k] for k in self.keys) for row in rows}
+        count = 0
+        for (key, group), (first, later) in zip(self.settings.items(), self._plan(rows)):
+            count += sum(tuple(c[k] for k in self.keys) not in done for c in first)
+            if later is None:
+                count += len({c["seed"] for c in group} - {self.first[key]})
+            else:
+                count += sum(tuple(c[k] for k in self.keys) not in done for c in later)
+        return count
 
 
-def held_out(grid: MQARGrid, seq_len: int, num_pairs: int):
-    """The held-out examples of one task, the same for every layer, width and seed (``grid.test_seed``)."""
+# ---------------------------------------------------------------------------------------------------------------------
+# Training one cell
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+def examples(grid: MQARGrid, cell: Cell, size: int, generator: torch.Generator):
+    """``size`` MQAR examples of ``cell``'s task and filler, drawn with ``generator``."""
+    random = cell.filler == "random"
     return mqar_batch(
-        grid.eval_examples,
-        seq_len,
-        num_pairs,
+        size, cell.seq_len, cell.num_pairs, grid.vocab_size, random_non_queries=random, generator=generator
+    )
+
+
+def held_out(grid: MQARGrid, cell: Cell):
+    """The held-out examples of ``cell``'s task and filler, the same for every layer, width, recipe and seed
+    (``grid.test_seed``)."""
+    return examples(grid, cell, grid.eval_examples, torch.Generator().manual_seed(grid.test_seed))
+
+
+def build_model(grid: MQARGrid, cell: Cell) -> MQARModel:
+    """The model of ``cell``: its layer (or the registered layer a :data:`VARIANTS` name stands for), ``n_layers``
+    of it, ``num_heads`` heads each; without the short convolution it gets learned absolute positions instead, as
+    Zoology's attention has them.
+
+    Raises:
+        ValueError: an unknown model, or a feature map the layer refuses.
+    """
+    name, options = (VARIANTS[cell.model][0], VARIANTS[cell.model][1]) if cell.model in VARIANTS else (cell.model, {})
+    return MQARModel(
+        name,
         grid.vocab_size,
-        random_non_queries=grid.random_non_queries,
-        generator=torch.Generator().manual_seed(grid.test_seed),
+        cell.d_model,
+        cell.num_heads,
+        feature_map=cell.feature_map or None,
+        use_short_conv=cell.short_conv,
+        n_layers=cell.n_layers,
+        max_positions=0 if cell.short_conv else cell.seq_len,
+        **options,
     )
 
 
@@ -381,61 +581,99 @@ def train_or_diverge(model, sample, test, **train_options) -> tuple[int, float, 
     return result.steps, result.final_eval_loss, model.accuracy(test)
 
 
+def train_zoology(
+    model: MQARModel, train_set, validation, recipe: ZoologyRecipe, lr: float, seed: int
+) -> tuple[int, float]:
+    """Train ``model`` with Zoology's recipe (:class:`ZoologyRecipe`); return ``(steps, loss on validation)``.
+
+    Each epoch visits ``train_set`` in the same batches, in the same order (Zoology's data loader neither shuffles
+    the batches nor their examples; its last batch may be smaller); after each epoch the accuracy on ``validation``
+    decides the early stop, then the cosine schedule steps. ``seed`` seeds the model's own random draws.
+
+    Raises:
+        FloatingPointError: the training loss became NaN or infinite (a diverging run).
+    """
+    from ttr_edu.tasks.mqar import MQARBatch
+
+    optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=recipe.weight_decay)
+    schedule = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=recipe.epochs, eta_min=0.0)
+    size, steps = train_set.inputs.shape[0], 0
+    batches = [
+        MQARBatch(
+            train_set.inputs[i : i + recipe.batch_size],
+            train_set.labels[i : i + recipe.batch_size],
+            train_set.num_pairs,
+            train_set.vocab_size,
+        )
+        for i in range(0, size, recipe.batch_size)
+    ]
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model.train()
+        for _ in range(recipe.epochs):
+            for batch in batches:
+                loss = model.loss(batch)
+                if not torch.isfinite(loss):
+                    raise FloatingPointError(f"the training loss became {loss.item()} at step {steps}")
+                optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                optimizer.step()
+                steps += 1
+            if model.accuracy(validation) > recipe.stop_accuracy:
+                break
+            schedule.step()
+    with torch.no_grad():
+        model.eval()
+        return steps, float(model.loss(validation))
+
+
 def train_cell(grid: MQARGrid, cell: Cell | dict, *, progress: bool | None = False) -> dict:
-    """Train one model of the grid and return its CSV row (a dict keyed by ``EXPERIMENT.fields``).
+    """Train one model of the grid with its recipe and return its CSV row (a dict keyed by ``EXPERIMENT.fields``).
 
     Runs on one thread (the matrices are tiny; extra threads only fight over a shared CPU) and restores the caller's
-    thread count. The same cell gives the same row everywhere, but for its two times.
+    thread count. The same cell gives the same row on the same machine, but for its two times.
 
     Raises:
         ValueError: an unknown model, or a feature map the model refuses.
     """
     cell = Cell(**cell) if isinstance(cell, dict) else cell
-    g = grid
-
-    def sample(generator: torch.Generator):
-        return mqar_batch(
-            g.batch_size,
-            cell.seq_len,
-            cell.num_pairs,
-            g.vocab_size,
-            random_non_queries=g.random_non_queries,
-            generator=generator,
-        )
-
+    g, z = grid, grid.zoology
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        test = held_out(g, cell.seq_len, cell.num_pairs)
+        test = held_out(g, cell)
         torch.manual_seed(cell.seed)
-        model = MQARModel(
-            cell.model,
-            g.vocab_size,
-            cell.d_model,
-            feature_map=cell.feature_map or None,
-            use_short_conv=cell.short_conv,
-        )
+        model = build_model(g, cell)
         start, cpu_start = time.perf_counter(), time.process_time()
-        steps, final_eval_loss, accuracy = train_or_diverge(
-            model,
-            sample,
-            test,
-            max_steps=g.max_steps,
-            lr=cell.lr,
-            target_loss=g.target_loss,
-            eval_every=g.eval_every,
-            eval_batches=2,
-            seed=cell.seed,
-            progress=progress,
-            desc=f"{cell.model} {cell.feature_map} d={cell.d_model} lr={cell.lr:g}",
-        )
+        if cell.training == "course":
+            steps, final_eval_loss, accuracy = train_or_diverge(
+                model,
+                partial(examples, g, cell, g.batch_size),
+                test,
+                max_steps=g.max_steps,
+                lr=cell.lr,
+                target_loss=g.target_loss,
+                eval_every=g.eval_every,
+                eval_batches=2,
+                seed=cell.seed,
+                progress=progress,
+                desc=f"{cell.model} {cell.feature_map} d={cell.d_model} lr={cell.lr:g}",
+            )
+        else:
+            train_set = examples(g, cell, z.train_examples, torch.Generator().manual_seed(z.data_seed))
+            validation = examples(g, cell, g.eval_examples, torch.Generator().manual_seed(z.data_seed + 1))
+            try:
+                steps, final_eval_loss = train_zoology(model, train_set, validation, z, cell.lr, cell.seed)
+                accuracy = model.accuracy(test)
+            except FloatingPointError:
+                steps, final_eval_loss, accuracy = 0, math.nan, 0.0
         seconds, cpu_seconds = time.perf_counter() - start, time.process_time() - cpu_start
     finally:
         torch.set_num_threads(threads)
     return {
         **asdict(cell),
         "vocab_size": g.vocab_size,
-        "batch_size": g.batch_size,
+        "batch_size": g.batch_size if cell.training == "course" else z.batch_size,
         "test_seed": g.test_seed,
         "state_size": model.state_size(cell.seq_len),
         "steps": steps,
@@ -444,6 +682,31 @@ def train_cell(grid: MQARGrid, cell: Cell | dict, *, progress: bool | None = Fal
         "train_seconds": round(seconds, 2),
         "cpu_seconds": round(cpu_seconds, 2),
     }
+
+
+def cell_cost(grid: MQARGrid, cell: Cell) -> float:
+    """A cell's largest cost in token-widths, to rank cells by size: the most optimiser steps its recipe allows
+    (an early stop only shortens it) × examples per step × tokens per example × width × layers."""
+    steps, batch = (
+        (grid.max_steps, grid.batch_size)
+        if cell.training == "course"
+        else (grid.zoology.max_steps, grid.zoology.batch_size)
+    )
+    return steps * batch * cell.seq_len * cell.d_model * cell.n_layers
+
+
+def smallest(grid: MQARGrid, count: int) -> list[Cell]:
+    """Whole settings (every rate and seed) of ``grid``, cheapest first (:func:`cell_cost`), until at least
+    ``count`` cells: a first run that proves a cluster set-up, whose rows a later ``--resume`` keeps."""
+    settings: dict[tuple, list[Cell]] = {}
+    for cell in grid.cells():
+        settings.setdefault(tuple(v for k, v in asdict(cell).items() if k not in ("lr", "seed")), []).append(cell)
+    picked: list[Cell] = []
+    for group in sorted(settings.values(), key=lambda group: cell_cost(grid, group[0])):
+        if len(picked) >= count:
+            break
+        picked += group
+    return picked
 
 
 def run_grid(
@@ -455,8 +718,10 @@ def run_grid(
     scheduler: str | None = None,
     command: str | None = None,
     progress: bool | None = None,
+    cells: list[Cell] | None = None,
 ) -> list[dict]:
-    """Train every cell of ``grid`` through :func:`ttr_edu.experiments.runner.run`; return the rows in cell order.
+    """Train every cell of ``grid`` (or ``cells`` of it) through :func:`ttr_edu.experiments.runner.run`; return the
+    rows in cell order.
 
     Args:
         out: the CSV (rows appended as cells finish); ``None`` keeps them in memory.
@@ -470,7 +735,9 @@ def run_grid(
     result = runner.run(
         EXPERIMENT,
         grid.recipe(),
-        sweep([asdict(c) for c in grid.cells()], first_seed_only=grid.sweep_on_first_seed),
+        sweep(
+            [asdict(c) for c in (grid.cells() if cells is None else cells)], first_seed_only=grid.sweep_on_first_seed
+        ),
         partial(train_cell, grid),
         out,
         resume=resume,
@@ -482,67 +749,71 @@ def run_grid(
     return result.rows
 
 
+#: The first course grid's columns (before a cell named its depth, heads, filler and training recipe). Its rows
+#: are one-layer, one-head models trained with the course recipe on the filler its recipe line names.
+FIRST_EXPERIMENT = runner.Experiment(
+    name="mqar",
+    fields=(*(k for k in KEY if k not in ("n_layers", "num_heads", "filler", "training")), *RESULT_FIELDS),
+    key=tuple(k for k in KEY if k not in ("n_layers", "num_heads", "filler", "training")),
+    types={"short_conv": bool, **RESULT_TYPES},
+    timing=("train_seconds", "cpu_seconds"),
+)
+
+
+def read_grid(text: str, name: str | Path) -> tuple[dict, list[dict]]:
+    """The provenance lines and typed rows of a grid CSV's ``text`` (from the file ``name``), in either layout:
+    this module's, or the first course grid's (:data:`FIRST_EXPERIMENT`), whose rows get the cell columns it did not
+    have from what its recipe fixed: one layer, one head, the course recipe, and the filler of its
+    ``random_non_queries``.
+
+    Raises:
+        ValueError: not a CSV of the MQAR grid in either layout, or a row that does not parse (file and line named).
+    """
+    try:
+        return runner.read(EXPERIMENT, name, text=text)
+    except ValueError as error:
+        try:
+            meta, rows = runner.read(FIRST_EXPERIMENT, name, text=text)
+        except ValueError:
+            raise error from None
+    filler = "random" if meta.get("recipe", {}).get("random_non_queries", True) else "zero"
+    fixed = {"n_layers": 1, "num_heads": 1, "filler": filler, "training": "course"}
+    return meta, [{k: {**fixed, **r}[k] for k in EXPERIMENT.columns} for r in rows]
+
+
+def load_header(path: str | Path | None = None, *, shipped: str = "mqar_grid.csv") -> dict:
+    """The provenance lines of a grid CSV (default: the shipped course grid), as :func:`load_results` reads it:
+    ``recipe`` parsed from JSON, ``command``, ``git commit``, ..."""
+    return read_grid(_grid_text(path, shipped), path or shipped)[0]
+
+
+def _grid_text(path: str | Path | None, shipped: str) -> str:
+    if path is None:
+        return resources.files("ttr_edu.experiments").joinpath("results", shipped).read_text()
+    return Path(path).read_text()
+
+
 def load_results(path: str | Path | None = None, *, show: bool = True, shipped: str = "mqar_grid.csv") -> list[dict]:
     """Read a grid CSV (default: the course grid shipped as ``ttr_edu/experiments/results/mqar_grid.csv``) as typed
-    dicts.
+    dicts, in this module's layout or the first course grid's (:func:`read_grid`).
 
     Args:
-        show: print the provenance lines (command, version, git commit, recipe) recorded in the file.
+        show: print the provenance lines (command, version, git commit, recipe, platform) recorded in the file.
+        shipped: the name of a CSV in ``ttr_edu/experiments/results`` to read when ``path`` is ``None``.
     """
-    if path is None:
-        text = resources.files("ttr_edu.experiments").joinpath("results", shipped).read_text()
-        meta, rows = runner.read(EXPERIMENT, shipped, text=text)
-    else:
-        text = Path(path).read_text()
-        meta, rows = runner.read(EXPERIMENT, path)
+    text = _grid_text(path, shipped)
+    _, rows = read_grid(text, path or shipped)
     if show:
-        print("\n".join(line[2:] for line in text.splitlines() if line.startswith("# ")))
+        shown = [
+            line[2:] for line in text.splitlines() if line.startswith("# ") and not line.startswith("# training code")
+        ]
+        print("\n".join(shown))
     return rows
 
 
-def summarise(rows: list[dict], **where) -> dict:
-    """Mean, min, max and std (population) of the accuracy over the rows matching ``where`` (the seeds of a setting).
-
-    ``summarise(rows, model="deltanet", feature_map="silu", d_model=32, lr=3e-3)``.
-
-    Raises:
-        ValueError: no row matches (the message gives the filter).
-    """
-    accs = [r["accuracy"] for r in rows if all(r[k] == v for k, v in where.items())]
-    if not accs:
-        raise ValueError(f"where: no row matches {where}")
-    mean = sum(accs) / len(accs)
-    std = (sum((a - mean) ** 2 for a in accs) / len(accs)) ** 0.5
-    return {"mean": mean, "min": min(accs), "max": max(accs), "std": std, "n": len(accs)}
-
-
-def best(rows: list[dict], **where) -> dict:
-    """The best learning rate of one setting and the seeds' spread there (Zoology reports the best learning rate).
-
-    Among the rows matching ``where`` (the learning rates and seeds of one layer, feature map, convolution, task and
-    width), the rate is chosen by :func:`choose_lr` on the seeds trained at every rate (the first seed, when the
-    grid sweeps on it: :func:`sweep`); the spread is over every seed trained at that rate.
-
-    Returns:
-        :func:`summarise` of the chosen rate's seeds, plus ``lr`` (the rate) and ``by_lr`` (accuracy per rate, on
-        the seeds common to all rates).
-
-    Raises:
-        ValueError: no row matches.
-    """
-    matching = [r for r in rows if all(r[k] == v for k, v in where.items())]
-    if not matching:
-        raise ValueError(f"where: no row matches {where}")
-    lr = choose_lr(matching)
-    rates = sorted({r["lr"] for r in matching})
-    common = set.intersection(*({r["seed"] for r in matching if r["lr"] == rate} for rate in rates))
-    by_lr = {rate: summarise([r for r in matching if r["seed"] in common], lr=rate)["mean"] for rate in rates}
-    return {**summarise(matching, lr=lr), "lr": lr, "by_lr": by_lr}
-
-
 def main(argv: list[str] | None = None) -> int:
-    """Command line: ``python -m ttr_edu.experiments mqar [--grid course|full | --quick] [--out PATH] [--jobs N |
-    --scheduler ADDRESS] [--resume] [--max-steps N]``; returns the exit status."""
+    """Command line: ``python -m ttr_edu.experiments mqar [--grid course|zoology | --quick] [--smallest N]
+    [--out PATH] [--jobs N | --scheduler ADDRESS] [--resume] [--max-steps N]``; returns the exit status."""
     return _main(argv)
 
 
@@ -553,21 +824,31 @@ def _main(argv: list[str] | None = None) -> int:
         description=plain_help(__doc__),
         formatter_class=__import__("argparse").RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--grid", choices=("course", "full"), default="course", help="which grid (default: course)")
+    parser.add_argument("--grid", choices=("course", "zoology"), default="course", help="which grid (default: course)")
     parser.add_argument("--quick", action="store_true", help="two small cells only: a smoke test of the command")
+    parser.add_argument(
+        "--smallest",
+        type=int,
+        default=None,
+        metavar="N",
+        help="only the cheapest settings of the grid, whole, until at least N cells (a first run on a new cluster; "
+        "--resume without it adds the rest)",
+    )
     parser.add_argument("--max-steps", type=int, default=None, help="override the grid's max_steps (a new recipe)")
     runner.add_arguments(parser, "mqar_grid.csv")
     args = parser.parse_args(argv)
     options = runner.runner_options(parser, args)
-    if args.max_steps is not None and args.max_steps < 1:
-        parser.error(f"--max-steps: expected a positive int, got {args.max_steps}")
+    for name in ("max_steps", "smallest"):
+        if getattr(args, name) is not None and getattr(args, name) < 1:
+            parser.error(f"--{name.replace('_', '-')}: expected a positive int, got {getattr(args, name)}")
     grid = QUICK_GRID if args.quick else GRIDS[args.grid]
     if args.max_steps is not None:
         grid = replace(grid, max_steps=args.max_steps)
+    cells = grid.cells() if args.smallest is None else smallest(grid, args.smallest)
     result = runner.run(
         EXPERIMENT,
         grid.recipe(),
-        sweep([asdict(c) for c in grid.cells()], first_seed_only=grid.sweep_on_first_seed),
+        sweep([asdict(c) for c in cells], first_seed_only=grid.sweep_on_first_seed),
         partial(train_cell, grid),
         command=runner.command_line("mqar", argv),
         **options,
@@ -577,165 +858,6 @@ def _main(argv: list[str] | None = None) -> int:
         f"over cells; {len(result.rows)} rows in {options['out']}"
     )
     return runner.report_lost(result, EXPERIMENT)
-
-
-# --------------------------------------------------------------------------------------------------------------
-# Reading the grid: a table and two figures (chapter 09).
-# --------------------------------------------------------------------------------------------------------------
-
-#: marker, dash and colour per model, fixed so that a model looks the same in every figure
-STYLE = {
-    "linear_attention": ("circle", "solid", "#636efa"),
-    "deltanet": ("square", "dash", "#ef553b"),
-    "gated_deltanet": ("square-open", "dot", "#ff7f0e"),
-    "rls": ("diamond", "dashdot", "#00cc96"),
-    "mesa": ("diamond-open", "dot", "#2ca02c"),
-    "softmax_attention": ("x", "longdash", "#444444"),
-    "local_linear_attention": ("cross", "dot", "#19d3f3"),
-}
-FEATURE_MAP_TITLES = {
-    "silu": "φ = SiLU (the convolution's)",
-    "identity": "φ = identity (signed keys)",
-    "elu_plus_one": "φ = ELU+1 (non-negative keys)",
-    "elu_plus_one_after_silu": "φ = ELU+1 after the SiLU (almost collinear keys at the start)",
-    "relu": "φ = ReLU (non-negative keys)",
-    "": "no feature map",
-}
-
-
-def settings(rows: list[dict]) -> list[tuple]:
-    """The distinct ``(model, feature map, short conv, seq_len, num_pairs, d_model)`` settings of ``rows``, in
-    :data:`MODELS` order, then by width."""
-    order = {name: i for i, name in enumerate(MODELS)}
-    found = {(r["model"], r["feature_map"], r["short_conv"], r["seq_len"], r["num_pairs"], r["d_model"]) for r in rows}
-    return sorted(
-        found, key=lambda s: (not s[2], s[1] not in ("silu", ""), order.get(s[0], 99), s[1], s[3], s[4], s[5])
-    )
-
-
-def table(rows: list[dict]) -> str:
-    """One line per setting: the best learning rate and ``mean [min–max]`` of the seeds there, the state in floats."""
-    width = max([14, *(len(r["feature_map"]) + 2 for r in rows)])  # the φ column fits the longest name
-    head = f"{'layer':<20}{'φ':<{width}}{'conv':<6}{'T':>4}{'N':>4}{'d':>5}{'state':>8}{'best lr':>9}"
-    head += "   accuracy [seeds]"
-    lines = [head, "-" * len(head)]
-    for model, fm, conv, t, n, d in settings(rows):
-        where = dict(model=model, feature_map=fm, short_conv=conv, seq_len=t, num_pairs=n, d_model=d)
-        b = best(rows, **where)
-        state = next(r["state_size"] for r in rows if all(r[k] == v for k, v in where.items()))
-        lines.append(
-            f"{model:<20}{fm or '—':<{width}}{'yes' if conv else 'no':<6}{t:>4}{n:>4}{d:>5}{state:>8}{b['lr']:>9.0e}   "
-            f"{b['mean']:.2f} [{b['min']:.2f}–{b['max']:.2f}]"
-        )
-    return "\n".join(lines)
-
-
-def state_figure(
-    rows: list[dict],
-    models=("linear_attention", "deltanet", "rls", "softmax_attention"),
-    feature_map: str = "silu",
-):
-    """Zoology's figure: accuracy against the state size in floats (log axis), one line per layer, one panel per
-    task ``(T, N)``; each point is a width at its best learning rate, the bars span the seeds (min–max)."""
-    from plotly.subplots import make_subplots
-
-    from ttr_edu.viz.figures import TEMPLATE
-
-    conv = [r for r in rows if r["short_conv"]]
-    tasks = sorted({(r["seq_len"], r["num_pairs"]) for r in conv}, key=lambda tn: tn[1])
-    fig = make_subplots(
-        rows=1, cols=len(tasks), shared_yaxes=True, subplot_titles=[f"T = {t}, N = {n}" for t, n in tasks]
-    )
-    for col, (t, n) in enumerate(tasks, start=1):
-        for model in models:
-            fm = feature_map if MODELS[model].parametric else ""
-            picked = [
-                r for r in conv if (r["model"], r["feature_map"], r["seq_len"], r["num_pairs"]) == (model, fm, t, n)
-            ]
-            widths = sorted({r["d_model"] for r in picked})
-            if len(widths) < 2:
-                continue
-            stats = [best(picked, d_model=d) for d in widths]
-            states = [next(r["state_size"] for r in picked if r["d_model"] == d) for d in widths]
-            symbol, dash, colour = STYLE.get(model, ("circle", "solid", None))
-            fig.add_scatter(
-                x=states,
-                y=[s["mean"] for s in stats],
-                mode="lines+markers",
-                name=MODELS[model].label,
-                legendgroup=model,
-                showlegend=col == 1,
-                line=dict(color=colour, dash=dash),
-                marker=dict(symbol=symbol, size=9, color=colour),
-                error_y=dict(
-                    type="data",
-                    symmetric=False,
-                    array=[s["max"] - s["mean"] for s in stats],
-                    arrayminus=[s["mean"] - s["min"] for s in stats],
-                    thickness=1.2,
-                    width=4,
-                ),
-                customdata=[[d, s["lr"], s["min"], s["max"], s["n"]] for d, s in zip(widths, stats)],
-                hovertemplate="d = %{customdata[0]}, state %{x} floats: mean %{y:.2f} at lr %{customdata[1]:.0e}, "
-                "seeds %{customdata[2]:.2f}–%{customdata[3]:.2f} (%{customdata[4]} seeds)",
-                row=1,
-                col=col,
-            )
-        fig.update_xaxes(title_text="state size (floats per sequence)", type="log", row=1, col=col)
-    fig.update_yaxes(title_text="accuracy (fraction of queries)", range=[0, 1.04], row=1, col=1)
-    fig.update_layout(
-        template=TEMPLATE,
-        height=430,
-        title=f"MQAR accuracy against state size ({FEATURE_MAP_TITLES[feature_map]}; best learning rate per point, "
-        "bars: min–max of the seeds)",
-        legend=dict(orientation="h", y=-0.22),
-    )
-    return fig
-
-
-def ablation_figure(rows: list[dict], d_model: int = 32):
-    """With and without the short convolution, per model, at the best learning rate of each: the mean over the seeds
-    (bar) and every seed (dots)."""
-    import plotly.graph_objects as go
-
-    from ttr_edu.viz.figures import TEMPLATE
-
-    models = [m for m in MODELS if any(r["model"] == m and not r["short_conv"] for r in rows)]
-    fig = go.Figure()
-    for conv, colour, name in ((True, "#4c78a8", "with the short convolution"), (False, "#e45756", "without it")):
-        labels, means, dots_x, dots_y = [], [], [], []
-        for m in models:
-            fm = "silu" if MODELS[m].parametric else ""
-            where = dict(model=m, feature_map=fm, short_conv=conv, d_model=d_model)
-            b = best(rows, **where)
-            seeds = [r["accuracy"] for r in rows if all(r[k] == v for k, v in where.items()) and r["lr"] == b["lr"]]
-            labels.append(MODELS[m].label)
-            means.append(b["mean"])
-            dots_x += [MODELS[m].label] * len(seeds)
-            dots_y += seeds
-        fig.add_bar(x=labels, y=means, name=name, marker_color=colour, offsetgroup=name, opacity=0.75)
-        fig.add_scatter(
-            x=dots_x,
-            y=dots_y,
-            mode="markers",
-            marker=dict(color="black", size=6, symbol="circle-open"),
-            offsetgroup=name,
-            name=f"each seed ({name})",
-            showlegend=not conv,
-            legendgroup="seeds",
-        )
-    fig.update_layout(
-        template=TEMPLATE,
-        barmode="group",
-        scattermode="group",
-        height=400,
-        title=f"The short convolution, d = {d_model} (bars: mean of the seeds at each one's best learning rate)",
-        xaxis_title="layer",
-        yaxis_title="accuracy (fraction of queries)",
-        yaxis_range=[0, 1.04],
-        legend=dict(orientation="h", y=-0.25),
-    )
-    return fig
 
 
 if __name__ == "__main__":

@@ -51,13 +51,14 @@ EXPERIMENT = runner.Experiment(
     timing=("train_seconds", "cpu_seconds"),
 )
 
-_SHARED = {k: v for k, v in mqar.COURSE_GRID.recipe().items() if k != "name"}
+_COURSE = mqar.COURSE_GRID
 
 
 @dataclass(frozen=True)
 class MemoryGrid:
-    """Mixers × tasks × widths × learning rates × seeds, and the training recipe (by default the main course
-    grid's: :data:`ttr_edu.experiments.mqar.COURSE_GRID`).
+    """Mixers × tasks × widths × learning rates × seeds, and the training recipe (by default the course recipe of
+    the main grid, :data:`ttr_edu.experiments.mqar.COURSE_GRID`: its batches, step budget, early stop, held-out set,
+    random filler, learning rates, every rate with every seed).
 
     Raises:
         ValueError: a task with ``T < 6 N``, or a batch of fewer than 32 examples.
@@ -68,15 +69,15 @@ class MemoryGrid:
     d_models: tuple[int, ...]
     lrs: tuple[float, ...] = mqar.LRS
     seeds: tuple[int, ...] = (0, 1, 2)
-    vocab_size: int = _SHARED["vocab_size"]
-    batch_size: int = _SHARED["batch_size"]
-    max_steps: int = _SHARED["max_steps"]
-    target_loss: float = _SHARED["target_loss"]
-    eval_every: int = _SHARED["eval_every"]
-    eval_examples: int = _SHARED["eval_examples"]
-    test_seed: int = _SHARED["test_seed"]
-    random_non_queries: bool = _SHARED["random_non_queries"]
-    sweep_on_first_seed: bool = _SHARED["sweep_on_first_seed"]
+    vocab_size: int = _COURSE.vocab_size
+    batch_size: int = _COURSE.batch_size
+    max_steps: int = _COURSE.max_steps
+    target_loss: float = _COURSE.target_loss
+    eval_every: int = _COURSE.eval_every
+    eval_examples: int = _COURSE.eval_examples
+    test_seed: int = _COURSE.test_seed
+    random_non_queries: bool = True
+    sweep_on_first_seed: bool = _COURSE.sweep_on_first_seed
 
     def __post_init__(self):
         for t, n in self.tasks:
@@ -106,7 +107,7 @@ class MemoryGrid:
 #: loop cost several times DeltaNet's step)
 MEMORY_GRID = MemoryGrid(
     mixers=("deltanet", "longhorn", "deltaproduct", "ttt_linear", "ttt_mlp", "titans"),
-    tasks=(mqar.COURSE_TASK,),
+    tasks=mqar.COURSE_TASKS[:1],
     d_models=(16,),
 )
 #: per-mixer options: DeltaProduct with two Householder steps, TTT with mini-batches of 8, 2× MLPs (TTT-MLP, Titans)

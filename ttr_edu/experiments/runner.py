@@ -7,24 +7,32 @@ one cell and returns its row. The runner then
 
 * runs the cells one after another, in ``jobs`` local processes (joblib, one thread each), or on a Dask cluster
   (``scheduler="local:N"`` starts a ``LocalCluster`` of ``N`` single-thread worker processes here;
-  ``scheduler="tcp://host:8786"`` joins a running scheduler, e.g. one started by ``dask-jobqueue`` on Slurm);
-* appends each row to the CSV the moment it arrives, as one line, so an interrupted run keeps every finished cell;
-* writes, above the rows, how to reproduce them: the experiment, the package version, the command, the git commit
-  of the checkout, the recipe and its hash (every row carries the hash and the version too);
+  ``scheduler="tcp://host:8786"`` joins a running scheduler, e.g. one started by ``dask-jobqueue`` on Slurm), keeping
+  twice as many cells queued as there are worker threads so that an adaptive cluster grows (:mod:`.workers`);
+* connects to the cluster before it opens the CSV, so an address that does not answer leaves an existing file as
+  it was;
+* appends each row to the CSV the moment it arrives, as one write, so an interrupted run keeps every finished cell;
+* writes, above the rows, how to reproduce them (:mod:`.provenance`): the experiment, the package version, the
+  command, the git commit of the checkout, the recipe, a digest of the training code (every module a cell trains
+  through), the recipe hash that covers both, and torch, BLAS, Python and the CPU (every row carries the hash and the
+  version too);
 * on ``resume``, keeps the rows already in the CSV and trains only the missing cells, after checking that the file
-  was written by this experiment with this recipe and this package version (a difference is named, and nothing is
-  mixed). A last line cut short by a killed run is completed if it is a whole row, dropped otherwise, with a note.
+  was written by this experiment with this recipe, this training code and this package version (a difference is
+  named, and nothing is mixed). A last line cut short by a killed run is completed if it is a whole row, dropped
+  otherwise, with a note.
 
 A Dask worker that dies mid-cell (a killed process, a pre-empted node) loses only that cell: the others finish and
 are written, and the run ends by naming the lost cells, which ``resume`` trains again. With joblib, a dying worker
 process stops the pool; the rows written so far are kept, and ``resume`` trains the rest.
 
 Dask is optional (``pip install 'ttr-edu[cluster]'``); nothing in the course needs it. ``docs/cluster.md`` runs the
-full MQAR grid on Slurm.
+Zoology-scale MQAR grid on Slurm and prices it.
 
-The command line of every experiment (:func:`add_arguments`, :func:`runner_options`, :func:`command_line`) shares
-these rules: an argument error is one line and exit status 2, Ctrl-C is one line and exit status 130 (the CSV stays
-valid), a lost cell is one line and exit status 1.
+The command line of every experiment (:func:`add_arguments`, :func:`runner_options`, :func:`command_line`,
+:func:`guarded`) shares these rules: an argument error is one line and exit status 2; a scheduler that does not
+answer, or an ``--out`` that cannot be written (a full disk), one line and exit status 1, the CSV untouched or
+closed; Ctrl-C, whenever it comes, is one line and exit status 130 (the CSV stays valid); a lost cell is one line
+and exit status 1.
 """
 
 from __future__ import annotations
@@ -32,11 +40,13 @@ from __future__ import annotations
 import argparse
 import csv
 import hashlib
+import importlib.util
 import io
 import json
 import os
-import subprocess
+import signal
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -47,11 +57,16 @@ from typing import Any
 from tqdm.auto import tqdm
 
 from ttr_edu._internal.progress import progress_enabled
+from ttr_edu.experiments import INTERRUPTED, workers
+from ttr_edu.experiments.provenance import code_digest, git_commit, package_version, platform_lines, training_code
+from ttr_edu.experiments.workers import SchedulerError
 
 __all__ = [
     "Experiment",
     "RunResult",
     "ResumeRefused",
+    "OutputError",
+    "SchedulerError",
     "run",
     "read",
     "recipe_hash",
@@ -61,6 +76,8 @@ __all__ = [
     "add_arguments",
     "runner_options",
     "command_line",
+    "guarded",
+    "report_lost",
     "RUNNER_FIELDS",
 ]
 
@@ -146,40 +163,16 @@ class RunResult:
     cpu_seconds: float
 
 
-def recipe_hash(recipe: dict) -> str:
-    """The first 12 hex digits of the SHA-256 of the recipe's canonical JSON (sorted keys): the ``recipe`` column."""
-    return hashlib.sha256(json.dumps(recipe, sort_keys=True).encode()).hexdigest()[:12]
+class OutputError(OSError):
+    """The CSV could not be written (a full disk, a file that cannot be opened); the rows written before stay."""
 
 
-def package_version() -> str:
-    """The installed ttr-edu's version (the ``version`` column)."""
-    import ttr_edu
-
-    return ttr_edu.__version__
-
-
-def git_commit(skip: str | Path | None = None) -> str:
-    """The checkout's commit, marked ``(uncommitted changes)`` when tracked files other than ``skip`` (the CSV being
-    written) differ from it; ``"unknown"`` outside a git checkout."""
-    root = Path(__file__).resolve().parents[2]
-    try:
-        commit = subprocess.run(
-            ["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, timeout=10
-        ).stdout.strip()
-        status = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no"],
-            cwd=root,
-            capture_output=True,
-            text=True,
-            timeout=10,
-        ).stdout.splitlines()
-    except (OSError, subprocess.SubprocessError):
-        return "unknown"
-    if not commit:
-        return "unknown"
-    skip_path = None if skip is None else Path(skip).resolve()
-    dirty = [line for line in status if skip_path is None or (root / line[3:]).resolve() != skip_path]
-    return f"{commit}{' (uncommitted changes)' if dirty else ''}"
+def recipe_hash(recipe: dict, code: dict[str, str] | None = None) -> str:
+    """The ``recipe`` column: the first 12 hex digits of the SHA-256 of the recipe's canonical JSON (sorted keys),
+    and, when given, of the training code's digest (:func:`ttr_edu.experiments.provenance.training_code`), so that
+    rows trained by other code carry another hash."""
+    covered = recipe if code is None else {"recipe": recipe, "training code": code_digest(code)}
+    return hashlib.sha256(json.dumps(covered, sort_keys=True).encode()).hexdigest()[:12]
 
 
 def _now() -> str:
@@ -306,8 +299,12 @@ def _differences(there: dict, here: dict, prefix: str = "") -> list[str]:
     return out
 
 
-def _resume_rows(experiment: Experiment, path: Path, recipe: dict, version: str, note: Callable[[str], None]):
-    """The rows of ``path`` if it was written with ``recipe`` and ``version``; repairs a cut last line."""
+def _resume_check(experiment: Experiment, path: Path, recipe: dict, code: dict[str, str], version: str) -> _Parsed:
+    """The parsed CSV ``path`` if it was written with ``recipe``, ``code`` and ``version``; nothing is written.
+
+    Raises:
+        ResumeRefused: another experiment, recipe, training code or version, or a damaged row (each named).
+    """
     try:
         parsed = _parse(experiment, path.read_bytes(), path)
     except ValueError as error:
@@ -326,16 +323,43 @@ def _resume_rows(experiment: Experiment, path: Path, recipe: dict, version: str,
             f"{path} was written with another recipe ({shown}); resume with the options it was started with, or "
             "write to another file"
         )
+    try:
+        there_code = json.loads(parsed.meta.get("training code", "").partition(" ")[2] or "null")
+    except json.JSONDecodeError:
+        there_code = None
+    if there_code != code:
+        raise ResumeRefused(
+            f"{path} was trained by other code ({_code_changes(there_code, code)}); check out the "
+            "commit its header names, or write to another file"
+        )
     there = parsed.meta.get("ttr-edu")
     if there != version:
         raise ResumeRefused(f"{path} was written by ttr-edu {there}, this is {version}; write to another file")
-    expected = recipe_hash(recipe)
+    expected = recipe_hash(recipe, code)
     for row in parsed.rows:
         if row["recipe"] != expected or row["version"] != version:
             raise ResumeRefused(
                 f"{path} holds a row of recipe {row['recipe']} (ttr-edu {row['version']}) under a header of recipe "
                 f"{expected} (ttr-edu {version}); write to another file"
             )
+    return parsed
+
+
+def _code_changes(there: dict | None, here: dict[str, str]) -> str:
+    if not isinstance(there, dict):
+        return "its header records no training code"
+    changed = [name for name in here if name in there and there[name] != here[name]]
+    gone, new = [n for n in there if n not in here], [n for n in here if n not in there]
+    parts = [
+        f"{label}: {', '.join(names[:4])}{' ...' if len(names) > 4 else ''}"
+        for label, names in (("changed", changed), ("only there", gone), ("only here", new))
+        if names
+    ]
+    return "; ".join(parts)
+
+
+def _repair(path: Path, parsed: _Parsed, note: Callable[[str], None]) -> None:
+    """Drop a cut last row, or end a whole last line with its newline, before rows are appended."""
     if parsed.repair == "drop":
         with path.open("r+b") as handle:
             handle.truncate(parsed.keep_bytes)
@@ -344,7 +368,29 @@ def _resume_rows(experiment: Experiment, path: Path, recipe: dict, version: str,
         with path.open("ab") as handle:
             handle.write(b"\n")
         note(f"note: {path} did not end with a newline; added one")
-    return parsed.rows
+
+
+class _Output:
+    """The CSV, opened unbuffered: each line is one ``write`` to the file, so nothing waits in a buffer to be lost or
+    to fail later, and a write that fails (a full disk) raises :class:`OutputError` at once."""
+
+    def __init__(self, path: Path, append: bool) -> None:
+        self.path = path
+        try:
+            self.handle = path.open("ab" if append else "wb", buffering=0)
+        except OSError as error:
+            raise OutputError(error.errno, f"cannot open {path}: {error.strerror}") from None
+
+    def write(self, text: str) -> None:
+        data = memoryview(text.encode())
+        try:
+            while data:
+                data = data[self.handle.write(data) :]
+        except OSError as error:
+            raise OutputError(error.errno, f"cannot write {self.path}: {error.strerror}") from None
+
+    def close(self) -> None:
+        self.handle.close()
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -352,75 +398,8 @@ def _resume_rows(experiment: Experiment, path: Path, recipe: dict, version: str,
 # ---------------------------------------------------------------------------------------------------------------------
 
 
-def _joblib_cells(cell_fn, todo, jobs) -> Iterator[tuple[dict, dict | None]]:
-    from joblib import Parallel, delayed
-
-    parallel = Parallel(n_jobs=min(jobs, len(todo)), return_as="generator_unordered")
-    yield from parallel(delayed(_paired)(cell_fn, cell) for cell in todo)
-
-
 def _paired(cell_fn, cell):
     return cell, cell_fn(cell)
-
-
-def _dask_client(scheduler: str):
-    """A Dask client for ``"local:N"`` (a LocalCluster of N one-thread worker processes) or a scheduler address."""
-    import logging
-
-    from distributed import Client, LocalCluster
-
-    if scheduler.startswith("local:"):
-        # a lost worker is reported once, by the runner; the cluster's own log lines would repeat it as tracebacks
-        for name in ("distributed", "distributed.scheduler", "distributed.nanny", "distributed.worker"):
-            logging.getLogger(name).setLevel(logging.CRITICAL)
-        cluster = LocalCluster(
-            n_workers=int(scheduler.removeprefix("local:")),
-            threads_per_worker=1,
-            processes=True,
-            dashboard_address=None,
-        )
-        return Client(cluster), cluster
-    return Client(scheduler, timeout="60s"), None
-
-
-def _dask_cells(cell_fn, todo, scheduler, lost: list) -> Iterator[tuple[dict, dict | None]]:
-    """Run the cells on Dask, never more at once than the cluster has worker threads, so that no cell waits in a
-    worker's queue: a worker that dies takes only the cell it was running with it."""
-    from distributed import wait
-    from distributed.client import FutureCancelledError
-
-    try:
-        from distributed.scheduler import KilledWorker
-    except ImportError:  # pragma: no cover - older distributed
-        from distributed import KilledWorker
-    try:
-        from distributed import TimeoutError as DaskTimeout
-    except ImportError:  # pragma: no cover
-        DaskTimeout = TimeoutError
-
-    client, cluster = _dask_client(scheduler)
-    waiting = list(todo)
-    running: dict = {}
-    try:
-        while waiting or running:
-            slots = sum(client.nthreads().values())  # workers join (and leave) while the grid runs
-            while waiting and len(running) < max(slots, 1 if not running else 0):
-                cell = waiting.pop(0)
-                running[client.submit(_paired, cell_fn, cell, pure=False)] = cell
-            try:
-                finished = wait(list(running), timeout=10, return_when="FIRST_COMPLETED").done
-            except (DaskTimeout, TimeoutError):
-                continue
-            for future in finished:
-                cell = running.pop(future)
-                try:
-                    yield future.result()
-                except (KilledWorker, FutureCancelledError):
-                    lost.append(cell)
-    finally:
-        client.close()
-        if cluster is not None:
-            cluster.close()
 
 
 def run(
@@ -441,15 +420,18 @@ def run(
 
     Args:
         experiment: the CSV's description.
-        recipe: what every cell shares, JSON-able; recorded in the header, hashed into every row.
+        recipe: what every cell shares, JSON-able; recorded in the header, hashed (with the training code) into
+            every row.
         cells: one dict per cell, keyed by ``experiment.key``; duplicates are run once. Or a function
             ``cells(rows) -> list`` of the rows done so far, called again after each round of cells until it asks
-            for nothing new (a learning-rate sweep whose later seeds run at the best rate of the first).
+            for nothing new (a learning-rate sweep whose later seeds run at the best rate of the first); it may
+            have a ``remaining(rows) -> int`` method counting the cells still to run, for the ``# resumed`` line.
         cell_fn: ``cell_fn(cell) -> row`` (a dict with ``experiment.fields``), picklable for ``jobs > 1`` and Dask
-            (a module-level function, or a ``functools.partial`` of one).
+            (a module-level function, or a ``functools.partial`` of one). Its module and the ``ttr_edu`` modules it
+            imports are the training code the header records.
         out: the CSV; ``None`` keeps the rows in memory only.
-        resume: keep the rows already in ``out`` (refused unless written with this recipe and version) and run the
-            rest. Without it an existing ``out`` is overwritten.
+        resume: keep the rows already in ``out`` (refused unless written with this recipe, training code and
+            version) and run the rest. Without it an existing ``out`` is overwritten, once the cluster answers.
         jobs: local worker processes (joblib); 1 runs the cells here, in order.
         scheduler: ``None`` (local), ``"local:N"`` or a Dask scheduler address such as ``"tcp://host:8786"``.
         command: recorded in the header (default: this process's command line).
@@ -460,27 +442,28 @@ def run(
         A :class:`RunResult`; its ``rows`` follow the order of ``cells``, without the lost ones.
 
     Raises:
-        ResumeRefused: ``resume`` on a CSV of another experiment, recipe or version, or with a damaged row that is
-            not the last line (a ``ValueError``).
-        ValueError: a bad ``jobs`` or ``scheduler``.
+        ResumeRefused: ``resume`` on a CSV of another experiment, recipe, training code or version, or with a
+            damaged row that is not the last line (a ``ValueError``); the file is left as it was.
+        SchedulerError: a malformed ``scheduler``, or no Dask scheduler answering there (a ``ValueError``);
+            ``out`` is left as it was.
+        OutputError: ``out`` cannot be opened or written (an ``OSError``); the rows written before stay.
+        ValueError: a bad ``jobs``.
         KeyboardInterrupt: passed on after the rows so far are written and a ``# interrupted`` line closes the file.
     """
     note = note or (lambda message: print(message, file=sys.stderr))
     if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
         raise ValueError(f"jobs: expected a positive int, got {jobs!r}")
-    if scheduler is not None and not (
-        scheduler.startswith(("tcp://", "tls://", "inproc://", "ucx://")) or _local_workers(scheduler) is not None
-    ):
-        raise ValueError(f"scheduler: expected local:N or a Dask address such as tcp://host:8786, got {scheduler!r}")
+    if scheduler is not None:
+        workers.check_scheduler(scheduler)
     version = package_version()
-    digest = recipe_hash(recipe)
+    code = training_code(cell_fn)
+    digest = recipe_hash(recipe, code)
     path = None if out is None else Path(out)
     done: dict[tuple, dict] = {}
-    appending = False
+    kept = None
     if path is not None and resume and path.exists() and path.stat().st_size > 0:
-        for row in _resume_rows(experiment, path, recipe, version, note):
-            done[experiment.cell_of(row)] = row
-        appending = True
+        kept = _resume_check(experiment, path, recipe, code, version)
+        done = {experiment.cell_of(row): row for row in kept.rows}
     cells_for = cells if callable(cells) else (lambda rows, listed=list(cells): listed)
     order: dict[tuple, dict] = {}  # every cell asked for so far, in order
 
@@ -490,31 +473,46 @@ def run(
         return [cell for key, cell in order.items() if key not in done]
 
     todo = pending()
-    handle = None
+    remaining = cells.remaining(list(done.values())) if hasattr(cells, "remaining") else len(todo)
     start, cpu = time.perf_counter(), 0.0
     command = command or " ".join(["python -m ttr_edu.experiments", experiment.name, *sys.argv[1:]])
-    if path is not None:
-        handle = path.open("a" if appending else "w", newline="")
-        if appending:
-            handle.write(f"# resumed: {_now()} at git commit {git_commit(path)} ({len(todo)} cells to run)\n")
-        else:
-            handle.write(
-                f"# experiment: {experiment.name}\n# ttr-edu: {version}\n# command: {command}\n"
-                f"# git commit: {git_commit(path)}\n# recipe: {json.dumps(recipe)}\n# recipe hash: {digest}\n"
-                f"# started: {_now()}\n"
-            )
-            handle.write(_line(experiment.columns))
-        handle.flush()
+    cluster = workers.DaskCells(scheduler) if scheduler is not None and todo else None  # before the CSV is touched
+    output = None
     lost: list[dict] = []
-    lost_keys: set[tuple] = set()
     trained = 0
-    bar = tqdm(total=len(todo), desc=f"{experiment.name} grid", disable=not progress_enabled(progress))
+    bar = tqdm(total=remaining, desc=f"{experiment.name} grid", disable=not progress_enabled(progress))
     try:
+        if path is not None:
+            platform = platform_lines()
+            if kept is not None:
+                _repair(path, kept, note)
+                output = _Output(path, append=True)
+                output.write(
+                    f"# resumed: {_now()} at git commit {git_commit(path)} ({remaining} cells to run) with torch "
+                    f"{platform['torch']}, BLAS {platform['blas']}, on {platform['cpu']}\n"
+                )
+            else:
+                output = _Output(path, append=False)
+                lines = {
+                    "experiment": experiment.name,
+                    "ttr-edu": version,
+                    "command": command,
+                    "git commit": git_commit(path),
+                    "recipe": json.dumps(recipe),
+                    "training code": f"{code_digest(code)} {json.dumps(code)}",
+                    "recipe hash": digest,
+                    **platform,
+                    **({"dask workers": cluster.workers()} if cluster is not None else {}),
+                    "started": _now(),
+                }
+                output.write("".join(f"# {name}: {value}\n" for name, value in lines.items()))
+                output.write(_line(experiment.columns))
+        lost_keys: set[tuple] = set()
         while todo:  # a round of cells; a callable ``cells`` may ask for more once it sees their rows
-            if scheduler is not None:
-                results: Iterator = _dask_cells(cell_fn, todo, scheduler, lost)
+            if cluster is not None:
+                results: Iterator = cluster.cells(cell_fn, todo, lost)
             elif jobs > 1 and len(todo) > 1:
-                results = _joblib_cells(cell_fn, todo, jobs)
+                results = workers.local_cells(cell_fn, todo, jobs)
             else:
                 results = (_paired(cell_fn, cell) for cell in todo)
             for cell, row in results:
@@ -527,34 +525,32 @@ def run(
                 trained += 1
                 bar.update(1)
                 cpu += float(row.get("cpu_seconds", 0.0) or 0.0)
-                if handle is not None:
-                    handle.write(_line(row[c] for c in experiment.columns))
-                    handle.flush()
+                if output is not None:
+                    output.write(_line(row[c] for c in experiment.columns))
             lost_keys.update(experiment.cell_of(c) for c in lost)
             todo = [c for c in pending() if experiment.cell_of(c) not in lost_keys]
             bar.total = trained + len(todo)
             bar.refresh()
-        if handle is not None and trained + len(lost):
+        if output is not None and trained + len(lost):
             summary = f"{trained} cells in {time.perf_counter() - start:.0f} s wall, {cpu:.0f} s CPU summed over cells"
             lost_text = f"; {len(lost)} lost (a worker died), --resume runs them" if lost else ""
-            handle.write(f"# finished: {_now()}, {summary}{lost_text}\n")
+            output.write(f"# finished: {_now()}, {summary}{lost_text}\n")
     except KeyboardInterrupt:
-        if handle is not None:
-            handle.write(f"# interrupted: {_now()}, {trained} cells written; --resume runs the rest\n")
+        if output is not None:
+            try:
+                with workers.interrupts_held():
+                    output.write(f"# interrupted: {_now()}, {trained} cells written; --resume runs the rest\n")
+            except OutputError:
+                pass
         raise
     finally:
         bar.close()
-        if handle is not None:
-            handle.close()
+        if cluster is not None:
+            cluster.close()
+        if output is not None:
+            output.close()
     rows = [done[k] for k in order if k in done]
     return RunResult(rows, trained, lost, time.perf_counter() - start, cpu)
-
-
-def _local_workers(scheduler: str) -> int | None:
-    if not scheduler.startswith("local:"):
-        return None
-    count = scheduler.removeprefix("local:")
-    return int(count) if count.isdigit() and int(count) >= 1 else None
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -608,14 +604,13 @@ def runner_options(parser: argparse.ArgumentParser, args: argparse.Namespace) ->
     if args.scheduler is not None:
         if args.jobs != 1:
             parser.error("--jobs and --scheduler: give one of them (local:N sets the number of Dask workers)")
-        workers = _local_workers(args.scheduler)
-        if args.scheduler.startswith("local:") and (workers is None or workers > cores):
-            parser.error(f"--scheduler: local:N needs N from 1 to {cores}, got {args.scheduler}")
-        if workers is None and not args.scheduler.startswith(("tcp://", "tls://", "ucx://")):
-            parser.error(f"--scheduler: expected local:N or tcp://HOST:PORT, got {args.scheduler}")
         try:
-            import distributed  # noqa: F401
-        except ImportError:
+            parsed = workers.check_scheduler(args.scheduler)
+        except SchedulerError as error:
+            parser.error(f"--{error}")
+        if isinstance(parsed, int) and parsed > cores:
+            parser.error(f"--scheduler: local:N needs N from 1 to {cores} (this machine's cores), got {args.scheduler}")
+        if importlib.util.find_spec("distributed") is None:  # found, not imported: that takes seconds
             parser.error("--scheduler needs Dask: pip install 'ttr-edu[cluster]' (dask[distributed])")
     return {
         "out": out,
@@ -631,18 +626,52 @@ def command_line(name: str, argv: list[str] | None) -> str:
     return " ".join(["python -m ttr_edu.experiments", name, *(sys.argv[1:] if argv is None else argv)])
 
 
+def _stop_once(signum, frame):
+    """The command line's SIGINT handler: the first Ctrl-C stops the run; later ones are ignored, so that nothing
+    interrupts the shutdown that follows (closing the CSV, stopping the workers) or its one-line message."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    raise KeyboardInterrupt
+
+
 def guarded(main: Callable[[list[str] | None], int]) -> Callable[[list[str] | None], int]:
-    """Wrap an experiment's ``main``: Ctrl-C -> one line, 130; a refused resume -> one line, 2; returns the status."""
+    """Wrap an experiment's ``main`` so that each way it can stop is one line on stderr and an exit status:
+
+    * Ctrl-C, whenever it comes (a second one is ignored): 130;
+    * a refused ``--resume``: 2;
+    * a scheduler that does not answer, an ``--out`` that cannot be written, a local worker process that died: 1.
+    """
 
     def wrapper(argv: list[str] | None = None) -> int:
+        from concurrent.futures.process import BrokenProcessPool
+
+        # called from Python: the first Ctrl-C stops the run, later ones are ignored (the command line routes Ctrl-C
+        # itself, workers.route_ctrl_c, and leaves SIGINT ignored for the worker processes to inherit)
+        ours = threading.current_thread() is threading.main_thread()
+        ours = ours and signal.getsignal(signal.SIGINT) is signal.default_int_handler
+        previous = signal.signal(signal.SIGINT, _stop_once) if ours else None
         try:
             return main(argv)
         except KeyboardInterrupt:
-            print("interrupted: the rows written so far are kept; --resume runs the rest", file=sys.stderr)
+            print(INTERRUPTED, file=sys.stderr)
             return 130
         except ResumeRefused as error:
             print(f"error: --resume: {error}", file=sys.stderr)
             return 2
+        except SchedulerError as error:
+            print(f"error: --{error}", file=sys.stderr)
+            return 1
+        except OutputError as error:
+            print(f"error: --out: {error.strerror}", file=sys.stderr)
+            return 1
+        except BrokenProcessPool as error:
+            print(
+                f"error: a worker process died ({error}); the rows written so far are kept; --resume runs the rest",
+                file=sys.stderr,
+            )
+            return 1
+        finally:
+            if ours:
+                signal.signal(signal.SIGINT, previous)
 
     wrapper.__doc__ = getattr(main, "__doc__", None)
     wrapper.__wrapped__ = main

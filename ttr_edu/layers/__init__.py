@@ -9,7 +9,9 @@ from :meth:`~ttr_edu.layers.base.Mixer.initial_state`, through the same pipeline
   Mesa); :mod:`.local`: the nonparametric ones of chapter 07 (softmax and local linear attention), which keep the
   key-value cache; together :data:`MIXERS`;
 * :mod:`.memory`: chapter 08's adaptive steps and deep memories (Longhorn, DeltaProduct, TTT-Linear, TTT-MLP,
-  Titans), :data:`MEMORY_MIXERS`.
+  Titans), :data:`MEMORY_MIXERS`;
+* :mod:`.regression`: :class:`RegressionMixer`, any point of the design space through the regression framework
+  (chapter 13): the generic path, slower, the one layer that does not call an op (``register_point``).
 
 :mod:`.registry` holds one :class:`MixerSpec` per mixer; :data:`MIXERS`, :data:`MEMORY_MIXERS` and the models' lists
 are views of it, and :func:`register` adds a mixer to all of them.
@@ -27,6 +29,7 @@ from ttr_edu.layers.linear import DeltaNet, GatedDeltaNet, LinearAttention, Mesa
 from ttr_edu.layers.local import LocalLinearAttention, SoftmaxAttention
 from ttr_edu.layers.memory import TTTMLP, DeltaProduct, Longhorn, TitansMemory, TTTLinear
 from ttr_edu.layers.registry import REGISTRY, MixerSpec, SpecView, register, unregister
+from ttr_edu.layers.regression import RegressionMixer, register_point
 
 __all__ = [
     "Mixer",
@@ -44,6 +47,8 @@ __all__ = [
     "TTTLinear",
     "TTTMLP",
     "TitansMemory",
+    "RegressionMixer",
+    "register_point",
     "MixerSpec",
     "SpecView",
     "REGISTRY",

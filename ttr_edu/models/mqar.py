@@ -67,7 +67,8 @@ class _TiedReadoutCrossEntropy(torch.autograd.Function):
 
 
 class MQARModel(nn.Module):
-    """Embedding, one token mixer with short convolutions, a residual, LayerNorm and the tied readout.
+    """Embedding, one token mixer with short convolutions, a residual, LayerNorm and the tied readout (``n_layers``
+    such mixer layers in turn, and learned positions, when asked).
 
     Args:
         mixer: the name of a registered mixer (:data:`ttr_edu.layers.REGISTRY`: the grid's :data:`MODELS`,
@@ -78,6 +79,9 @@ class MQARModel(nn.Module):
         feature_map: for a parametric memory, ``φ`` in :data:`ttr_edu.layers.QK_FEATURE_MAPS` (default ``"silu"``,
             DeltaNet's); ignored by softmax and local linear attention, which take none.
         use_short_conv: the causal depthwise convolution on ``q, k, v`` (the ablation turns it off).
+        n_layers: mixer layers, each with its residual connection and LayerNorm (Zoology's models have two).
+        max_positions: learned absolute positions added to the embedding, for sequences up to this length; 0 (the
+            default) adds none.
         options: more options of the mixer, over its spec's (``mini_batch_size=8`` for ``"ttt_linear"``).
 
     The readout is the embedding's transpose (no bias), scaled by ``1/√d`` so that the logits start near unit size
@@ -98,6 +102,8 @@ class MQARModel(nn.Module):
         *,
         feature_map: str | None = "silu",
         use_short_conv: bool = True,
+        n_layers: int = 1,
+        max_positions: int = 0,
         **options: object,
     ) -> None:
         super().__init__()
@@ -113,9 +119,25 @@ class MQARModel(nn.Module):
         self.feature_map = feature_map if spec.parametric else None
         if spec.parametric:  # the layer places φ itself (a name the layer refuses is refused by it, by name)
             options = {"feature_map": feature_map, **options}
+        check_positive_int("n_layers", n_layers)
+        if isinstance(max_positions, bool) or not isinstance(max_positions, int) or max_positions < 0:
+            raise ValueError(f"max_positions: expected an int >= 0 (0: no positions), got {max_positions!r}")
         self.embed = nn.Embedding(vocab_size, d_model)
         self.mixer = spec(d_model, num_heads, use_short_conv=use_short_conv, **options)
         self.norm = nn.LayerNorm(d_model)
+        # more layers, each a residual mixer and its LayerNorm (as the first); none by default, so that a one-layer
+        # model keeps its parameter names and its initial weights
+        self.more = nn.ModuleList(
+            nn.ModuleDict(
+                {
+                    "mixer": spec(d_model, num_heads, use_short_conv=use_short_conv, **options),
+                    "norm": nn.LayerNorm(d_model),
+                }
+            )
+            for _ in range(n_layers - 1)
+        )
+        # learned absolute positions, added to the embedding (Zoology's attention in its figure 2 has them)
+        self.positions = nn.Embedding(max_positions, d_model) if max_positions else None
         self.logit_scale = d_model**-0.5
 
     def readout(self, h: torch.Tensor) -> torch.Tensor:
@@ -142,7 +164,16 @@ class MQARModel(nn.Module):
                 f"inputs: expected tokens in [0, V) = [0, {self.vocab_size}), got values from {low} to {high}"
             )
         x = self.embed(inputs)  # (B, T, d_model)
-        return self.norm(x + self.mixer(x))
+        if self.positions is not None:
+            if inputs.shape[1] > self.positions.num_embeddings:
+                raise ValueError(
+                    f"inputs: {inputs.shape[1]} tokens, but the model has {self.positions.num_embeddings} positions"
+                )
+            x = x + self.positions.weight[: inputs.shape[1]]
+        x = self.norm(x + self.mixer(x))
+        for layer in self.more:
+            x = layer["norm"](x + layer["mixer"](x))
+        return x
 
     def forward(self, inputs: torch.Tensor) -> torch.Tensor:
         """``(B, T)`` int64 tokens -> ``(B, T, V)`` logits."""
@@ -175,5 +206,6 @@ class MQARModel(nn.Module):
         return (logits.argmax(-1) == labels).double().mean().item()
 
     def state_size(self, seq_len: int) -> int:
-        """Floats the mixer keeps per sequence (see :meth:`ttr_edu.layers.base.Mixer.state_size`)."""
-        return self.mixer.state_size(seq_len)
+        """Floats the mixers keep per sequence, summed over the layers (see
+        :meth:`ttr_edu.layers.base.Mixer.state_size`)."""
+        return self.mixer.state_size(seq_len) + sum(layer["mixer"].state_size(seq_len) for layer in self.more)

@@ -7,8 +7,9 @@ evaluating it at the query (Wang, Shi, Fox 2025, eq. 1-2)::
 
 Three independent choices make a layer, and :class:`TestTimeRegression` takes exactly these three:
 
-* ``weights``, the regression weights ``γ_i^{(t)}``: :class:`Uniform` (1), :class:`ExponentialDecay` (``γ^{t−i}``)
-  or data-dependent :class:`Gates` (``Π_{j=i+1..t} exp(g_j)``, ``g`` the per-token log decay);
+* ``weights``, the regression weights ``γ_i^{(t)}``: :class:`Uniform` (1), :class:`ExponentialDecay` (``γ^{t−i}``),
+  data-dependent :class:`Gates` (``Π_{j=i+1..t} exp(g_j)``, ``g`` the per-token log decay) or a
+  :class:`SlidingWindow` (1 for the last ``w`` pairs, 0 before);
 * ``function_class``, the family ``M``: parametric :class:`Linear` (``m(x) = Sᵀx``) or :class:`MLP` (a two-layer
   memory), or nonparametric :class:`LocalConstant` (a kernel smoother, Nadaraya–Watson), :class:`LocalLinear` (a
   kernel-weighted linear fit around each query) or :class:`KernelRidge` (kernel ridge regression);
@@ -73,12 +74,13 @@ from .optimizers import (
     RecursiveLeastSquares,
     StepsPerToken,
 )
-from .weights import ExponentialDecay, Gates, Uniform, decayed_cumsum, regression_weights
+from .weights import ExponentialDecay, Gates, SlidingWindow, Uniform, decayed_cumsum, regression_weights
 
 __all__ = [
     "Uniform",
     "ExponentialDecay",
     "Gates",
+    "SlidingWindow",
     "Linear",
     "LocalConstant",
     "LocalLinear",

@@ -35,7 +35,8 @@ from .optimizers import (
     RecursiveLeastSquares,
     StepsPerToken,
 )
-from .weights import WEIGHTS, Gates, Uniform
+from .weights import WEIGHTS, Gates, SlidingWindow, Uniform
+from .window import windowed
 
 __all__ = [
     "TestTimeRegression",
@@ -60,7 +61,8 @@ class TestTimeRegression:
     """A sequence layer given by its three design choices (Wang, Shi, Fox 2025).
 
     Args:
-        weights: :class:`Uniform`, :class:`ExponentialDecay` or :class:`Gates`.
+        weights: :class:`Uniform`, :class:`ExponentialDecay`, :class:`Gates` or :class:`SlidingWindow` (evaluated
+            window by window: every choice that takes uniform weights takes a window too).
         function_class: :class:`Linear`, :class:`MLP` (parametric), :class:`LocalConstant`, :class:`LocalLinear`
             or :class:`KernelRidge` (nonparametric).
         optimizer: :class:`ExactSolve`, :class:`RecursiveLeastSquares`, :class:`ConjugateGradient`,
@@ -102,14 +104,15 @@ class TestTimeRegression:
                 f"optimizer: the MLP memory has no closed form and no rank-one recursion; fit it with a gradient "
                 f"method (OnlineSGD, MiniBatchGD or MomentumSGD), got {type(optimizer).__name__}"
             )
-        if isinstance(optimizer, (MiniBatchGD, MomentumSGD)) and not isinstance(weights, Uniform):
+        if isinstance(optimizer, (MiniBatchGD, MomentumSGD)) and not isinstance(weights, (Uniform, SlidingWindow)):
             raise ValueError(
                 f"weights: {type(optimizer).__name__} is written for uniform weights (MomentumSGD forgets through its "
-                f"own weight decay alpha); got {type(weights).__name__}()"
+                f"own weight decay alpha) or a SlidingWindow; got {type(weights).__name__}()"
             )
-        if isinstance(function_class, MLP) and not isinstance(weights, Uniform):
+        if isinstance(function_class, MLP) and not isinstance(weights, (Uniform, SlidingWindow)):
             raise ValueError(
-                f"weights: the MLP memory is written for Uniform() weights, got {type(weights).__name__}()"
+                f"weights: the MLP memory is written for Uniform() weights (or a SlidingWindow), got "
+                f"{type(weights).__name__}()"
             )
         needs_inverse = isinstance(function_class, (Linear, LocalLinear, KernelRidge)) and isinstance(
             optimizer, ExactSolve
@@ -203,6 +206,22 @@ class TestTimeRegression:
 
         params = self._check_what_the_choices_take(dims, pairs, q, beta, eta, alpha, initial_state, output_final_state)
 
+        if isinstance(self.weights, SlidingWindow):  # no per-token decay: the uniform layer over each window
+            if g is not None:
+                raise ValueError("g: weights=SlidingWindow(window) takes no g; use weights=Gates() for gates")
+            return windowed(
+                TestTimeRegression(Uniform(), self.function_class, self.optimizer),
+                self.weights.window,
+                q,
+                k,
+                v,
+                rows=dims[pairs] // dims["T"],
+                per_token={name: x for name, x in (("eta", eta), ("alpha", alpha)) if x is not None},
+                per_pair={} if beta is None else {"beta": beta},
+                scale=scale,
+                initial_state=initial_state,
+                output_final_state=output_final_state,
+            )
         g = self.weights.log_decay(g, dims, dtype, q.device)
         if g is not None and isinstance(self.optimizer, RecursiveLeastSquares) and bool(torch.isneginf(g).any()):
             raise ValueError(

@@ -1,8 +1,11 @@
 """Choice 1 of a test-time regression layer: the regression weights ``γ_i^{(t)}``, as matrices and as sums.
 
-All three kinds have the recursive form ``γ_i^{(t)} = exp(g_t) γ_i^{(t−1)}``, ``γ_t^{(t)} = 1``, so each is described by
-a per-token log decay ``g`` (``None``: no decay). Every sum over a segment of ``g`` is taken directly (never as a
-difference of one cumulative sum): a reset ``g = −inf`` is then exact, and a very negative ``g`` loses no precision.
+:class:`Uniform`, :class:`ExponentialDecay` and :class:`Gates` have the recursive form
+``γ_i^{(t)} = exp(g_t) γ_i^{(t−1)}``, ``γ_t^{(t)} = 1``, so each is described by a per-token log decay ``g`` (``None``:
+no decay). :class:`SlidingWindow` has no such form (a pair's weight drops from 1 to 0 after ``window`` tokens, whatever
+came between); the layer evaluates it window by window (:mod:`ttr_edu.regression.window`). Every sum over a segment
+of ``g`` is taken directly (never as a difference of one cumulative sum): a reset ``g = −inf`` is then exact, and a
+very negative ``g`` loses no precision.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ __all__ = [
     "Uniform",
     "ExponentialDecay",
     "Gates",
+    "SlidingWindow",
     "regression_weights",
     "decayed_cumsum",
 ]
@@ -89,7 +93,34 @@ class Gates:
         return g.to(dtype)
 
 
-WEIGHTS = (Uniform, ExponentialDecay, Gates)
+@dataclass(frozen=True)
+class SlidingWindow:
+    """``γ_i^{(t)} = 1`` for the last ``window`` pairs (``t − window < i ≤ t``) and 0 before: a hard forgetting horizon.
+
+    The weights of sliding-window (local) attention, for every function class and optimiser: the
+    memory at step ``t`` is the chosen optimiser's fit to the window's pairs alone, from the initial state. No
+    per-token decay gives these weights, so a warm-started optimiser cannot carry its state from one token to the next:
+    :class:`~ttr_edu.regression.TestTimeRegression` runs the uniform-weight layer over each window
+    (:func:`ttr_edu.regression.window.windowed`), ``O(window)`` pairs per token.
+
+    Raises:
+        TypeError / ValueError: ``window`` not a positive int.
+    """
+
+    window: int
+
+    def __post_init__(self):
+        check_positive_int("window", self.window)
+
+    def log_decay(
+        self, g: torch.Tensor | None, dims: Dims, dtype: torch.dtype, device: torch.device | str | None
+    ) -> torch.Tensor | None:
+        """None exists: no per-token log decay ``g`` ``(B, T, H)`` gives a window's weights, so
+        :class:`~ttr_edu.regression.TestTimeRegression` evaluates them window by window. Raises ``ValueError``."""
+        raise ValueError("weights: SlidingWindow has no per-token log decay; the layer evaluates it window by window")
+
+
+WEIGHTS = (Uniform, ExponentialDecay, Gates, SlidingWindow)
 
 # --------------------------------------------------------------------------------------------------------------
 

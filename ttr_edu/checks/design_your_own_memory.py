@@ -1,0 +1,396 @@
+"""Checks for chapter 13, design your own memory: the capstone, a point of the design space no named layer occupies.
+
+* ``check_my_step(my_step, initial_state, point)``: the learner's recurrent update of one head, token by token,
+  against the regression framework at the learner's own point (:class:`ttr_edu.regression.design_space.Point`): the
+  objective the update must come from. A point a named layer occupies (or computes on every input: a constant
+  gate, one step per token) is refused; a wrong update is reported with the point it computes instead, when it is
+  one (an update that ignores the weights computes the same point with uniform weights);
+* ``check_my_mixer(spec, point)``: the learner's token mixer (one class, one registered spec): its ``mix`` is the
+  framework's output at the point, its ``step`` equals its ``forward``, it is causal, and it computes no named layer.
+
+One head, one token: ``q, k`` are ``(D_k,)``, ``v`` ``(D_v,)``; ``beta`` and ``g`` are 0-dimensional tensors, ``g`` the
+log of the factor by which the point's weights shrink the past at this token (``log α_t`` for gates, ``log γ`` for an
+exponential decay, 0 otherwise; a window's weights are not a factor: the step keeps what it needs). Every tensor is
+float64; keys are not unit vectors.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from ttr_edu.checks._core import CheckFailed, _is_untouched_stub, relative_error, under_autograder
+from ttr_edu.checks._rules import run_check
+from ttr_edu.regression import NAMED_LAYERS, TestTimeRegression
+from ttr_edu.regression.design_space import AXES, CHOICES, LAYER_LABELS, Point, identify, named_point
+
+__all__ = ["check_my_step", "check_my_mixer", "point_outputs", "STEPPED", "SUGGESTED"]
+
+#: the optimisers that take the per-token step size ``beta``
+STEPPED = ("online_sgd", "implicit_step", "steps_per_token", "mini_batch_gd", "momentum")
+
+
+def _refuse_occupied(point) -> None:
+    """The capstone's rules about the point itself, before any answer is run."""
+    if not isinstance(point, Point):
+        raise CheckFailed(
+            f"my_step: expected your point as a design_space.Point (Point.of(...)), got {type(point).__name__}"
+        )
+    problem = point.problem()
+    if problem is not None:
+        raise CheckFailed(f"my_step: your point {point.describe()} makes no layer: {problem}")
+    if point.function_class != "linear":
+        raise CheckFailed(
+            f"my_step: the capstone takes a linear memory (a state S of D_k × D_v and what your rule carries "
+            f"with it); your point has the class {point.choice('function_class').label!r}"
+        )
+    identity = identify(point)
+    if identity.same_as is not None:
+        how = f"it is {LAYER_LABELS[identity.same_as]}" if identity.name else " ".join(identity.equals)
+        raise CheckFailed(
+            f"my_step: {point.describe()} is a named layer's point ({how}); pick one that no named layer occupies"
+        )
+
+
+def _case(point: Point, seed: int, d_k: int, d_v: int) -> dict:
+    """One sequence for one head: inputs ``(T, D)``, longer than a window so that the window binds."""
+    gen = torch.Generator().manual_seed(seed)
+    T = 12 if point.weights != "window" else point.param("window") + 8
+    norms = 0.6 + 0.8 * torch.rand(T, 1, generator=gen, dtype=torch.float64)  # keys of different lengths
+    k = torch.randn(T, d_k, generator=gen, dtype=torch.float64)
+    k = norms * k / torch.linalg.vector_norm(k, dim=-1, keepdim=True)
+    case = {
+        "q": torch.randn(T, d_k, generator=gen, dtype=torch.float64),
+        "k": k,
+        "v": torch.randn(T, d_v, generator=gen, dtype=torch.float64),
+        "beta": 0.1 + 0.6 * torch.rand(T, generator=gen, dtype=torch.float64),
+    }
+    if point.weights == "gates":
+        g = -1.2 * torch.rand(T, generator=gen, dtype=torch.float64)
+        g[T // 2] = -4.0  # one token closes the gate almost shut
+    elif point.weights == "decay":
+        g = torch.full((T,), math.log(point.param("gamma")), dtype=torch.float64)
+    else:
+        g = torch.zeros(T, dtype=torch.float64)
+    case["g"] = g
+    return case
+
+
+def point_outputs(point: Point, q, k, v, beta, g, layer: TestTimeRegression | None = None) -> torch.Tensor:
+    """The regression framework's outputs ``(T, D_v)`` at ``point`` (its ``layer``, built if not given) for one
+    head's sequence (``scale = 1``).
+
+    The per-token inputs are those :func:`check_my_step` gives a step: ``beta`` and ``g`` ``(T,)``, ``g`` used where
+    the point's weights are gates; ``k`` steps per token step ``k`` times on the token's pair.
+    """
+    rows = point.param("steps") if point.optimizer == "steps_per_token" else 1
+    options = {"scale": 1.0}
+    if point.optimizer in STEPPED:
+        options["beta"] = beta.repeat_interleave(rows)[None, :, None]
+    if point.weights == "gates":
+        options["g"] = g[None, :, None]
+    K, V = (x.repeat_interleave(rows, 0)[None, :, None] for x in (k, v))
+    o, _ = (point.layer() if layer is None else layer)(q[None, :, None], K, V, **options)
+    return o[0, :, 0]
+
+
+def _looped(my_step: Callable, initial_state: Callable) -> Callable:
+    """The learner's step run over a sequence from their initial state: outputs ``(T, D_v)``."""
+
+    def run(q, k, v, beta, g):
+        state = initial_state(d_k=k.shape[-1], d_v=v.shape[-1])
+        outputs = []
+        for t in range(q.shape[0]):
+            result = my_step(state, q[t], k[t], v[t], beta[t], g[t])
+            if not (isinstance(result, tuple) and len(result) == 2):
+                raise CheckFailed(f"my_step must return (o, state), a pair; got {type(result).__name__}")
+            o, state = result
+            if not isinstance(o, torch.Tensor) or o.shape != v[t].shape:
+                got = tuple(o.shape) if isinstance(o, torch.Tensor) else type(o).__name__
+                raise CheckFailed(f"my_step must return (o, state) with o of shape {tuple(v[t].shape)}; got {got}")
+            outputs.append(o)
+        return torch.stack(outputs)
+
+    run.__name__ = getattr(my_step, "__name__", "my_step")
+    run.__wrapped__ = my_step
+    return run
+
+
+def _what_it_computes(run: Callable, point: Point) -> str:
+    """The point one choice away (or the named layer) whose outputs the learner's update reproduces, in words."""
+    case = _case(point, 1300, 4, 3)
+    try:
+        got = run(**case)
+    except Exception:  # any error: the failure already reported says what went wrong
+        return ""
+    if not isinstance(got, torch.Tensor) or not torch.isfinite(got).all():
+        return ""
+    candidates = []
+    for axis in AXES:
+        for key in CHOICES[axis]:
+            other = point.replace(axis, key)
+            if key != getattr(point, axis) and other.function_class == "linear" and other.problem() is None:
+                candidates.append((axis, other))
+    hints = {
+        "weights": "your update ignores or mistakes the weights",
+        "optimizer": "your update takes another optimiser's step",
+    }
+    for axis, other in candidates:
+        if relative_error(got, point_outputs(other, **case)) < 1e-6:
+            named = identify(other).name
+            name = f" ({LAYER_LABELS[named]})" if named else ""
+            choices = " · ".join(other.choice(a).label for a in AXES)
+            return f"\n  your outputs are those of {choices}{name}: {hints.get(axis, '')}"
+    return ""
+
+
+#: The chapter's suggested point: gated weights, a linear memory, the implicit step (no named layer sits there).
+SUGGESTED = Point.of("gates", "linear", "implicit_step")
+
+
+def _zero_state(d_k: int, d_v: int) -> torch.Tensor:
+    return torch.zeros(d_k, d_v, dtype=torch.float64)
+
+
+def check_my_step(my_step: Callable, initial_state: Callable = _zero_state, point: Point = SUGGESTED) -> bool:
+    """Check ``my_step(state, q, k, v, beta, g) -> (o, state)`` from ``initial_state(d_k, d_v)`` at ``point``
+    (defaults: a zero ``D_k × D_v`` state, the chapter's suggested point :data:`SUGGESTED`).
+
+    Over 4 sequences (different ``D_k``, ``D_v``, key lengths, step sizes and gates; longer than a window), the
+    outputs of the learner's loop must be the framework's at ``point``: the objective's weights, its class and its
+    optimiser, with the point's parameters (``point.param("ridge")``, ``"window"``, ...).
+
+    Raises:
+        CheckFailed: the point is invalid, not linear, or a named layer's (or computes one on every input); a wrong
+            output, with the neighbouring point it computes if it is one; a call of the framework itself.
+    """
+    _refuse_occupied(point)
+    run = _looped(my_step, initial_state)
+    choices = point.objects()
+
+    def reference(q, k, v, beta, g):  # builds the framework's layer here: a step that calls it is not an answer
+        return point_outputs(point, q, k, v, beta, g, layer=TestTimeRegression(*choices))
+
+    cases = [_case(point, 1300 + i, d_k, d_v) for i, (d_k, d_v) in enumerate(((3, 2), (4, 3), (2, 4), (5, 3)))]
+    try:
+        return run_check("my_step", run, reference, cases, rtol=1e-6, atol=1e-9)
+    except CheckFailed as failure:
+        raise CheckFailed(f"{failure}{_what_it_computes(run, point)}") from None
+
+
+# -- part 2: the learner's point as a token mixer ----------------------------------------------------------------------
+
+_HIDDEN, _HEADS, _BATCH = 16, 2, 2
+
+
+def _layer(spec: Any) -> Any:
+    """The learner's layer at the check's size, in float64, with seeded weights."""
+    torch.manual_seed(1313)
+    return spec(_HIDDEN, _HEADS).double()
+
+
+def _op_case(point: Point, seed: int) -> dict:
+    """The op's inputs for ``B = 2`` sequences of ``H = 2`` heads: unit keys and queries (as the layers make them),
+    step sizes in ``(0, 1)``, gates in ``(0, 1]``; longer than a window."""
+    gen = torch.Generator().manual_seed(seed)
+    T = 10 if point.weights != "window" else point.param("window") + 6
+    D = _HIDDEN // _HEADS
+
+    def unit(*shape):
+        x = torch.randn(*shape, generator=gen, dtype=torch.float64)
+        return x / torch.linalg.vector_norm(x, dim=-1, keepdim=True)
+
+    return {
+        "q": unit(_BATCH, T, _HEADS, D),
+        "k": unit(_BATCH, T, _HEADS, D),
+        "v": torch.randn(_BATCH, T, _HEADS, D, generator=gen, dtype=torch.float64),
+        "beta": 0.05 + 0.9 * torch.rand(_BATCH, T, _HEADS, generator=gen, dtype=torch.float64),
+        "g": -torch.rand(_BATCH, T, _HEADS, generator=gen, dtype=torch.float64),
+    }
+
+
+def _takes(point: Point) -> tuple[str, ...]:
+    """The op inputs the point uses besides ``q, k, v``."""
+    return ("beta",) * (point.optimizer in STEPPED) + ("g",) * (point.weights == "gates")
+
+
+def _framework_mix(point: Point, layer: Any, q, k, v, beta, g, regression: Any = None) -> torch.Tensor:
+    """What ``mix`` must return at ``point``: the framework's output (fla's scale ``D^-1/2``), through the layer's
+    ``o_norm`` when it has one."""
+    rows = point.param("steps") if point.optimizer == "steps_per_token" else 1
+    options: dict = {}
+    if point.optimizer in STEPPED:
+        options["beta"] = beta.repeat_interleave(rows, 1)
+    if point.weights == "gates":
+        options["g"] = g
+    K, V = k.repeat_interleave(rows, 1), v.repeat_interleave(rows, 1)
+    o = (point.layer() if regression is None else regression)(q, K, V, **options)[0]
+    norm = getattr(layer, "o_norm", None)
+    return norm(o) if norm is not None else o
+
+
+def _mixed(layer: Any, point: Point) -> Callable:
+    """The learner's ``mix`` called with the op inputs the point takes."""
+
+    def mix(q, k, v, beta, g):
+        inputs = {
+            "q": q,
+            "k": k,
+            "v": v,
+            **{name: x for name, x in (("beta", beta), ("g", g)) if name in _takes(point)},
+        }
+        with torch.no_grad():
+            return layer.mix(**inputs)
+
+    mix.__name__ = "mix"
+    mix.__wrapped__ = layer.mix
+    return mix
+
+
+def _step_gap(layer: Any) -> Callable:
+    """``max |step − forward|`` relative to ``max |forward|`` over a sequence: 0 when the two forms agree."""
+
+    def gap(x):
+        with torch.no_grad():
+            full = layer(x)
+            state, outputs = layer.initial_state(x.shape[0]), []
+            for t in range(x.shape[1]):
+                o, state = layer.step(x[:, t], state)
+                outputs.append(o)
+        return float((torch.stack(outputs, 1) - full).abs().max() / full.abs().max())
+
+    gap.__name__ = "step_vs_forward"
+    gap.__wrapped__ = layer.mix_step
+    return gap
+
+
+def _lookahead(layer: Any) -> Callable:
+    """``max |Δ output|`` at the first 6 positions when the inputs from position 6 on change: 0 for a causal layer."""
+
+    def change(x):
+        later = x.clone()
+        later[:, 6:] += 1.0
+        with torch.no_grad():
+            return float((layer(x)[:, :6] - layer(later)[:, :6]).abs().max())
+
+    change.__name__ = "lookahead"
+    change.__wrapped__ = layer.mix
+    return change
+
+
+def _what_the_layer_computes(mix: Callable, layer: Any, point: Point) -> str:
+    """The point one choice away, or the named layer, whose output the learner's ``mix`` reproduces, in words."""
+    case = _op_case(point, 1400)
+    try:
+        got = mix(**case)
+    except Exception:  # any error: the failure already reported says what went wrong
+        return ""
+    candidates = [
+        (axis, point.replace(axis, key)) for axis in AXES for key in CHOICES[axis] if key != getattr(point, axis)
+    ]
+    candidates += [(None, named_point(name)) for name in NAMED_LAYERS]
+    for axis, other in candidates:
+        if other.function_class != "linear" or other.problem() is not None or other.optimizer == "steps_per_token":
+            continue
+        try:
+            want = _framework_mix(other, layer, **case)
+        except (ValueError, TypeError):
+            continue
+        if isinstance(got, torch.Tensor) and got.shape == want.shape and relative_error(got, want) < 1e-6:
+            named = identify(other).name
+            name = f" ({LAYER_LABELS[named]})" if named else ""
+            hint = {
+                "weights": ": your layer ignores or mistakes the weights",
+                "optimizer": ": it takes another optimiser's step",
+            }
+            return f"\n  your mix computes {' · '.join(other.choice(a).label for a in AXES)}{name}{hint.get(axis, '')}"
+    return ""
+
+
+def check_my_mixer(spec: Any, point: Point = SUGGESTED) -> bool:
+    """Check the learner's mixer, one class and one spec, at ``point`` (default :data:`SUGGESTED`); ``spec`` is the
+    :class:`~ttr_edu.layers.MixerSpec`, or a function that builds it.
+
+    The spec must be registered (``register(spec)``) and name no layer of ``NAMED_LAYERS``; built at
+    ``hidden_size = 16``, two heads, in float64:
+
+    * its ``mix`` on unit keys and queries, step sizes and gates is the regression framework's output at ``point``
+      (through the layer's ``o_norm`` if it has one; otherwise at fla's scale ``D^-1/2``): the op is the point's;
+    * its ``step``, token by token from ``initial_state``, gives its ``forward``;
+    * it is causal: outputs do not change when later inputs do;
+    * it computes none of the named layers on the same inputs.
+
+    Raises:
+        CheckFailed: a spec that is not registered or that claims a named layer; a point a named layer occupies;
+            a ``mix`` that computes another point (named, when it is one of the point's neighbours or a named layer),
+            a step that disagrees with the forward pass, a look ahead, a call of the framework itself.
+    """
+    from ttr_edu.layers import REGISTRY, Mixer, MixerSpec
+
+    _refuse_occupied(point)
+    if not isinstance(spec, MixerSpec) and callable(spec):  # a function that builds the spec: run it first
+        try:
+            spec = spec()
+        except NotImplementedError as err:
+            if not _is_untouched_stub(err):
+                raise CheckFailed(f"my_mixer: building your spec raised NotImplementedError: {err}") from None
+            if under_autograder():
+                raise CheckFailed("my_mixer: not attempted (the stub still raises NotImplementedError)") from None
+            print(
+                "[not attempted yet] my_mixer: fill in your mixer's methods, run its cell, then run this check again."
+            )
+            return False
+        except Exception as err:  # anything else the function raised: the learner's own bug
+            raise CheckFailed(f"my_mixer: building your spec raised {type(err).__name__}: {err}") from None
+    if not isinstance(spec, MixerSpec) or not issubclass(spec.layer, Mixer):
+        raise CheckFailed(f"my_mixer: expected your MixerSpec(name, label, YourClass), got {type(spec).__name__}")
+    if REGISTRY.get(spec.name) is not spec:
+        raise CheckFailed(f"my_mixer: register your spec first: register({spec.name!r} spec, replace=True)")
+    if spec.named_layer is not None:
+        raise CheckFailed(
+            f"my_mixer: your spec says it is the named layer {spec.named_layer!r}; the capstone's point has no name "
+            "(leave named_layer=None)"
+        )
+    layer = _layer(spec)
+    mix = _mixed(layer, point)
+    choices = point.objects()
+
+    def reference(q, k, v, beta, g):  # the framework at the point, built here: a mix that calls it is not an answer
+        return _framework_mix(point, layer, q, k, v, beta, g, regression=TestTimeRegression(*choices))
+
+    cases = [_op_case(point, 1400 + i) for i in range(3)]
+    try:
+        if not run_check("my_mixer (its op)", mix, reference, cases, rtol=1e-6, atol=1e-9):
+            return False
+    except CheckFailed as failure:
+        raise CheckFailed(f"{failure}{_what_the_layer_computes(mix, layer, point)}") from None
+    inputs = [
+        {"x": torch.randn(_BATCH, 9, _HIDDEN, generator=torch.Generator().manual_seed(s), dtype=torch.float64)}
+        for s in (1500, 1501)
+    ]
+    try:
+        run_check("my_mixer (step == forward)", _step_gap(layer), lambda x: 0.0, inputs, rtol=0.0, atol=1e-9)
+    except CheckFailed as failure:
+        raise CheckFailed(
+            f"{failure}\n  your layer's step() gives other outputs than its forward(): mix_step must take the same "
+            "step as mix, one token at a time, from initial_memory"
+        ) from None
+    try:
+        run_check("my_mixer (causal)", _lookahead(layer), lambda x: 0.0, inputs, rtol=0.0, atol=1e-9)
+    except CheckFailed as failure:
+        raise CheckFailed(
+            f"{failure}\n  the outputs before token 6 change when later tokens change: your mix looks ahead"
+        ) from None
+    case = cases[0]
+    ours = mix(**case)
+    for name in NAMED_LAYERS:
+        other = named_point(name)
+        if other.function_class != "linear" or other.optimizer == "steps_per_token":
+            continue  # a kernel cache, an MLP or several pairs per token: not this layer's inputs
+        if relative_error(ours, _framework_mix(other, layer, **case)) < 1e-6:
+            raise CheckFailed(f"my_mixer: your layer computes {LAYER_LABELS[name]}, a named layer, on these inputs")
+    print(f"PASS my_mixer: {spec.name} is {point.describe()}, distinct from every named layer.")
+    return True

@@ -1,0 +1,356 @@
+"""Where the runner's cells run (local worker processes or a Dask cluster), and how a Ctrl-C stops them.
+
+A terminal's Ctrl-C sends SIGINT to every process of the foreground process group. So the command line
+(``python -m ttr_edu.experiments``) runs the experiment in a child process in a session of its own
+(:func:`run_in_own_session`), with every worker process it starts: the terminal's Ctrl-C reaches only the command
+line, which passes the first one on to the experiment alone. The experiment stops the run: it writes its last line,
+shuts the workers down with interrupts held back (:func:`interrupts_held`), and prints one line. Worker processes
+also ignore SIGINT from their first task on (a joblib initializer, a Dask worker plugin), for a runner called from
+Python in a terminal.
+
+On Dask the runner keeps a *look-ahead queue*: twice as many cells in flight as the cluster has worker threads.
+The scheduler holds the extra cells in its own queue (``worker-saturation: 1.0``, set here for a cluster started
+here and in ``docs/cluster.md`` for one started elsewhere), so a worker that dies takes only the cell it was running,
+and an adaptive cluster (``cluster.adapt``) sees queued work and starts more workers.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import signal
+import socket
+import subprocess
+import threading
+from collections import Counter
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+__all__ = [
+    "SchedulerError",
+    "check_scheduler",
+    "interrupts_held",
+    "run_in_own_session",
+    "in_own_session",
+    "ready_for_ctrl_c",
+    "local_cells",
+    "DaskCells",
+    "LOOK_AHEAD",
+    "probe",
+    "preflight",
+]
+
+#: cells in flight per worker thread on Dask: one running, one waiting in the scheduler's queue
+LOOK_AHEAD = 2
+
+_ADDRESS = re.compile(r"(?P<scheme>tcp|tls|ucx)://(?P<host>\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.-]+):(?P<port>\d{1,5})")
+
+
+class SchedulerError(ValueError):
+    """A ``scheduler`` that cannot be used: a malformed address, or a Dask scheduler that does not answer."""
+
+
+def check_scheduler(scheduler: str) -> int | tuple[str, int] | None:
+    """Parse ``scheduler``: ``"local:N"`` gives ``N``; ``"tcp://HOST:PORT"`` (or ``tls``, ``ucx``) gives
+    ``(HOST, PORT)``.
+
+    Raises:
+        SchedulerError: anything else (the message says what is expected and what was given).
+    """
+    if not isinstance(scheduler, str):
+        raise SchedulerError(f"scheduler: expected a str such as local:2 or tcp://host:8786, got {scheduler!r}")
+    if scheduler.startswith("local:"):
+        count = scheduler.removeprefix("local:")
+        if count.isdigit() and int(count) >= 1:
+            return int(count)
+        raise SchedulerError(f"scheduler: local:N needs a whole number N >= 1 of worker processes, got {scheduler!r}")
+    match = _ADDRESS.fullmatch(scheduler)
+    if match is None or not 1 <= int(match["port"]) <= 65535:
+        raise SchedulerError(
+            f"scheduler: expected local:N or a Dask address tcp://HOST:PORT (a port from 1 to 65535), got {scheduler!r}"
+        )
+    return match["host"].strip("[]"), int(match["port"])
+
+
+def probe(scheduler: str) -> None:
+    """Check that something listens at the Dask address ``scheduler``: a refused or unresolvable address fails at
+    once, a silent one after 5 seconds.
+
+    Raises:
+        SchedulerError: a malformed address, or nothing answering there.
+    """
+    parsed = check_scheduler(scheduler)
+    if isinstance(parsed, int):
+        return
+    try:
+        socket.create_connection(parsed, timeout=5).close()
+    except OSError as error:
+        reason = error.strerror or str(error) or type(error).__name__
+        raise SchedulerError(f"scheduler: no Dask scheduler answers at {scheduler} ({reason})") from None
+
+
+def preflight(prog: str, argv: list[str]) -> tuple[str, int] | None:
+    """What the command line can refuse before it starts the experiment (and imports torch, which takes seconds
+    on a busy machine): a ``--scheduler`` that is malformed (exit status 2) or does not answer (1). Returns the
+    one-line message and the status, or ``None``; the experiment checks its arguments again, in full."""
+    values = [argv[i + 1] for i, a in enumerate(argv[:-1]) if a == "--scheduler"]
+    values += [a.split("=", 1)[1] for a in argv if a.startswith("--scheduler=")]
+    for value in values:
+        try:
+            check_scheduler(value)
+        except SchedulerError as error:
+            return f"{prog}: error: --{error}", 2
+        try:
+            probe(value)
+        except SchedulerError as error:
+            return f"error: --{error}", 1
+    return None
+
+
+def _ignore_sigint() -> None:
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+#: in a process that :func:`run_in_own_session` started: the pipe on which it says it is ready for a Ctrl-C
+_READY_FD = "TTR_EDU_READY_FD"
+
+
+def in_own_session() -> bool:
+    """Whether this process was started by :func:`run_in_own_session` (or cannot be: not on POSIX)."""
+    return os.name != "posix" or _READY_FD in os.environ
+
+
+def ready_for_ctrl_c() -> None:
+    """Tell :func:`run_in_own_session` that this process now handles a Ctrl-C as it should (its ``try`` around
+    ``KeyboardInterrupt`` stands); until then a Ctrl-C waits there. From now on, should the process that started
+    this one die without passing a Ctrl-C on (killed, ``SIGKILL``), this process stops as on a Ctrl-C, instead of
+    running on unseen in its own session. Does nothing in a process :func:`run_in_own_session` did not start."""
+    fds = os.environ.pop(_READY_FD, None)
+    if fds is None:
+        return
+    ready, alive = (int(fd) for fd in fds.split(","))
+    try:
+        os.write(ready, b"1")
+        os.close(ready)
+    except OSError:
+        pass
+
+    def watch():
+        with os.fdopen(alive, "rb") as parent:
+            parent.read()  # the parent never writes: this returns when its end closes, that is when it is gone
+        os.kill(os.getpid(), signal.SIGINT)
+
+    threading.Thread(target=watch, name="parent-alive", daemon=True).start()
+
+
+def run_in_own_session(command: list[str]) -> int:
+    """Run ``command`` in a child process in a new session, pass it the first Ctrl-C, return its exit status
+    (``128 + N`` for a child ended by signal ``N``).
+
+    A terminal's Ctrl-C signals its whole foreground process group: this process, but not the child's session,
+    which holds the child and every worker process it starts. So the workers never see a Ctrl-C (none prints a
+    traceback), and the child alone decides how to stop. The Ctrl-C is passed on once the child says it can take
+    it (:func:`ready_for_ctrl_c`: a Python that is still starting would print a traceback); later ones are not
+    passed on, so nothing interrupts the child's shutdown. A hang-up (a closed terminal) or a termination of this
+    process is passed on as a Ctrl-C too, so the child closes its files the same way.
+    """
+    state = {"child": None, "ready": False, "asked": False, "sent": False}
+
+    def pass_on_once():
+        if state["asked"] and state["ready"] and not state["sent"]:
+            state["sent"] = True
+            state["child"].send_signal(signal.SIGINT)
+
+    def on_signal(signum, frame):
+        state["asked"] = True
+        pass_on_once()
+
+    for number in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(number, on_signal)
+    ready_read, ready_write = os.pipe()  # the child writes a byte once it can take a Ctrl-C
+    alive_read, alive_write = os.pipe()  # this end stays open while this process lives
+    try:
+        state["child"] = subprocess.Popen(
+            command,
+            env={**os.environ, _READY_FD: f"{ready_write},{alive_read}"},
+            pass_fds=(ready_write, alive_read),
+            start_new_session=True,
+        )
+    finally:
+        os.close(ready_write)
+        os.close(alive_read)
+    try:
+        with os.fdopen(ready_read, "rb") as ready:
+            ready.read(1)  # b"1" when the child is ready, b"" when it ended first (a signal meanwhile is noted)
+        state["ready"] = True
+        pass_on_once()
+        status = state["child"].wait()
+    finally:
+        os.close(alive_write)
+    return 128 - status if status < 0 else status
+
+
+@contextmanager
+def interrupts_held():
+    """A Ctrl-C inside this block (a shutdown, a cluster starting) is held back and raised when the block ends.
+
+    SIGINT's Python handler is swapped for one that only notes the signal (Python runs signal handlers in the main
+    thread; a system call the signal interrupts is resumed), and a noted one is raised by calling the original
+    handler at the end. Outside the main thread, or when SIGINT has no Python handler, this does nothing."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    handler = signal.getsignal(signal.SIGINT)
+    if not callable(handler):
+        yield
+        return
+    held: list[int] = []
+    signal.signal(signal.SIGINT, lambda signum, frame: held.append(signum))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, handler)
+        if held:
+            handler(signal.SIGINT, None)
+
+
+def _paired(cell_fn, cell):
+    return cell, cell_fn(cell)
+
+
+def local_cells(cell_fn: Callable, todo: list[dict], jobs: int) -> Iterator[tuple[dict, dict]]:
+    """``(cell, row)`` pairs as cells finish, from ``jobs`` local worker processes (joblib's loky backend, whose
+    workers are reused across calls). The workers ignore SIGINT; a ``KeyboardInterrupt`` here makes joblib kill
+    them."""
+    from joblib import Parallel, delayed
+
+    parallel = Parallel(n_jobs=min(jobs, len(todo)), return_as="generator_unordered", initializer=_ignore_sigint)
+    yield from parallel(delayed(_paired)(cell_fn, cell) for cell in todo)
+
+
+def _ignore_sigint_plugin():
+    """A Dask worker plugin: each worker process ignores SIGINT (one its nanny restarts later too)."""
+    from distributed.diagnostics.plugin import WorkerPlugin
+
+    class IgnoreSigint(WorkerPlugin):
+        idempotent = True
+        name = "ttr-edu-ignore-sigint"
+
+        def setup(self, worker):  # Dask calls it on each worker, restarted ones too
+            _ignore_sigint()
+
+    return IgnoreSigint()
+
+
+def _platform_of_worker() -> str:
+    from ttr_edu.experiments.provenance import platform_lines
+
+    return json.dumps(platform_lines(), sort_keys=True)
+
+
+class DaskCells:
+    """A connection to a Dask cluster that runs cells: ``"local:N"`` starts a ``LocalCluster`` of ``N``
+    single-thread worker processes here; ``"tcp://HOST:PORT"`` joins a running scheduler.
+
+    Connecting comes first, before the runner touches its CSV: a malformed address or a scheduler that does not
+    answer raises :class:`SchedulerError` in under ten seconds.
+
+    Raises:
+        SchedulerError: a malformed address, or no Dask scheduler answering at it.
+    """
+
+    def __init__(self, scheduler: str) -> None:
+        parsed = check_scheduler(scheduler)
+        self.address, self.cluster, self.client = scheduler, None, None
+        if not isinstance(parsed, int):  # before Dask is imported (seconds)
+            probe(scheduler)
+        import dask
+        from distributed import Client, LocalCluster
+
+        if isinstance(parsed, int):
+            for name in ("distributed", "distributed.scheduler", "distributed.nanny", "distributed.worker"):
+                logging.getLogger(name).setLevel(logging.CRITICAL)  # a lost worker is reported once, by the runner
+            environ = {
+                **dask.config.get("distributed.nanny.pre-spawn-environ"),
+                "DASK_LOGGING__DISTRIBUTED": "critical",
+            }
+            config = {
+                "distributed.scheduler.worker-saturation": 1.0,  # extra cells wait in the scheduler, not on a worker
+                "distributed.nanny.pre-spawn-environ": environ,  # the workers log nothing: the runner reports
+            }
+            try:
+                with dask.config.set(config), interrupts_held():
+                    self.cluster = LocalCluster(
+                        n_workers=parsed,
+                        threads_per_worker=1,
+                        processes=True,
+                        dashboard_address=None,
+                        silence_logs=logging.ERROR,
+                    )
+                    self.client = Client(self.cluster)
+                    self.client.register_plugin(_ignore_sigint_plugin())
+            except BaseException:  # a Ctrl-C held while the cluster started is raised once it stands: stop it again
+                self.close()
+                raise
+            return
+        try:
+            self.client = Client(scheduler, timeout="10s")
+        except (OSError, TimeoutError) as error:
+            raise SchedulerError(
+                f"scheduler: {scheduler} accepts connections but is not a Dask scheduler ({error})"
+            ) from None
+
+    def workers(self) -> str:
+        """The workers connected now, grouped by platform (torch, BLAS, Python, CPU), for the CSV's header."""
+        if self.cluster is not None:
+            return f"{len(self.client.nthreads())} local worker processes (this machine)"
+        found = Counter(self.client.run(_platform_of_worker).values())
+        if not found:
+            return "none connected at the start"
+        return "; ".join(
+            f"{count} × " + ", ".join(f"{k} {v}" for k, v in json.loads(kind).items()) for kind, count in found.items()
+        )
+
+    def cells(self, cell_fn: Callable, todo: list[dict], lost: list[dict]) -> Iterator[tuple[dict, dict]]:
+        """``(cell, row)`` pairs as cells finish; a cell whose worker died goes to ``lost`` instead."""
+        from distributed import wait
+        from distributed.client import FutureCancelledError
+
+        try:
+            from distributed.scheduler import KilledWorker
+        except ImportError:  # pragma: no cover - older distributed
+            from distributed import KilledWorker
+
+        waiting = list(todo)
+        running: dict = {}
+        try:
+            while waiting or running:
+                threads = sum(self.client.nthreads().values())  # workers join (and leave) while the grid runs
+                while waiting and len(running) < max(LOOK_AHEAD * threads, LOOK_AHEAD):
+                    cell = waiting.pop(0)
+                    running[self.client.submit(_paired, cell_fn, cell, pure=False)] = cell
+                try:
+                    finished = wait(list(running), timeout=10, return_when="FIRST_COMPLETED").done
+                except TimeoutError:
+                    continue
+                for future in finished:
+                    cell = running.pop(future)
+                    try:
+                        yield future.result()
+                    except (KilledWorker, FutureCancelledError):
+                        lost.append(cell)
+        finally:
+            if running:
+                with interrupts_held():
+                    self.client.cancel(list(running))
+
+    def close(self) -> None:
+        """Close the client, and the cluster if it was started here (a Ctrl-C meanwhile waits until it is done)."""
+        with interrupts_held():
+            if getattr(self, "client", None) is not None:
+                self.client.close()
+            if self.cluster is not None:
+                self.cluster.close()
