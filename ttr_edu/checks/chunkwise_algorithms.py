@@ -296,7 +296,7 @@ def _ut_backward_cases() -> Iterator[dict]:
         answers=(ut_transform_backward_spec,),
         no_autograd=True,
         inputs_unchanged=True,
-        why="derive the gradients and write them out (autograd is the check's reference, not a part of the answer)",
+        why="write the gradients out from the derivation above (d𝒯, then dA through the inverse, then dk and dβ)",
     ),
     rtol=1e-8,
     atol=1e-10,
