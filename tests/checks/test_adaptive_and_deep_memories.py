@@ -9,6 +9,7 @@ import pytest
 import torch
 from torch.func import grad
 
+from tests.checks.gallery import assert_passes, passes_or_names
 from ttr_edu.checks import CheckFailed
 from ttr_edu.checks import adaptive_and_deep_memories as checks
 
@@ -247,3 +248,248 @@ def test_autograd_is_named_as_ruled_out():
         checks.check_mlp_gradient_step(mlp_gradient_by_backward)
     with pytest.raises(CheckFailed, match=r"used autograd \(torch\.func\.jacfwd\)"):
         checks.check_mlp_gradient_step(mlp_gradient_by_forward_mode)
+
+
+# -- the review's answers, and more right answers written differently ------------------------------------------------
+
+
+def longhorn_by_solve(S, k, v, beta):  # the normal equations (I + β k kᵀ) S' = S + β k vᵀ, solved: right
+    return torch.linalg.solve(
+        torch.eye(k.shape[0], dtype=k.dtype) + beta * torch.outer(k, k), S + beta * torch.outer(k, v)
+    )
+
+
+def longhorn_by_sherman_morrison(S, k, v, beta):  # (I + β k kᵀ)⁻¹ written out: right
+    inverse = torch.eye(k.shape[0], dtype=k.dtype) - beta * torch.outer(k, k) / (1 + beta * k @ k)
+    return inverse @ (S + beta * torch.outer(k, v))
+
+
+def longhorn_float32(S, k, v, beta):
+    return longhorn_step(S.float(), k.float(), v.float(), beta)
+
+
+def longhorn_half_weight(S, k, v, beta):  # the objective read with β/2
+    return S + (beta / 2) / (1 + beta / 2 * (k @ k)) * torch.outer(k, v - S.T @ k)
+
+
+def longhorn_norm_not_squared(S, k, v, beta):  # ε = β / (1 + β ‖k‖)
+    return S + beta / (1 + beta * k.norm()) * torch.outer(k, v - S.T @ k)
+
+
+def rotation_keys_float32(theta):  # right keys, but torch.tensor's default dtype
+    return torch.tensor([1.0, 0.0]), torch.tensor([math.cos(theta / 2), math.sin(theta / 2)])
+
+
+def rotation_keys_as_a_list(theta):  # a list of two keys, both turned by 0.3: right
+    return [unit(0.3), unit(0.3 + theta / 2)]
+
+
+def keys_a_quarter_angle(theta):
+    return unit(0.0), unit(theta / 4)
+
+
+def keys_e2_then_half_angle(theta):
+    return unit(math.pi / 2), unit(theta / 2)
+
+
+def momentum_loop(S, U, k, v, beta, eta, alpha):  # the gradient entry by entry, as its definition reads: right
+    grad_S = torch.empty_like(S)
+    error = S.T @ k - v
+    for i in range(S.shape[0]):
+        for j in range(S.shape[1]):
+            grad_S[i, j] = k[i] * error[j]
+    U_new = eta * U - beta * grad_S
+    return (1 - alpha) * S + U_new, U_new
+
+
+def momentum_returns_u_s(S, U, k, v, beta, eta, alpha):
+    S_new, U_new = momentum_step(S, U, k, v, beta, eta, alpha)
+    return U_new, S_new
+
+
+def momentum_ema(S, U, k, v, beta, eta, alpha):  # an exponential moving average of the gradient
+    U_new = eta * U - (1 - eta) * beta * torch.outer(k, S.T @ k - v)
+    return (1 - alpha) * S + U_new, U_new
+
+
+def momentum_gradient_at_decayed_state(S, U, k, v, beta, eta, alpha):
+    U_new = eta * U - beta * torch.outer(k, (1 - alpha) * S.T @ k - v)
+    return (1 - alpha) * S + U_new, U_new
+
+
+def momentum_by_autograd(S, U, k, v, beta, eta, alpha):  # the gradient the text asks to derive, from autograd
+    S_leaf = S.clone().requires_grad_()
+    (grad_S,) = torch.autograd.grad(0.5 * ((S_leaf.T @ k - v) ** 2).sum(), S_leaf)
+    U_new = eta * U - beta * grad_S
+    return (1 - alpha) * S + U_new, U_new
+
+
+def mlp_by_hand(kind):
+    def mlp_gradient_step(W1, W2, k, v, lr):
+        a = k @ W1
+        h = torch.nn.functional.gelu(a, approximate="tanh" if kind == "tanh" else "none")
+        delta = h @ W2 - v
+        gelu_prime = torch.special.ndtr(a) + a * torch.exp(-0.5 * a**2) / math.sqrt(2 * math.pi)
+        if kind == "erf":  # Φ through erf: right
+            gelu_prime = 0.5 * (1 + torch.erf(a / math.sqrt(2))) + a * torch.exp(-0.5 * a**2) / math.sqrt(2 * math.pi)
+        if kind == "phi_only":
+            gelu_prime = torch.special.ndtr(a)
+        if kind == "no_sqrt_2pi":
+            gelu_prime = torch.special.ndtr(a) + a * torch.exp(-0.5 * a**2)
+        if kind == "tanh":
+            c = math.sqrt(2 / math.pi)
+            th = torch.tanh(c * (a + 0.044715 * a**3))
+            gelu_prime = 0.5 * (1 + th) + 0.5 * a * (1 - th**2) * c * (1 + 3 * 0.044715 * a**2)
+        g2, g1 = torch.outer(h, delta), torch.outer(k, gelu_prime * (W2 @ delta))
+        if kind == "sequential":  # W1's gradient at the updated W2
+            W2_new = W2 - lr * g2
+            return W1 - lr * torch.outer(k, gelu_prime * (W2_new @ delta)), W2_new
+        if kind == "mean_loss":
+            g1, g2 = g1 / v.numel(), g2 / v.numel()
+        return W1 - lr * g1, W2 - lr * g2
+
+    return mlp_gradient_step
+
+
+def _loss(W1, W2, k, v):
+    return 0.5 * ((torch.nn.functional.gelu(k @ W1) @ W2 - v) ** 2).sum()
+
+
+def mlp_by_jacfwd(W1, W2, k, v, lr):  # forward-mode autodiff: still autograd
+    g1 = torch.func.jacfwd(_loss, argnums=0)(W1, W2, k, v)
+    g2 = torch.func.jacfwd(_loss, argnums=1)(W1, W2, k, v)
+    return W1 - lr * g1, W2 - lr * g2
+
+
+def mlp_by_prebound_grad(W1, W2, k, v, lr, transform=grad):  # torch.func.grad bound before the check ran
+    g1, g2 = transform(_loss, argnums=(0, 1))(W1, W2, k, v)
+    return W1 - lr * g1, W2 - lr * g2
+
+
+def mlp_by_autograd_grad(W1, W2, k, v, lr):
+    A, B = W1.clone().requires_grad_(), W2.clone().requires_grad_()
+    g1, g2 = torch.autograd.grad(_loss(A, B, k, v), (A, B))
+    return W1 - lr * g1, W2 - lr * g2
+
+
+def mlp_by_functional_jacobian(W1, W2, k, v, lr):
+    g1, g2 = torch.autograd.functional.jacobian(lambda A, B: _loss(A, B, k, v), (W1, W2))
+    return W1 - lr * g1, W2 - lr * g2
+
+
+def mlp_by_vjp(W1, W2, k, v, lr):
+    _, pullback = torch.func.vjp(lambda A, B: _loss(A, B, k, v), W1, W2)
+    g1, g2 = pullback(torch.ones((), dtype=W1.dtype))
+    return W1 - lr * g1, W2 - lr * g2
+
+
+def mlp_by_forward_ad(W1, W2, k, v, lr):  # dual numbers, one direction per entry
+    import torch.autograd.forward_ad as fwAD
+
+    grads = []
+    for index, W in enumerate((W1, W2)):
+        g = torch.zeros_like(W)
+        for i in range(W.numel()):
+            tangent = torch.zeros_like(W).flatten()
+            tangent[i] = 1.0
+            with fwAD.dual_level():
+                dual = fwAD.make_dual(W, tangent.view_as(W))
+                args = (dual, W2) if index == 0 else (W1, dual)
+                g.view(-1)[i] = fwAD.unpack_dual(_loss(*args, k, v)).tangent
+        grads.append(g)
+    return W1 - lr * grads[0], W2 - lr * grads[1]
+
+
+def mlp_in_a_thread(W1, W2, k, v, lr):  # autograd hidden in a worker thread
+    import threading
+
+    out = {}
+    worker = threading.Thread(target=lambda: out.setdefault("step", mlp_by_autograd_grad(W1, W2, k, v, lr)))
+    worker.start()
+    worker.join()
+    return out["step"]
+
+
+def test_more_right_answers_pass(capsys):
+    for check, answer in [
+        (checks.check_longhorn_step, longhorn_by_solve),
+        (checks.check_longhorn_step, longhorn_by_sherman_morrison),
+        (checks.check_rotation_keys, rotation_keys_as_a_list),
+        (checks.check_momentum_step, momentum_loop),
+        (checks.check_mlp_gradient_step, mlp_by_hand("erf")),
+    ]:
+        assert_passes(check, answer)
+
+
+def test_right_answers_in_float32_are_told_their_dtype():
+    passes_or_names(checks.check_longhorn_step, longhorn_float32, "float32", "float64")
+    # review: float32 keys failed with "relative error 4.84e-08" and no word about the dtype
+    message = passes_or_names(checks.check_rotation_keys, rotation_keys_float32, "float32", "float64")
+    assert "keys" in message
+
+
+REVIEW_WRONG = [  # the answers a reader tried on 08 (besides the right ones above and in the first gallery)
+    ("8.1 explicit step", checks.check_longhorn_step, explicit_step),
+    ("8.1 ε = β/(1+β)", checks.check_longhorn_step, step_without_key_norm),
+    ("8.1 half-weighted objective", checks.check_longhorn_step, longhorn_half_weight),
+    ("8.1 ‖k‖ not squared", checks.check_longhorn_step, longhorn_norm_not_squared),
+    ("8.2 k2 at θ", checks.check_rotation_keys, keys_a_full_angle_apart),
+    ("8.2 k2 at −θ/2", checks.check_rotation_keys, keys_the_other_way),
+    ("8.2 order swapped", checks.check_rotation_keys, keys_in_the_wrong_order),
+    ("8.2 k1 = e2", checks.check_rotation_keys, keys_e2_then_half_angle),
+    ("8.2 k2 at θ/4", checks.check_rotation_keys, keys_a_quarter_angle),
+    ("8.3 decay applied to S + U'", checks.check_momentum_step, decay_after_momentum),
+    ("8.3 returns (U, S)", checks.check_momentum_step, momentum_returns_u_s),
+    ("8.3 EMA momentum", checks.check_momentum_step, momentum_ema),
+    ("8.3 gradient at the decayed state", checks.check_momentum_step, momentum_gradient_at_decayed_state),
+    ("8.3 α as retention", checks.check_momentum_step, alpha_as_keep),
+    ("8.4 tanh GELU", checks.check_mlp_gradient_step, mlp_by_hand("tanh")),
+    ("8.4 GELU′ = Φ only", checks.check_mlp_gradient_step, mlp_by_hand("phi_only")),
+    ("8.4 φ without 1/√(2π)", checks.check_mlp_gradient_step, mlp_by_hand("no_sqrt_2pi")),
+    ("8.4 W1's gradient at the new W2", checks.check_mlp_gradient_step, mlp_by_hand("sequential")),
+    ("8.4 loss averaged over D_v", checks.check_mlp_gradient_step, mlp_by_hand("mean_loss")),
+]
+
+
+@pytest.mark.parametrize("label,check,wrong", REVIEW_WRONG, ids=[w[0] for w in REVIEW_WRONG])
+def test_the_reviews_wrong_answers_fail(label, check, wrong):
+    with pytest.raises(CheckFailed, match=r"inputs: |expected two"):
+        check(wrong)
+
+
+@pytest.mark.parametrize(
+    "answer,spelled",
+    [
+        (mlp_gradient_by_backward, r"torch\.Tensor\.backward"),  # review: caught before
+        (mlp_by_prebound_grad, r"torch\.func\.grad"),  # review: caught before
+        (mlp_by_jacfwd, r"torch\.func\.jacfwd"),  # review: passed before
+        (mlp_gradient_by_torch_func, r"torch\.func\.grad"),
+        (mlp_by_autograd_grad, r"torch\.autograd\.grad"),
+        (mlp_by_functional_jacobian, r"torch\.autograd\.functional\.jacobian"),
+        (mlp_by_vjp, r"torch\.func\.vjp"),
+        (mlp_by_forward_ad, r"torch\.autograd\.forward_ad\.make_dual"),
+        (mlp_in_a_thread, r"torch\.autograd\.grad"),
+    ],
+    ids=lambda x: getattr(x, "__name__", ""),
+)
+def test_autograd_is_refused_however_it_is_spelled(answer, spelled):
+    with pytest.raises(CheckFailed, match=rf"used autograd \({spelled}\).*rules out: write both gradients out"):
+        checks.check_mlp_gradient_step(answer)
+
+
+def test_the_momentum_gradient_is_derived_not_taken_from_autograd():
+    with pytest.raises(CheckFailed, match=r"used autograd \(torch\.autograd\.grad\).*derive ∇_S ℓ"):
+        checks.check_momentum_step(momentum_by_autograd)
+
+
+def test_the_packages_own_steps_are_not_answers():
+    from ttr_edu.ops import longhorn_step_size
+
+    def by_step_size(S, k, v, beta):
+        eps = longhorn_step_size(torch.tensor(beta, dtype=k.dtype), k)
+        return S + eps * torch.outer(k, v - S.T @ k)
+
+    with pytest.raises(CheckFailed, match=r"calls the package's own implementation \(.*longhorn_step_size"):
+        checks.check_longhorn_step(by_step_size)
+    with pytest.raises(CheckFailed, match=r"calls the package's own implementation \(.*rotation_keys_spec"):
+        checks.check_rotation_keys(checks.rotation_keys_spec)

@@ -3,6 +3,7 @@
 import pytest
 import torch
 
+from tests.checks.gallery import assert_passes
 from ttr_edu.checks import CheckFailed
 from ttr_edu.checks import associative_recall as checks
 
@@ -231,3 +232,109 @@ def test_the_wired_circuit_scores_exactly_one_and_an_untouched_model_near_zero()
 def test_wiring_plausible_wrong_answers_are_rejected(wrong):
     with pytest.raises(CheckFailed, match="wire_recall_circuit"):
         checks.check_wire_recall_circuit(wrong)
+
+
+def wire_by_training(model):  # the text says "without training": a few gradient steps on MQAR batches
+    from ttr_edu.tasks.mqar import mqar_batch
+
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.5)
+    vocab_size = model.embed.weight.shape[0]
+    for step in range(3):
+        batch = mqar_batch(8, 24, 3, vocab_size, generator=torch.Generator().manual_seed(step))
+        optimizer.zero_grad()
+        model.loss(batch).backward()
+        optimizer.step()
+
+
+def wire_then_tune_by_autograd_grad(model):  # the hand-wired circuit, then one step by torch.autograd.grad
+    from ttr_edu.tasks.mqar import mqar_batch
+
+    _wire(model)
+    batch = mqar_batch(8, 24, 3, model.embed.weight.shape[0], generator=torch.Generator().manual_seed(0))
+    (g,) = torch.autograd.grad(model.loss(batch), [model.mixer.o_proj.weight])
+    with torch.no_grad():
+        model.mixer.o_proj.weight -= 0.0 * g
+
+
+@pytest.mark.parametrize(
+    "trains,says",
+    [
+        (wire_by_training, r"got 0\.\d+, expected 1\.0"),  # a wrong answer is shown as wrong first
+        (wire_then_tune_by_autograd_grad, r"your function used autograd.*without training"),  # right, but trained
+    ],
+)
+def test_a_wiring_that_trains_is_refused(trains, says):
+    with pytest.raises(CheckFailed, match=rf"wire_recall_circuit: {says}"):
+        checks.check_wire_recall_circuit(trains)
+
+
+# --- right answers written differently ---------------------------------------------------------------------------
+
+
+def accuracy_as_numpy_float(logits, labels):  # a NumPy float64 is a Python float
+    asked = (labels != -100).numpy()
+    return (logits.argmax(-1).numpy()[asked] == labels.numpy()[asked]).mean()
+
+
+def accuracy_by_loop(logits, labels):  # position by position, in Python
+    right = asked = 0
+    for b in range(labels.shape[0]):
+        for t in range(labels.shape[1]):
+            if labels[b, t] != -100:
+                asked += 1
+                right += int(logits[b, t].argmax() == labels[b, t])
+    return right / asked
+
+
+def layout_by_scatter(keys, values, slots, seq_len, filler):  # the hint's vectorised route
+    B, N = keys.shape
+    tail = torch.zeros(B, seq_len - 2 * N, dtype=torch.long) if filler is None else filler.clone()
+    tail_labels = torch.full((B, seq_len - 2 * N), -100, dtype=torch.long)
+    tail.scatter_(1, 2 * slots, keys)
+    tail_labels.scatter_(1, 2 * slots, values)
+    context = torch.stack([keys, values], -1).reshape(B, 2 * N)
+    context_labels = torch.full((B, 2 * N), -100, dtype=torch.long)
+    return torch.cat([context, tail], 1), torch.cat([context_labels, tail_labels], 1)
+
+
+def wiring_that_returns_a_new_model(model):  # a wired copy, returned: the check scores what is returned
+    import copy
+
+    wired = copy.deepcopy(model)
+    _wire(wired)
+    return wired
+
+
+@pytest.mark.parametrize(
+    "check,answer",
+    [
+        (checks.check_mqar_accuracy, accuracy_as_numpy_float),
+        (checks.check_mqar_accuracy, accuracy_by_loop),
+        (checks.check_mqar_layout, layout_by_scatter),
+        (checks.check_wire_recall_circuit, wiring_that_returns_a_new_model),
+    ],
+    ids=lambda x: getattr(x, "__name__", ""),
+)
+def test_right_answers_written_differently_pass(check, answer):
+    assert_passes(check, answer)
+
+
+def test_the_packages_own_functions_are_not_answers():
+    from ttr_edu.tasks import mqar
+
+    with pytest.raises(CheckFailed, match="calls the package's own implementation"):
+        checks.check_mqar_accuracy(lambda logits, labels: mqar.mqar_accuracy(logits, labels))
+    with pytest.raises(CheckFailed, match="calls the package's own implementation"):
+        checks.check_mqar_layout(lambda **case: mqar.mqar_layout(**case))
+
+
+def test_the_wiring_check_leaves_the_callers_random_state_alone():
+    before = torch.get_rng_state()
+    checks.check_wire_recall_circuit(wire_recall_circuit)
+    assert torch.equal(torch.get_rng_state(), before)
+
+
+def test_a_wrong_layout_counts_the_wrong_tokens_not_a_relative_error_of_ids():
+    with pytest.raises(CheckFailed, match=r"mqar_layout\[0\]: wrong values \(\d+ of \d+ entries differ\)") as failure:
+        checks.check_mqar_layout(values_first)
+    assert "relative error" not in str(failure.value)

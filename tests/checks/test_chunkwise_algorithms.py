@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 import torch
 
+from tests.checks.gallery import assert_passes, passes_or_names
 from ttr_edu import ops
 from ttr_edu.checks import CheckFailed
 from ttr_edu.checks import chunkwise_algorithms as checks
@@ -192,10 +193,11 @@ def ut_transform_backward(
     return dk, ut.T @ dU, dbeta
 
 
-def test_the_written_out_backward_passes_and_the_spec_agrees_with_autograd(capsys):
+def test_the_written_out_backward_passes_and_the_spec_is_refused_as_the_packages_own(capsys):
     assert checks.check_ut_transform_backward(ut_transform_backward)
-    assert checks.check_ut_transform_backward(checks.ut_transform_backward_spec)
-    assert capsys.readouterr().out.count("PASS") == 2
+    assert capsys.readouterr().out.count("PASS") == 1
+    with pytest.raises(CheckFailed, match=r"calls the package's own implementation \(.*ut_transform_backward_spec"):
+        checks.check_ut_transform_backward(checks.ut_transform_backward_spec)
 
 
 UT_BACKWARD_WRONG = {
@@ -253,10 +255,11 @@ def solve_tril(A, block, sign=-1.0, accumulate=True, swap=False, identity=True):
     return X
 
 
-def test_the_blocked_inverse_passes(capsys):
+def test_the_blocked_inverse_passes_and_the_spec_is_refused_as_the_packages_own(capsys):
     assert checks.check_solve_tril(solve_tril)
-    assert checks.check_solve_tril(checks.solve_tril_spec)
-    assert capsys.readouterr().out.count("PASS") == 2
+    assert capsys.readouterr().out.count("PASS") == 1
+    with pytest.raises(CheckFailed, match=r"calls the package's own implementation \(.*solve_tril_spec"):
+        checks.check_solve_tril(checks.solve_tril_spec)
 
 
 SOLVE_TRIL_WRONG = {
@@ -390,21 +393,7 @@ def tolist_route(A, block):
     return torch.tensor(X, dtype=A.dtype)
 
 
-def blocked_forward_substitution(A, block):  # each diagonal block solved against its whole block row at once
-    C = A.shape[0]
-    L = torch.eye(C, dtype=A.dtype) + A
-    eye = torch.eye(C, dtype=A.dtype)
-    X = torch.zeros_like(L)
-    for a in range(0, C, block):
-        b = min(a + block, C)
-        rhs = eye[a:b] - L[a:b, :a] @ X[:a]
-        X[a:b] = torch.linalg.solve_triangular(L[a:b, a:b], rhs, upper=False, unitriangular=True)
-    return X
-
-
-@pytest.mark.parametrize(
-    "answer", [block_rows_at_once, own_substitution_in_blocks, numpy_blocks, blocked_forward_substitution]
-)
+@pytest.mark.parametrize("answer", [block_rows_at_once, own_substitution_in_blocks, numpy_blocks])
 def test_other_blocked_inverses_pass(answer, capsys):
     assert checks.check_solve_tril(answer)
     assert capsys.readouterr().out.startswith("PASS")
@@ -418,8 +407,8 @@ def test_other_blocked_inverses_pass(answer, capsys):
         (tolist_route, "converted a 64×64 tensor with .tolist()"),
         (full_substitution, "a substitution across the whole matrix"),
         (full_substitution_elementwise, "a substitution across the whole matrix"),
-        (column_substitution, "works entry by entry outside the diagonal blocks"),
-        (python_numbers, "works entry by entry outside the diagonal blocks"),
+        (column_substitution, "a substitution across the whole matrix"),
+        (python_numbers, "works entry by entry with Python numbers"),
     ],
     ids=lambda x: getattr(x, "__name__", ""),
 )
@@ -440,3 +429,308 @@ def test_chunked_linear_attention_that_overwrites_the_initial_state_is_rejected(
 
     with pytest.raises(CheckFailed, match="modified its input S in place"):
         checks.check_chunk_linear_attention(in_place)
+
+
+# ---- the answers a reader tried on 11, and more spellings -----------------------------------------------------------
+
+
+def neumann_doubling(A, block):  # (I + A)⁻¹ = (I − A)(I + A²)(I + A⁴)…: products of the whole matrix, no blocks
+    C = A.shape[0]
+    eye = torch.eye(C, dtype=A.dtype)
+    X, P, n = eye - A, A @ A, 2
+    while n < C:
+        X = X @ (eye + P)
+        P = P @ P
+        n *= 2
+    return X
+
+
+def neumann_series_by_einsum(A, block):  # Σ (−A)ⁿ, the powers by einsum
+    C = A.shape[0]
+    X = P = torch.eye(C, dtype=A.dtype)
+    for _ in range(C - 1):
+        P = -torch.einsum("ij,jk->ik", P, A)
+        X = X + P
+    return X
+
+
+def python_scalars_of_fresh_tensors(A, block):  # `+ 0` makes a fresh scalar, not an entry of A's storage
+    C = A.shape[0]
+    a = [[float(A[i, j] + 0) for j in range(C)] for i in range(C)]
+    X = [[1.0 if i == j else 0.0 for j in range(C)] for i in range(C)]
+    for i in range(C):
+        for j in range(i):
+            X[i][j] = -sum(a[i][m] * X[m][j] for m in range(j, i))
+    return torch.tensor(X, dtype=A.dtype)
+
+
+def two_row_slabs(A, block):  # forward substitution over the whole matrix, each step a (2, C) slab
+    C = A.shape[0]
+    L = torch.eye(C, dtype=A.dtype) + A
+    X = torch.zeros_like(L)
+    for i in range(C):
+        lo = max(i - 1, 0)
+        rhs = torch.eye(C, dtype=A.dtype)[lo : i + 1] - L[lo : i + 1, :i] @ X[:i]
+        X[lo : i + 1] = torch.stack([rhs[-2] if len(rhs) == 2 else rhs[0], rhs[-1]])[-(i + 1 - lo) :]
+    return X
+
+
+def pairs_of_rows(A, block):  # two rows per step, a 2×2 block inverted by hand
+    C = A.shape[0]
+    L = torch.eye(C, dtype=A.dtype) + A
+    eye = torch.eye(C, dtype=A.dtype)
+    X = torch.zeros_like(L)
+    for i in range(0, C, 2):
+        j = min(i + 2, C)
+        R = eye[i:j] - L[i:j, :i] @ X[:i]
+        if j - i == 2:
+            one, zero = torch.ones((), dtype=A.dtype), torch.zeros((), dtype=A.dtype)
+            X[i:j] = torch.stack([torch.stack([one, zero]), torch.stack([-L[i + 1, i], one])]) @ R
+        else:
+            X[i:j] = R
+    return X
+
+
+def scipy_through_the_storage(A, block):  # the whole matrix to SciPy through its raw bytes
+    import scipy.linalg
+
+    C = A.shape[0]
+    a = np.frombuffer(bytes(A.contiguous().untyped_storage()), dtype=np.float64).reshape(C, C)
+    return torch.from_numpy(scipy.linalg.solve_triangular(np.eye(C) + a, np.eye(C), lower=True).copy())
+
+
+def entries_in_torch(A, block):  # entry by entry, every product of two 0-d tensors
+    C = A.shape[0]
+    X = torch.eye(C, dtype=A.dtype)
+    for i in range(1, C):
+        for j in range(i):
+            total = torch.zeros((), dtype=A.dtype)
+            for m in range(j, i):
+                total = total + A[i, m] * X[m, j]
+            X[i, j] = -total
+    return X
+
+
+def blocked_forward_substitution(A, block):  # a solve per diagonal block, its right-hand side a whole block row
+    C = A.shape[0]
+    L = torch.eye(C, dtype=A.dtype) + A
+    eye = torch.eye(C, dtype=A.dtype)
+    X = torch.zeros_like(L)
+    for a in range(0, C, block):
+        b = min(a + block, C)
+        X[a:b] = torch.linalg.solve_triangular(L[a:b, a:b], eye[a:b] - L[a:b, :a] @ X[:a], upper=False)
+    return X
+
+
+def blocked_by_inverse_and_product(A, block):  # each diagonal block inverted, then one product per block row
+    C = A.shape[0]
+    L = torch.eye(C, dtype=A.dtype) + A
+    eye = torch.eye(C, dtype=A.dtype)
+    X = torch.zeros_like(L)
+    for a in range(0, C, block):
+        b = min(a + block, C)
+        X[a:b] = torch.linalg.inv(L[a:b, a:b]) @ (eye[a:b] - L[a:b, :a] @ X[:a])
+    return X
+
+
+def blocked_float32(A, block):  # the spec's loop in float32
+    return solve_tril(A.float(), block)
+
+
+def blocked_column_by_column(A, block):  # block columns left to right, each solved downwards by blocks
+    C = A.shape[0]
+    L = torch.eye(C, dtype=A.dtype) + A
+    starts = list(range(0, C, block))
+    diagonal = {a: torch.linalg.inv(L[a : min(a + block, C), a : min(a + block, C)]) for a in starts}
+    X = torch.zeros_like(L)
+    for j, c in enumerate(starts):
+        d = min(c + block, C)
+        X[c:d, c:d] = diagonal[c]
+        for a in starts[j + 1 :]:
+            b = min(a + block, C)
+            X[a:b, c:d] = -diagonal[a] @ (L[a:b, c:a] @ X[c:a, c:d])
+    return X
+
+
+def hides_the_refusal(A, block):  # a whole-matrix inverse whose refusal it catches, then the right answer anyway
+    try:
+        torch.linalg.inv(torch.eye(A.shape[0], dtype=A.dtype) + A)
+    except Exception:
+        pass
+    return solve_tril(A, block)
+
+
+def switches_the_watch_off(A, block):
+    from torch.utils._python_dispatch import _pop_mode
+
+    _pop_mode()
+    return torch.linalg.inv(torch.eye(A.shape[0], dtype=A.dtype) + A)
+
+
+REVIEW_11_5 = [  # (label, answer, what the refusal says); the review's four passed before
+    ("Neumann by doubling, no blocks", neumann_doubling, "a product over the whole matrix"),
+    ("Python scalars of fresh tensors", python_scalars_of_fresh_tensors, "works entry by entry with Python numbers"),
+    ("two-row slabs", two_row_slabs, "a substitution across the whole matrix"),
+    ("pairs of rows, 2×2 by hand", pairs_of_rows, "a substitution across the whole matrix"),
+    ("SciPy through the raw storage", scipy_through_the_storage, r"converted a 64×64 tensor with \.untyped_storage"),
+    ("Neumann series by einsum", neumann_series_by_einsum, "a product over the whole matrix"),
+    ("entries in torch", entries_in_torch, "works entry by entry"),
+    ("a refusal caught", hides_the_refusal, "called linalg_inv_ex on a 64×64 matrix"),
+    ("the watch switched off", switches_the_watch_off, "switched off the check's watch"),
+]
+
+
+@pytest.mark.parametrize("label,answer,says", REVIEW_11_5, ids=[r[0] for r in REVIEW_11_5])
+def test_answers_that_are_not_blocked_are_refused_by_what_they_run(label, answer, says):
+    with pytest.raises(CheckFailed, match=rf"solve_tril: your function .*{says}"):
+        checks.check_solve_tril(answer)
+
+
+@pytest.mark.parametrize(
+    "answer", [blocked_forward_substitution, blocked_by_inverse_and_product, blocked_column_by_column]
+)
+def test_blocked_inverses_written_differently_pass(answer):
+    # review: the blocked forward substitution was refused, because the guard measured its right-hand side
+    assert_passes(checks.check_solve_tril, answer)
+
+
+def test_a_blocked_inverse_in_float32_is_told_its_dtype():
+    passes_or_names(checks.check_solve_tril, blocked_float32, "float32", "float64")
+
+
+def ut_backward_by_autograd(k, v, beta, dW, dU):  # review: passed before
+    k, v, beta = (x.detach().clone().requires_grad_() for x in (k, v, beta))
+    A = torch.tril(beta[:, None] * (k @ k.T), -1)
+    ut = torch.linalg.inv(torch.eye(k.shape[0], dtype=k.dtype) + A) * beta[None, :]
+    return torch.autograd.grad((dW * (ut @ k)).sum() + (dU * (ut @ v)).sum(), (k, v, beta))
+
+
+def ut_backward_by_backward(k, v, beta, dW, dU):
+    k, v, beta = (x.detach().clone().requires_grad_() for x in (k, v, beta))
+    ut = checks.ut_transform_spec(k, beta)
+    ((dW * (ut @ k)).sum() + (dU * (ut @ v)).sum()).backward()
+    return k.grad, v.grad, beta.grad
+
+
+def ut_backward_by_vjp(k, v, beta, dW, dU):
+    _, pullback = torch.func.vjp(
+        lambda k, v, beta: (checks.ut_transform_spec(k, beta) @ k, checks.ut_transform_spec(k, beta) @ v), k, v, beta
+    )
+    return pullback((dW, dU))
+
+
+@pytest.mark.parametrize("answer", [ut_backward_by_autograd, ut_backward_by_backward, ut_backward_by_vjp])
+def test_autograd_inside_the_backward_is_refused(answer):
+    with pytest.raises(CheckFailed, match=r"used autograd .*rules out: write the gradients out"):
+        checks.check_ut_transform_backward(answer)
+
+
+def cla_drops_the_ragged_chunk(q, k, v, S, chunk_size):  # review: the last, shorter chunk left out
+    outputs = []
+    for s in range(0, q.shape[0] - q.shape[0] % chunk_size, chunk_size):
+        Q, K, V = q[s : s + chunk_size], k[s : s + chunk_size], v[s : s + chunk_size]
+        mask = torch.tril(torch.ones(len(Q), len(Q), dtype=q.dtype))
+        outputs.append(Q @ S + ((Q @ K.T) * mask) @ V)
+        S = S + K.T @ V
+    return torch.cat(outputs), S
+
+
+def step_updates_with_u(q, k, v, beta, S):  # review: the state updated with U, not U'
+    ut = checks.ut_transform_spec(k, beta)
+    U_prime = ut @ v - (ut @ k) @ S
+    mask = torch.tril(torch.ones(len(q), len(q), dtype=q.dtype))
+    return q @ S + ((q @ k.T) * mask) @ U_prime, S + k.T @ (ut @ v)
+
+
+def ut_beta_on_the_left(k, beta):  # review: diag(β) multiplies the rows
+    A = torch.tril(beta[:, None] * (k @ k.T), -1)
+    return beta[:, None] * torch.linalg.inv(torch.eye(k.shape[0], dtype=k.dtype) + A)
+
+
+def ut_by_forward_substitution(k, beta):  # row by row, no solver: right
+    C = k.shape[0]
+    A = torch.tril(beta[:, None] * (k @ k.T), -1)
+    X = torch.eye(C, dtype=k.dtype)
+    for i in range(1, C):
+        X[i] = X[i] - A[i, :i] @ X[:i]
+    return X * beta[None, :]
+
+
+@pytest.mark.parametrize(
+    "check,wrong",
+    [
+        (checks.check_chunk_linear_attention, cla_drops_the_ragged_chunk),
+        (checks.check_delta_rule_chunk_step, step_updates_with_u),
+        (checks.check_ut_transform, ut_beta_on_the_left),
+    ],
+    ids=lambda x: getattr(x, "__name__", ""),
+)
+def test_the_reviews_other_wrong_answers_fail(check, wrong):
+    with pytest.raises(CheckFailed, match=r"inputs: "):
+        check(wrong)
+
+
+def test_more_right_answers_pass():
+    for check, answer in [
+        (checks.check_ut_transform, ut_by_forward_substitution),
+        (checks.check_ut_transform_backward, ut_transform_backward),
+    ]:
+        assert_passes(check, answer)
+
+
+def test_the_packages_own_chunk_forms_are_not_answers():
+    def by_the_package(q, k, v, S, chunk_size):
+        o, S_T = ops.linear_attention_recurrent(
+            q[None, :, None],
+            k[None, :, None],
+            v[None, :, None],
+            scale=1.0,
+            initial_state=S[None, None],
+            output_final_state=True,
+        )
+        return o[0, :, 0], S_T[0, 0]
+
+    with pytest.raises(CheckFailed, match=r"calls the package's own implementation \(.*linear_attention_recurrent"):
+        checks.check_chunk_linear_attention(by_the_package)
+
+
+def ut_backward_variant(mistake):
+    """The written-out backward with one of the mistakes a reader tried on 11.4."""
+
+    def ut_transform_backward(k, v, beta, dW, dU):
+        eye = torch.eye(k.shape[0], dtype=k.dtype)
+        gram = k @ k.T
+        X = torch.linalg.solve_triangular(eye + torch.tril(beta[:, None] * gram, -1), eye, upper=False)
+        ut = X * beta[None, :]
+        d_ut = dW @ k.T + dU @ v.T
+        inner = beta[:, None] * d_ut if mistake == "beta on the rows" else d_ut * beta[None, :]
+        dA = -(X @ inner @ X if mistake == "X for Xᵀ" else X.T @ inner @ X.T)
+        if mistake != "no tril on dA":
+            dA = torch.tril(dA, -1)
+        both = mistake != "one of A's two K terms"
+        dk = ut.T @ dW + (beta[:, None] * dA + (dA.T * beta[None, :] if both else 0)) @ k
+        through_A = torch.tril(-X.T @ inner @ X.T) if mistake == "dA's diagonal kept in dβ" else dA
+        dbeta = (through_A * gram).sum(1) + (0 if mistake == "no diag(Xᵀ d𝒯) in dβ" else torch.diagonal(X.T @ d_ut))
+        return dk, ut.T @ dU, dbeta
+
+    return ut_transform_backward
+
+
+@pytest.mark.parametrize(
+    "mistake",
+    [
+        "no tril on dA",
+        "beta on the rows",
+        "X for Xᵀ",
+        "one of A's two K terms",
+        "no diag(Xᵀ d𝒯) in dβ",
+        "dA's diagonal kept in dβ",
+    ],
+)
+def test_the_reviews_wrong_backward_passes_fail(mistake):
+    with pytest.raises(CheckFailed, match=r"ut_transform_backward\[\d\]: wrong values"):
+        checks.check_ut_transform_backward(ut_backward_variant(mistake))
+
+
+def test_the_reviews_right_backward_passes():
+    assert_passes(checks.check_ut_transform_backward, ut_backward_variant(None))

@@ -400,3 +400,99 @@ def test_lock_down_removes_and_refuses_for_the_rest_of_the_process(what):
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env)
     assert CHILD_CASES[what] in result.stdout, result.stdout + result.stderr[-2000:]
     assert not Path("/tmp/ttr-edu-lock-down-test").exists()
+
+
+# -- a rule that depends on the case: Rules.watch ---------------------------------------------------------------------
+
+
+class _NoProductWiderThanHalf:
+    """Refuses a matrix product whose result is wider than half the case's size (raised and recorded)."""
+
+    def __init__(self, case):
+        from torch.utils._python_dispatch import TorchDispatchMode
+
+        from ttr_edu.checks._guard import ForbiddenCall
+
+        limit, watch = case["x"].shape[0] // 2, self
+        self.hit = None
+
+        class Mode(TorchDispatchMode):
+            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+                out = func(*args, **(kwargs or {}))
+                if func.__name__.startswith("mm") and max(out.shape) > limit:
+                    watch.hit = watch.hit or f"multiplied into a {tuple(out.shape)} result, wider than {limit}"
+                    raise ForbiddenCall(watch.hit)
+                return out
+
+        self.mode = Mode()
+
+    def __enter__(self):
+        self.mode.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        self.mode.__exit__(*exc)
+
+
+def _square_cases():
+    g = torch.Generator().manual_seed(3)
+    for n in (4, 8):
+        yield {"x": torch.randn(n, n, generator=g, dtype=torch.float64)}
+
+
+@exercise(reference=lambda x: x @ x, cases=_square_cases, rules=Rules(watch=_NoProductWiderThanHalf))
+def check_square_by_halves(square):
+    """Check ``square(x) = x @ x``, every product at most half as wide as ``x``."""
+
+
+def _by_halves(x):
+    h = x.shape[0] // 2
+    top, bottom = x[:h], x[h:]
+    return torch.cat(
+        [torch.cat([top @ x[:, :h], top @ x[:, h:]], 1), torch.cat([bottom @ x[:, :h], bottom @ x[:, h:]], 1)]
+    )
+
+
+def _whole_but_caught(x):  # the refusal raised inside the answer, caught there: still reported
+    try:
+        return x @ x
+    except Exception:
+        return _by_halves(x)
+
+
+def test_a_watch_judges_what_the_answer_runs_at_the_cases_size(capsys):
+    assert check_square_by_halves(_by_halves) is True
+    with pytest.raises(CheckFailed, match=r"square_by_halves: multiplied into a \(4, 4\) result, wider than 2"):
+        check_square_by_halves(lambda x: x @ x)
+    with pytest.raises(CheckFailed, match=r"square_by_halves: multiplied into a \(4, 4\) result, wider than 2"):
+        check_square_by_halves(_whole_but_caught)
+
+
+# -- a rule read from the answer's source: Rules.source ----------------------------------------------------------------
+
+
+def _no_cumsum_in_source(answer):
+    import inspect
+
+    return "it spells cumsum, which the exercise rules out" if "cumsum" in inspect.getsource(answer) else None
+
+
+@exercise(reference=_prefix_reference, cases=_prefix_cases, rules=Rules(source=_no_cumsum_in_source))
+def check_prefix_sum_by_hand(prefix_sum):
+    """Check ``prefix_sum(x)``, written without ``cumsum``."""
+
+
+def _by_cumsum(x):
+    return torch.cumsum(x, dim=0)
+
+
+def _by_cumsum_but_wrong(x):
+    return torch.cumsum(x, dim=0) + 1
+
+
+def test_a_source_rule_is_reported_once_the_values_agree(capsys):
+    assert check_prefix_sum_by_hand(_linear) is True
+    with pytest.raises(CheckFailed, match=r"^prefix_sum_by_hand: it spells cumsum, which the exercise rules out$"):
+        check_prefix_sum_by_hand(_by_cumsum)
+    with pytest.raises(CheckFailed, match=r"prefix_sum_by_hand: wrong values"):  # a wrong answer is shown as wrong
+        check_prefix_sum_by_hand(_by_cumsum_but_wrong)

@@ -165,8 +165,9 @@ def test_other_interpreter_errors_become_an_actionable_check_failure():
 
 
 def test_a_compiled_kernel_without_a_gpu_says_how_to_turn_on_the_interpreter(monkeypatch):
-    class Compiled:  # what @triton.jit returns without TRITON_INTERPRET
-        pass
+    class Compiled:  # what @triton.jit returns without TRITON_INTERPRET: callable, launched as kernel[grid](...)
+        def __call__(self, *args, **kwargs):
+            raise RuntimeError("Cannot call @triton.jit'd outside of the scope of a kernel")
 
     monkeypatch.setattr(checks.torch.cuda, "is_available", lambda: False)
     with pytest.raises(CheckFailed, match="TRITON_INTERPRET.*re-run the cell that defines the kernel"):
@@ -180,8 +181,11 @@ def test_the_interpreter_is_restored_after_a_check():
     assert not {"create_masked_load", "create_masked_store", "create_dot"} & set(vars(interpreter.interpreter_builder))
 
 
-class _IgnoresG:
+class _IgnoresG(_Bound):
     """Puzzle 12.6's kernel launched with the gated puzzle's arguments: the g pointer is dropped."""
+
+    def __init__(self):
+        super().__init__(delta_rule_chunk)
 
     def __getitem__(self, grid):
         def launch(q, k, v, beta, g, o, s0, s, *rest, **constants):
@@ -294,3 +298,56 @@ def test_the_neumann_series_fails_on_correlated_keys():
     # exact on near-orthogonal keys, but its terms grow far beyond the inverse once the keys are correlated
     with pytest.raises(CheckFailed, match="first wrong element"):
         checks.check_ut_transform(ut_transform_neumann)
+
+
+def test_a_kernel_whose_source_cannot_be_read_does_not_pass():
+    # the interpreter runs a kernel without its source; a rule read from the source must then fail, not find nothing
+    import inspect
+    import textwrap
+
+    namespace = {"triton": triton, "tl": tl}
+    source = textwrap.dedent(inspect.getsource(running_sum.fn))
+    exec(compile(source, "<a cell no cache kept>", "exec"), namespace)
+    with pytest.raises(CheckFailed, match="cannot read your kernel's source"):
+        checks.check_running_sum(namespace["running_sum"])
+
+
+# The wrong kernels a reader tried on 12 that no other test here writes (the rest are above): low-precision operands
+# and a tf32 product asked for by name (12.2), the decay forgotten in one more place (12.7), dV without β (12.8).
+REVIEW_WRONG = [
+    ("12.2 fp16 operands", checks.check_causal_chunk, Bound(causal_chunk, OPERANDS="fp16")),
+    ("12.2 bf16 operands", checks.check_causal_chunk, Bound(causal_chunk, OPERANDS="bf16")),
+    ('12.2 input_precision="tf32" by name', checks.check_causal_chunk, Bound(causal_chunk, PRECISION="tf32")),
+    (
+        "12.7 no decay on the scores",
+        checks.check_gated_delta_rule_chunk,
+        Bound(gated_delta_rule_chunk, NO_SCORE_DECAY=True),
+    ),
+    ("12.7 W without diag(γ)", checks.check_gated_delta_rule_chunk, Bound(gated_delta_rule_chunk, W_UNDECAYED=True)),
+    (
+        "12.7 keys not decayed to the chunk's end",
+        checks.check_gated_delta_rule_chunk,
+        Bound(gated_delta_rule_chunk, NO_KEY_DECAY=True),
+    ),
+    ("12.8 no β", checks.check_chunk_dv, Bound(chunk_dv, NO_BETA=True)),
+]
+
+
+@pytest.mark.parametrize("label,check,wrong", REVIEW_WRONG, ids=[w[0] for w in REVIEW_WRONG])
+def test_the_reviews_wrong_kernels_fail_with_their_case(label, check, wrong):
+    with pytest.raises(CheckFailed, match=r"inputs: "):
+        check(wrong)
+
+
+def test_bfloat16_tiles_are_multiplied_by_their_values_not_their_bits():
+    # review: the interpreter's tl.dot multiplied bfloat16 bit patterns, "relative error 5.52e+08"; a GPU's bfloat16
+    # products are about 1e-2 off, and the check now says so
+    import numpy as np
+
+    from ttr_edu.checks._triton_sanitizer import bf16_bits_to_fp32
+
+    values = np.array([1.0, -2.5, 0.15625, 2.0**100], dtype=np.float32)  # exact in bfloat16
+    assert np.array_equal(bf16_bits_to_fp32((values.view(np.uint32) >> 16).astype(np.uint16)), values)
+    with pytest.raises(CheckFailed, match=r"relative error (\d\.\d+e-0[23]|0\.0\d+)\)") as failure:
+        checks.check_causal_chunk(Bound(causal_chunk, OPERANDS="bf16"))
+    assert float(str(failure.value).split("relative error ")[1].split(")")[0]) < 0.1

@@ -17,6 +17,9 @@ class Bound:
     def __getitem__(self, grid):
         return lambda *args, **constants: self.kernel[grid](*args, **constants, **self.flags)
 
+    def __call__(self, *args, **kwargs):  # callable, as a kernel object is, and refusing, as Triton does
+        raise RuntimeError("a kernel is launched as kernel[grid](...)")
+
 
 @triton.jit
 def scale_tile(x_ptr, out_ptr, T, D, scale, BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr):
@@ -68,6 +71,8 @@ def causal_chunk(
     BLOCK_V: tl.constexpr,
     STRICT: tl.constexpr = False,
     NO_OTHER: tl.constexpr = False,
+    OPERANDS: tl.constexpr = "fp32",
+    PRECISION: tl.constexpr = "ieee",
 ):
     t = tl.arange(0, BLOCK_C)
     dk = tl.arange(0, BLOCK_K)
@@ -82,12 +87,16 @@ def causal_chunk(
         q = tl.load(q_ptr + t[:, None] * D_k + dk[None, :], mask=qk_mask, other=0.0)
         k = tl.load(k_ptr + t[:, None] * D_k + dk[None, :], mask=qk_mask, other=0.0)
         v = tl.load(v_ptr + t[:, None] * D_v + dv[None, :], mask=v_mask, other=0.0)
-    scores = tl.dot(q, tl.trans(k), input_precision="ieee")
+    if OPERANDS == "fp16":  # wrong: half-precision operands lose fp32's accuracy (their products are exact)
+        q, k, v = q.to(tl.float16), k.to(tl.float16), v.to(tl.float16)
+    if OPERANDS == "bf16":
+        q, k, v = q.to(tl.bfloat16), k.to(tl.bfloat16), v.to(tl.bfloat16)
+    scores = tl.dot(q, tl.trans(k), input_precision=PRECISION)
     if STRICT:
         scores = tl.where(t[:, None] > t[None, :], scores, 0.0)
     else:
         scores = tl.where(t[:, None] >= t[None, :], scores, 0.0)
-    out = tl.dot(scores, v, input_precision="ieee")
+    out = tl.dot(scores.to(v.dtype), v, input_precision=PRECISION)
     tl.store(out_ptr + t[:, None] * D_v + dv[None, :], out, mask=v_mask)
 
 
@@ -312,6 +321,9 @@ def gated_delta_rule_chunk(
     NO_DECAY_IN_A: tl.constexpr = False,
     NO_QUERY_DECAY: tl.constexpr = False,
     SUM_NOT_CUMSUM: tl.constexpr = False,
+    NO_SCORE_DECAY: tl.constexpr = False,
+    W_UNDECAYED: tl.constexpr = False,
+    NO_KEY_DECAY: tl.constexpr = False,
 ):
     i_bh, i_v = tl.program_id(0), tl.program_id(1)
     i_b, i_h = (i_bh // H).to(tl.int64), (i_bh % H).to(tl.int64)
@@ -347,15 +359,24 @@ def gated_delta_rule_chunk(
             a_i = tl.sum(tl.where(t[:, None] == i, A, 0.0), 0)
             inverse = tl.where(t[:, None] == i, inverse - tl.sum(a_i[:, None] * inverse, 0)[None, :], inverse)
         ut = inverse * beta[None, :]
-        W = tl.dot(ut, k * tl.exp(G)[:, None], input_precision="ieee")
+        if W_UNDECAYED:  # wrong: W = 𝒯 K, without diag(γ)
+            W = tl.dot(ut, k, input_precision="ieee")
+        else:
+            W = tl.dot(ut, k * tl.exp(G)[:, None], input_precision="ieee")
         U = tl.dot(ut, v, input_precision="ieee") - tl.dot(W, S, input_precision="ieee")
-        scores = tl.where(causal, tl.dot(q, tl.trans(k), input_precision="ieee") * decay, 0.0)
+        scores = tl.dot(q, tl.trans(k), input_precision="ieee")
+        if not NO_SCORE_DECAY:  # wrong without it: the scores ignore the decay between query and key
+            scores = scores * decay
+        scores = tl.where(causal, scores, 0.0)
         q_decayed = q if NO_QUERY_DECAY else q * tl.exp(G)[:, None]
         o = tl.dot(q_decayed, S, input_precision="ieee") + tl.dot(scores, U, input_precision="ieee")
         tl.store(o_ptr + v_offsets, o, mask=v_mask)
         if not NO_STATE_DECAY:  # wrong without it: the state never forgets
             S = S * tl.exp(G_last)
-        S += tl.dot(tl.trans(k * tl.exp(G_last - G)[:, None]), U, input_precision="ieee")
+        if NO_KEY_DECAY:  # wrong: the keys' decay to the chunk's end forgotten in the state update
+            S += tl.dot(tl.trans(k), U, input_precision="ieee")
+        else:
+            S += tl.dot(tl.trans(k * tl.exp(G_last - G)[:, None]), U, input_precision="ieee")
     tl.store(s_ptr + s_offsets, S, mask=s_mask)
 
 
@@ -377,6 +398,7 @@ def chunk_dv(
     UT_NOT_TRANSPOSED: tl.constexpr = False,
     STRICT: tl.constexpr = False,
     P_NOT_TRANSPOSED: tl.constexpr = False,
+    NO_BETA: tl.constexpr = False,
 ):
     t = tl.arange(0, BLOCK_C)
     dk = tl.arange(0, BLOCK_K)
@@ -403,7 +425,9 @@ def chunk_dv(
         d_pseudo = tl.dot(tl.trans(P), do, input_precision="ieee")
     if not NO_DS:
         d_pseudo += tl.dot(k, ds, input_precision="ieee")
-    if UT_NOT_TRANSPOSED:
+    if NO_BETA:  # wrong: Xᵀ where 𝒯ᵀ = diag(β) Xᵀ belongs
+        d_v = tl.dot(tl.trans(inverse), d_pseudo, input_precision="ieee")
+    elif UT_NOT_TRANSPOSED:
         d_v = tl.dot(inverse * beta[None, :], d_pseudo, input_precision="ieee")
     else:
         d_v = beta[:, None] * tl.dot(tl.trans(inverse), d_pseudo, input_precision="ieee")  # 𝒯ᵀ = diag(β) Xᵀ

@@ -22,8 +22,8 @@ autograder or *Validate* it raises, so the graded cell fails. Elsewhere (a plain
 raises too.
 
 The check in the student's kernel is **feedback**: code that ran earlier in the same kernel can reach anything here.
-The grade comes from the grading engine (``ttr_edu.course.engine``), which runs the answer in a process of its own and
-judges it in another; ``grading.md`` says what each defends against. In the kernel the check still:
+The grade comes from the grading engine (``ttr_edu.checks.grading.engine``), which runs the answer in a process of
+its own and judges it in another; ``grading.md`` says what each defends against. In the kernel the check still:
 
 * reads whether the autograder runs from ``NBGRADER_EXECUTION`` in the environment this process **started** with
   (``/proc/self/environ``) and at import, not only from ``os.environ``;
@@ -559,7 +559,7 @@ def _compare(name: str, got: Any, want: Any, case: dict, rtol: float, atol: floa
             )
         if not _allclose(_to_double(got), _to_double(want.detach()), rtol=rtol, atol=atol):
             raise CheckFailed(
-                f"{name}: wrong values (relative error {relative_error(got, want):.3g})\n"
+                f"{name}: wrong values ({_how_far(got, want.detach(), rtol, atol)})\n"
                 f"  inputs: {inputs}\n  {first_mismatch(got, want.detach(), rtol, atol)}"
                 f"{_dtype_note(got, want)}"
             )
@@ -585,6 +585,15 @@ def _compare(name: str, got: Any, want: Any, case: dict, rtol: float, atol: floa
     else:
         if type(got) is not type(want) or not want == got:
             raise CheckFailed(f"{name}: got {_short(got)}, expected {want!r}\n  inputs: {inputs}")
+
+
+def _how_far(got: torch.Tensor, want: torch.Tensor, rtol: float, atol: float) -> str:
+    """How far a wrong result is: its relative error, or for integers (ids, counts, positions), where a relative
+    error means nothing, how many entries differ."""
+    if want.is_floating_point() or want.is_complex():
+        return f"relative error {relative_error(got, want):.3g}"
+    wrong = int((~_isclose(_to_double(got), _to_double(want), rtol=rtol, atol=atol)).sum())
+    return f"{wrong} of {want.numel()} entries differ"
 
 
 def _short(value: Any) -> str:

@@ -10,8 +10,8 @@ A chapter's check module declares each exercise with :func:`exercise` on the che
 The same declaration is run two ways, with the same verdict:
 
 * in the student's kernel (``checks.check_write(write)``): :func:`run_in_kernel`, fast feedback;
-* by the grading engine (``ttr_edu.course.engine``): the answer runs in a child process holding only the notebook's
-  setup cells, the student's answer cells and the package, held to the rules by
+* by the grading engine (``ttr_edu.checks.grading.engine``): the answer runs in a child process holding only the
+  notebook's setup cells, the student's answer cells and the package, held to the rules by
   :func:`ttr_edu.checks._guard.lock_down`; what it returns crosses back as plain tensors, and the reference, the
   comparison and the rule verdicts (:func:`judge_case`, :func:`judge_cost`) run in the grader's own process.
 
@@ -26,7 +26,7 @@ import math
 import sys
 import time
 from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager, nullcontext
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -49,6 +49,7 @@ __all__ = [
     "answer_outcome",
     "judge_case",
     "judge_cost",
+    "judge_source",
     "judge_ops",
     "counting_ops",
     "run_in_kernel",
@@ -109,6 +110,14 @@ class Rules:
         keep_grad: names of inputs the result must carry gradients back to (no ``detach``, ``.item()`` or
             ``no_grad`` on the way): the answer's vector-Jacobian products are compared with the reference's.
         linear_cost: the answer's cost may grow at most linearly in ``T`` (:class:`LinearCost`).
+        watch: for a rule that depends on the case (its sizes): ``watch(case)`` is a context, entered around each
+            call of the answer, whose value has a ``hit`` attribute (the first broken rule's message, or None); it
+            watches the torch operations the answer runs (a ``TorchDispatchMode``, say) and may also raise
+            :class:`~ttr_edu.checks._guard.ForbiddenCall` to stop the answer there. Used where a rule is about sizes,
+            e.g. "invert no block wider than ``block``" (chapter 11's blocked inverse).
+        source: for a rule no run at the cases' sizes can show (a Triton kernel's int32 offsets overflow only past
+            2³¹ elements): ``source(answer)`` reads the answer's source and returns what breaks the rule, or None. It
+            runs where the answer runs and is reported once every case agrees (:func:`judge_source`).
         op_count: how its number of torch operations may grow with a size (:class:`OpCount`): no Python loop, or one.
         returns: the Python type the exercise asks the result to be (``float``: "return it as a Python float"); a
             result of another type (a 0-d tensor) fails, naming both.
@@ -121,6 +130,8 @@ class Rules:
     inputs_unchanged: bool = False
     keep_grad: tuple[str, ...] = ()
     linear_cost: LinearCost | None = None
+    watch: Callable[[dict], AbstractContextManager] | None = None
+    source: Callable[[Callable], str | None] | None = None
     op_count: OpCount | None = None
     returns: type | None = None
     why: str = ""
@@ -216,7 +227,8 @@ class Outcome:
     (the answer was stopped); ``called``: what the call trace saw it reach that it may not (reported once the values
     are judged: a wrong answer is shown as wrong first); ``inputs_after`` (the case's tensors after the call) and
     ``grads`` (input name -> vector-Jacobian product) when the rules ask for them; ``ops``: the number of torch
-    operations the call ran, when counted (:class:`OpCount`)."""
+    operations the call ran, when counted (:class:`OpCount`); ``source``: what the rules' reading of the answer's
+    source found (:func:`judge_source`)."""
 
     result: Any = None
     raised: str | None = None
@@ -225,6 +237,7 @@ class Outcome:
     called: str | None = None
     inputs_after: dict | None = None
     grads: dict | None = None
+    source: str | None = None
     ops: int | None = None
 
     def as_dict(self) -> dict:
@@ -333,9 +346,10 @@ def answer_outcome(
     rules = declared.rules
     given = _cloned(case, rules.keep_grad)
     outcome = Outcome()
+    watch = rules.watch(case) if rules.watch is not None else nullcontext()
     with guard() as trace:
         try:
-            with counting_ops(count_ops) as counter:
+            with watch as watched, counting_ops(count_ops) as counter:
                 outcome.result = declared.call(answer, given)
             outcome.ops = None if counter is None else counter.count
         except NotImplementedError as err:
@@ -352,6 +366,8 @@ def answer_outcome(
         except Exception as err:  # the student's own bug, shown with its case
             outcome.raised = _raised(err, case, declared.name)
     outcome.called = getattr(trace, "hit", None)
+    if getattr(watched, "hit", None) is not None and outcome.broke_rule is None:  # a refusal the answer caught
+        outcome.broke_rule = watched.hit
     if rules.keep_grad and outcome.raised is None and outcome.broke_rule is None and not outcome.not_attempted:
         try:
             outcome.grads = _vjp(outcome.result, given, rules.keep_grad, index)
@@ -359,6 +375,8 @@ def answer_outcome(
             outcome.raised = f"computing gradients through your result raised {type(err).__name__}: {err}"
     if rules.inputs_unchanged:
         outcome.inputs_after = {k: v for k, v in given.items() if isinstance(v, torch.Tensor)}
+    if rules.source is not None and outcome.raised is None and outcome.broke_rule is None and not outcome.not_attempted:
+        outcome.source = rules.source(answer)
     return outcome
 
 
@@ -494,6 +512,14 @@ def judge_cost(declared: Exercise, seconds: dict[int, float]) -> None:
         )
 
 
+def judge_source(declared: Exercise, found: list[str | None]) -> None:
+    """The verdict of the rules' reading of the answer's source (:attr:`Rules.source`), from what each case's outcome
+    found, once every case agrees: raises :class:`CheckFailed` with the first problem."""
+    problem = next((f for f in found if f), None)
+    if problem is not None:
+        raise CheckFailed(f"{declared.name}: {problem}")
+
+
 def judge_ops(declared: Exercise, ops: dict[int, int]) -> None:
     """The verdict of the :class:`OpCount` rule from the answer's operation counts at its two sizes."""
     rule = declared.rules.op_count
@@ -562,7 +588,7 @@ def run_in_kernel(
         raise CheckFailed(f"{name}: expected your function, got {type(answer).__name__}")
     declared_bad, bad = bad is None, declared.forbidden() if bad is None else bad
     loaded = _solver_modules()
-    n_cases, notes = 0, []
+    n_cases, notes, found = 0, [], []
     try:
         for index, case in enumerate(declared.cases()):
             outcome = answer_outcome(declared, answer, case, index, guard=functools.partial(watching, bad))
@@ -572,6 +598,7 @@ def run_in_kernel(
                 loaded, bad = _solver_modules(), declared.forbidden()
                 outcome = answer_outcome(declared, answer, case, index, guard=functools.partial(watching, bad))
             notes.append(judge_case(declared, case, index, outcome))
+            found.append(outcome.source)
             n_cases += 1
         if n_cases == 0:
             raise ValueError(f"{name}: the check has no cases, so it could not fail")
@@ -596,6 +623,7 @@ def run_in_kernel(
                 outcome.called = trace.hit
                 judge_case(declared, case, -1, outcome)
             judge_cost(declared, seconds)
+        judge_source(declared, found)
         if then is not None:
             then()
     except NotAttempted:

@@ -6,19 +6,34 @@
 
 One head, one token: a linear memory ``S`` is ``(D_k, D_v)``, a key ``k`` is ``(D_k,)``, a value ``v`` is ``(D_v,)``;
 the MLP memory is ``(W1, W2)`` of shapes ``(D_k, D_h)`` and ``(D_h, D_v)``. The references run the package's ops in
-the fla layout ``(1, 1, 1, D)`` (one batch, one token, one head).
+the fla layout ``(1, 1, 1, D)`` (one batch, one token, one head). Each exercise is declared once
+(:func:`ttr_edu.checks._rules.exercise`): the package's own implementations are refused as answers, and the two
+gradients the text asks to derive (8.3's and 8.4's) are refused when autograd computes them, however it is reached.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import torch
 
+from ttr_edu._internal.mlp_memory import gelu_derivative
 from ttr_edu.checks._core import CheckFailed
-from ttr_edu.checks._rules import Rules, exercise, run_check
-from ttr_edu.ops import TitansState, longhorn_recurrent, titans_recurrent, ttt_mlp_recurrent
+from ttr_edu.checks._rules import Rules, exercise
+from ttr_edu.ops import (
+    TitansState,
+    longhorn_chunk,
+    longhorn_recurrent,
+    longhorn_step_size,
+    titans_recurrent,
+    ttt_mlp_chunk,
+    ttt_mlp_recurrent,
+)
+from ttr_edu.ops.ttt import _mlp_deltas
+from ttr_edu.regression.deep import linear_map_gradients, momentum_sgd
+from ttr_edu.regression.linear import _implicit_step
 
 __all__ = [
     "check_longhorn_step",
@@ -91,29 +106,21 @@ def _cases(seed: int, n: int = 4) -> Iterator[dict]:
         }
 
 
-def check_longhorn_step(longhorn_step: Callable) -> bool:
-    """Check ``longhorn_step(S, k, v, beta)``: the implicit (proximal) step, returns the new ``S``.
-
-    The states are small (entries ~0.1), so a wrong step shows as a large relative error of the result rather than
-    hiding behind the part of ``S`` that every step keeps. The keys have set lengths, none near zero, and the first
-    case has ``β‖k‖² = 4.5``, far from the explicit step's range: a wrong step fails there, by a wide margin, first.
-    """
-    cases = []
+def _longhorn_cases() -> Iterator[dict]:
+    # the states are small (entries ~0.1), so a wrong step shows as a large relative error of the result rather than
+    # hiding behind the part of S that every step keeps; the keys have set lengths, none near zero, and the first case
+    # has β‖k‖² = 4.5, far from the explicit step's range: a wrong step fails there, by a wide margin, first
     for c, beta, norm in zip(_cases(800), (2.0, 0.3, 10.0, 0.7), (1.5, 0.6, 2.0, 1.2)):
         S = 0.1 * torch.randn(c["d_k"], c["d_v"], generator=c["gen"], dtype=torch.float64)
         k = norm * c["k"] / torch.linalg.vector_norm(c["k"])  # ‖k‖ = norm: keys are not unit vectors here
-        cases.append({"S": S, "k": k, "v": c["v"], "beta": beta})
-    return run_check("longhorn_step", longhorn_step, reference_longhorn_step, cases, inputs_unchanged=True)
+        yield {"S": S, "k": k, "v": c["v"], "beta": beta}
 
 
-def check_momentum_step(momentum_step: Callable) -> bool:
-    """Check ``momentum_step(S, U, k, v, beta, eta, alpha)``: Titans' step on a linear memory, returns ``(S, U)``."""
-    cases = []
+def _momentum_cases() -> Iterator[dict]:
     for c, (beta, eta, alpha) in zip(_cases(810), ((0.5, 0.9, 0.1), (0.2, 0.5, 0.3), (1.0, 0.0, 0.0), (0.3, 0.7, 0.6))):
         S = torch.randn(c["d_k"], c["d_v"], generator=c["gen"], dtype=torch.float64)
         U = torch.randn(c["d_k"], c["d_v"], generator=c["gen"], dtype=torch.float64)
-        cases.append({"S": S, "U": U, "k": c["k"], "v": c["v"], "beta": beta, "eta": eta, "alpha": alpha})
-    return run_check("momentum_step", momentum_step, reference_momentum_step, cases, inputs_unchanged=True)
+        yield {"S": S, "U": U, "k": c["k"], "v": c["v"], "beta": beta, "eta": eta, "alpha": alpha}
 
 
 def _mlp_cases() -> Iterator[dict]:
@@ -125,25 +132,62 @@ def _mlp_cases() -> Iterator[dict]:
 
 
 @exercise(
+    reference=reference_longhorn_step,
+    cases=_longhorn_cases,
+    rules=Rules(
+        answers=(longhorn_recurrent, longhorn_chunk, longhorn_step_size, _implicit_step),
+        inputs_unchanged=True,
+    ),
+)
+def check_longhorn_step(longhorn_step: Callable) -> bool:
+    """Check ``longhorn_step(S, k, v, beta)``: the implicit (proximal) step, returns the new ``S`` and leaves ``S`` as
+    it was; keys of several lengths (not unit vectors), and ``β‖k‖²`` from 0.1 to 40."""
+
+
+@exercise(
+    reference=reference_momentum_step,
+    cases=_momentum_cases,
+    rules=Rules(
+        answers=(titans_recurrent, momentum_sgd),
+        no_autograd=True,
+        inputs_unchanged=True,
+        why="derive ∇_S ℓ for ℓ = ½‖Sᵀk − v‖² (an outer product of two vectors you have) and write it out",
+    ),
+)
+def check_momentum_step(momentum_step: Callable) -> bool:
+    """Check ``momentum_step(S, U, k, v, beta, eta, alpha)``: Titans' step on a linear memory, returns ``(S, U)``,
+    the gradient derived (no autograd)."""
+
+
+@exercise(
     reference=reference_mlp_gradient_step,
     cases=_mlp_cases,
     rules=Rules(
+        answers=(
+            ttt_mlp_recurrent,
+            ttt_mlp_chunk,
+            _mlp_deltas,
+            titans_recurrent,
+            linear_map_gradients,
+            gelu_derivative,
+        ),
         no_autograd=True,
         inputs_unchanged=True,
-        why="write both gradients out by the chain rule (δ = h W2 − v, then back through W2 and GELU′)",
+        why="write both gradients out by the chain rule (δ = W2ᵀh − v, then back through W2 and GELU′)",
     ),
 )
 def check_mlp_gradient_step(mlp_gradient_step: Callable) -> bool:
     """Check ``mlp_gradient_step(W1, W2, k, v, lr)``: one SGD step of a two-layer GELU MLP memory, with both
-    gradients written out: autograd in any form (``backward``, ``torch.autograd``, ``torch.func``'s transforms, forward
-    mode included) is ruled out by what the answer calls."""
+    gradients written out: autograd (``backward``, ``torch.autograd``, ``torch.func``'s transforms, forward AD) is
+    refused however it is reached."""
 
 
 def householder_product(k1: torch.Tensor, k2: torch.Tensor, beta: float = 2.0) -> torch.Tensor:
     """The transition of one DeltaProduct token with two steps on keys ``k1`` then ``k2``:
-    ``(I − β k2 k2ᵀ)(I − β k1 k1ᵀ)`` (Siems et al. 2025, eq. 4), ``(D, D)`` in float64."""
-    eye = torch.eye(k1.shape[0], dtype=torch.float64)
-    k1, k2 = k1.double(), k2.double()
+    ``(I − β k2 k2ᵀ)(I − β k1 k1ᵀ)`` (Siems et al. 2025, eq. 4), ``(D, D)`` in the keys' (promoted) dtype."""
+    dtype = torch.promote_types(k1.dtype, k2.dtype)
+    k1, k2 = k1.to(dtype), k2.to(dtype)
+    eye = torch.eye(k1.shape[0], dtype=dtype)
     return (eye - beta * torch.outer(k2, k2)) @ (eye - beta * torch.outer(k1, k1))
 
 
@@ -160,26 +204,44 @@ def _rotation(theta: float) -> torch.Tensor:
     return torch.tensor([[c, -s], [s, c]], dtype=torch.float64)
 
 
+def _transition(rotation_keys: Callable, case: dict) -> torch.Tensor:
+    """The ``(2, 2)`` transition of the keys the answer returns for ``case``, built in their dtype."""
+    keys = rotation_keys(**case)
+    if not (
+        isinstance(keys, (tuple, list))
+        and len(keys) == 2
+        and all(isinstance(k, torch.Tensor) and k.shape == (2,) and k.is_floating_point() for k in keys)
+    ):
+        raise CheckFailed(f"rotation_keys: expected two tensors of shape (2,), (k1, k2), floating, got {keys!r}")
+    return householder_product(*keys)
+
+
+def _keys_dtype_note(message: str, case: dict, result: Any) -> str:
+    if "only the dtype differs" not in message:
+        return ""
+    return (
+        "\n  the result compared is the transition (I − 2k₂k₂ᵀ)(I − 2k₁k₁ᵀ), built in your keys' dtype: the "
+        "exercise asks for float64 keys, e.g. torch.tensor([1.0, 0.0], dtype=torch.float64)"
+    )
+
+
+def _angles() -> Iterator[dict]:
+    for theta in (2 * math.pi / 3, math.pi / 2, 2 * math.pi / 5, -math.pi / 3, math.pi, 0.0):
+        yield {"theta": theta}
+
+
+@exercise(
+    reference=_rotation,
+    cases=_angles,
+    rules=Rules(answers=(rotation_keys_spec,)),
+    call=_transition,
+    explain=_keys_dtype_note,
+    rtol=1e-6,
+    atol=1e-8,
+)
 def check_rotation_keys(rotation_keys: Callable) -> bool:
     """Check ``rotation_keys(theta) -> (k1, k2)``: ``(I − 2 k2 k2ᵀ)(I − 2 k1 k1ᵀ) = R(θ)`` for several angles.
 
-    Compared: the ``(2, 2)`` transition the two keys give, so any correct pair passes (the keys are not unique).
-
-    Raises:
-        CheckFailed: a wrong transition, or keys that are not two tensors of shape ``(2,)``.
+    Compared: the ``(2, 2)`` transition the two keys give (in their dtype), so any correct pair passes (the keys are
+    not unique); keys that are not two floating tensors of shape ``(2,)`` are refused with what was received.
     """
-
-    def transition(theta):
-        keys = rotation_keys(theta=theta)
-        if not (
-            isinstance(keys, (tuple, list))
-            and len(keys) == 2
-            and all(isinstance(k, torch.Tensor) and k.shape == (2,) for k in keys)
-        ):
-            raise CheckFailed(f"rotation_keys: expected two tensors of shape (2,), (k1, k2), got {keys!r}")
-        return householder_product(*keys)
-
-    transition.__name__ = getattr(rotation_keys, "__name__", "rotation_keys")
-    transition.__wrapped__ = rotation_keys
-    cases = [{"theta": t} for t in (2 * math.pi / 3, math.pi / 2, 2 * math.pi / 5, -math.pi / 3, math.pi, 0.0)]
-    return run_check("rotation_keys", transition, _rotation, cases, rtol=1e-6, atol=1e-8)

@@ -15,6 +15,9 @@ attention model (:class:`ttr_edu.models.mqar.MQARModel`, ``d_model = V``, ``φ =
 models at several vocabularies (seeded, so their untouched weights differ from case to case), lets the function wire
 each in place, and scores it on MQAR batches whose filler is token 0 (Zoology's ``random_non_queries=False``): the
 circuit must recall every query, at several numbers of pairs and sequence lengths.
+
+Each exercise is declared once (:func:`ttr_edu.checks._rules.exercise`); the package's own functions are refused as
+answers.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from collections.abc import Callable, Iterator
 import torch
 
 from ttr_edu.checks._core import CheckFailed, describe
-from ttr_edu.checks._rules import run_check
+from ttr_edu.checks._rules import Rules, exercise
 from ttr_edu.tasks.mqar import IGNORE_INDEX, mqar_accuracy, mqar_batch, mqar_layout, query_slots
 
 __all__ = ["check_mqar_accuracy", "check_mqar_layout", "check_wire_recall_circuit"]
@@ -49,27 +52,23 @@ def _accuracy_cases() -> Iterator[dict]:
         yield {"logits": logits.to(dtype), "labels": labels}
 
 
-def _requires_a_float(name: str, student_fn: Callable, case: dict) -> None:
-    """Fail unless ``student_fn(**case)`` is a Python float (a 0-d tensor or an int is not what the text asks)."""
-    try:
-        got = student_fn(**{k: v.clone() for k, v in case.items()})
-    except Exception:  # not attempted, or the student's own bug: run_check reports it with the case
-        return
+def _as_a_float(mqar_accuracy: Callable, case: dict) -> float:
+    """Call the answer on ``case``; refuse anything but a Python float (a 0-d tensor or an int is not what the text
+    asks)."""
+    got = mqar_accuracy(**case)
     if isinstance(got, bool) or not isinstance(got, float):
         inputs = ", ".join(f"{k}={describe(v)}" for k, v in case.items())
         raise CheckFailed(
-            f"{name}: expected a Python float, got {describe(got)} ({type(got).__name__}); "
+            f"mqar_accuracy: expected a Python float, got {describe(got)} ({type(got).__name__}); "
             f"a tensor becomes a float with .item()\n  inputs: {inputs}"
         )
+    return got
 
 
-def check_mqar_accuracy(student_mqar_accuracy: Callable) -> bool:
+@exercise(reference=mqar_accuracy, cases=_accuracy_cases, rules=Rules(inputs_unchanged=True), call=_as_a_float)
+def check_mqar_accuracy(mqar_accuracy: Callable) -> bool:
     """Check ``mqar_accuracy(logits, labels)``: the fraction of labelled positions where the argmax is the label,
-    returned as a Python float."""
-    cases = list(_accuracy_cases())
-    if callable(student_mqar_accuracy):
-        _requires_a_float("mqar_accuracy", student_mqar_accuracy, cases[1])
-    return run_check("mqar_accuracy", student_mqar_accuracy, mqar_accuracy, cases, inputs_unchanged=True)
+    returned as a Python float, ``labels`` left as they were (float64 and float32 logits)."""
 
 
 # (B, N pairs, T, with filler)
@@ -88,25 +87,26 @@ def _layout_cases() -> Iterator[dict]:
         yield {"keys": keys, "values": values, "slots": slots, "seq_len": T, "filler": filler}
 
 
-def check_mqar_layout(student_mqar_layout: Callable) -> bool:
+@exercise(reference=mqar_layout, cases=_layout_cases, rules=Rules(inputs_unchanged=True), rtol=0, atol=0)
+def check_mqar_layout(mqar_layout: Callable) -> bool:
     """Check ``mqar_layout(keys, values, slots, seq_len, filler)`` against :func:`ttr_edu.tasks.mqar.mqar_layout`:
-    the ``(inputs, labels)`` pair, exactly."""
-    return run_check(
-        "mqar_layout", student_mqar_layout, mqar_layout, _layout_cases(), rtol=0, atol=0, inputs_unchanged=True
-    )
+    the ``(inputs, labels)`` pair, exactly, the arguments left as they were."""
 
 
 # (V = d_model, T, N pairs): several vocabularies, pairs and lengths, so that no setting is special
 WIRING_CASES = [(16, 24, 3), (32, 64, 8), (24, 40, 5), (48, 96, 12)]
 
 
-def _wired_accuracy(student_fn: Callable, vocab_size: int, seq_len: int, num_pairs: int, seed: int) -> float:
-    """Build a fresh model, let ``student_fn`` wire it in place, return its accuracy on zero-filler MQAR batches."""
+def _wired_accuracy(wire_recall_circuit: Callable, vocab_size: int, seq_len: int, num_pairs: int, seed: int) -> float:
+    """Build a fresh model, let ``wire_recall_circuit`` wire it in place, return its accuracy on zero-filler MQAR
+    batches. The model's untouched weights come from ``seed`` (the caller's random state is kept as it was), so they
+    differ from case to case: the wiring must set what it needs."""
     from ttr_edu.models.mqar import MQARModel
 
-    torch.manual_seed(seed)  # the untouched weights differ from case to case: the wiring must set what it needs
-    model = MQARModel("linear_attention", vocab_size, vocab_size, feature_map="identity")
-    returned = student_fn(model)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = MQARModel("linear_attention", vocab_size, vocab_size, feature_map="identity")
+    returned = wire_recall_circuit(model)
     if isinstance(returned, torch.nn.Module):
         model = returned
     batch = mqar_batch(
@@ -115,21 +115,33 @@ def _wired_accuracy(student_fn: Callable, vocab_size: int, seq_len: int, num_pai
     return model.accuracy(batch)
 
 
-def check_wire_recall_circuit(student_wire_recall_circuit: Callable) -> bool:
+def _wiring_cases() -> Iterator[dict]:
+    for i, (v, t, n) in enumerate(WIRING_CASES):
+        yield {"vocab_size": v, "seq_len": t, "num_pairs": n, "seed": 700 + i}
+
+
+def _perfect(vocab_size: int, seq_len: int, num_pairs: int, seed: int) -> float:
+    """What the wired circuit scores: every query recalled."""
+    return 1.0
+
+
+def _wire_and_score(wire_recall_circuit: Callable, case: dict) -> float:
+    return _wired_accuracy(wire_recall_circuit, **case)
+
+
+@exercise(
+    reference=_perfect,
+    cases=_wiring_cases,
+    call=_wire_and_score,
+    rules=Rules(
+        no_autograd=True,
+        why="set the weights by hand (under torch.no_grad()): the exercise builds the circuit that training has to "
+        "find, without training",
+    ),
+    rtol=0,
+    atol=0,
+)
+def check_wire_recall_circuit(wire_recall_circuit: Callable) -> bool:
     """Check ``wire_recall_circuit(model)``: a model wired by hand recalls every query of zero-filler MQAR batches
-    (accuracy exactly 1.0) at every case of :data:`WIRING_CASES`."""
-    if not callable(student_wire_recall_circuit):
-        raise TypeError(
-            f"wire_recall_circuit: expected your function, got {type(student_wire_recall_circuit).__name__}"
-        )
-
-    def accuracy_after_wiring(vocab_size: int, seq_len: int, num_pairs: int, seed: int) -> float:
-        return _wired_accuracy(student_wire_recall_circuit, vocab_size, seq_len, num_pairs, seed)
-
-    def perfect(vocab_size: int, seq_len: int, num_pairs: int, seed: int) -> float:
-        return 1.0
-
-    cases = [
-        {"vocab_size": v, "seq_len": t, "num_pairs": n, "seed": 700 + i} for i, (v, t, n) in enumerate(WIRING_CASES)
-    ]
-    return run_check("wire_recall_circuit", accuracy_after_wiring, perfect, cases, rtol=0, atol=0)
+    (accuracy exactly 1.0) at every case of :data:`WIRING_CASES` (the inputs shown are the model's sizes and seed),
+    without training (no autograd: a gradient step is refused by what it runs)."""

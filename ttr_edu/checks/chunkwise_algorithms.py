@@ -11,25 +11,32 @@ writes first.
   :func:`ut_transform_spec` in its place and says so, so the step can be checked on its own;
 * ``ut_transform_backward(k, v, beta, dW, dU) -> (dk, dv, dbeta)``, the backward pass of ``W = 𝒯K, U = 𝒯V``, with
   **autograd** through :func:`ut_transform_spec` (an independent reference); :func:`ut_transform_backward_spec` is the
-  same gradient written out, as the chapter derives it;
+  same gradient written out, as the chapter derives it. The answer derives it: autograd inside it is refused;
 * ``solve_tril(A, block) -> (I + A)⁻¹`` for a strictly lower triangular ``A``, by blocks as fla's ``solve_tril``:
-  compared with the inverse, and run under :class:`_LargeSolveGuard`, which refuses what the exercise rules out: an
-  inverse, factorisation or solve of any matrix wider than ``block``, a substitution that runs row by row (or column
-  by column) across more than ``block`` columns, and work done outside torch on anything wider than a block (NumPy,
-  Python lists, or Python numbers read from the off-diagonal blocks).
+  compared with the inverse, and held to what the exercise rules out by :class:`_BlockedInverseRules`, which watches
+  the answer's torch operations: an inverse, factorisation or solve of a matrix wider than ``block``, a product over
+  the whole matrix (the Neumann series), a substitution across the whole matrix (row by row, a few rows at a time,
+  column by column, entry by entry, in torch or with Python numbers), and NumPy or Python lists for anything wider
+  than a diagonal block.
+
+Each exercise is declared once (:func:`ttr_edu.checks._rules.exercise`); the package's own implementations are refused
+as answers.
 """
 
 from __future__ import annotations
 
-import contextlib
+import math
 from collections.abc import Callable, Iterator
 
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
+from torch.overrides import TorchFunctionMode
+from torch.utils._python_dispatch import TorchDispatchMode, _get_current_dispatch_mode_stack, _pop_mode, _push_mode
 
 from ttr_edu import ops
 from ttr_edu.checks._core import CheckFailed, random_case
-from ttr_edu.checks._rules import Rules, exercise, run_check
+from ttr_edu.checks._guard import ForbiddenCall
+from ttr_edu.checks._rules import Rules, exercise
+from ttr_edu.ops.delta_rule import ut_solve
 
 __all__ = [
     "check_chunk_linear_attention",
@@ -99,6 +106,14 @@ def _unit_rows(n: int, d: int, g: torch.Generator) -> torch.Tensor:
     return x / x.norm(dim=-1, keepdim=True)
 
 
+def _correlated_rows(n: int, d: int, g: torch.Generator, spread: float = 0.3) -> torch.Tensor:
+    """Unit keys around one common direction (mean cosine about 0.9 at ``spread = 0.3``): the Gram matrix is far
+    from diagonal, as in a real chunk, and ``(I + A)⁻¹`` has entries of order one."""
+    centre = torch.randn(d, generator=g, dtype=torch.float64)
+    x = centre + spread * centre.norm() / math.sqrt(d) * torch.randn(n, d, generator=g, dtype=torch.float64)
+    return x / x.norm(dim=-1, keepdim=True)
+
+
 def _linear_attention_cases() -> Iterator[dict]:
     # (T, D_k, D_v, chunk_size): T not a multiple of C, C = 1, one chunk longer than T, D_k ≠ D_v
     for i, (T, d_k, d_v, C) in enumerate([(8, 4, 3, 4), (11, 5, 6, 4), (7, 3, 3, 1), (5, 4, 2, 8), (20, 6, 4, 6)]):
@@ -109,6 +124,12 @@ def _ut_cases() -> Iterator[dict]:
     for i, (C, d_k) in enumerate([(1, 3), (4, 4), (6, 3), (8, 16)]):
         g = _generator(910 + i)
         yield {"k": _unit_rows(C, d_k, g), "beta": torch.rand(C, generator=g, dtype=torch.float64)}
+    g = _generator(915)  # keys of several lengths (the text does not ask for unit keys), and correlated keys at β = 1
+    yield {
+        "k": 1.5 * torch.randn(6, 5, generator=g, dtype=torch.float64),
+        "beta": torch.rand(6, generator=g, dtype=torch.float64),
+    }
+    yield {"k": _correlated_rows(8, 6, g), "beta": torch.ones(8, dtype=torch.float64)}
 
 
 def _step_cases() -> Iterator[dict]:
@@ -116,29 +137,32 @@ def _step_cases() -> Iterator[dict]:
         g = _generator(920 + i)
         yield {
             "q": torch.randn(C, d_k, generator=g, dtype=torch.float64),
-            "k": _unit_rows(C, d_k, g),
+            "k": _unit_rows(C, d_k, g) if i < 3 else _correlated_rows(C, d_k, g),
             "v": torch.randn(C, d_v, generator=g, dtype=torch.float64),
             "beta": torch.rand(C, generator=g, dtype=torch.float64),
             "S": torch.randn(d_k, d_v, generator=g, dtype=torch.float64),  # a nonzero state: U − W S matters
         }
 
 
-def check_chunk_linear_attention(chunk_linear_attention: Callable) -> bool:
-    """Check ``chunk_linear_attention(q, k, v, S, chunk_size) -> (o, S_T)`` on one head, ``scale = 1``."""
-    return run_check(
-        "chunk_linear_attention",
-        chunk_linear_attention,
-        chunk_linear_attention_spec,
-        _linear_attention_cases(),
-        rtol=1e-8,
-        atol=1e-10,
+@exercise(
+    reference=chunk_linear_attention_spec,
+    cases=_linear_attention_cases,
+    rules=Rules(
+        answers=(ops.linear_attention_chunk, ops.linear_attention_recurrent, ops.linear_attention_parallel),
         inputs_unchanged=True,  # `S += K.T @ V` would overwrite the caller's initial state
-    )
+    ),
+    rtol=1e-8,
+    atol=1e-10,
+)
+def check_chunk_linear_attention(chunk_linear_attention: Callable) -> bool:
+    """Check ``chunk_linear_attention(q, k, v, S, chunk_size) -> (o, S_T)`` on one head, ``scale = 1``, leaving ``S``
+    as it was."""
 
 
+@exercise(reference=ut_transform_spec, cases=_ut_cases, rules=Rules(answers=(ut_solve,)), rtol=1e-8, atol=1e-10)
 def check_ut_transform(ut_transform: Callable) -> bool:
-    """Check ``ut_transform(k, beta) -> 𝒯 = (I + tril(diag(β) K Kᵀ, −1))⁻¹ diag(β)``."""
-    return run_check("ut_transform", ut_transform, ut_transform_spec, _ut_cases(), rtol=1e-8, atol=1e-10)
+    """Check ``ut_transform(k, beta) -> 𝒯 = (I + tril(diag(β) K Kᵀ, −1))⁻¹ diag(β)`` (unit keys, keys of several
+    lengths, and correlated keys at β = 1)."""
 
 
 def _helper_state(helper: Callable) -> str | None:
@@ -167,50 +191,54 @@ def _raised_in(error: BaseException, fn: Callable) -> str:
     return tb.tb_frame.f_code.co_name if tb is not None else getattr(fn, "__name__", "?")
 
 
-def check_delta_rule_chunk_step(delta_rule_chunk_step: Callable) -> bool:
-    """Check ``delta_rule_chunk_step(q, k, v, beta, S) -> (o, S')`` for one chunk, ``scale = 1``.
+#: the case of 11.3's check on which its note is printed: the first (a chunk of one token)
+_FIRST_STEP_CASE_LENGTH = 1
 
-    The step calls ``ut_transform`` from the notebook (Exercise 11.2). If that is still a stub, or written but wrong,
-    the check puts :func:`ut_transform_spec` in its place for the duration of the check (and says so), so that a
-    written step is checked on its own: not reported as "not attempted", nor failed for 11.2's mistake. A
-    ``NotImplementedError`` from any other helper is reported by name.
-    """
+
+def _step_with_ut_transform(delta_rule_chunk_step: Callable, case: dict):
+    """Call the answer on ``case``. The step calls ``ut_transform`` from the notebook (Exercise 11.2): while that is a
+    stub, or written but wrong, :func:`ut_transform_spec` stands in for it during the call (and the first case says
+    so), so that a written step is checked on its own: not reported as "not attempted", nor failed for 11.2's
+    mistake. A ``NotImplementedError`` from any other helper is reported by name."""
     namespace = getattr(delta_rule_chunk_step, "__globals__", {})
     helper = namespace.get("ut_transform")
     why = _helper_state(helper) if callable(helper) and helper is not ut_transform_spec else None
-    lend = why is not None
-
-    noted = []
-
-    def step(**case):
-        try:
-            result = delta_rule_chunk_step(**case)
-            if lend and not noted:  # said once, and only when the step itself is written
-                noted.append(True)
-                print(
-                    f"note: ut_transform (Exercise 11.2) {why}, so this check lends your "
-                    "delta_rule_chunk_step the package's checks.ut_transform_spec in its place."
-                )
-            return result
-        except NotImplementedError as error:
-            where = _raised_in(error, delta_rule_chunk_step)
-            if where == getattr(delta_rule_chunk_step, "__name__", where):
-                raise  # the step itself is the stub
-            raise CheckFailed(
-                f"delta_rule_chunk_step calls `{where}`, which is not written yet (it raised NotImplementedError): "
-                "solve its exercise first, or compute that part inside the step"
-            ) from error
-
-    step.__name__ = getattr(delta_rule_chunk_step, "__name__", "delta_rule_chunk_step")
-    if lend:
+    if why is not None:
         namespace["ut_transform"] = ut_transform_spec
     try:
-        return run_check(
-            "delta_rule_chunk_step", step, delta_rule_chunk_step_spec, _step_cases(), rtol=1e-8, atol=1e-10
-        )
+        result = delta_rule_chunk_step(**case)
+    except NotImplementedError as error:
+        where = _raised_in(error, delta_rule_chunk_step)
+        if where == getattr(delta_rule_chunk_step, "__name__", where):
+            raise  # the step itself is the stub
+        raise CheckFailed(
+            f"delta_rule_chunk_step calls `{where}`, which is not written yet (it raised NotImplementedError): "
+            "solve its exercise first, or compute that part inside the step"
+        ) from error
     finally:
-        if lend:
+        if why is not None:
             namespace["ut_transform"] = helper
+    if why is not None and case["q"].shape[0] == _FIRST_STEP_CASE_LENGTH:  # said once, when the step is written
+        print(
+            f"note: ut_transform (Exercise 11.2) {why}, so this check lends your "
+            "delta_rule_chunk_step the package's checks.ut_transform_spec in its place."
+        )
+    return result
+
+
+@exercise(
+    reference=delta_rule_chunk_step_spec,
+    cases=_step_cases,
+    rules=Rules(
+        answers=(ops.delta_rule_chunk, ops.delta_rule_recurrent, ops.delta_rule_parallel, ops.delta_rule_pseudo_values)
+    ),
+    call=_step_with_ut_transform,
+    rtol=1e-8,
+    atol=1e-10,
+)
+def check_delta_rule_chunk_step(delta_rule_chunk_step: Callable) -> bool:
+    """Check ``delta_rule_chunk_step(q, k, v, beta, S) -> (o, S')`` for one chunk, ``scale = 1`` (near-orthogonal and
+    correlated keys). While ``ut_transform`` (Exercise 11.2) is a stub or wrong, the package's stands in for it."""
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -253,7 +281,7 @@ def _ut_backward_cases() -> Iterator[dict]:
     for i, (C, d_k, d_v) in enumerate([(1, 3, 2), (4, 4, 3), (6, 5, 4), (8, 8, 5), (12, 6, 7)]):
         g = _generator(930 + i)
         yield {
-            "k": _unit_rows(C, d_k, g),
+            "k": _unit_rows(C, d_k, g) if i < 4 else _correlated_rows(C, d_k, g),
             "v": torch.randn(C, d_v, generator=g, dtype=torch.float64),
             "beta": torch.rand(C, generator=g, dtype=torch.float64),
             "dW": torch.randn(C, d_k, generator=g, dtype=torch.float64),
@@ -265,6 +293,7 @@ def _ut_backward_cases() -> Iterator[dict]:
     reference=_ut_outputs_autograd,
     cases=_ut_backward_cases,
     rules=Rules(
+        answers=(ut_transform_backward_spec,),
         no_autograd=True,
         inputs_unchanged=True,
         why="write the gradients out from the derivation above (d𝒯, then dA through the inverse, then dk and dβ)",
@@ -274,141 +303,206 @@ def _ut_backward_cases() -> Iterator[dict]:
 )
 def check_ut_transform_backward(ut_transform_backward: Callable) -> bool:
     """Check ``ut_transform_backward(k, v, beta, dW, dU) -> (dk, dv, dbeta)`` against autograd through
-    :func:`ut_transform_spec`: the gradients of ``⟨dW, 𝒯K⟩ + ⟨dU, 𝒯V⟩``, written out (autograd in any form is ruled
-    out by what the answer calls)."""
+    :func:`ut_transform_spec`: the gradients of ``⟨dW, 𝒯K⟩ + ⟨dU, 𝒯V⟩``, written out (autograd inside the answer is
+    refused, however it is reached), the inputs left as they were."""
 
 
 # ---------------------------------------------------------------------------------------------------------------
 # The blocked triangular inverse (Exercise 11.5).
 
-#: aten operations that invert, factorise or solve with a matrix (what "invert only the diagonal blocks" forbids for
-#: wider matrices).
-_SOLVES = (
-    "linalg_inv",
-    "linalg_solve",
-    "_linalg_solve",
-    "linalg_solve_triangular",
-    "triangular_solve",
-    "linalg_lu",
-    "lu_",
-    "linalg_cholesky",
-    "cholesky",
-    "linalg_pinv",
-    "linalg_lstsq",
-    "_linalg_svd",
-    "linalg_eig",
-    "_linalg_eigh",
-    "linalg_qr",
-)
+#: aten operators that invert, factorise or solve with a matrix -> the position of that matrix among their arguments
+#: (the right-hand side of a solve may be as wide as it likes: a block row of the identity, say)
+_FACTOR = {
+    "linalg_inv_ex": 0,
+    "linalg_solve_triangular": 0,
+    "triangular_solve": 1,
+    "_linalg_solve_ex": 0,
+    "linalg_solve": 0,
+    "linalg_lstsq": 0,
+    "linalg_pinv": 0,
+    "linalg_lu": 0,
+    "linalg_lu_factor_ex": 0,
+    "linalg_lu_solve": 0,
+    "linalg_cholesky_ex": 0,
+    "cholesky_solve": 1,
+    "cholesky_inverse": 0,
+    "linalg_ldl_factor_ex": 0,
+    "linalg_qr": 0,
+    "geqrf": 0,
+    "_linalg_eigh": 0,
+    "linalg_eig": 0,
+    "linalg_eigvals": 0,
+    "_linalg_svd": 0,
+}
+#: aten operators that combine rows or columns: a matrix product or a sum along an axis (what each step of a
+#: substitution, or of a blocked product, runs)
+_PRODUCTS = {"mm", "addmm", "bmm", "baddbmm", "mv", "addmv", "dot", "vdot", "linalg_vecdot", "sum", "addr"}
+#: aten operators of elementwise arithmetic: on single entries (0-d results), the steps of an entry-by-entry loop
+_ELEMENTWISE = {"mul", "add", "sub", "rsub", "div", "neg", "addcmul", "addcdiv"}
+#: tensor methods that hand a tensor's data to NumPy or Python -> how the course spells them
+_CONVERSIONS = {
+    "numpy": ".numpy()",
+    "tolist": ".tolist()",
+    "__array__": "np.asarray or np.array",
+    "untyped_storage": ".untyped_storage()",
+    "storage": ".storage()",
+    "_typed_storage": ".storage()",
+    "data_ptr": ".data_ptr()",
+    "__dlpack__": "DLPack",
+}
+#: torch functions that build a tensor from Python data
+_FROM_PYTHON = {"tensor", "as_tensor", "asarray"}
 
 
-#: aten operations that compute (not views, not factories): a vector result of one of these wider than ``block`` is a
-#: "row step" of a substitution across the whole matrix.
-_ARITHMETIC = (
-    "mm", "mv", "addmm", "addmv", "bmm", "baddbmm", "dot", "vdot", "matmul", "mul", "div", "add", "sub", "rsub",
-    "neg", "sum", "addcmul", "addcdiv", "copy_", "index_put", "index_put_", "where", "linalg_vecdot", "fill_",
-)  # fmt: skip
+def _size(tensor: torch.Tensor) -> str:
+    return "×".join(map(str, tensor.shape)) if tensor.dim() else "0-d"
 
 
-class _LargeSolveGuard(TorchDispatchMode):
-    """What Exercise 11.5 rules out, refused while active (``C`` is the matrix's size, ``block`` the diagonal blocks'):
+class _BlockedInverseRules:
+    """What Exercise 11.5 rules out, for a ``size × size`` matrix and ``block × block`` diagonal blocks, judged by the
+    torch operations the answer runs (a dispatch mode) and the conversions it makes (a function mode). A blocked
+    inverse inverts each diagonal block, then builds each other block, or block row, with a product of blocks; so:
 
-    * an inverse, factorisation or solve (:data:`_SOLVES`) with a matrix wider than ``block`` (the right-hand side of
-      a solve may be wider: a diagonal block solved against its block row is blocked forward substitution);
-    * a forward (or backward) substitution across the whole matrix: more than ``C // 2`` **row steps**, arithmetic
-      whose result is a single row or column wider than ``block`` (a blocked inverse computes whole blocks, so it makes
-      none; a substitution across the matrix makes one or more per row);
-    * element by element outside the diagonal blocks: more than ``C`` single entries written there by torch
-      (``X[i, j] = ...``) or read from there as Python numbers (``float(L[i, j])``, ``.item()``) is a substitution
-      entry by entry. Positions are read from the tensor's storage, so this covers ``C × C`` tensors (the input,
-      ``I + A``, ``X``) and their views.
+    * **solves**: an inverse, factorisation or solve of a matrix (not its right-hand side) wider than ``block``;
+    * **whole products**: a matrix product whose result is wider than ``block`` both ways (the Neumann series
+      ``(I − A)(I + A²)(I + A⁴)…``, or any product over the whole matrix);
+    * **steps**: more than ``n²`` products or sums (``n`` blocks along the side) that touch a row or column wider than
+      ``block``: a blocked inverse needs at most one per pair of blocks, a substitution across the whole matrix one
+      per row (or per pair of rows, per column, per entry);
+    * **entries**: single entries read as Python numbers beyond the ``Σ bᵢ²`` entries of the diagonal blocks, or
+      elementwise operations on single entries beyond the ``Σ bᵢ³`` an entry-by-entry inverse of the diagonal blocks
+      needs: a substitution entry by entry across the whole matrix;
+    * **conversions**: a tensor wider than ``block`` handed to NumPy or Python (``.numpy()``, ``.tolist()``,
+      ``np.asarray``, its storage or data pointer), or one built from Python numbers.
 
-    Conversions to NumPy or Python lists of a tensor wider than ``block`` are refused by :func:`_torch_only`.
+    Entered around each call of the answer (:attr:`ttr_edu.checks._rules.Rules.watch`); ``hit`` is the first broken
+    rule's message (also raised as :class:`ForbiddenCall`, so that the answer stops there).
     """
 
     def __init__(self, block: int, size: int) -> None:
-        super().__init__()
         self.block, self.size = block, size
-        self.row_steps = 0
-        self.element_steps = 0
+        blocks = [min(block, size - a) for a in range(0, size, block)]
+        self.max_steps = len(blocks) ** 2
+        self.max_reads = sum(b * b for b in blocks)
+        self.max_element_ops = sum(b**3 for b in blocks)
+        self.steps = self.reads = self.element_ops = 0
+        self.hit: str | None = None
+        rules = self
+
+        class Operations(TorchDispatchMode):
+            @classmethod
+            def _should_skip_dynamo(cls) -> bool:
+                # torch wraps a mode's __torch_dispatch__ in a Dynamo guard that imports torch._dynamo on its first
+                # use (seconds); nothing compiles inside an answer, so the guard is left out
+                return False
+
+            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+                name = func.__name__.split(".")[0]
+                if name in _FACTOR and len(args) > _FACTOR[name] and isinstance(args[_FACTOR[name]], torch.Tensor):
+                    rules._solve(name, args[_FACTOR[name]])
+                out = func(*args, **(kwargs or {}))
+                rules._operation(name, args, out)
+                return out
+
+        class Conversions(TorchFunctionMode):
+            def __torch_function__(self, func, types, args=(), kwargs=None):
+                name = getattr(func, "__name__", "")
+                if name in _CONVERSIONS and args and isinstance(args[0], torch.Tensor):
+                    rules._conversion(args[0], _CONVERSIONS[name])
+                out = func(*args, **(kwargs or {}))
+                if name in _FROM_PYTHON and isinstance(out, torch.Tensor) and rules._wide(out):
+                    rules._refuse(f"built a {_size(out)} tensor from Python numbers")
+                return out
+
+        self._modes = (Operations(), Conversions())
+
+    # -- the rules ---------------------------------------------------------------------------------------------------
+
+    def _wide(self, tensor: torch.Tensor) -> bool:
+        return tensor.dim() > 0 and max(tensor.shape) > self.block
 
     def _refuse(self, what: str) -> None:
-        raise CheckFailed(
-            f"your function {what}; the exercise inverts only the {self.block}×{self.block} diagonal blocks and "
-            "builds the rest with matrix products of whole blocks"
+        message = (
+            f"your function {what}; the exercise inverts only the {self.block}×{self.block} diagonal blocks and builds "
+            "every other block with matrix products of whole blocks"
         )
+        if self.hit is None:
+            self.hit = message
+        raise ForbiddenCall(message)
 
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        name = func.__name__.split(".")[0]
-        if name.startswith(_SOLVES):
-            # the matrix that is inverted, factorised or solved with, not a right-hand side: solving a diagonal block
-            # against a whole block row is blocked forward substitution (triangular_solve(B, A) takes it second)
-            factor = args[1] if name == "triangular_solve" and len(args) > 1 else args[0] if args else None
-            width = max(factor.shape[-2:]) if isinstance(factor, torch.Tensor) and factor.dim() >= 2 else 0
-            if width > self.block:
-                self._refuse(f"called {name} on a {width}-wide matrix")
-        if name == "_local_scalar_dense" and args and isinstance(args[0], torch.Tensor):
-            self._count_element(args[0], "read")
-        out = func(*args, **(kwargs or {}))
-        if name in _ARITHMETIC and isinstance(out, torch.Tensor) and out.dim() == 0:
-            self._count_element(out, "written")
-        if (
-            name in _ARITHMETIC
-            and isinstance(out, torch.Tensor)
-            and out.dim() in (1, 2)
-            and (out.dim() == 1 or 1 in out.shape)
-            and out.numel() > self.block
-        ):
-            self.row_steps += 1
-            if self.row_steps > self.size // 2:
+    def _solve(self, name: str, matrix: torch.Tensor) -> None:
+        if matrix.dim() >= 2 and max(matrix.shape[-2:]) > self.block:
+            self._refuse(f"called {name} on a {_size(matrix)} matrix")
+
+    def _conversion(self, tensor: torch.Tensor, spelled: str) -> None:
+        if self._wide(tensor):
+            self._refuse(
+                f"converted a {_size(tensor)} tensor with {spelled} (NumPy or Python may handle a diagonal block of "
+                f"at most {self.block}×{self.block}, not the whole matrix)"
+            )
+
+    def _operation(self, name: str, args: tuple, out) -> None:
+        if name == "_local_scalar_dense":
+            self.reads += 1
+            if self.reads > self.max_reads:
                 self._refuse(
-                    f"works one row (or column) of {out.numel()} entries at a time: {self.row_steps} vector steps "
-                    f"wider than a block, a substitution across the whole matrix"
+                    f"works entry by entry with Python numbers: it read {self.reads} single entries, more than the "
+                    f"{self.max_reads} the diagonal blocks hold: a substitution across the whole matrix"
                 )
-        return out
-
-    def _count_element(self, element: torch.Tensor, how: str) -> None:
-        C = self.size
-        if element.untyped_storage().nbytes() != C * C * element.element_size():
-            return  # not an entry of a C × C matrix (a fresh scalar)
-        row, column = divmod(element.storage_offset(), C)
-        if row // self.block != column // self.block:
-            self.element_steps += 1
-            if self.element_steps > C:
+            return
+        if not isinstance(out, torch.Tensor):
+            return
+        if name in _ELEMENTWISE and out.dim() == 0:
+            self.element_ops += 1
+            if self.element_ops > self.max_element_ops:
                 self._refuse(
-                    f"works entry by entry outside the diagonal blocks ({self.element_steps} single entries "
-                    f"{how} there, e.g. row {row}, column {column}), a substitution across the whole matrix"
+                    f"works entry by entry: {self.element_ops} operations on single entries (an entry-by-entry "
+                    f"inverse of the diagonal blocks needs at most {self.max_element_ops}), a substitution across "
+                    "the whole matrix"
+                )
+            return
+        if name not in _PRODUCTS:
+            return
+        if name in ("mm", "addmm", "bmm", "baddbmm") and out.dim() >= 2 and min(out.shape[-2:]) > self.block:
+            self._refuse(
+                f"multiplied matrices into a {_size(out)} result, wider than a block both ways: a product over the "
+                "whole matrix (such as the Neumann series (I − A)(I + A²)(I + A⁴)…, which in fp32 fails on "
+                "correlated keys) instead of one block, or one block row, per product"
+            )
+        if self._wide(out) or any(isinstance(a, torch.Tensor) and self._wide(a) for a in args):
+            self.steps += 1
+            if self.steps > self.max_steps:
+                self._refuse(
+                    f"took {self.steps} steps (products or sums) on rows or columns wider than a block, where a "
+                    f"blocked inverse of {self.size}×{self.size} needs at most {self.max_steps}, one per pair of "
+                    "blocks: a substitution across the whole matrix (row by row, a few rows at a time, or column by "
+                    "column)"
                 )
 
+    # -- the context -------------------------------------------------------------------------------------------------
 
-@contextlib.contextmanager
-def _torch_only(block: int):
-    """Refuse ``.numpy()``, ``np.asarray(...)`` and ``.tolist()`` of a tensor wider than ``block`` while active: the
-    exercise is done with torch tensors (a diagonal block may still go to NumPy)."""
-    originals = {name: getattr(torch.Tensor, name) for name in ("numpy", "tolist", "__array__")}
-    spelled = {"numpy": ".numpy()", "tolist": ".tolist()", "__array__": "np.asarray or np.array"}
+    def __enter__(self) -> _BlockedInverseRules:
+        operations, conversions = self._modes
+        _push_mode(operations)
+        torch._C._push_on_torch_function_stack(conversions)
+        return self
 
-    def refusing(name):
-        original = originals[name]
+    def __exit__(self, *exc) -> None:
+        operations, conversions = self._modes
+        functions = torch._C._len_torch_function_stack()
+        if functions and torch._C._get_function_stack_at(functions - 1) is conversions:
+            torch._C._pop_torch_function_stack()
+        else:
+            self._switched_off()
+        stack = _get_current_dispatch_mode_stack()
+        if stack and stack[-1] is operations:
+            _pop_mode()
+        else:
+            self._switched_off()
 
-        def method(self, *args, **kwargs):
-            if self.dim() and max(self.shape) > block:
-                raise CheckFailed(
-                    f"your function converted a {'×'.join(map(str, self.shape))} tensor with {spelled[name]}; the "
-                    f"exercise works on torch tensors (NumPy or Python may handle a diagonal block of at most "
-                    f"{block}×{block}, not the whole matrix)"
-                )
-            return original(self, *args, **kwargs)
-
-        return method
-
-    for name in originals:
-        setattr(torch.Tensor, name, refusing(name))
-    try:
-        yield
-    finally:
-        for name, original in originals.items():
-            setattr(torch.Tensor, name, original)
+    def _switched_off(self) -> None:  # what it left on the stacks is the answer's business: it broke a rule
+        if self.hit is None:
+            self.hit = "your function switched off the check's watch of its torch operations; remove that code"
 
 
 def solve_tril_spec(A: torch.Tensor, block: int = 16) -> torch.Tensor:
@@ -435,25 +529,29 @@ def _inverse(A: torch.Tensor, block: int = 16) -> torch.Tensor:
 
 
 def _solve_tril_cases() -> Iterator[dict]:
-    # C = 64 as in fla (four blocks), one block, two, a ragged last block, and smaller blocks
+    # C = 64 as in fla (four blocks), one block, two, a ragged last block, smaller blocks, and a chunk of correlated
+    # keys at β = 1 (X's entries of order one, the powers of A far larger)
     for i, (C, block) in enumerate([(64, 16), (16, 16), (32, 16), (40, 16), (24, 8)]):
         g = _generator(940 + i)
         k = _unit_rows(C, 16, g)
         beta = torch.rand(C, generator=g, dtype=torch.float64)
         yield {"A": torch.tril(beta[:, None] * (k @ k.T), diagonal=-1), "block": block}
+    k = _correlated_rows(64, 16, _generator(946))
+    yield {"A": torch.tril(k @ k.T, diagonal=-1), "block": 16}
 
 
+def _blocked_inverse_rules(case: dict) -> _BlockedInverseRules:
+    return _BlockedInverseRules(case["block"], case["A"].shape[0])
+
+
+@exercise(
+    reference=_inverse,
+    cases=_solve_tril_cases,
+    rules=Rules(answers=(solve_tril_spec,), inputs_unchanged=True, watch=_blocked_inverse_rules),
+    rtol=1e-8,
+    atol=1e-10,
+)
 def check_solve_tril(solve_tril: Callable) -> bool:
     """Check ``solve_tril(A, block) -> (I + A)⁻¹`` for ``A = tril(diag(β) K Kᵀ, −1)``, by blocks: no inverse or solve
-    of a matrix wider than ``block``, no substitution across the whole matrix, no work outside torch on more than a
-    block (see :class:`_LargeSolveGuard` and :func:`_torch_only`)."""
-
-    def guarded_call(A, block):
-        with _torch_only(block), _LargeSolveGuard(block, A.shape[0]):
-            return solve_tril(A=A, block=block)
-
-    guarded_call.__name__ = getattr(solve_tril, "__name__", "solve_tril")
-    guarded_call.__wrapped__ = solve_tril
-    return run_check(
-        "solve_tril", guarded_call, _inverse, _solve_tril_cases(), rtol=1e-8, atol=1e-10, inputs_unchanged=True
-    )
+    of a matrix wider than ``block``, no product over the whole matrix, no substitution across it, no work outside
+    torch on more than a block (see :class:`_BlockedInverseRules`)."""

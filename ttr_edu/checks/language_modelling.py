@@ -5,10 +5,16 @@
 * ``greedy_generate(model, prompt, num_tokens)``: against :func:`ttr_edu.models.lm.generate` at temperature 0, on
   small random models whose ``forward`` is switched off, so only the recurrent :meth:`TinyLM.step` can be used, and
   whose ``step`` leaves the state it is given unchanged and returns a new one: an answer that drops the returned
-  state (``logits, _ = model.step(token, state)``) then starts every token from the empty state, and fails;
+  state (``logits, _ = model.step(token, state)``) then starts every token from the empty state, and fails. The
+  bytes are compared exactly: a failure names the row and position of the first wrong byte;
 * ``train_lm(model, tokens, steps, batch_size, seq_len, lr, seed)``: against :func:`train_lm_spec`, the loop the
-  exercise describes, compared loss by loss. A finished loop that calls a function of the notebook that is still a
-  stub (Exercise 10.1's ``causal_lm_loss``) is told so by name, not reported as "not attempted".
+  exercise describes, compared loss by loss and then by the model it leaves behind (the text trains ``model`` in
+  place with ``torch.optim.Adam``: an optimiser with other settings, AdamW's weight decay say, shows in the weights
+  even where four losses cannot tell). A finished loop that calls a function of the notebook that is still a stub
+  (Exercise 10.1's ``causal_lm_loss``) is told so by name, not reported as "not attempted".
+
+Each exercise is declared once (:func:`ttr_edu.checks._rules.exercise`); the package's own loss, generation and
+training loop are refused as answers.
 """
 
 from __future__ import annotations
@@ -16,12 +22,13 @@ from __future__ import annotations
 import copy
 import re
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import torch
 
 from ttr_edu.checks._core import CheckFailed, _is_untouched_stub
-from ttr_edu.checks._rules import run_check
-from ttr_edu.models.lm import LMConfig, TinyLM, causal_lm_loss, generate
+from ttr_edu.checks._rules import Rules, exercise
+from ttr_edu.models.lm import LMConfig, TinyLM, causal_lm_loss, generate, lm_loss
 from ttr_edu.tasks.text import random_windows
 
 __all__ = ["check_causal_lm_loss", "check_greedy_generate", "check_train_lm", "train_lm_spec"]
@@ -38,11 +45,15 @@ def _loss_cases() -> Iterator[dict]:
         yield {"logits": logits.to(dtype), "tokens": tokens}
 
 
-def check_causal_lm_loss(student_causal_lm_loss: Callable) -> bool:
-    """Check ``causal_lm_loss(logits, tokens)``: mean cross-entropy of position t against byte t + 1."""
-    return run_check(
-        "causal_lm_loss", student_causal_lm_loss, causal_lm_loss, _loss_cases(), rtol=1e-5, inputs_unchanged=True
-    )
+@exercise(
+    reference=causal_lm_loss,
+    cases=_loss_cases,
+    rules=Rules(answers=(lm_loss,), inputs_unchanged=True),
+    rtol=1e-5,
+)
+def check_causal_lm_loss(causal_lm_loss: Callable) -> bool:
+    """Check ``causal_lm_loss(logits, tokens)``: mean cross-entropy of position t against byte t + 1 (float64 and
+    float32 logits)."""
 
 
 class _CheckLM(TinyLM):
@@ -71,8 +82,9 @@ class _StepOnlyLM(_CheckLM):
 
 
 def _model(mixer: str, seed: int) -> TinyLM:
-    torch.manual_seed(seed)
-    model = _StepOnlyLM(LMConfig(mixer=mixer, d_model=16, num_heads=1, n_layers=2))
+    with torch.random.fork_rng(devices=[]):  # the weights from the seed, the caller's random state as it was
+        torch.manual_seed(seed)
+        model = _StepOnlyLM(LMConfig(mixer=mixer, d_model=16, num_heads=1, n_layers=2))
     with torch.no_grad():  # loud mixers: the greedy choice then depends on the context, not on the last byte alone
         for block in model.blocks:
             block.mixer.o_proj.weight.mul_(10.0)
@@ -85,34 +97,36 @@ def _generate_cases() -> Iterator[dict]:
         yield {"model": _model(mixer, i), "prompt": prompt, "num_tokens": 6}
 
 
-def check_greedy_generate(student_greedy_generate: Callable) -> bool:
+def _greedy_bytes(model: TinyLM, prompt: torch.Tensor, num_tokens: int) -> torch.Tensor:
+    """The prompt and its greedy continuation: :func:`ttr_edu.models.lm.generate` at temperature 0."""
+    return generate(model, prompt, num_tokens, temperature=0)
+
+
+def _name_the_byte(message: str, case: dict, result: Any) -> str:
+    found = re.search(r"first wrong element at index \((\d+), (\d+)\): got (\S+), expected (\S+)", message)
+    if found is None:
+        return ""
+    row, position, got, want = found.groups()
+    return (
+        f"\n  that is row {row}, position {position} (counted from the start of the prompt): byte {got}, expected "
+        f"byte {want}"
+    )
+
+
+@exercise(
+    reference=_greedy_bytes,
+    cases=_generate_cases,
+    rules=Rules(answers=(generate,), inputs_unchanged=True),
+    explain=_name_the_byte,
+    rtol=0,
+    atol=0,
+)
+def check_greedy_generate(greedy_generate: Callable) -> bool:
     """Check ``greedy_generate(model, prompt, num_tokens)``: the prompt and the argmax continuation, via ``step``.
 
     The outputs are byte ids, compared exactly: a failure names the first wrong byte (its row and position, the one
     generated and the one expected), never a "relative error" of ids.
     """
-    try:
-        return run_check(
-            "greedy_generate",
-            student_greedy_generate,
-            lambda model, prompt, num_tokens: generate(model, prompt, num_tokens, temperature=0),
-            _generate_cases(),
-            rtol=0,
-            atol=0,
-            inputs_unchanged=True,
-        )
-    except CheckFailed as failure:
-        message = str(failure)
-        found = re.search(r"first wrong element at index \((\d+), (\d+)\): got (\S+), expected (\S+)", message)
-        if found is None:
-            raise
-        row, position, got, want = found.groups()
-        message = re.sub(r"wrong values \(relative error [^)]*\)", "wrong bytes", message)
-        message = message.replace(
-            found.group(0),
-            f"row {row}, position {position} (counted from the start of the prompt): byte {got}, expected byte {want}",
-        )
-        raise CheckFailed(message) from None
 
 
 def train_lm_spec(
@@ -137,9 +151,20 @@ def train_lm_spec(
 def _train_cases() -> Iterator[dict]:
     tokens = torch.randint(0, 256, (400,), generator=torch.Generator().manual_seed(3000))
     for i, mixer in enumerate(["linear_sumnorm", "deltanet"]):
-        torch.manual_seed(i)
-        model = _CheckLM(LMConfig(mixer=mixer, d_model=16, num_heads=1, n_layers=1))
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(i)
+            model = _CheckLM(LMConfig(mixer=mixer, d_model=16, num_heads=1, n_layers=1))
         yield {"model": model, "tokens": tokens, "steps": 4, "batch_size": 3, "seq_len": 12, "lr": 1e-2, "seed": 7 + i}
+
+
+def _parameters(model: TinyLM) -> tuple[torch.Tensor, ...]:
+    return tuple(p.detach().clone() for p in model.parameters())
+
+
+def _reference_training(model, tokens, steps, batch_size, seq_len, lr, seed):
+    """:func:`train_lm_spec`'s losses and the weights it leaves the model with."""
+    losses = train_lm_spec(model, tokens, steps, batch_size, seq_len, lr, seed)
+    return losses, _parameters(model)
 
 
 def _innermost_function(error: BaseException) -> str | None:
@@ -150,35 +175,51 @@ def _innermost_function(error: BaseException) -> str | None:
     return None if tb is None else tb.tb_frame.f_code.co_name
 
 
-def check_train_lm(student_train_lm: Callable) -> bool:
-    """Check ``train_lm(model, tokens, steps, batch_size, seq_len, lr, seed)``: the ``(steps,)`` tensor of losses.
+def _trained(train_lm: Callable, case: dict):
+    """The answer's losses on ``case`` and the weights it left the case's model with. A finished loop that calls
+    another exercise's stub is told so by name."""
+    try:
+        losses = train_lm(**case)
+    except NotImplementedError as error:
+        where = _innermost_function(error)
+        if where is not None and where != getattr(train_lm, "__name__", "train_lm") and _is_untouched_stub(error):
+            raise CheckFailed(
+                f"train_lm: your loop calls `{where}`, which is not written yet (it raised NotImplementedError). "
+                "Solve its exercise first, or call the package's ttr_edu.models.lm.causal_lm_loss"
+            ) from None
+        raise
+    return losses, _parameters(case["model"])
+
+
+def _name_the_step_or_weight(message: str, case: dict, result: Any) -> str:
+    """Which loss or which weight a failure is about (``train_lm[0]`` are the losses, ``train_lm[1][j]`` the
+    model's j-th parameter after training)."""
+    step = re.search(r"first wrong element at index \((\d+),\)", message)
+    if message.startswith("train_lm[0]") and step is not None:
+        return f"\n  train_lm[0] holds your losses: the first wrong one is the loss of step {step.group(1)}"
+    weight = re.match(r"train_lm\[1\]\[(\d+)\]", message)
+    if weight is not None:
+        name = [n for n, _ in case["model"].named_parameters()][int(weight.group(1))]
+        return (
+            f"\n  train_lm[1][{weight.group(1)}] is the model's {name} after your loop: the losses agree, the "
+            "training does not (the text's optimiser is torch.optim.Adam(model.parameters(), lr=lr), nothing added)"
+        )
+    return ""
+
+
+@exercise(
+    reference=_reference_training,
+    cases=_train_cases,
+    rules=Rules(answers=(train_lm_spec,)),
+    call=_trained,
+    explain=_name_the_step_or_weight,
+    rtol=1e-5,
+    atol=1e-6,
+)
+def check_train_lm(train_lm: Callable) -> bool:
+    """Check ``train_lm(model, tokens, steps, batch_size, seq_len, lr, seed)``: the ``(steps,)`` tensor of losses,
+    and the weights the loop leaves ``model`` with (trained in place).
 
     Raises:
         CheckFailed: a wrong loop, or a finished loop that calls another exercise's stub (named in the message).
     """
-    name = getattr(student_train_lm, "__name__", "train_lm")
-
-    def loop(**case):
-        try:
-            return student_train_lm(**case)
-        except NotImplementedError as error:
-            where = _innermost_function(error)
-            if where is not None and where != name and _is_untouched_stub(error):
-                raise CheckFailed(
-                    f"train_lm: your loop calls `{where}`, which is not written yet (it raised NotImplementedError). "
-                    "Solve its exercise first, or call the package's ttr_edu.models.lm.causal_lm_loss"
-                ) from None
-            raise
-
-    loop.__name__ = name
-    try:
-        return run_check("train_lm", loop, train_lm_spec, _train_cases(), rtol=1e-4, atol=1e-6)
-    except CheckFailed as failure:  # name the training step whose loss differs, not an "element at index (i,)"
-        message = str(failure)
-        found = re.search(r"first wrong element at index \((\d+),\): got (\S+), expected (\S+)", message)
-        if found is None:
-            raise
-        step, got, want = found.groups()
-        message = message.replace("wrong values (relative error", "wrong losses (relative error")
-        message = message.replace(found.group(0), f"the loss of step {step}: got {got}, expected {want}")
-        raise CheckFailed(message) from None

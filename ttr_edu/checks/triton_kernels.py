@@ -26,6 +26,10 @@ int64 (a program id or a size widened with ``.to(tl.int64)`` or ``tl.cast(…, t
 overflow int32 once a tensor has 2³¹ elements.
 
 No Triton import happens at import time: launching a kernel needs only the kernel object.
+
+Each puzzle is declared once (:func:`ttr_edu.checks._rules.exercise`): its spec, its cases, how the kernel is launched
+on a case (the declaration's ``call``) and, as a rule read from the kernel's source, the lint (``Rules.source``),
+reported once every case agrees.
 """
 
 from __future__ import annotations
@@ -40,7 +44,7 @@ import torch
 
 from ttr_edu import ops
 from ttr_edu.checks._core import CheckFailed
-from ttr_edu.checks._rules import run_check
+from ttr_edu.checks._rules import Rules, exercise
 from ttr_edu.checks._triton_sanitizer import KernelMemoryError, sanitized
 from ttr_edu.checks.chunkwise_algorithms import ut_transform_spec
 
@@ -414,16 +418,20 @@ def lint_kernel(kernel, *, needs_int64: bool) -> list[str]:
     return problems
 
 
-def _lint(name: str, kernel, *, needs_int64: bool) -> Callable[[], None]:
-    """The last test of a puzzle's check (``run_check``'s ``then``): once the numbers agree, read the source and
-    report what the interpreter cannot show, before the check prints ``PASS``."""
+def _on_a_gpu(*, needs_int64: bool) -> Callable[[Callable], str | None]:
+    """A puzzle's rule read from the kernel's source (:attr:`ttr_edu.checks._rules.Rules.source`): what a GPU would
+    show and the interpreter cannot (:func:`lint_kernel`), reported once the numbers agree, before ``PASS``."""
 
-    def read_source() -> None:
-        problems = lint_kernel(kernel, needs_int64=needs_int64)
-        if problems:
-            raise CheckFailed(
-                f"{name}: your kernel computes the right numbers here, but on a GPU:\n  - " + "\n  - ".join(problems)
+    def read_source(kernel) -> str | None:
+        if _kernel_source(kernel) is None:  # nothing to read would be nothing found: a rule that could not fail
+            return (
+                "the check cannot read your kernel's source, so it cannot tell what a GPU would do with it; define "
+                "the kernel with @triton.jit in a notebook cell or a file"
             )
+        problems = lint_kernel(kernel, needs_int64=needs_int64)
+        if not problems:
+            return None
+        return "your kernel computes the right numbers here, but on a GPU:\n  - " + "\n  - ".join(problems)
 
     return read_source
 
@@ -441,25 +449,27 @@ def scale_tile_spec(x: torch.Tensor, scale: float) -> torch.Tensor:
     return scale * x
 
 
+def _scale_tile_cases() -> Iterator[dict]:
+    for i, (T, D) in enumerate([(4, 4), (5, 3), (9, 16), (1, 1), (13, 7)]):
+        yield {"x": torch.randn(T, D, generator=_generator(1000 + i)), "scale": 0.5 + i}
+
+
+def _launch_scale_tile(kernel, case: dict) -> torch.Tensor:
+    x, scale = case["x"], case["scale"]
+    T, D = x.shape
+    device = _device_for(kernel)
+    x_in, out = _Guarded("x", (T, D), x, device), _Guarded("out", (T, D), device=device)
+    _launch(kernel, (math.ceil(T / 4),), [x_in, out], T, D, scale, BLOCK_T=4, BLOCK_D=_pow2(D, 1))
+    return out.result()
+
+
+@exercise(reference=scale_tile_spec, cases=_scale_tile_cases, call=_launch_scale_tile, rtol=1e-6, atol=1e-6)
 def check_scale_tile(kernel) -> bool:
     """Check ``kernel(x_ptr, out_ptr, T, D, scale, BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr)``.
 
     Launched on ``cdiv(T, BLOCK_T)`` programs with ``BLOCK_T = 4`` and ``BLOCK_D`` the next power of two ≥ D,
     program ``i`` owning rows ``[i·BLOCK_T, (i+1)·BLOCK_T)``; it must write ``out = scale · x``.
     """
-
-    def launch(x, scale):
-        T, D = x.shape
-        device = _device_for(kernel)
-        x_in, out = _Guarded("x", (T, D), x, device), _Guarded("out", (T, D), device=device)
-        _launch(kernel, (math.ceil(T / 4),), [x_in, out], T, D, scale, BLOCK_T=4, BLOCK_D=_pow2(D, 1))
-        return out.result()
-
-    def cases() -> Iterator[dict]:
-        for i, (T, D) in enumerate([(4, 4), (5, 3), (9, 16), (1, 1), (13, 7)]):
-            yield {"x": torch.randn(T, D, generator=_generator(1000 + i)), "scale": 0.5 + i}
-
-    return run_check("scale_tile", launch, scale_tile_spec, cases(), rtol=1e-6, atol=1e-6)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -472,39 +482,40 @@ def causal_chunk_spec(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torc
     return torch.tril(q @ k.T) @ v
 
 
+def _causal_chunk_cases() -> Iterator[dict]:
+    for i, (C, d_k, d_v) in enumerate([(16, 16, 16), (10, 5, 7), (16, 32, 8), (1, 3, 2), (13, 20, 24)]):
+        g = _generator(1100 + i)
+        yield {
+            "q": torch.randn(C, d_k, generator=g),
+            "k": torch.randn(C, d_k, generator=g),
+            "v": torch.randn(C, d_v, generator=g),
+        }
+
+
+def _launch_causal_chunk(kernel, case: dict) -> torch.Tensor:
+    q, k, v = case["q"], case["k"], case["v"]
+    (C, d_k), d_v = q.shape, v.shape[1]
+    device = _device_for(kernel)
+    inputs = [_Guarded(n, t.shape, t, device) for n, t in (("q", q), ("k", k), ("v", v))]
+    out = _Guarded("out", (C, d_v), device=device)
+    _launch(kernel, (1,), inputs + [out], C, d_k, d_v, BLOCK_C=16, BLOCK_K=_pow2(d_k), BLOCK_V=_pow2(d_v))
+    return out.result()
+
+
+@exercise(
+    reference=causal_chunk_spec,
+    cases=_causal_chunk_cases,
+    call=_launch_causal_chunk,
+    rules=Rules(source=_on_a_gpu(needs_int64=False)),
+    rtol=DOT_TOLERANCE[0],
+    atol=DOT_TOLERANCE[1],
+)
 def check_causal_chunk(kernel) -> bool:
     """Check ``kernel(q_ptr, k_ptr, v_ptr, out_ptr, C, D_k, D_v, BLOCK_C, BLOCK_K, BLOCK_V)`` (block sizes constexpr).
 
     One program (grid ``(1,)``); ``C ≤ BLOCK_C``; it must write ``out = (Q Kᵀ ⊙ M) V`` to fp32 accuracy, so its
     products need ``input_precision="ieee"`` (or ``"tf32x3"``): a plain-tf32 ``tl.dot`` fails, as it would on a GPU.
     """
-
-    def launch(q, k, v):
-        (C, d_k), d_v = q.shape, v.shape[1]
-        device = _device_for(kernel)
-        inputs = [_Guarded(n, t.shape, t, device) for n, t in (("q", q), ("k", k), ("v", v))]
-        out = _Guarded("out", (C, d_v), device=device)
-        _launch(kernel, (1,), inputs + [out], C, d_k, d_v, BLOCK_C=16, BLOCK_K=_pow2(d_k), BLOCK_V=_pow2(d_v))
-        return out.result()
-
-    def cases() -> Iterator[dict]:
-        for i, (C, d_k, d_v) in enumerate([(16, 16, 16), (10, 5, 7), (16, 32, 8), (1, 3, 2), (13, 20, 24)]):
-            g = _generator(1100 + i)
-            yield {
-                "q": torch.randn(C, d_k, generator=g),
-                "k": torch.randn(C, d_k, generator=g),
-                "v": torch.randn(C, d_v, generator=g),
-            }
-
-    return run_check(
-        "causal_chunk",
-        launch,
-        causal_chunk_spec,
-        cases(),
-        rtol=DOT_TOLERANCE[0],
-        atol=DOT_TOLERANCE[1],
-        then=_lint("causal_chunk", kernel, needs_int64=False),
-    )
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -519,6 +530,34 @@ def chunk_linear_attention_spec(q: torch.Tensor, k: torch.Tensor, v: torch.Tenso
     return o[0, :, 0], S[0, 0]
 
 
+def _chunk_linear_attention_cases() -> Iterator[dict]:
+    for i, (T, d_k, d_v) in enumerate([(16, 16, 16), (37, 8, 12), (1, 4, 4), (50, 16, 20)]):
+        g = _generator(1200 + i)
+        yield {
+            "q": torch.randn(T, d_k, generator=g),
+            "k": torch.randn(T, d_k, generator=g) / d_k**0.5,
+            "v": torch.randn(T, d_v, generator=g),
+        }
+
+
+def _launch_chunk_linear_attention(kernel, case: dict):
+    q, k, v = case["q"], case["k"], case["v"]
+    (T, d_k), d_v = q.shape, v.shape[1]
+    device = _device_for(kernel)
+    inputs = [_Guarded(n, t.shape, t, device) for n, t in (("q", q), ("k", k), ("v", v))]
+    o, S = _Guarded("o", (T, d_v), device=device), _Guarded("s", (d_k, d_v), device=device)
+    _launch(kernel, (1,), inputs + [o, S], T, d_k, d_v, BLOCK_T=16, BLOCK_K=_pow2(d_k), BLOCK_V=_pow2(d_v))
+    return o.result(), S.result()
+
+
+@exercise(
+    reference=chunk_linear_attention_spec,
+    cases=_chunk_linear_attention_cases,
+    call=_launch_chunk_linear_attention,
+    rules=Rules(source=_on_a_gpu(needs_int64=False)),
+    rtol=DOT_TOLERANCE[0],
+    atol=DOT_TOLERANCE[1],
+)
 def check_chunk_linear_attention(kernel) -> bool:
     """Check ``kernel(q_ptr, k_ptr, v_ptr, o_ptr, s_ptr, T, D_k, D_v, BLOCK_T, BLOCK_K, BLOCK_V)``.
 
@@ -526,38 +565,40 @@ def check_chunk_linear_attention(kernel) -> bool:
     registers, starting from zero; it writes ``o`` ``(T, D_v)`` and the final state to ``s_ptr``.
     """
 
-    def launch(q, k, v):
-        (T, d_k), d_v = q.shape, v.shape[1]
-        device = _device_for(kernel)
-        inputs = [_Guarded(n, t.shape, t, device) for n, t in (("q", q), ("k", k), ("v", v))]
-        o, S = _Guarded("o", (T, d_v), device=device), _Guarded("s", (d_k, d_v), device=device)
-        _launch(kernel, (1,), inputs + [o, S], T, d_k, d_v, BLOCK_T=16, BLOCK_K=_pow2(d_k), BLOCK_V=_pow2(d_v))
-        return o.result(), S.result()
-
-    def cases() -> Iterator[dict]:
-        for i, (T, d_k, d_v) in enumerate([(16, 16, 16), (37, 8, 12), (1, 4, 4), (50, 16, 20)]):
-            g = _generator(1200 + i)
-            yield {
-                "q": torch.randn(T, d_k, generator=g),
-                "k": torch.randn(T, d_k, generator=g) / d_k**0.5,
-                "v": torch.randn(T, d_v, generator=g),
-            }
-
-    return run_check(
-        "chunk_linear_attention",
-        launch,
-        chunk_linear_attention_spec,
-        cases(),
-        rtol=DOT_TOLERANCE[0],
-        atol=DOT_TOLERANCE[1],
-        then=_lint("chunk_linear_attention", kernel, needs_int64=False),
-    )
-
 
 # ---------------------------------------------------------------------------------------------------------------
 # Puzzle 4: the UT transform by forward substitution.
 
 
+def _ut_transform_cases() -> Iterator[dict]:
+    for i, (C, d_k) in enumerate([(16, 16), (5, 3), (1, 4), (12, 20)]):
+        g = _generator(1300 + i)
+        k = torch.randn(C, d_k, generator=g)
+        yield {"k": k / k.norm(dim=-1, keepdim=True), "beta": torch.rand(C, generator=g)}
+    g = _generator(1301)  # correlated keys: one direction plus a little noise
+    centre = torch.randn(16, generator=g)
+    k = centre + 0.1 * centre.norm() / 4 * torch.randn(16, 16, generator=g)
+    yield {"k": k / k.norm(dim=-1, keepdim=True), "beta": torch.ones(16)}
+
+
+def _launch_ut_transform(kernel, case: dict) -> torch.Tensor:
+    k, beta = case["k"], case["beta"]
+    C, d_k = k.shape
+    device = _device_for(kernel)
+    k_in, beta_in = _Guarded("k", k.shape, k, device), _Guarded("beta", beta.shape, beta, device)
+    out = _Guarded("out", (C, C), device=device)
+    _launch(kernel, (1,), [k_in, beta_in, out], C, d_k, BLOCK_C=16, BLOCK_K=_pow2(d_k))
+    return out.result()
+
+
+@exercise(
+    reference=ut_transform_spec,
+    cases=_ut_transform_cases,
+    call=_launch_ut_transform,
+    rules=Rules(source=_on_a_gpu(needs_int64=False)),
+    rtol=1e-5,
+    atol=1e-6,
+)
 def check_ut_transform(kernel) -> bool:
     """Check ``kernel(k_ptr, beta_ptr, out_ptr, C, D_k, BLOCK_C, BLOCK_K)`` against
     :func:`ttr_edu.checks.chunkwise_algorithms.ut_transform_spec`: ``out`` ``(C, C)`` is the UT matrix
@@ -569,34 +610,6 @@ def check_ut_transform(kernel) -> bool:
     times the tolerance (chapter 11 measures why).
     """
 
-    def launch(k, beta):
-        C, d_k = k.shape
-        device = _device_for(kernel)
-        k_in, beta_in = _Guarded("k", k.shape, k, device), _Guarded("beta", beta.shape, beta, device)
-        out = _Guarded("out", (C, C), device=device)
-        _launch(kernel, (1,), [k_in, beta_in, out], C, d_k, BLOCK_C=16, BLOCK_K=_pow2(d_k))
-        return out.result()
-
-    def cases() -> Iterator[dict]:
-        for i, (C, d_k) in enumerate([(16, 16), (5, 3), (1, 4), (12, 20)]):
-            g = _generator(1300 + i)
-            k = torch.randn(C, d_k, generator=g)
-            yield {"k": k / k.norm(dim=-1, keepdim=True), "beta": torch.rand(C, generator=g)}
-        g = _generator(1301)  # correlated keys: one direction plus a little noise
-        centre = torch.randn(16, generator=g)
-        k = centre + 0.1 * centre.norm() / 4 * torch.randn(16, 16, generator=g)
-        yield {"k": k / k.norm(dim=-1, keepdim=True), "beta": torch.ones(16)}
-
-    return run_check(
-        "ut_transform",
-        launch,
-        ut_transform_spec,
-        cases(),
-        rtol=1e-5,
-        atol=1e-6,
-        then=_lint("ut_transform", kernel, needs_int64=False),
-    )
-
 
 # ---------------------------------------------------------------------------------------------------------------
 # Puzzle 5: the (B, T, H, D) layout, head strides and a 2-D grid.
@@ -607,6 +620,29 @@ def running_sum_spec(x: torch.Tensor) -> torch.Tensor:
     return torch.cumsum(x, dim=1)
 
 
+def _running_sum_cases() -> Iterator[dict]:
+    # several heads and batches (the strides), D > BLOCK_D (the second grid axis), T not a multiple of BLOCK_T
+    for i, shape in enumerate([(1, 16, 1, 16), (2, 37, 3, 20), (3, 5, 2, 40), (1, 1, 1, 1), (2, 20, 4, 7)]):
+        yield {"x": torch.randn(*shape, generator=_generator(1400 + i))}
+
+
+def _launch_running_sum(kernel, case: dict) -> torch.Tensor:
+    x = case["x"]
+    B, T, H, D = x.shape
+    device = _device_for(kernel)
+    x_in, out = _Guarded("x", x.shape, x, device), _Guarded("out", x.shape, device=device)
+    _launch(kernel, (B * H, math.ceil(D / 16)), [x_in, out], T, H, D, BLOCK_T=16, BLOCK_D=16)
+    return out.result()
+
+
+@exercise(
+    reference=running_sum_spec,
+    cases=_running_sum_cases,
+    call=_launch_running_sum,
+    rules=Rules(source=_on_a_gpu(needs_int64=True)),
+    rtol=1e-5,
+    atol=1e-5,
+)
 def check_running_sum(kernel) -> bool:
     """Check ``kernel(x_ptr, out_ptr, T, H, D, BLOCK_T, BLOCK_D)`` on contiguous ``(B, T, H, D)`` tensors.
 
@@ -614,28 +650,6 @@ def check_running_sum(kernel) -> bool:
     ``i_bh % H`` of batch ``i_bh // H`` and columns ``[i_d·BLOCK_D, (i_d+1)·BLOCK_D)``, and walks the sequence in
     chunks of ``BLOCK_T`` rows. Element ``(b, t, h, d)`` sits at ``((b·T + t)·H + h)·D + d``.
     """
-
-    def launch(x):
-        B, T, H, D = x.shape
-        device = _device_for(kernel)
-        x_in, out = _Guarded("x", x.shape, x, device), _Guarded("out", x.shape, device=device)
-        _launch(kernel, (B * H, math.ceil(D / 16)), [x_in, out], T, H, D, BLOCK_T=16, BLOCK_D=16)
-        return out.result()
-
-    def cases() -> Iterator[dict]:
-        # several heads and batches (the strides), D > BLOCK_D (the second grid axis), T not a multiple of BLOCK_T
-        for i, shape in enumerate([(1, 16, 1, 16), (2, 37, 3, 20), (3, 5, 2, 40), (1, 1, 1, 1), (2, 20, 4, 7)]):
-            yield {"x": torch.randn(*shape, generator=_generator(1400 + i))}
-
-    return run_check(
-        "running_sum",
-        launch,
-        running_sum_spec,
-        cases(),
-        rtol=1e-5,
-        atol=1e-5,
-        then=_lint("running_sum", kernel, needs_int64=True),
-    )
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -650,60 +664,20 @@ def delta_rule_chunk_spec(q, k, v, beta, initial_state):
     )
 
 
-def check_delta_rule_chunk(kernel) -> bool:
-    """Check ``kernel(q_ptr, k_ptr, v_ptr, beta_ptr, o_ptr, s0_ptr, s_ptr, T, H, D_k, D_v, BLOCK_T, BLOCK_K,
-    BLOCK_V)``: the chunked delta rule (Yang et al. 2024, WY/UT form) on contiguous ``(B, T, H, D)`` tensors.
-
-    Grid ``(B·H, cdiv(D_v, BLOCK_V))`` with ``BLOCK_T = 16``, ``BLOCK_V = 16`` and ``BLOCK_K`` the next power of two
-    ≥ ``D_k``: program ``(i_bh, i_v)`` owns one head and one block of value columns, starts from its block of
-    ``s0`` ``(B, H, D_k, D_v)``, writes ``o`` and stores its block of the final state at ``s_ptr``. Products must be
-    fp32-accurate (``input_precision="ieee"``).
-    """
-
-    def launch(q, k, v, beta, initial_state):
-        B, T, H, d_k = q.shape
-        d_v = v.shape[-1]
-        device = _device_for(kernel)
-        named = (("q", q), ("k", k), ("v", v), ("beta", beta))
-        inputs = [_Guarded(n, t.shape, t, device) for n, t in named]
-        o = _Guarded("o", v.shape, device=device)
-        s0 = _Guarded("s0", initial_state.shape, initial_state, device)
-        s = _Guarded("s", initial_state.shape, device=device)
-        _launch(
-            kernel,
-            (B * H, math.ceil(d_v / 16)),
-            inputs + [o, s0, s],
-            T,
-            H,
-            d_k,
-            d_v,
-            BLOCK_T=16,
-            BLOCK_K=_pow2(d_k),
-            BLOCK_V=16,
-        )
-        return o.result(), s.result()
-
-    return run_check(
-        "delta_rule_chunk",
-        launch,
-        delta_rule_chunk_spec,
-        _delta_rule_cases(1500, gated=False),
-        rtol=DOT_TOLERANCE[0],
-        atol=DOT_TOLERANCE[1],
-        then=_lint("delta_rule_chunk", kernel, needs_int64=True),
-    )
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# Puzzle 7: the gate.
-
-
-def gated_delta_rule_chunk_spec(q, k, v, beta, g, initial_state):
-    """The package's chunked gated delta rule, ``scale = 1``, chunks of 16: ``g`` ``(B, T, H)`` is the log decay;
-    returns ``(o, final_state)``."""
-    return ops.gated_delta_rule_chunk(
-        q, k, v, g, beta, scale=1.0, initial_state=initial_state, output_final_state=True, chunk_size=16
-    )
+def _launch_delta_rule(kernel, case: dict):
+    """Launch puzzle 12.6's kernel, or 12.7's when the case has a gate ``g`` (its pointer after ``beta``'s)."""
+    q, v, initial_state = case["q"], case["v"], case["initial_state"]
+    B, T, H, d_k = q.shape
+    d_v = v.shape[-1]
+    device = _device_for(kernel)
+    named = [(n, case[n]) for n in ("q", "k", "v", "beta", "g") if n in case]
+    inputs = [_Guarded(n, t.shape, t, device) for n, t in named]
+    o = _Guarded("o", v.shape, device=device)
+    s0 = _Guarded("s0", initial_state.shape, initial_state, device)
+    s = _Guarded("s", initial_state.shape, device=device)
+    grid = (B * H, math.ceil(d_v / 16))
+    _launch(kernel, grid, inputs + [o, s0, s], T, H, d_k, d_v, BLOCK_T=16, BLOCK_K=_pow2(d_k), BLOCK_V=16)
+    return o.result(), s.result()
 
 
 def _delta_rule_cases(seed: int, gated: bool) -> Iterator[dict]:
@@ -725,6 +699,53 @@ def _delta_rule_cases(seed: int, gated: bool) -> Iterator[dict]:
         yield case
 
 
+def _delta_rule_chunk_cases() -> Iterator[dict]:
+    return _delta_rule_cases(1500, gated=False)
+
+
+@exercise(
+    reference=delta_rule_chunk_spec,
+    cases=_delta_rule_chunk_cases,
+    call=_launch_delta_rule,
+    rules=Rules(source=_on_a_gpu(needs_int64=True)),
+    rtol=DOT_TOLERANCE[0],
+    atol=DOT_TOLERANCE[1],
+)
+def check_delta_rule_chunk(kernel) -> bool:
+    """Check ``kernel(q_ptr, k_ptr, v_ptr, beta_ptr, o_ptr, s0_ptr, s_ptr, T, H, D_k, D_v, BLOCK_T, BLOCK_K,
+    BLOCK_V)``: the chunked delta rule (Yang et al. 2024, WY/UT form) on contiguous ``(B, T, H, D)`` tensors.
+
+    Grid ``(B·H, cdiv(D_v, BLOCK_V))`` with ``BLOCK_T = 16``, ``BLOCK_V = 16`` and ``BLOCK_K`` the next power of two
+    ≥ ``D_k``: program ``(i_bh, i_v)`` owns one head and one block of value columns, starts from its block of
+    ``s0`` ``(B, H, D_k, D_v)``, writes ``o`` and stores its block of the final state at ``s_ptr``. Products must be
+    fp32-accurate (``input_precision="ieee"``).
+    """
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Puzzle 7: the gate.
+
+
+def gated_delta_rule_chunk_spec(q, k, v, beta, g, initial_state):
+    """The package's chunked gated delta rule, ``scale = 1``, chunks of 16: ``g`` ``(B, T, H)`` is the log decay;
+    returns ``(o, final_state)``."""
+    return ops.gated_delta_rule_chunk(
+        q, k, v, g, beta, scale=1.0, initial_state=initial_state, output_final_state=True, chunk_size=16
+    )
+
+
+def _gated_delta_rule_chunk_cases() -> Iterator[dict]:
+    return _delta_rule_cases(1700, gated=True)
+
+
+@exercise(
+    reference=gated_delta_rule_chunk_spec,
+    cases=_gated_delta_rule_chunk_cases,
+    call=_launch_delta_rule,
+    rules=Rules(source=_on_a_gpu(needs_int64=True)),
+    rtol=DOT_TOLERANCE[0],
+    atol=DOT_TOLERANCE[1],
+)
 def check_gated_delta_rule_chunk(kernel) -> bool:
     """Check ``kernel(q_ptr, k_ptr, v_ptr, beta_ptr, g_ptr, o_ptr, s0_ptr, s_ptr, T, H, D_k, D_v, BLOCK_T, BLOCK_K,
     BLOCK_V)``: puzzle 12.6 with the gate (Yang et al. 2025; the gated chunk form of the chunkwise chapter).
@@ -732,29 +753,6 @@ def check_gated_delta_rule_chunk(kernel) -> bool:
     Launched as :func:`check_delta_rule_chunk`; ``g`` ``(B, T, H)`` is the log decay ``log α_t ≤ 0``, at
     ``(b T + t) H + h`` like ``beta``.
     """
-
-    def launch(q, k, v, beta, g, initial_state):
-        B, T, H, d_k = q.shape
-        d_v = v.shape[-1]
-        device = _device_for(kernel)
-        named = (("q", q), ("k", k), ("v", v), ("beta", beta), ("g", g))
-        inputs = [_Guarded(n, t.shape, t, device) for n, t in named]
-        o = _Guarded("o", v.shape, device=device)
-        s0 = _Guarded("s0", initial_state.shape, initial_state, device)
-        s = _Guarded("s", initial_state.shape, device=device)
-        grid = (B * H, math.ceil(d_v / 16))
-        _launch(kernel, grid, inputs + [o, s0, s], T, H, d_k, d_v, BLOCK_T=16, BLOCK_K=_pow2(d_k), BLOCK_V=16)
-        return o.result(), s.result()
-
-    return run_check(
-        "gated_delta_rule_chunk",
-        launch,
-        gated_delta_rule_chunk_spec,
-        _delta_rule_cases(1700, gated=True),
-        rtol=DOT_TOLERANCE[0],
-        atol=DOT_TOLERANCE[1],
-        then=_lint("gated_delta_rule_chunk", kernel, needs_int64=True),
-    )
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -787,38 +785,38 @@ def chunk_dv_spec(q, k, beta, do, ds):
     return dv[0, :, 0].to(do.dtype)
 
 
+def _chunk_dv_cases() -> Iterator[dict]:
+    for i, (C, d_k, d_v) in enumerate([(16, 16, 16), (10, 5, 7), (1, 3, 2), (13, 20, 24)]):
+        g = _generator(1800 + i)
+        k = torch.randn(C, d_k, generator=g)
+        yield {
+            "q": torch.randn(C, d_k, generator=g),
+            "k": k / k.norm(dim=-1, keepdim=True),
+            "beta": torch.rand(C, generator=g),
+            "do": torch.randn(C, d_v, generator=g),
+            "ds": torch.randn(d_k, d_v, generator=g),
+        }
+
+
+def _launch_chunk_dv(kernel, case: dict) -> torch.Tensor:
+    q, do = case["q"], case["do"]
+    (C, d_k), d_v = q.shape, do.shape[1]
+    device = _device_for(kernel)
+    inputs = [_Guarded(n, case[n].shape, case[n], device) for n in ("q", "k", "beta", "do", "ds")]
+    dv = _Guarded("dv", (C, d_v), device=device)
+    _launch(kernel, (1,), inputs + [dv], C, d_k, d_v, BLOCK_C=16, BLOCK_K=_pow2(d_k), BLOCK_V=_pow2(d_v))
+    return dv.result()
+
+
+@exercise(
+    reference=chunk_dv_spec,
+    cases=_chunk_dv_cases,
+    call=_launch_chunk_dv,
+    rules=Rules(source=_on_a_gpu(needs_int64=False)),
+    rtol=DOT_TOLERANCE[0],
+    atol=DOT_TOLERANCE[1],
+)
 def check_chunk_dv(kernel) -> bool:
     """Check ``kernel(q_ptr, k_ptr, beta_ptr, do_ptr, ds_ptr, dv_ptr, C, D_k, D_v, BLOCK_C, BLOCK_K, BLOCK_V)``:
     ``dV = 𝒯ᵀ ((Q Kᵀ ⊙ M)ᵀ dO + K dS)`` for one chunk, on one program, ``C ≤ BLOCK_C = 16``; ``do`` is ``(C, D_v)``,
     ``ds`` ``(D_k, D_v)``, all row-major."""
-
-    def launch(q, k, beta, do, ds):
-        (C, d_k), d_v = q.shape, do.shape[1]
-        device = _device_for(kernel)
-        named = (("q", q), ("k", k), ("beta", beta), ("do", do), ("ds", ds))
-        inputs = [_Guarded(n, t.shape, t, device) for n, t in named]
-        dv = _Guarded("dv", (C, d_v), device=device)
-        _launch(kernel, (1,), inputs + [dv], C, d_k, d_v, BLOCK_C=16, BLOCK_K=_pow2(d_k), BLOCK_V=_pow2(d_v))
-        return dv.result()
-
-    def cases() -> Iterator[dict]:
-        for i, (C, d_k, d_v) in enumerate([(16, 16, 16), (10, 5, 7), (1, 3, 2), (13, 20, 24)]):
-            g = _generator(1800 + i)
-            k = torch.randn(C, d_k, generator=g)
-            yield {
-                "q": torch.randn(C, d_k, generator=g),
-                "k": k / k.norm(dim=-1, keepdim=True),
-                "beta": torch.rand(C, generator=g),
-                "do": torch.randn(C, d_v, generator=g),
-                "ds": torch.randn(d_k, d_v, generator=g),
-            }
-
-    return run_check(
-        "chunk_dv",
-        launch,
-        chunk_dv_spec,
-        cases(),
-        rtol=DOT_TOLERANCE[0],
-        atol=DOT_TOLERANCE[1],
-        then=_lint("chunk_dv", kernel, needs_int64=False),
-    )

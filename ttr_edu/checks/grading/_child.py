@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import io
 import json
+import linecache
 import os
 import resource
 import selectors
@@ -92,9 +93,13 @@ class _NoShell:
 
 
 def _run_cell(source: str, name: str, namespace: dict) -> str | None:
-    """Run one cell's code in ``namespace``; the error it raised, formatted for the student, or None."""
+    """Run one cell's code in ``namespace``; the error it raised, formatted for the student, or None. The cell's code
+    is kept where :mod:`inspect` finds it, as IPython keeps it, so a rule read from an answer's source (a Triton
+    kernel's, :attr:`ttr_edu.checks._rules.Rules.source`) reads it here as in the student's kernel."""
+    code = _python_source(source)
+    linecache.cache[name] = (len(code), None, code.splitlines(keepends=True), name)
     try:
-        exec(compile(_python_source(source), name, "exec"), namespace)  # the point of this process
+        exec(compile(code, name, "exec"), namespace)  # the point of this process
     except BaseException as err:  # SystemExit included: a cell cannot end the grading
         where = traceback.extract_tb(err.__traceback__)
         line = next((f" (line {f.lineno})" for f in reversed(where) if f.filename == name), "")

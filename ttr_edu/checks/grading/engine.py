@@ -108,7 +108,7 @@ def _outcome(payload: bytes):
     known = {k: v for k, v in data.items() if k in Outcome.__dataclass_fields__}
     outcome = Outcome(**known)
     outcome.result = from_plain(outcome.result)
-    for text in ("raised", "broke_rule", "called"):
+    for text in ("raised", "broke_rule", "called", "source"):
         if getattr(outcome, text) is not None and not isinstance(getattr(outcome, text), str):
             raise ValueError(f"an outcome whose {text} is not text")
     outcome.not_attempted = outcome.not_attempted is True
@@ -209,7 +209,7 @@ def _why_missing(heard: _Heard, timeout: float, index: int) -> str:
 def _judge_check(check: notebook.Check, declared, heard: _Heard, timeout: float) -> tuple[str, str]:
     """``(status, detail)`` of one check of a graded cell."""
     from ttr_edu.checks._core import CheckFailed
-    from ttr_edu.checks._rules import NotAttempted, judge_case, judge_cost
+    from ttr_edu.checks._rules import NotAttempted, judge_case, judge_cost, judge_source
 
     name = check.check.removeprefix("check_")
     if check.check in heard.missing:
@@ -219,13 +219,14 @@ def _judge_check(check: notebook.Check, declared, heard: _Heard, timeout: float)
             return "FAIL", f"{name}: {_why_missing(heard, timeout, 0)}"
         status, message = heard.legacy[check.check]
         return (status if status in ("PASS", "FAIL", "not attempted") else "FAIL"), message
-    notes = []
+    notes, found = [], []
     try:
         for index, case in enumerate(declared.cases()):
             outcome = heard.outcomes.get((check.check, index))
             if outcome is None:
                 return "FAIL", f"{name}: {_why_missing(heard, timeout, index)}"
             notes.append(judge_case(declared, case, index, outcome))
+            found.append(outcome.source)
         cost = declared.rules.linear_cost
         if cost is not None:
             import torch
@@ -239,6 +240,7 @@ def _judge_check(check: notebook.Check, declared, heard: _Heard, timeout: float)
                     judge_case(declared, cost.case(length, torch.Generator().manual_seed(seed)), -1, outcome)
                 seconds[length] = heard.seconds[check.check, length]
             judge_cost(declared, seconds)
+        judge_source(declared, found)
     except NotAttempted:
         return "not attempted", ""
     except CheckFailed as failure:
