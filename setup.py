@@ -7,13 +7,17 @@ of the repository, where the book and the tests read them. Building the wheel co
 no clone, while git holds each file once. The sdist carries them (``MANIFEST.in``), so a wheel built from the sdist
 is the same. An editable install copies nothing: it finds the clone itself.
 
-Everything else (metadata, dependencies, package data) is in pyproject.toml.
+And one fix: an editable install (``pip install -e .``) installs the data files too (the ``nbgrader_config.py`` that
+pyproject.toml puts into ``etc/jupyter/``), as a wheel install does.
+
+Everything else (metadata, dependencies, package data, data files) is in pyproject.toml.
 """
 
 from pathlib import Path
 
 from setuptools import setup
 from setuptools.command.build_py import build_py
+from setuptools.dist import Distribution
 
 HERE = Path(__file__).resolve().parent
 #: what the wheel ships of the course, as paths from the repository root (folders: every file in them)
@@ -57,4 +61,13 @@ class BuildPyWithCourse(build_py):
         return outputs + [str(Path(self.build_lib) / TARGET / relative) for relative in course_files()]
 
 
-setup(cmdclass={"build_py": BuildPyWithCourse})
+class DistributionWithEditableData(Distribution):
+    """setuptools' editable build installs data files only if the distribution answers ``has_data()``, a name that
+    ``Distribution`` does not define (it has ``has_data_files``), so ``pip install -e .`` left them out (setuptools up
+    to 84 at least); answering it puts them into an editable install's environment as into a wheel's."""
+
+    def has_data(self):
+        return self.has_data_files()
+
+
+setup(cmdclass={"build_py": BuildPyWithCourse}, distclass=DistributionWithEditableData)

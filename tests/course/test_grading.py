@@ -160,6 +160,8 @@ def autograde(course: Path, root: Path, config: str = "") -> tuple[dict, str]:
         **os.environ,
         "PYTHONPATH": str(root),
         "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+        # the nbgrader_config.py that installing ttr-edu puts on Jupyter's config path (it turns the engine on)
+        "JUPYTER_CONFIG_PATH": str(root / "jupyter-config"),
     }
 
     def run(*args):
@@ -188,18 +190,20 @@ def autograde(course: Path, root: Path, config: str = "") -> tuple[dict, str]:
 
 #: The kernel's transport warning stays out of autograde's output.
 QUIET = 'c.KernelManager.transport_encryption = "auto"\n'
+#: What an instructor writes to turn off the grading engine that installing ttr-edu turns on (grading.md).
+ENGINE_OFF = "c.GradeWithEngine.enabled = False\n"
 
 
 @pytest.mark.slow
 @pytest.mark.notebook
 def test_without_the_engine_the_checks_in_the_kernel_still_score_the_simple_attacks_0(tmp_path):
-    """nbgrader's own autograde on chapter 01 *without* the grading engine (a course whose nbgrader_config.py lacks
-    use_engine): the notebook runs in a kernel and the checks decide there, which grading.md says not to rely on. The
+    """nbgrader's own autograde on chapter 01 *without* the grading engine (a course whose nbgrader_config.py turns it
+    off): the notebook runs in a kernel and the checks decide there, which grading.md says not to rely on. The
     attacks that need no more than ordinary Python (rebinding `checks`, a Tensor subclass, unsetting
     NBGRADER_EXECUTION, a one-line call to the package's solution, edited and deleted check cells) still score 0, and
     honest work scores exactly. (The engine's path: tests/grading/test_nbgrader.py.)"""
     pytest.importorskip("nbgrader")
-    got, printed = autograde(tmp_path, ROOT, QUIET)
+    got, printed = autograde(tmp_path, ROOT, QUIET + ENGINE_OFF)
     print(f"nbgrader scores: {got}")
     nb = nbformat.read(ROOT / "solutions" / "01_hebbian_memory.ipynb", 4)
     full = sum(c.metadata["nbgrader"]["points"] for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade"))
@@ -208,6 +212,8 @@ def test_without_the_engine_the_checks_in_the_kernel_still_score_the_simple_atta
     want.update({name: (0.0, 9.0) for name in SUBMISSIONS if name.startswith("attack")})
     assert got == want
     assert "without encryption" not in printed  # quiet checks: no kernel transport warning
+    autograded = nbformat.read(tmp_path / "autograded" / "s0" / "ch01" / "01_hebbian_memory.ipynb", 4)  # solved
+    assert "ttr_edu_grading" not in autograded.metadata  # graded in a kernel: the engine stepped aside
 
 
 # -- what a submission cannot do to a check (the machinery; the attacks on whole notebooks are below) ----------------

@@ -2,8 +2,13 @@
 build step and an sdist that agree on the course's files, and a release workflow that publishes what it tested.
 (tests/course/test_wheel.py builds and installs the wheel.)"""
 
+import json
 import re
+import sys
+from importlib import metadata
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 PYPROJECT = (ROOT / "pyproject.toml").read_text(encoding="utf-8")
@@ -45,6 +50,21 @@ def test_the_sdist_carries_every_course_file_the_wheel_build_copies():
     assert course and all((ROOT / name).exists() for name in course)
     missing = [name for name in course if name not in manifest]
     assert not missing, f"setup.py copies {missing} into the wheel, but MANIFEST.in leaves them out of the sdist"
+
+
+def test_an_editable_install_of_this_checkout_puts_the_nbgrader_config_into_the_environment():
+    """The README's commands install the checkout editable; the nbgrader_config.py that makes `nbgrader autograde`
+    use the grading engine must land in {sys.prefix}/etc/jupyter then too (setuptools leaves data files out of an
+    editable install unless setup.py's distribution class asks for them). The wheel: tests/course/test_wheel.py."""
+    try:
+        direct = json.loads(metadata.distribution("ttr-edu").read_text("direct_url.json") or "{}")
+    except metadata.PackageNotFoundError:
+        direct = {}
+    if direct.get("url") != ROOT.as_uri() or not direct.get("dir_info", {}).get("editable"):
+        pytest.skip(f"ttr-edu in this environment is not an editable install of {ROOT}")
+    installed = Path(sys.prefix, "etc", "jupyter", "nbgrader_config.py")
+    assert installed.is_file(), f"{installed} is missing: reinstall with pip install -e ."
+    assert installed.read_bytes() == (ROOT / "jupyter-config" / "nbgrader_config.py").read_bytes()
 
 
 def test_the_release_workflow_builds_tests_the_built_files_and_publishes_them_with_trusted_publishing():

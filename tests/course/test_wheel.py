@@ -108,7 +108,8 @@ def dist(work) -> dict[str, Path]:
 def test_the_sdist_holds_the_course_the_wheel_build_copies(dist):
     with tarfile.open(dist["sdist"]) as sdist:
         names = {name.split("/", 1)[1] for name in sdist.getnames() if "/" in name}
-    for needed in ["setup.py", "MANIFEST.in", "pyproject.toml", *(f"chapters/{c}" for c in CHAPTERS), *PAGES]:
+    shipped = ["setup.py", "MANIFEST.in", "pyproject.toml", "jupyter-config/nbgrader_config.py"]
+    for needed in [*shipped, *(f"chapters/{c}" for c in CHAPTERS), *PAGES]:
         assert needed in names, f"the sdist lacks {needed}: a wheel built from it would miss the course"
     assert not any(name.startswith(("solutions/", "tests/")) for name in names)
 
@@ -129,6 +130,9 @@ def test_the_wheel_holds_the_course_the_shipped_data_and_its_metadata(dist):
         # the chapters' data and the design-space explorer's grid
         assert {f"ttr_edu/experiments/results/{p.name}" for p in shipped} <= names
         assert not any("solutions/" in name for name in names)
+        # installed into {sys.prefix}/etc/jupyter, where nbgrader reads it: autograde uses the grading engine
+        config = wheel.read(f"ttr_edu-{VERSION}.data/data/etc/jupyter/nbgrader_config.py")
+        assert config == (ROOT / "jupyter-config" / "nbgrader_config.py").read_bytes()
         metadata = wheel.read(f"ttr_edu-{VERSION}.dist-info/METADATA").decode()
     assert f"Version: {VERSION}\n" in metadata
     classifiers = set(re.findall(r"^Classifier: (.+)$", metadata, re.MULTILINE))
@@ -154,6 +158,7 @@ def student(work, dist) -> dict:
     env["PATH"] = f"{venv / 'bin'}{os.pathsep}{env['PATH']}"
     where = run([python, "-c", "import ttr_edu; print(ttr_edu.__file__)"], env=env, cwd=cwd)
     assert Path(where.strip()).is_relative_to(venv), f"ttr_edu came from {where}, not from the wheel"
+    assert (venv / "etc" / "jupyter" / "nbgrader_config.py").is_file()  # nbgrader autograde uses the grading engine
     return {"env": env, "cwd": cwd, "bin": venv / "bin"}
 
 

@@ -1,7 +1,12 @@
-"""The documented instructor path (grading.md): nbgrader's generate_assignment and autograde, with the course's
-nbgrader configuration (`use_engine`), on a class of 20 chapter-01 submissions, hostile ones among them. Every
-student is graded, each scores exactly what its answers earn (honest controls 9, 0 and 3), nothing a submission did
-changes the gradebook afterwards, and `ttr-edu check` gives each the same points."""
+"""The documented instructor path (grading.md): nbgrader's generate_assignment and autograde.
+
+* A bare course (an nbgrader_config.py that names no ttr-edu setting) grades ttr-edu's notebooks with the engine,
+  through the nbgrader_config.py that installing ttr-edu puts on Jupyter's config path, and grades any other notebook
+  in a kernel as nbgrader does.
+* With the course's explicit configuration (`use_engine`), on a class of 20 chapter-01 submissions, hostile ones among
+  them: every student is graded, each scores exactly what its answers earn (honest controls 9, 0 and 3), nothing a
+  submission did changes the gradebook afterwards, and `ttr-edu check` gives each the same points.
+"""
 
 import os
 import re
@@ -29,8 +34,100 @@ use_engine(c)
 """
 
 
+#: A course's nbgrader_config.py that says nothing of ttr-edu.
+BARE = """c = get_config()
+c.CourseDirectory.course_id = "ttr-edu"
+c.CourseDirectory.db_url = "sqlite:///gradebook.db"
+c.Execute.iopub_timeout = 120
+c.KernelManager.transport_encryption = "auto"
+"""
+#: Where installing ttr-edu puts its nbgrader_config.py: {sys.prefix}/etc/jupyter, on Jupyter's config path. The tests
+#: put the checkout's copy on that path (tests/course/test_packaging.py checks that installing puts it there).
+SHIPPED = ROOT / "jupyter-config"
+
+
 def _run(args, cwd, env, timeout=3000):
     return subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def _env(**extra) -> dict:
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(ROOT),
+        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+        **extra,
+    }
+    env.pop("NBGRADER_EXECUTION", None)
+    return env
+
+
+def _plain_notebook():
+    """A notebook that is not ttr-edu's: one answer cell and one graded test cell that prints from its kernel."""
+    from nbformat.v4 import new_code_cell, new_notebook
+
+    def grading(grade_id, **flags):
+        return {"nbgrader": {"grade_id": grade_id, "schema_version": 3, "task": False, "locked": False, **flags}}
+
+    answer = "def double(x):\n    ### BEGIN SOLUTION\n    return 2 * x\n    ### END SOLUTION\n"
+    test = "import os\nprint('kernel', os.getpid())\nassert double(21) == 42\n"
+    cells = [
+        new_code_cell(answer, metadata=grading("double", grade=False, solution=True)),
+        new_code_cell(test, metadata=grading("test_double", grade=True, solution=False, locked=True, points=1)),
+    ]
+    return new_notebook(cells=cells, metadata={"kernelspec": {"name": "python3", "display_name": "Python 3"}})
+
+
+def _released_course(tmp_path, config: str, env: dict, **others) -> Path:
+    """A course folder with chapter 01 as the assignment ``ch01`` (and each notebook of ``others`` as an assignment
+    of its name), generated for release by nbgrader."""
+    course = tmp_path / "course"
+    (course / "source" / "ch01").mkdir(parents=True)
+    shutil.copy(CHAPTER, course / "source" / "ch01")
+    for name, nb in others.items():
+        (course / "source" / name).mkdir(parents=True)
+        nbformat.write(nb, course / "source" / name / f"{name}.ipynb")
+    (course / "nbgrader_config.py").write_text(config)
+    for assignment in ("ch01", *others):
+        made = _run([sys.executable, "-m", "nbgrader", "generate_assignment", assignment, "--force"], course, env)
+        assert made.returncode == 0, made.stderr[-2000:]
+    return course
+
+
+@pytest.mark.slow
+@pytest.mark.notebook
+def test_a_bare_course_grades_ttr_edus_notebooks_with_the_engine_and_others_as_nbgrader_does(tmp_path):
+    pytest.importorskip("nbgrader")
+    from nbgrader.api import Gradebook
+
+    env = _env(JUPYTER_CONFIG_PATH=str(SHIPPED))
+    course = _released_course(tmp_path, BARE, env, plain=_plain_notebook())
+    release = nbformat.read(course / "release" / "ch01" / CHAPTER.name, as_version=4)
+    names = ["solved", "unsolved", "half", "post_run_cell forgets errors", "references replaced by a library callable"]
+    for i, name in enumerate(names):
+        folder = course / "submitted" / f"s{i}" / "ch01"
+        folder.mkdir(parents=True)
+        nbformat.write(submission(release, name), folder / CHAPTER.name)
+    plain = nbformat.read(course / "release" / "plain" / "plain.ipynb", as_version=4)
+    for i, body in enumerate(["return 2 * x", "return x"]):
+        plain.cells[0].source = f"def double(x):\n    {body}\n"
+        (course / "submitted" / f"s{i}" / "plain").mkdir(parents=True)
+        nbformat.write(plain, course / "submitted" / f"s{i}" / "plain" / "plain.ipynb")
+    for assignment in ("ch01", "plain"):
+        graded = _run([sys.executable, "-m", "nbgrader", "autograde", assignment, "--create", "--force"], course, env)
+        assert graded.returncode == 0, (graded.stdout + graded.stderr)[-3000:]
+    with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gradebook:
+        got = {name: gradebook.find_submission("ch01", f"s{i}").score for i, name in enumerate(names)}
+        plain_scores = [gradebook.find_submission("plain", f"s{i}").score for i in range(2)]
+    assert got == {name: float(SUBMISSIONS[name][2]) for name in names}
+    assert [SUBMISSIONS[name][2] for name in names] == [9, 0, 3, 0, 0]
+    for i in range(len(names)):  # graded by the engine: its record, and no cell ran in a kernel
+        autograded = nbformat.read(course / "autograded" / f"s{i}" / "ch01" / CHAPTER.name, 4)
+        assert autograded.metadata["ttr_edu_grading"]["score"] == got[names[i]]
+    assert plain_scores == [1.0, 0.0]
+    for i in range(2):  # nbgrader's own Execute ran it in a kernel, as without ttr-edu
+        autograded = nbformat.read(course / "autograded" / f"s{i}" / "plain" / "plain.ipynb", 4)
+        assert "ttr_edu_grading" not in autograded.metadata
+        assert "kernel" in "".join(o.get("text", "") for o in autograded.cells[1].outputs)
 
 
 @pytest.mark.slow
@@ -39,18 +136,8 @@ def test_a_class_of_20_is_graded_exactly_by_nbgrader_and_ttr_edu_check_alike(tmp
     pytest.importorskip("nbgrader")
     from nbgrader.api import Gradebook
 
-    course = tmp_path / "course"
-    (course / "source" / "ch01").mkdir(parents=True)
-    shutil.copy(CHAPTER, course / "source" / "ch01")
-    (course / "nbgrader_config.py").write_text(CONFIG)
-    env = {
-        **os.environ,
-        "PYTHONPATH": str(ROOT),
-        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
-    }
-    env.pop("NBGRADER_EXECUTION", None)
-    made = _run([sys.executable, "-m", "nbgrader", "generate_assignment", "ch01", "--force"], course, env)
-    assert made.returncode == 0, made.stderr[-2000:]
+    env = _env()
+    course = _released_course(tmp_path, CONFIG, env)
     release = nbformat.read(course / "release" / "ch01" / CHAPTER.name, as_version=4)
     names = list(SUBMISSIONS) + [f"solved, copy {i}" for i in range(20 - len(SUBMISSIONS))]
     students = {}

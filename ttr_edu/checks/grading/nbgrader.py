@@ -1,8 +1,11 @@
-"""The grading engine inside ``nbgrader autograde``: two preprocessors, switched on by :func:`use_engine` in the
-course's ``nbgrader_config.py``::
+"""The grading engine inside ``nbgrader autograde``: two preprocessors that take the place of two of nbgrader's steps
+for ttr-edu's notebooks, and step aside for any other notebook.
 
-    from ttr_edu.checks.grading.nbgrader import use_engine
-    use_engine(c)
+Installing ttr-edu switches them on: it puts an ``nbgrader_config.py`` into the environment's ``etc/jupyter/`` folder
+(``{sys.prefix}/etc/jupyter``), one of the folders of Jupyter's config path, which nbgrader reads before the course's
+own ``nbgrader_config.py``. That file calls :func:`use_engine`; a course (or an instructor's ``~/.jupyter``) may call
+it too. An instructor turns the engine off with ``c.GradeWithEngine.enabled = False`` in the course's
+``nbgrader_config.py``: nbgrader's own ``Execute`` then runs every notebook, as it does without ttr-edu.
 
 * :class:`GradeWithEngine` takes the place of nbgrader's ``Execute``: no kernel runs the submission. The engine grades
   it (:func:`ttr_edu.checks.grading.engine.grade`, against the assignment's ``source/`` notebook, so hidden tests count)
@@ -14,6 +17,10 @@ course's ``nbgrader_config.py``::
 * :class:`DropDuplicateIds` takes the place of ``DeduplicateIds``: a cell pasted twice keeps its last copy, and the
   earlier copies lose their nbgrader metadata entirely (nbgrader 0.9 leaves an empty record that its next step
   refuses as "an old version of the nbgrader metadata format", which stops autograde for the whole class).
+
+Which notebooks are ttr-edu's is read from the assignment's ``source/`` notebook, the instructor's, never from the
+submission (a student cannot opt out): one whose graded cells call a check of ``ttr_edu.checks``. Every other notebook
+goes to nbgrader's own ``Execute`` and ``DeduplicateIds``, as if ttr-edu were not installed.
 """
 
 from __future__ import annotations
@@ -21,11 +28,14 @@ from __future__ import annotations
 from pathlib import Path
 
 from nbconvert.exporters.exporter import ResourcesDict
+from nbconvert.preprocessors import ClearMetadataPreprocessor
 from nbformat.notebooknode import NotebookNode
 from nbgrader.preprocessors import (
     AssignLatePenalties,
     CheckCellMetadata,
     ClearOutput,
+    DeduplicateIds,
+    Execute,
     IgnorePattern,
     LimitOutput,
     NbGraderPreprocessor,
@@ -33,15 +43,48 @@ from nbgrader.preprocessors import (
     OverwriteKernelspec,
     SaveAutoGrades,
 )
-from traitlets import Float
+from traitlets import Bool, Float
 
 from ttr_edu.checks.grading import engine, notebook
 
 __all__ = ["GradeWithEngine", "DropDuplicateIds", "use_engine"]
 
 
-class DropDuplicateIds(NbGraderPreprocessor):
+def _source(config, resources: ResourcesDict) -> tuple[NotebookNode, Path]:
+    """The assignment's source notebook (the instructor's, hidden tests included) and the course folder."""
+    import nbformat
+    from nbgrader.coursedir import CourseDirectory
+
+    coursedir = CourseDirectory(config=config)
+    info = resources["nbgrader"]
+    folder = Path(coursedir.format_path(coursedir.source_directory, ".", info["assignment"]))
+    return nbformat.read(folder / f"{info['notebook']}.ipynb", as_version=4), Path(coursedir.root).resolve()
+
+
+class _CourseNotebooksOnly(NbGraderPreprocessor):
+    """A step for ttr-edu's notebooks; nbgrader's own :attr:`instead` does the step for any other notebook, and for
+    every notebook when ``enabled`` is False (never nothing: a skipped grading step would leave no error to score)."""
+
+    instead: type[NbGraderPreprocessor]
+
+    def __call__(self, nb: NotebookNode, resources: ResourcesDict) -> tuple[NotebookNode, ResourcesDict]:
+        if self.enabled and self._is_course_notebook(nb, resources):
+            return self.preprocess(nb, resources)
+        return self.instead(parent=self.parent)(nb, resources)
+
+    def _is_course_notebook(self, nb: NotebookNode, resources: ResourcesDict) -> bool:
+        try:
+            source, _ = _source(self.config, resources)
+        except Exception:  # no source notebook: the submission's graded cells are the gradebook's (OverwriteCells)
+            source = nb
+        return notebook.is_course_notebook(source)
+
+
+class DropDuplicateIds(_CourseNotebooksOnly):
     """Keep the last cell of each nbgrader ``grade_id``; earlier copies become plain cells."""
+
+    instead = DeduplicateIds
+    enabled = Bool(True, help="False: nbgrader's own DeduplicateIds runs instead, on every notebook").tag(config=True)
 
     def preprocess(self, nb: NotebookNode, resources: ResourcesDict) -> tuple[NotebookNode, ResourcesDict]:
         seen = set()
@@ -66,28 +109,23 @@ def _who(resources: ResourcesDict) -> str:
     return f"{info.get('student', '?')}/{info.get('assignment', '?')}/{info.get('notebook', '?')}"
 
 
-class GradeWithEngine(NbGraderPreprocessor):
+class GradeWithEngine(_CourseNotebooksOnly):
     """Grade the notebook with the ttr-edu engine and write each graded cell's verdict as its outputs."""
+
+    instead = Execute
+    enabled = Bool(
+        True, help="False: nbgrader's own Execute runs every notebook in a kernel, as it does without ttr-edu"
+    ).tag(config=True)
 
     timeout = Float(engine.DEFAULT_TIMEOUT, help="Seconds the answers of one graded cell may run.").tag(config=True)
     memory_gb = Float(engine.DEFAULT_MEMORY_GB, help="Memory (GiB) the answers of one graded cell may add.").tag(
         config=True
     )
 
-    def _source(self, resources: ResourcesDict) -> tuple[NotebookNode, Path]:
-        """The assignment's source notebook (the instructor's, hidden tests included) and the course folder."""
-        import nbformat
-        from nbgrader.coursedir import CourseDirectory
-
-        coursedir = CourseDirectory(config=self.config)
-        info = resources["nbgrader"]
-        folder = Path(coursedir.format_path(coursedir.source_directory, ".", info["assignment"]))
-        return nbformat.read(folder / f"{info['notebook']}.ipynb", as_version=4), Path(coursedir.root).resolve()
-
     def preprocess(self, nb: NotebookNode, resources: ResourcesDict) -> tuple[NotebookNode, ResourcesDict]:
         who = _who(resources)
         try:
-            source, course = self._source(resources)
+            source, course = _source(self.config, resources)
             report = engine.grade(nb, source, timeout=self.timeout, memory_gb=self.memory_gb, hide=[course])
         except Exception as err:  # one notebook the grader cannot read costs that notebook alone
             self.log.error("ttr-edu grader: %s could not be graded: %s: %s", who, type(err).__name__, err)
@@ -133,7 +171,9 @@ def _output(verdict: engine.Verdict) -> NotebookNode:
 
 
 def use_engine(c) -> None:
-    """Configure nbgrader (the ``c`` of ``nbgrader_config.py``) to autograde with the ttr-edu engine."""
+    """Configure nbgrader (the ``c`` of an ``nbgrader_config.py``) to autograde ttr-edu's notebooks with the engine:
+    nbgrader's default steps, with :class:`DropDuplicateIds` and :class:`GradeWithEngine` in the places of
+    ``DeduplicateIds`` and ``Execute`` (each steps aside for a notebook that is not ttr-edu's)."""
     c.Autograde.sanitize_preprocessors = [
         ClearOutput,
         DropDuplicateIds,
@@ -144,6 +184,7 @@ def use_engine(c) -> None:
     c.Autograde.autograde_preprocessors = [
         GradeWithEngine,
         IgnorePattern,
+        ClearMetadataPreprocessor,
         LimitOutput,
         SaveAutoGrades,
         AssignLatePenalties,

@@ -22,7 +22,17 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     import nbformat
 
-__all__ = ["Check", "Unit", "Plan", "plan", "grade_id", "is_graded_check", "is_answer", "EXERCISE_HEADING"]
+__all__ = [
+    "Check",
+    "Unit",
+    "Plan",
+    "plan",
+    "grade_id",
+    "is_graded_check",
+    "is_answer",
+    "is_course_notebook",
+    "EXERCISE_HEADING",
+]
 
 EXERCISE_HEADING = re.compile(r"^#+\s*(.*?)\s*[★☆]", re.MULTILINE)
 HIDDEN = re.compile(r"^[ \t]*### BEGIN HIDDEN TESTS[^\n]*\n(.*?)^[ \t]*### END HIDDEN TESTS[^\n]*$", re.S | re.M)
@@ -105,6 +115,11 @@ def _checks_called(source: str) -> list[Check]:
         ):
             found.append(Check(aliases[node.func.value.id], node.func.attr, ast.unparse(node.args[0])))
     return sorted(found, key=lambda c: source.find(f".{c.check}("))
+
+
+def is_course_notebook(nb: nbformat.NotebookNode) -> bool:
+    """Whether ``nb`` is one of ttr-edu's notebooks: one of its graded cells calls a check of ``ttr_edu.checks``."""
+    return any(is_graded_check(c) and _checks_called(c.source) for c in nb.cells)
 
 
 def plan(student: nbformat.NotebookNode, release: nbformat.NotebookNode) -> Plan:
