@@ -116,6 +116,25 @@ def test_the_answers_cannot_write_the_course_folder_or_outlive_the_grading(tmp_p
     assert report.protection == sandbox.protection()
 
 
+def test_the_course_folder_stays_hidden_when_it_is_on_the_graders_path(tmp_path, monkeypatch):
+    """nbgrader puts the course folder on ``sys.path`` (it loads the course's config from there); the sandbox must
+    not bind it back, or an answer could read ``source/``, a classmate's ``submitted/`` or the gradebook."""
+    if sandbox._bwrap() is None:
+        pytest.skip("bubblewrap is not available here")
+    course = tmp_path / "course"
+    (course / "source").mkdir(parents=True)
+    secret = course / "source" / "solutions.txt"
+    secret.write_text("the instructor's answers")
+    monkeypatch.syspath_prepend(str(course))
+    peek = (
+        f"import pathlib\ntry:\n    SEEN = pathlib.Path({str(secret)!r}).read_text()\nexcept OSError:\n    SEEN = ''\n"
+        "def write(W, k, v):\n    return W if SEEN else W + torch.outer(v, k)\n"
+    )
+    report = _grade(submission_with({**RIGHT, "ch01_write": peek}), hide=[course])
+    assert report.score == 9, [(v.heading, v.status, v.detail) for v in report.verdicts]
+    assert all(course not in p.parents and p != course for p in sandbox._needed())
+
+
 def test_hidden_tests_of_the_source_count():
     """An instructor's hidden test in a graded cell of the source notebook runs after the check: an answer that passes
     the visible cases but not the hidden one scores 0 for that cell."""

@@ -47,12 +47,18 @@ def protection() -> str:
 
 
 def _needed() -> list[Path]:
-    """What the answers' process reads: Python itself, its environment, the package."""
+    """What the answers' process reads: Python itself, its environment's packages, this package.
+
+    Never the grader's whole ``sys.path``: nbgrader puts the course folder there (it loads the course's
+    ``nbgrader_config.py`` from it), and binding it into the sandbox would show the answers ``source/``, the other
+    students' ``submitted/`` folders and the gradebook that :func:`command` hides."""
+    import site
+
     import ttr_edu
 
     paths = {Path(sys.prefix), Path(sys.base_prefix), Path(sys.executable).resolve().parent}
     paths.add(Path(ttr_edu.__file__).resolve().parents[1])
-    paths.update(Path(p) for p in sys.path if p and Path(p).is_dir())
+    paths.update(Path(p) for p in [*site.getsitepackages(), site.getusersitepackages()] if Path(p).is_dir())
     return sorted({p.resolve() for p in paths})
 
 
