@@ -165,6 +165,11 @@ def test_pseudo_values_turn_linear_attention_into_the_delta_rule():
     torch.testing.assert_close(linear, delta)
 
 
+def _eigenvalues_by_an_out_argument(k, beta):  # the out= form is an overload of its own at the dispatcher
+    M = torch.eye(len(k), dtype=k.dtype) - beta * torch.outer(k, k)
+    return torch.linalg.eigvalsh(M, out=torch.empty(len(k), dtype=k.dtype))
+
+
 def _eigenvalues_by_eigensolver(k, beta):  # right values, but the exercise asks for the derivation
     return torch.linalg.eigvalsh(torch.eye(len(k), dtype=k.dtype) - beta * torch.outer(k, k))
 
@@ -195,6 +200,7 @@ def _eigenvalues_by_a_bound_name(k, beta, eigvalsh=torch.linalg.eigvalsh):  # bo
         (_eigenvalues_by_tensor_method, "an eigensolver"),
         (_eigenvalues_by_numpy, "numpy.linalg.eigvalsh"),
         (_eigenvalues_by_a_bound_name, "an eigensolver"),
+        (_eigenvalues_by_an_out_argument, "an eigensolver"),
     ],
 )
 def test_an_eigensolver_does_not_pass_the_derivation_exercise(answer, what, capsys):

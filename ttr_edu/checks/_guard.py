@@ -298,11 +298,15 @@ def _block_ops(ops: dict[str, str], refuse: Callable[[str], Any]) -> Any:
     with warnings.catch_warnings():  # "overriding a previously registered kernel" is the point here
         warnings.simplefilter("ignore")
         for op, message in ops.items():
-            for key in _DEVICE_KEYS:
-                try:
-                    library.impl(op, kernel(message), key)
-                except (RuntimeError, AttributeError, ValueError):  # an operator this torch does not have
-                    pass
+            packet = getattr(torch.ops.aten, op, None)
+            # every overload, not only the default: ``out=`` forms (``eigvalsh(A, out=w)``) are overloads of their own
+            overloads = [op] + [f"{op}.{name}" for name in (packet.overloads() if packet else ()) if name != "default"]
+            for name in overloads:
+                for key in _DEVICE_KEYS:
+                    try:
+                        library.impl(name, kernel(message), key)
+                    except (RuntimeError, AttributeError, ValueError):  # an operator this torch does not have
+                        pass
     return library
 
 
