@@ -52,7 +52,7 @@ def test_a_paper_limit_below_ours_breaks_the_comparison():
 
 def test_reading_with_the_keys_instead_of_the_queries_breaks_the_mechanism():
     # The model reads with its own query projection. Scored with each key as its own query (the key-key view), a solved
-    # run that holds two keys at cosine 0.91 no longer gives every query more than 0.9 of its weight on its own key.
+    # run whose keys are not orthogonal no longer gives every query more than 0.9 of its weight on its own key.
     error = run_mutated(NOTEBOOK, "w = readout_weights(queries, after)", "w = readout_weights(after, after)")
     assert error is not None and "ClaimFailed" in error
     assert "a run is solved exactly when every query gives its own key more than 0.9" in error
