@@ -106,3 +106,50 @@ def test_each_submission_scores_what_it_earns(name):
         assert "op_inputs gave g from" in by_id["test_check_my_mixer"].detail, verdicts
     if name == "13.1 at gated DeltaNet's point":
         assert "is a named layer's point" in by_id["test_check_my_step"].detail, verdicts
+
+
+@pytest.mark.slow
+def test_nbgrader_autograde_with_the_engine_gives_the_same_points(tmp_path):
+    """The instructor's path (grading.md): generate_assignment from the solutions, autograde with ``use_engine``."""
+    import os
+    import shutil
+    import subprocess
+    import sys
+
+    pytest.importorskip("nbgrader")
+    from nbgrader.api import Gradebook
+
+    from tests.grading.test_nbgrader import CONFIG
+
+    course = tmp_path / "course"
+    (course / "source" / "ch13").mkdir(parents=True)
+    shutil.copy(ROOT / "solutions" / NAME, course / "source" / "ch13")
+    (course / "nbgrader_config.py").write_text(CONFIG.replace("timeout = 30", "timeout = 120"))
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(ROOT),
+        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+    }
+    env.pop("NBGRADER_EXECUTION", None)
+
+    def nbgrader(*args):
+        done = subprocess.run(
+            [sys.executable, "-m", "nbgrader", *args], cwd=course, env=env, capture_output=True, text=True, timeout=1200
+        )
+        assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
+
+    nbgrader("generate_assignment", "ch13", "--force")
+    release = nbformat.read(course / "release" / "ch13" / NAME, as_version=4)
+    want = {"solved": 5, "unsolved": 0, "wrong": 0}
+    names = {"solved": "solved", "unsolved": "unsolved", "wrong": "wrong: the unit-key step size, a raw gate"}
+    for student, name in names.items():
+        nb = copy.deepcopy(release)
+        for cell in nb.cells:
+            if notebook.grade_id(cell) in SUBMISSIONS[name][0]:
+                cell.source = SUBMISSIONS[name][0][notebook.grade_id(cell)]
+        (course / "submitted" / student / "ch13").mkdir(parents=True)
+        nbformat.write(nb, course / "submitted" / student / "ch13" / NAME)
+    nbgrader("autograde", "ch13", "--create", "--force")
+    with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gradebook:
+        got = {student: gradebook.find_submission("ch13", student).score for student in want}
+    assert got == want
