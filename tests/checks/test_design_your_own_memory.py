@@ -127,9 +127,12 @@ def test_the_framework_itself_is_not_an_answer():
     "point,message",
     [
         (Point.of("gates", "linear", "online_sgd"), "it is gated DeltaNet"),  # a named layer renamed
-        (Point.of("decay", "linear", "online_sgd"), "constant gate"),  # a named layer with a constant gate
+        (
+            Point.of("decay", "linear", "online_sgd"),
+            r"point \(it is gated DeltaNet with the constant gate g = log γ\); pick",
+        ),  # a named layer with a constant gate
         (Point.of("uniform", "linear", "steps_per_token"), "it is DeltaProduct"),
-        (Point.of("uniform", "linear", "momentum", eta=0.0, alpha=0.0), "With η = α = 0 it is DeltaNet"),
+        (Point.of("uniform", "linear", "momentum", eta=0.0, alpha=0.0), r"\(with η = α = 0 it is DeltaNet\)"),
         (Point.of("uniform", "kernel_smoother", "exact_solve"), "takes a linear memory"),
         (Point.of("uniform", "kernel_smoother", "online_sgd"), "makes no layer"),
     ],

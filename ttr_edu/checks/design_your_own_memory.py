@@ -49,7 +49,8 @@ def _refuse_occupied(point) -> None:
         )
     identity = identify(point)
     if identity.same_as is not None:
-        how = f"it is {LAYER_LABELS[identity.same_as]}" if identity.name else " ".join(identity.equals)
+        equals = "; ".join(e[0].lower() + e[1:].rstrip(".") for e in identity.equals)  # sentences, inside brackets
+        how = f"it is {LAYER_LABELS[identity.same_as]}" if identity.name else equals
         raise CheckFailed(
             f"my_step: {point.describe()} is a named layer's point ({how}); pick one that no named layer occupies"
         )
