@@ -127,9 +127,12 @@ def test_the_framework_itself_is_not_an_answer():
     "point,message",
     [
         (Point.of("gates", "linear", "online_sgd"), "it is gated DeltaNet"),  # a named layer renamed
-        (Point.of("decay", "linear", "online_sgd"), "constant gate"),  # a named layer with a constant gate
+        (
+            Point.of("decay", "linear", "online_sgd"),
+            r"point \(it is gated DeltaNet with the constant gate g = log γ\); pick",
+        ),  # a named layer with a constant gate
         (Point.of("uniform", "linear", "steps_per_token"), "it is DeltaProduct"),
-        (Point.of("uniform", "linear", "momentum", eta=0.0, alpha=0.0), "With η = α = 0 it is DeltaNet"),
+        (Point.of("uniform", "linear", "momentum", eta=0.0, alpha=0.0), r"\(with η = α = 0 it is DeltaNet\)"),
         (Point.of("uniform", "kernel_smoother", "exact_solve"), "takes a linear memory"),
         (Point.of("uniform", "kernel_smoother", "online_sgd"), "makes no layer"),
     ],
@@ -247,3 +250,43 @@ def test_a_spec_that_claims_a_named_layer_or_is_not_registered_is_refused(regist
         checks.check_my_mixer(registered(MyMemory, named_layer="gated_deltanet"), GATED_LONGHORN)
     with pytest.raises(CheckFailed, match="register your spec first"):
         checks.check_my_mixer(MixerSpec("never_registered", "never registered", MyMemory), GATED_LONGHORN)
+
+
+class RawGate(MyMemory):  # the gate's projection used as g itself: exp(g) > 1 grows the memory without bound
+    def __init__(self, hidden_size, num_heads=1, **kwargs):
+        super().__init__(hidden_size, num_heads, **kwargs)
+        nn.init.constant_(self.g_proj.bias, 3.0)  # as the notebook's constructor starts the gates: nearly open
+
+    def op_inputs(self, x, qkv):
+        return {**super().op_inputs(x, qkv), "g": self.g_proj(x)}
+
+
+class RawStepSize(MyMemory):  # β without the sigmoid: negative and above 1
+    def op_inputs(self, x, qkv):
+        return {**super().op_inputs(x, qkv), "beta": self.b_proj(x)}
+
+
+class StepNotWritten(MyMemory):
+    def mix_step(self, memory, q, k, v, beta, g):
+        raise NotImplementedError()
+
+
+@pytest.mark.parametrize(
+    "cls,message",
+    [
+        (RawGate, r"op_inputs gave g from .* the exercise asks for g ≤ 0 \(pass the projection through .*logsigmoid"),
+        (RawStepSize, r"op_inputs gave beta from .* the exercise asks for beta in \(0, 1\) \(pass .* torch.sigmoid"),
+    ],
+)
+def test_op_inputs_out_of_their_ranges_fail(registered, cls, message):
+    with pytest.raises(CheckFailed, match=message):
+        checks.check_my_mixer(registered(cls), GATED_LONGHORN)
+
+
+def test_a_mixer_whose_step_is_the_stub_is_not_attempted(registered, capsys, monkeypatch):
+    spec = registered(StepNotWritten)  # mix is right: the check used to go on and print PASS
+    assert checks.check_my_mixer(spec, GATED_LONGHORN) is False
+    assert "not attempted yet" in capsys.readouterr().out
+    monkeypatch.setenv("NBGRADER_EXECUTION", "autograde")
+    with pytest.raises(CheckFailed, match="not attempted"):
+        checks.check_my_mixer(spec, GATED_LONGHORN)

@@ -49,7 +49,8 @@ def _refuse_occupied(point) -> None:
         )
     identity = identify(point)
     if identity.same_as is not None:
-        how = f"it is {LAYER_LABELS[identity.same_as]}" if identity.name else " ".join(identity.equals)
+        equals = "; ".join(e[0].lower() + e[1:].rstrip(".") for e in identity.equals)  # sentences, inside brackets
+        how = f"it is {LAYER_LABELS[identity.same_as]}" if identity.name else equals
         raise CheckFailed(
             f"my_step: {point.describe()} is a named layer's point ({how}); pick one that no named layer occupies"
         )
@@ -281,6 +282,36 @@ def _lookahead(layer: Any) -> Callable:
     return change
 
 
+def _check_op_inputs(layer: Any, point: Point) -> None:
+    """What the exercise asks of ``op_inputs``, on 64 tokens of random input: ``beta`` in ``(0, 1)`` and ``g ≤ 0``
+    ``(B, T, H)`` where the point takes them, and a forward pass that stays finite. (A raw projection as the gate
+    makes ``exp(g) > 1``: the memory grows without bound, and the layer's output is NaN within 64 tokens.)"""
+    x = 2 * torch.randn(_BATCH, 64, _HIDDEN, generator=torch.Generator().manual_seed(1600), dtype=torch.float64)
+    with torch.no_grad():
+        inputs = layer.project(x)
+        rules = {
+            "beta": ("in (0, 1)", "torch.sigmoid", lambda b: (b > 0) & (b < 1)),
+            "g": ("≤ 0", "torch.nn.functional.logsigmoid", lambda g: g <= 0),
+        }
+        for name in _takes(point):
+            what, squash, holds = rules[name]
+            got = inputs.get(name) if isinstance(inputs, dict) else None
+            if not isinstance(got, torch.Tensor) or got.shape != (_BATCH, 64, _HEADS):
+                shape = tuple(got.shape) if isinstance(got, torch.Tensor) else type(got).__name__
+                raise CheckFailed(
+                    f"my_mixer: op_inputs must return {name!r} of shape (B, T, H) = {(_BATCH, 64, _HEADS)}; got {shape}"
+                )
+            if not bool(holds(got).all()):
+                raise CheckFailed(
+                    f"my_mixer: op_inputs gave {name} from {got.min().item():.3g} to {got.max().item():.3g} on 64 "
+                    f"tokens of random input; the exercise asks for {name} {what} (pass the projection through "
+                    f"{squash})"
+                )
+        output = layer(x)
+    if not bool(torch.isfinite(output).all()):
+        raise CheckFailed("my_mixer: your layer's output is not finite over 64 tokens of random input")
+
+
 def _what_the_layer_computes(mix: Callable, layer: Any, point: Point) -> str:
     """The point one choice away, or the named layer, whose output the learner's ``mix`` reproduces, in words."""
     case = _op_case(point, 1400)
@@ -371,8 +402,10 @@ def check_my_mixer(spec: Any, point: Point = SUGGESTED) -> bool:
         {"x": torch.randn(_BATCH, 9, _HIDDEN, generator=torch.Generator().manual_seed(s), dtype=torch.float64)}
         for s in (1500, 1501)
     ]
+    _check_op_inputs(layer, point)
     try:
-        run_check("my_mixer (step == forward)", _step_gap(layer), lambda x: 0.0, inputs, rtol=0.0, atol=1e-9)
+        if not run_check("my_mixer (step == forward)", _step_gap(layer), lambda x: 0.0, inputs, rtol=0.0, atol=1e-9):
+            return False  # mix_step is still the stub
     except CheckFailed as failure:
         raise CheckFailed(
             f"{failure}\n  your layer's step() gives other outputs than its forward(): mix_step must take the same "

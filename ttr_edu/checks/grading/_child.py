@@ -173,6 +173,8 @@ def _child(job: dict, unit: dict, namespace: dict, declared: dict, results: int,
         if exercise is None:
             _legacy(results, check, answer)
             continue
+        if int(check.get("arguments", 1)) != 1:  # a declared check takes the answer alone (the grader says so)
+            continue
         for index, case in enumerate(job["_cases"][name]):
             outcome = _rules.answer_outcome(exercise, answer, case, index)
             write_frame(results, {"type": "outcome", "check": name, "case": index}, _outcome_bytes(outcome))
@@ -211,8 +213,9 @@ def _legacy(results: int, check: dict, answer: Any) -> None:
     from ttr_edu.checks import CheckFailed
 
     module = importlib.import_module(f"ttr_edu.checks.{check['module']}")
+    arguments = answer if int(check.get("arguments", 1)) > 1 else (answer,)  # several: the expression's tuple
     try:
-        status = "PASS" if getattr(module, check["check"])(answer) is True else "not attempted"
+        status = "PASS" if getattr(module, check["check"])(*arguments) is True else "not attempted"
         message = ""
     except CheckFailed as failure:
         message = str(failure)

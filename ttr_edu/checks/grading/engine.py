@@ -214,6 +214,11 @@ def _judge_check(check: notebook.Check, declared, heard: _Heard, timeout: float)
     name = check.check.removeprefix("check_")
     if check.check in heard.missing:
         return "FAIL", f"{name}: {check.expression} is not defined ({heard.missing[check.check]})" + _cells(heard)
+    if declared is not None and check.arguments != 1:
+        return "FAIL", (
+            f"{name}: the graded cell calls this check with {check.arguments} arguments; a check declared for the "
+            "engine takes the answer alone (the course's graded cell is wrong: tell your instructor)"
+        )
     if declared is None:
         if check.check not in heard.legacy:
             return "FAIL", f"{name}: {_why_missing(heard, timeout, 0)}"

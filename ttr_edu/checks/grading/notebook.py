@@ -7,7 +7,8 @@ source, whose graded cells may hold hidden tests).
   in the student's order. A graded cell's answers may use whatever of it stands above that graded cell (the last copy
   of a graded cell pasted twice, as nbgrader keeps the last). A missing exercise cell is the release's stub.
 * **Graded cells**: the release's (or source's), never the student's; the checks each calls are read from its code
-  (``checks.check_<name>(<expression>)``), and its hidden tests (``### BEGIN HIDDEN TESTS``) kept apart.
+  (``checks.check_<name>(<expression>, ...)``: the answer, and the other inputs a check not declared for the engine
+  may take, e.g. the student's own choice of point), and its hidden tests (``### BEGIN HIDDEN TESTS``) kept apart.
 
 The release's other cells (the chapter's experiments) are not run by the grader.
 """
@@ -60,11 +61,13 @@ def is_answer(cell) -> bool:
 
 @dataclass(frozen=True)
 class Check:
-    """One check a graded cell calls: ``module.check`` on the answer named by ``expression`` (e.g. ``"write"``)."""
+    """One check a graded cell calls: ``module.check`` on the answer named by ``expression`` (e.g. ``"write"``), or on
+    the ``arguments`` values of ``expression`` when it lists several (``"my_step, initial_state, MY_POINT"``)."""
 
     module: str
     check: str
     expression: str
+    arguments: int = 1
 
 
 @dataclass
@@ -92,8 +95,8 @@ class Plan:
 
 
 def _checks_called(source: str) -> list[Check]:
-    """The ``<alias>.check_<name>(<expression>)`` calls of a graded cell whose alias names a ``ttr_edu.checks``
-    module imported in the cell (``from ttr_edu.checks import <module> as <alias>``)."""
+    """The ``<alias>.check_<name>(<expression>, ...)`` calls (positional arguments only) of a graded cell whose alias
+    names a ``ttr_edu.checks`` module imported in the cell (``from ttr_edu.checks import <module> as <alias>``)."""
     try:
         tree = ast.parse(source)
     except SyntaxError:
@@ -110,10 +113,12 @@ def _checks_called(source: str) -> list[Check]:
             and isinstance(node.func.value, ast.Name)
             and node.func.value.id in aliases
             and node.func.attr.startswith("check_")
-            and len(node.args) == 1
+            and node.args
+            and not any(isinstance(a, ast.Starred) for a in node.args)
             and not node.keywords
         ):
-            found.append(Check(aliases[node.func.value.id], node.func.attr, ast.unparse(node.args[0])))
+            expression = ", ".join(ast.unparse(a) for a in node.args)
+            found.append(Check(aliases[node.func.value.id], node.func.attr, expression, len(node.args)))
     return sorted(found, key=lambda c: source.find(f".{c.check}("))
 
 

@@ -1,0 +1,155 @@
+"""The grading engine on chapter 13's capstone, whose graded cells pass their checks the student's own point (and
+13.1's initial state) beside the answer: the student's cells that define them are graded with the answers, the
+checks run in the answers' process (they are not declared for the engine, and the report says so), and each
+submission scores exactly what it earns. 13.1 is worth 2 points, 13.2 3 points."""
+
+import copy
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from ttr_edu.checks.grading import engine, notebook
+
+ROOT = Path(__file__).resolve().parents[2]
+NAME = "13_design_your_own_memory.ipynb"
+RELEASE = nbformat.read(ROOT / "chapters" / NAME, as_version=4)
+SOLVED = nbformat.read(ROOT / "solutions" / NAME, as_version=4)
+STEP, MIXER = "ch13_my_step", "ch13_my_mixer"
+
+pytestmark = pytest.mark.notebook
+
+
+def _solution(gid: str) -> str:
+    return next(c.source for c in SOLVED.cells if notebook.grade_id(c) == gid)
+
+
+def _stub(gid: str) -> str:
+    return next(c.source for c in RELEASE.cells if notebook.grade_id(c) == gid)
+
+
+def _edited(gid: str, old: str, new: str) -> str:
+    source = _solution(gid)
+    assert source.count(old) == 1, old
+    return source.replace(old, new)
+
+
+UNIT_KEY_STEP = _edited(STEP, "eps = beta / (1 + beta * (k @ k))", "eps = beta / (1 + beta)")
+RAW_GATE = _edited(MIXER, "g = torch.nn.functional.logsigmoid(self.g_proj(x))", "g = self.g_proj(x)")
+STEP_IS_THE_STUB = _edited(
+    MIXER,
+    _solution(MIXER).split("def mix_step", 1)[1].split("def gated_implicit_step")[0].split(":\n", 1)[1],
+    "        raise NotImplementedError()\n\n\n",
+)
+WINDOW_GRADIENT_STEP = """MY_POINT = Point.of("window", "linear", "gradient_step")  # a point of the student's own
+
+
+def initial_state(d_k, d_v):
+    return torch.zeros(d_k, d_v, dtype=torch.float64), []
+
+
+def my_step(state, q, k, v, beta, g):
+    S, pairs = state
+    lr = MY_POINT.param("lr")
+    S, pairs = S + lr * torch.outer(k, v), [*pairs, (k, v)]
+    if len(pairs) > MY_POINT.param("window"):  # the pair that leaves the window
+        (k0, v0), pairs = pairs[0], pairs[1:]
+        S = S - lr * torch.outer(k0, v0)
+    return S.T @ q, (S, pairs)
+"""
+GATED_DELTANET = _edited(  # a right step, at a point a named layer occupies
+    STEP, "MY_POINT = checks.SUGGESTED", 'MY_POINT = Point.of("gates", "linear", "online_sgd")'
+).replace("eps = beta / (1 + beta * (k @ k))", "eps = beta")
+
+SUBMISSIONS = {  # name: (answers by grade id, points)
+    "solved": ({STEP: _solution(STEP), MIXER: _solution(MIXER)}, 5),
+    "unsolved": ({}, 0),
+    "wrong: the unit-key step size, a raw gate": ({STEP: UNIT_KEY_STEP, MIXER: RAW_GATE}, 0),
+    "13.1 right, 13.2 without its mix_step": ({STEP: _solution(STEP), MIXER: STEP_IS_THE_STUB}, 2),
+    "13.1 at a point of the student's own": ({STEP: WINDOW_GRADIENT_STEP}, 2),
+    "13.1 at gated DeltaNet's point": ({STEP: GATED_DELTANET}, 0),
+}
+
+
+def _submission(answers: dict):
+    nb = copy.deepcopy(RELEASE)
+    for cell in nb.cells:
+        if notebook.grade_id(cell) in answers:
+            cell.source = answers[notebook.grade_id(cell)]
+    return nb
+
+
+def test_the_plan_passes_the_students_point_and_runs_the_cells_that_define_it():
+    plan = notebook.plan(_submission({}), RELEASE)
+    calls = {u.grade_id: [(c.check, c.expression, c.arguments) for c in u.checks] for u in plan.units}
+    assert calls == {
+        "test_check_my_step": [("check_my_step", "my_step, initial_state, MY_POINT", 3)],
+        "test_check_my_mixer": [("check_my_mixer", "MY_SPEC, MY_POINT", 2)],
+    }
+    answers = dict(plan.cells)
+    assert "MY_POINT = checks.SUGGESTED" in answers[f"exercise cell {STEP}"]  # the student's cell, not a setup cell
+    assert "MY_SPEC = register(" in answers[f"exercise cell {MIXER}"]
+    assert not any("MY_POINT =" in s for s in plan.setup)
+    assert any("import REGISTRY, Mixer, MixerSpec, register" in s for s in plan.setup)
+
+
+@pytest.mark.parametrize("name", list(SUBMISSIONS))
+def test_each_submission_scores_what_it_earns(name):
+    answers, points = SUBMISSIONS[name]
+    report = engine.grade(_submission(answers), RELEASE, timeout=120)
+    verdicts = [(v.grade_id, v.status, v.detail[:300]) for v in report.verdicts]
+    assert (report.score, report.max_score) == (points, 5), verdicts
+    assert any("check_my_mixer, check_my_step) are not declared for the engine" in p for p in report.problems)
+    by_id = {v.grade_id: v for v in report.verdicts}
+    if name.startswith("wrong"):
+        assert "wrong values" in by_id["test_check_my_step"].detail, verdicts
+        assert "op_inputs gave g from" in by_id["test_check_my_mixer"].detail, verdicts
+    if name == "13.1 at gated DeltaNet's point":
+        assert "is a named layer's point" in by_id["test_check_my_step"].detail, verdicts
+
+
+@pytest.mark.slow
+def test_nbgrader_autograde_with_the_engine_gives_the_same_points(tmp_path):
+    """The instructor's path (grading.md): generate_assignment from the solutions, autograde with ``use_engine``."""
+    import os
+    import shutil
+    import subprocess
+    import sys
+
+    pytest.importorskip("nbgrader")
+    from nbgrader.api import Gradebook
+
+    from tests.grading.test_nbgrader import CONFIG
+
+    course = tmp_path / "course"
+    (course / "source" / "ch13").mkdir(parents=True)
+    shutil.copy(ROOT / "solutions" / NAME, course / "source" / "ch13")
+    (course / "nbgrader_config.py").write_text(CONFIG.replace("timeout = 30", "timeout = 120"))
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(ROOT),
+        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+    }
+    env.pop("NBGRADER_EXECUTION", None)
+
+    def nbgrader(*args):
+        done = subprocess.run(
+            [sys.executable, "-m", "nbgrader", *args], cwd=course, env=env, capture_output=True, text=True, timeout=1200
+        )
+        assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
+
+    nbgrader("generate_assignment", "ch13", "--force")
+    release = nbformat.read(course / "release" / "ch13" / NAME, as_version=4)
+    want = {"solved": 5, "unsolved": 0, "wrong": 0}
+    names = {"solved": "solved", "unsolved": "unsolved", "wrong": "wrong: the unit-key step size, a raw gate"}
+    for student, name in names.items():
+        nb = copy.deepcopy(release)
+        for cell in nb.cells:
+            if notebook.grade_id(cell) in SUBMISSIONS[name][0]:
+                cell.source = SUBMISSIONS[name][0][notebook.grade_id(cell)]
+        (course / "submitted" / student / "ch13").mkdir(parents=True)
+        nbformat.write(nb, course / "submitted" / student / "ch13" / NAME)
+    nbgrader("autograde", "ch13", "--create", "--force")
+    with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gradebook:
+        got = {student: gradebook.find_submission("ch13", student).score for student in want}
+    assert got == want
