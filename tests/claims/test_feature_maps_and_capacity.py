@@ -1,8 +1,9 @@
 """Chapter 03's claims are really checked: with one parameter changed, the run stops naming the claim."""
 
+import nbformat
 import pytest
 
-from tests.claims.mutation import run_mutated
+from tests.claims.mutation import ROOT, run_mutated
 
 pytestmark = [pytest.mark.slow, pytest.mark.notebook]
 NOTEBOOK = "solutions/03_feature_maps_and_capacity.ipynb"
@@ -41,11 +42,19 @@ def test_one_seed_of_the_grid_breaks_the_claims_across_seeds():
 
 def test_a_paper_limit_below_ours_breaks_the_comparison():
     # Had the paper solved DPFP ν = 3 only up to 200 of its 384 features, our limits would lie above it in every seed.
-    error = run_mutated(
-        NOTEBOOK,
+    # the run's logged steps are keyed by the same S, so they move with it (the step comparison reads them)
+    old_steps, new_steps = (
+        '"DPFP ν=3": {340: 6500, 360: 8600, 380: 10200, 400: 6700},',
+        '"DPFP ν=3": {200: 6500, 220: 8600, 240: 6700},',
+    )
+    source = next(c.source for c in nbformat.read(ROOT / NOTEBOOK, as_version=4).cells if old_steps in c.source)
+    start = source.index('"DPFP ν=3": {340: 0.0001')
+    block = source[start : source.index(old_steps) + len(old_steps)]
+    mutated = block.replace(
         '"DPFP ν=3": {340: 0.0001, 360: 0.0034, 380: 0.0045, 400: 0.0359},',
         '"DPFP ν=3": {200: 0.0001, 220: 0.0034, 240: 0.0359},',
     )
+    error = run_mutated(NOTEBOOK, block, mutated.replace(old_steps, new_steps))
     assert error is not None and "ClaimFailed" in error
     assert "no memory's limit lies above the paper's, in any seed" in error
 

@@ -277,6 +277,9 @@ def forbidden(
     return Forbidden(codes, tuple(callables), ops, autograd)
 
 
+#: operators blocked in their default overload only: ``torch.linalg.det`` calls ``linalg_lu_factor_ex.out`` itself
+_OVERLOADS_KEPT = frozenset({"linalg_lu_factor_ex"})
+
 # -- the dispatcher block ----------------------------------------------------------------------------------------------
 
 _DEVICE_KEYS = ("CPU", "CUDA") if torch.cuda.is_available() else ("CPU",)
@@ -299,8 +302,10 @@ def _block_ops(ops: dict[str, str], refuse: Callable[[str], Any]) -> Any:
         warnings.simplefilter("ignore")
         for op, message in ops.items():
             packet = getattr(torch.ops.aten, op, None)
-            # every overload, not only the default: ``out=`` forms (``eigvalsh(A, out=w)``) are overloads of their own
-            overloads = [op] + [f"{op}.{name}" for name in (packet.overloads() if packet else ()) if name != "default"]
+            # every overload, not only the default: ``out=`` forms (``eigvalsh(A, out=w)``) are overloads of their own;
+            # except the LU factorisation's, which torch's determinant runs inside (a determinant solves nothing)
+            others = () if packet is None or op in _OVERLOADS_KEPT else packet.overloads()
+            overloads = [op] + [f"{op}.{name}" for name in others if name != "default"]
             for name in overloads:
                 for key in _DEVICE_KEYS:
                     try:
