@@ -198,7 +198,12 @@ def run_foreground(command: list[str], dest: Path, resume: str) -> int:
                 status = process.wait()  # JupyterLab ended by itself (File > Shut Down)
                 break
             except KeyboardInterrupt:
-                signum = signal.SIGINT if _ask_to_stop(dest, before) else None
+                while True:
+                    try:
+                        signum = signal.SIGINT if _ask_to_stop(dest, before) else None
+                        break
+                    except KeyboardInterrupt:  # a new Ctrl-C just after the answer, before the wait resumed: ask again
+                        continue
     except _Stopped as stopped:
         signum = stopped.signum
     try:
