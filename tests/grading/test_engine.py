@@ -11,7 +11,7 @@ import psutil
 import pytest
 import torch
 
-from tests.grading.submissions import RIGHT, SUBMISSIONS, before_everything, submission
+from tests.grading.submissions import LATER_ATTACKS, RIGHT, SUBMISSIONS, before_everything, submission
 from ttr_edu.checks.grading import engine, notebook, sandbox
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -44,6 +44,26 @@ def test_scores(name):
     report = _grade(submission(RELEASE, name))
     assert report.score == SUBMISSIONS[name][2], [(v.heading, v.status, v.detail) for v in report.verdicts]
     assert report.max_score == 9
+
+
+@pytest.mark.parametrize("sandboxed", [True, False], ids=["bubblewrap", "process group only"])
+@pytest.mark.parametrize("name", list(LATER_ATTACKS))
+def test_later_attacks_score_nothing(name, sandboxed, monkeypatch, request):
+    _sandboxed(sandboxed, monkeypatch, request)
+    report = _grade(submission(RELEASE, name))
+    assert report.score == LATER_ATTACKS[name][2], [(v.heading, v.status, v.detail) for v in report.verdicts]
+
+
+def _sandboxed(sandboxed: bool, monkeypatch, request) -> None:
+    """Grade with bubblewrap (skipped where it cannot start) or as if it were not installed."""
+    if sandboxed and sandbox._bwrap() is None:
+        pytest.skip("bubblewrap is not available here")
+    if not sandboxed:
+        which = shutil.which  # the grading modules are read-only, like the checks: hide bubblewrap from the search
+        monkeypatch.setattr(shutil, "which", lambda name, *a, **k: None if name == "bwrap" else which(name, *a, **k))
+        sandbox._bwrap.cache_clear()  # it remembers its answer; asked again now, and again by the next test
+        request.addfinalizer(sandbox._bwrap.cache_clear)
+        assert sandbox._bwrap() is None
 
 
 def test_honest_global_settings_cost_nothing_and_float32_is_named():
@@ -83,14 +103,7 @@ def test_memory_is_limited_per_graded_cell():
 
 @pytest.mark.parametrize("sandboxed", [True, False], ids=["bubblewrap", "process group only"])
 def test_the_answers_cannot_write_the_course_folder_or_outlive_the_grading(tmp_path, monkeypatch, request, sandboxed):
-    if sandboxed and sandbox._bwrap() is None:
-        pytest.skip("bubblewrap is not available here")
-    if not sandboxed:
-        which = shutil.which  # the grading modules are read-only, like the checks: hide bubblewrap from the search
-        monkeypatch.setattr(shutil, "which", lambda name, *a, **k: None if name == "bwrap" else which(name, *a, **k))
-        sandbox._bwrap.cache_clear()  # it remembers its answer; asked again now, and again by the next test
-        request.addfinalizer(sandbox._bwrap.cache_clear)
-        assert sandbox._bwrap() is None
+    _sandboxed(sandboxed, monkeypatch, request)
     course = tmp_path / "course"
     course.mkdir()
     gradebook = course / "gradebook.db"

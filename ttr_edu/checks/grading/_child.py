@@ -266,8 +266,8 @@ def _serve_unit(out: int, job: dict, index: int, unit: dict, namespace: dict, de
     results_r, results_w = os.pipe()
     control_r, control_w = os.pipe()
     log_r, log_w = os.pipe()
-    folder = scratch / f"cell-{index}"
-    folder.mkdir()
+    folder = scratch / f"cell-{index}-{os.urandom(8).hex()}"
+    folder.mkdir(mode=0o700)  # fresh and empty: nothing an earlier graded cell wrote is here
     started = time.monotonic()
     pid = os.fork()
     if pid == 0:  # the child
@@ -279,6 +279,11 @@ def _serve_unit(out: int, job: dict, index: int, unit: dict, namespace: dict, de
             for fd in (out, results_r, control_w, log_r, log_w, null):
                 os.close(fd)
             os.chdir(folder)
+            for variable in ("HOME", "TMPDIR"):
+                os.environ[variable] = str(folder)
+            import tempfile
+
+            tempfile.tempdir = str(folder)
             _child(job, unit, namespace, declared, results_w, control_r, folder)
         except BaseException:  # a failure of the harness itself: say so, then end
             try:
@@ -354,6 +359,7 @@ def _serve_unit(out: int, job: dict, index: int, unit: dict, namespace: dict, de
     _, code, usage = os.wait4(pid, 0)
     for fd in (results_r, control_w, log_r):
         os.close(fd)
+    _wipe([scratch, *map(Path, job.get("private", []))])  # nothing a graded cell wrote reaches the next one
     for (check, length), seconds in best.items():
         write_frame(out, {"type": "cost", "unit": index, "check": check, "length": length, "seconds": seconds})
     write_frame(
@@ -368,6 +374,28 @@ def _serve_unit(out: int, job: dict, index: int, unit: dict, namespace: dict, de
             "log": log.decode("utf-8", "replace"),
         },
     )
+
+
+def _wipe(folders: list[Path]) -> None:
+    """Empty ``folders`` (the scratch folder, and inside the sandbox its private ``/tmp`` and ``/dev/shm``), once the
+    child of a graded cell has ended: the next graded cell's answers find nothing the earlier ones left there. The
+    child's processes are all gone by now (it was killed, and what it started died with its process group or could
+    not be started: the audit hook refuses it)."""
+    import shutil
+
+    for folder in folders:
+        try:
+            entries = list(os.scandir(folder))
+        except OSError:
+            continue
+        for entry in entries:
+            try:
+                if entry.is_dir(follow_symlinks=False):
+                    shutil.rmtree(entry.path, ignore_errors=True)
+                else:
+                    os.unlink(entry.path)
+            except OSError:
+                pass
 
 
 def _frame(header: dict, payload: bytes) -> bytes:

@@ -297,10 +297,13 @@ def grade(
     import ttr_edu
 
     root = str(Path(ttr_edu.__file__).resolve().parents[1])
-    argv, _ = sandbox.command([sys.executable, "-I", "-c", _BOOT.format(root=root)], scratch, list(hide))
+    argv, sandboxed = sandbox.command([sys.executable, "-I", "-c", _BOOT.format(root=root)], scratch, list(hide))
+    # emptied after every graded cell: the sandbox's own /tmp and /dev/shm (outside it, those are the machine's)
+    job["private"] = ["/tmp", "/dev/shm"] if sandboxed else []
     heard: dict[int, _Heard] = {}
     problem = None
-    log = scratch / "grader.log"
+    logs = Path(tempfile.mkdtemp(prefix="ttr-edu-log-"))  # out of the scratch folder, which is emptied between cells
+    log = logs / "grader.log"
     try:
         with open(log, "wb") as errors:
             process = subprocess.Popen(
@@ -328,6 +331,7 @@ def grade(
                 problem += " [" + " | ".join(tail) + "]"
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+        shutil.rmtree(logs, ignore_errors=True)
     return _report(plan, declared, heard, problem, timeout, time.monotonic() - started)
 
 
