@@ -225,3 +225,33 @@ LATER_ATTACKS = {
         0,
     ),
 }
+#: 1.1 asks for W unchanged: this answer writes into W and reports, from its own process, that it did not.
+_FORGES_INPUTS_UNCHANGED = """import ttr_edu.checks._rules as _r
+
+_real = _r.answer_outcome
+
+
+def _forged(declared, answer, case, index, *args, **kwargs):
+    outcome = _real(declared, answer, case, index, *args, **kwargs)
+    outcome.inputs_after = {k: v for k, v in case.items() if isinstance(v, torch.Tensor)}
+    return outcome
+
+
+for _module in (_r, __import__("ttr_edu.checks.grading._child", fromlist=["_"])):
+    try:
+        setattr(_module, "answer_outcome", _forged)
+    except Exception:
+        pass
+try:
+    object.__setattr__(_r, "answer_outcome", _forged)
+except Exception:
+    pass
+
+
+def write(W, k, v):
+    W += torch.outer(v, k)
+    return W
+"""
+LATER_ATTACKS["forged report: input left unchanged"] = (
+    {**STUB, "ch01_write": _FORGES_INPUTS_UNCHANGED}, None, 0
+)

@@ -132,7 +132,9 @@ def _plain_bytes(value: Any) -> bytes:
     return buffer.getvalue()
 
 
-def _child(job: dict, unit: dict, namespace: dict, declared: dict, results: int, control: int, scratch: Path) -> None:
+def _child(
+    job: dict, unit: dict, namespace: dict, declared: dict, results: int, control: int, scratch: Path, shared: dict
+) -> None:
     """The forked child of one graded cell. Never returns."""
     from ttr_edu.checks import _rules
     from ttr_edu.checks._guard import Forbidden, lock_down, package_dirs
@@ -176,7 +178,8 @@ def _child(job: dict, unit: dict, namespace: dict, declared: dict, results: int,
         if int(check.get("arguments", 1)) != 1:  # a declared check takes the answer alone (the grader says so)
             continue
         for index, case in enumerate(job["_cases"][name]):
-            outcome = _rules.answer_outcome(exercise, answer, case, index)
+            given = shared.get(name, {}).get(index)  # inputs the fork server reads back after this process ends
+            outcome = _rules.answer_outcome(exercise, answer, case, index, given=given)
             write_frame(results, {"type": "outcome", "check": name, "case": index}, _outcome_bytes(outcome))
             if outcome.not_attempted:
                 break
@@ -268,6 +271,13 @@ def _serve_unit(out: int, job: dict, index: int, unit: dict, namespace: dict, de
     log_r, log_w = os.pipe()
     folder = scratch / f"cell-{index}-{os.urandom(8).hex()}"
     folder.mkdir(mode=0o700)  # fresh and empty: nothing an earlier graded cell wrote is here
+    from ttr_edu.checks._rules import changed_inputs, shared_inputs
+
+    shared = {  # check -> case index -> the inputs, in memory shared with the child: read back here, never reported
+        name: {i: shared_inputs(case) for i, case in enumerate(job["_cases"][name])}
+        for name, exercise in declared.items()
+        if exercise is not None and exercise.rules.inputs_unchanged
+    }
     started = time.monotonic()
     pid = os.fork()
     if pid == 0:  # the child
@@ -284,7 +294,7 @@ def _serve_unit(out: int, job: dict, index: int, unit: dict, namespace: dict, de
             import tempfile
 
             tempfile.tempdir = str(folder)
-            _child(job, unit, namespace, declared, results_w, control_r, folder)
+            _child(job, unit, namespace, declared, results_w, control_r, folder, shared)
         except BaseException:  # a failure of the harness itself: say so, then end
             try:
                 write_frame(results_w, {"type": "harness_error", "message": traceback.format_exc()[-2000:]})
@@ -360,6 +370,10 @@ def _serve_unit(out: int, job: dict, index: int, unit: dict, namespace: dict, de
     for fd in (results_r, control_w, log_r):
         os.close(fd)
     _wipe([scratch, *map(Path, job.get("private", []))])  # nothing a graded cell wrote reaches the next one
+    for check, cases in shared.items():  # the rule "inputs unchanged", judged on what this process reads itself
+        for case, given in cases.items():
+            changed = changed_inputs(job["_cases"][check][case], given)
+            write_frame(out, {"type": "inputs", "unit": index, "check": check, "case": case, "changed": changed})
     for (check, length), seconds in best.items():
         write_frame(out, {"type": "cost", "unit": index, "check": check, "length": length, "seconds": seconds})
     write_frame(

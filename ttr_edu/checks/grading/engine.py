@@ -82,6 +82,7 @@ class _Heard:
     outcomes: dict[tuple[str, int], Any] = field(default_factory=dict)
     costs: dict[tuple[str, int], Any] = field(default_factory=dict)
     seconds: dict[tuple[str, int], float] = field(default_factory=dict)
+    changed: dict[tuple[str, int], list[str]] = field(default_factory=dict)
     legacy: dict[str, tuple[str, str]] = field(default_factory=dict)
     missing: dict[str, str] = field(default_factory=dict)
     cell_errors: dict[str, str] = field(default_factory=dict)
@@ -162,6 +163,8 @@ def _note(heard: _Heard, header: dict, payload: bytes, checks: set[str]) -> None
             calls = heard.costs.setdefault((check, int(header["length"])), [])
             if len(calls) < 64:
                 calls.append((_outcome(payload), int(header["seed"])))
+        elif kind == "inputs":  # the fork server's own reading of the inputs, never the answer's process's report
+            heard.changed[check, int(header["case"])] = [str(k) for k in header["changed"]]
         elif kind == "cost":
             heard.seconds[check, int(header["length"])] = float(header["seconds"])
         elif kind == "legacy":
@@ -230,6 +233,11 @@ def _judge_check(check: notebook.Check, declared, heard: _Heard, timeout: float)
             outcome = heard.outcomes.get((check.check, index))
             if outcome is None:
                 return "FAIL", f"{name}: {_why_missing(heard, timeout, index)}"
+            if declared.rules.inputs_unchanged:  # what the grader read back overrides what the answer's process said
+                changed = heard.changed.get((check.check, index))
+                if changed is None:
+                    return "FAIL", f"{name}: the grader could not read back your function's inputs on case {index}"
+                outcome.inputs_after = {**(outcome.inputs_after or {}), **dict.fromkeys(changed)}
             notes.append(judge_case(declared, case, index, outcome))
             found.append(outcome.source)
         cost = declared.rules.linear_cost
