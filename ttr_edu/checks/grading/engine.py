@@ -31,7 +31,11 @@ from ttr_edu.checks.grading._child import RULE_EXIT, FrameReader
 if TYPE_CHECKING:
     import nbformat
 
-__all__ = ["Verdict", "Report", "grade", "DEFAULT_TIMEOUT", "DEFAULT_MEMORY_GB"]
+__all__ = ["Verdict", "Report", "grade", "SandboxUnavailable", "DEFAULT_TIMEOUT", "DEFAULT_MEMORY_GB"]
+
+
+class SandboxUnavailable(RuntimeError):
+    """Grading was asked to run only inside bubblewrap (``require_sandbox``), and bubblewrap cannot start here."""
 
 #: Seconds one graded cell's answers may run (all its cases), and the memory they may add, by default.
 DEFAULT_TIMEOUT = 60.0
@@ -273,6 +277,7 @@ def grade(
     timeout: float = DEFAULT_TIMEOUT,
     memory_gb: float = DEFAULT_MEMORY_GB,
     hide: list[Path] | tuple[Path, ...] = (),
+    require_sandbox: bool = False,
 ) -> Report:
     """Grade ``student`` against ``release`` (the release, or nbgrader's source with hidden tests).
 
@@ -280,7 +285,17 @@ def grade(
         timeout: seconds the answers of one graded cell may run, all cases together.
         memory_gb: memory the answers of one graded cell may add to what the setup cells hold.
         hide: folders the answers may not see (the course folder); the grader's home is hidden as well.
+        require_sandbox: refuse to grade where bubblewrap cannot start (for an exam), instead of falling back to the
+            process group and the audit hook.
+
+    Raises:
+        SandboxUnavailable: ``require_sandbox`` and no bubblewrap sandbox here (nothing was run).
     """
+    if require_sandbox and sandbox._bwrap() is None:
+        raise SandboxUnavailable(
+            "ttr-edu grader: require_sandbox is set and bubblewrap cannot start here, so nothing is graded "
+            "(install bubblewrap, allow user namespaces, or unset require_sandbox)"
+        )
     import importlib
 
     started = time.monotonic()
