@@ -252,6 +252,4 @@ def write(W, k, v):
     W += torch.outer(v, k)
     return W
 """
-LATER_ATTACKS["forged report: input left unchanged"] = (
-    {**STUB, "ch01_write": _FORGES_INPUTS_UNCHANGED}, None, 0
-)
+LATER_ATTACKS["forged report: input left unchanged"] = ({**STUB, "ch01_write": _FORGES_INPUTS_UNCHANGED}, None, 0)

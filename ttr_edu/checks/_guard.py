@@ -26,7 +26,9 @@ Two ways to hold an answer to them:
   (PEP 578; CPython has no way to remove one) then refuses what would bring a forbidden callable back or act outside
   the process: opening or re-importing the package's (or numpy's and scipy's linear algebra) code, ``ctypes``, ``gc``
   introspection, new code or function objects, starting processes, signalling other processes, tracing or profiling
-  hooks, network, ``sqlite3``, and writing outside the process's scratch folder. What the engine cannot stop is
+  hooks, network, ``sqlite3``, writing outside the process's scratch folder, opening a folder (a folder handle) or
+  anything under ``/proc``, and listing a folder outside the scratch folder and the import path; ``os.pidfd_open``
+  and ``signal.pidfd_send_signal`` (no audit event) are removed. What the engine cannot stop is
   stated in ``grading.md`` ("What the grader defends against").
 """
 
@@ -603,7 +605,12 @@ def _audit(
             if isinstance(path, int):
                 return
             text = os.fsdecode(path) if isinstance(path, (str, bytes, os.PathLike)) else ""
-            if text.startswith(proc) or os.path.realpath(text).startswith(proc) or code_file(path) or (writes and outside(path)):
+            if (
+                text.startswith(proc)
+                or os.path.realpath(text).startswith(proc)
+                or code_file(path)
+                or (writes and outside(path))
+            ):
                 raise PermissionError(f"the grader does not let an answer open {text!r}")
             if flags & directory or isdir(text):  # a folder handle would open files relative to it, unaudited
                 raise PermissionError(f"the grader does not let an answer open a folder ({text!r})")

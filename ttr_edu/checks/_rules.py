@@ -351,9 +351,7 @@ def shared_inputs(case: dict) -> dict:
         copy.copy_(plain)
         return copy
 
-    return {
-        k: type(v)(shared(x) for x in v) if type(v) in (tuple, list) else shared(v) for k, v in case.items()
-    }
+    return {k: type(v)(shared(x) for x in v) if type(v) in (tuple, list) else shared(v) for k, v in case.items()}
 
 
 def changed_inputs(case: dict, after: dict) -> list[str]:

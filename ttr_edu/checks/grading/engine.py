@@ -37,6 +37,7 @@ __all__ = ["Verdict", "Report", "grade", "SandboxUnavailable", "DEFAULT_TIMEOUT"
 class SandboxUnavailable(RuntimeError):
     """Grading was asked to run only inside bubblewrap (``require_sandbox``), and bubblewrap cannot start here."""
 
+
 #: Seconds one graded cell's answers may run (all its cases), and the memory they may add, by default.
 DEFAULT_TIMEOUT = 60.0
 DEFAULT_MEMORY_GB = 4.0
