@@ -217,7 +217,7 @@ def store(keys, values):
                 return out
     return torch.zeros(values.shape[1], keys.shape[1], dtype=keys.dtype)"""
 
-#: Attacks found after the engine existed (issue 37's fresh attacker); none earns a point.
+#: Attacks a fresh attacker found once the engine existed; none earns a point.
 LATER_ATTACKS = {
     "answers passed between graded cells through files": (
         {**STUB, "ch01_write": _LEAVES_ANSWERS + "\n\n\n" + STUB["ch01_write"], "ch01_store": _FINDS_ANSWERS},
