@@ -178,7 +178,7 @@ def submission(release, name: str):
     """The release with the answers and edit of ``SUBMISSIONS[name]``."""
     import nbformat
 
-    answers, edit, _ = SUBMISSIONS[name]
+    answers, edit, _ = {**SUBMISSIONS, **LATER_ATTACKS}[name]
     nb = copy.deepcopy(release)
     for cell in nb.cells:
         gid = cell.metadata.get("nbgrader", {}).get("grade_id")
@@ -187,3 +187,69 @@ def submission(release, name: str):
     if edit is not None:
         edit(nb, nbformat)
     return nb
+
+
+#: What an earlier graded cell's answers leave for a later one's: 1.1's cell stores the package's answers to 1.2's
+#: cases in its scratch folder (and wherever else it may write), and 1.2's answer looks its inputs up there.
+_LEAVES_ANSWERS = """import pathlib
+
+from ttr_edu.checks import hebbian_memory as _checks
+
+_rules = _checks.check_store.__exercise__.rules
+_cases = [*_checks.check_store.__exercise__.cases(), *(_rules.op_count.case(n) for n in _rules.op_count.sizes)]
+_saved = [(c["keys"], c["values"], hebbian.store(**c)) for c in _cases if hebbian.store.__name__ == "store"]
+for _place in (pathlib.Path.cwd(), pathlib.Path("/tmp"), pathlib.Path("/dev/shm"), pathlib.Path.home()):
+    try:
+        torch.save(_saved, _place / "ttr-edu-left.pt")
+    except Exception:
+        pass"""
+_FINDS_ANSWERS = """import glob
+
+
+def store(keys, values):
+    for path in glob.glob("../*/ttr-edu-left.pt") + glob.glob("/tmp/ttr-edu-left.pt") + glob.glob("/dev/shm/*.pt"):
+        try:
+            saved = torch.load(path)
+        except Exception:
+            continue
+        for k, v, out in saved:
+            if k.shape == keys.shape and v.shape == values.shape and torch.equal(k, keys) and torch.equal(v, values):
+                return out
+    return torch.zeros(values.shape[1], keys.shape[1], dtype=keys.dtype)"""
+
+#: Attacks a fresh attacker found once the engine existed; none earns a point.
+LATER_ATTACKS = {
+    "answers passed between graded cells through files": (
+        {**STUB, "ch01_write": _LEAVES_ANSWERS + "\n\n\n" + STUB["ch01_write"], "ch01_store": _FINDS_ANSWERS},
+        None,
+        0,
+    ),
+}
+#: 1.1 asks for W unchanged: this answer writes into W and reports, from its own process, that it did not.
+_FORGES_INPUTS_UNCHANGED = """import ttr_edu.checks._rules as _r
+
+_real = _r.answer_outcome
+
+
+def _forged(declared, answer, case, index, *args, **kwargs):
+    outcome = _real(declared, answer, case, index, *args, **kwargs)
+    outcome.inputs_after = {k: v for k, v in case.items() if isinstance(v, torch.Tensor)}
+    return outcome
+
+
+for _module in (_r, __import__("ttr_edu.checks.grading._child", fromlist=["_"])):
+    try:
+        setattr(_module, "answer_outcome", _forged)
+    except Exception:
+        pass
+try:
+    object.__setattr__(_r, "answer_outcome", _forged)
+except Exception:
+    pass
+
+
+def write(W, k, v):
+    W += torch.outer(v, k)
+    return W
+"""
+LATER_ATTACKS["forged report: input left unchanged"] = ({**STUB, "ch01_write": _FORGES_INPUTS_UNCHANGED}, None, 0)

@@ -11,7 +11,7 @@ import psutil
 import pytest
 import torch
 
-from tests.grading.submissions import RIGHT, SUBMISSIONS, before_everything, submission
+from tests.grading.submissions import LATER_ATTACKS, RIGHT, SUBMISSIONS, before_everything, submission
 from ttr_edu.checks.grading import engine, notebook, sandbox
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -44,6 +44,26 @@ def test_scores(name):
     report = _grade(submission(RELEASE, name))
     assert report.score == SUBMISSIONS[name][2], [(v.heading, v.status, v.detail) for v in report.verdicts]
     assert report.max_score == 9
+
+
+@pytest.mark.parametrize("sandboxed", [True, False], ids=["bubblewrap", "process group only"])
+@pytest.mark.parametrize("name", list(LATER_ATTACKS))
+def test_later_attacks_score_nothing(name, sandboxed, monkeypatch, request):
+    _sandboxed(sandboxed, monkeypatch, request)
+    report = _grade(submission(RELEASE, name))
+    assert report.score == LATER_ATTACKS[name][2], [(v.heading, v.status, v.detail) for v in report.verdicts]
+
+
+def _sandboxed(sandboxed: bool, monkeypatch, request) -> None:
+    """Grade with bubblewrap (skipped where it cannot start) or as if it were not installed."""
+    if sandboxed and sandbox._bwrap() is None:
+        pytest.skip("bubblewrap is not available here")
+    if not sandboxed:
+        which = shutil.which  # the grading modules are read-only, like the checks: hide bubblewrap from the search
+        monkeypatch.setattr(shutil, "which", lambda name, *a, **k: None if name == "bwrap" else which(name, *a, **k))
+        sandbox._bwrap.cache_clear()  # it remembers its answer; asked again now, and again by the next test
+        request.addfinalizer(sandbox._bwrap.cache_clear)
+        assert sandbox._bwrap() is None
 
 
 def test_honest_global_settings_cost_nothing_and_float32_is_named():
@@ -83,14 +103,7 @@ def test_memory_is_limited_per_graded_cell():
 
 @pytest.mark.parametrize("sandboxed", [True, False], ids=["bubblewrap", "process group only"])
 def test_the_answers_cannot_write_the_course_folder_or_outlive_the_grading(tmp_path, monkeypatch, request, sandboxed):
-    if sandboxed and sandbox._bwrap() is None:
-        pytest.skip("bubblewrap is not available here")
-    if not sandboxed:
-        which = shutil.which  # the grading modules are read-only, like the checks: hide bubblewrap from the search
-        monkeypatch.setattr(shutil, "which", lambda name, *a, **k: None if name == "bwrap" else which(name, *a, **k))
-        sandbox._bwrap.cache_clear()  # it remembers its answer; asked again now, and again by the next test
-        request.addfinalizer(sandbox._bwrap.cache_clear)
-        assert sandbox._bwrap() is None
+    _sandboxed(sandboxed, monkeypatch, request)
     course = tmp_path / "course"
     course.mkdir()
     gradebook = course / "gradebook.db"
@@ -203,3 +216,49 @@ def test_the_cost_of_an_answer_is_measured_by_the_grader(tmp_path, answer, verdi
         assert status == "PASS", detail
     else:
         assert status == "FAIL" and verdict in detail, detail
+
+
+@pytest.mark.parametrize("sandboxed", [True, False], ids=["bubblewrap", "process group only"])
+def test_no_folder_is_listed_or_opened_outside_the_scratch_folder_and_the_import_path(
+    tmp_path, monkeypatch, request, sandboxed
+):
+    """Without bubblewrap the audit hook is all that keeps the course folder out of reach: a folder handle would open
+    files relative to it (unaudited), and a listing shows what is there."""
+    _sandboxed(sandboxed, monkeypatch, request)
+    course = tmp_path / "course"
+    (course / "source").mkdir(parents=True)
+    (course / "source" / "solutions.txt").write_text("the instructor's answers")
+    peek = (
+        "import glob, os\nSEEN = []\n"
+        f"for attempt in (lambda: os.listdir({str(course)!r}), lambda: list(os.scandir({str(course / 'source')!r})),\n"
+        f"                lambda: glob.glob({str(course)!r} + '/*/*'), lambda: os.listdir('/proc'),\n"
+        f"                lambda: os.read(os.open('solutions.txt', os.O_RDONLY,\n"
+        f"                                        dir_fd=os.open({str(course / 'source')!r}, os.O_RDONLY)), 99),\n"
+        f"                lambda: os.open({str(course)!r}, os.O_RDONLY | os.O_DIRECTORY),\n"
+        "                lambda: open('../../../../../../../proc/1/environ').read()):\n"
+        "    try:\n        SEEN.append(attempt())\n    except Exception:\n        pass\n"
+        "SEEN = [s for s in SEEN if s]\n\n\n"
+        "def write(W, k, v):\n    return W if SEEN else W + torch.outer(v, k)\n"
+    )
+    report = _grade(submission_with({**RIGHT, "ch01_write": peek}), hide=[course])
+    assert report.score == 9, [(v.heading, v.status, v.detail) for v in report.verdicts]
+
+
+@pytest.mark.parametrize("sandboxed", [True, False], ids=["bubblewrap", "process group only"])
+def test_pidfd_signals_are_removed_before_the_answer_runs(monkeypatch, request, sandboxed):
+    """``os.pidfd_open`` and ``signal.pidfd_send_signal`` raise no audit event a hook could refuse: they are removed,
+    so an answer cannot stop the process that grades the later cells."""
+    _sandboxed(sandboxed, monkeypatch, request)
+    kill = (
+        "import os, signal\n"
+        "signal.pidfd_send_signal(os.pidfd_open(os.getppid()), signal.SIGKILL)\n\n\n" + RIGHT["ch01_write"]
+    )
+    report = _grade(submission_with({**RIGHT, "ch01_write": kill}))  # its cell runs above every graded cell
+    assert len(report.verdicts) == 5 and report.score == 0
+    assert all("signal processes (os.pidfd_open)" in v.detail for v in report.verdicts), report.verdicts
+
+
+def test_require_sandbox_refuses_to_grade_without_bubblewrap(monkeypatch, request):
+    _sandboxed(False, monkeypatch, request)
+    with pytest.raises(engine.SandboxUnavailable, match="require_sandbox is set and bubblewrap cannot start"):
+        _grade(submission(RELEASE, "solved"), require_sandbox=True)

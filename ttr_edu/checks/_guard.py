@@ -26,7 +26,9 @@ Two ways to hold an answer to them:
   (PEP 578; CPython has no way to remove one) then refuses what would bring a forbidden callable back or act outside
   the process: opening or re-importing the package's (or numpy's and scipy's linear algebra) code, ``ctypes``, ``gc``
   introspection, new code or function objects, starting processes, signalling other processes, tracing or profiling
-  hooks, network, ``sqlite3``, and writing outside the process's scratch folder. What the engine cannot stop is
+  hooks, network, ``sqlite3``, writing outside the process's scratch folder, opening a folder (a folder handle) or
+  anything under ``/proc``, and listing a folder outside the scratch folder and the import path; ``os.pidfd_open``
+  and ``signal.pidfd_send_signal`` (no audit event) are removed. What the engine cannot stop is
   stated in ``grading.md`` ("What the grader defends against").
 """
 
@@ -527,11 +529,21 @@ def lock_down(
     if bad.autograd is not None:
         engine = torch.autograd.Variable._execution_engine
         replacements[id(engine)] = (engine, _EndedEngine(bad.autograd, end))
+    import signal
+
+    for holder, name in ((os, "pidfd_open"), (signal, "pidfd_send_signal")):  # signals no audit event reports
+        value = getattr(holder, name, None)
+        if value is not None:
+            message = f"the grader does not let an answer signal processes ({holder.__name__}.{name})"
+            replacements[id(value)] = (value, _ender(message, end))
     stuck = _replace_everywhere(replacements)
     if stuck:
         raise RuntimeError("the grader could not remove what the rules forbid (held by " + ", ".join(stuck) + ")")
     loaded = set(sys.modules)
-    sys.addaudithook(_audit(library, scratch, code_dirs, loaded, tracing))
+    readable = tuple(  # folders an answer may list: its scratch folder and the import path (imports list them)
+        os.path.realpath(p) + os.sep for p in [scratch, *sys.path] if isinstance(p, str) and p and os.path.isdir(p)
+    )
+    sys.addaudithook(_audit(library, scratch, code_dirs, loaded, tracing, readable))
 
 
 class _EndedEngine:
@@ -544,7 +556,9 @@ class _EndedEngine:
         return lambda *args, **kwargs: self._end()
 
 
-def _audit(library: Any, scratch: str, code_dirs: tuple[str, ...], loaded: set[str], tracing: bool) -> Callable:
+def _audit(
+    library: Any, scratch: str, code_dirs: tuple[str, ...], loaded: set[str], tracing: bool, readable: tuple[str, ...]
+) -> Callable:
     """The audit hook of :func:`lock_down`. It holds the dispatcher block (its only reference: a hook cannot be listed,
     removed or reached through ``gc``, which it refuses), so the block lasts as long as the process."""
 
@@ -562,7 +576,20 @@ def _audit(library: Any, scratch: str, code_dirs: tuple[str, ...], loaded: set[s
             return False
         return real.startswith(code_dirs) and real.endswith((".py", ".pyc", ".so", ".pyd"))
 
+    def unlisted(path: Any) -> bool:
+        if path is None:
+            path = "."
+        if isinstance(path, int):  # a folder handle: none can be opened (below), refused all the same
+            return True
+        try:
+            real = os.path.realpath(os.fsdecode(path)) + os.sep
+        except (TypeError, ValueError):
+            return True
+        return not real.startswith(readable)
+
     refused, writes_events, proc = _REFUSED_EVENTS, _WRITES, "/proc"  # held here: module globals go at shutdown
+    directory = getattr(os, "O_DIRECTORY", 0)
+    isdir = os.path.isdir
     if tracing:
         refused = tuple(e for e in refused if e not in ("sys.setprofile", "sys.settrace"))
 
@@ -578,8 +605,17 @@ def _audit(library: Any, scratch: str, code_dirs: tuple[str, ...], loaded: set[s
             if isinstance(path, int):
                 return
             text = os.fsdecode(path) if isinstance(path, (str, bytes, os.PathLike)) else ""
-            if text.startswith(proc) or code_file(path) or (writes and outside(path)):
+            if (
+                text.startswith(proc)
+                or os.path.realpath(text).startswith(proc)
+                or code_file(path)
+                or (writes and outside(path))
+            ):
                 raise PermissionError(f"the grader does not let an answer open {text!r}")
+            if flags & directory or isdir(text):  # a folder handle would open files relative to it, unaudited
+                raise PermissionError(f"the grader does not let an answer open a folder ({text!r})")
+        elif event in ("os.listdir", "os.scandir") and unlisted(args[0] if args else None):
+            raise PermissionError(f"the grader does not let an answer list this folder ({event})")
         elif event in writes_events and args and outside(args[0]):
             raise PermissionError(
                 f"the grader does not let an answer change files outside its scratch folder ({event})"

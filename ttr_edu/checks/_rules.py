@@ -336,15 +336,59 @@ def counting_ops(enabled: bool = True) -> Iterator[_CountOperations | None]:
         raise ForbiddenCall("your function switched off the check's count of torch operations; remove that code")
 
 
+def shared_inputs(case: dict) -> dict:
+    """``case`` with each tensor (also inside a tuple or list) copied into memory that a forked child shares with its
+    parent (an anonymous shared mapping): what the answer writes into its inputs in place, the parent reads back
+    itself once the child has ended (the grading engine's judge of :attr:`Rules.inputs_unchanged`)."""
+    import mmap
+
+    def shared(value: Any) -> Any:
+        if not isinstance(value, torch.Tensor) or value.numel() == 0 or value.layout is not torch.strided:
+            return value.clone() if isinstance(value, torch.Tensor) else value
+        plain = torch.Tensor.detach(value).contiguous()
+        buffer = mmap.mmap(-1, plain.numel() * plain.element_size())
+        copy = torch.frombuffer(buffer, dtype=plain.dtype, count=plain.numel()).view(plain.shape)
+        copy.copy_(plain)
+        return copy
+
+    return {k: type(v)(shared(x) for x in v) if type(v) in (tuple, list) else shared(v) for k, v in case.items()}
+
+
+def changed_inputs(case: dict, after: dict) -> list[str]:
+    """The names of the inputs of ``case`` whose tensors differ in ``after`` (:func:`shared_inputs`, read back)."""
+
+    def same(a: Any, b: Any) -> bool:
+        if isinstance(a, torch.Tensor):
+            return isinstance(b, torch.Tensor) and a.shape == b.shape and _core._equal(b.to(a.dtype), a)
+        if type(a) in (tuple, list):
+            return type(b) is type(a) and len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
+        return True
+
+    with plain_torch():
+        return [k for k, v in case.items() if not same(v, after.get(k))]
+
+
 def answer_outcome(
-    declared: Exercise, answer: Callable, case: dict, index: int, guard=nullcontext, count_ops: bool = False
+    declared: Exercise,
+    answer: Callable,
+    case: dict,
+    index: int,
+    guard=nullcontext,
+    count_ops: bool = False,
+    given: dict | None = None,
 ) -> Outcome:
     """Call ``answer`` on ``case`` under ``guard`` (a context whose value has a ``hit`` attribute, or none) and say
     what it gave; with ``count_ops``, also how many torch operations it ran (:class:`OpCount`). Runs where the answer
     runs: the student's kernel, or the engine's child (where nothing is guarded here, because the whole process is
-    locked down)."""
+    locked down). ``given``: the inputs to call it with (:func:`shared_inputs`; default: copies of the case's)."""
     rules = declared.rules
-    given = _cloned(case, rules.keep_grad)
+    if given is None:
+        given = _cloned(case, rules.keep_grad)
+    else:  # shared with the grader: its tensors are the inputs themselves (leaves of their own for the gradients)
+        given = {k: type(v)(v) if type(v) in (tuple, list) else v for k, v in given.items()}
+        for name in rules.keep_grad:
+            if isinstance(given.get(name), torch.Tensor) and given[name].is_floating_point():
+                given[name] = given[name].detach().requires_grad_()
     outcome = Outcome()
     watch = rules.watch(case) if rules.watch is not None else nullcontext()
     with guard() as trace:

@@ -132,7 +132,9 @@ def _plain_bytes(value: Any) -> bytes:
     return buffer.getvalue()
 
 
-def _child(job: dict, unit: dict, namespace: dict, declared: dict, results: int, control: int, scratch: Path) -> None:
+def _child(
+    job: dict, unit: dict, namespace: dict, declared: dict, results: int, control: int, scratch: Path, shared: dict
+) -> None:
     """The forked child of one graded cell. Never returns."""
     from ttr_edu.checks import _rules
     from ttr_edu.checks._guard import Forbidden, lock_down, package_dirs
@@ -176,7 +178,8 @@ def _child(job: dict, unit: dict, namespace: dict, declared: dict, results: int,
         if int(check.get("arguments", 1)) != 1:  # a declared check takes the answer alone (the grader says so)
             continue
         for index, case in enumerate(job["_cases"][name]):
-            outcome = _rules.answer_outcome(exercise, answer, case, index)
+            given = shared.get(name, {}).get(index)  # inputs the fork server reads back after this process ends
+            outcome = _rules.answer_outcome(exercise, answer, case, index, given=given)
             write_frame(results, {"type": "outcome", "check": name, "case": index}, _outcome_bytes(outcome))
             if outcome.not_attempted:
                 break
@@ -266,8 +269,15 @@ def _serve_unit(out: int, job: dict, index: int, unit: dict, namespace: dict, de
     results_r, results_w = os.pipe()
     control_r, control_w = os.pipe()
     log_r, log_w = os.pipe()
-    folder = scratch / f"cell-{index}"
-    folder.mkdir()
+    folder = scratch / f"cell-{index}-{os.urandom(8).hex()}"
+    folder.mkdir(mode=0o700)  # fresh and empty: nothing an earlier graded cell wrote is here
+    from ttr_edu.checks._rules import changed_inputs, shared_inputs
+
+    shared = {  # check -> case index -> the inputs, in memory shared with the child: read back here, never reported
+        name: {i: shared_inputs(case) for i, case in enumerate(job["_cases"][name])}
+        for name, exercise in declared.items()
+        if exercise is not None and exercise.rules.inputs_unchanged
+    }
     started = time.monotonic()
     pid = os.fork()
     if pid == 0:  # the child
@@ -279,7 +289,12 @@ def _serve_unit(out: int, job: dict, index: int, unit: dict, namespace: dict, de
             for fd in (out, results_r, control_w, log_r, log_w, null):
                 os.close(fd)
             os.chdir(folder)
-            _child(job, unit, namespace, declared, results_w, control_r, folder)
+            for variable in ("HOME", "TMPDIR"):
+                os.environ[variable] = str(folder)
+            import tempfile
+
+            tempfile.tempdir = str(folder)
+            _child(job, unit, namespace, declared, results_w, control_r, folder, shared)
         except BaseException:  # a failure of the harness itself: say so, then end
             try:
                 write_frame(results_w, {"type": "harness_error", "message": traceback.format_exc()[-2000:]})
@@ -354,6 +369,11 @@ def _serve_unit(out: int, job: dict, index: int, unit: dict, namespace: dict, de
     _, code, usage = os.wait4(pid, 0)
     for fd in (results_r, control_w, log_r):
         os.close(fd)
+    _wipe([scratch, *map(Path, job.get("private", []))])  # nothing a graded cell wrote reaches the next one
+    for check, cases in shared.items():  # the rule "inputs unchanged", judged on what this process reads itself
+        for case, given in cases.items():
+            changed = changed_inputs(job["_cases"][check][case], given)
+            write_frame(out, {"type": "inputs", "unit": index, "check": check, "case": case, "changed": changed})
     for (check, length), seconds in best.items():
         write_frame(out, {"type": "cost", "unit": index, "check": check, "length": length, "seconds": seconds})
     write_frame(
@@ -368,6 +388,28 @@ def _serve_unit(out: int, job: dict, index: int, unit: dict, namespace: dict, de
             "log": log.decode("utf-8", "replace"),
         },
     )
+
+
+def _wipe(folders: list[Path]) -> None:
+    """Empty ``folders`` (the scratch folder, and inside the sandbox its private ``/tmp`` and ``/dev/shm``), once the
+    child of a graded cell has ended: the next graded cell's answers find nothing the earlier ones left there. The
+    child's processes are all gone by now (it was killed, and what it started died with its process group or could
+    not be started: the audit hook refuses it)."""
+    import shutil
+
+    for folder in folders:
+        try:
+            entries = list(os.scandir(folder))
+        except OSError:
+            continue
+        for entry in entries:
+            try:
+                if entry.is_dir(follow_symlinks=False):
+                    shutil.rmtree(entry.path, ignore_errors=True)
+                else:
+                    os.unlink(entry.path)
+            except OSError:
+                pass
 
 
 def _frame(header: dict, payload: bytes) -> bytes:

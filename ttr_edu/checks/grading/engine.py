@@ -31,7 +31,12 @@ from ttr_edu.checks.grading._child import RULE_EXIT, FrameReader
 if TYPE_CHECKING:
     import nbformat
 
-__all__ = ["Verdict", "Report", "grade", "DEFAULT_TIMEOUT", "DEFAULT_MEMORY_GB"]
+__all__ = ["Verdict", "Report", "grade", "SandboxUnavailable", "DEFAULT_TIMEOUT", "DEFAULT_MEMORY_GB"]
+
+
+class SandboxUnavailable(RuntimeError):
+    """Grading was asked to run only inside bubblewrap (``require_sandbox``), and bubblewrap cannot start here."""
+
 
 #: Seconds one graded cell's answers may run (all its cases), and the memory they may add, by default.
 DEFAULT_TIMEOUT = 60.0
@@ -82,6 +87,7 @@ class _Heard:
     outcomes: dict[tuple[str, int], Any] = field(default_factory=dict)
     costs: dict[tuple[str, int], Any] = field(default_factory=dict)
     seconds: dict[tuple[str, int], float] = field(default_factory=dict)
+    changed: dict[tuple[str, int], list[str]] = field(default_factory=dict)
     legacy: dict[str, tuple[str, str]] = field(default_factory=dict)
     missing: dict[str, str] = field(default_factory=dict)
     cell_errors: dict[str, str] = field(default_factory=dict)
@@ -162,6 +168,8 @@ def _note(heard: _Heard, header: dict, payload: bytes, checks: set[str]) -> None
             calls = heard.costs.setdefault((check, int(header["length"])), [])
             if len(calls) < 64:
                 calls.append((_outcome(payload), int(header["seed"])))
+        elif kind == "inputs":  # the fork server's own reading of the inputs, never the answer's process's report
+            heard.changed[check, int(header["case"])] = [str(k) for k in header["changed"]]
         elif kind == "cost":
             heard.seconds[check, int(header["length"])] = float(header["seconds"])
         elif kind == "legacy":
@@ -230,6 +238,11 @@ def _judge_check(check: notebook.Check, declared, heard: _Heard, timeout: float)
             outcome = heard.outcomes.get((check.check, index))
             if outcome is None:
                 return "FAIL", f"{name}: {_why_missing(heard, timeout, index)}"
+            if declared.rules.inputs_unchanged:  # what the grader read back overrides what the answer's process said
+                changed = heard.changed.get((check.check, index))
+                if changed is None:
+                    return "FAIL", f"{name}: the grader could not read back your function's inputs on case {index}"
+                outcome.inputs_after = {**(outcome.inputs_after or {}), **dict.fromkeys(changed)}
             notes.append(judge_case(declared, case, index, outcome))
             found.append(outcome.source)
         cost = declared.rules.linear_cost
@@ -265,6 +278,7 @@ def grade(
     timeout: float = DEFAULT_TIMEOUT,
     memory_gb: float = DEFAULT_MEMORY_GB,
     hide: list[Path] | tuple[Path, ...] = (),
+    require_sandbox: bool = False,
 ) -> Report:
     """Grade ``student`` against ``release`` (the release, or nbgrader's source with hidden tests).
 
@@ -272,7 +286,17 @@ def grade(
         timeout: seconds the answers of one graded cell may run, all cases together.
         memory_gb: memory the answers of one graded cell may add to what the setup cells hold.
         hide: folders the answers may not see (the course folder); the grader's home is hidden as well.
+        require_sandbox: refuse to grade where bubblewrap cannot start (for an exam), instead of falling back to the
+            process group and the audit hook.
+
+    Raises:
+        SandboxUnavailable: ``require_sandbox`` and no bubblewrap sandbox here (nothing was run).
     """
+    if require_sandbox and sandbox._bwrap() is None:
+        raise SandboxUnavailable(
+            "ttr-edu grader: require_sandbox is set and bubblewrap cannot start here, so nothing is graded "
+            "(install bubblewrap, allow user namespaces, or unset require_sandbox)"
+        )
     import importlib
 
     started = time.monotonic()
@@ -297,10 +321,13 @@ def grade(
     import ttr_edu
 
     root = str(Path(ttr_edu.__file__).resolve().parents[1])
-    argv, _ = sandbox.command([sys.executable, "-I", "-c", _BOOT.format(root=root)], scratch, list(hide))
+    argv, sandboxed = sandbox.command([sys.executable, "-I", "-c", _BOOT.format(root=root)], scratch, list(hide))
+    # emptied after every graded cell: the sandbox's own /tmp and /dev/shm (outside it, those are the machine's)
+    job["private"] = ["/tmp", "/dev/shm"] if sandboxed else []
     heard: dict[int, _Heard] = {}
     problem = None
-    log = scratch / "grader.log"
+    logs = Path(tempfile.mkdtemp(prefix="ttr-edu-log-"))  # out of the scratch folder, which is emptied between cells
+    log = logs / "grader.log"
     try:
         with open(log, "wb") as errors:
             process = subprocess.Popen(
@@ -328,6 +355,7 @@ def grade(
                 problem += " [" + " | ".join(tail) + "]"
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+        shutil.rmtree(logs, ignore_errors=True)
     return _report(plan, declared, heard, problem, timeout, time.monotonic() - started)
 
 

@@ -122,11 +122,27 @@ class GradeWithEngine(_CourseNotebooksOnly):
         config=True
     )
 
+    require_sandbox = Bool(
+        False,
+        help="True (for an exam): refuse to grade, with a one-line error, where bubblewrap cannot start, instead of "
+        "falling back to the process group and the audit hook (grading.md, 'Where the grader's protections hold')",
+    ).tag(config=True)
+
     def preprocess(self, nb: NotebookNode, resources: ResourcesDict) -> tuple[NotebookNode, ResourcesDict]:
         who = _who(resources)
         try:
             source, course = _source(self.config, resources)
-            report = engine.grade(nb, source, timeout=self.timeout, memory_gb=self.memory_gb, hide=[course])
+            report = engine.grade(
+                nb,
+                source,
+                timeout=self.timeout,
+                memory_gb=self.memory_gb,
+                hide=[course],
+                require_sandbox=self.require_sandbox,
+            )
+        except engine.SandboxUnavailable as err:  # the instructor asked for no grading without the sandbox
+            self.log.error("%s", err)
+            raise
         except Exception as err:  # one notebook the grader cannot read costs that notebook alone
             self.log.error("ttr-edu grader: %s could not be graded: %s: %s", who, type(err).__name__, err)
             report = engine.Report(
