@@ -351,7 +351,12 @@ WRONG_ANSWERS = [
     ),
     ("2.2 the package's op", checks.check_causal_linear_attention, _through_the_package, "own implementation"),
     ("2.2 softmax attention", checks.check_causal_linear_attention, _softmax_attention, "wrong values"),
-    ("2.2 zeroes k after use", checks.check_causal_linear_attention, _zeroes_k_after_use, "modified its input k in place"),
+    (
+        "2.2 zeroes k after use",
+        checks.check_causal_linear_attention,
+        _zeroes_k_after_use,
+        "modified its input k in place",
+    ),
     ("2.2 a loop over the tokens", checks.check_causal_linear_attention, recurrence, "Python loop over the tokens"),
     (
         "2.3 re-sums the prefix in every chunk",

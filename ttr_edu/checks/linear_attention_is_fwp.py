@@ -186,7 +186,10 @@ def _chunk_at_size(chunk_size: int, generator: torch.Generator | None = None) ->
     operations at every chunk size (one step per chunk, or all chunks at once), a loop over single tokens ``C`` times
     more at the larger one."""
     t = 16 * chunk_size
-    return {**_sequence(t, 4, 3, generator or torch.Generator().manual_seed(450 + chunk_size)), "chunk_size": chunk_size}
+    return {
+        **_sequence(t, 4, 3, generator or torch.Generator().manual_seed(450 + chunk_size)),
+        "chunk_size": chunk_size,
+    }
 
 
 class _ChunkSizes:
