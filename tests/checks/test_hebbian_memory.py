@@ -6,6 +6,7 @@ That an unattempted stub is reported is tested for every check at once in test_c
 
 import math
 
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
@@ -349,6 +350,20 @@ WRONG_ANSWERS = [
     ),
     ("1.5b 2/d + N/d²", checks.check_rival_score_variance, lambda n, d: 2 / d + n / d**2, "got"),
     ("1.5b the own score's (N−1)/d²", checks.check_rival_score_variance, lambda n, d: (n - 1) / d**2, "got"),
+    (
+        "1.5b a 0-d tensor, not a float",
+        checks.check_rival_score_variance,
+        lambda n, d: torch.tensor(2 / d + (n - 2) / d**2, dtype=torch.float64),
+        "asks for a Python float, your function returned a tensor",
+    ),
+    (
+        "1.5a computed in float32, returned in float64",
+        checks.check_cleanup_scores,
+        lambda keys, values: ((keys.float() @ keys.float().mT) @ (values.float() @ values.float().mT).mT).to(
+            keys.dtype
+        ),
+        "of the size of float32's rounding: if part of your function computes in float32",
+    ),
 ]
 
 
@@ -398,8 +413,7 @@ RIGHT_VARIANTS = [
         None,
     ),
     ("1.5b one fraction", checks.check_rival_score_variance, lambda n, d: (2 * d + n - 2) / d**2, None),
-    # "as a float": a one-element tensor holds the same number (1.4 asks for a Python float by name, and gets one)
-    ("1.5b a 0-d tensor", checks.check_rival_score_variance, lambda n, d: torch.tensor(2 / d + (n - 2) / d**2), None),
+    ("1.5b a NumPy float", checks.check_rival_score_variance, lambda n, d: np.float64(2 / d + (n - 2) / d**2), None),
 ]
 
 

@@ -187,9 +187,9 @@ def _chunk_secretly_quadratic(q, k, v, chunk_size):  # one T × T matrix, whatev
 @pytest.mark.parametrize(
     ("wrong", "message"),
     [
-        (_chunk_per_token, "runs as many operations at every chunk size"),
-        (_chunk_per_token_matmul, "runs as many operations at every chunk size"),
-        (_chunk_secretly_quadratic, "runs as many operations at every chunk size"),
+        (_chunk_per_token, "a loop over single tokens runs some for each token"),
+        (_chunk_per_token_matmul, "a loop over single tokens runs some for each token"),
+        (_chunk_secretly_quadratic, "A T × T score matrix, or one state per token"),
     ],
 )
 def test_chunk_check_rejects_right_values_computed_without_chunks(wrong, message, capsys):
@@ -232,6 +232,10 @@ def _recurrence_by_matrix_products(q, k, v):  # one token at a time, as (1, D) r
         S = S + k[t : t + 1].T @ v[t : t + 1]
         out.append(q[t : t + 1] @ S)
     return torch.cat(out)
+
+
+def _prefix_reread(q, k, v):  # a loop over t with no state: re-reads every earlier key and value (T² in all)
+    return torch.stack([(q[t] @ k[: t + 1].T) @ v[: t + 1] for t in range(len(q))])
 
 
 def _cumulative_states(q, k, v):  # every S_t at once: no loop, the parallel form's cost in memory
@@ -299,6 +303,19 @@ def _normalized_by_loop(q, k, v):  # the recurrent form with z: right values, bu
     return torch.stack(out)
 
 
+def _zeroes_k_after_use(q, k, v):  # right outputs, but the caller's keys are gone
+    out = torch.tril(q @ k.T) @ v
+    k.zero_()
+    return out
+
+
+def _normalized_in_place(q, k, v):  # right outputs, then the caller's values scaled in place
+    scores = torch.tril(q @ k.T)
+    out = (scores @ v) / (scores.sum(-1, keepdim=True) + 1e-6)
+    v.mul_(2.0)
+    return out
+
+
 def _softmax_attention(q, k, v):
     future = torch.ones(len(q), len(q), dtype=torch.bool).triu(1)
     return torch.softmax((q @ k.T).masked_fill(future, -math.inf), dim=-1) @ v
@@ -318,6 +335,12 @@ WRONG_ANSWERS = [
     ),
     ("2.1 the parallel form, no loop", checks.check_fast_weight_recurrence, parallel, "in a Python loop over t"),
     ("2.1 all states by cumsum, no loop", checks.check_fast_weight_recurrence, _cumulative_states, "grows like T"),
+    (
+        "2.1 a loop over t with no state, re-reading the prefix",
+        checks.check_fast_weight_recurrence,
+        _prefix_reread,
+        r"cost grows like T\^.*a loop that revisits every earlier token",
+    ),
     ("2.2 strict mask tril(−1)", checks.check_causal_linear_attention, strict_mask, "wrong values"),
     ("2.2 triu", checks.check_causal_linear_attention, lambda q, k, v: torch.triu(q @ k.T) @ v, "wrong values"),
     (
@@ -328,6 +351,12 @@ WRONG_ANSWERS = [
     ),
     ("2.2 the package's op", checks.check_causal_linear_attention, _through_the_package, "own implementation"),
     ("2.2 softmax attention", checks.check_causal_linear_attention, _softmax_attention, "wrong values"),
+    (
+        "2.2 zeroes k after use",
+        checks.check_causal_linear_attention,
+        _zeroes_k_after_use,
+        "modified its input k in place",
+    ),
     ("2.2 a loop over the tokens", checks.check_causal_linear_attention, recurrence, "Python loop over the tokens"),
     (
         "2.3 re-sums the prefix in every chunk",
@@ -345,15 +374,26 @@ WRONG_ANSWERS = [
         "2.3 a per-token loop of 1 × d products",
         checks.check_chunk_linear_attention,
         _chunk_per_token_matmul,
-        "as many operations at every chunk size",
+        "a loop over single tokens runs some for each token",
     ),
     (
         "2.3 one hidden T × T matrix",
         checks.check_chunk_linear_attention,
         _chunk_secretly_quadratic,
-        "as many operations at every chunk size",
+        "A T × T score matrix, or one state per token",
     ),
-    ("2.3 a T × T matrix cut into chunks", checks.check_chunk_linear_attention, _sliced_t_by_t, r"grows like T\^"),
+    (
+        "2.3 one state per token by cumsum, ignoring the chunks",
+        checks.check_chunk_linear_attention,
+        lambda q, k, v, chunk_size: _cumulative_states(q, k, v),
+        "A T × T score matrix, or one state per token",
+    ),
+    (
+        "2.3 a T × T matrix cut into chunks",
+        checks.check_chunk_linear_attention,
+        _sliced_t_by_t,
+        "A T × T score matrix, or one state per token",
+    ),
     (
         "2.3 the state updated before the read",
         checks.check_chunk_linear_attention,
@@ -364,7 +404,7 @@ WRONG_ANSWERS = [
         "2.3 the chunk's own part token by token",
         checks.check_chunk_linear_attention,
         lambda q, k, v, chunk_size: _chunk(q, k, v, chunk_size, token_loop=True),
-        "as many operations at every chunk size",
+        "a loop over single tokens runs some for each token",
     ),
     (
         "2.4 no ε",
@@ -415,6 +455,12 @@ WRONG_ANSWERS = [
         "wrong values",
     ),
     (
+        "2.4 divides v in place",
+        checks.check_normalized_linear_attention,
+        _normalized_in_place,
+        "modified its input v in place",
+    ),
+    (
         "2.4 the recurrent form, not the parallel one",
         checks.check_normalized_linear_attention,
         _normalized_by_loop,
@@ -447,6 +493,16 @@ def _chunk_by_split(q, k, v, chunk_size):  # torch.split, the state carried as a
     return torch.cat(out)
 
 
+def _chunk_all_at_once(q, k, v, chunk_size):  # every chunk at once: the state before chunk n by a cumulative sum
+    n = -(-len(q) // chunk_size)
+    pad = n * chunk_size - len(q)
+    qp, kp, vp = (torch.nn.functional.pad(x, (0, 0, 0, pad)).view(n, chunk_size, -1) for x in (q, k, v))
+    after = torch.cumsum(kp.transpose(1, 2) @ vp, dim=0)  # (n, D_k, D_v): S after each chunk
+    before = torch.cat([torch.zeros_like(after[:1]), after[:-1]])
+    out = qp @ before + torch.tril(qp @ kp.transpose(1, 2)) @ vp
+    return out.reshape(n * chunk_size, -1)[: len(q)]
+
+
 RIGHT_VARIANTS = [
     ("2.1 S += in place", checks.check_fast_weight_recurrence, _recurrence_in_place, None),
     ("2.1 (1, D) matrix products", checks.check_fast_weight_recurrence, _recurrence_by_matrix_products, None),
@@ -471,6 +527,7 @@ RIGHT_VARIANTS = [
     ),
     ("2.3 einsums and masked_fill", checks.check_chunk_linear_attention, _chunk_by_einsum, None),
     ("2.3 torch.split, S +=", checks.check_chunk_linear_attention, _chunk_by_split, None),
+    ("2.3 all chunks at once, states by cumsum", checks.check_chunk_linear_attention, _chunk_all_at_once, None),
     (
         "2.4 z_tᵀ q_t with z = cumsum(k)",
         checks.check_normalized_linear_attention,

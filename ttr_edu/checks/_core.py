@@ -514,6 +514,20 @@ def _dtype_note(got: torch.Tensor, want: torch.Tensor) -> str:
     return f"\n  note: your result is {g}, the reference {w}"
 
 
+def _float32_inside_note(got: torch.Tensor, want: torch.Tensor) -> str:
+    """A float64 result that agrees with a float64 reference only to float32's rounding: say that part of the answer
+    may have run in float32 (the dtype of the result cannot show it)."""
+    if got.dtype != torch.float64 or want.dtype != torch.float64 or got.shape != want.shape:
+        return ""
+    error = relative_error(got, want.detach())
+    if not 0 < error < 100 * torch.finfo(torch.float32).eps:
+        return ""
+    return (
+        f"\n  the error ({error:.1e}) is of the size of float32's rounding: if part of your function computes in "
+        "float32 (a tensor made without dtype=, or .float()), keep it in float64, the inputs' dtype"
+    )
+
+
 def _is_plain_tensor(value: Any) -> bool:
     """Exactly a ``torch.Tensor`` or ``Parameter`` (compared by identity: a metaclass cannot answer ``==`` for it),
     with no attributes of its own (an instance ``.detach`` would be found before the class's)."""
@@ -561,7 +575,7 @@ def _compare(name: str, got: Any, want: Any, case: dict, rtol: float, atol: floa
             raise CheckFailed(
                 f"{name}: wrong values ({_how_far(got, want.detach(), rtol, atol)})\n"
                 f"  inputs: {inputs}\n  {first_mismatch(got, want.detach(), rtol, atol)}"
-                f"{_dtype_note(got, want)}"
+                f"{_dtype_note(got, want)}{_float32_inside_note(got, want)}"
             )
     elif type(want) is tuple or type(want) is list:
         if not (type(got) is tuple or type(got) is list) or len(got) != len(want):

@@ -535,10 +535,16 @@ def _judge_grads(declared: Exercise, given: dict, want: Any, index: int, grads: 
             rtol=max(rtol, 1e-6),
             atol=max(atol, 1e-8),
         ):
+            how = (
+                f"its norm is {torch.Tensor.norm(got).item():.3g} where the reference's is "
+                f"{torch.Tensor.norm(wanted).item():.3g}, a relative error of {_core.relative_error(got, wanted):.3g}"
+                if got.shape == wanted.shape
+                else f"its shape is {tuple(got.shape)}, the input's {tuple(wanted.shape)}"
+            )
             raise CheckFailed(
-                f"{declared.name}: your result's gradient with respect to {key} is wrong (relative error "
-                f"{_core.relative_error(got, wanted) if got.shape == wanted.shape else float('nan'):.3g}): part of "
-                f"the computation was cut off from the graph (.detach(), .data, an in-place write into a leaf){why}"
+                f"{declared.name}: your result's gradient with respect to {key} is wrong: {how} (the gradient of "
+                f"⟨result, c⟩ for a fixed random c)\n  inputs: {_inputs(given)}\n  part of the computation was cut off "
+                f"from the graph (.detach(), .data, an in-place write into a leaf){why}"
             )
 
 

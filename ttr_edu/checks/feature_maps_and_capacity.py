@@ -80,9 +80,19 @@ def check_favor_plus(student_favor_plus: Callable) -> bool:
     ``Ω``, where ``x Ω`` has the shape of ``x Ωᵀ`` but not its values."""
 
 
-@exercise(reference=retrieval_loss, cases=_loss_cases)
+@exercise(
+    reference=retrieval_loss,
+    cases=_loss_cases,
+    rules=Rules(
+        keep_grad=("y",),
+        why="the loss is the training objective: the training below follows its gradient through y, so keep y in the "
+        "graph",
+    ),
+)
 def check_retrieval_loss(student_loss: Callable) -> bool:
-    """Check ``retrieval_loss(y, target) = mean_b ½‖y_b − onehot(target_b)‖²``, the one-hot as wide as ``y``."""
+    """Check ``retrieval_loss(y, target) = mean_b ½‖y_b − onehot(target_b)‖²``, the one-hot as wide as ``y``, and its
+    gradient with respect to ``y`` (the chapter trains with it: a loss on ``y.detach()`` has the right value and no
+    gradient)."""
 
 
 def _sum_rule_case(b: int, t: int, d_dot: int, d_v: int, g: torch.Generator, *, scale=1.0, shared=0.0, dtype=None):

@@ -217,6 +217,9 @@ def check_cleanup_scores(cleanup_scores: Callable) -> bool:
     ``[r, j, i] = v_iᵀ (W_r k_j)``."""
 
 
-@exercise(reference=hebbian.rival_score_variance, cases=_variance_cases, rtol=1e-9, atol=0.0)
+@exercise(
+    reference=hebbian.rival_score_variance, cases=_variance_cases, rules=Rules(returns=float), rtol=1e-9, atol=0.0
+)
 def check_rival_score_variance(rival_score_variance: Callable) -> bool:
-    """Check ``rival_score_variance(n, d)``: the exact variance of a rival's clean-up score for random unit pairs."""
+    """Check ``rival_score_variance(n, d)``: the exact variance of a rival's clean-up score for random unit pairs, as a
+    Python float (the exercise says so; a 0-d tensor is refused, naming both)."""

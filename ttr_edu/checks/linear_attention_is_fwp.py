@@ -8,17 +8,22 @@ package's linear attention ops are ruled out as answers.
 
 Each exercise asks for one form, and the check holds it to that form by what the answer does: the number of torch
 operations it runs at two sizes (:class:`~ttr_edu.checks._rules.OpCount`: a loop over the tokens for the recurrence,
-no loop for the parallel forms, one step per chunk for the chunk form) and, for the chunk form, its CPU time at two
-lengths (:class:`~ttr_edu.checks._rules.LinearCost`: a chunk form that re-sums the whole prefix in every chunk, or
-slices a hidden ``T × T`` matrix, costs ``T²``).
+no loop for the parallel forms, no loop over single tokens for the chunk form); for the recurrence and the chunk form,
+its CPU time at two lengths (:class:`~ttr_edu.checks._rules.LinearCost`: a recurrence that keeps no state and re-reads
+the prefix at every step, or a chunk form that re-sums the whole prefix in every chunk, or slices a hidden ``T × T``
+matrix, costs ``T²``); and for the chunk form the size of its intermediate tensors (no ``T × T`` matrix, no state per
+token).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterator
 
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode, _get_current_dispatch_mode_stack, _pop_mode, _push_mode
 
+from ttr_edu.checks._guard import ForbiddenCall
 from ttr_edu.checks._rules import LinearCost, OpCount, Rules, exercise
 from ttr_edu.ops import linear_attention_chunk, linear_attention_parallel, linear_attention_recurrent
 from ttr_edu.ops.feature_maps import elu_plus_one
@@ -84,6 +89,13 @@ def _at_length(t: int, generator: torch.Generator | None = None) -> dict:
     return _sequence(t, 4, 3, generator or torch.Generator().manual_seed(t))
 
 
+def _recurrence_at_length(t: int, generator: torch.Generator | None = None) -> dict:
+    """``T`` tokens of width 64, for the cost rule of the recurrence: there a loop that re-reads every earlier token at
+    each step (``T² d`` in all) outweighs the recurrence's own work (``T d²``) and its Python overhead (a few
+    operations per token)."""
+    return _sequence(t, 64, 64, generator or torch.Generator().manual_seed(t))
+
+
 def _positive_at_length(t: int, generator: torch.Generator | None = None) -> dict:
     return _sequence(t, 4, 3, generator or torch.Generator().manual_seed(t), positive=True)
 
@@ -104,12 +116,16 @@ _WHY_FORMS = "the package's linear attention ops compute what the exercise asks 
             expect="This exercise is the recurrence itself: one write and one read per token, in a Python loop over t "
             "(a parallel form, whose count does not grow with T, is the next exercise).",
         ),
-        why="write S_t = S_{t-1} + k_t v_tᵀ, then read o_t = S_tᵀ q_t, token by token",
+        linear_cost=LinearCost(_recurrence_at_length, lengths=(512, 4096)),
+        why="keep the state S and update it, S_t = S_{t-1} + k_t v_tᵀ, then read o_t = S_tᵀ q_t, token by token; a "
+        "loop that re-reads every earlier key and value at each step keeps no state and costs T²",
     ),
 )
 def check_fast_weight_recurrence(fast_weight_recurrence: Callable) -> bool:
     """Check ``fast_weight_recurrence(q, k, v)``: ``S_t = S_{t-1} + k_t v_tᵀ`` then ``o_t = S_tᵀ q_t``, for every t,
-    token by token (a loop over t: its operations grow with ``T``)."""
+    token by token (a loop over t: its operations grow with ``T``), keeping the state: its CPU time at ``T = 512``
+    and ``4096`` must grow linearly (a loop that re-reads the whole prefix at each step, ``(q_t K_{≤t}ᵀ) V_{≤t}``,
+    computes the same outputs with no state, at a cost that grows like ``T²``)."""
 
 
 _NO_LOOP = (
@@ -124,6 +140,7 @@ _NO_LOOP = (
     rules=Rules(
         answers=LINEAR_ATTENTION,
         op_count=OpCount(_at_length, sizes=(4, 32), high=0.3, size_name="T", expect=_NO_LOOP),
+        inputs_unchanged=True,
         why="build the masked score matrix and multiply it by V, no loop",
     ),
 )
@@ -146,6 +163,7 @@ def _normalized_cases() -> Iterator[dict]:
     rules=Rules(
         answers=LINEAR_ATTENTION,
         op_count=OpCount(_positive_at_length, sizes=(4, 32), high=0.3, size_name="T", expect=_NO_LOOP),
+        inputs_unchanged=True,
         why="divide the masked scores' products by their row sums plus ε, in the parallel form",
     ),
 )
@@ -164,8 +182,74 @@ def _chunk_cases() -> Iterator[dict]:
 
 
 def _chunk_at_size(chunk_size: int, generator: torch.Generator | None = None) -> dict:
-    """T = 64 tokens cut into chunks of ``chunk_size``: a chunk form runs a few operations per chunk, T/C in all."""
-    return {**_sequence(64, 4, 3, generator or torch.Generator().manual_seed(450)), "chunk_size": chunk_size}
+    """16 chunks of ``chunk_size`` tokens (``T = 16 C``): with the number of chunks fixed, a chunk form runs as many
+    operations at every chunk size (one step per chunk, or all chunks at once), a loop over single tokens ``C`` times
+    more at the larger one."""
+    t = 16 * chunk_size
+    return {
+        **_sequence(t, 4, 3, generator or torch.Generator().manual_seed(450 + chunk_size)),
+        "chunk_size": chunk_size,
+    }
+
+
+class _ChunkSizes:
+    """The memory rule of the chunk form, for one case: no intermediate tensor may hold more than twice the largest
+    array the chunk form itself holds: the scores of all ``n = ⌈T / C⌉`` chunks (``n C²``), their states
+    (``n D_k D_v``) or their rows (``n C (D_k + D_v)``), whether it keeps them one chunk at a time or all at once. A
+    ``T × T`` score matrix is ``T / C`` times larger than the scores of all chunks, one state per token ``C`` times
+    larger than the states of all chunks.
+
+    Entered around each call of the answer (:attr:`ttr_edu.checks._rules.Rules.watch`); ``hit`` is the broken rule's
+    message (also raised as :class:`ForbiddenCall`, so that the answer stops there)."""
+
+    def __init__(self, t: int, d_k: int, d_v: int, chunk_size: int) -> None:
+        n = math.ceil(t / chunk_size)
+        self.t, self.d_k, self.d_v, self.chunk_size, self.n = t, d_k, d_v, chunk_size, n
+        self.largest = max(n * chunk_size**2, n * d_k * d_v, n * chunk_size * (d_k + d_v))
+        self.hit: str | None = None
+        rules = self
+
+        class Sizes(TorchDispatchMode):
+            @classmethod
+            def _should_skip_dynamo(cls) -> bool:
+                return False  # nothing compiles inside an answer: no Dynamo guard (its first import takes seconds)
+
+            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+                out = func(*args, **(kwargs or {}))
+                for tensor in out if isinstance(out, (tuple, list)) else (out,):
+                    if isinstance(tensor, torch.Tensor) and tensor.numel() > 2 * rules.largest:
+                        rules._refuse(tensor)
+                return out
+
+        self._mode = Sizes()
+
+    def _refuse(self, tensor: torch.Tensor) -> None:
+        shape = " × ".join(map(str, tensor.shape))
+        message = (
+            f"your function built a {shape} tensor ({tensor.numel()} numbers) on T = {self.t} tokens in chunks of "
+            f"C = {self.chunk_size}; the chunk form never holds more than the scores of all {self.n} chunks "
+            f"({self.n} × {self.chunk_size} × {self.chunk_size}), their states ({self.n} × {self.d_k} × {self.d_v}) "
+            f"or their rows, {self.largest} numbers at most (twice that is allowed). A T × T score matrix, or one "
+            "state per token (a cumulative sum of the outer products k_t v_tᵀ), is what the chunks avoid"
+        )
+        if self.hit is None:
+            self.hit = message
+        raise ForbiddenCall(message)
+
+    def __enter__(self) -> _ChunkSizes:
+        _push_mode(self._mode)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        stack = _get_current_dispatch_mode_stack()
+        if stack and stack[-1] is self._mode:
+            _pop_mode()
+        elif self.hit is None:  # what the answer left on the stack is its own business: it broke a rule
+            self.hit = "your function switched off the check's watch of its torch operations; remove that code"
+
+
+def _chunk_sizes(case: dict) -> _ChunkSizes:
+    return _ChunkSizes(case["q"].shape[0], case["k"].shape[1], case["v"].shape[1], case["chunk_size"])
 
 
 def _chunk_at_length(t: int, generator: torch.Generator | None = None) -> dict:
@@ -181,24 +265,33 @@ def _chunk_at_length(t: int, generator: torch.Generator | None = None) -> dict:
         answers=LINEAR_ATTENTION,
         op_count=OpCount(
             _chunk_at_size,
-            sizes=(4, 32),
-            high=-0.5,
+            sizes=(2, 16),
+            high=0.5,
             size_name="chunk_size",
-            expect="A chunk form takes one step per chunk, T / C of them, so its count falls as the chunks grow; a "
-            "loop over single tokens, or one T × T matrix, runs as many operations at every chunk size.",
+            expect="With the number of chunks fixed (T = 16 C here), a chunk form runs as many operations at every "
+            "chunk size, whether it takes one step per chunk or handles all chunks at once; a loop over single "
+            "tokens runs some for each token, C times more at the larger C.",
         ),
         linear_cost=LinearCost(_chunk_at_length, lengths=(512, 4096)),
-        why="carry the state S from chunk to chunk and use T × T products nowhere: re-summing every earlier token in "
-        "each chunk, or slicing a T × T matrix, costs T²",
+        watch=_chunk_sizes,
+        why="carry the state S from chunk to chunk (a loop over the chunks, or a cumulative sum of the chunks' "
+        "states) and use T × T products nowhere: re-summing every earlier token in each chunk, or slicing a T × T "
+        "matrix, costs T²",
     ),
 )
 def check_chunk_linear_attention(chunk_linear_attention: Callable) -> bool:
     """Check ``chunk_linear_attention(q, k, v, chunk_size)``: per chunk ``O_n = Q_n S_n + (Q_n K_nᵀ ⊙ M) V_n``,
     ``S_{n+1} = S_n + K_nᵀ V_n``; any ``T`` (the last chunk may be short).
 
-    Beyond the values, the check counts the torch operations of one call at ``T = 64`` with ``C = 4`` and ``C = 32``
-    (a chunk form runs some per chunk, so fewer at the larger ``C``; a per-token loop or a hidden ``T × T`` matrix as
-    many at both) and times the function at ``T = 512`` and ``4096`` (a chunk form's cost is linear in ``T``; one that
-    re-sums the prefix in every chunk, or slices a ``T × T`` matrix, grows like ``T²``): such answers are refused
-    with a message, before chapter 02's cost measurement would trip over them.
+    Beyond the values, the check holds the answer to what a chunk form does, however it is written (a loop over the
+    chunks, or all chunks at once with a cumulative sum of their states):
+
+    * its operations, counted at 16 chunks of ``C = 2`` and of ``C = 16``: as many at both for a chunk form, ``C``
+      times more at the larger ``C`` for a loop over single tokens;
+    * its intermediate tensors (:class:`_ChunkSizes`): none larger than twice the chunk form's own largest array (the
+      scores, states or rows of all chunks), so no ``T × T`` matrix and no state per token;
+    * its CPU time at ``T = 512`` and ``4096``: linear in ``T``; one that re-sums the prefix in every chunk, or slices
+      a ``T × T`` matrix, grows like ``T²``.
+
+    Such answers are refused with a message, before chapter 02's cost measurement would trip over them.
     """
