@@ -1,8 +1,8 @@
 """Chapter 13's capstone checks accept a right answer at any point no named layer occupies, and reject the plausible
-wrong ones: a named layer's point or a named layer renamed, a named layer with a step size and gate of its own per token (the
-gated implicit step on unit keys; gated DeltaNet's op at β/(1+β)), an update that ignores the weights, another
-optimiser's step, a step that forgets the key's length, a layer that looks ahead (told so first) or steps otherwise than
-it forwards, a mix that keeps a parameter its point does not take, and a call of the framework itself.
+wrong ones: a named layer's point or a named layer renamed, a named layer with a step size and gate of its own per
+token (the gated implicit step on unit keys; gated DeltaNet's op at β/(1+β)), an update that ignores the weights,
+another optimiser's step, a step that forgets the key's length, a layer that looks ahead (told so first) or steps
+otherwise than it forwards, a mix that keeps a parameter its point does not take, and a call of the framework itself.
 
 That an unattempted stub is reported is tested for every check at once in test_contract.py.
 """
@@ -135,8 +135,8 @@ def calls_the_framework(state, q, k, v, beta, g):  # keeps the prefix and asks t
 @pytest.mark.parametrize(
     "step,initial_state,point,message",
     [
-        (rls_ignores_the_gate, rls_state, GATED_RLS, "RLS\): your update ignores or mistakes the weights"),
-        (constant_ridge, lambda d_k, d_v: (zeros(d_k, d_k), zeros(d_k, d_v)), GATED_RLS, "exact solve \(Mesa\)"),
+        (rls_ignores_the_gate, rls_state, GATED_RLS, r"RLS\): your update ignores or mistakes the weights"),
+        (constant_ridge, lambda d_k, d_v: (zeros(d_k, d_k), zeros(d_k, d_v)), GATED_RLS, r"exact solve \(Mesa\)"),
         (unit_key_step, window_state, WINDOW_LONGHORN, r"ε = β/\(1\+β\), which is right only for unit keys"),
     ],
     ids=["ignores the gate", "constant ridge (Mesa)", "β/(1+β)"],
@@ -309,7 +309,7 @@ def test_a_right_mixer_passes(registered, capsys, cls):
         (RenamedGatedDeltaNet, "it takes no beta: give mix and mix_step exactly those parameters"),
         (ReparametrisedGatedDeltaNet, "your mix computes gated DeltaNet with a step size and a gate of its own"),
         (IgnoresTheGate, "RLS\\): your layer ignores or mistakes the weights"),
-        (LooksAhead, "(?s)my_mixer \\(causal\\).*\\n  your layer looks ahead: its output at t depends on tokens after t"),
+        (LooksAhead, "(?s)my_mixer \\(causal\\).*\\n  your layer looks ahead: its output at t depends on tokens"),
         (MixesTheFuture, "(?s)my_mixer \\(causal\\).*\\n  your layer looks ahead"),
         (StepForgetsTheGate, "mix_step must take the same step as mix"),
         (NeedsBeta, "(?s)forward raised TypeError.*must take exactly the names op_inputs returns.* takes q, k, v, g"),

@@ -313,7 +313,7 @@ def _mixed(layer: Any, point: Point) -> Callable:
     def mix(q, k, v, beta, g):
         given = {"beta": beta, "g": g}
         inputs = {"q": q, "k": k, "v": v}
-        inputs.update({name: given[name] if name in _takes(point) else None for name in ("beta", "g") if name in accepts})
+        inputs.update({name: None for name in ("beta", "g") if name in accepts})  # not taken by the point: None
         inputs.update({name: given[name] for name in _takes(point)})
         nones = [name for name, x in inputs.items() if x is None]
         with torch.no_grad():
