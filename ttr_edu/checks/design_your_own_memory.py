@@ -178,7 +178,8 @@ def _zero_state(d_k: int, d_v: int) -> torch.Tensor:
 
 def check_my_step(my_step: Callable, initial_state: Callable = _zero_state, point: Point = SUGGESTED) -> bool:
     """Check ``my_step(state, q, k, v, beta, g) -> (o, state)`` from ``initial_state(d_k, d_v)`` at ``point``
-    (defaults: a zero ``D_k × D_v`` state, the chapter's suggested point :data:`SUGGESTED`).
+    (defaults: a zero ``D_k × D_v`` state, which suits first-order points only, and the chapter's suggested point
+    :data:`SUGGESTED`, whose state is ``(S, P)``: pass your own ``initial_state`` there).
 
     Over 4 sequences (different ``D_k``, ``D_v``, key lengths, step sizes and gates; longer than a window), the
     outputs of the learner's loop must be the framework's at ``point``: the objective's weights, its class and its

@@ -342,6 +342,8 @@ CAPSTONE_LABELS = {
     "gated_deltanet": "gated DeltaNet",
     "point": "gated implicit step (generic path)",
 }
+#: The shipped run's fourth model: the chapter's first default point. On a mixer's unit keys it is gated DeltaNet at
+#: the step β/(1+β), so the capstone's checks now refuse it; the run keeps it as such a reparametrised layer.
 CAPSTONE_POINT = Point.of("gates", "linear", "implicit_step")
 CAPSTONE_SHIPPED = "design_space_capstone.csv"
 
