@@ -1,7 +1,8 @@
 """Chapter 13's capstone checks accept a right answer at any point no named layer occupies, and reject the plausible
-wrong ones: a named layer's point or a named layer renamed, an update that ignores the weights, another optimiser's
-step, a step that forgets the key's length, a layer that looks ahead or steps otherwise than it forwards, and a call of
-the framework itself.
+wrong ones: a named layer's point or a named layer renamed, a named layer with a step size and gate of its own per
+token (the gated implicit step on unit keys; gated DeltaNet's op at β/(1+β)), an update that ignores the weights,
+another optimiser's step, a step that forgets the key's length, a layer that looks ahead (told so first) or steps
+otherwise than it forwards, a mix that keeps a parameter its point does not take, and a call of the framework itself.
 
 That an unattempted stub is reported is tested for every check at once in test_contract.py.
 """
@@ -14,9 +15,12 @@ from torch import nn
 from ttr_edu.checks import CheckFailed
 from ttr_edu.checks import design_your_own_memory as checks
 from ttr_edu.layers import GatedDeltaNet, Mixer, MixerSpec, register, unregister
+from ttr_edu.ops import gated_delta_rule_chunk
 from ttr_edu.regression.design_space import Point
 
-GATED_LONGHORN = Point.of("gates", "linear", "implicit_step")
+GATED_LONGHORN = Point.of("gates", "linear", "implicit_step")  # gated DeltaNet at β/(1+β) on unit keys: refused
+GATED_RLS = Point.of("gates", "linear", "rls")  # the default
+WINDOW_LONGHORN = Point.of("window", "linear", "implicit_step", window=4)
 
 
 def zeros(d_k, d_v):
@@ -57,14 +61,24 @@ def sliding_window_linear_attention(state, q, k, v, beta, g):  # window × linea
     return S.T @ q, (S, pairs)
 
 
+def window_implicit_step(state, q, k, v, beta, g, unit_keys=False):  # window × linear × implicit step
+    _, pairs = state
+    pairs = (pairs + [(k, v, beta)])[-4:]
+    S = zeros(k.shape[0], v.shape[0])
+    for k_i, v_i, b_i in pairs:  # each token re-runs the proximal step over its window's pairs, from zero
+        eps = b_i / (1 + b_i) if unit_keys else b_i / (1 + b_i * (k_i @ k_i))
+        S = S + eps * torch.outer(k_i, v_i - S.T @ k_i)
+    return S.T @ q, (S, pairs)
+
+
 @pytest.mark.parametrize(
     "step,initial_state,point",
     [
-        (gated_implicit_step, zeros, GATED_LONGHORN),
+        (window_implicit_step, window_state, WINDOW_LONGHORN),
         (forgetting_rls, forgetting_rls_state, Point.of("gates", "linear", "rls", ridge=0.5)),
         (sliding_window_linear_attention, window_state, Point.of("window", "linear", "gradient_step", window=4)),
     ],
-    ids=["gated implicit step", "forgetting-factor RLS", "sliding-window linear attention"],
+    ids=["sliding-window implicit step", "forgetting-factor RLS", "sliding-window linear attention"],
 )
 def test_a_right_update_passes_at_its_point(step, initial_state, point, capsys):
     assert checks.check_my_step(step, initial_state, point) is True
@@ -86,9 +100,23 @@ def explicit_step(state, q, k, v, beta, g):
 
 
 def unit_key_step(state, q, k, v, beta, g):  # right only when ‖k‖ = 1: the check's keys have other lengths
-    S = torch.exp(g) * state
-    S = S + beta / (1 + beta) * torch.outer(k, v - S.T @ k)
-    return S.T @ q, S
+    return window_implicit_step(state, q, k, v, beta, g, unit_keys=True)
+
+
+def rls_ignores_the_gate(state, q, k, v, beta, g):
+    return forgetting_rls(state, q, k, v, beta, torch.zeros_like(g))
+
+
+def rls_state(d_k, d_v):
+    return zeros(d_k, d_v), torch.eye(d_k, dtype=torch.float64) / 0.1
+
+
+def constant_ridge(state, q, k, v, beta, g):  # Mesa: the ridge kept at λ while the data fade
+    A, M = state
+    a = torch.exp(g)
+    A, M = a * A + torch.outer(k, k), a * M + torch.outer(k, v)
+    S = torch.linalg.solve(A + 0.1 * torch.eye(k.shape[0], dtype=torch.float64), M)
+    return S.T @ q, (A, M)
 
 
 def predicts_before_the_gate(state, q, k, v, beta, g):  # the error read from the undecayed state
@@ -100,27 +128,27 @@ def predicts_before_the_gate(state, q, k, v, beta, g):  # the error read from th
 def calls_the_framework(state, q, k, v, beta, g):  # keeps the prefix and asks the package for the answer
     state = state + [(q, k, v, beta, g)]
     Q, K, V, B, G = (torch.stack(x)[None, :, None] for x in zip(*state))
-    o, _ = GATED_LONGHORN.layer()(Q, K, V, beta=B, g=G, scale=1.0)
+    o, _ = WINDOW_LONGHORN.layer()(Q, K, V, beta=B, scale=1.0)
     return o[0, -1, 0], state
 
 
 @pytest.mark.parametrize(
-    "step,message",
+    "step,initial_state,point,message",
     [
-        (ignores_the_gate, "ignores or mistakes the weights"),
-        (explicit_step, "another optimiser's step"),
-        (unit_key_step, "wrong values"),
-        (predicts_before_the_gate, "wrong values"),
+        (rls_ignores_the_gate, rls_state, GATED_RLS, r"RLS\): your update ignores or mistakes the weights"),
+        (constant_ridge, lambda d_k, d_v: (zeros(d_k, d_k), zeros(d_k, d_v)), GATED_RLS, r"exact solve \(Mesa\)"),
+        (unit_key_step, window_state, WINDOW_LONGHORN, r"ε = β/\(1\+β\), which is right only for unit keys"),
     ],
+    ids=["ignores the gate", "constant ridge (Mesa)", "β/(1+β)"],
 )
-def test_a_wrong_update_fails_and_says_what_it_computes(step, message):
+def test_a_wrong_update_fails_and_says_what_it_computes(step, initial_state, point, message):
     with pytest.raises(CheckFailed, match=message):
-        checks.check_my_step(step, zeros, GATED_LONGHORN)
+        checks.check_my_step(step, initial_state, point)
 
 
 def test_the_framework_itself_is_not_an_answer():
     with pytest.raises(CheckFailed, match="package's own implementation"):
-        checks.check_my_step(calls_the_framework, lambda d_k, d_v: [], GATED_LONGHORN)
+        checks.check_my_step(calls_the_framework, lambda d_k, d_v: [], WINDOW_LONGHORN)
 
 
 @pytest.mark.parametrize(
@@ -134,6 +162,8 @@ def test_the_framework_itself_is_not_an_answer():
         (Point.of("uniform", "linear", "steps_per_token"), "it is DeltaProduct"),
         (Point.of("uniform", "linear", "momentum", eta=0.0, alpha=0.0), r"\(with η = α = 0 it is DeltaNet\)"),
         (Point.of("uniform", "kernel_smoother", "exact_solve"), "takes a linear memory"),
+        (GATED_LONGHORN, "computes gated DeltaNet with a step size and a gate of its own at each token"),
+        (Point.of("decay", "linear", "implicit_step"), "computes gated DeltaNet with a step size and a gate"),
         (Point.of("uniform", "kernel_smoother", "online_sgd"), "makes no layer"),
     ],
 )
@@ -145,69 +175,112 @@ def test_a_point_a_named_layer_occupies_is_refused(point, message):
 # -- part 2: the mixer -------------------------------------------------------------------------------------------------
 
 
-class MyMemory(Mixer):  # a right answer at the default point, as the solutions notebook writes it
+class MyMemory(Mixer):  # a right answer at the default point (gated RLS), as the solutions notebook writes it
     def __init__(self, hidden_size, num_heads=1, *, use_short_conv=True, conv_size=4, feature_map="silu"):
         super().__init__(hidden_size, num_heads, use_short_conv, conv_size, feature_map)
-        self.b_proj = nn.Linear(hidden_size, num_heads)
         self.g_proj = nn.Linear(hidden_size, num_heads)
+        nn.init.constant_(self.g_proj.bias, 3.0)
         self.o_norm = nn.RMSNorm(self.head_dim)
 
     def op_inputs(self, x, qkv):
         q, k = self._normed_qk(qkv)
         v = self._heads(qkv[..., 2 * self.hidden_size :])
-        return {"q": q, "k": k, "v": v, "beta": torch.sigmoid(self.b_proj(x)), "g": F.logsigmoid(self.g_proj(x))}
+        return {"q": q, "k": k, "v": v, "g": F.logsigmoid(self.g_proj(x))}
 
-    def update(self, S, q, k, v, beta, g):  # one token of every sequence and head: S (B, H, D, D)
-        S = torch.exp(g)[..., None, None] * S
-        eps = beta / (1 + beta * (k * k).sum(-1))
+    def update(self, S, P, q, k, v, g):  # one token of every sequence and head: S (B, H, D, D), P (B, H, D, D)
+        P = P / torch.exp(g)[..., None, None]
+        Pk = torch.einsum("bhij,bhj->bhi", P, k)
+        P = P - Pk[..., :, None] * Pk[..., None, :] / (1 + (k * Pk).sum(-1))[..., None, None]
         error = v - torch.einsum("bhkv,bhk->bhv", S, k)
-        S = S + eps[..., None, None] * k[..., :, None] * error[..., None, :]
-        return torch.einsum("bhkv,bhk->bhv", S, q), S
+        S = S + torch.einsum("bhij,bhj->bhi", P, k)[..., :, None] * error[..., None, :]
+        return torch.einsum("bhkv,bhk->bhv", S, q), S, P
 
-    def mix(self, q, k, v, beta, g):
-        S, outputs = q.new_zeros(q.shape[0], q.shape[2], q.shape[3], v.shape[3]), []
+    def mix(self, q, k, v, g):
+        memory, outputs = None, []
         for t in range(q.shape[1]):
-            o, S = self.update(S, q[:, t], k[:, t], v[:, t], beta[:, t], g[:, t])
+            o, memory = self.mix_step(memory, q[:, t : t + 1], k[:, t : t + 1], v[:, t : t + 1], g[:, t : t + 1])
             outputs.append(o)
-        return self.o_norm(torch.stack(outputs, 1))
+        return torch.cat(outputs, 1)
 
-    def mix_step(self, memory, q, k, v, beta, g):
-        S = q.new_zeros(q.shape[0], q.shape[2], q.shape[3], v.shape[3]) if memory is None else memory
-        o, S = self.update(S, q[:, 0], k[:, 0], v[:, 0], beta[:, 0], g[:, 0])
-        return self.o_norm(o[:, None]), S
+    def mix_step(self, memory, q, k, v, g):
+        if memory is None:
+            B, _, H, D = q.shape
+            eye = torch.eye(D, dtype=q.dtype) / 0.1
+            memory = (q.new_zeros(B, H, D, v.shape[-1]), eye.expand(B, H, D, D))
+        o, S, P = self.update(*memory, q[:, 0], k[:, 0], v[:, 0], g[:, 0])
+        return self.o_norm(o[:, None]), (S, P)
 
 
 class RenamedGatedDeltaNet(GatedDeltaNet):  # a named layer under a new name
     pass
 
 
+class ReparametrisedGatedDeltaNet(MyMemory):  # gated DeltaNet's op with the step β/(1+β), β = 0.5 (reviewer's w1f)
+    def mix(self, q, k, v, g):
+        beta = torch.full_like(g, 0.5)
+        return self.o_norm(gated_delta_rule_chunk(q, k, v, g, beta / (1 + beta), scale=1.0)[0])
+
+
 class IgnoresTheGate(MyMemory):
-    def update(self, S, q, k, v, beta, g):
-        return super().update(S, q, k, v, beta, torch.zeros_like(g))
+    def update(self, S, P, q, k, v, g):
+        return super().update(S, P, q, k, v, torch.zeros_like(g))
 
 
-class LooksAhead(MyMemory):  # its step size reads the whole sequence
+class LooksAhead(MyMemory):  # its gate reads the whole sequence
     def op_inputs(self, x, qkv):
         inputs = super().op_inputs(x, qkv)
-        inputs["beta"] = torch.sigmoid(self.b_proj(x.mean(1, keepdim=True).expand_as(x)))
+        inputs["g"] = F.logsigmoid(self.g_proj(x.mean(1, keepdim=True).expand_as(x)))
         return inputs
 
 
-class StepForgetsTheGate(MyMemory):
-    def mix_step(self, memory, q, k, v, beta, g):
-        return super().mix_step(memory, q, k, v, beta, torch.zeros_like(g))
+class MixesTheFuture(MyMemory):  # mix adds a little of the reversed sequence
+    def mix(self, q, k, v, g):
+        out = super().mix(q, k, v, g)
+        return out + 1e-3 * out.flip(1)
 
 
-class ExplicitStep(MyMemory):
-    def update(self, S, q, k, v, beta, g):
-        S = torch.exp(g)[..., None, None] * S
-        S = S + beta[..., None, None] * k[..., :, None] * (v - torch.einsum("bhkv,bhk->bhv", S, k))[..., None, :]
-        return torch.einsum("bhkv,bhk->bhv", S, q), S
+class NeedsBeta(MyMemory):  # uses a β its point (gated RLS) does not take
+    def mix(self, q, k, v, beta, g):
+        return super().mix(q, k, v, g) * (1 + beta.mean())
 
 
 class CallsTheFramework(MyMemory):
+    def mix(self, q, k, v, g):
+        return self.o_norm(GATED_RLS.layer()(q, k, v, g=g)[0])
+
+
+class StepNotWritten(MyMemory):  # mix is written (its own loop), mix_step is the stub
+    def mix(self, q, k, v, g):
+        B, T, H, D = q.shape
+        S, P = q.new_zeros(B, H, D, v.shape[-1]), (torch.eye(D, dtype=q.dtype) / 0.1).expand(B, H, D, D)
+        outputs = []
+        for t in range(T):
+            o, S, P = self.update(S, P, q[:, t], k[:, t], v[:, t], g[:, t])
+            outputs.append(o)
+        return self.o_norm(torch.stack(outputs, 1))
+
+    def mix_step(self, memory, q, k, v, g):
+        raise NotImplementedError()
+
+
+class StepForgetsTheGate(StepNotWritten):
+    def mix_step(self, memory, q, k, v, g):
+        return MyMemory.mix_step(self, memory, q, k, v, torch.zeros_like(g))
+
+
+class KeepsTheStubsBeta(StepNotWritten):  # mix(q, k, v, beta, g) as the old stub, β returned and unused: it passes
+    def __init__(self, hidden_size, num_heads=1, **kwargs):
+        super().__init__(hidden_size, num_heads, **kwargs)
+        self.b_proj = nn.Linear(hidden_size, num_heads)
+
+    def op_inputs(self, x, qkv):
+        return {**super().op_inputs(x, qkv), "beta": torch.sigmoid(self.b_proj(x))}
+
     def mix(self, q, k, v, beta, g):
-        return self.o_norm(GATED_LONGHORN.layer()(q, k, v, beta=beta, g=g)[0])
+        return StepNotWritten.mix(self, q, k, v, g)
+
+    def mix_step(self, memory, q, k, v, beta, g):
+        return MyMemory.mix_step(self, memory, q, k, v, g)
 
 
 @pytest.fixture
@@ -224,32 +297,42 @@ def registered():
         unregister(spec.name)
 
 
-def test_a_right_mixer_passes(registered, capsys):
-    assert checks.check_my_mixer(registered(MyMemory), GATED_LONGHORN) is True
-    assert "PASS my_mixer: mymemory is" in capsys.readouterr().out
+@pytest.mark.parametrize("cls", [MyMemory, KeepsTheStubsBeta])
+def test_a_right_mixer_passes(registered, capsys, cls):
+    assert checks.check_my_mixer(registered(cls), GATED_RLS) is True
+    assert f"PASS my_mixer: {cls.__name__.lower()} is" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize(
     "cls,message",
     [
-        (RenamedGatedDeltaNet, "your mix computes data-dependent gates · linear · online SGD \\(gated DeltaNet\\)"),
-        (IgnoresTheGate, "ignores or mistakes the weights"),
-        (LooksAhead, "step\\(\\) gives other outputs than its forward|looks ahead"),
+        (RenamedGatedDeltaNet, "it takes no beta: give mix and mix_step exactly those parameters"),
+        (ReparametrisedGatedDeltaNet, "your mix computes gated DeltaNet with a step size and a gate of its own"),
+        (IgnoresTheGate, "RLS\\): your layer ignores or mistakes the weights"),
+        (LooksAhead, "(?s)my_mixer \\(causal\\).*\\n  your layer looks ahead: its output at t depends on tokens"),
+        (MixesTheFuture, "(?s)my_mixer \\(causal\\).*\\n  your layer looks ahead"),
         (StepForgetsTheGate, "mix_step must take the same step as mix"),
-        (ExplicitStep, "another optimiser's step"),
+        (NeedsBeta, "(?s)forward raised TypeError.*must take exactly the names op_inputs returns.* takes q, k, v, g"),
         (CallsTheFramework, "package's own implementation"),
     ],
 )
 def test_a_wrong_mixer_fails_and_says_why(registered, cls, message):
     with pytest.raises(CheckFailed, match=message):
-        checks.check_my_mixer(registered(cls), GATED_LONGHORN)
+        checks.check_my_mixer(registered(cls), GATED_RLS)
+
+
+def test_the_default_point_of_the_first_version_is_refused_with_gated_deltanets_op(registered):
+    """The reviewer's renamed layer: gated DeltaNet's op at β/(1+β) at the gated implicit step, which on unit keys is
+    that op; the point itself is refused, naming the layer."""
+    with pytest.raises(CheckFailed, match="computes gated DeltaNet with a step size and a gate of its own at each"):
+        checks.check_my_mixer(registered(ReparametrisedGatedDeltaNet), GATED_LONGHORN)
 
 
 def test_a_spec_that_claims_a_named_layer_or_is_not_registered_is_refused(registered):
     with pytest.raises(CheckFailed, match="says it is the named layer 'gated_deltanet'"):
-        checks.check_my_mixer(registered(MyMemory, named_layer="gated_deltanet"), GATED_LONGHORN)
+        checks.check_my_mixer(registered(MyMemory, named_layer="gated_deltanet"), GATED_RLS)
     with pytest.raises(CheckFailed, match="register your spec first"):
-        checks.check_my_mixer(MixerSpec("never_registered", "never registered", MyMemory), GATED_LONGHORN)
+        checks.check_my_mixer(MixerSpec("never_registered", "never registered", MyMemory), GATED_RLS)
 
 
 class RawGate(MyMemory):  # the gate's projection used as g itself: exp(g) > 1 grows the memory without bound
@@ -262,13 +345,12 @@ class RawGate(MyMemory):  # the gate's projection used as g itself: exp(g) > 1 g
 
 
 class RawStepSize(MyMemory):  # β without the sigmoid: negative and above 1
+    def __init__(self, hidden_size, num_heads=1, **kwargs):
+        super().__init__(hidden_size, num_heads, **kwargs)
+        self.b_proj = nn.Linear(hidden_size, num_heads)
+
     def op_inputs(self, x, qkv):
         return {**super().op_inputs(x, qkv), "beta": self.b_proj(x)}
-
-
-class StepNotWritten(MyMemory):
-    def mix_step(self, memory, q, k, v, beta, g):
-        raise NotImplementedError()
 
 
 @pytest.mark.parametrize(
@@ -279,14 +361,15 @@ class StepNotWritten(MyMemory):
     ],
 )
 def test_op_inputs_out_of_their_ranges_fail(registered, cls, message):
+    point = GATED_RLS if cls is RawGate else Point.of("gates", "linear", "online_sgd")  # a point that takes β
     with pytest.raises(CheckFailed, match=message):
-        checks.check_my_mixer(registered(cls), GATED_LONGHORN)
+        checks._check_op_inputs(checks._layer(registered(cls)), point)
 
 
 def test_a_mixer_whose_step_is_the_stub_is_not_attempted(registered, capsys, monkeypatch):
     spec = registered(StepNotWritten)  # mix is right: the check used to go on and print PASS
-    assert checks.check_my_mixer(spec, GATED_LONGHORN) is False
+    assert checks.check_my_mixer(spec, GATED_RLS) is False
     assert "not attempted yet" in capsys.readouterr().out
     monkeypatch.setenv("NBGRADER_EXECUTION", "autograde")
     with pytest.raises(CheckFailed, match="not attempted"):
-        checks.check_my_mixer(spec, GATED_LONGHORN)
+        checks.check_my_mixer(spec, GATED_RLS)

@@ -73,6 +73,13 @@ def test_list_prints_every_chapter(capsys):
         assert path.name[:2] in out
 
 
+def test_list_counts_the_answers_marked_by_hand(capsys):
+    """Chapter 13's open question (an nbgrader task) is counted beside its two checked exercises."""
+    assert run("list") == 0
+    line = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("13"))
+    assert line.endswith("2 (+1 by hand)")
+
+
 def test_console_script_is_installed():
     result = subprocess.run(
         [sys.executable, "-m", "ttr_edu.course.cli", "--root", str(ROOT), "list"], capture_output=True, text=True

@@ -34,11 +34,11 @@ def _edited(gid: str, old: str, new: str) -> str:
     return source.replace(old, new)
 
 
-UNIT_KEY_STEP = _edited(STEP, "eps = beta / (1 + beta * (k @ k))", "eps = beta / (1 + beta)")
+IGNORES_THE_GATE = _edited(STEP, "P = P / torch.exp(g)", "P = P")
 RAW_GATE = _edited(MIXER, "g = torch.nn.functional.logsigmoid(self.g_proj(x))", "g = self.g_proj(x)")
 STEP_IS_THE_STUB = _edited(
     MIXER,
-    _solution(MIXER).split("def mix_step", 1)[1].split("def gated_implicit_step")[0].split(":\n", 1)[1],
+    _solution(MIXER).split("def mix_step", 1)[1].split("def gated_rls_step")[0].split(":\n", 1)[1],
     "        raise NotImplementedError()\n\n\n",
 )
 WINDOW_GRADIENT_STEP = """MY_POINT = Point.of("window", "linear", "gradient_step")  # a point of the student's own
@@ -57,17 +57,61 @@ def my_step(state, q, k, v, beta, g):
         S = S - lr * torch.outer(k0, v0)
     return S.T @ q, (S, pairs)
 """
-GATED_DELTANET = _edited(  # a right step, at a point a named layer occupies
-    STEP, "MY_POINT = checks.SUGGESTED", 'MY_POINT = Point.of("gates", "linear", "online_sgd")'
-).replace("eps = beta / (1 + beta * (k @ k))", "eps = beta")
+GATED_STEP = """MY_POINT = Point.of("gates", "linear", "{optimizer}")
+
+
+def initial_state(d_k, d_v):
+    return torch.zeros(d_k, d_v, dtype=torch.float64)
+
+
+def my_step(state, q, k, v, beta, g):
+    S = torch.exp(g) * state
+    eps = {eps}
+    S = S + eps * torch.outer(k, v - S.T @ k)
+    return S.T @ q, S
+"""
+GATED_DELTANET = GATED_STEP.format(optimizer="online_sgd", eps="beta")  # a right step, at a named layer's point
+GATED_IMPLICIT = GATED_STEP.format(optimizer="implicit_step", eps="beta / (1 + beta * (k @ k))")
+RENAMED_GATED_DELTANET = """from ttr_edu.ops import gated_delta_rule_chunk, gated_delta_rule_recurrent
+
+
+class MyMemory(Mixer):  # gated DeltaNet's own op with the step β/(1+β): on unit keys, the gated implicit step
+    def __init__(self, hidden_size, num_heads=1, *, use_short_conv=True, conv_size=4, feature_map="silu"):
+        super().__init__(hidden_size, num_heads, use_short_conv, conv_size, feature_map)
+        self.b_proj = torch.nn.Linear(hidden_size, num_heads)
+        self.g_proj = torch.nn.Linear(hidden_size, num_heads)
+        self.o_norm = torch.nn.RMSNorm(self.head_dim)
+
+    def op_inputs(self, x, qkv):
+        q, k = self._normed_qk(qkv)
+        v = self._heads(qkv[..., 2 * self.hidden_size :])
+        beta = torch.sigmoid(self.b_proj(x))
+        return {"q": q, "k": k, "v": v, "beta": beta, "g": torch.nn.functional.logsigmoid(self.g_proj(x))}
+
+    def mix(self, q, k, v, beta, g):
+        return self.o_norm(gated_delta_rule_chunk(q, k, v, g, beta / (1 + beta), scale=1.0)[0])
+
+    def mix_step(self, memory, q, k, v, beta, g):
+        o, S = gated_delta_rule_recurrent(
+            q, k, v, g, beta / (1 + beta), scale=1.0, initial_state=memory, output_final_state=True
+        )
+        return self.o_norm(o), S
+
+
+MY_SPEC = register(MixerSpec("my_memory", "my memory", MyMemory), replace=True)
+"""
 
 SUBMISSIONS = {  # name: (answers by grade id, points)
     "solved": ({STEP: _solution(STEP), MIXER: _solution(MIXER)}, 5),
     "unsolved": ({}, 0),
-    "wrong: the unit-key step size, a raw gate": ({STEP: UNIT_KEY_STEP, MIXER: RAW_GATE}, 0),
+    "wrong: the gate ignored, a raw gate": ({STEP: IGNORES_THE_GATE, MIXER: RAW_GATE}, 0),
     "13.1 right, 13.2 without its mix_step": ({STEP: _solution(STEP), MIXER: STEP_IS_THE_STUB}, 2),
     "13.1 at a point of the student's own": ({STEP: WINDOW_GRADIENT_STEP}, 2),
     "13.1 at gated DeltaNet's point": ({STEP: GATED_DELTANET}, 0),
+    "gated DeltaNet's op at β/(1+β), at the gated implicit step": (
+        {STEP: GATED_IMPLICIT, MIXER: RENAMED_GATED_DELTANET},
+        0,
+    ),
 }
 
 
@@ -102,10 +146,13 @@ def test_each_submission_scores_what_it_earns(name):
     assert any("check_my_mixer, check_my_step) are not declared for the engine" in p for p in report.problems)
     by_id = {v.grade_id: v for v in report.verdicts}
     if name.startswith("wrong"):
-        assert "wrong values" in by_id["test_check_my_step"].detail, verdicts
+        assert "ignores or mistakes the weights" in by_id["test_check_my_step"].detail, verdicts
         assert "op_inputs gave g from" in by_id["test_check_my_mixer"].detail, verdicts
     if name == "13.1 at gated DeltaNet's point":
         assert "is a named layer's point" in by_id["test_check_my_step"].detail, verdicts
+    if name.startswith("gated DeltaNet's op"):
+        for gid in ("test_check_my_step", "test_check_my_mixer"):
+            assert "computes gated DeltaNet with a step size and a gate of its own" in by_id[gid].detail, verdicts
 
 
 @pytest.mark.slow
@@ -141,7 +188,7 @@ def test_nbgrader_autograde_with_the_engine_gives_the_same_points(tmp_path):
     nbgrader("generate_assignment", "ch13", "--force")
     release = nbformat.read(course / "release" / "ch13" / NAME, as_version=4)
     want = {"solved": 5, "unsolved": 0, "wrong": 0}
-    names = {"solved": "solved", "unsolved": "unsolved", "wrong": "wrong: the unit-key step size, a raw gate"}
+    names = {"solved": "solved", "unsolved": "unsolved", "wrong": "wrong: the gate ignored, a raw gate"}
     for student, name in names.items():
         nb = copy.deepcopy(release)
         for cell in nb.cells:

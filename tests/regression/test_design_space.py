@@ -211,3 +211,35 @@ def test_every_valid_point_has_a_cost_and_a_rule():
             c = cost(point, 8, 8)
             assert c.state > 0 and c.flops > 0 and "FLOPs/token" in c.summary()
             assert isinstance(point.layer(), TestTimeRegression)
+
+
+@pytest.mark.parametrize("weights", ["gates", "decay", "uniform"])
+def test_rls_objective_renders_the_ridge_its_update_minimises(weights):
+    """RLS divides P by the weights' factor, so the ridge written into P₀ = I/λ fades with the data: the rendered
+    objective says so where the weights decay (its outputs are the fading-ridge solve, not Mesa's constant ridge),
+    and keeps the constant ridge under uniform weights."""
+    gen = torch.Generator().manual_seed(38)
+    T, D, lam = 12, 4, 0.1
+    q, k, v = (torch.randn(1, T, 1, D, generator=gen, dtype=torch.float64) for _ in range(3))
+    g = -1.2 * torch.rand(1, T, 1, generator=gen, dtype=torch.float64)
+    point = Point.of(weights, "linear", "rls", ridge=lam)
+    if weights == "decay":
+        g = torch.full_like(g, math.log(point.param("gamma")))
+    got = _run(point, q, k, v, g=g, scale=1.0)[0, :, 0]
+    log_alpha = g[0, :, 0] if weights != "uniform" else torch.zeros(T, dtype=torch.float64)
+    fading, constant = [], []
+    for t in range(T):
+        gamma = torch.exp(log_alpha[: t + 1].flip(0).cumsum(0).flip(0) - log_alpha[: t + 1])  # γ_i^{(t)}, i = 1..t
+        kk, kv = k[0, : t + 1, 0], v[0, : t + 1, 0]
+        A, M = (gamma[:, None] * kk).T @ kk, (gamma[:, None] * kk).T @ kv
+        ridge0 = lam * torch.exp(log_alpha[: t + 1].sum())  # λ γ_0^{(t)}
+        fading.append(torch.linalg.solve(A + ridge0 * torch.eye(D, dtype=torch.float64), M).T @ q[0, t, 0])
+        constant.append(torch.linalg.solve(A + lam * torch.eye(D, dtype=torch.float64), M).T @ q[0, t, 0])
+    fading, constant = torch.stack(fading), torch.stack(constant)
+    rendered = update_rule(point).objective.text
+    assert relative_error(got, fading) < 1e-9
+    if weights == "uniform":
+        assert "γ₀⁽ᵗ⁾" not in rendered and "λ/2‖m‖²" in rendered
+    else:
+        assert relative_error(got, constant) > 1e-3  # the constant ridge is another objective (Mesa's)
+        assert "λ/2·γ₀⁽ᵗ⁾‖m‖²" in rendered and "fades" in rendered

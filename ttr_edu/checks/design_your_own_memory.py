@@ -33,18 +33,18 @@ __all__ = ["check_my_step", "check_my_mixer", "point_outputs", "STEPPED", "SUGGE
 STEPPED = ("online_sgd", "implicit_step", "steps_per_token", "mini_batch_gd", "momentum")
 
 
-def _refuse_occupied(point) -> None:
+def _refuse_occupied(point, name: str = "my_step") -> None:
     """The capstone's rules about the point itself, before any answer is run."""
     if not isinstance(point, Point):
         raise CheckFailed(
-            f"my_step: expected your point as a design_space.Point (Point.of(...)), got {type(point).__name__}"
+            f"{name}: expected your point as a design_space.Point (Point.of(...)), got {type(point).__name__}"
         )
     problem = point.problem()
     if problem is not None:
-        raise CheckFailed(f"my_step: your point {point.describe()} makes no layer: {problem}")
+        raise CheckFailed(f"{name}: your point {point.describe()} makes no layer: {problem}")
     if point.function_class != "linear":
         raise CheckFailed(
-            f"my_step: the capstone takes a linear memory (a state S of D_k × D_v and what your rule carries "
+            f"{name}: the capstone takes a linear memory (a state S of D_k × D_v and what your rule carries "
             f"with it); your point has the class {point.choice('function_class').label!r}"
         )
     identity = identify(point)
@@ -52,7 +52,18 @@ def _refuse_occupied(point) -> None:
         equals = "; ".join(e[0].lower() + e[1:].rstrip(".") for e in identity.equals)  # sentences, inside brackets
         how = f"it is {LAYER_LABELS[identity.same_as]}" if identity.name else equals
         raise CheckFailed(
-            f"my_step: {point.describe()} is a named layer's point ({how}); pick one that no named layer occupies"
+            f"{name}: {point.describe()} is a named layer's point ({how}); pick one that no named layer occupies"
+        )
+    if point.optimizer == "steps_per_token":
+        return  # several pairs per token: the op's inputs are not one pair per token (its step is checked as is)
+    case = _probe_case(point)
+    family = _named_up_to_steps(case, _framework_mix(point, None, **case))
+    if family is not None:
+        raise CheckFailed(
+            f"{name}: on unit keys, as a mixer's keys are, {point.describe()} computes {family} with a step size and a "
+            "gate of its own at each token: a named layer up to a change of β and g (the implicit step, for one, is "
+            "online SGD at ε = β/(1+β) when ‖k‖ = 1). Pick a point that is new even on unit keys, such as "
+            f"{SUGGESTED.describe()} (section 6's table)"
         )
 
 
@@ -139,6 +150,13 @@ def _what_it_computes(run: Callable, point: Point) -> str:
         "weights": "your update ignores or mistakes the weights",
         "optimizer": "your update takes another optimiser's step",
     }
+    if point.optimizer == "implicit_step":  # the step size of unit keys: right on the mixer's keys, wrong here
+        sgd, unit = point.replace("optimizer", "online_sgd"), {**case, "beta": case["beta"] / (1 + case["beta"])}
+        if relative_error(got, point_outputs(sgd, **unit)) < 1e-6:
+            return (
+                "\n  your step uses ε = β/(1+β), which is right only for unit keys: the implicit step's size is "
+                "ε = β/(1+β‖k‖²), and the check's keys have lengths from 0.6 to 1.4"
+            )
     for axis, other in candidates:
         if relative_error(got, point_outputs(other, **case)) < 1e-6:
             named = identify(other).name
@@ -148,8 +166,10 @@ def _what_it_computes(run: Callable, point: Point) -> str:
     return ""
 
 
-#: The chapter's suggested point: gated weights, a linear memory, the implicit step (no named layer sits there).
-SUGGESTED = Point.of("gates", "linear", "implicit_step")
+#: The chapter's suggested point: gated weights, a linear memory, the exact solve by recursive least squares (gated
+#: RLS: Sherman–Morrison with a forgetting factor, whose ridge fades with the data). No named layer computes it, even
+#: on unit keys with a step or gate of its own: Mesa's ridge stays, and no rank-one step along ``k_t`` is RLS's.
+SUGGESTED = Point.of("gates", "linear", "rls")
 
 
 def _zero_state(d_k: int, d_v: int) -> torch.Tensor:
@@ -158,7 +178,8 @@ def _zero_state(d_k: int, d_v: int) -> torch.Tensor:
 
 def check_my_step(my_step: Callable, initial_state: Callable = _zero_state, point: Point = SUGGESTED) -> bool:
     """Check ``my_step(state, q, k, v, beta, g) -> (o, state)`` from ``initial_state(d_k, d_v)`` at ``point``
-    (defaults: a zero ``D_k × D_v`` state, the chapter's suggested point :data:`SUGGESTED`).
+    (defaults: a zero ``D_k × D_v`` state, which suits first-order points only, and the chapter's suggested point
+    :data:`SUGGESTED`, whose state is ``(S, P)``: pass your own ``initial_state`` there).
 
     Over 4 sequences (different ``D_k``, ``D_v``, key lengths, step sizes and gates; longer than a window), the
     outputs of the learner's loop must be the framework's at ``point``: the objective's weights, its class and its
@@ -213,6 +234,52 @@ def _op_case(point: Point, seed: int) -> dict:
     }
 
 
+def _probe_case(point: Point) -> dict:
+    """:func:`_op_case`, with each sequence's second key orthogonal to its first: then every step of a rank-one
+    update can be read off the outputs (:func:`_named_up_to_steps`)."""
+    case = _op_case(point, 1450)
+    k0, k1 = case["k"][:, 0], case["k"][:, 1]
+    k1 = k1 - (k1 * k0).sum(-1, keepdim=True) * k0
+    case["k"][:, 1] = k1 / torch.linalg.vector_norm(k1, dim=-1, keepdim=True)
+    return case
+
+
+#: What the rank-one fit calls the layers it reproduces: with a delta term, and without one.
+_FAMILIES = ("gated DeltaNet", "gated linear attention")
+
+
+def _named_up_to_steps(case: dict, outputs: Any, norm_weight: torch.Tensor | None = None) -> str | None:
+    """Whether ``outputs`` ``(B, T, H, D_v)`` on ``case`` (unit keys) are those of a named first-order layer with a
+    step and a gate of their own at every token: the family ``S_t = a_t S_{t-1} + k_t (b_t v_t − c_t S_{t-1}^T k_t)^T``,
+    ``o_t ∝ S_t^T q_t``, which holds linear attention, gated linear attention, DeltaNet, gated DeltaNet and Longhorn
+    (and DeltaProduct on one pair) for any β and g. Token by token, the three numbers ``a_t, b_t, c_t`` are fitted by
+    least squares to the output's direction (an output norm hides its scale, and the family absorbs a scale into the
+    next token's numbers); the outputs are the family's when every token fits to a relative ``1e-8``. Returns the
+    family's name (:data:`_FAMILIES`: with a delta term ``c_t``, or without), or None."""
+    if not isinstance(outputs, torch.Tensor) or outputs.shape != case["v"].shape or not outputs.is_floating_point():
+        return None
+    q, k, v = case["q"], case["k"], case["v"]
+    o = outputs.detach().to(torch.float64)
+    if norm_weight is not None and norm_weight.shape == o.shape[-1:] and bool((norm_weight != 0).all()):
+        o = o / norm_weight.detach().to(torch.float64)  # an RMSNorm's gain: what is left is the output's direction
+    if not bool(torch.isfinite(o).all()):
+        return None
+    S = q.new_zeros(q.shape[0], q.shape[2], q.shape[3], v.shape[3])
+    delta = 0.0
+    for t in range(q.shape[1]):
+        qt, kt, vt, ot = q[:, t], k[:, t], v[:, t], o[:, t]
+        kq = (kt * qt).sum(-1, keepdim=True)
+        Sk = torch.einsum("bhkv,bhk->bhv", S, kt)
+        basis = torch.stack([torch.einsum("bhkv,bhk->bhv", S, qt), vt * kq, -Sk * kq], -1)
+        x = torch.linalg.lstsq(basis, ot[..., None], driver="gelsd").solution[..., 0]
+        miss = torch.linalg.vector_norm((basis @ x[..., None])[..., 0] - ot, dim=-1)
+        if bool((miss > 1e-8 * torch.linalg.vector_norm(ot, dim=-1).clamp_min(1e-12)).any()):
+            return None
+        delta = max(delta, float((x[..., 2].abs() / x.abs().amax(-1).clamp_min(1e-300)).max()))
+        S = x[..., 0, None, None] * S + kt[..., :, None] * (x[..., 1, None] * vt - x[..., 2, None] * Sk)[..., None, :]
+    return _FAMILIES[0] if delta > 1e-6 else _FAMILIES[1]
+
+
 def _takes(point: Point) -> tuple[str, ...]:
     """The op inputs the point uses besides ``q, k, v``."""
     return ("beta",) * (point.optimizer in STEPPED) + ("g",) * (point.weights == "gates")
@@ -234,17 +301,36 @@ def _framework_mix(point: Point, layer: Any, q, k, v, beta, g, regression: Any =
 
 
 def _mixed(layer: Any, point: Point) -> Callable:
-    """The learner's ``mix`` called with the op inputs the point takes."""
+    """The learner's ``mix`` called with the op inputs the point takes (``q, k, v`` and, where the point takes them,
+    ``beta`` and ``g``); a ``beta`` or ``g`` parameter the point does not take gets None, so a ``mix`` that kept the
+    stub's parameters runs at any point."""
+    import inspect
+
+    try:
+        accepts = set(inspect.signature(layer.mix).parameters)
+    except (TypeError, ValueError):
+        accepts = set()
 
     def mix(q, k, v, beta, g):
-        inputs = {
-            "q": q,
-            "k": k,
-            "v": v,
-            **{name: x for name, x in (("beta", beta), ("g", g)) if name in _takes(point)},
-        }
+        given = {"beta": beta, "g": g}
+        inputs = {"q": q, "k": k, "v": v}
+        inputs.update({name: None for name in ("beta", "g") if name in accepts})  # not taken by the point: None
+        inputs.update({name: given[name] for name in _takes(point)})
+        nones = [name for name, x in inputs.items() if x is None]
         with torch.no_grad():
-            return layer.mix(**inputs)
+            try:
+                return layer.mix(**inputs)
+            except Exception as err:
+                if not nones and not (isinstance(err, TypeError) and "argument" in str(err)):
+                    raise  # the learner's own bug, reported with its case
+                takes = ", ".join(["q", "k", "v", *_takes(point)] + [f"{name}=None" for name in nones])
+                raise CheckFailed(
+                    f"your mix raised {type(err).__name__}: {err}\n  the check called mix({takes}): the inputs your "
+                    f"point {point.describe()} takes, as op_inputs should return them"
+                    + (f" (it takes no {' and no '.join(nones)}: " if nones else " (")
+                    + "give mix and mix_step exactly those parameters: drop beta where your point has no step size, "
+                    "g where its weights are not gates)"
+                ) from None
 
     mix.__name__ = "mix"
     mix.__wrapped__ = layer.mix
@@ -268,14 +354,29 @@ def _step_gap(layer: Any) -> Callable:
     return gap
 
 
-def _lookahead(layer: Any) -> Callable:
+def _lookahead(layer: Any, point: Point) -> Callable:
     """``max |Δ output|`` at the first 6 positions when the inputs from position 6 on change: 0 for a causal layer."""
 
     def change(x):
         later = x.clone()
         later[:, 6:] += 1.0
         with torch.no_grad():
-            return float((layer(x)[:, :6] - layer(later)[:, :6]).abs().max())
+            try:
+                now, then = layer(x), layer(later)
+            except TypeError as err:
+                if "argument" not in str(err):
+                    raise
+                takes = ", ".join(["q", "k", "v", *_takes(point)])
+                raise CheckFailed(
+                    f"your layer's forward raised TypeError: {err}\n  forward calls mix(**op_inputs(...)): mix and "
+                    f"mix_step must take exactly the names op_inputs returns. Your point {point.describe()} takes "
+                    f"{takes}: return those from op_inputs, and drop beta where your point has no step size, g where "
+                    "its weights are not gates"
+                ) from None
+        if not (bool(torch.isfinite(now).all()) and bool(torch.isfinite(then).all())):
+            _check_op_inputs(layer, point)  # a raw gate or step says so
+            raise CheckFailed("your layer's output is not finite on 9 tokens of random input")
+        return float((now[:, :6] - then[:, :6]).abs().max())
 
     change.__name__ = "lookahead"
     change.__wrapped__ = layer.mix
@@ -319,6 +420,16 @@ def _what_the_layer_computes(mix: Callable, layer: Any, point: Point) -> str:
         got = mix(**case)
     except Exception:  # any error: the failure already reported says what went wrong
         return ""
+    probe = _probe_case(point)
+    try:
+        family = _named_up_to_steps(probe, mix(**probe), getattr(getattr(layer, "o_norm", None), "weight", None))
+    except Exception:  # any error: the failure already reported says what went wrong
+        family = None
+    if family is not None:
+        return (
+            f"\n  your mix computes {family} with a step size and a gate of its own at each token (β/(1+β), say): "
+            "a named layer up to a change of β and g, not your point"
+        )
     candidates = [
         (axis, point.replace(axis, key)) for axis in AXES for key in CHOICES[axis] if key != getattr(point, axis)
     ]
@@ -348,11 +459,15 @@ def check_my_mixer(spec: Any, point: Point = SUGGESTED) -> bool:
     The spec must be registered (``register(spec)``) and name no layer of ``NAMED_LAYERS``; built at
     ``hidden_size = 16``, two heads, in float64:
 
+    * it is causal: outputs do not change when later inputs do (tested first: a layer that looks ahead fails every
+      other test too, and is told that it looks ahead);
     * its ``mix`` on unit keys and queries, step sizes and gates is the regression framework's output at ``point``
-      (through the layer's ``o_norm`` if it has one; otherwise at fla's scale ``D^-1/2``): the op is the point's;
+      (through the layer's ``o_norm`` if it has one; otherwise at fla's scale ``D^-1/2``): the op is the point's. It
+      is called with the inputs the point takes (a ``beta`` or ``g`` parameter the point does not take gets None);
     * its ``step``, token by token from ``initial_state``, gives its ``forward``;
-    * it is causal: outputs do not change when later inputs do;
-    * it computes none of the named layers on the same inputs.
+    * it computes none of the named layers on the same inputs, nor a first-order named layer with a step size and a
+      gate of its own at each token (:func:`_named_up_to_steps`; the point itself is refused when the framework's
+      output there is one, as the gated implicit step's is on unit keys).
 
     Raises:
         CheckFailed: a spec that is not registered or that claims a named layer; a point a named layer occupies;
@@ -361,7 +476,7 @@ def check_my_mixer(spec: Any, point: Point = SUGGESTED) -> bool:
     """
     from ttr_edu.layers import REGISTRY, Mixer, MixerSpec
 
-    _refuse_occupied(point)
+    _refuse_occupied(point, "my_mixer")
     if not isinstance(spec, MixerSpec) and callable(spec):  # a function that builds the spec: run it first
         try:
             spec = spec()
@@ -388,6 +503,20 @@ def check_my_mixer(spec: Any, point: Point = SUGGESTED) -> bool:
     layer = _layer(spec)
     mix = _mixed(layer, point)
     choices = point.objects()
+    inputs = [
+        {"x": torch.randn(_BATCH, 9, _HIDDEN, generator=torch.Generator().manual_seed(s), dtype=torch.float64)}
+        for s in (1500, 1501)
+    ]
+    try:  # first: a layer that looks ahead fails every later test too, and should hear why
+        if not run_check("my_mixer (causal)", _lookahead(layer, point), lambda x: 0.0, inputs, rtol=0.0, atol=1e-9):
+            return False  # a method is still the stub
+    except CheckFailed as failure:
+        if "your function raised" in str(failure) or "not finite" in str(failure):
+            raise
+        raise CheckFailed(
+            f"{failure}\n  your layer looks ahead: its output at t depends on tokens after t (the outputs before "
+            "token 6 change when later tokens change). Use only tokens ≤ t in op_inputs and in mix"
+        ) from None
 
     def reference(q, k, v, beta, g):  # the framework at the point, built here: a mix that calls it is not an answer
         return _framework_mix(point, layer, q, k, v, beta, g, regression=TestTimeRegression(*choices))
@@ -398,10 +527,6 @@ def check_my_mixer(spec: Any, point: Point = SUGGESTED) -> bool:
             return False
     except CheckFailed as failure:
         raise CheckFailed(f"{failure}{_what_the_layer_computes(mix, layer, point)}") from None
-    inputs = [
-        {"x": torch.randn(_BATCH, 9, _HIDDEN, generator=torch.Generator().manual_seed(s), dtype=torch.float64)}
-        for s in (1500, 1501)
-    ]
     _check_op_inputs(layer, point)
     try:
         if not run_check("my_mixer (step == forward)", _step_gap(layer), lambda x: 0.0, inputs, rtol=0.0, atol=1e-9):
@@ -411,12 +536,6 @@ def check_my_mixer(spec: Any, point: Point = SUGGESTED) -> bool:
             f"{failure}\n  your layer's step() gives other outputs than its forward(): mix_step must take the same "
             "step as mix, one token at a time, from initial_memory"
         ) from None
-    try:
-        run_check("my_mixer (causal)", _lookahead(layer), lambda x: 0.0, inputs, rtol=0.0, atol=1e-9)
-    except CheckFailed as failure:
-        raise CheckFailed(
-            f"{failure}\n  the outputs before token 6 change when later tokens change: your mix looks ahead"
-        ) from None
     case = cases[0]
     ours = mix(**case)
     for name in NAMED_LAYERS:
@@ -425,5 +544,12 @@ def check_my_mixer(spec: Any, point: Point = SUGGESTED) -> bool:
             continue  # a kernel cache, an MLP or several pairs per token: not this layer's inputs
         if relative_error(ours, _framework_mix(other, layer, **case)) < 1e-6:
             raise CheckFailed(f"my_mixer: your layer computes {LAYER_LABELS[name]}, a named layer, on these inputs")
+    probe = _probe_case(point)
+    family = _named_up_to_steps(probe, mix(**probe), getattr(getattr(layer, "o_norm", None), "weight", None))
+    if family is not None:
+        raise CheckFailed(
+            f"my_mixer: your layer computes {family} with a step size and a gate of its own at each token: a named "
+            "layer up to a change of β and g"
+        )
     print(f"PASS my_mixer: {spec.name} is {point.describe()}, distinct from every named layer.")
     return True

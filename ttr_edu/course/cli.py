@@ -49,7 +49,8 @@ def cmd_list(args: argparse.Namespace) -> int:
     width = max(len("chapter"), *(len(t) for t in titles))
     print(f"{'#':>2}  {'chapter':<{width}}  exercises")
     for chapter, title in zip(chapters, titles):
-        print(f"{chapter.number:>2}  {title:<{width}}  {chapter.n_exercises:>9}")
+        by_hand = f" (+{chapter.n_by_hand} by hand)" if chapter.n_by_hand else ""
+        print(f"{chapter.number:>2}  {title:<{width}}  {chapter.n_exercises:>9}{by_hand}")
     return 0
 
 

@@ -58,12 +58,14 @@ class NotebookError(ValueError):
 
 @dataclass(frozen=True)
 class Chapter:
-    """One chapter: its two-digit number, its slug and its title (the notebook's first heading)."""
+    """One chapter: its two-digit number, its slug and its title (the notebook's first heading); ``n_exercises``
+    answer cells, and ``n_by_hand`` answers an instructor marks by hand (nbgrader tasks)."""
 
     number: str
     slug: str
     title: str
     n_exercises: int
+    n_by_hand: int = 0
 
     @property
     def filename(self) -> str:
@@ -169,6 +171,10 @@ def _exercise_count(nb: dict) -> int:
     return sum(cell.get("metadata", {}).get("nbgrader", {}).get("solution", False) for cell in nb["cells"])
 
 
+def _task_count(nb: dict) -> int:
+    return sum(bool(cell.get("metadata", {}).get("nbgrader", {}).get("task", False)) for cell in nb["cells"])
+
+
 def _title(nb: dict, fallback: str) -> str:
     for cell in nb["cells"]:
         if cell.get("cell_type") == "markdown":
@@ -198,7 +204,7 @@ def list_chapters(root: Path, folder: str = "solutions") -> list[Chapter]:
                 raise NotebookError(f"{path}: not a readable notebook ({type(err).__name__})") from err
             if not isinstance(cells, list):
                 raise NotebookError(f"{path}: not a readable notebook (its cells are not a list)")
-            chapters.append(Chapter(match[1], match[2], _title(nb, match[2]), _exercise_count(nb)))
+            chapters.append(Chapter(match[1], match[2], _title(nb, match[2]), _exercise_count(nb), _task_count(nb)))
     return chapters
 
 

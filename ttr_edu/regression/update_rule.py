@@ -355,6 +355,12 @@ def update_rule(point: Point) -> UpdateRule:
         point.optimizer in ("exact_solve", "conjugate_gradient", "rls") and point.function_class != "kernel_smoother"
     )
     penalty = (r" + \tfrac{\lambda}{2}\lVert m\rVert^2", " + λ/2‖m‖²") if ridge else ("", "")
+    if ridge and point.optimizer == "rls" and weights.factor is not None:
+        # RLS divides P by the factor: the ridge, written once into P₀ = I/λ, is discounted with the old pairs
+        penalty = (
+            r" + \tfrac{\lambda}{2}\,\gamma_0^{(t)}\lVert m\rVert^2 \text{ (the ridge fades with the data)}",
+            " + λ/2·γ₀⁽ᵗ⁾‖m‖² (the ridge fades with the data)",
+        )
     objective = Formula(
         rf"m_t = \arg\min_{{m \in {cls.space.latex}}} \tfrac12 \sum_{{{rng}}} \gamma_i^{{(t)}} "
         rf"\lVert v_i - m(k_i)\rVert^2{penalty[0]}",
