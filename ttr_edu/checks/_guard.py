@@ -128,6 +128,14 @@ AUTOGRAD = (
 )
 
 
+def backward_ops() -> tuple[str, ...]:
+    """The aten operators that are autograd's derivative kernels (``gelu_backward``, ``_softmax_backward_data``, ...):
+    ruled out with autograd, since calling one (``torch.ops.aten.gelu_backward``) is taking autograd's derivative.
+    ``aten::_backward`` (``Tensor.backward``'s own) is left to the call trace, which names it."""
+    names = {name.split("::", 1)[1].split(".", 1)[0] for name in torch._C._dispatch_get_all_op_names()}
+    return tuple(sorted(n for n in names if (n.endswith("_backward") or "_backward_" in n) and n != "_backward"))
+
+
 @dataclass(frozen=True)
 class Forbidden:
     """What one answer may not reach, resolved to objects. ``codes``: code object -> message when it starts running;
@@ -264,6 +272,11 @@ def forbidden(
     autograd = None
     if no_autograd:
         autograd = f"your function used autograd, which this exercise rules out{tail}"
+        ops = ops | {  # refused at the dispatcher, as the solvers are
+            op: f"your function used autograd's derivative kernel (torch.ops.aten.{op}), which this exercise rules "
+            f"out{tail}"
+            for op in backward_ops()
+        }
         for dotted in AUTOGRAD:
             value = _resolve(dotted)
             if value is None:
