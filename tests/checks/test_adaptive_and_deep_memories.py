@@ -493,3 +493,87 @@ def test_the_packages_own_steps_are_not_answers():
         checks.check_longhorn_step(by_step_size)
     with pytest.raises(CheckFailed, match=r"calls the package's own implementation \(.*rotation_keys_spec"):
         checks.check_rotation_keys(checks.rotation_keys_spec)
+
+
+# -- finite differences and autograd's derivative kernels: right numbers, but not the derivation the text asks for ----
+
+
+def momentum_by_finite_differences(S, U, k, v, beta, eta, alpha):  # central differences: exact for a quadratic
+    grad_S, h = torch.zeros_like(S), 1e-4
+    for i in range(S.shape[0]):
+        for j in range(S.shape[1]):
+            E = torch.zeros_like(S)
+            E[i, j] = h
+            up, down = (0.5 * ((X.T @ k - v) ** 2).sum() for X in (S + E, S - E))
+            grad_S[i, j] = (up - down) / (2 * h)
+    U_new = eta * U - beta * grad_S
+    return (1 - alpha) * S + U_new, U_new
+
+
+def _batched_differences(X, loss, h):  # every weight perturbed at once, one batched evaluation
+    E = h * torch.eye(X.numel(), dtype=X.dtype).view(X.numel(), *X.shape)
+    return ((loss(X + E) - loss(X - E)) / (2 * h)).view_as(X)
+
+
+def momentum_by_batched_differences(S, U, k, v, beta, eta, alpha):
+    grad_S = _batched_differences(S, lambda X: 0.5 * ((X.transpose(-1, -2) @ k - v) ** 2).sum(-1), 1e-4)
+    U_new = eta * U - beta * grad_S
+    return (1 - alpha) * S + U_new, U_new
+
+
+def mlp_by_finite_differences(W1, W2, k, v, lr):
+    def numeric(X, loss, h=1e-5):
+        G = torch.zeros_like(X)
+        for i in range(X.numel()):
+            E = torch.zeros(X.numel(), dtype=X.dtype)
+            E[i] = h
+            G.view(-1)[i] = (loss(X + E.view_as(X)) - loss(X - E.view_as(X))) / (2 * h)
+        return G
+
+    return (
+        W1 - lr * numeric(W1, lambda A: mlp_loss(A, W2, k, v)),
+        W2 - lr * numeric(W2, lambda B: mlp_loss(W1, B, k, v)),
+    )
+
+
+def mlp_by_batched_differences(W1, W2, k, v, lr):
+    def loss1(A):
+        return 0.5 * ((torch.nn.functional.gelu(k @ A) @ W2 - v) ** 2).sum(-1)
+
+    def loss2(B):
+        return 0.5 * ((torch.nn.functional.gelu(k @ W1) @ B - v) ** 2).sum(-1)
+
+    return W1 - lr * _batched_differences(W1, loss1, 1e-5), W2 - lr * _batched_differences(W2, loss2, 1e-5)
+
+
+def mlp_by_gelu_backward(W1, W2, k, v, lr):  # GELU′ from autograd's own derivative kernel
+    a = k @ W1
+    h = torch.nn.functional.gelu(a)
+    delta = h @ W2 - v
+    return W1 - lr * torch.outer(k, torch.ops.aten.gelu_backward(W2 @ delta, a)), W2 - lr * torch.outer(h, delta)
+
+
+@pytest.mark.parametrize(
+    "check,answer",
+    [
+        (checks.check_momentum_step, momentum_by_finite_differences),
+        (checks.check_momentum_step, momentum_by_batched_differences),
+        (checks.check_mlp_gradient_step, mlp_by_finite_differences),
+        (checks.check_mlp_gradient_step, mlp_by_batched_differences),
+    ],
+    ids=["8.3 looped", "8.3 batched", "8.4 looped", "8.4 batched"],
+)
+def test_finite_differences_are_refused(check, answer):
+    with pytest.raises(CheckFailed, match=r"numbers per weight|per weight \(a derived gradient"):
+        check(answer)
+
+
+def mlp_by_gelu_backward_in_inference_mode(W1, W2, k, v, lr):  # the same, below autograd's dispatch keys
+    with torch.inference_mode():
+        return tuple(W.clone() for W in mlp_by_gelu_backward(W1, W2, k, v, lr))
+
+
+@pytest.mark.parametrize("answer", [mlp_by_gelu_backward, mlp_by_gelu_backward_in_inference_mode])
+def test_autograds_derivative_kernels_are_refused(answer):
+    with pytest.raises(CheckFailed, match=r"derivative kernel \(torch\.ops\.aten\.gelu_backward\)"):
+        checks.check_mlp_gradient_step(answer)

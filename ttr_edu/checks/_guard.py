@@ -34,6 +34,7 @@ Two ways to hold an answer to them:
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib
 import os
@@ -48,6 +49,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode, _get_current_dispatch_mode_stack, _pop_mode
 
 __all__ = ["ForbiddenCall", "Forbidden", "forbidden", "watching", "lock_down", "SOLVER_OPS", "AUTOGRAD", "SOLVERS"]
 
@@ -128,6 +130,15 @@ AUTOGRAD = (
     "torch.func.hessian",
     "torch.func.linearize",
 )
+
+
+@functools.cache
+def backward_ops() -> frozenset[str]:
+    """The aten operators that are autograd's derivative kernels (``gelu_backward``, ``_softmax_backward_data``, ...):
+    ruled out with autograd, since calling one (``torch.ops.aten.gelu_backward``) is taking autograd's derivative.
+    ``aten::_backward`` (``Tensor.backward``'s own) is left to the call trace, which names it."""
+    names = {name.split("::", 1)[1].split(".", 1)[0] for name in torch._C._dispatch_get_all_op_names()}
+    return frozenset(n for n in names if (n.endswith("_backward") or "_backward_" in n) and n != "_backward")
 
 
 @dataclass(frozen=True)
@@ -266,6 +277,11 @@ def forbidden(
     autograd = None
     if no_autograd:
         autograd = f"your function used autograd, which this exercise rules out{tail}"
+        ops = ops | {  # refused at the dispatcher, as the solvers are (see watching for the student's kernel)
+            op: f"your function used autograd's derivative kernel (torch.ops.aten.{op}), which this exercise rules "
+            f"out{tail}"
+            for op in sorted(backward_ops())
+        }
         for dotted in AUTOGRAD:
             value = _resolve(dotted)
             if value is None:
@@ -374,13 +390,37 @@ def _refuse_now(message: str):
     raise ForbiddenCall(message)
 
 
+class _DirectBackward(TorchDispatchMode):
+    """Refuses autograd's derivative kernels (``ops``: name -> message) when the answer calls them itself, and lets
+    autograd's engine run them: its use is the call trace's to report, after the answer's values (a wrong answer is
+    shown as wrong first)."""
+
+    def __init__(self, ops: dict[str, str]) -> None:
+        super().__init__()
+        self.ops = ops
+
+    @classmethod
+    def _should_skip_dynamo(cls) -> bool:
+        return False  # nothing here is compiled: no need to import torch._dynamo
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        message = self.ops.get(func._schema.name.partition("::")[2])
+        if message is not None and torch._C._current_autograd_node() is None:
+            raise ForbiddenCall(message)
+        return func(*args, **(kwargs or {}))
+
+
 @contextmanager
 def watching(bad: Forbidden) -> Iterator[_Trace]:
     """Hold the code inside the block to ``bad`` (the student's kernel): forbidden torch operators raise
-    :class:`ForbiddenCall`; a forbidden Python function, or an attempt to hide from the trace, is recorded in the
-    yielded trace's ``hit`` (the caller reports it once the answer has returned). Everything is undone on exit."""
+    :class:`ForbiddenCall` (autograd's derivative kernels when the answer calls one itself, not when autograd's engine
+    does); a forbidden Python function, or an attempt to hide from the trace, is recorded in the yielded trace's
+    ``hit`` (the caller reports it once the answer has returned). Everything is undone on exit."""
     trace = _Trace(bad)
-    library = _block_ops(bad.ops, _refuse_now)
+    derivatives = {op: message for op, message in bad.ops.items() if op in backward_ops()}
+    library = _block_ops({op: m for op, m in bad.ops.items() if op not in derivatives}, _refuse_now)
+    direct = _DirectBackward(derivatives) if derivatives else contextlib.nullcontext()
+    direct.__enter__()
     previous = sys.getprofile()
     previous_threads = threading.getprofile() if hasattr(threading, "getprofile") else None
     threading.setprofile(trace)
@@ -391,10 +431,22 @@ def watching(bad: Forbidden) -> Iterator[_Trace]:
         current = sys.getprofile()
         sys.setprofile(previous)
         threading.setprofile(previous_threads)
+        _leave_mode(direct)
         if library is not None:
             library._destroy()
         if current is not trace and trace.hit is None:
             trace.hit = "your function switched off the check's call trace (sys.setprofile); remove that code"
+
+
+def _leave_mode(mode: Any) -> None:
+    """Leave ``mode`` (entered in :func:`watching`), with what the answer left above it on torch's mode stack."""
+    if not isinstance(mode, TorchDispatchMode):
+        return
+    stack = _get_current_dispatch_mode_stack()
+    if any(m is mode for m in stack):
+        while _get_current_dispatch_mode_stack()[-1] is not mode:
+            _pop_mode()
+        mode.__exit__(None, None, None)
 
 
 # -- the engine's child: removal and refusal, for good -----------------------------------------------------------------

@@ -8,7 +8,9 @@ One head, one token: a linear memory ``S`` is ``(D_k, D_v)``, a key ``k`` is ``(
 the MLP memory is ``(W1, W2)`` of shapes ``(D_k, D_h)`` and ``(D_h, D_v)``. The references run the package's ops in
 the fla layout ``(1, 1, 1, D)`` (one batch, one token, one head). Each exercise is declared once
 (:func:`ttr_edu.checks._rules.exercise`): the package's own implementations are refused as answers, and the two
-gradients the text asks to derive (8.3's and 8.4's) are refused when autograd computes them, however it is reached.
+gradients the text asks to derive (8.3's and 8.4's) are refused when autograd computes them, however it is reached,
+when one of autograd's derivative kernels does (``gelu_backward``), and when finite differences do (they write far
+more numbers per weight than a derived step; :class:`_Writes`).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from ttr_edu._internal.mlp_memory import gelu_derivative
 from ttr_edu.checks._core import CheckFailed
@@ -121,6 +124,7 @@ def _momentum_cases() -> Iterator[dict]:
         S = torch.randn(c["d_k"], c["d_v"], generator=c["gen"], dtype=torch.float64)
         U = torch.randn(c["d_k"], c["d_v"], generator=c["gen"], dtype=torch.float64)
         yield {"S": S, "U": U, "k": c["k"], "v": c["v"], "beta": beta, "eta": eta, "alpha": alpha}
+    yield _momentum_at(10)  # a larger memory: finite differences write over 100 numbers per weight there
 
 
 def _mlp_cases() -> Iterator[dict]:
@@ -129,6 +133,75 @@ def _mlp_cases() -> Iterator[dict]:
         W1 = torch.randn(c["d_k"], d_h, generator=c["gen"], dtype=torch.float64)
         W2 = torch.randn(d_h, c["d_v"], generator=c["gen"], dtype=torch.float64) / d_h**0.5
         yield {"W1": W1, "W2": W2, "k": c["k"], "v": c["v"], "lr": lr}
+    yield _mlp_at(10)  # a larger memory: finite differences write over 100 numbers per weight there
+
+
+def _momentum_at(n: int) -> dict:
+    """A momentum-step case with ``D_k = D_v = n``; a key of unit length on average."""
+    gen = torch.Generator().manual_seed(830 + n)
+    S, U = (torch.randn(n, n, generator=gen, dtype=torch.float64) for _ in range(2))
+    k, v = (
+        torch.randn(n, generator=gen, dtype=torch.float64) / n**0.5,
+        torch.randn(n, generator=gen, dtype=torch.float64),
+    )
+    return {"S": S, "U": U, "k": k, "v": v, "beta": 0.5, "eta": 0.9, "alpha": 0.1}
+
+
+def _mlp_at(n: int) -> dict:
+    """An MLP-step case with ``D_k = D_h = D_v = n``; a key of unit length on average (the gradient's size then does
+    not grow with ``n``, so a float32 answer stays within the tolerance as on the small cases)."""
+    gen = torch.Generator().manual_seed(840 + n)
+    W1 = torch.randn(n, n, generator=gen, dtype=torch.float64)
+    W2 = torch.randn(n, n, generator=gen, dtype=torch.float64) / n**0.5
+    k, v = (
+        torch.randn(n, generator=gen, dtype=torch.float64) / n**0.5,
+        torch.randn(n, generator=gen, dtype=torch.float64),
+    )
+    return {"W1": W1, "W2": W2, "k": k, "v": v, "lr": 0.1}
+
+
+#: the most numbers an answer's torch operations may write per weight of the memory. A derived step writes a few per
+#: weight (4 to 9 for the package's tests' answers, an entry-by-entry loop included); central finite differences
+#: evaluate the loss twice per weight, each evaluation writing at least a perturbed copy of the weights, so 50 or more
+#: per weight on the smallest case and over 500 on a 12 × 12 memory, looped or batched alike.
+MAX_WRITES_PER_WEIGHT = 30
+
+
+class _Writes(TorchDispatchMode):
+    """Counts the numbers written by the torch operations run inside it (views write nothing); on exit, ``hit`` says
+    so when they exceed :data:`MAX_WRITES_PER_WEIGHT` per weight of the case's memory (``weights``: its input
+    names)."""
+
+    def __init__(self, case: dict, weights: tuple[str, ...], why: str) -> None:
+        super().__init__()
+        self.size = sum(case[name].numel() for name in weights)
+        self.why, self.written, self.hit = why, 0, None
+
+    @classmethod
+    def _should_skip_dynamo(cls) -> bool:
+        return False  # nothing here is compiled: no need to import torch._dynamo on the first operation
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        if not func.is_view:
+            self.written += sum(
+                o.numel() for o in (out if isinstance(out, (tuple, list)) else (out,)) if isinstance(o, torch.Tensor)
+            )
+        return out
+
+    def __exit__(self, *exc):
+        if self.written > MAX_WRITES_PER_WEIGHT * self.size:
+            self.hit = (
+                f"your function's torch operations wrote {self.written} numbers for one step of a memory of "
+                f"{self.size} weights, {self.written / self.size:.0f} per weight (a derived gradient writes about 10, "
+                f"at most {MAX_WRITES_PER_WEIGHT} are allowed): finite differences evaluate the loss twice per weight, "
+                f"which this exercise rules out: {self.why}"
+            )
+        return super().__exit__(*exc)
+
+
+_WHY_MOMENTUM = "derive ∇_S ℓ for ℓ = ½‖Sᵀk − v‖² (an outer product of two vectors you have) and write it out"
+_WHY_MLP = "write both gradients out by the chain rule (δ = W2ᵀh − v, then back through W2 and GELU′)"
 
 
 @exercise(
@@ -151,12 +224,14 @@ def check_longhorn_step(longhorn_step: Callable) -> bool:
         answers=(titans_recurrent, momentum_sgd),
         no_autograd=True,
         inputs_unchanged=True,
-        why="derive ∇_S ℓ for ℓ = ½‖Sᵀk − v‖² (an outer product of two vectors you have) and write it out",
+        watch=lambda case: _Writes(case, ("S",), _WHY_MOMENTUM),
+        why=_WHY_MOMENTUM,
     ),
 )
 def check_momentum_step(momentum_step: Callable) -> bool:
     """Check ``momentum_step(S, U, k, v, beta, eta, alpha)``: Titans' step on a linear memory, returns ``(S, U)``,
-    the gradient derived (no autograd)."""
+    the gradient derived: no autograd, none of its derivative kernels (``torch.ops.aten.*_backward``), and no finite
+    differences (at most :data:`MAX_WRITES_PER_WEIGHT` numbers written per weight of ``S``)."""
 
 
 @exercise(
@@ -173,13 +248,15 @@ def check_momentum_step(momentum_step: Callable) -> bool:
         ),
         no_autograd=True,
         inputs_unchanged=True,
-        why="write both gradients out by the chain rule (δ = W2ᵀh − v, then back through W2 and GELU′)",
+        watch=lambda case: _Writes(case, ("W1", "W2"), _WHY_MLP),
+        why=_WHY_MLP,
     ),
 )
 def check_mlp_gradient_step(mlp_gradient_step: Callable) -> bool:
     """Check ``mlp_gradient_step(W1, W2, k, v, lr)``: one SGD step of a two-layer GELU MLP memory, with both
-    gradients written out: autograd (``backward``, ``torch.autograd``, ``torch.func``'s transforms, forward AD) is
-    refused however it is reached."""
+    gradients written out: autograd (``backward``, ``torch.autograd``, ``torch.func``'s transforms, forward AD, the
+    derivative kernels ``torch.ops.aten.*_backward`` such as ``gelu_backward``) is refused however it is reached, and
+    so are finite differences (at most :data:`MAX_WRITES_PER_WEIGHT` numbers written per weight)."""
 
 
 def householder_product(k1: torch.Tensor, k2: torch.Tensor, beta: float = 2.0) -> torch.Tensor:
