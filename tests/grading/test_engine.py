@@ -262,3 +262,18 @@ def test_require_sandbox_refuses_to_grade_without_bubblewrap(monkeypatch, reques
     _sandboxed(False, monkeypatch, request)
     with pytest.raises(engine.SandboxUnavailable, match="require_sandbox is set and bubblewrap cannot start"):
         _grade(submission(RELEASE, "solved"), require_sandbox=True)
+
+
+def test_the_operation_count_rule_is_judged_by_the_grader():
+    """1.2's text asks for one matrix product, no loop over the pairs: a loop gives the right values and is refused
+    by the count of torch operations, in the grader as in the check in the kernel."""
+    looped = "def store(keys, values):\n    return sum(torch.outer(v, k) for k, v in zip(keys, values))\n"
+    nb = submission(RELEASE, "solved")
+    for cell in nb.cells:
+        if cell.get("metadata", {}).get("nbgrader", {}).get("grade_id") == "ch01_store":
+            cell.source = looped
+    report = _grade(nb)
+    verdicts = {v.heading: v for v in report.verdicts}
+    store = next(v for heading, v in verdicts.items() if "store" in heading)
+    assert store.status == "FAIL" and "torch operations" in store.detail, (store.status, store.detail)
+    assert all(v.status == "PASS" for v in report.verdicts if v is not store)

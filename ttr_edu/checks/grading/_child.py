@@ -184,6 +184,8 @@ def _child(
             if outcome.not_attempted:
                 break
         else:
+            if exercise.rules.op_count is not None:
+                _op_counts(results, name, exercise, answer)
             if exercise.rules.linear_cost is not None:
                 _cost_calls(results, control, name, exercise, answer)
     if unit["hidden"]:
@@ -228,6 +230,17 @@ def _legacy(results: int, check: dict, answer: Any) -> None:
     write_frame(results, {"type": "legacy", "check": check["check"], "status": status, "message": message})
 
 
+def _op_counts(results: int, name: str, exercise, answer) -> None:
+    """The answer on the :class:`~ttr_edu.checks._rules.OpCount` rule's cases, with its torch operations counted here
+    (in the answer's process: the count is what this process reports, see grading.md); the grader judges the counts
+    and the values."""
+    from ttr_edu.checks import _rules
+
+    for size in exercise.rules.op_count.sizes:
+        outcome = _rules.answer_outcome(exercise, answer, exercise.rules.op_count.case(size), -1, count_ops=True)
+        write_frame(results, {"type": "ops_outcome", "check": name, "size": size}, _outcome_bytes(outcome))
+
+
 def _cost_calls(results: int, control: int, name: str, exercise, answer) -> None:
     """The linear-cost protocol, child side: ask for the inputs at each length, answer, report what it gave."""
     import torch
@@ -259,7 +272,18 @@ def _read_one(fd: int, reader: FrameReader) -> bytes:
 
 _SOLVER_MODULES = ("numpy.linalg", "scipy.linalg", "scipy.sparse.linalg")
 #: What a child reports (and the fork server passes on); the fork server's own reports are other kinds.
-_RELAYED = {"outcome", "cost_outcome", "legacy", "missing", "cell_errors", "hidden", "rule", "harness_error", "done"}
+_RELAYED = {
+    "outcome",
+    "cost_outcome",
+    "ops_outcome",
+    "legacy",
+    "missing",
+    "cell_errors",
+    "hidden",
+    "rule",
+    "harness_error",
+    "done",
+}
 
 
 def _serve_unit(out: int, job: dict, index: int, unit: dict, namespace: dict, declared: dict, scratch: Path) -> None:

@@ -86,6 +86,7 @@ class _Heard:
 
     outcomes: dict[tuple[str, int], Any] = field(default_factory=dict)
     costs: dict[tuple[str, int], Any] = field(default_factory=dict)
+    ops: dict[tuple[str, int], Any] = field(default_factory=dict)
     seconds: dict[tuple[str, int], float] = field(default_factory=dict)
     changed: dict[tuple[str, int], list[str]] = field(default_factory=dict)
     legacy: dict[str, tuple[str, str]] = field(default_factory=dict)
@@ -168,6 +169,8 @@ def _note(heard: _Heard, header: dict, payload: bytes, checks: set[str]) -> None
             calls = heard.costs.setdefault((check, int(header["length"])), [])
             if len(calls) < 64:
                 calls.append((_outcome(payload), int(header["seed"])))
+        elif kind == "ops_outcome":
+            heard.ops.setdefault((check, int(header["size"])), _outcome(payload))
         elif kind == "inputs":  # the fork server's own reading of the inputs, never the answer's process's report
             heard.changed[check, int(header["case"])] = [str(k) for k in header["changed"]]
         elif kind == "cost":
@@ -217,7 +220,7 @@ def _why_missing(heard: _Heard, timeout: float, index: int) -> str:
 def _judge_check(check: notebook.Check, declared, heard: _Heard, timeout: float) -> tuple[str, str]:
     """``(status, detail)`` of one check of a graded cell."""
     from ttr_edu.checks._core import CheckFailed
-    from ttr_edu.checks._rules import NotAttempted, judge_case, judge_cost, judge_source
+    from ttr_edu.checks._rules import NotAttempted, judge_case, judge_cost, judge_ops, judge_source
 
     name = check.check.removeprefix("check_")
     if check.check in heard.missing:
@@ -245,6 +248,18 @@ def _judge_check(check: notebook.Check, declared, heard: _Heard, timeout: float)
                 outcome.inputs_after = {**(outcome.inputs_after or {}), **dict.fromkeys(changed)}
             notes.append(judge_case(declared, case, index, outcome))
             found.append(outcome.source)
+        counted = declared.rules.op_count
+        if counted is not None:
+            ops = {}
+            for size in counted.sizes:
+                outcome = heard.ops.get((check.check, size))
+                if outcome is None:
+                    return "FAIL", f"{name}: {_why_missing(heard, timeout, -1)}"
+                judge_case(declared, counted.case(size), -1, outcome)
+                if not isinstance(outcome.ops, int):
+                    return "FAIL", f"{name}: the grader could not count your function's torch operations"
+                ops[size] = outcome.ops
+            judge_ops(declared, ops)
         cost = declared.rules.linear_cost
         if cost is not None:
             import torch
