@@ -68,6 +68,20 @@ def test_the_documented_command_executes_every_notebook(tmp_path, monkeypatch, c
     assert "--execute" in json.loads(argv.read_text())
 
 
+def test_myst_is_found_beside_the_interpreter_when_its_venv_is_not_activated(tmp_path, monkeypatch, capsys):
+    """`/path/to/venv/bin/ttr-edu book` without activating the venv: its bin folder is not on PATH, but MyST,
+    installed by the same pip, is beside the interpreter."""
+    root = clone(tmp_path)
+    argv = fake_myst(tmp_path, monkeypatch, "")
+    venv_bin = tmp_path / "venv" / "bin"
+    venv_bin.mkdir(parents=True)
+    (tmp_path / "bin" / "myst").rename(venv_bin / "myst")
+    monkeypatch.setattr(sys, "executable", str(venv_bin / "python"))  # PATH holds /usr/bin:/bin only
+    assert book.find_myst() == str(venv_bin / "myst")
+    assert main(["--root", str(root), "book", "--site", "--no-execute"]) == 0, capsys.readouterr().err
+    assert json.loads(argv.read_text())[:3] == ["--config", "book.yml", "build"]
+
+
 def test_no_execute_says_the_pages_have_no_outputs(tmp_path, monkeypatch, capsys):
     root = clone(tmp_path)
     argv = fake_myst(tmp_path, monkeypatch, WRITE_GOOD_PAGE)

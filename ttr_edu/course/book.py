@@ -296,6 +296,17 @@ def site_problems(content: Path) -> list[str]:
     return problems
 
 
+def find_myst() -> str | None:
+    """The ``myst`` command: the one installed beside this interpreter first (``ttr-edu book`` run by its full path,
+    ``/path/to/venv/bin/ttr-edu``, with the venv not activated, so its ``bin`` is not on ``PATH``), else the first on
+    ``PATH``; ``None`` when there is none. ``sys.executable`` is not resolved: a venv's ``python`` is a link to the
+    base interpreter, whose folder holds no ``myst``."""
+    beside = Path(sys.executable).parent / ("myst.exe" if os.name == "nt" else "myst")
+    if beside.is_file() and os.access(beside, os.X_OK):
+        return str(beside)
+    return shutil.which("myst")
+
+
 def build(root: Path, *, site: bool = False, serve: bool = False, execute: bool = True) -> int:
     """Run MyST on ``root/book.yml``; with ``execute`` (the default), fail unless every notebook page executed
     cleanly. Returns 0, or 130 after Ctrl-C.
@@ -304,7 +315,7 @@ def build(root: Path, *, site: bool = False, serve: bool = False, execute: bool 
         BookError: MyST is missing or failed (offline: the message names ``--site``), the Jupyter server did not
             start, or the built pages show a problem.
     """
-    myst = shutil.which("myst")
+    myst = find_myst()
     if myst is None:
         raise BookError("the book needs MyST: pip install 'ttr-edu[book]'")
     theme = _prepare_theme(root, site)
