@@ -621,6 +621,27 @@ def _cloned(case: dict) -> dict:
     }
 
 
+# -- an exercise not attempted -----------------------------------------------------------------------------------------
+
+#: what the book shows under an exercise's check: the book is built from the student copies with no one to solve
+#: them, and a reader of the book has no kernel, so "not attempted yet" would speak to no one there
+IN_THE_BOOK = (
+    "Exercise {name}: you solve it in JupyterLab (ttr-edu start), where this check runs your function; the book "
+    "shows the chapter with the exercise unsolved."
+)
+
+
+def not_attempted(name: str, todo: str) -> None:
+    """Print the line of an exercise whose stub is untouched: ``[not attempted yet] NAME: TODO`` in the student's
+    kernel; while the book builds (``TTR_EDU_BOOK`` set), :data:`IN_THE_BOOK` instead."""
+    from ttr_edu._internal.progress import BOOK_ENV
+
+    if os.environ.get(BOOK_ENV, "0") not in ("", "0"):
+        print(IN_THE_BOOK.format(name=name))
+    else:
+        print(f"[not attempted yet] {name}: {todo}")
+
+
 # -- graded checks and read-only modules -------------------------------------------------------------------------------
 
 _GOES_ON = "The notebook goes on: the cells below do not use your function until its check passes."

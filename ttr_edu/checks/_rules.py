@@ -629,7 +629,7 @@ def run_in_kernel(
     except NotAttempted:
         if _core.under_autograder():
             raise CheckFailed(f"{name}: not attempted (the stub still raises NotImplementedError)") from None
-        print(f"[not attempted yet] {name}: fill in the function above, run its cell, then run this check again.")
+        _core.not_attempted(name, "fill in the function above, run its cell, then run this check again.")
         return False
     except CheckFailed as failure:
         raise failure.with_traceback(None) from None
