@@ -466,7 +466,10 @@ def _is_a(value: Any, kind: type) -> bool:
 
 
 def _dtype_note(got: Any, want: Any) -> str:
-    """A right answer in another floating dtype than the reference's passes, with a note naming both."""
+    """A right answer in another floating dtype than the reference's passes, with a note naming both (the first such
+    tensor of a tuple or list of results)."""
+    if type(want) in (tuple, list) and type(got) in (tuple, list):
+        return next((note for g, w in zip(got, want) if (note := _dtype_note(g, w))), "")
     if isinstance(want, torch.Tensor) and _core._is_plain_tensor(got) and got.dtype != want.dtype:
         g, w = (str(t.dtype).replace("torch.", "") for t in (got, want))
         return f"note: your result is {g}; the exercise works in {w} (the values agree to the check's tolerance)"
