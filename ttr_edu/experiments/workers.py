@@ -238,25 +238,45 @@ def local_cells(cell_fn: Callable, todo: list[dict], jobs: int) -> Iterator[tupl
     So loky's code runs with interrupts held (:func:`interrupts_held`); the Ctrl-C lands only while this generator
     waits for a result (a queue fed by the futures' callbacks, in loky's thread) or in the caller's code between
     results. Either way, once the generator ends early (an exception here, or ``close()`` by the caller), the
-    workers are killed and the pool shut down, its resources released, before the Ctrl-C goes on."""
+    workers are killed and the pool shut down, its resources released, before the Ctrl-C goes on. No more cells
+    than workers are in flight, so none waits in loky's own queues when the pool is shut down."""
     import queue
+    import time
 
     from joblib.externals.loky import get_reusable_executor
 
     finished: queue.SimpleQueue = queue.SimpleQueue()
-    executor, complete = None, False
+    waiting, running, executor, complete = list(todo), 0, None, False
+    workers = min(jobs, len(todo))
+
+    def submit_more():
+        nonlocal running
+        while waiting and running < workers:  # no more cells in flight than workers: none waits in loky's queues
+            executor.submit(_paired, cell_fn, waiting.pop(0)).add_done_callback(finished.put)
+            running += 1
+
     try:
         with interrupts_held():  # a Ctrl-C meanwhile is raised at the end of the block, with the pool standing
-            executor = get_reusable_executor(max_workers=min(jobs, len(todo)), initializer=_ignore_sigint)
-            for cell in todo:
-                executor.submit(_paired, cell_fn, cell).add_done_callback(finished.put)
-        for _ in todo:
+            executor = get_reusable_executor(max_workers=workers, initializer=_ignore_sigint)
+            submit_more()
+        while running:
             future = finished.get()  # a Ctrl-C lands here, or in the caller's code
+            running -= 1
+            with interrupts_held():
+                submit_more()
             yield future.result()  # raises what the cell raised, or loky's error for a worker that died
         complete = True
     finally:
         if not complete and executor is not None:
             with interrupts_held():
+                # loky's shutdown with kill_workers empties its table of pending cells, then takes the cells its
+                # manager thread has not yet moved to the workers' queue from that table (a KeyError in that
+                # thread, printed): let the thread move the cells just submitted first (the workers' queue has
+                # room for them all, as no more cells than workers are in flight)
+                ids = getattr(executor, "_work_ids", None)
+                deadline = time.monotonic() + 10
+                while ids is not None and not ids.empty() and time.monotonic() < deadline:
+                    time.sleep(0.01)
                 executor.shutdown(wait=True, kill_workers=True)
 
 
