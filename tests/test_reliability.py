@@ -423,7 +423,9 @@ def test_a_lower_precision_answer_is_told_about_its_dtype():
         return (2 * x.float() + 1e-3).to(torch.float32)
 
     cases = [{"x": torch.rand(3, dtype=torch.float64)}]
-    with pytest.raises(CheckFailed, match=r"note: your result is float32, the reference float64"):
+    with pytest.raises(
+        CheckFailed, match=r"^double: wrong dtype: your result is float32, the exercise works in float64"
+    ):
         run_check("double", in_float32, _reference, cases)
 
 

@@ -426,6 +426,8 @@ def test_right_answers_in_float32_are_told_their_dtype():
     # review: float32 keys failed with "relative error 4.84e-08" and no word about the dtype
     message = passes_or_names(checks.check_rotation_keys, rotation_keys_float32, "float32", "float64")
     assert "keys" in message
+    # the dtype first, both named, and only then the values
+    assert message.startswith("rotation_keys: wrong dtype: your result is float32, the exercise works in float64")
 
 
 REVIEW_WRONG = [  # the answers a reader tried on 08 (besides the right ones above and in the first gallery)

@@ -320,7 +320,7 @@ WRONG_ANSWERS = [
     ("4.2 ones first, not sorted", checks.check_update_eigenvalues,
      lambda k, beta: _eigenvalues(k, beta, order="unsorted ones first"), "wrong values"),
     ("4.2 in float32", checks.check_update_eigenvalues, lambda k, beta: _eigenvalues(k, beta).float(),
-     "only the dtype differs: your result is float32"),
+     "^update_eigenvalues: wrong dtype: your result is float32, the exercise works in float64"),
     ("4.2 descending", checks.check_update_eigenvalues, lambda k, beta: _eigenvalues(k, beta, order="descending"),
      "wrong values"),
     ("4.2 D_k ones, one value too many", checks.check_update_eigenvalues,

@@ -163,7 +163,10 @@ def test_a_float32_momentum_rescale_is_told_its_dtype():
         t = torch.arange(1, num_steps + 1)
         return (1 - momentum ** (num_steps - t + 1)) / (1 - momentum) if momentum else torch.ones(num_steps)
 
-    with pytest.raises(CheckFailed, match=r"only the dtype differs: your result is float32, the reference float64"):
+    with pytest.raises(
+        CheckFailed,
+        match=r"wrong dtype: your result is float32, the exercise works in float64; the values agree",
+    ):
         checks.check_momentum_rescale(float32_answer)
 
 
@@ -351,7 +354,7 @@ WRONG_ANSWERS = [
     ("5.3 1/(1 − μ) for every step", checks.check_momentum_rescale,
      lambda momentum, num_steps: torch.full((num_steps,), 1 / (1 - momentum), dtype=torch.float64), "wrong values"),
     ("5.3 an integer arange (float32)", checks.check_momentum_rescale, lambda momentum, num_steps: _rescale(
-        momentum, num_steps, dtype=None), "only the dtype differs: your result is float32, the reference float64"),
+        momentum, num_steps, dtype=None), "wrong dtype: your result is float32, the exercise works in float64"),
     ("5.3 μ^(T − t), one term", checks.check_momentum_rescale,
      lambda momentum, num_steps: momentum ** (num_steps - torch.arange(1, num_steps + 1, dtype=torch.float64)),
      "wrong values"),

@@ -362,7 +362,7 @@ WRONG_ANSWERS = [
         lambda keys, values: ((keys.float() @ keys.float().mT) @ (values.float() @ values.float().mT).mT).to(
             keys.dtype
         ),
-        "of the size of float32's rounding: if part of your function computes in float32",
+        "every value in it is a float32 number, within float32.s rounding of the reference: it was computed in float32",
     ),
 ]
 

@@ -160,7 +160,10 @@ def test_a_float32_answer_is_told_that_only_the_dtype_differs():
     def in_float32(q, k, v):
         return torch.tril(q.float() @ k.float().T) @ v.float()
 
-    with pytest.raises(CheckFailed, match="only the dtype differs: your result is float32, the reference float64"):
+    with pytest.raises(
+        CheckFailed,
+        match="wrong dtype: your result is float32, the exercise works in float64; the values agree",
+    ):
         checks.check_causal_linear_attention(in_float32)
 
 
@@ -331,7 +334,7 @@ WRONG_ANSWERS = [
         "2.1 the state in float32",
         checks.check_fast_weight_recurrence,
         _recurrence_in_float32,
-        "only the dtype differs: your result is float32, the reference float64",
+        "wrong dtype: your result is float32, the exercise works in float64; the values agree",
     ),
     ("2.1 the parallel form, no loop", checks.check_fast_weight_recurrence, parallel, "in a Python loop over t"),
     ("2.1 all states by cumsum, no loop", checks.check_fast_weight_recurrence, _cumulative_states, "grows like T"),

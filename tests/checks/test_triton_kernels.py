@@ -135,8 +135,25 @@ def test_wild_stride_is_stopped_before_the_access_and_named():
     ids=["causal chunk", "delta rule"],
 )
 def test_plain_tf32_dot_fails_as_on_a_gpu(check, wrong):
-    with pytest.raises(CheckFailed, match="wrong values"):
+    # the failure says why: its error is the size of TF32 rounding, and ieee products are the fix
+    with pytest.raises(CheckFailed, match=r"(?s)wrong values.*size of TF32 rounding.*input_precision=\"ieee\""):
         check(wrong)
+
+
+def test_the_tf32_note_is_only_for_errors_of_tf32_size():
+    """A wrong kernel far off (a missing mask) or a float64 case gets no TF32 note: the hint names a cause only where
+    the error's size fits it."""
+    import torch
+
+    from ttr_edu.checks.triton_kernels import _tf32_note, causal_chunk_spec
+
+    g = torch.Generator().manual_seed(0)
+    case = {name: torch.randn(8, 4, generator=g) for name in ("q", "k", "v")}
+    want = causal_chunk_spec(**case)
+    explain = _tf32_note(causal_chunk_spec)
+    assert "TF32" in explain("", case, want * (1 + 3e-4))
+    assert explain("", case, want * 1.5) == ""
+    assert explain("", {k: v.double() for k, v in case.items()}, want.double() * (1 + 3e-4)) == ""
 
 
 @pytest.mark.slow  # tens of seconds in the Triton interpreter on a loaded CPU; the quick loop skips it

@@ -118,6 +118,10 @@ MARKDOWN_SAY = {"text/markdown": "Recall holds up to $N = d$.", "text/plain": "<
             "raw maths '$d$'",
         ),
         (page("/chapters/01_x.ipynb", cell({**STREAM, "text": "error grows like $\\sqrt{T}$\n"})), "raw maths"),
+        (  # an unsolved exercise as the student's kernel shows it: the book's reader has no kernel
+            page("/chapters/01_x.ipynb", cell({**STREAM, "text": "[not attempted yet] write: fill in the function\n"})),
+            "shows '[not attempted yet]' to the book's readers",
+        ),
     ],
 )
 def test_page_problems_finds_each_kind_of_broken_page(bad, problem):
@@ -127,6 +131,25 @@ def test_page_problems_finds_each_kind_of_broken_page(bad, problem):
 
 def test_a_healthy_page_has_no_problems():
     assert page_problems(page("/chapters/01_x.ipynb", text("Figure"), cell(STREAM, PLOT, WIDGET))) == []
+
+
+def test_an_unsolved_exercise_shows_the_book_a_note_and_the_student_the_not_attempted_line(monkeypatch, capsys):
+    """The book is built from the student copies: every exercise is unsolved there. Its check tells the book's reader
+    that the exercise is done in JupyterLab, and the page check accepts that; in the kernel it says "not attempted"."""
+    from ttr_edu._internal.progress import BOOK_ENV
+    from ttr_edu.checks.hebbian_memory import check_write
+
+    def stub(**kwargs):
+        raise NotImplementedError()
+
+    monkeypatch.setenv(BOOK_ENV, "1")
+    assert check_write(stub) is False
+    shown = capsys.readouterr().out
+    assert "[not attempted yet]" not in shown and "JupyterLab" in shown, shown
+    assert page_problems(page("/chapters/01_x.ipynb", cell({**STREAM, "text": shown}))) == []
+    monkeypatch.setenv(BOOK_ENV, "0")
+    assert check_write(stub) is False
+    assert capsys.readouterr().out.startswith("[not attempted yet] write:")
 
 
 def test_say_writes_html_with_its_maths_marked_for_mathjax_while_the_book_builds(monkeypatch):
@@ -169,6 +192,7 @@ def test_book_fails_when_myst_exits_0_without_executing(tmp_path, monkeypatch):
     (tmp_path / "course").mkdir()
     shutil.copy(ROOT / "book.yml", tmp_path / "course")  # its pinned theme: --site puts a stub in its place
     monkeypatch.setenv("PATH", f"{fake.parent}:/usr/bin:/bin")
+    monkeypatch.setattr(book, "find_myst", lambda: shutil.which("myst"))  # not the real MyST beside this Python
     monkeypatch.setattr(book, "jupyter_server", lambda root, env: __import__("contextlib").nullcontext(("u", "t")))
     with pytest.raises(BookError, match="did not execute"):
         book.build(tmp_path / "course", site=True, execute=True)
@@ -224,6 +248,7 @@ def test_book_builds_offline_executes_every_page_and_leaves_no_server(tmp_path):
             if re.search(r"plotly|ttr_edu\.viz|from ttr_edu import .*viz|_figure\(", source):
                 assert "application/vnd.plotly.v1+json" in body, f"{file}: makes figures but has no plotly JSON"
             assert "MQAR grid" not in body and "it/s]" not in body, f"{file}: a progress bar was saved"
+            assert "not attempted yet" not in body, f"{file}: an unsolved exercise's raw line is shown to readers"
 
 
 # Directives jupyterlab-myst 2.7.0 (the `course` extra) registers, read from its bundled JavaScript: what a notebook

@@ -3,6 +3,7 @@ outputs, offline the theme error names --site, and a failed build leaves no Jupy
 running. MyST itself is replaced by a small script here (the real build is test_book.py's)."""
 
 import json
+import shutil
 import subprocess
 import sys
 from contextlib import nullcontext
@@ -38,17 +39,24 @@ def clone(tmp_path: Path) -> Path:
     return root
 
 
-def fake_myst(tmp_path: Path, monkeypatch, body: str) -> Path:
-    """A `myst` on PATH that runs ``body`` (Python) with ``argv`` and ``env`` at hand; it records its arguments."""
-    folder = tmp_path / "bin"
-    folder.mkdir()
+def fake_myst(tmp_path: Path, monkeypatch, body: str, venv_bin: Path | None = None) -> Path:
+    """A `myst` on PATH that runs ``body`` (Python) with ``argv`` and ``env`` at hand; it records its arguments.
+    With ``venv_bin``, it is put there instead, beside a ``sys.executable`` of that folder, and PATH holds only the
+    system's folders (a venv that is not activated). Otherwise the MyST beside this interpreter is not looked at."""
+    folder = venv_bin or tmp_path / "bin"
+    folder.mkdir(parents=True)
     script = folder / "myst"
     script.write_text(
         f"#!{sys.executable}\nimport json, os, subprocess, sys, time, urllib.request\nfrom pathlib import Path\n"
         f"Path({str(tmp_path / 'argv.json')!r}).write_text(json.dumps(sys.argv[1:]))\n{body}\n"
     )
     script.chmod(0o755)
-    monkeypatch.setenv("PATH", f"{folder}:/usr/bin:/bin")
+    if venv_bin is None:
+        monkeypatch.setenv("PATH", f"{folder}:/usr/bin:/bin")
+        monkeypatch.setattr(book, "find_myst", lambda: shutil.which("myst"))
+    else:
+        monkeypatch.setenv("PATH", "/usr/bin:/bin")
+        monkeypatch.setattr(sys, "executable", str(venv_bin / "python"))
     return tmp_path / "argv.json"
 
 
@@ -66,6 +74,18 @@ def test_the_documented_command_executes_every_notebook(tmp_path, monkeypatch, c
     assert "--execute" in json.loads(argv.read_text())
     assert main(["--root", str(root), "book", "--site", "--execute"]) == 0  # the old spelling still works
     assert "--execute" in json.loads(argv.read_text())
+
+
+def test_myst_is_found_beside_the_interpreter_when_its_venv_is_not_activated(tmp_path, monkeypatch, capsys):
+    """`/path/to/venv/bin/ttr-edu book` without activating the venv: its bin folder is not on PATH, but MyST,
+    installed by the same pip, is beside the interpreter."""
+    root = clone(tmp_path)
+    venv_bin = tmp_path / "venv" / "bin"
+    argv = fake_myst(tmp_path, monkeypatch, "", venv_bin=venv_bin)
+    assert shutil.which("myst") != str(venv_bin / "myst")
+    assert book.find_myst() == str(venv_bin / "myst")
+    assert main(["--root", str(root), "book", "--site", "--no-execute"]) == 0, capsys.readouterr().err
+    assert json.loads(argv.read_text())[:3] == ["--config", "book.yml", "build"]
 
 
 def test_no_execute_says_the_pages_have_no_outputs(tmp_path, monkeypatch, capsys):

@@ -266,3 +266,54 @@ def test_start_runs_jupyterlab_with_the_course_settings(tmp_path, monkeypatch):
     (command,) = launched
     folder = dest / lab.SETTINGS_DIR
     assert f"--LabApp.app_settings_dir={folder}" in command and (folder / "overrides.json").is_file()
+
+
+def _server_file(runtime: Path, pid: int, root: Path) -> None:
+    runtime.mkdir(parents=True, exist_ok=True)
+    info = {"url": "http://127.0.0.1:8899/", "token": "abc", "root_dir": str(root), "pid": pid, "port": 8899}
+    (runtime / f"jpserver-{pid}.json").write_text(json.dumps(info))
+
+
+def test_a_second_start_on_a_served_folder_names_the_running_jupyterlab_and_starts_none(tmp_path, monkeypatch, capsys):
+    """A JupyterLab that serves the folder (its server file, written by Jupyter, names a live process): one line
+    with its address, exit 0, nothing started or copied."""
+    launched = []
+    monkeypatch.setattr(lab, "run_foreground", lambda command, dest, resume: launched.append(command) or 0)
+    monkeypatch.setenv("JUPYTER_RUNTIME_DIR", str(tmp_path / "runtime"))
+    dest = tmp_path / "my-course"
+    dest.mkdir()
+    _server_file(tmp_path / "runtime", os.getpid(), dest)  # this process is alive: it stands for the JupyterLab
+    assert main(["--root", str(ROOT), "start", str(dest), "1"]) == 0
+    out = capsys.readouterr().out.strip().splitlines()
+    assert launched == [] and not list(dest.glob("*.ipynb")), out
+    assert len(out) == 1 and "already serves" in out[0] and "http://127.0.0.1:8899/lab?token=abc" in out[0]
+
+
+def test_a_start_after_a_jupyterlab_that_died_starts_normally(tmp_path, monkeypatch):
+    """A server file left by a JupyterLab that was killed (its process is gone) does not stop a new start."""
+    launched = []
+    monkeypatch.setattr(lab, "run_foreground", lambda command, dest, resume: launched.append(command) or 0)
+    monkeypatch.setenv("JUPYTER_RUNTIME_DIR", str(tmp_path / "runtime"))
+    dest = tmp_path / "my-course"
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()  # reaped: its pid names no process
+    _server_file(tmp_path / "runtime", dead.pid, dest)
+    other = tmp_path / "elsewhere"
+    _server_file(tmp_path / "runtime", os.getpid(), other)  # a live JupyterLab on another folder does not count
+    assert main(["--root", str(ROOT), "start", str(dest), "1"]) == 0
+    assert len(launched) == 1
+
+
+@pytest.mark.slow
+def test_a_second_start_while_the_first_serves_the_folder_starts_no_second_jupyterlab(tmp_path, monkeypatch, capsys):
+    """With a real JupyterLab from `ttr-edu start`: a second `start` on its folder prints its address and exits 0."""
+    launched = []
+    monkeypatch.setattr(lab, "run_foreground", lambda command, dest, resume: launched.append(command) or 0)
+    lab_ = Lab(tmp_path, "1")
+    try:
+        monkeypatch.setenv("JUPYTER_RUNTIME_DIR", str(lab_.runtime))
+        assert main(["--root", str(ROOT), "start", str(lab_.dest), "1"]) == 0
+    finally:
+        lab_.stop()
+    out = capsys.readouterr().out.strip().splitlines()
+    assert launched == [] and len(out) == 1 and f":{lab_.port}/lab?token={TOKEN}" in out[0], out

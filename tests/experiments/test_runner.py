@@ -547,12 +547,56 @@ def test_ctrl_c_is_one_line_exit_130_whenever_it_comes(tmp_path, mode, moment):
         if process.poll() is None:
             process.kill()
     assert process.returncode == 130, stderr
+    assert "resource_tracker" not in stderr and "leaked" not in stderr, stderr  # loky's, from a pool cut short
     assert stderr.strip().splitlines() == [INTERRUPTED]
     if out.exists():
         rows = runner.read(runner.Experiment("toy", ("x", "seconds"), ("x",), {"x": int, "seconds": float}), out)[1]
         assert len(rows) >= (2 if moment in ("rows written", "twice") else 0)
         assert out.read_text().splitlines()[-1].startswith("# interrupted:")
     wait_for(lambda: not session_processes(child), "the experiment's workers to stop", timeout=60)
+
+
+@pytest.mark.slow  # each case starts two Pythons and two workers
+@pytest.mark.parametrize("place", ["worker-start", "row"])
+def test_ctrl_c_inside_loky_or_between_two_results_is_one_line_and_leaves_nothing(tmp_path, place):
+    """A Ctrl-C that lands inside loky's code starting the workers (half-started workers printed tracebacks, a
+    shutdown raised "cannot join thread before it is started", loky's resource_tracker reported leaked semaphores),
+    or in the runner's code between two results (joblib's pool was then only stopped when its generator was
+    collected, with a warning): one line, exit status 130, no process left. The SIGINT is sent from exactly there
+    (``toy_grid --ctrl-c-at``), where a terminal's Ctrl-C lands only now and then."""
+    import psutil
+
+    flag, out = tmp_path / "release", tmp_path / "g.csv"
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    command = [sys.executable, "-m", "tests.experiments.toy_grid", "--flag", str(flag), "--free", "2"]
+    command += ["--out", "g.csv", "--jobs", "2", "--ctrl-c-at", place]
+    process = start_as_in_a_terminal(command, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    try:
+        wait_for(lambda: psutil.Process(process.pid).children(), "the experiment's process to start")
+        child = psutil.Process(process.pid).children()[0].pid
+        _, stderr = process.communicate(timeout=180)
+    finally:
+        flag.write_text("")  # a cell still waiting returns, whatever happened
+        if process.poll() is None:
+            process.kill()
+    assert process.returncode == 130, stderr
+    assert "resource_tracker" not in stderr and "Traceback" not in stderr, stderr
+    assert stderr.strip().splitlines() == [INTERRUPTED]
+    assert out.read_text().splitlines()[-1].startswith("# interrupted:")
+    wait_for(lambda: not session_processes(child), "the experiment's workers to stop", timeout=60)
+
+
+def test_a_child_killed_by_ctrl_c_before_it_could_say_so_is_still_one_line():
+    """A Ctrl-C that reaches the child while it is being started (before it leaves the terminal's process group, or
+    before its Python installs a handler) ends it by the signal, silently: the command line says the one line."""
+    code = (
+        "import signal, sys; from ttr_edu.experiments import workers; "
+        "sys.exit(workers.run_in_own_session([sys.executable, '-c', "
+        "'import os, signal; signal.signal(signal.SIGINT, signal.SIG_DFL); os.kill(os.getpid(), signal.SIGINT)']))"
+    )
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert p.returncode == 130 and p.stderr.strip().splitlines() == [INTERRUPTED], p.stderr
 
 
 @pytest.mark.slow

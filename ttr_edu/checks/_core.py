@@ -75,6 +75,7 @@ _isclose = torch.isclose
 _equal = torch.equal
 _vector_norm = torch.linalg.vector_norm
 _to_double = torch.Tensor.double
+_to_float = torch.Tensor.float
 _STRIDED = torch.strided
 
 
@@ -514,18 +515,44 @@ def _dtype_note(got: torch.Tensor, want: torch.Tensor) -> str:
     return f"\n  note: your result is {g}, the reference {w}"
 
 
-def _float32_inside_note(got: torch.Tensor, want: torch.Tensor) -> str:
-    """A float64 result that agrees with a float64 reference only to float32's rounding: say that part of the answer
-    may have run in float32 (the dtype of the result cannot show it)."""
-    if got.dtype != torch.float64 or want.dtype != torch.float64 or got.shape != want.shape:
+def _dtype_lead(got: torch.Tensor, want: torch.Tensor) -> str:
+    """What a failure says first when the precision explains it, naming both dtypes; ``""`` otherwise.
+
+    * another floating dtype than the reference's: the dtype is wrong, and the values agree to the coarser dtype's
+      rounding (only the dtype differs) or not (they differ as well);
+    * the reference's float64, but every value a float32 number (where the reference's are not) and within
+      float32's rounding of the reference: the result was computed in float32 (a tensor made without
+      ``dtype=torch.float64``) and widened afterwards. An answer computed in float64 almost never lands on float32
+      numbers alone, so a slightly wrong float64 answer (an ε in the wrong place) is not mistaken for one, and a far
+      wrong one (zeros, small integers) is told "wrong values".
+    """
+    if not (got.is_floating_point() and want.is_floating_point()):
         return ""
-    error = relative_error(got, want.detach())
-    if not 0 < error < 100 * torch.finfo(torch.float32).eps:
-        return ""
-    return (
-        f"\n  the error ({error:.1e}) is of the size of float32's rounding: if part of your function computes in "
-        "float32 (a tensor made without dtype=, or .float()), keep it in float64, the inputs' dtype"
-    )
+    g, w = (str(t.dtype).replace("torch.", "") for t in (got, want))
+    scale = _vector_norm(_to_double(want), float("inf")).item() if want.numel() else 0.0
+    if got.dtype != want.dtype:
+        coarse = got.dtype if torch.finfo(got.dtype).eps > torch.finfo(want.dtype).eps else want.dtype
+        eps = torch.finfo(coarse).eps
+        if _allclose(_to_double(got), _to_double(want), rtol=100 * eps, atol=100 * eps * max(scale, 1e-30)):
+            c = str(coarse).replace("torch.", "")
+            return (
+                f"wrong dtype: your result is {g}, the exercise works in {w}; the values agree to {c}'s rounding, so "
+                f"only the dtype differs. Compute in {w} (e.g. pass dtype=torch.{w} to torch.arange / torch.tensor)."
+            )
+        return f"wrong dtype: your result is {g}, the exercise works in {w}; the values differ as well"
+    if want.dtype == torch.float64 and got.numel():
+        eps = torch.finfo(torch.float32).eps
+        if (
+            _equal(_to_double(_to_float(got)), got)
+            and not _equal(_to_double(_to_float(want)), want)
+            and _allclose(_to_double(got), want, rtol=100 * eps, atol=100 * eps * max(scale, 1e-30))
+        ):
+            return (
+                "your result is float64, but every value in it is a float32 number, within float32's rounding of the "
+                "reference: it was computed in float32 (a tensor made without dtype=torch.float64, or .float()) and "
+                "widened afterwards; the exercise works in float64 throughout"
+            )
+    return ""
 
 
 def _is_plain_tensor(value: Any) -> bool:
@@ -572,11 +599,11 @@ def _compare(name: str, got: Any, want: Any, case: dict, rtol: float, atol: floa
                 f"{name}: wrong shape: got {tuple(got.shape)}, expected {tuple(want.shape)}\n  inputs: {inputs}"
             )
         if not _allclose(_to_double(got), _to_double(want.detach()), rtol=rtol, atol=atol):
-            raise CheckFailed(
-                f"{name}: wrong values ({_how_far(got, want.detach(), rtol, atol)})\n"
-                f"  inputs: {inputs}\n  {first_mismatch(got, want.detach(), rtol, atol)}"
-                f"{_dtype_note(got, want)}{_float32_inside_note(got, want)}"
-            )
+            how, where = _how_far(got, want.detach(), rtol, atol), first_mismatch(got, want.detach(), rtol, atol)
+            lead = _dtype_lead(got, want.detach())
+            if lead:  # the dtype first: a float32 answer to a float64 exercise is off by rounding alone
+                raise CheckFailed(f"{name}: {lead}\n  then the values: {how}\n  inputs: {inputs}\n  {where}")
+            raise CheckFailed(f"{name}: wrong values ({how})\n  inputs: {inputs}\n  {where}{_dtype_note(got, want)}")
     elif type(want) is tuple or type(want) is list:
         if not (type(got) is tuple or type(got) is list) or len(got) != len(want):
             raise CheckFailed(
@@ -633,6 +660,27 @@ def _cloned(case: dict) -> dict:
         k: v.clone() if isinstance(v, torch.Tensor) else copy.deepcopy(v) if isinstance(v, torch.nn.Module) else v
         for k, v in case.items()
     }
+
+
+# -- an exercise not attempted -----------------------------------------------------------------------------------------
+
+#: what the book shows under an exercise's check: the book is built from the student copies with no one to solve
+#: them, and a reader of the book has no kernel, so "not attempted yet" would speak to no one there
+IN_THE_BOOK = (
+    "Exercise {name}: you solve it in JupyterLab (ttr-edu start), where this check runs your function; the book "
+    "shows the chapter with the exercise unsolved."
+)
+
+
+def not_attempted(name: str, todo: str) -> None:
+    """Print the line of an exercise whose stub is untouched: ``[not attempted yet] NAME: TODO`` in the student's
+    kernel; while the book builds (``TTR_EDU_BOOK`` set), :data:`IN_THE_BOOK` instead."""
+    from ttr_edu._internal.progress import BOOK_ENV
+
+    if os.environ.get(BOOK_ENV, "0") not in ("", "0"):
+        print(IN_THE_BOOK.format(name=name))
+    else:
+        print(f"[not attempted yet] {name}: {todo}")
 
 
 # -- graded checks and read-only modules -------------------------------------------------------------------------------

@@ -510,7 +510,10 @@ def _is_a(value: Any, kind: type) -> bool:
 
 
 def _dtype_note(got: Any, want: Any) -> str:
-    """A right answer in another floating dtype than the reference's passes, with a note naming both."""
+    """A right answer in another floating dtype than the reference's passes, with a note naming both (the first such
+    tensor of a tuple or list of results)."""
+    if type(want) in (tuple, list) and type(got) in (tuple, list):
+        return next((note for g, w in zip(got, want) if (note := _dtype_note(g, w))), "")
     if isinstance(want, torch.Tensor) and _core._is_plain_tensor(got) and got.dtype != want.dtype:
         g, w = (str(t.dtype).replace("torch.", "") for t in (got, want))
         return f"note: your result is {g}; the exercise works in {w} (the values agree to the check's tolerance)"
@@ -679,7 +682,7 @@ def run_in_kernel(
     except NotAttempted:
         if _core.under_autograder():
             raise CheckFailed(f"{name}: not attempted (the stub still raises NotImplementedError)") from None
-        print(f"[not attempted yet] {name}: fill in the function above, run its cell, then run this check again.")
+        _core.not_attempted(name, "fill in the function above, run its cell, then run this check again.")
         return False
     except CheckFailed as failure:
         raise failure.with_traceback(None) from None

@@ -22,7 +22,7 @@ from typing import Any
 
 import torch
 
-from ttr_edu.checks._core import CheckFailed, _is_untouched_stub, relative_error, under_autograder
+from ttr_edu.checks._core import CheckFailed, _is_untouched_stub, not_attempted, relative_error, under_autograder
 from ttr_edu.checks._rules import run_check
 from ttr_edu.regression import NAMED_LAYERS, TestTimeRegression
 from ttr_edu.regression.design_space import AXES, CHOICES, LAYER_LABELS, Point, identify, named_point
@@ -485,9 +485,7 @@ def check_my_mixer(spec: Any, point: Point = SUGGESTED) -> bool:
                 raise CheckFailed(f"my_mixer: building your spec raised NotImplementedError: {err}") from None
             if under_autograder():
                 raise CheckFailed("my_mixer: not attempted (the stub still raises NotImplementedError)") from None
-            print(
-                "[not attempted yet] my_mixer: fill in your mixer's methods, run its cell, then run this check again."
-            )
+            not_attempted("my_mixer", "fill in your mixer's methods, run its cell, then run this check again.")
             return False
         except Exception as err:  # anything else the function raised: the learner's own bug
             raise CheckFailed(f"my_mixer: building your spec raised {type(err).__name__}: {err}") from None

@@ -43,7 +43,7 @@ from collections.abc import Callable, Iterator
 import torch
 
 from ttr_edu import ops
-from ttr_edu.checks._core import CheckFailed
+from ttr_edu.checks._core import CheckFailed, relative_error
 from ttr_edu.checks._rules import Rules, exercise
 from ttr_edu.checks._triton_sanitizer import KernelMemoryError, sanitized
 from ttr_edu.checks.chunkwise_algorithms import ut_transform_spec
@@ -72,6 +72,36 @@ GUARD = 4096  # NaN elements on each side of every tensor handed to a kernel
 #: references here, a plain-tf32 one about 1e-4 relative or more off, so both sides keep a margin of several times.
 DOT_TOLERANCE = (2e-5, 2e-5)
 INPUT_NAN, OUTPUT_NAN = 0x7FC01111, 0x7FC02222  # two quiet-NaN bit patterns (as int32) for the bands
+
+
+#: relative errors (‖got − want‖ / ‖want‖) that tf32 products give on fp32 inputs: tf32 keeps 10 bits of mantissa
+#: (a rounding of 2⁻¹¹ ≈ 4.9e-4 per operand), which sums over a product's terms to about 1e-4 to 1e-3
+TF32_BAND = (5e-5, 5e-3)
+
+
+def _tf32_note(reference):
+    """The ``explain`` hook of a puzzle whose products must be fp32-accurate: when a failure's relative error is the
+    size of tf32 rounding on fp32 inputs, say so and name the fix (``tl.dot(..., input_precision="ieee")``)."""
+
+    def explain(message: str, case: dict, result) -> str:
+        if not all(t.dtype == torch.float32 for t in case.values() if isinstance(t, torch.Tensor)):
+            return ""
+        want = reference(**case)
+        pairs = zip(result, want) if isinstance(want, tuple) and isinstance(result, tuple | list) else [(result, want)]
+        errors = [
+            relative_error(g, w)
+            for g, w in pairs
+            if isinstance(g, torch.Tensor) and isinstance(w, torch.Tensor) and g.shape == w.shape
+        ]
+        if not errors or not TF32_BAND[0] <= max(errors) <= TF32_BAND[1]:
+            return ""
+        return (
+            f"\n  an error of {max(errors):.2g} relative on fp32 inputs is the size of TF32 rounding: a tl.dot "
+            "without input_precision multiplies in tf32 on a GPU (10 bits of mantissa), and so does this check. Write "
+            'tl.dot(a, b, input_precision="ieee") for fp32-accurate products (fla writes allow_tf32=False).'
+        )
+
+    return explain
 
 
 def _pow2(n: int, least: int = 16) -> int:
@@ -509,6 +539,7 @@ def _launch_causal_chunk(kernel, case: dict) -> torch.Tensor:
     rules=Rules(source=_on_a_gpu(needs_int64=False)),
     rtol=DOT_TOLERANCE[0],
     atol=DOT_TOLERANCE[1],
+    explain=_tf32_note(causal_chunk_spec),
 )
 def check_causal_chunk(kernel) -> bool:
     """Check ``kernel(q_ptr, k_ptr, v_ptr, out_ptr, C, D_k, D_v, BLOCK_C, BLOCK_K, BLOCK_V)`` (block sizes constexpr).
@@ -557,6 +588,7 @@ def _launch_chunk_linear_attention(kernel, case: dict):
     rules=Rules(source=_on_a_gpu(needs_int64=False)),
     rtol=DOT_TOLERANCE[0],
     atol=DOT_TOLERANCE[1],
+    explain=_tf32_note(chunk_linear_attention_spec),
 )
 def check_chunk_linear_attention(kernel) -> bool:
     """Check ``kernel(q_ptr, k_ptr, v_ptr, o_ptr, s_ptr, T, D_k, D_v, BLOCK_T, BLOCK_K, BLOCK_V)``.
@@ -710,6 +742,7 @@ def _delta_rule_chunk_cases() -> Iterator[dict]:
     rules=Rules(source=_on_a_gpu(needs_int64=True)),
     rtol=DOT_TOLERANCE[0],
     atol=DOT_TOLERANCE[1],
+    explain=_tf32_note(delta_rule_chunk_spec),
 )
 def check_delta_rule_chunk(kernel) -> bool:
     """Check ``kernel(q_ptr, k_ptr, v_ptr, beta_ptr, o_ptr, s0_ptr, s_ptr, T, H, D_k, D_v, BLOCK_T, BLOCK_K,
@@ -745,6 +778,7 @@ def _gated_delta_rule_chunk_cases() -> Iterator[dict]:
     rules=Rules(source=_on_a_gpu(needs_int64=True)),
     rtol=DOT_TOLERANCE[0],
     atol=DOT_TOLERANCE[1],
+    explain=_tf32_note(gated_delta_rule_chunk_spec),
 )
 def check_gated_delta_rule_chunk(kernel) -> bool:
     """Check ``kernel(q_ptr, k_ptr, v_ptr, beta_ptr, g_ptr, o_ptr, s0_ptr, s_ptr, T, H, D_k, D_v, BLOCK_T, BLOCK_K,
@@ -815,6 +849,7 @@ def _launch_chunk_dv(kernel, case: dict) -> torch.Tensor:
     rules=Rules(source=_on_a_gpu(needs_int64=False)),
     rtol=DOT_TOLERANCE[0],
     atol=DOT_TOLERANCE[1],
+    explain=_tf32_note(chunk_dv_spec),
 )
 def check_chunk_dv(kernel) -> bool:
     """Check ``kernel(q_ptr, k_ptr, beta_ptr, do_ptr, ds_ptr, dv_ptr, C, D_k, D_v, BLOCK_C, BLOCK_K, BLOCK_V)``:

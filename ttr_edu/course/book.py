@@ -15,7 +15,9 @@ it ends: MyST's theme server (``node server.js``) does not outlive a failed HTML
 on first use; offline, ``--site`` builds the pages' content with a stub theme put in its place
 (:func:`theme_folder`), and an HTML build that cannot download the theme says so and names ``--site``.
 
-Everything MyST executes sees ``TTR_EDU_BOOK=1``: progress bars stay off there (``ttr_edu._internal.progress``).
+Everything MyST executes sees ``TTR_EDU_BOOK=1``: progress bars stay off there (``ttr_edu._internal.progress``), and
+an unsolved exercise's check prints that the exercise is done in JupyterLab, not "[not attempted yet]" (a reader of
+the book has no kernel); a page that shows that line anyway fails the build.
 """
 
 from __future__ import annotations
@@ -44,6 +46,8 @@ RAW_CITATION = re.compile(r"\[-?@[A-Za-z][\w:-]*")
 RENDERED = {"text/html", "image/png", "image/jpeg", "image/gif", "image/svg+xml", PLOTLY, WIDGET}
 #: what it shows as raw text: its renderers have no Markdown parser, and it loads no LaTeX renderer for outputs
 SHOWN_RAW = ("text/markdown", "text/latex")
+#: what an unsolved exercise's check prints in the student's kernel: never shown in the book
+NOT_ATTEMPTED = "[not attempted yet]"
 RAW_MATH = re.compile(r"(?<![\\\w])\$[^$\s][^$\n]*\$")
 
 
@@ -273,6 +277,11 @@ def page_problems(page: dict) -> list[str]:
             problems.append(f"{where}: a plotly figure saved as HTML only (no plotly JSON): it will not draw")
         if raw := _raw_output(out):
             problems.append(f"{where}: {raw} (claims.say writes HTML while the book builds)")
+        if NOT_ATTEMPTED in _content(out.get("text")) + _content(data.get("text/plain")):
+            problems.append(
+                f"{where}: an exercise's check shows {NOT_ATTEMPTED!r} to the book's readers, who have no kernel "
+                "(the checks print a note that the exercise is done in JupyterLab while the book builds)"
+            )
     for block in _blocks(mdast):
         seen_figure = False
         for out in block:
@@ -296,6 +305,17 @@ def site_problems(content: Path) -> list[str]:
     return problems
 
 
+def find_myst() -> str | None:
+    """The ``myst`` command: the one installed beside this interpreter first (``ttr-edu book`` run by its full path,
+    ``/path/to/venv/bin/ttr-edu``, with the venv not activated, so its ``bin`` is not on ``PATH``), else the first on
+    ``PATH``; ``None`` when there is none. ``sys.executable`` is not resolved: a venv's ``python`` is a link to the
+    base interpreter, whose folder holds no ``myst``."""
+    beside = Path(sys.executable).parent / ("myst.exe" if os.name == "nt" else "myst")
+    if beside.is_file() and os.access(beside, os.X_OK):
+        return str(beside)
+    return shutil.which("myst")
+
+
 def build(root: Path, *, site: bool = False, serve: bool = False, execute: bool = True) -> int:
     """Run MyST on ``root/book.yml``; with ``execute`` (the default), fail unless every notebook page executed
     cleanly. Returns 0, or 130 after Ctrl-C.
@@ -304,7 +324,7 @@ def build(root: Path, *, site: bool = False, serve: bool = False, execute: bool 
         BookError: MyST is missing or failed (offline: the message names ``--site``), the Jupyter server did not
             start, or the built pages show a problem.
     """
-    myst = shutil.which("myst")
+    myst = find_myst()
     if myst is None:
         raise BookError("the book needs MyST: pip install 'ttr-edu[book]'")
     theme = _prepare_theme(root, site)

@@ -169,6 +169,13 @@ def cmd_start(args: argparse.Namespace) -> int:
     if args.no_browser:
         options.append("--no-browser")
     command = lab.lab_command(dest, options)  # fail before copying if JupyterLab is missing
+    running = lab.running_server(dest)
+    if running is not None:  # before copying: a new release would land under the open notebooks
+        print(
+            f"ttr-edu: JupyterLab already serves {dest} (process {running.get('pid')}): open "
+            f"{lab.server_url(running)} , or stop it (Ctrl-C in its terminal) to start another"
+        )
+        return 0
     cmd_copy(args)
     command.insert(command.index(str(dest)) + 1, f"--LabApp.app_settings_dir={lab.write_settings(dest)}")
     again = f"ttr-edu start {shlex.quote(str(dest))}"

@@ -5,6 +5,8 @@ stopping ``ttr-edu`` leaves behind.
   server stops (the server cannot save them: they live in the browser tab until JupyterLab saves). A second Ctrl-C,
   or no terminal to ask in, stops at once. The closing line names the notebooks saved during the session and when.
 - Closing the terminal (SIGHUP) or SIGTERM stops JupyterLab the same clean way, its kernels included.
+- A second ``ttr-edu start`` on a folder that a JupyterLab still serves starts no second one: it prints that
+  JupyterLab's address (:func:`running_server`) and exits 0. A JupyterLab that died does not count.
 - A ``ttr-edu`` that is killed outright (SIGKILL) cannot clean up; on Linux the kernel then sends JupyterLab a
   SIGTERM (``PR_SET_PDEATHSIG``), and JupyterLab shuts its kernels down.
 """
@@ -24,7 +26,7 @@ import sys
 import time
 from pathlib import Path
 
-__all__ = ["SETTINGS", "SETTINGS_DIR", "lab_command", "run_foreground"]
+__all__ = ["SETTINGS", "SETTINGS_DIR", "lab_command", "run_foreground", "running_server", "server_url"]
 
 #: JupyterLab settings for the course, as JupyterLab's ``overrides.json`` takes them (the student can still change
 #: them in JupyterLab's settings editor): no news pop-up and no update check (the course runs offline too), and a
@@ -80,6 +82,32 @@ def write_settings(dest: Path) -> Path:
         overrides[plugin] = {**overrides.get(plugin, {}), **values}
     (folder / "overrides.json").write_text(json.dumps(overrides, indent=2) + "\n", encoding="utf-8")
     return folder
+
+
+def running_server(dest: Path) -> dict | None:
+    """The Jupyter server (a JupyterLab that ``ttr-edu start`` or anyone else started) that still serves ``dest``
+    as its root folder, or ``None``. Read from the server files in Jupyter's runtime folder (``jpserver-*.json``,
+    ``JUPYTER_RUNTIME_DIR`` if set), as ``jupyter server list`` reads them: a file whose process is gone is not a
+    running server (Jupyter removes it)."""
+    try:
+        from jupyter_server.serverapp import list_running_servers
+    except ImportError:  # no Jupyter server installed: none can be running from here
+        return None
+    want = Path(dest).resolve()
+    for info in list_running_servers():
+        try:
+            if Path(str(info.get("root_dir", ""))).resolve() == want:
+                return info
+        except (OSError, ValueError):
+            continue
+    return None
+
+
+def server_url(info: dict) -> str:
+    """The address of a running server's JupyterLab, with its token when it has one (as JupyterLab prints it)."""
+    url = str(info.get("url", "")).rstrip("/")
+    token = info.get("token")
+    return f"{url}/lab?token={token}" if token else f"{url}/lab"
 
 
 class _Stopped(Exception):

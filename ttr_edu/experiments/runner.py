@@ -480,6 +480,7 @@ def run(
     output = None
     lost: list[dict] = []
     trained = 0
+    results: Iterator | None = None
     bar = tqdm(total=remaining, desc=f"{experiment.name} grid", disable=not progress_enabled(progress))
     try:
         if path is not None:
@@ -510,7 +511,7 @@ def run(
         lost_keys: set[tuple] = set()
         while todo:  # a round of cells; a callable ``cells`` may ask for more once it sees their rows
             if cluster is not None:
-                results: Iterator = cluster.cells(cell_fn, todo, lost)
+                results = cluster.cells(cell_fn, todo, lost)
             elif jobs > 1 and len(todo) > 1:
                 results = workers.local_cells(cell_fn, todo, jobs)
             else:
@@ -544,6 +545,9 @@ def run(
                 pass
         raise
     finally:
+        if results is not None:  # stopped between two results: the workers' generator stops them now, not at exit
+            with workers.interrupts_held():
+                results.close()
         bar.close()
         if cluster is not None:
             cluster.close()

@@ -23,6 +23,7 @@ import re
 import signal
 import socket
 import subprocess
+import sys
 import threading
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -155,7 +156,9 @@ def run_in_own_session(command: list[str]) -> int:
     traceback), and the child alone decides how to stop. The Ctrl-C is passed on once the child says it can take
     it (:func:`ready_for_ctrl_c`: a Python that is still starting would print a traceback); later ones are not
     passed on, so nothing interrupts the child's shutdown. A hang-up (a closed terminal) or a termination of this
-    process is passed on as a Ctrl-C too, so the child closes its files the same way.
+    process is passed on as a Ctrl-C too, so the child closes its files the same way. A child that a Ctrl-C ended
+    before it could handle one (the terminal's SIGINT reached it while it was being started, still in the terminal's
+    process group) printed nothing: this process prints the one line in its place.
     """
     state = {"child": None, "ready": False, "asked": False, "sent": False}
 
@@ -190,6 +193,10 @@ def run_in_own_session(command: list[str]) -> int:
         status = state["child"].wait()
     finally:
         os.close(alive_write)
+    if status == -signal.SIGINT:  # ended by a Ctrl-C it could not handle yet (it was starting): it said nothing
+        from ttr_edu.experiments import INTERRUPTED
+
+        print(INTERRUPTED, file=sys.stderr)
     return 128 - status if status < 0 else status
 
 
@@ -222,13 +229,55 @@ def _paired(cell_fn, cell):
 
 
 def local_cells(cell_fn: Callable, todo: list[dict], jobs: int) -> Iterator[tuple[dict, dict]]:
-    """``(cell, row)`` pairs as cells finish, from ``jobs`` local worker processes (joblib's loky backend, whose
-    workers are reused across calls). The workers ignore SIGINT; a ``KeyboardInterrupt`` here makes joblib kill
-    them."""
-    from joblib import Parallel, delayed
+    """``(cell, row)`` pairs as cells finish, from ``jobs`` local worker processes (loky's reusable executor, which
+    joblib uses too: its workers are reused across calls). The workers ignore SIGINT.
 
-    parallel = Parallel(n_jobs=min(jobs, len(todo)), return_as="generator_unordered", initializer=_ignore_sigint)
-    yield from parallel(delayed(_paired)(cell_fn, cell) for cell in todo)
+    A Ctrl-C (``KeyboardInterrupt``) can land in this process's main thread at any bytecode. Inside loky's own code
+    (its workers starting, a task submitted, the pool shut down) it left half-started workers printing tracebacks,
+    "cannot join thread" errors, or semaphores and folders that loky's ``resource_tracker`` then reported as leaked.
+    So loky's code runs with interrupts held (:func:`interrupts_held`); the Ctrl-C lands only while this generator
+    waits for a result (a queue fed by the futures' callbacks, in loky's thread) or in the caller's code between
+    results. Either way, once the generator ends early (an exception here, or ``close()`` by the caller), the
+    workers are killed and the pool shut down, its resources released, before the Ctrl-C goes on. No more cells
+    than workers are in flight, so none waits in loky's own queues when the pool is shut down."""
+    import queue
+    import time
+
+    from joblib.externals.loky import get_reusable_executor
+
+    finished: queue.SimpleQueue = queue.SimpleQueue()
+    waiting, running, executor, complete = list(todo), 0, None, False
+    workers = min(jobs, len(todo))
+
+    def submit_more():
+        nonlocal running
+        while waiting and running < workers:  # no more cells in flight than workers: none waits in loky's queues
+            executor.submit(_paired, cell_fn, waiting.pop(0)).add_done_callback(finished.put)
+            running += 1
+
+    try:
+        with interrupts_held():  # a Ctrl-C meanwhile is raised at the end of the block, with the pool standing
+            executor = get_reusable_executor(max_workers=workers, initializer=_ignore_sigint)
+            submit_more()
+        while running:
+            future = finished.get()  # a Ctrl-C lands here, or in the caller's code
+            running -= 1
+            with interrupts_held():
+                submit_more()
+            yield future.result()  # raises what the cell raised, or loky's error for a worker that died
+        complete = True
+    finally:
+        if not complete and executor is not None:
+            with interrupts_held():
+                # loky's shutdown with kill_workers empties its table of pending cells, then takes the cells its
+                # manager thread has not yet moved to the workers' queue from that table (a KeyError in that
+                # thread, printed): let the thread move the cells just submitted first (the workers' queue has
+                # room for them all, as no more cells than workers are in flight)
+                ids = getattr(executor, "_work_ids", None)
+                deadline = time.monotonic() + 10
+                while ids is not None and not ids.empty() and time.monotonic() < deadline:
+                    time.sleep(0.01)
+                executor.shutdown(wait=True, kill_workers=True)
 
 
 def _ignore_sigint_plugin():
