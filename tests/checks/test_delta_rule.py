@@ -298,7 +298,17 @@ def _predicted_by_simulation(b, D, D_v, T):  # measures one run instead of predi
     return S.norm().item()
 
 
+def _pseudo_written_into_v(k, v, beta):  # right values, but reuses v's storage for u: the caller's v is gone
+    S = torch.zeros(k.shape[1], v.shape[1], dtype=k.dtype)
+    for t in range(k.shape[0]):
+        v[t] = beta[t] * (v[t] - S.T @ k[t])
+        S = S + torch.outer(k[t], v[t])
+    return v
+
+
 WRONG_ANSWERS = [
+    ("4.4 u written into v in place", checks.check_pseudo_values, _pseudo_written_into_v,
+     "modified its input v in place"),
     ("4.3 one simulated run", checks.check_predicted_memory_norm, _predicted_by_simulation, "got .*, expected"),
     ("4.3 E‖S_T‖², not its root", checks.check_predicted_memory_norm, predicted_energy, "got .*, expected"),
     ("4.1 S k instead of Sᵀ k", checks.check_delta_rule_step,

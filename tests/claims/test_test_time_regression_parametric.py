@@ -43,7 +43,7 @@ def test_a_faster_sweep_breaks_the_tail_rate():
     # β = 0.5: the decay per pass at 256–512 passes no longer equals −ln ρ.
     error = run_mutated(
         NOTEBOOK,
-        "consistent[seed] = gaps_to_exact(keys, keys @ W, 0.5, passes)",
+        "consistent[seed] = gaps_to_exact(keys, keys @ W, BETA, passes)",
         "consistent[seed] = gaps_to_exact(keys, keys @ W, 0.9, passes)",
     )
     assert error is not None and "ClaimFailed" in error
