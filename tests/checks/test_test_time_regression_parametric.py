@@ -217,7 +217,9 @@ def _rls_variant(*, p0="inverse", sign=-1.0, one_plus=True, gain="new", error_af
 
 def rls_by_solve(k, v, ridge, initial_state=None):  # right values from zero, but the exercise asks for the recursion
     eye = torch.eye(k.shape[1], dtype=k.dtype)
-    return torch.stack([torch.linalg.solve(k[:t].T @ k[:t] + ridge * eye, k[:t].T @ v[:t]) for t in range(1, len(k) + 1)])
+    return torch.stack(
+        [torch.linalg.solve(k[:t].T @ k[:t] + ridge * eye, k[:t].T @ v[:t]) for t in range(1, len(k) + 1)]
+    )
 
 
 def rls_transposed(k, v, ridge, initial_state=None):  # the papers' W = Sᵀ, (D_v, D_k)
@@ -357,9 +359,7 @@ def _rls_newton_schulz(k, v, ridge, initial_state=None):  # the end state by a h
 def _rls_solved_by(solve):
     def answer(k, v, ridge, initial_state=None):
         eye = torch.eye(k.shape[1], dtype=k.dtype)
-        return torch.stack(
-            [solve(k[:t].T @ k[:t] + ridge * eye) @ (k[:t].T @ v[:t]) for t in range(1, k.shape[0] + 1)]
-        )
+        return torch.stack([solve(k[:t].T @ k[:t] + ridge * eye) @ (k[:t].T @ v[:t]) for t in range(1, k.shape[0] + 1)])
 
     return answer
 

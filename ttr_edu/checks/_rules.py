@@ -379,7 +379,9 @@ def answer_outcome(
         except Exception as err:  # e.g. a backward hook of the answer's that raises
             outcome.raised = f"computing gradients through your result raised {type(err).__name__}: {err}"
     if rules.inputs_unchanged:
-        outcome.inputs_after = {k: v for k, v in given.items() if isinstance(v, torch.Tensor) or type(v) in (tuple, list)}
+        outcome.inputs_after = {
+            k: v for k, v in given.items() if isinstance(v, torch.Tensor) or type(v) in (tuple, list)
+        }
     if rules.source is not None and outcome.raised is None and outcome.broke_rule is None and not outcome.not_attempted:
         outcome.source = rules.source(answer)
     return outcome
