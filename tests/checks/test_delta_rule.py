@@ -298,8 +298,38 @@ def _predicted_by_simulation(b, D, D_v, T):  # measures one run instead of predi
     return S.norm().item()
 
 
+def _pseudo_written_into_v(k, v, beta):  # right values, but reuses v's storage for u: the caller's v is gone
+    S = torch.zeros(k.shape[1], v.shape[1], dtype=k.dtype)
+    for t in range(k.shape[0]):
+        v[t] = beta[t] * (v[t] - S.T @ k[t])
+        S = S + torch.outer(k[t], v[t])
+    return v
+
+
+def _eigenvalues_by_lapack(k, beta):  # the LAPACK routine below scipy.linalg.eigvalsh, imported inside the answer
+    import scipy.linalg.lapack
+
+    values, _, _ = scipy.linalg.lapack.dsyev(_update_matrix(k, beta).double().numpy(), compute_v=0)
+    return torch.tensor(values, dtype=k.dtype)
+
+
+def _eigenvalues_by_umath(k, beta):  # the ufunc below numpy.linalg.eigvalsh
+    from numpy.linalg import _umath_linalg
+
+    return torch.tensor(_umath_linalg.eigvalsh_lo(_update_matrix(k, beta).double().numpy()), dtype=k.dtype)
+
+
 WRONG_ANSWERS = [
+    ("4.2 LAPACK's dsyev", checks.check_update_eigenvalues, _eigenvalues_by_lapack,
+     r"called scipy\.linalg\._flapack\.dsyev, which this exercise rules out"),
+    ("4.2 numpy's _umath_linalg.eigvalsh_lo", checks.check_update_eigenvalues, _eigenvalues_by_umath,
+     r"called numpy\.linalg\._umath_linalg\.eigvalsh_lo, which this exercise rules out"),
+    ("4.4 u written into v in place", checks.check_pseudo_values, _pseudo_written_into_v,
+     "modified its input v in place"),
     ("4.3 one simulated run", checks.check_predicted_memory_norm, _predicted_by_simulation, "got .*, expected"),
+    ("4.3 a float32 tensor", checks.check_predicted_memory_norm,
+     lambda b, D, D_v, T: torch.tensor(predicted_norm_in_closed_form(b, D, D_v, T), dtype=torch.float32),
+     "your result is a float32 tensor"),
     ("4.3 E‖S_T‖², not its root", checks.check_predicted_memory_norm, predicted_energy, "got .*, expected"),
     ("4.1 S k instead of Sᵀ k", checks.check_delta_rule_step,
      lambda S, k, v, beta: S + beta * torch.outer(k, v - S @ k), "raised RuntimeError|wrong values"),

@@ -198,6 +198,35 @@ def test_inputs_unchanged_refuses_an_in_place_answer():
         check_prefix_sum(_in_place)
 
 
+#: exercises whose text asks for work on an input in place: (check module, check) -> why (none so far)
+IN_PLACE_BY_DESIGN: dict[tuple[str, str], str] = {}
+
+
+def test_inputs_unchanged_is_every_exercises_rule_unless_it_says_why():
+    """An answer that overwrites its inputs passes its own cases (each call gets copies) but breaks the notebook's
+    later cells, which pass it their tensors (chapter 04's pseudo-values written into v, chapter 06's keys scaled in
+    place): so the rule is the default, and an exercise that opts out is listed above with its reason."""
+    import importlib
+    import pkgutil
+
+    import ttr_edu.checks
+
+    assert Rules().inputs_unchanged is True
+    declared = 0
+    for module_info in pkgutil.iter_modules(ttr_edu.checks.__path__):
+        if module_info.name.startswith("_") or module_info.ispkg:
+            continue
+        module = importlib.import_module(f"ttr_edu.checks.{module_info.name}")
+        for name, value in vars(module).items():
+            exercise_ = getattr(value, "__exercise__", None)
+            if exercise_ is None or not name.startswith("check_"):
+                continue
+            declared += 1
+            if not exercise_.rules.inputs_unchanged:
+                assert (module_info.name, name) in IN_PLACE_BY_DESIGN, f"{module_info.name}.{name} opts out silently"
+    assert declared >= 30
+
+
 def _feature(x):
     return torch.nn.functional.elu(x) + 1
 

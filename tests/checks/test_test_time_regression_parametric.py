@@ -181,11 +181,13 @@ def _start(k, v, ridge, initial_state):
 
 def rls_memory(k, v, ridge, initial_state=None):
     S, P = _start(k, v, ridge, initial_state)
+    memories = []
     for t in range(k.shape[0]):
         Pk = P @ k[t]
         P = P - torch.outer(Pk, Pk) / (1 + k[t] @ Pk)
         S = S + torch.outer(P @ k[t], v[t] - S.T @ k[t])
-    return S
+        memories.append(S)
+    return torch.stack(memories)
 
 
 def _rls_variant(*, p0="inverse", sign=-1.0, one_plus=True, gain="new", error_after=False, updates_P=True):
@@ -195,6 +197,7 @@ def _rls_variant(*, p0="inverse", sign=-1.0, one_plus=True, gain="new", error_af
         S, P = _start(k, v, ridge, initial_state)
         if initial_state is None:
             P = eye / ridge if p0 == "inverse" else (ridge * eye if p0 == "ridge" else eye)
+        memories = []
         for t in range(k.shape[0]):
             old = P
             Pk = P @ k[t]
@@ -206,17 +209,21 @@ def _rls_variant(*, p0="inverse", sign=-1.0, one_plus=True, gain="new", error_af
                 S = S - torch.outer(g, S.T @ k[t])
             else:
                 S = S + torch.outer(g, v[t] - S.T @ k[t])
-        return S
+            memories.append(S)
+        return torch.stack(memories)
 
     return answer
 
 
 def rls_by_solve(k, v, ridge, initial_state=None):  # right values from zero, but the exercise asks for the recursion
-    return torch.linalg.solve(k.T @ k + ridge * torch.eye(k.shape[1], dtype=k.dtype), k.T @ v)
+    eye = torch.eye(k.shape[1], dtype=k.dtype)
+    return torch.stack(
+        [torch.linalg.solve(k[:t].T @ k[:t] + ridge * eye, k[:t].T @ v[:t]) for t in range(1, len(k) + 1)]
+    )
 
 
 def rls_transposed(k, v, ridge, initial_state=None):  # the papers' W = Sᵀ, (D_v, D_k)
-    return rls_memory(k, v, ridge, initial_state).T
+    return rls_memory(k, v, ridge, initial_state).transpose(1, 2)
 
 
 RLS_WRONG = [
@@ -247,18 +254,21 @@ def test_rls_check_rejects_a_linear_solve():
         checks.check_rls_memory(rls_by_solve)
 
 
-def _rls_in_place(k, v, ridge, initial_state=None):  # right, but writes into the state it was given
+def _rls_in_place(k, v, ridge, initial_state=None):  # right values, but writes into the state it was given
     S, P = _start(k, v, ridge, initial_state)
+    memories = []
     for t in range(k.shape[0]):
         Pk = P @ k[t]
         P -= torch.outer(Pk, Pk) / (1 + k[t] @ Pk)
         S += torch.outer(P @ k[t], v[t] - S.T @ k[t])
-    return S
+        memories.append(S.clone())
+    return torch.stack(memories)
 
 
-def test_an_answer_that_updates_the_given_state_in_place_is_judged_on_its_values(capsys):
-    # the state is a tuple of tensors: each call gets copies, so the reference still starts from the case's state
-    assert checks.check_rls_memory(_rls_in_place) is True
+def test_an_answer_that_updates_the_given_state_in_place_is_refused():
+    # the state is a tuple of tensors: the rule "inputs unchanged" (the default) looks inside it
+    with pytest.raises(CheckFailed, match="modified its input initial_state in place"):
+        checks.check_rls_memory(_rls_in_place)
 
 
 def test_the_reference_continues_a_memory_as_the_recursion_does():
@@ -268,8 +278,8 @@ def test_the_reference_continues_a_memory_as_the_recursion_does():
     P0 = torch.linalg.inv(k[:8].T @ k[:8] + 0.5 * torch.eye(4, dtype=torch.float64))
     state = (P0 @ k[:8].T @ v[:8], P0)
     whole = checks.reference_rls_memory(k, v, 0.5)
-    torch.testing.assert_close(checks.reference_rls_memory(k[8:], v[8:], 0.5, state), whole)
-    torch.testing.assert_close(rls_memory(k[8:], v[8:], 0.5, state), whole)
+    torch.testing.assert_close(checks.reference_rls_memory(k[8:], v[8:], 0.5, state), whole[8:])
+    torch.testing.assert_close(rls_memory(k[8:], v[8:], 0.5, state), whole[8:])
 
 
 # -- the galleries: plausible wrong answers, and right answers written differently ------------------------------------
@@ -311,16 +321,45 @@ def _decay(g, *, how="masked before exp"):
 
 def _rls_skips_the_memory_update(k, v, ridge, initial_state=None):  # P by Sherman–Morrison, then the batch formula
     S, P = _start(k, v, ridge, initial_state)
+    memories = []
     for t in range(k.shape[0]):
         Pk = P @ k[t]
         P = P - torch.outer(Pk, Pk) / (1 + k[t] @ Pk)
-    return P @ (k.T @ v)
+        memories.append(P @ (k[: t + 1].T @ v[: t + 1]))
+    return torch.stack(memories)
+
+
+def _rls_end_state_only(k, v, ridge, initial_state=None):  # P by Sherman–Morrison, then S_0 + P_T Kᵀ(V − K S_0)
+    S0, P = _start(k, v, ridge, initial_state)
+    for t in range(k.shape[0]):
+        Pk = P @ k[t]
+        P = P - torch.outer(Pk, Pk) / (1 + k[t] @ Pk)
+    return S0 + P @ k.T @ (v - k @ S0)  # exact for S_T, but the memories S_1 … S_{T−1} are never formed
+
+
+def _rls_end_state_repeated(k, v, ridge, initial_state=None):  # the same end state, stacked T times to fit the shape
+    return _rls_end_state_only(k, v, ridge, initial_state).expand(k.shape[0], -1, -1).clone()
+
+
+def _newton_schulz_inverse(A, steps=60):  # an inverse by matrix products only: X ← X (2I − A X)
+    X = A.T / (torch.linalg.matrix_norm(A, 1) * torch.linalg.matrix_norm(A, float("inf")))
+    eye = torch.eye(A.shape[0], dtype=A.dtype)
+    for _ in range(steps):
+        X = X @ (2 * eye - A @ X)
+    return X
+
+
+def _rls_newton_schulz(k, v, ridge, initial_state=None):  # the end state by a hand-written inverse, stacked
+    S0, P0 = _start(k, v, ridge, initial_state)
+    A0 = _newton_schulz_inverse(P0)
+    S = _newton_schulz_inverse(A0 + k.T @ k) @ (A0 @ S0 + k.T @ v)
+    return S.expand(k.shape[0], -1, -1).clone()
 
 
 def _rls_solved_by(solve):
     def answer(k, v, ridge, initial_state=None):
-        A = k.T @ k + ridge * torch.eye(k.shape[1], dtype=k.dtype)
-        return solve(A) @ (k.T @ v)
+        eye = torch.eye(k.shape[1], dtype=k.dtype)
+        return torch.stack([solve(k[:t].T @ k[:t] + ridge * eye) @ (k[:t].T @ v[:t]) for t in range(1, k.shape[0] + 1)])
 
     return answer
 
@@ -332,21 +371,50 @@ def _inverse_by_eigh(A):
 
 def _rls_kalman_gain(k, v, ridge, initial_state=None):
     S, P = _start(k, v, ridge, initial_state)
+    memories = []
     for t in range(k.shape[0]):
         Pk = P @ k[t]
         gain = Pk / (1 + k[t] @ Pk)
         S = S + torch.outer(gain, v[t] - S.T @ k[t])
         P = P - torch.outer(gain, Pk)
-    return S
+        memories.append(S)
+    return torch.stack(memories)
 
 
 def _rls_by_rows(k, v, ridge, initial_state=None):  # (1, D) rows and matrix products throughout
     S, P = _start(k, v, ridge, initial_state)
-    for k_t, v_t in zip(k.split(1), v.split(1)):
+    memories = k.new_zeros(k.shape[0], k.shape[1], v.shape[1])
+    for t, (k_t, v_t) in enumerate(zip(k.split(1), v.split(1))):
         Pk = P @ k_t.T
         P = P - (Pk @ Pk.T) / (1 + k_t @ Pk)
         S = S + (P @ k_t.T) @ (v_t - k_t @ S)
-    return S
+        memories[t] = S
+    return memories
+
+
+def _rls_by_the_package(k, v, ridge, initial_state=None):  # the final state of ops.rls_recurrent on each prefix
+    from ttr_edu.ops import rls_recurrent
+
+    fla = [x[None, :, None] for x in (k, k, v)]
+    return torch.stack(
+        [rls_recurrent(*(x[:, :t] for x in fla), ridge=ridge, output_final_state=True)[1][0, 0]
+         for t in range(1, k.shape[0] + 1)]
+    )  # fmt: skip
+
+
+def _sweep_scaling_k_in_place(k, beta):  # right values, but folds the step into the caller's keys
+    M = torch.eye(k.shape[1], dtype=k.dtype)
+    for t in range(k.shape[0]):
+        k[t] *= beta[t].sqrt()
+        M = M - torch.outer(k[t], k[t] @ M)
+    return M
+
+
+def _decay_cumsum_in_place(g):  # right values, but turns the caller's g into its cumulative sum
+    T = g.shape[0]
+    G = g.cumsum_(0)
+    causal = torch.ones(T, T, dtype=torch.bool).tril()
+    return (G[:, None] - G[None, :]).masked_fill(~causal, float("-inf")).exp()
 
 
 def _sweep_by_the_delta_rule(k, beta):  # a pass of the package's delta rule from S_0 = I with v = 0 leaves M
@@ -380,8 +448,18 @@ WRONG_ANSWERS = [
     ("6.4 P_0 = λI", checks.check_rls_memory, _rls_variant(p0="ridge"), "wrong values"),
     ("6.4 S updated with the old P", checks.check_rls_memory, _rls_variant(gain="old"), "wrong values"),
     ("6.4 P never updated", checks.check_rls_memory, _rls_variant(updates_P=False), "wrong values"),
-    ("6.4 skips the memory's update: P_T Kᵀ V", checks.check_rls_memory, _rls_skips_the_memory_update,
+    ("6.4 skips the memory's update: P_t K_tᵀ V_t", checks.check_rls_memory, _rls_skips_the_memory_update,
      "this case continues a memory"),
+    ("6.4 only the end state, S_0 + P_T Kᵀ(V − K S_0)", checks.check_rls_memory, _rls_end_state_only,
+     "the memory after every pair"),
+    ("6.4 the end state repeated T times", checks.check_rls_memory, _rls_end_state_repeated,
+     "your last memory is right but an earlier one is not"),
+    ("6.4 the end state by a Newton–Schulz inverse", checks.check_rls_memory, _rls_newton_schulz,
+     "your last memory is right but an earlier one is not"),
+    ("6.4 P updated in place in the given state", checks.check_rls_memory, _rls_in_place,
+     "modified its input initial_state in place"),
+    ("6.3 k scaled in place", checks.check_sweep_operator, _sweep_scaling_k_in_place, "modified its input k in place"),
+    ("6.2 g.cumsum_ in place", checks.check_decay_weights, _decay_cumsum_in_place, "modified its input g in place"),
     ("6.4 A.inverse()", checks.check_rls_memory, _rls_solved_by(lambda A: A.inverse()), "used a matrix inverse"),
     ("6.4 matrix_power(A, −1)", checks.check_rls_memory, _rls_solved_by(lambda A: torch.linalg.matrix_power(A, -1)),
      "used a matrix inverse"),
@@ -392,9 +470,8 @@ WRONG_ANSWERS = [
      _rls_solved_by(lambda A: torch.linalg.tensorinv(A, ind=1)), "used a matrix inverse"),
     ("6.4 numpy.linalg.inv", checks.check_rls_memory,
      _rls_solved_by(lambda A: torch.from_numpy(__import__("numpy").linalg.inv(A.numpy()))), "numpy.linalg.inv"),
-    ("6.4 the package's rls_recurrent", checks.check_rls_memory, lambda k, v, ridge, initial_state=None: __import__(
-        "ttr_edu.ops", fromlist=["rls_recurrent"]).rls_recurrent(k[None, :, None], k[None, :, None], v[None, :, None],
-        ridge=ridge, output_final_state=True)[1][0][0, 0], "calls the package's own implementation"),
+    ("6.4 the package's rls_recurrent", checks.check_rls_memory, _rls_by_the_package,
+     "calls the package's own implementation"),
     ("6.4 the old signature, no initial_state", checks.check_rls_memory,
      lambda k, v, ridge: rls_memory(k, v, ridge), "hint: keep the stub's parameter names"),
 ]  # fmt: skip

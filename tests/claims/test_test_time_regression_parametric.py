@@ -43,8 +43,19 @@ def test_a_faster_sweep_breaks_the_tail_rate():
     # β = 0.5: the decay per pass at 256–512 passes no longer equals −ln ρ.
     error = run_mutated(
         NOTEBOOK,
-        "consistent[seed] = gaps_to_exact(keys, keys @ W, 0.5, passes)",
+        "consistent[seed] = gaps_to_exact(keys, keys @ W, BETA, passes)",
         "consistent[seed] = gaps_to_exact(keys, keys @ W, 0.9, passes)",
     )
     assert error is not None and "ClaimFailed" in error
     assert "the tail is geometric at the slowest mode's rate" in error
+
+
+def test_the_first_order_estimate_misses_the_slowest_rate():
+    # 1 − ρ ≈ βλ_min (first order in β) instead of 2βλ_min/(2 − β): a third too small at β = 0.5, outside 2%.
+    error = run_mutated(
+        NOTEBOOK,
+        "predicted = {seed: 2 * BETA * lambda_min[seed] / (2 - BETA) for seed in SEEDS}",
+        "predicted = {seed: BETA * lambda_min[seed] for seed in SEEDS}",
+    )
+    assert error is not None and "ClaimFailed" in error
+    assert "1 − ρ follows from the keys' Gram matrix" in error

@@ -410,16 +410,49 @@ class _DirectBackward(TorchDispatchMode):
         return func(*args, **(kwargs or {}))
 
 
+def _stand_in_for_compiled(bad: Forbidden, trace: _Trace) -> list[tuple[dict, str, Any]]:
+    """Replace, in every loaded module's namespace (the notebook's ``__main__`` among them), the forbidden callables
+    that have no Python code (the compiled LAPACK routines below numpy's and scipy's solvers: a profile hook sees no
+    call of a ufunc or an f2py routine) by a stand-in that records the rule's message in ``trace`` and raises
+    :class:`ForbiddenCall`. Returns what to put back. The engine's child removes the same callables everywhere
+    (:func:`lock_down`); this is the kernel's view of it, so that both give one verdict."""
+    compiled = {id(value): (value, message) for value, message in bad.callables if code_of(value) is None}
+    compiled = {k: v for k, v in compiled.items() if not isinstance(v[0], (types.ModuleType, type))}
+    if not compiled:
+        return []
+
+    def stand_in(message: str) -> Callable:
+        def ruled_out(*args, **kwargs):
+            trace._found(message)
+            raise ForbiddenCall(message)
+
+        return ruled_out
+
+    undo = []
+    for module in list(sys.modules.values()):
+        namespace = getattr(module, "__dict__", None)
+        if not isinstance(namespace, dict):
+            continue
+        for key, value in list(namespace.items()):
+            found = compiled.get(id(value))
+            if found is not None and found[0] is value:
+                namespace[key] = stand_in(found[1])
+                undo.append((namespace, key, value))
+    return undo
+
+
 @contextmanager
 def watching(bad: Forbidden) -> Iterator[_Trace]:
     """Hold the code inside the block to ``bad`` (the student's kernel): forbidden torch operators raise
     :class:`ForbiddenCall` (autograd's derivative kernels when the answer calls one itself, not when autograd's engine
-    does); a forbidden Python function, or an attempt to hide from the trace, is recorded in the yielded trace's
-    ``hit`` (the caller reports it once the answer has returned). Everything is undone on exit."""
+    does), and so do forbidden compiled routines reached through a module (:func:`_stand_in_for_compiled`); a
+    forbidden Python function, or an attempt to hide from the trace, is recorded in the yielded trace's ``hit`` (the
+    caller reports it once the answer has returned). Everything is undone on exit."""
     trace = _Trace(bad)
     derivatives = {op: message for op, message in bad.ops.items() if op in backward_ops()}
     library = _block_ops({op: m for op, m in bad.ops.items() if op not in derivatives}, _refuse_now)
     direct = _DirectBackward(derivatives) if derivatives else contextlib.nullcontext()
+    undo = _stand_in_for_compiled(bad, trace)
     direct.__enter__()
     previous = sys.getprofile()
     previous_threads = threading.getprofile() if hasattr(threading, "getprofile") else None
@@ -432,6 +465,8 @@ def watching(bad: Forbidden) -> Iterator[_Trace]:
         sys.setprofile(previous)
         threading.setprofile(previous_threads)
         _leave_mode(direct)
+        for namespace, key, value in reversed(undo):
+            namespace[key] = value
         if library is not None:
             library._destroy()
         if current is not trace and trace.hit is None:

@@ -106,7 +106,12 @@ class Rules:
         no_solvers: no inverse, solve, least squares, factorisation or eigen/singular-value routine of torch, numpy or
             scipy (blocked at torch's dispatcher, so every spelling counts).
         no_autograd: no ``backward``, ``torch.autograd``, ``torch.func`` transform or forward AD.
-        inputs_unchanged: the answer may not modify an input tensor in place.
+        inputs_unchanged: the answer may not modify an input tensor in place (also one inside a tuple or list, e.g.
+            ``initial_state = (S0, P0)``). The default for every exercise: an answer that overwrites its inputs passes
+            its own cases (each call gets copies) but breaks the notebook's later cells, which pass it their tensors.
+            An exercise whose text asks for work in place opts out with ``inputs_unchanged=False`` and a comment
+            saying why; a module the answer is asked to change (a model it wires or trains) is no tensor input, so
+            those exercises keep the default.
         keep_grad: names of inputs the result must carry gradients back to (no ``detach``, ``.item()`` or
             ``no_grad`` on the way): the answer's vector-Jacobian products are compared with the reference's.
         linear_cost: the answer's cost may grow at most linearly in ``T`` (:class:`LinearCost`).
@@ -127,7 +132,7 @@ class Rules:
     answers: tuple[Callable, ...] = ()
     no_solvers: bool = False
     no_autograd: bool = False
-    inputs_unchanged: bool = False
+    inputs_unchanged: bool = True
     keep_grad: tuple[str, ...] = ()
     linear_cost: LinearCost | None = None
     watch: Callable[[dict], AbstractContextManager] | None = None
@@ -418,7 +423,9 @@ def answer_outcome(
         except Exception as err:  # e.g. a backward hook of the answer's that raises
             outcome.raised = f"computing gradients through your result raised {type(err).__name__}: {err}"
     if rules.inputs_unchanged:
-        outcome.inputs_after = {k: v for k, v in given.items() if isinstance(v, torch.Tensor)}
+        outcome.inputs_after = {
+            k: v for k, v in given.items() if isinstance(v, torch.Tensor) or type(v) in (tuple, list)
+        }
     if rules.source is not None and outcome.raised is None and outcome.broke_rule is None and not outcome.not_attempted:
         outcome.source = rules.source(answer)
     return outcome
@@ -463,11 +470,7 @@ def judge_case(declared: Exercise, case: dict, index: int, outcome: Outcome) -> 
     if rules.inputs_unchanged:
         after = outcome.inputs_after or {}
         for key, value in case.items():
-            if isinstance(value, torch.Tensor) and not (
-                isinstance(after.get(key), torch.Tensor)
-                and after[key].shape == value.shape
-                and _core._equal(after[key].to(value.dtype), value)
-            ):
+            if not _unchanged(value, after.get(key)):
                 raise CheckFailed(
                     f"{name}: your function modified its input {key} in place; return a new tensor instead\n"
                     f"  inputs: {_inputs(case)}"
@@ -499,6 +502,23 @@ def judge_case(declared: Exercise, case: dict, index: int, outcome: Outcome) -> 
         if rules.keep_grad:
             _judge_grads(declared, given, want, index, outcome.grads or {}, rtol, atol)
     return _dtype_note(outcome.result, want)
+
+
+def _unchanged(before: Any, after: Any) -> bool:
+    """Whether an input of a case (a tensor, or a tuple or list holding tensors) is the same after the call."""
+    if isinstance(before, torch.Tensor):
+        return (
+            isinstance(after, torch.Tensor)
+            and after.shape == before.shape
+            and _core._equal(after.to(before.dtype), before)
+        )
+    if type(before) in (tuple, list):
+        return (
+            type(after) is type(before)
+            and len(after) == len(before)
+            and all(_unchanged(b, a) for b, a in zip(before, after))
+        )
+    return True
 
 
 def _is_a(value: Any, kind: type) -> bool:
@@ -614,7 +634,7 @@ def one_thread() -> Iterator[None]:
 def _cpu_seconds(answer: Callable, declared: Exercise, case: dict, repeats: int) -> tuple[Outcome, float]:
     best, outcome = math.inf, None
     for _ in range(repeats):
-        given = _core._cloned(case)
+        given = _cloned(case)
         start = time.process_time()
         try:
             result = declared.call(answer, given)
@@ -702,7 +722,7 @@ def run_check(
     *,
     rtol: float = 1e-6,
     atol: float = 1e-8,
-    inputs_unchanged: bool = False,
+    inputs_unchanged: bool = True,
     then: Callable[[], None] | None = None,
 ) -> bool:
     """Compare ``student_fn(**case)`` with ``reference_fn(**case)`` on every case.
@@ -714,8 +734,8 @@ def run_check(
         cases: keyword-argument dicts; tensors are cloned before each call, so an in-place edit by
             the student cannot change what the reference sees.
         rtol, atol: tolerances of ``torch.allclose`` (floats compare the same way).
-        inputs_unchanged: also fail when the student's function modifies an input tensor in place (for exercises
-            whose text says "do not modify ... in place"; the copy it was given is compared with the case).
+        inputs_unchanged: also fail when the student's function modifies an input tensor in place (the default, as
+            in :class:`Rules`; the copy it was given is compared with the case).
         then: a last test once every case agrees (e.g. reading a kernel's source for what the interpreter cannot
             show); it raises :class:`CheckFailed` to fail the check, before ``PASS`` is printed.
 

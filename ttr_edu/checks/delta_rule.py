@@ -7,8 +7,9 @@ The student's functions work on one head: the state ``S`` is ``(D_k, D_v)``, a k
 (:func:`reference_predicted_memory_norm`). Each exercise is declared once
 (:func:`ttr_edu.checks._rules.exercise`): the same declaration runs in the student's kernel and in the grading engine.
 The cases hold keys of several lengths and correlated keys, in float64 and float32; the package's delta-rule ops are
-ruled out as answers, and the eigenvalue exercise rules out every eigensolver, decomposition, inverse and solve (torch,
-numpy or scipy, however it is reached).
+ruled out as answers, and the eigenvalue exercise rules out every eigensolver, decomposition, inverse and solve of
+torch, numpy or scipy, however it is reached (their compiled LAPACK routines included; another library's, mpmath's or
+sympy's, is not caught). No exercise may change its inputs in place (the default rule).
 """
 
 from __future__ import annotations
@@ -168,7 +169,18 @@ def _prediction_cases() -> Iterator[dict]:
         yield {"b": b, "D": D, "D_v": D_v, "T": T}
 
 
-@exercise(reference=reference_predicted_memory_norm, cases=_prediction_cases, rtol=1e-9)
+def _precision_note(message: str, case: dict, result: object) -> str:
+    """A prediction returned as a float32 (or narrower) tensor keeps about 7 digits: say so, the check asks for 9."""
+    if isinstance(result, torch.Tensor) and result.is_floating_point() and torch.finfo(result.dtype).bits < 64:
+        kind = str(result.dtype).replace("torch.", "")
+        return (
+            f"\n  your result is a {kind} tensor, which rounds to about {torch.finfo(result.dtype).eps:.0e} relative; "
+            "the check compares to 1e-9. Compute in Python floats (math.sqrt) or in float64"
+        )
+    return ""
+
+
+@exercise(reference=reference_predicted_memory_norm, cases=_prediction_cases, rtol=1e-9, explain=_precision_note)
 def check_predicted_memory_norm(predicted_memory_norm: Callable) -> bool:
     """Check ``predicted_memory_norm(b, D, D_v, T) = √E‖S_T‖²`` (see :func:`reference_predicted_memory_norm`),
     inside, at and past the edge ``b = 2`` (a number, or a one-element tensor)."""

@@ -6,7 +6,8 @@ the same data in the fla layout ``(1, T, 1, D)``, except the sweep operator's, w
 RLS's, which is one solve. Every exercise is declared once (:func:`ttr_edu.checks._rules.exercise`), with cases in
 float64 and float32, keys of several lengths and correlated keys; the package's regression layers, delta-rule and RLS
 ops are ruled out as answers, and RLS's "no solve and no inverse" is enforced at torch's dispatcher, whatever the
-spelling (:mod:`ttr_edu.checks._guard`).
+spelling (:mod:`ttr_edu.checks._guard`), and by comparing the memory after every pair. No exercise may change its
+inputs in place (the default rule).
 """
 
 from __future__ import annotations
@@ -201,18 +202,23 @@ def check_ridge_readout(ridge_readout: Callable) -> bool:
 def reference_rls_memory(
     k: torch.Tensor, v: torch.Tensor, ridge: float, initial_state: tuple[torch.Tensor, torch.Tensor] | None = None
 ) -> torch.Tensor:
-    """The memory after all ``T`` pairs, ``S_T = (Kᵀ K + λ I)⁻¹ Kᵀ V``: ``(T, D_k), (T, D_v) -> (D_k, D_v)``.
+    """The memory after every pair, ``S_t = (K_tᵀ K_t + λ I)⁻¹ K_tᵀ V_t`` for ``t = 1..T`` (``K_t``: the first ``t``
+    keys): ``(T, D_k), (T, D_v) -> (T, D_k, D_v)``, row ``t − 1`` the memory after pair ``t``.
 
     From ``initial_state = (S_0, P_0)`` (a memory that has seen earlier pairs, ``P_0 = (A_0 + λI)⁻¹``, which then
-    holds the ridge), ``S_T = (P_0⁻¹ + KᵀK)⁻¹ (P_0⁻¹ S_0 + KᵀV)``: the recursion keeps ``P_t⁻¹ S_t`` growing by
-    ``k_t v_tᵀ`` each step. Computed by solves (the reference may; the exercise's recursion may not).
+    holds the ridge), ``S_t = (P_0⁻¹ + K_tᵀK_t)⁻¹ (P_0⁻¹ S_0 + K_tᵀV_t)``: the recursion keeps ``P_t⁻¹ S_t`` growing
+    by ``k_t v_tᵀ`` each step. Computed by one solve per prefix (the reference may; the exercise's recursion may not).
     """
     if initial_state is None:
-        eye = torch.eye(k.shape[1], dtype=k.dtype)
-        return torch.linalg.solve(k.T @ k + ridge * eye, k.T @ v)
-    S0, P0 = initial_state
-    A0 = torch.linalg.inv(P0)
-    return torch.linalg.solve(A0 + k.T @ k, A0 @ S0 + k.T @ v)
+        A0 = ridge * torch.eye(k.shape[1], dtype=k.dtype)
+        B0 = torch.zeros(k.shape[1], v.shape[1], dtype=k.dtype)
+    else:
+        S0, P0 = initial_state
+        A0 = torch.linalg.inv(P0)
+        B0 = A0 @ S0
+    return torch.stack(
+        [torch.linalg.solve(A0 + k[:t].T @ k[:t], B0 + k[:t].T @ v[:t]) for t in range(1, k.shape[0] + 1)]
+    )
 
 
 def _rls_cases() -> Iterator[dict]:
@@ -225,7 +231,7 @@ def _rls_cases() -> Iterator[dict]:
     yield {**_regression_case(646, 15, 5, 3, scale=0.7, shared=2.0), "ridge": 0.2}
     yield {**_regression_case(647, 12, 4, 3, dtype=torch.float32), "ridge": 1.0}
     # Online: the memory continues from the state (S_0, P_0) that earlier pairs left, so an answer that solves the
-    # regression from its own pairs at the end (P_T Kᵀ V) misses what S_0 holds.
+    # regression from its own pairs (P_t K_tᵀ V_t) misses what S_0 holds.
     for i, (T, earlier, d_k, d_v, ridge) in enumerate([(1, 3, 4, 2, 0.5), (9, 6, 5, 3, 0.1), (14, 20, 4, 4, 1.0)]):
         yield {**_regression_case(650 + i, T, d_k, d_v), "ridge": ridge,
                "initial_state": _earlier_state(660 + i, earlier, d_k, d_v, ridge)}  # fmt: skip
@@ -245,12 +251,26 @@ def _earlier_state(seed: int, T: int, d_k: int, d_v: int, ridge: float) -> tuple
 
 
 def _state_note(message: str, case: dict, result: Any) -> str:
+    """What a wrong memory says: only the last pair's memory (an answer that computes the end state once), or a
+    memory that forgets the state it was given."""
+    want = reference_rls_memory(**case)
+    if _is_plain_tensor(result) and result.shape == want.shape[1:]:
+        return (
+            "\n  the exercise asks for the memory after every pair, (T, D_k, D_v): S_1, …, S_T, each from the one "
+            "before by the two updates"
+        )
+    if _is_plain_tensor(result) and result.shape == want.shape and result.shape[0] > 1:
+        same_end = torch.allclose(result[-1].double(), want[-1].double(), rtol=1e-6, atol=1e-9)
+        if same_end:
+            return (
+                "\n  your last memory is right but an earlier one is not: each S_t must be the memory after pair t, "
+                "updated pair by pair"
+            )
     if "initial_state" not in case:
         return ""
     return (
         "\n  this case continues a memory: initial_state = (S_0, P_0) is the state that earlier pairs left. Start the "
-        "recursion from it (not from S_0 = 0, P_0 = I/λ); an answer that solves the regression from its own pairs "
-        "at the end (P_T Kᵀ V) misses what S_0 holds"
+        "recursion from it (not from S_0 = 0, P_0 = I/λ)"
     )
 
 
@@ -267,7 +287,9 @@ def _state_note(message: str, case: dict, result: Any) -> str:
     atol=1e-9,
 )
 def check_rls_memory(rls_memory: Callable) -> bool:
-    """Check ``rls_memory(k, v, ridge, initial_state=None) -> S_T``, the exact ridge memory after all pairs, computed
-    online by the Sherman–Morrison recursion, from ``S_0 = 0, P_0 = I/λ`` or from a given ``initial_state =
-    (S_0, P_0)``: an inverse, solve, factorisation or eigensolver, however spelled, is refused, and so is an answer
-    that ignores the state it is given."""
+    """Check ``rls_memory(k, v, ridge, initial_state=None) -> S``, ``(T, D_k, D_v)``: the exact ridge memory after
+    every pair, computed online by the Sherman–Morrison recursion, from ``S_0 = 0, P_0 = I/λ`` or from a given
+    ``initial_state = (S_0, P_0)``, which is left unchanged. An inverse, solve, factorisation or eigensolver of
+    torch, numpy or scipy, however spelled, is refused; comparing every ``S_t`` refuses an answer that computes only
+    the end state (by Sherman–Morrison on ``P`` and a closed form for ``S``, or a hand-written iterative inverse). What
+    no comparison of values can see is an answer that recomputes each ``S_t`` from scratch by such a closed form."""
