@@ -16,9 +16,9 @@ writes first.
 * ``solve_tril(A, block) -> (I + A)⁻¹`` for a strictly lower triangular ``A``, by blocks as fla's ``solve_tril``:
   compared with the inverse, and held to what the exercise rules out by :class:`_BlockedInverseRules`, which watches
   the answer's torch operations: an inverse, factorisation or solve of a matrix wider than ``block``, more work in
-  products than two products of the whole matrix (a series over it, such as the Neumann series), a substitution across the whole matrix (row by row, a few rows at a time,
-  column by column, entry by entry, in torch or with Python numbers), and NumPy or Python lists for anything wider
-  than a diagonal block.
+  products than two products of the whole matrix (a series over it, such as the Neumann series), a substitution
+  across the whole matrix (row by row, a few rows at a time, column by column, entry by entry, in torch or with Python
+  numbers), and NumPy or Python lists for anything wider than a diagonal block.
 
 Each exercise is declared once (:func:`ttr_edu.checks._rules.exercise`); the package's own implementations are refused
 as answers.
