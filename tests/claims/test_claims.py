@@ -126,7 +126,7 @@ def test_less_against_a_constant_names_the_constant_apart_from_the_seeds(capsys)
     out = capsys.readouterr().out
     assert "(mean ± sd over seeds), against the constant 1.00e-05" in out and ", 1.00e-05 (mean" not in out
     claims.less("it is far off", 1.0, [119.0, 80.0, 170.0], names=("1", "error"))
-    assert "error 123 ± 45 (mean ± sd over seeds), against the constant 1" in capsys.readouterr().out
+    assert "error 123 ± 45.1 (mean ± sd over seeds), against the constant 1)" in capsys.readouterr().out
 
 
 def test_less_across_seeds_with_a_margin():
