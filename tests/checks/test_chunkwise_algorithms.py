@@ -802,3 +802,18 @@ def test_a_step_that_never_calls_ut_transform_fails(answer):
     )
     with pytest.raises(CheckFailed, match="never called ut_transform"):
         checks.check_delta_rule_chunk_step(answer)
+
+
+def test_a_step_without_ut_transform_in_its_namespace_is_lent_the_packages(capsys):
+    namespace: dict = {"torch": torch}
+    exec(
+        "def step(q, k, v, beta, S):\n"
+        "    ut = ut_transform(k, beta)\n"
+        "    pseudo = ut @ v - (ut @ k) @ S\n"
+        "    mask = torch.tril(torch.ones(len(q), len(q), dtype=torch.bool))\n"
+        "    return q @ S + ((q @ k.T) * mask) @ pseudo, S + k.T @ pseudo",
+        namespace,
+    )
+    assert checks.check_delta_rule_chunk_step(namespace["step"]) is True
+    assert "ut_transform (Exercise 11.2) is not defined" in capsys.readouterr().out
+    assert "ut_transform" not in namespace  # lent for the call only

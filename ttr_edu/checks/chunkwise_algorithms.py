@@ -202,11 +202,15 @@ def _step_with_ut_transform(delta_rule_chunk_step: Callable, case: dict):
     so), so that a written step is checked on its own: not reported as "not attempted", nor failed for 11.2's
     mistake. A ``NotImplementedError`` from any other helper is reported by name. The exercise says "use your
     ut_transform", so a step that never calls it (a token loop, an inverse of its own) fails, by the calls counted
-    while it runs. With no ``ut_transform`` in the answer's namespace (a function defined outside a notebook) the
-    calls are not counted."""
+    while it runs. With no ``ut_transform`` in the answer's namespace, the package's is lent under that name for the
+    call (and removed after it)."""
     namespace = getattr(delta_rule_chunk_step, "__globals__", {})
-    helper = namespace.get("ut_transform")
-    why = _helper_state(helper) if callable(helper) and helper is not ut_transform_spec else None
+    absent = object()
+    helper = namespace.get("ut_transform", absent)
+    if not callable(helper):
+        why: str | None = "is not defined"
+    else:
+        why = _helper_state(helper) if helper is not ut_transform_spec else None
     lent = ut_transform_spec if why is not None else helper
     calls = 0
 
@@ -215,8 +219,7 @@ def _step_with_ut_transform(delta_rule_chunk_step: Callable, case: dict):
         calls += 1
         return lent(*args, **kwargs)
 
-    if callable(helper):
-        namespace["ut_transform"] = counted
+    namespace["ut_transform"] = counted
     try:
         result = delta_rule_chunk_step(**case)
     except NotImplementedError as error:
@@ -228,9 +231,11 @@ def _step_with_ut_transform(delta_rule_chunk_step: Callable, case: dict):
             "solve its exercise first, or compute that part inside the step"
         ) from error
     finally:
-        if callable(helper):
+        if helper is absent:
+            namespace.pop("ut_transform", None)
+        else:
             namespace["ut_transform"] = helper
-    if callable(helper) and calls == 0:
+    if calls == 0:
         raise CheckFailed(
             "delta_rule_chunk_step never called ut_transform: the exercise builds the chunk from the UT matrix of "
             "your Exercise 11.2 (𝒯, then W = 𝒯K and U = 𝒯V, then the pseudo-values against S), not token by token "
