@@ -454,6 +454,15 @@ def neumann_series_by_einsum(A, block):  # Σ (−A)ⁿ, the powers by einsum
     return X
 
 
+def neumann_by_horner(A, block):  # Σ (−A)ⁿ as X ← I − A X, C times: accurate (substitution's arithmetic), C⁴ work
+    C = A.shape[0]
+    eye = torch.eye(C, dtype=A.dtype)
+    X = eye
+    for _ in range(C):
+        X = eye - A @ X
+    return X
+
+
 def python_scalars_of_fresh_tensors(A, block):  # `+ 0` makes a fresh scalar, not an entry of A's storage
     C = A.shape[0]
     a = [[float(A[i, j] + 0) for j in range(C)] for i in range(C)]
@@ -552,6 +561,31 @@ def blocked_column_by_column(A, block):  # block columns left to right, each sol
     return X
 
 
+def recursive_halving(A, block):  # review r35b: X₂₁ = −X₂₂ L₂₁ X₁₁ on halves, leaves of at most `block` solved
+    def inverse(L):
+        n = L.shape[0]
+        if n <= block:
+            return torch.linalg.solve_triangular(L, torch.eye(n, dtype=L.dtype), upper=False, unitriangular=True)
+        h = n // 2
+        X = torch.zeros_like(L)
+        X[:h, :h], X[h:, h:] = inverse(L[:h, :h]), inverse(L[h:, h:])
+        X[h:, :h] = -X[h:, h:] @ L[h:, :h] @ X[:h, :h]
+        return X
+
+    return inverse(torch.eye(A.shape[0], dtype=A.dtype) + A)
+
+
+def block_row_times_the_whole_inverse(A, block):  # each block row against all of X (zeros below): more work, blocked
+    C = A.shape[0]
+    L = torch.eye(C, dtype=A.dtype) + A
+    eye = torch.eye(C, dtype=A.dtype)
+    X = torch.zeros_like(L)
+    for a in range(0, C, block):
+        b = min(a + block, C)
+        X[a:b] = torch.linalg.inv(L[a:b, a:b]) @ (eye[a:b] - L[a:b] @ X)
+    return X
+
+
 def hides_the_refusal(A, block):  # a whole-matrix inverse whose refusal it catches, then the right answer anyway
     try:
         torch.linalg.inv(torch.eye(A.shape[0], dtype=A.dtype) + A)
@@ -568,12 +602,13 @@ def switches_the_watch_off(A, block):
 
 
 REVIEW_11_5 = [  # (label, answer, what the refusal says); the review's four passed before
-    ("Neumann by doubling, no blocks", neumann_doubling, "a product over the whole matrix"),
+    ("Neumann by doubling, no blocks", neumann_doubling, "more than the work of two products of the whole 64×64"),
     ("Python scalars of fresh tensors", python_scalars_of_fresh_tensors, "works entry by entry with Python numbers"),
     ("two-row slabs", two_row_slabs, "a substitution across the whole matrix"),
     ("pairs of rows, 2×2 by hand", pairs_of_rows, "a substitution across the whole matrix"),
     ("SciPy through the raw storage", scipy_through_the_storage, r"converted a 64×64 tensor with \.untyped_storage"),
-    ("Neumann series by einsum", neumann_series_by_einsum, "a product over the whole matrix"),
+    ("Neumann series by einsum", neumann_series_by_einsum, "more than the work of two products of the whole 64×64"),
+    ("Neumann series by Horner's rule", neumann_by_horner, "by Horner's rule, accurate but 64 products"),
     ("entries in torch", entries_in_torch, "works entry by entry"),
     ("a refusal caught", hides_the_refusal, "called linalg_inv_ex on a 64×64 matrix"),
     ("the watch switched off", switches_the_watch_off, "switched off the check's watch"),
@@ -587,10 +622,18 @@ def test_answers_that_are_not_blocked_are_refused_by_what_they_run(label, answer
 
 
 @pytest.mark.parametrize(
-    "answer", [blocked_forward_substitution, blocked_by_inverse_and_product, blocked_column_by_column]
+    "answer",
+    [
+        blocked_forward_substitution,
+        blocked_by_inverse_and_product,
+        blocked_column_by_column,
+        recursive_halving,
+        block_row_times_the_whole_inverse,
+    ],
 )
 def test_blocked_inverses_written_differently_pass(answer):
-    # review: the blocked forward substitution was refused, because the guard measured its right-hand side
+    # review: the blocked forward substitution was refused, because the guard measured its right-hand side; review
+    # r35b: recursive halving was refused as "a product over the whole matrix", though it inverts only blocks
     assert_passes(checks.check_solve_tril, answer)
 
 
@@ -636,7 +679,7 @@ def cla_drops_the_ragged_chunk(q, k, v, S, chunk_size):  # review: the last, sho
 
 
 def step_updates_with_u(q, k, v, beta, S):  # review: the state updated with U, not U'
-    ut = checks.ut_transform_spec(k, beta)
+    ut = ut_transform(k, beta)
     U_prime = ut @ v - (ut @ k) @ S
     mask = torch.tril(torch.ones(len(q), len(q), dtype=q.dtype))
     return q @ S + ((q @ k.T) * mask) @ U_prime, S + k.T @ (ut @ v)
@@ -734,3 +777,43 @@ def test_the_reviews_wrong_backward_passes_fail(mistake):
 
 def test_the_reviews_right_backward_passes():
     assert_passes(checks.check_ut_transform_backward, ut_backward_variant(None))
+
+
+def step_by_token_loop(q, k, v, beta, S):  # review r35b: right numbers, the recurrence token by token, no UT matrix
+    outputs = []
+    for t in range(k.shape[0]):
+        S = S + beta[t] * torch.outer(k[t], v[t] - S.T @ k[t])
+        outputs.append(S.T @ q[t])
+    return torch.stack(outputs), S
+
+
+def step_with_an_inverse_of_its_own(q, k, v, beta, S):  # right numbers, the UT matrix inlined
+    ut = torch.linalg.inv(torch.eye(len(k), dtype=k.dtype) + torch.tril(beta[:, None] * (k @ k.T), -1)) * beta
+    pseudo = ut @ v - (ut @ k) @ S
+    mask = torch.tril(torch.ones(len(q), len(q), dtype=torch.bool))
+    return q @ S + ((q @ k.T) * mask) @ pseudo, S + k.T @ pseudo
+
+
+@pytest.mark.parametrize("answer", [step_by_token_loop, step_with_an_inverse_of_its_own])
+def test_a_step_that_never_calls_ut_transform_fails(answer):
+    """11.3 says "use your ut_transform": the calls are counted while the step runs, and the numbers are right."""
+    assert torch.allclose(
+        answer(**next(checks._step_cases()))[0], checks.delta_rule_chunk_step_spec(**next(checks._step_cases()))[0]
+    )
+    with pytest.raises(CheckFailed, match="never called ut_transform"):
+        checks.check_delta_rule_chunk_step(answer)
+
+
+def test_a_step_without_ut_transform_in_its_namespace_is_lent_the_packages(capsys):
+    namespace: dict = {"torch": torch}
+    exec(
+        "def step(q, k, v, beta, S):\n"
+        "    ut = ut_transform(k, beta)\n"
+        "    pseudo = ut @ v - (ut @ k) @ S\n"
+        "    mask = torch.tril(torch.ones(len(q), len(q), dtype=torch.bool))\n"
+        "    return q @ S + ((q @ k.T) * mask) @ pseudo, S + k.T @ pseudo",
+        namespace,
+    )
+    assert checks.check_delta_rule_chunk_step(namespace["step"]) is True
+    assert "ut_transform (Exercise 11.2) is not defined" in capsys.readouterr().out
+    assert "ut_transform" not in namespace  # lent for the call only

@@ -37,6 +37,7 @@ from tests.checks.triton_puzzle_kernels import (  # noqa: E402  (the reference a
     scale_tile_row_stride_block,
     scale_tile_store_unmasked,
     ut_transform,
+    ut_transform_horner,
     ut_transform_neumann,
 )
 
@@ -311,10 +312,15 @@ def test_every_spelling_of_int64_offsets_passes(kernel, capsys):
     assert capsys.readouterr().out.startswith("PASS")
 
 
-def test_the_neumann_series_fails_on_correlated_keys():
-    # exact on near-orthogonal keys, but its terms grow far beyond the inverse once the keys are correlated
+def test_the_neumann_series_by_doubling_fails_on_correlated_keys_and_by_horners_rule_passes(capsys):
+    # by doubling: exact on near-orthogonal keys, but its powers grow far beyond the inverse once the keys are
+    # correlated. By Horner's rule (review r35b) the same series is forward substitution's arithmetic: it passes, as
+    # 12.4's text and the Go further say
     with pytest.raises(CheckFailed, match="first wrong element"):
         checks.check_ut_transform(ut_transform_neumann)
+    capsys.readouterr()
+    assert checks.check_ut_transform(ut_transform_horner)
+    assert capsys.readouterr().out.startswith("PASS")
 
 
 def test_a_kernel_whose_source_cannot_be_read_does_not_pass():

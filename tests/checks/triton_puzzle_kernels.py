@@ -565,6 +565,22 @@ def ut_transform_neumann(k_ptr, beta_ptr, out_ptr, C, D_k, BLOCK_C: tl.constexpr
 
 
 @triton.jit
+def ut_transform_horner(k_ptr, beta_ptr, out_ptr, C, D_k, BLOCK_C: tl.constexpr, BLOCK_K: tl.constexpr):
+    # right, and as accurate as forward substitution: the same series by Horner's rule, X <- I - A X, BLOCK_C times;
+    # no power of A is formed (row i is final after i steps), but each step is a whole BLOCK_C x BLOCK_C product
+    t = tl.arange(0, BLOCK_C)
+    dk = tl.arange(0, BLOCK_K)
+    k = tl.load(k_ptr + t[:, None] * D_k + dk[None, :], mask=(t[:, None] < C) & (dk[None, :] < D_k), other=0.0)
+    beta = tl.load(beta_ptr + t, mask=t < C, other=0.0)
+    A = tl.where(t[:, None] > t[None, :], beta[:, None] * tl.dot(k, tl.trans(k), input_precision="ieee"), 0.0)
+    eye = tl.where(t[:, None] == t[None, :], 1.0, 0.0)
+    inverse = eye
+    for _ in range(BLOCK_C):
+        inverse = eye - tl.dot(A, inverse, input_precision="ieee")
+    tl.store(out_ptr + t[:, None] * C + t[None, :], inverse * beta[None, :], mask=(t[:, None] < C) & (t[None, :] < C))
+
+
+@triton.jit
 def running_sum_cast(x_ptr, out_ptr, T, H, D, BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr):
     # right: the batch index widened with tl.cast instead of .to
     i_bh, i_d = tl.program_id(0), tl.program_id(1)

@@ -211,4 +211,19 @@ def test_neumann_instability_claim_fails_when_the_steps_are_small():
         CHAPTER, "A_s = torch.tril(keys @ keys.T, diagonal=-1)", "A_s = torch.tril(0.1 * keys @ keys.T, diagonal=-1)"
     )
     assert error is not None and "ClaimFailed" in error
-    assert "the Neumann series is off by more than 100 %" in error
+    assert "the Neumann series evaluated by doubling is off by more than 100 %" in error
+
+
+@pytest.mark.slow
+@pytest.mark.notebook
+def test_horner_claim_fails_when_horner_forms_the_powers():
+    # review r35b: the series by Horner's rule is as accurate as substitution. Evaluated instead as the sum of its
+    # powers, term by term (P ← −A P, X ← X + P), it cancels the same large terms as the doubling, and the claim
+    # that it stays at fp32 rounding must stop the run
+    error = run_mutated(
+        CHAPTER,
+        "    X = eye\n    for _ in range(A.shape[0]):\n        X = eye - A @ X",
+        "    X = P = eye\n    for _ in range(A.shape[0] - 1):\n        P = -A @ P\n        X = X + P",
+    )
+    assert error is not None and "ClaimFailed" in error
+    assert "the same series evaluated by Horner's rule stays at fp32 rounding" in error

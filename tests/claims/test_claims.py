@@ -120,6 +120,15 @@ def test_less_across_seeds_holds_in_every_seed_and_shows_the_seeds(capsys):
         claims.less("A beats B", [0.10, 0.12, 0.21], [0.20, 0.16, 0.18], names=("A", "B"))
 
 
+def test_less_against_a_constant_names_the_constant_apart_from_the_seeds(capsys):
+    # review r35b: "error 1.38e-07 ± 2.64e-09, 1.00e-05 (mean ± sd over seeds)" read the bound as a second statistic
+    claims.less("it stays small", [1.3e-7, 1.4e-7, 1.4e-7], 1e-5, names=("error", "1e-5"))
+    out = capsys.readouterr().out
+    assert "(mean ± sd over seeds), against the constant 1.00e-05" in out and ", 1.00e-05 (mean" not in out
+    claims.less("it is far off", 1.0, [119.0, 80.0, 170.0], names=("1", "error"))
+    assert "error 123 ± 45.1 (mean ± sd over seeds), against the constant 1)" in capsys.readouterr().out
+
+
 def test_less_across_seeds_with_a_margin():
     claims.less("A beats B by 0.05", [0.1, 0.1, 0.1], [0.2, 0.2, 0.16], margin=0.05)
     with pytest.raises(claims.ClaimFailed, match="margin"):

@@ -7,17 +7,18 @@ writes first.
   ``𝒯 = (I + tril(diag(β) K Kᵀ, −1))⁻¹ diag(β)`` (the UT transform of Joffrain et al. 2006, as used for the delta rule
   by Yang et al. 2024; fla's convention). It is written 𝒯 (code: ``ut``), never ``T``, which is the sequence length;
 * ``delta_rule_chunk_step(q, k, v, beta, S) -> (o, S')`` (one chunk) with :func:`ttr_edu.ops.delta_rule_chunk`.
-  It calls the student's ``ut_transform``; while that is still a stub, the check lends the package's
-  :func:`ut_transform_spec` in its place and says so, so the step can be checked on its own;
+  It calls the student's ``ut_transform`` (a step that never calls it fails: the calls are counted); while that is
+  still a stub, the check lends the package's :func:`ut_transform_spec` in its place and says so, so the step can be
+  checked on its own;
 * ``ut_transform_backward(k, v, beta, dW, dU) -> (dk, dv, dbeta)``, the backward pass of ``W = 𝒯K, U = 𝒯V``, with
   **autograd** through :func:`ut_transform_spec` (an independent reference); :func:`ut_transform_backward_spec` is the
   same gradient written out, as the chapter derives it. The answer derives it: autograd inside it is refused;
 * ``solve_tril(A, block) -> (I + A)⁻¹`` for a strictly lower triangular ``A``, by blocks as fla's ``solve_tril``:
   compared with the inverse, and held to what the exercise rules out by :class:`_BlockedInverseRules`, which watches
-  the answer's torch operations: an inverse, factorisation or solve of a matrix wider than ``block``, a product over
-  the whole matrix (the Neumann series), a substitution across the whole matrix (row by row, a few rows at a time,
-  column by column, entry by entry, in torch or with Python numbers), and NumPy or Python lists for anything wider
-  than a diagonal block.
+  the answer's torch operations: an inverse, factorisation or solve of a matrix wider than ``block``, more work in
+  products than two products of the whole matrix (a series over it, such as the Neumann series), a substitution
+  across the whole matrix (row by row, a few rows at a time, column by column, entry by entry, in torch or with Python
+  numbers), and NumPy or Python lists for anything wider than a diagonal block.
 
 Each exercise is declared once (:func:`ttr_edu.checks._rules.exercise`); the package's own implementations are refused
 as answers.
@@ -199,12 +200,26 @@ def _step_with_ut_transform(delta_rule_chunk_step: Callable, case: dict):
     """Call the answer on ``case``. The step calls ``ut_transform`` from the notebook (Exercise 11.2): while that is a
     stub, or written but wrong, :func:`ut_transform_spec` stands in for it during the call (and the first case says
     so), so that a written step is checked on its own: not reported as "not attempted", nor failed for 11.2's
-    mistake. A ``NotImplementedError`` from any other helper is reported by name."""
+    mistake. A ``NotImplementedError`` from any other helper is reported by name. The exercise says "use your
+    ut_transform", so a step that never calls it (a token loop, an inverse of its own) fails, by the calls counted
+    while it runs. With no ``ut_transform`` in the answer's namespace, the package's is lent under that name for the
+    call (and removed after it)."""
     namespace = getattr(delta_rule_chunk_step, "__globals__", {})
-    helper = namespace.get("ut_transform")
-    why = _helper_state(helper) if callable(helper) and helper is not ut_transform_spec else None
-    if why is not None:
-        namespace["ut_transform"] = ut_transform_spec
+    absent = object()
+    helper = namespace.get("ut_transform", absent)
+    if not callable(helper):
+        why: str | None = "is not defined"
+    else:
+        why = _helper_state(helper) if helper is not ut_transform_spec else None
+    lent = ut_transform_spec if why is not None else helper
+    calls = 0
+
+    def counted(*args, **kwargs):
+        nonlocal calls
+        calls += 1
+        return lent(*args, **kwargs)
+
+    namespace["ut_transform"] = counted
     try:
         result = delta_rule_chunk_step(**case)
     except NotImplementedError as error:
@@ -216,8 +231,16 @@ def _step_with_ut_transform(delta_rule_chunk_step: Callable, case: dict):
             "solve its exercise first, or compute that part inside the step"
         ) from error
     finally:
-        if why is not None:
+        if helper is absent:
+            namespace.pop("ut_transform", None)
+        else:
             namespace["ut_transform"] = helper
+    if calls == 0:
+        raise CheckFailed(
+            "delta_rule_chunk_step never called ut_transform: the exercise builds the chunk from the UT matrix of "
+            "your Exercise 11.2 (𝒯, then W = 𝒯K and U = 𝒯V, then the pseudo-values against S), not token by token "
+            "or with an inverse of its own; call ut_transform(k, beta) once"
+        )
     if why is not None and case["q"].shape[0] == _FIRST_STEP_CASE_LENGTH:  # said once, when the step is written
         print(
             f"note: ut_transform (Exercise 11.2) {why}, so this check lends your "
@@ -354,6 +377,19 @@ _CONVERSIONS = {
 _FROM_PYTHON = {"tensor", "as_tensor", "asarray"}
 
 
+def _multiply_adds(name: str, args: tuple) -> int:
+    """The multiply-adds of one operator of :data:`_PRODUCTS` on ``args``: ``m k n`` for a matrix product (times the
+    batch for ``bmm``), otherwise the size of its largest tensor argument (a sum, a matrix-vector product)."""
+    tensors = [a for a in args if isinstance(a, torch.Tensor)]
+    if name in ("mm", "bmm") and len(tensors) >= 2:
+        left, right = tensors[0], tensors[1]
+    elif name in ("addmm", "baddbmm") and len(tensors) >= 3:
+        left, right = tensors[1], tensors[2]
+    else:
+        return max((t.numel() for t in tensors), default=0)
+    return left.numel() * right.shape[-1]
+
+
 def _size(tensor: torch.Tensor) -> str:
     return "×".join(map(str, tensor.shape)) if tensor.dim() else "0-d"
 
@@ -364,8 +400,13 @@ class _BlockedInverseRules:
     inverse inverts each diagonal block, then builds each other block, or block row, with a product of blocks; so:
 
     * **solves**: an inverse, factorisation or solve of a matrix (not its right-hand side) wider than ``block``;
-    * **whole products**: a matrix product whose result is wider than ``block`` both ways (the Neumann series
-      ``(I − A)(I + A²)(I + A⁴)…``, or any product over the whole matrix);
+    * **work in products**: more than ``2 size³`` multiply-adds, the work of two products of the whole matrix, in
+      products and sums that touch a row or column wider than ``block``. A blocked inverse needs well under that (at
+      ``size = 64``, ``block = 16``: the block rows of :func:`solve_tril_spec` 0.11 ``size³``, recursive halving
+      0.25 ``size³``, a block row times the whole of ``X`` 1.25 ``size³``); a series over the whole matrix needs
+      more: the Neumann series ``Σ(−A)ⁿ`` by doubling, ``(I − A)(I + A²)(I + A⁴)…``, 11 whole products at
+      ``size = 64`` (and in fp32 it fails on correlated keys), by Horner's rule ``X ← I − A X`` ``size`` of them
+      (accurate, but ``size`` times the work);
     * **steps**: more than ``n²`` products or sums (``n`` blocks along the side) that touch a row or column wider than
       ``block``: a blocked inverse needs at most one per pair of blocks, a substitution across the whole matrix one
       per row (or per pair of rows, per column, per entry);
@@ -385,7 +426,8 @@ class _BlockedInverseRules:
         self.max_steps = len(blocks) ** 2
         self.max_reads = sum(b * b for b in blocks)
         self.max_element_ops = sum(b**3 for b in blocks)
-        self.steps = self.reads = self.element_ops = 0
+        self.max_multiply_adds = 2 * size**3
+        self.steps = self.reads = self.element_ops = self.multiply_adds = 0
         self.hit: str | None = None
         rules = self
 
@@ -463,13 +505,18 @@ class _BlockedInverseRules:
             return
         if name not in _PRODUCTS:
             return
-        if name in ("mm", "addmm", "bmm", "baddbmm") and out.dim() >= 2 and min(out.shape[-2:]) > self.block:
-            self._refuse(
-                f"multiplied matrices into a {_size(out)} result, wider than a block both ways: a product over the "
-                "whole matrix (such as the Neumann series (I − A)(I + A²)(I + A⁴)…, which in fp32 fails on "
-                "correlated keys) instead of one block, or one block row, per product"
-            )
         if self._wide(out) or any(isinstance(a, torch.Tensor) and self._wide(a) for a in args):
+            self.multiply_adds += _multiply_adds(name, args)
+            if self.multiply_adds > self.max_multiply_adds:
+                n = self.size
+                self._refuse(
+                    f"spent {self.multiply_adds} multiply-adds in products on rows or columns wider than a block, "
+                    f"more than the work of two products of the whole {n}×{n} matrix ({self.max_multiply_adds}), "
+                    "where a blocked inverse needs well under that (the block rows of the exercise about a tenth of "
+                    "one whole product): that much work is a series over the whole matrix, such as the Neumann series "
+                    "by doubling, (I − A)(I + A²)(I + A⁴)…, which in fp32 fails on correlated keys, or by Horner's "
+                    f"rule, accurate but {n} products of the whole matrix"
+                )
             self.steps += 1
             if self.steps > self.max_steps:
                 self._refuse(
@@ -553,5 +600,5 @@ def _blocked_inverse_rules(case: dict) -> _BlockedInverseRules:
 )
 def check_solve_tril(solve_tril: Callable) -> bool:
     """Check ``solve_tril(A, block) -> (I + A)⁻¹`` for ``A = tril(diag(β) K Kᵀ, −1)``, by blocks: no inverse or solve
-    of a matrix wider than ``block``, no product over the whole matrix, no substitution across it, no work outside
-    torch on more than a block (see :class:`_BlockedInverseRules`)."""
+    of a matrix wider than ``block``, no more work in products than two whole products, no substitution across it, no
+    work outside torch on more than a block (see :class:`_BlockedInverseRules`)."""

@@ -433,7 +433,10 @@ def less(
     gaps = [y - x for x, y in zip(xa, xb)]
     wins = [g > margin for g in gaps]
     smallest = min(range(n), key=gaps.__getitem__)
-    values = _pair_evidence(a, b, xa, xb, const_a, const_b, ", ")
+    values = _pair_evidence(a, b, xa, xb, const_a, const_b, ", ") + " (mean ± sd over seeds)"
+    if const_a != const_b:  # one side a constant (a bound): the seeds' summary, then the constant, each named
+        varying, spread_of, value = (b, xb, xa[0]) if const_a else (a, xa, xb[0])
+        values = f"{_summary(varying, spread_of, False)} (mean ± sd over seeds), against the constant {_fmt(value)}"
     need = f" > margin {_fmt(margin)}" if margin else ""
     if all(wins):
         evidence = f"{a} < {b} in {n} of {n} seeds, smallest gap {_fmt(gaps[smallest])}{need}; {values}"
@@ -443,7 +446,7 @@ def less(
             f"{a} < {b} in only {sum(wins)} of {n} seeds (needed all {n}{with_margin}); "
             f"smallest gap {_fmt(gaps[smallest])} at seed index {smallest}; {values}"
         )
-    _record(statement, all(wins), evidence + " (mean ± sd over seeds)", n)
+    _record(statement, all(wins), evidence, n)
 
 
 def _by_standard_errors(entries: list[tuple[str, list[float], bool]], margin: float, z: float) -> tuple[bool, str]:
