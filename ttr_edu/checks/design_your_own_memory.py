@@ -8,6 +8,11 @@
 * ``check_my_mixer(spec, point)``: the learner's token mixer (one class, one registered spec): its ``mix`` is the
   framework's output at the point, its ``step`` equals its ``forward``, it is causal, and it computes no named layer.
 
+Both are declared for the grading engine as staged checks (:func:`ttr_edu.checks._rules.staged`): where the answer
+runs, the point becomes plain data (:func:`_point_data`) and the answer's outputs on the cases it sets are recorded
+(``_collect_*``); the grader rebuilds the point (:func:`_rebuilt`), builds the cases and the framework's references
+itself and judges (``_judge_*``). The check in the student's kernel runs both halves on the same plain record.
+
 One head, one token: ``q, k`` are ``(D_k,)``, ``v`` ``(D_v,)``; ``beta`` and ``g`` are 0-dimensional tensors, ``g`` the
 log of the factor by which the point's weights shrink the past at this token (``log α_t`` for gates, ``log γ`` for an
 exponential decay, 0 otherwise; a window's weights are not a factor: the step keeps what it needs). Every tensor is
