@@ -118,8 +118,8 @@ def _passes(*args, **kwargs):  # every check of the answers' process now passes,
 for _module in (_mine, _rules, sys.modules["ttr_edu.checks"]):
     for _name in ("check_my_step", "check_my_mixer", "run_check", "run_staged", "run_in_kernel", "judge_case"):
         if hasattr(_module, _name):
-            setattr(_module, _name, _passes)
-_core.CheckFailed = type("Quiet", (Exception,), {})
+            vars(_module)[_name] = _passes  # past the modules' read-only guard
+vars(_core)["CheckFailed"] = type("Quiet", (Exception,), {})
 _passes()
 """
 FORGED_STEP = FORGE + _stub(STEP)
