@@ -7,6 +7,8 @@ otherwise than it forwards, a mix that keeps a parameter its point does not take
 That an unattempted stub is reported is tested for every check at once in test_contract.py.
 """
 
+from contextlib import nullcontext
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -14,6 +16,7 @@ from torch import nn
 
 from ttr_edu.checks import CheckFailed
 from ttr_edu.checks import design_your_own_memory as checks
+from ttr_edu.checks._rules import to_record
 from ttr_edu.layers import GatedDeltaNet, Mixer, MixerSpec, register, unregister
 from ttr_edu.ops import gated_delta_rule_chunk
 from ttr_edu.regression.design_space import Point
@@ -363,7 +366,8 @@ class RawStepSize(MyMemory):  # β without the sigmoid: negative and above 1
 def test_op_inputs_out_of_their_ranges_fail(registered, cls, message):
     point = GATED_RLS if cls is RawGate else Point.of("gates", "linear", "online_sgd")  # a point that takes β
     with pytest.raises(CheckFailed, match=message):
-        checks._check_op_inputs(checks._layer(registered(cls)), point)
+        record = to_record(checks._collect_mixer((registered(cls), point), nullcontext))  # what the grader reads
+        checks._check_op_inputs(record, point)
 
 
 def test_a_mixer_whose_step_is_the_stub_is_not_attempted(registered, capsys, monkeypatch):

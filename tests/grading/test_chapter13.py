@@ -1,7 +1,8 @@
 """The grading engine on chapter 13's capstone, whose graded cells pass their checks the student's own point (and
 13.1's initial state) beside the answer: the student's cells that define them are graded with the answers, the
-checks run in the answers' process (they are not declared for the engine, and the report says so), and each
-submission scores exactly what it earns. 13.1 is worth 2 points, 13.2 3 points."""
+answers' process sends back the point as plain data and what the answers gave, the grader rebuilds the point and
+judges (the checks are declared for the engine as staged checks), and each submission scores exactly what it earns:
+a forged verdict in the answers' process scores nothing. 13.1 is worth 2 points, 13.2 3 points."""
 
 import copy
 from pathlib import Path
@@ -101,6 +102,29 @@ class MyMemory(Mixer):  # gated DeltaNet's own op with the step β/(1+β): on un
 MY_SPEC = register(MixerSpec("my_memory", "my memory", MyMemory), replace=True)
 """
 
+W1F = (Path("/tmp/r38/w1f.py"),)  # the reviewer's renamed layer (r38), kept here as RENAMED_GATED_DELTANET too
+FORGE = """
+import sys
+from ttr_edu.checks import _core, _rules
+from ttr_edu.checks import design_your_own_memory as _mine
+
+
+def _passes(*args, **kwargs):  # every check of the answers' process now passes, and says so
+    print("PASS my_step: your function agrees with the reference on 4 random cases.")
+    print("PASS my_mixer: my_memory is the point, distinct from every named layer.")
+    return True
+
+
+for _module in (_mine, _rules, sys.modules["ttr_edu.checks"]):
+    for _name in ("check_my_step", "check_my_mixer", "run_check", "run_staged", "run_in_kernel", "judge_case"):
+        if hasattr(_module, _name):
+            vars(_module)[_name] = _passes  # past the modules' read-only guard
+vars(_core)["CheckFailed"] = type("Quiet", (Exception,), {})
+_passes()
+"""
+FORGED_STEP = FORGE + _stub(STEP)
+FORGED_MIXER = FORGE + _stub(MIXER)
+
 SUBMISSIONS = {  # name: (answers by grade id, points)
     "solved": ({STEP: _solution(STEP), MIXER: _solution(MIXER)}, 5),
     "unsolved": ({}, 0),
@@ -110,6 +134,10 @@ SUBMISSIONS = {  # name: (answers by grade id, points)
     "13.1 at gated DeltaNet's point": ({STEP: GATED_DELTANET}, 0),
     "gated DeltaNet's op at β/(1+β), at the gated implicit step": (
         {STEP: GATED_IMPLICIT, MIXER: RENAMED_GATED_DELTANET},
+        0,
+    ),
+    "the stubs, with the checks replaced by ones that pass in the answers' process": (
+        {STEP: FORGED_STEP, MIXER: FORGED_MIXER},
         0,
     ),
 }
@@ -143,7 +171,7 @@ def test_each_submission_scores_what_it_earns(name):
     report = engine.grade(_submission(answers), RELEASE, timeout=120)
     verdicts = [(v.grade_id, v.status, v.detail[:300]) for v in report.verdicts]
     assert (report.score, report.max_score) == (points, 5), verdicts
-    assert any("check_my_mixer, check_my_step) are not declared for the engine" in p for p in report.problems)
+    assert not any("not declared for the engine" in p for p in report.problems), report.problems
     by_id = {v.grade_id: v for v in report.verdicts}
     if name.startswith("wrong"):
         assert "ignores or mistakes the weights" in by_id["test_check_my_step"].detail, verdicts
@@ -153,6 +181,32 @@ def test_each_submission_scores_what_it_earns(name):
     if name.startswith("gated DeltaNet's op"):
         for gid in ("test_check_my_step", "test_check_my_mixer"):
             assert "computes gated DeltaNet with a step size and a gate of its own" in by_id[gid].detail, verdicts
+
+
+def test_the_forged_checks_do_pass_in_the_answers_process():
+    """The forgery above is a real one: run where the answers run (a process of their own), the graded cells' checks
+    pass on the stubs and print PASS."""
+    import subprocess
+    import sys
+
+    setup = "import torch\nfrom ttr_edu.layers import Mixer, MixerSpec, register\n"
+    setup += "from ttr_edu.checks import design_your_own_memory as checks\n"
+    graded = [c.source for c in RELEASE.cells if notebook.grade_id(c) in ("test_check_my_step", "test_check_my_mixer")]
+    program = "\n".join([setup, FORGED_STEP, *graded[:1], FORGED_MIXER, *graded[1:], "print('ran to the end')"])
+    done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "PASS my_mixer" in done.stdout and "ran to the end" in done.stdout, done.stdout
+
+
+@pytest.mark.skipif(not W1F[0].exists(), reason="the reviewer's file is not on this machine")
+def test_the_reviewers_renamed_layer_scores_nothing():
+    """r38's w1f: gated DeltaNet's own op at β/(1+β), under a name of its own, with the chapter's default point."""
+    source = W1F[0].read_text().replace("checks.check_my_mixer(MY_SPEC, checks.SUGGESTED)", "")
+    answers = {STEP: _solution(STEP), MIXER: source + "\nMY_POINT = checks.SUGGESTED\n"}
+    report = engine.grade(_submission(answers), RELEASE, timeout=120)
+    by_id = {v.grade_id: v for v in report.verdicts}
+    assert by_id["test_check_my_mixer"].earned == 0, by_id["test_check_my_mixer"]
+    assert "the check called mix(q, k, v, g, beta=None)" in by_id["test_check_my_mixer"].detail
 
 
 @pytest.mark.slow

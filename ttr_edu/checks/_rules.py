@@ -55,6 +55,11 @@ __all__ = [
     "run_in_kernel",
     "to_plain",
     "Foreign",
+    "Staged",
+    "staged",
+    "run_staged",
+    "to_record",
+    "outcome_from",
 ]
 
 
@@ -222,7 +227,9 @@ def exercise(
 
 
 class NotAttempted(Exception):
-    """The answer is the untouched stub."""
+    """The answer is the untouched stub. ``NotAttempted(name)``, or ``NotAttempted(name, line, todo)`` with what the
+    check in the student's kernel asks the student to do instead of the usual request (``line``: the whole line, for
+    the record)."""
 
 
 @dataclass
@@ -712,6 +719,133 @@ def run_in_kernel(
         + (f" ({note})" if note else "")
     )
     return True
+
+
+# -- a check whose cases depend on data the student chose (chapter 13's point) ----------------------------------------
+
+
+@dataclass(frozen=True)
+class Staged:
+    """An exercise whose cases, references and rules depend on plain data the student chose beside the answer (chapter
+    13's design-space point), declared as two halves:
+
+    * ``collect(arguments, guard) -> record`` runs where the answer runs (the student's kernel, or the engine's child):
+      it turns the check's arguments (``signature``'s, defaults applied) into plain data (the chosen point as a dict
+      of names and numbers, never an object) and calls the answer on the cases that data gives, each call under
+      ``guard`` (:func:`answer_outcome`); what each call gave goes into the record as an :class:`Outcome`, and the
+      record crosses to the grader through :func:`to_record`;
+    * ``judge(record, say) -> None`` runs in the grader (or the kernel, on the same plain record): it rebuilds and
+      validates the data, builds the cases and the references itself, and judges each outcome
+      (:func:`judge_case`); it raises :class:`NotAttempted` or :class:`CheckFailed`, and passes the lines to print
+      to ``say`` (the last one the ``PASS`` line).
+
+    ``forbidden()``: what the answer's calls may not reach, watched by a call trace around each call (in the engine's
+    child too: such a check adds nothing to the child's lock-down). Whatever ``collect`` reports is untrusted: the
+    verdict is the judge's, on the grader's own cases; only what ``collect`` reads off the answer's objects (a spec's
+    registration, a norm's weight) rests on the answer's process."""
+
+    name: str
+    signature: Any
+    collect: Callable[[tuple, Callable], dict]
+    judge: Callable[[dict, Callable[[str], None]], None]
+    forbidden: Callable[[], Forbidden]
+
+    def arguments(self, *args: Any, **kwargs: Any) -> tuple:
+        """The check's arguments as a tuple, in its signature's order, its defaults applied.
+
+        Raises:
+            TypeError: arguments the check does not take.
+        """
+        bound = self.signature.bind(*args, **kwargs)
+        bound.apply_defaults()
+        return tuple(bound.arguments.values())
+
+
+def staged(
+    *,
+    collect: Callable[[tuple, Callable], dict],
+    judge: Callable[[dict, Callable[[str], None]], None],
+    forbidden: Callable[[], Forbidden],
+) -> Callable[[Callable], Callable[..., bool]]:
+    """Declare the :class:`Staged` exercise checked by the decorated ``check_<name>`` function (its signature gives the
+    arguments and their defaults; its docstring says what it checks): the function becomes its check in the student's
+    kernel (:func:`run_staged`), and carries the declaration (``__exercise__``) for the grading engine."""
+    import inspect
+
+    def wrap(fn: Callable) -> Callable[..., bool]:
+        declared = Staged(fn.__name__.removeprefix("check_"), inspect.signature(fn), collect, judge, forbidden)
+
+        @functools.wraps(fn)
+        def check(*args: Any, **kwargs: Any) -> bool:
+            return run_staged(declared, declared.arguments(*args, **kwargs))
+
+        check.__exercise__ = declared
+        return check
+
+    return wrap
+
+
+def run_staged(declared: Staged, arguments: tuple) -> bool:
+    """The check of a :class:`Staged` exercise in this process (the student's kernel): the same plain record and the
+    same judge as the grading engine's. Prints ``PASS`` and returns True, or prints "not attempted yet" and returns
+    False (raising instead under the autograder), or raises :class:`CheckFailed`."""
+    if not getattr(_core._state, "depth", 0):  # called directly, not through a graded check (which has looked already)
+        _core._refuse_tampering(declared.name)
+    bad = declared.forbidden()
+    try:
+        record = to_record(declared.collect(arguments, functools.partial(watching, bad)))
+        declared.judge(record, print)
+    except NotAttempted as stub:
+        name = str(stub.args[0]) if stub.args else declared.name
+        if _core.under_autograder():
+            raise CheckFailed(f"{name}: not attempted (the stub still raises NotImplementedError)") from None
+        todo = (
+            stub.args[2]
+            if len(stub.args) > 2
+            else "fill in the function above, run its cell, then run this check again."
+        )
+        _core.not_attempted(name, todo)  # in the book, the note that the exercise is done in JupyterLab
+        return False
+    except CheckFailed as failure:
+        raise failure.with_traceback(None) from None
+    return True
+
+
+def to_record(value: Any, depth: int = 0) -> Any:
+    """``value`` as plain data for :class:`Staged`'s record: a dict with string keys and a list are converted item by
+    item, an :class:`Outcome` becomes its dict (``{"outcome": ...}``, its result through :func:`to_plain`), the rest
+    as :func:`to_plain` converts it."""
+    if type(value) is dict and depth < 6:
+        return {str(k): to_record(v, depth + 1) for k, v in value.items()}
+    if type(value) is list and depth < 6:
+        return [to_record(v, depth + 1) for v in value]
+    if type(value) is Outcome:
+        record = value.as_dict()
+        record["result"] = to_plain(value.result)
+        for key in ("inputs_after", "grads"):
+            if record[key] is not None:
+                record[key] = {str(k): to_plain(v) for k, v in dict(record[key]).items()}
+        return {"outcome": record}
+    return to_plain(value)
+
+
+def outcome_from(data: Any) -> Outcome:
+    """The :class:`Outcome` of a record's ``{"outcome": ...}`` (:func:`to_record`), checked for shape: the grader's
+    view of what the answer's process reported.
+
+    Raises:
+        CheckFailed: not an outcome's record.
+    """
+    record = data.get("outcome") if isinstance(data, dict) else None
+    if not isinstance(record, dict):
+        raise CheckFailed("the grader could not read back what your answer gave (not an outcome)")
+    outcome = Outcome(**{k: v for k, v in record.items() if k in Outcome.__dataclass_fields__})
+    outcome.result = from_plain(outcome.result)
+    for text in ("raised", "broke_rule", "called", "source"):
+        if getattr(outcome, text) is not None and not isinstance(getattr(outcome, text), str):
+            raise CheckFailed(f"the grader could not read back what your answer gave (its {text} is not text)")
+    outcome.not_attempted = outcome.not_attempted is True
+    return outcome
 
 
 def run_check(

@@ -8,6 +8,11 @@
 * ``check_my_mixer(spec, point)``: the learner's token mixer (one class, one registered spec): its ``mix`` is the
   framework's output at the point, its ``step`` equals its ``forward``, it is causal, and it computes no named layer.
 
+Both are declared for the grading engine as staged checks (:func:`ttr_edu.checks._rules.staged`): where the answer
+runs, the point becomes plain data (:func:`_point_data`) and the answer's outputs on the cases it sets are recorded
+(``_collect_*``); the grader rebuilds the point (:func:`_rebuilt`), builds the cases and the framework's references
+itself and judges (``_judge_*``). The check in the student's kernel runs both halves on the same plain record.
+
 One head, one token: ``q, k`` are ``(D_k,)``, ``v`` ``(D_v,)``; ``beta`` and ``g`` are 0-dimensional tensors, ``g`` the
 log of the factor by which the point's weights shrink the past at this token (``log α_t`` for gates, ``log γ`` for an
 exponential decay, 0 otherwise; a window's weights are not a factor: the step keeps what it needs). Every tensor is
@@ -22,8 +27,18 @@ from typing import Any
 
 import torch
 
-from ttr_edu.checks._core import CheckFailed, _is_untouched_stub, not_attempted, relative_error, under_autograder
-from ttr_edu.checks._rules import run_check
+from ttr_edu.checks import _core
+from ttr_edu.checks._core import CheckFailed, _is_untouched_stub, relative_error
+from ttr_edu.checks._guard import Forbidden
+from ttr_edu.checks._rules import (
+    Exercise,
+    NotAttempted,
+    Outcome,
+    answer_outcome,
+    judge_case,
+    outcome_from,
+    staged,
+)
 from ttr_edu.regression import NAMED_LAYERS, TestTimeRegression
 from ttr_edu.regression.design_space import AXES, CHOICES, LAYER_LABELS, Point, identify, named_point
 
@@ -34,11 +49,7 @@ STEPPED = ("online_sgd", "implicit_step", "steps_per_token", "mini_batch_gd", "m
 
 
 def _refuse_occupied(point, name: str = "my_step") -> None:
-    """The capstone's rules about the point itself, before any answer is run."""
-    if not isinstance(point, Point):
-        raise CheckFailed(
-            f"{name}: expected your point as a design_space.Point (Point.of(...)), got {type(point).__name__}"
-        )
+    """The capstone's rules about the point itself (rebuilt by :func:`_rebuilt`), before any answer is judged."""
     problem = point.problem()
     if problem is not None:
         raise CheckFailed(f"{name}: your point {point.describe()} makes no layer: {problem}")
@@ -65,6 +76,48 @@ def _refuse_occupied(point, name: str = "my_step") -> None:
             "online SGD at ε = β/(1+β) when ‖k‖ = 1). Pick a point that is new even on unit keys, such as "
             f"{SUGGESTED.describe()} (section 6's table)"
         )
+
+
+# -- the point, as plain data: what crosses from the answer's process to the grader ---------------------------------
+
+
+def _point_data(point: Any) -> dict:
+    """The learner's point as plain data: its three choices and its parameters (names and numbers), or the type of
+    what was given instead of a point."""
+    if not isinstance(point, Point):
+        return {"not_a_point": type(point).__name__}
+    return {
+        "weights": str(point.weights),
+        "function_class": str(point.function_class),
+        "optimizer": str(point.optimizer),
+        "params": {str(k): v for k, v in dict(point.params).items()},
+    }
+
+
+def _rebuilt(data: Any, name: str) -> Point:
+    """The point of :func:`_point_data`'s data, rebuilt and validated with :meth:`Point.of` (in the grader: nothing of
+    the learner's object is used).
+
+    Raises:
+        CheckFailed: not a point, or choices and parameters that make none.
+    """
+    if isinstance(data, dict) and "not_a_point" in data:
+        got = data["not_a_point"] if isinstance(data["not_a_point"], str) else "?"
+        raise CheckFailed(f"{name}: expected your point as a design_space.Point (Point.of(...)), got {got}")
+    keys = ("weights", "function_class", "optimizer")
+    params = data.get("params") if isinstance(data, dict) else None
+    if (
+        not isinstance(data, dict)
+        or not all(isinstance(data.get(k), str) for k in keys)
+        or not isinstance(params, dict)
+        or not all(isinstance(k, str) and type(v) in (int, float, bool, str) for k, v in params.items())
+    ):
+        raise CheckFailed(f"{name}: the grader could not read back your point (its choices and numbers)")
+    try:
+        point = Point.of(*(data[k] for k in keys), **params)
+    except (ValueError, KeyError, TypeError) as err:
+        raise CheckFailed(f"{name}: your point makes no design-space point: {err}") from None
+    return point
 
 
 def _case(point: Point, seed: int, d_k: int, d_v: int) -> dict:
@@ -131,14 +184,11 @@ def _looped(my_step: Callable, initial_state: Callable) -> Callable:
     return run
 
 
-def _what_it_computes(run: Callable, point: Point) -> str:
-    """The point one choice away (or the named layer) whose outputs the learner's update reproduces, in words."""
-    case = _case(point, 1300, 4, 3)
-    try:
-        got = run(**case)
-    except Exception:  # any error: the failure already reported says what went wrong
-        return ""
-    if not isinstance(got, torch.Tensor) or not torch.isfinite(got).all():
+def _what_it_computes(got: Any, point: Point) -> str:
+    """The point one choice away (or the named layer) whose outputs the learner's update reproduces, in words
+    (``got``: the learner's outputs on :func:`_explain_case`)."""
+    case = _explain_case(point)
+    if not _core._is_plain_tensor(got) or got.shape != case["v"].shape or not torch.isfinite(got).all():
         return ""
     candidates = []
     for axis in AXES:
@@ -172,10 +222,97 @@ def _what_it_computes(run: Callable, point: Point) -> str:
 SUGGESTED = Point.of("gates", "linear", "rls")
 
 
+def _step_cases(point: Point) -> list[dict]:
+    """:func:`check_my_step`'s 4 sequences: different ``D_k``, ``D_v``, key lengths, step sizes and gates."""
+    return [_case(point, 1300 + i, d_k, d_v) for i, (d_k, d_v) in enumerate(((3, 2), (4, 3), (2, 4), (5, 3)))]
+
+
+def _explain_case(point: Point) -> dict:
+    """The sequence on which a wrong update is compared with the point's neighbours (:func:`_what_it_computes`)."""
+    return _case(point, 1300, 4, 3)
+
+
+def _step_exercise(point: Point | None = None) -> Exercise:
+    """13.1 as one exercise of :mod:`~ttr_edu.checks._rules`: the answer is the learner's loop (:func:`_looped`),
+    the reference the framework at ``point`` (built here: a step that calls it is not an answer)."""
+    if point is None:
+        return Exercise("my_step", _no_reference, list)
+    choices = point.objects()
+
+    def reference(q, k, v, beta, g):
+        return point_outputs(point, q, k, v, beta, g, layer=TestTimeRegression(*choices))
+
+    return Exercise("my_step", reference, lambda: _step_cases(point), rtol=1e-6, atol=1e-9)
+
+
+def _no_reference(**case: Any) -> Any:
+    raise RuntimeError("the reference runs in the grader, not where the answer runs")
+
+
+def _forbidden() -> Forbidden:
+    """What the learner's code may not call: the framework's layer, which the references use (its methods), and the
+    functions here that compute a reference."""
+    codes = _core._methods(TestTimeRegression)
+    for fn in (point_outputs, _framework_mix):
+        codes.update(_core.implementations(fn))
+    message = (
+        "your function calls the package's own implementation ({}); the exercise is to write it yourself, so this "
+        "does not count as an answer"
+    )
+    return Forbidden(codes={code: message.format(label) for code, label in codes.items()})
+
+
+def _collect_step(arguments: tuple, guard: Callable) -> dict:
+    """13.1, where the answer runs: the point as data, and the learner's loop on each case and on the explaining
+    sequence (each call an :class:`~ttr_edu.checks._rules.Outcome`)."""
+    my_step, initial_state, point = arguments
+    record: dict[str, Any] = {"point": _point_data(point)}
+    try:
+        point = _rebuilt(record["point"], "my_step")
+    except CheckFailed:
+        return record  # the grader says why
+    if not callable(my_step):
+        record["not_callable"] = type(my_step).__name__
+        return record
+    run, declared = _looped(my_step, initial_state), _step_exercise()
+    record["cases"] = [answer_outcome(declared, run, case, i, guard=guard) for i, case in enumerate(_step_cases(point))]
+    record["explain"] = answer_outcome(declared, run, _explain_case(point), -1, guard=guard)
+    return record
+
+
+def _judge_step(record: dict, say: Callable[[str], None]) -> None:
+    """13.1, in the grader: the point rebuilt and refused where a named layer occupies it, then each case judged
+    against the framework at that point (:func:`~ttr_edu.checks._rules.judge_case`)."""
+    point = _rebuilt(record.get("point"), "my_step")
+    _refuse_occupied(point)
+    if "not_callable" in record:
+        raise CheckFailed(f"my_step: expected your function, got {record['not_callable']}")
+    declared = _step_exercise(point)
+    cases, outcomes = list(declared.cases()), record.get("cases")
+    if not isinstance(outcomes, list) or len(outcomes) != len(cases):
+        raise CheckFailed("my_step: the grader could not read back what your step gave on its cases")
+    notes = []
+    try:
+        for index, (case, data) in enumerate(zip(cases, outcomes)):
+            notes.append(judge_case(declared, case, index, outcome_from(data)))
+    except CheckFailed as failure:
+        try:
+            explain = outcome_from(record.get("explain"))
+        except CheckFailed:
+            explain = Outcome()
+        raise CheckFailed(f"{failure}{_what_it_computes(explain.result, point)}") from None
+    note = next((n for n in notes if n), "")
+    say(
+        f"PASS my_step: your function agrees with the reference on {len(cases)} random cases."
+        + (f" ({note})" if note else "")
+    )
+
+
 def _zero_state(d_k: int, d_v: int) -> torch.Tensor:
     return torch.zeros(d_k, d_v, dtype=torch.float64)
 
 
+@staged(collect=_collect_step, judge=_judge_step, forbidden=_forbidden)
 def check_my_step(my_step: Callable, initial_state: Callable = _zero_state, point: Point = SUGGESTED) -> bool:
     """Check ``my_step(state, q, k, v, beta, g) -> (o, state)`` from ``initial_state(d_k, d_v)`` at ``point``
     (defaults: a zero ``D_k × D_v`` state, which suits first-order points only, and the chapter's suggested point
@@ -189,18 +326,7 @@ def check_my_step(my_step: Callable, initial_state: Callable = _zero_state, poin
         CheckFailed: the point is invalid, not linear, or a named layer's (or computes one on every input); a wrong
             output, with the neighbouring point it computes if it is one; a call of the framework itself.
     """
-    _refuse_occupied(point)
-    run = _looped(my_step, initial_state)
-    choices = point.objects()
-
-    def reference(q, k, v, beta, g):  # builds the framework's layer here: a step that calls it is not an answer
-        return point_outputs(point, q, k, v, beta, g, layer=TestTimeRegression(*choices))
-
-    cases = [_case(point, 1300 + i, d_k, d_v) for i, (d_k, d_v) in enumerate(((3, 2), (4, 3), (2, 4), (5, 3)))]
-    try:
-        return run_check("my_step", run, reference, cases, rtol=1e-6, atol=1e-9)
-    except CheckFailed as failure:
-        raise CheckFailed(f"{failure}{_what_it_computes(run, point)}") from None
+    raise AssertionError("replaced by its declaration (_collect_step, _judge_step)")
 
 
 # -- part 2: the learner's point as a token mixer ----------------------------------------------------------------------
@@ -285,9 +411,52 @@ def _takes(point: Point) -> tuple[str, ...]:
     return ("beta",) * (point.optimizer in STEPPED) + ("g",) * (point.weights == "gates")
 
 
-def _framework_mix(point: Point, layer: Any, q, k, v, beta, g, regression: Any = None) -> torch.Tensor:
+def _norm_data(layer: Any) -> dict | None:
+    """The learner's ``o_norm`` as plain data (None: the layer has none): an RMSNorm's shape, weight and eps, which the
+    grader applies itself (:func:`_normed`); another kind is named."""
+    norm = getattr(layer, "o_norm", None)
+    if norm is None:
+        return None
+    if type(norm) is not torch.nn.RMSNorm:
+        return {"kind": type(norm).__name__}
+    weight = norm.weight
+    return {
+        "kind": "RMSNorm",
+        "shape": [int(n) for n in norm.normalized_shape],
+        "weight": None if weight is None else torch.Tensor.detach(weight).clone(),
+        "eps": None if norm.eps is None else float(norm.eps),
+    }
+
+
+def _normed(o: torch.Tensor, norm: Any) -> torch.Tensor:
+    """``o`` through the learner's ``o_norm`` as :func:`_norm_data` describes it (unchanged where there is none).
+
+    Raises:
+        CheckFailed: an ``o_norm`` that is no ``torch.nn.RMSNorm``, or one the grader cannot read back.
+    """
+    if norm is None:
+        return o
+    if not isinstance(norm, dict) or norm.get("kind") != "RMSNorm":
+        kind = norm.get("kind") if isinstance(norm, dict) and isinstance(norm.get("kind"), str) else "?"
+        raise CheckFailed(
+            f"my_mixer: your layer's o_norm is a {kind}; the check applies the layer's o_norm to the framework's "
+            "output from its weight and eps, so make it a torch.nn.RMSNorm (or leave it out)"
+        )
+    shape, weight, eps = norm.get("shape"), norm.get("weight"), norm.get("eps")
+    if (
+        not isinstance(shape, list)
+        or not all(type(n) is int for n in shape)
+        or not (weight is None or (_core._is_plain_tensor(weight) and list(weight.shape) == shape))
+        or not (eps is None or type(eps) is float)
+    ):
+        raise CheckFailed("my_mixer: the grader could not read back your layer's o_norm (its shape, weight and eps)")
+    with torch.no_grad():
+        return torch.nn.functional.rms_norm(o, shape, None if weight is None else weight.to(o.dtype), eps)
+
+
+def _framework_mix(point: Point, norm: Any, q, k, v, beta, g, regression: Any = None) -> torch.Tensor:
     """What ``mix`` must return at ``point``: the framework's output (fla's scale ``D^-1/2``), through the layer's
-    ``o_norm`` when it has one."""
+    ``o_norm`` (``norm``: :func:`_norm_data`) when it has one."""
     rows = point.param("steps") if point.optimizer == "steps_per_token" else 1
     options: dict = {}
     if point.optimizer in STEPPED:
@@ -296,8 +465,7 @@ def _framework_mix(point: Point, layer: Any, q, k, v, beta, g, regression: Any =
         options["g"] = g
     K, V = k.repeat_interleave(rows, 1), v.repeat_interleave(rows, 1)
     o = (point.layer() if regression is None else regression)(q, K, V, **options)[0]
-    norm = getattr(layer, "o_norm", None)
-    return norm(o) if norm is not None else o
+    return _normed(o, norm)
 
 
 def _mixed(layer: Any, point: Point) -> Callable:
@@ -337,32 +505,45 @@ def _mixed(layer: Any, point: Point) -> Callable:
     return mix
 
 
-def _step_gap(layer: Any) -> Callable:
-    """``max |step − forward|`` relative to ``max |forward|`` over a sequence: 0 when the two forms agree."""
+def _step_outputs(layer: Any) -> Callable:
+    """The layer's ``step``, token by token from ``initial_state``, and its ``forward`` over a sequence: the pair of
+    outputs ``(B, T, hidden)`` (the grader compares them, :func:`_step_gap`)."""
 
-    def gap(x):
+    def outputs(x):
         with torch.no_grad():
             full = layer(x)
             state, outputs = layer.initial_state(x.shape[0]), []
             for t in range(x.shape[1]):
                 o, state = layer.step(x[:, t], state)
                 outputs.append(o)
-        return float((torch.stack(outputs, 1) - full).abs().max() / full.abs().max())
+        return torch.stack(outputs, 1), full
 
-    gap.__name__ = "step_vs_forward"
-    gap.__wrapped__ = layer.mix_step
-    return gap
+    outputs.__name__ = "step_vs_forward"
+    outputs.__wrapped__ = layer.mix_step
+    return outputs
+
+
+def _step_gap(pair: Any) -> Any:
+    """``max |step − forward|`` relative to ``max |forward|`` (0 when the two forms agree), from
+    :func:`_step_outputs`'s pair; what is not such a pair is returned as is (the comparison says what it is)."""
+    if not (isinstance(pair, tuple) and len(pair) == 2 and all(_core._is_plain_tensor(x) for x in pair)):
+        return pair
+    stepped, full = pair
+    if stepped.shape != full.shape:
+        return f"step outputs of shape {tuple(stepped.shape)}, forward outputs of shape {tuple(full.shape)}"
+    return float((stepped.double() - full.double()).abs().max() / full.double().abs().max())
 
 
 def _lookahead(layer: Any, point: Point) -> Callable:
-    """``max |Δ output|`` at the first 6 positions when the inputs from position 6 on change: 0 for a causal layer."""
+    """The layer's outputs on a sequence and on the same sequence changed from position 6 on: a causal layer's first
+    6 outputs agree (the grader compares them, :func:`_change`)."""
 
-    def change(x):
+    def outputs(x):
         later = x.clone()
         later[:, 6:] += 1.0
         with torch.no_grad():
             try:
-                now, then = layer(x), layer(later)
+                return layer(x), layer(later)
             except TypeError as err:
                 if "argument" not in str(err):
                     raise
@@ -373,56 +554,108 @@ def _lookahead(layer: Any, point: Point) -> Callable:
                     f"{takes}: return those from op_inputs, and drop beta where your point has no step size, g where "
                     "its weights are not gates"
                 ) from None
-        if not (bool(torch.isfinite(now).all()) and bool(torch.isfinite(then).all())):
-            _check_op_inputs(layer, point)  # a raw gate or step says so
-            raise CheckFailed("your layer's output is not finite on 9 tokens of random input")
-        return float((now[:, :6] - then[:, :6]).abs().max())
 
-    change.__name__ = "lookahead"
-    change.__wrapped__ = layer.mix
-    return change
+    outputs.__name__ = "lookahead"
+    outputs.__wrapped__ = layer.mix
+    return outputs
 
 
-def _check_op_inputs(layer: Any, point: Point) -> None:
+def _change(pair: Any) -> Any:
+    """``max |Δ output|`` at the first 6 positions, from :func:`_lookahead`'s pair: 0 for a causal layer; None when an
+    output is not finite; what is not such a pair is returned as is."""
+    if not (isinstance(pair, tuple) and len(pair) == 2 and all(_core._is_plain_tensor(x) for x in pair)):
+        return pair
+    now, then = pair
+    if not (bool(torch.isfinite(now).all()) and bool(torch.isfinite(then).all())):
+        return None
+    if now.shape != then.shape or now.dim() < 2:
+        return f"outputs of shapes {tuple(now.shape)} and {tuple(then.shape)}"
+    return float((now[:, :6].double() - then[:, :6].double()).abs().max())
+
+
+def _refuse_call(name: str, outcome: Outcome) -> None:
+    """A call whose value is judged here rather than compared with a reference: the stub, a broken rule, an error
+    or a forbidden call fail as :func:`~ttr_edu.checks._rules.judge_case` fails them."""
+    if outcome.not_attempted:
+        raise NotAttempted(name)
+    for problem in (outcome.broke_rule, outcome.raised, outcome.called):
+        if problem is not None:
+            raise CheckFailed(f"{name}: {outcome.called or problem}")
+
+
+_OP_INPUTS_X = 1600  # the seed of op_inputs' 64 tokens of random input
+
+
+def _op_inputs_x() -> torch.Tensor:
+    return 2 * torch.randn(
+        _BATCH, 64, _HIDDEN, generator=torch.Generator().manual_seed(_OP_INPUTS_X), dtype=torch.float64
+    )
+
+
+def _project(layer: Any, point: Point) -> Callable:
+    """``op_inputs``' ``beta`` and ``g`` (those the point takes, in :func:`_takes`' order) on 64 tokens of random
+    input; what is not a dict's tensor comes back as what it is."""
+
+    def inputs(x):
+        with torch.no_grad():
+            got = layer.project(x)
+        return tuple(got.get(name) if isinstance(got, dict) else got for name in _takes(point))
+
+    inputs.__name__ = "op_inputs"
+    inputs.__wrapped__ = layer.op_inputs
+    return inputs
+
+
+def _forward(layer: Any) -> Callable:
+    def output(x):
+        with torch.no_grad():
+            return layer(x)
+
+    output.__name__ = "forward"
+    output.__wrapped__ = layer.mix
+    return output
+
+
+def _check_op_inputs(record: dict, point: Point) -> None:
     """What the exercise asks of ``op_inputs``, on 64 tokens of random input: ``beta`` in ``(0, 1)`` and ``g ≤ 0``
     ``(B, T, H)`` where the point takes them, and a forward pass that stays finite. (A raw projection as the gate
-    makes ``exp(g) > 1``: the memory grows without bound, and the layer's output is NaN within 64 tokens.)"""
-    x = 2 * torch.randn(_BATCH, 64, _HIDDEN, generator=torch.Generator().manual_seed(1600), dtype=torch.float64)
-    with torch.no_grad():
-        inputs = layer.project(x)
-        rules = {
-            "beta": ("in (0, 1)", "torch.sigmoid", lambda b: (b > 0) & (b < 1)),
-            "g": ("≤ 0", "torch.nn.functional.logsigmoid", lambda g: g <= 0),
-        }
-        for name in _takes(point):
-            what, squash, holds = rules[name]
-            got = inputs.get(name) if isinstance(inputs, dict) else None
-            if not isinstance(got, torch.Tensor) or got.shape != (_BATCH, 64, _HEADS):
-                shape = tuple(got.shape) if isinstance(got, torch.Tensor) else type(got).__name__
-                raise CheckFailed(
-                    f"my_mixer: op_inputs must return {name!r} of shape (B, T, H) = {(_BATCH, 64, _HEADS)}; got {shape}"
-                )
-            if not bool(holds(got).all()):
-                raise CheckFailed(
-                    f"my_mixer: op_inputs gave {name} from {got.min().item():.3g} to {got.max().item():.3g} on 64 "
-                    f"tokens of random input; the exercise asks for {name} {what} (pass the projection through "
-                    f"{squash})"
-                )
-        output = layer(x)
-    if not bool(torch.isfinite(output).all()):
+    makes ``exp(g) > 1``: the memory grows without bound, and the layer's output is NaN within 64 tokens.) Judged
+    from the record's ``op_inputs`` and ``op_output`` outcomes."""
+    outcome = outcome_from(record.get("op_inputs"))
+    _refuse_call("my_mixer", outcome)
+    got = outcome.result if isinstance(outcome.result, tuple) else ()
+    rules = {
+        "beta": ("in (0, 1)", "torch.sigmoid", lambda b: (b > 0) & (b < 1)),
+        "g": ("≤ 0", "torch.nn.functional.logsigmoid", lambda g: g <= 0),
+    }
+    for i, name in enumerate(_takes(point)):
+        what, squash, holds = rules[name]
+        value = got[i] if i < len(got) else None
+        if not _core._is_plain_tensor(value) or value.shape != (_BATCH, 64, _HEADS):
+            shape = tuple(value.shape) if _core._is_plain_tensor(value) else getattr(value, "type_name", None)
+            raise CheckFailed(
+                f"my_mixer: op_inputs must return {name!r} of shape (B, T, H) = {(_BATCH, 64, _HEADS)}; got "
+                f"{shape or type(value).__name__}"
+            )
+        if not bool(holds(value).all()):
+            raise CheckFailed(
+                f"my_mixer: op_inputs gave {name} from {value.min().item():.3g} to {value.max().item():.3g} on 64 "
+                f"tokens of random input; the exercise asks for {name} {what} (pass the projection through "
+                f"{squash})"
+            )
+    output = outcome_from(record.get("op_output"))
+    _refuse_call("my_mixer", output)
+    if not (_core._is_plain_tensor(output.result) and bool(torch.isfinite(output.result).all())):
         raise CheckFailed("my_mixer: your layer's output is not finite over 64 tokens of random input")
 
 
-def _what_the_layer_computes(mix: Callable, layer: Any, point: Point) -> str:
-    """The point one choice away, or the named layer, whose output the learner's ``mix`` reproduces, in words."""
+def _what_the_layer_computes(got: Any, probed: Any, norm: Any, point: Point) -> str:
+    """The point one choice away, or the named layer, whose output the learner's ``mix`` reproduces, in words
+    (``got``: its output on :func:`_op_case` 1400, ``probed`` on :func:`_probe_case`)."""
     case = _op_case(point, 1400)
+    weight = norm.get("weight") if isinstance(norm, dict) else None
     try:
-        got = mix(**case)
-    except Exception:  # any error: the failure already reported says what went wrong
-        return ""
-    probe = _probe_case(point)
-    try:
-        family = _named_up_to_steps(probe, mix(**probe), getattr(getattr(layer, "o_norm", None), "weight", None))
+        family = _named_up_to_steps(_probe_case(point), probed, weight if _core._is_plain_tensor(weight) else None)
     except Exception:  # any error: the failure already reported says what went wrong
         family = None
     if family is not None:
@@ -430,6 +663,8 @@ def _what_the_layer_computes(mix: Callable, layer: Any, point: Point) -> str:
             f"\n  your mix computes {family} with a step size and a gate of its own at each token (β/(1+β), say): "
             "a named layer up to a change of β and g, not your point"
         )
+    if not _core._is_plain_tensor(got):
+        return ""
     candidates = [
         (axis, point.replace(axis, key)) for axis in AXES for key in CHOICES[axis] if key != getattr(point, axis)
     ]
@@ -438,10 +673,10 @@ def _what_the_layer_computes(mix: Callable, layer: Any, point: Point) -> str:
         if other.function_class != "linear" or other.problem() is not None or other.optimizer == "steps_per_token":
             continue
         try:
-            want = _framework_mix(other, layer, **case)
-        except (ValueError, TypeError):
+            want = _framework_mix(other, norm, **case)
+        except (ValueError, TypeError, CheckFailed):
             continue
-        if isinstance(got, torch.Tensor) and got.shape == want.shape and relative_error(got, want) < 1e-6:
+        if got.shape == want.shape and relative_error(got, want) < 1e-6:
             named = identify(other).name
             name = f" ({LAYER_LABELS[named]})" if named else ""
             hint = {
@@ -452,6 +687,181 @@ def _what_the_layer_computes(mix: Callable, layer: Any, point: Point) -> str:
     return ""
 
 
+_TODO = "fill in your mixer's methods, run its cell, then run this check again."
+_NOT_ATTEMPTED = f"[not attempted yet] my_mixer: {_TODO}"
+
+
+def _spec_problem(spec: Any) -> str | None:
+    """What is wrong with the learner's spec as an object (read where the answer runs), or None."""
+    from ttr_edu.layers import REGISTRY, Mixer, MixerSpec
+
+    if not isinstance(spec, MixerSpec) or not (isinstance(spec.layer, type) and issubclass(spec.layer, Mixer)):
+        return f"my_mixer: expected your MixerSpec(name, label, YourClass), got {type(spec).__name__}"
+    if REGISTRY.get(spec.name) is not spec:
+        return f"my_mixer: register your spec first: register({spec.name!r} spec, replace=True)"
+    if spec.named_layer is not None:
+        return (
+            f"my_mixer: your spec says it is the named layer {spec.named_layer!r}; the capstone's point has no name "
+            "(leave named_layer=None)"
+        )
+    return None
+
+
+def _mixer_inputs() -> list[dict]:
+    """The causality and step-vs-forward sequences: ``B = 2`` sequences of 9 tokens of random input."""
+    return [
+        {"x": torch.randn(_BATCH, 9, _HIDDEN, generator=torch.Generator().manual_seed(s), dtype=torch.float64)}
+        for s in (1500, 1501)
+    ]
+
+
+def _collect_mixer(arguments: tuple, guard: Callable) -> dict:
+    """13.2, where the answer runs: the point as data; the spec's problems as an object; the layer's ``o_norm`` as
+    data; and the outputs of every call the grader judges (the causality probe, ``mix`` on the op cases and the
+    probe case, ``op_inputs`` and a forward pass on 64 tokens, step against forward), each an
+    :class:`~ttr_edu.checks._rules.Outcome`. Nothing is judged here."""
+    spec, point = arguments
+    record: dict[str, Any] = {"point": _point_data(point)}
+    try:
+        point = _rebuilt(record["point"], "my_mixer")
+    except CheckFailed:
+        return record  # the grader says why
+    from ttr_edu.layers import MixerSpec
+
+    if not isinstance(spec, MixerSpec) and callable(spec):  # a function that builds the spec: run it first
+        try:
+            spec = spec()
+        except NotImplementedError as err:
+            stub = _is_untouched_stub(err)
+            record["spec"] = "stub" if stub else f"my_mixer: building your spec raised NotImplementedError: {err}"
+            return record
+        except Exception as err:  # anything else the function raised: the learner's own bug
+            record["spec"] = f"my_mixer: building your spec raised {type(err).__name__}: {err}"
+            return record
+    record["spec"] = _spec_problem(spec)
+    if record["spec"] is not None:
+        return record
+    try:
+        layer = _layer(spec)
+    except NotImplementedError as err:
+        record["spec"] = "stub" if _is_untouched_stub(err) else f"my_mixer: building your layer raised {err!r}"
+        return record
+    except Exception as err:
+        record["spec"] = f"my_mixer: building your layer raised {type(err).__name__}: {err}"
+        return record
+    record["name"] = str(spec.name)
+    record["norm"] = _norm_data(layer)
+
+    def calls(name: str, fn: Callable, cases: list[dict]) -> list[Outcome]:
+        declared = Exercise(name, _no_reference, list)
+        return [answer_outcome(declared, fn, case, i, guard=guard) for i, case in enumerate(cases)]
+
+    mix = _mixed(layer, point)
+    record["causal"] = calls("my_mixer (causal)", _lookahead(layer, point), _mixer_inputs())
+    record["op"] = calls("my_mixer (its op)", mix, [_op_case(point, 1400 + i) for i in range(3)])
+    record["probe"] = calls("my_mixer (its op)", mix, [_probe_case(point)])[0]
+    x = [{"x": _op_inputs_x()}]
+    record["op_inputs"] = calls("my_mixer", _project(layer, point), x)[0]
+    record["op_output"] = calls("my_mixer", _forward(layer), x)[0]
+    record["step"] = calls("my_mixer (step == forward)", _step_outputs(layer), _mixer_inputs())
+    return record
+
+
+def _judged(name: str, record: dict, key: str, count: int) -> list[Outcome]:
+    """The record's ``count`` outcomes under ``key``.
+
+    Raises:
+        CheckFailed: the record holds no such list.
+    """
+    found = record.get(key)
+    if not isinstance(found, list) or len(found) != count:
+        raise CheckFailed(f"{name}: the grader could not read back what your layer gave ({key})")
+    return [outcome_from(x) for x in found]
+
+
+def _zero_delta(name: str) -> Exercise:
+    """A comparison with 0 (no change, no gap), as the two probes are judged."""
+    return Exercise(name, lambda x: 0.0, list, rtol=0.0, atol=1e-9)
+
+
+def _judge_mixer(record: dict, say: Callable[[str], None]) -> None:
+    """13.2, in the grader: the point rebuilt and refused where a named layer occupies it; the spec; causality first;
+    ``mix`` against the framework at the point (through the layer's ``o_norm``); ``op_inputs``' ranges; step against
+    forward; and no named layer, even up to its own β and g."""
+    point = _rebuilt(record.get("point"), "my_mixer")
+    _refuse_occupied(point, "my_mixer")
+    spec = record.get("spec")
+    if spec == "stub":
+        raise NotAttempted("my_mixer", _NOT_ATTEMPTED, _TODO)
+    if spec is not None:
+        raise CheckFailed(spec if isinstance(spec, str) else "my_mixer: the grader could not read back your spec")
+    inputs = _mixer_inputs()
+    causal = _zero_delta("my_mixer (causal)")
+    try:  # first: a layer that looks ahead fails every later test too, and should hear why
+        for index, outcome in enumerate(_judged("my_mixer (causal)", record, "causal", len(inputs))):
+            if not (outcome.raised or outcome.broke_rule or outcome.not_attempted):
+                outcome.result = _change(outcome.result)
+                if outcome.result is None:  # not finite
+                    _check_op_inputs(record, point)  # a raw gate or step says so
+                    raise CheckFailed(
+                        "my_mixer (causal): your layer's output is not finite on 9 tokens of random input"
+                    )
+            judge_case(causal, inputs[index], index, outcome)
+        say(f"PASS my_mixer (causal): your function agrees with the reference on {len(inputs)} random cases.")
+    except CheckFailed as failure:
+        if "your function raised" in str(failure) or "not finite" in str(failure) or "op_inputs" in str(failure):
+            raise
+        raise CheckFailed(
+            f"{failure}\n  your layer looks ahead: its output at t depends on tokens after t (the outputs before "
+            "token 6 change when later tokens change). Use only tokens ≤ t in op_inputs and in mix"
+        ) from None
+    norm = record.get("norm")
+    choices = point.objects()
+
+    def reference(q, k, v, beta, g):  # the framework at the point, built here: a mix that calls it is not an answer
+        return _framework_mix(point, norm, q, k, v, beta, g, regression=TestTimeRegression(*choices))
+
+    cases = [_op_case(point, 1400 + i) for i in range(3)]
+    ops = _judged("my_mixer (its op)", record, "op", len(cases))
+    (probe,) = _judged("my_mixer (its op)", {"probe": [record.get("probe")]}, "probe", 1)
+    declared = Exercise("my_mixer (its op)", reference, lambda: cases, rtol=1e-6, atol=1e-9)
+    try:
+        for index, (case, outcome) in enumerate(zip(cases, ops)):
+            judge_case(declared, case, index, outcome)
+        say(f"PASS my_mixer (its op): your function agrees with the reference on {len(cases)} random cases.")
+    except CheckFailed as failure:
+        raise CheckFailed(f"{failure}{_what_the_layer_computes(ops[0].result, probe.result, norm, point)}") from None
+    _check_op_inputs(record, point)
+    gap = _zero_delta("my_mixer (step == forward)")
+    try:
+        for index, outcome in enumerate(_judged("my_mixer (step == forward)", record, "step", len(inputs))):
+            outcome.result = _step_gap(outcome.result)
+            judge_case(gap, inputs[index], index, outcome)
+        say(f"PASS my_mixer (step == forward): your function agrees with the reference on {len(inputs)} random cases.")
+    except CheckFailed as failure:
+        raise CheckFailed(
+            f"{failure}\n  your layer's step() gives other outputs than its forward(): mix_step must take the same "
+            "step as mix, one token at a time, from initial_memory"
+        ) from None
+    ours = ops[0].result
+    for name in NAMED_LAYERS:
+        other = named_point(name)
+        if other.function_class != "linear" or other.optimizer == "steps_per_token":
+            continue  # a kernel cache, an MLP or several pairs per token: not this layer's inputs
+        if relative_error(ours, _framework_mix(other, norm, **cases[0])) < 1e-6:
+            raise CheckFailed(f"my_mixer: your layer computes {LAYER_LABELS[name]}, a named layer, on these inputs")
+    weight = norm.get("weight") if isinstance(norm, dict) else None
+    family = _named_up_to_steps(_probe_case(point), probe.result, weight if _core._is_plain_tensor(weight) else None)
+    if family is not None:
+        raise CheckFailed(
+            f"my_mixer: your layer computes {family} with a step size and a gate of its own at each token: a named "
+            "layer up to a change of β and g"
+        )
+    name = record.get("name") if isinstance(record.get("name"), str) else "your mixer"
+    say(f"PASS my_mixer: {name} is {point.describe()}, distinct from every named layer.")
+
+
+@staged(collect=_collect_mixer, judge=_judge_mixer, forbidden=_forbidden)
 def check_my_mixer(spec: Any, point: Point = SUGGESTED) -> bool:
     """Check the learner's mixer, one class and one spec, at ``point`` (default :data:`SUGGESTED`); ``spec`` is the
     :class:`~ttr_edu.layers.MixerSpec`, or a function that builds it.
@@ -474,80 +884,4 @@ def check_my_mixer(spec: Any, point: Point = SUGGESTED) -> bool:
             a ``mix`` that computes another point (named, when it is one of the point's neighbours or a named layer),
             a step that disagrees with the forward pass, a look ahead, a call of the framework itself.
     """
-    from ttr_edu.layers import REGISTRY, Mixer, MixerSpec
-
-    _refuse_occupied(point, "my_mixer")
-    if not isinstance(spec, MixerSpec) and callable(spec):  # a function that builds the spec: run it first
-        try:
-            spec = spec()
-        except NotImplementedError as err:
-            if not _is_untouched_stub(err):
-                raise CheckFailed(f"my_mixer: building your spec raised NotImplementedError: {err}") from None
-            if under_autograder():
-                raise CheckFailed("my_mixer: not attempted (the stub still raises NotImplementedError)") from None
-            not_attempted("my_mixer", "fill in your mixer's methods, run its cell, then run this check again.")
-            return False
-        except Exception as err:  # anything else the function raised: the learner's own bug
-            raise CheckFailed(f"my_mixer: building your spec raised {type(err).__name__}: {err}") from None
-    if not isinstance(spec, MixerSpec) or not issubclass(spec.layer, Mixer):
-        raise CheckFailed(f"my_mixer: expected your MixerSpec(name, label, YourClass), got {type(spec).__name__}")
-    if REGISTRY.get(spec.name) is not spec:
-        raise CheckFailed(f"my_mixer: register your spec first: register({spec.name!r} spec, replace=True)")
-    if spec.named_layer is not None:
-        raise CheckFailed(
-            f"my_mixer: your spec says it is the named layer {spec.named_layer!r}; the capstone's point has no name "
-            "(leave named_layer=None)"
-        )
-    layer = _layer(spec)
-    mix = _mixed(layer, point)
-    choices = point.objects()
-    inputs = [
-        {"x": torch.randn(_BATCH, 9, _HIDDEN, generator=torch.Generator().manual_seed(s), dtype=torch.float64)}
-        for s in (1500, 1501)
-    ]
-    try:  # first: a layer that looks ahead fails every later test too, and should hear why
-        if not run_check("my_mixer (causal)", _lookahead(layer, point), lambda x: 0.0, inputs, rtol=0.0, atol=1e-9):
-            return False  # a method is still the stub
-    except CheckFailed as failure:
-        if "your function raised" in str(failure) or "not finite" in str(failure):
-            raise
-        raise CheckFailed(
-            f"{failure}\n  your layer looks ahead: its output at t depends on tokens after t (the outputs before "
-            "token 6 change when later tokens change). Use only tokens ≤ t in op_inputs and in mix"
-        ) from None
-
-    def reference(q, k, v, beta, g):  # the framework at the point, built here: a mix that calls it is not an answer
-        return _framework_mix(point, layer, q, k, v, beta, g, regression=TestTimeRegression(*choices))
-
-    cases = [_op_case(point, 1400 + i) for i in range(3)]
-    try:
-        if not run_check("my_mixer (its op)", mix, reference, cases, rtol=1e-6, atol=1e-9):
-            return False
-    except CheckFailed as failure:
-        raise CheckFailed(f"{failure}{_what_the_layer_computes(mix, layer, point)}") from None
-    _check_op_inputs(layer, point)
-    try:
-        if not run_check("my_mixer (step == forward)", _step_gap(layer), lambda x: 0.0, inputs, rtol=0.0, atol=1e-9):
-            return False  # mix_step is still the stub
-    except CheckFailed as failure:
-        raise CheckFailed(
-            f"{failure}\n  your layer's step() gives other outputs than its forward(): mix_step must take the same "
-            "step as mix, one token at a time, from initial_memory"
-        ) from None
-    case = cases[0]
-    ours = mix(**case)
-    for name in NAMED_LAYERS:
-        other = named_point(name)
-        if other.function_class != "linear" or other.optimizer == "steps_per_token":
-            continue  # a kernel cache, an MLP or several pairs per token: not this layer's inputs
-        if relative_error(ours, _framework_mix(other, layer, **case)) < 1e-6:
-            raise CheckFailed(f"my_mixer: your layer computes {LAYER_LABELS[name]}, a named layer, on these inputs")
-    probe = _probe_case(point)
-    family = _named_up_to_steps(probe, mix(**probe), getattr(getattr(layer, "o_norm", None), "weight", None))
-    if family is not None:
-        raise CheckFailed(
-            f"my_mixer: your layer computes {family} with a step size and a gate of its own at each token: a named "
-            "layer up to a change of β and g"
-        )
-    print(f"PASS my_mixer: {spec.name} is {point.describe()}, distinct from every named layer.")
-    return True
+    raise AssertionError("replaced by its declaration (_collect_mixer, _judge_mixer)")

@@ -155,9 +155,10 @@ def _child(
     resource.setrlimit(resource.RLIMIT_FSIZE, (MAX_FRAME, MAX_FRAME))
     bad = Forbidden()
     for exercise in declared.values():
-        if exercise is not None:
+        if exercise is not None and not isinstance(exercise, _rules.Staged):  # a staged check traces its own calls
             bad = bad | exercise.forbidden(solver_modules=list(_SOLVER_MODULES))
     lock_down(bad, end=end, scratch=scratch, code_dirs=package_dirs())
+    traced = not bad  # nothing removed: the lock-down leaves a call trace to a staged check
     del bad
     errors = {}
     for name, source in job["cells"][: int(unit["upto"])]:
@@ -174,6 +175,9 @@ def _child(
             continue
         if exercise is None:
             _legacy(results, check, answer)
+            continue
+        if isinstance(exercise, _rules.Staged):
+            _staged(results, check, exercise, answer, traced=traced)
             continue
         if int(check.get("arguments", 1)) != 1:  # a declared check takes the answer alone (the grader says so)
             continue
@@ -230,6 +234,32 @@ def _legacy(results: int, check: dict, answer: Any) -> None:
     write_frame(results, {"type": "legacy", "check": check["check"], "status": status, "message": message})
 
 
+def _staged(results: int, check: dict, exercise, answer: Any, traced: bool) -> None:
+    """A :class:`~ttr_edu.checks._rules.Staged` check, answer side: its arguments (plain data beside the answer, e.g.
+    chapter 13's point) and the answer's outputs on the cases they give, sent as one plain record; the grader judges
+    it. Its calls run under its own call trace where the lock-down left tracing on (``traced``: no other exercise of
+    this graded cell removed callables)."""
+    import contextlib
+    import functools
+
+    from ttr_edu.checks import _rules
+    from ttr_edu.checks._guard import watching
+
+    name = check["check"]
+    try:
+        arguments = exercise.arguments(*(answer if int(check.get("arguments", 1)) > 1 else (answer,)))
+    except TypeError as err:
+        write_frame(results, {"type": "missing", "check": name, "message": f"TypeError: {err}"})
+        return
+    guard = functools.partial(watching, exercise.forbidden()) if traced else contextlib.nullcontext
+    try:
+        payload = _plain_bytes(_rules.to_record(exercise.collect(arguments, guard)))
+    except Exception as err:  # the answer's objects broke the collection itself: the grader reads nothing
+        write_frame(results, {"type": "staged", "check": name, "error": f"{type(err).__name__}: {err}"})
+        return
+    write_frame(results, {"type": "staged", "check": name}, payload)
+
+
 def _op_counts(results: int, name: str, exercise, answer) -> None:
     """The answer on the :class:`~ttr_edu.checks._rules.OpCount` rule's cases, with its torch operations counted here
     (in the answer's process: the count is what this process reports, see grading.md); the grader judges the counts
@@ -277,6 +307,7 @@ _RELAYED = {
     "cost_outcome",
     "ops_outcome",
     "legacy",
+    "staged",
     "missing",
     "cell_errors",
     "hidden",
@@ -295,12 +326,12 @@ def _serve_unit(out: int, job: dict, index: int, unit: dict, namespace: dict, de
     log_r, log_w = os.pipe()
     folder = scratch / f"cell-{index}-{os.urandom(8).hex()}"
     folder.mkdir(mode=0o700)  # fresh and empty: nothing an earlier graded cell wrote is here
-    from ttr_edu.checks._rules import changed_inputs, shared_inputs
+    from ttr_edu.checks._rules import Staged, changed_inputs, shared_inputs
 
     shared = {  # check -> case index -> the inputs, in memory shared with the child: read back here, never reported
         name: {i: shared_inputs(case) for i, case in enumerate(job["_cases"][name])}
         for name, exercise in declared.items()
-        if exercise is not None and exercise.rules.inputs_unchanged
+        if exercise is not None and not isinstance(exercise, Staged) and exercise.rules.inputs_unchanged
     }
     started = time.monotonic()
     pid = os.fork()
@@ -467,7 +498,7 @@ def main() -> None:
             module = importlib.import_module(f"ttr_edu.checks.{check['module']}")
             exercise = getattr(getattr(module, check["check"], None), "__exercise__", None)
             declared[check["check"]] = exercise
-            if exercise is not None:
+            if exercise is not None and not hasattr(exercise, "collect"):  # a Staged check's cases are the grader's
                 cases[check["check"]] = list(exercise.cases())
                 solvers |= exercise.rules.no_solvers
     if solvers:  # loaded before the forks, so that their solvers are removed, not imported fresh afterwards

@@ -90,6 +90,7 @@ class _Heard:
     seconds: dict[tuple[str, int], float] = field(default_factory=dict)
     changed: dict[tuple[str, int], list[str]] = field(default_factory=dict)
     legacy: dict[str, tuple[str, str]] = field(default_factory=dict)
+    staged: dict[str, Any] = field(default_factory=dict)
     missing: dict[str, str] = field(default_factory=dict)
     cell_errors: dict[str, str] = field(default_factory=dict)
     hidden: str | None = None
@@ -177,6 +178,9 @@ def _note(heard: _Heard, header: dict, payload: bytes, checks: set[str]) -> None
             heard.seconds[check, int(header["length"])] = float(header["seconds"])
         elif kind == "legacy":
             heard.legacy.setdefault(check, (str(header.get("status")), str(header.get("message", ""))))
+        elif kind == "staged" and check not in heard.staged:  # a record, or why the answer's process sent none
+            error = header.get("error")
+            heard.staged[check] = _load(payload) if error is None else str(error)
         elif kind == "missing":
             heard.missing.setdefault(check, str(header.get("message")))
         elif kind == "cell_errors" and isinstance(header.get("errors"), dict):
@@ -220,11 +224,13 @@ def _why_missing(heard: _Heard, timeout: float, index: int) -> str:
 def _judge_check(check: notebook.Check, declared, heard: _Heard, timeout: float) -> tuple[str, str]:
     """``(status, detail)`` of one check of a graded cell."""
     from ttr_edu.checks._core import CheckFailed
-    from ttr_edu.checks._rules import NotAttempted, judge_case, judge_cost, judge_ops, judge_source
+    from ttr_edu.checks._rules import NotAttempted, Staged, judge_case, judge_cost, judge_ops, judge_source
 
     name = check.check.removeprefix("check_")
     if check.check in heard.missing:
         return "FAIL", f"{name}: {check.expression} is not defined ({heard.missing[check.check]})" + _cells(heard)
+    if isinstance(declared, Staged):
+        return _judge_staged(name, check, declared, heard, timeout)
     if declared is not None and check.arguments != 1:
         return "FAIL", (
             f"{name}: the graded cell calls this check with {check.arguments} arguments; a check declared for the "
@@ -280,6 +286,28 @@ def _judge_check(check: notebook.Check, declared, heard: _Heard, timeout: float)
         return "FAIL", str(failure) + (_cells(heard) if "raised NameError" in str(failure) else "")
     note = next((n for n in notes if n), "")
     return "PASS", note
+
+
+def _judge_staged(name: str, check: notebook.Check, declared, heard: _Heard, timeout: float) -> tuple[str, str]:
+    """``(status, detail)`` of a :class:`~ttr_edu.checks._rules.Staged` check: its judge, run here on the plain record
+    the answer's process sent (its data rebuilt and validated, the cases and references the grader's own)."""
+    from ttr_edu.checks._core import CheckFailed
+    from ttr_edu.checks._rules import NotAttempted
+
+    record = heard.staged.get(check.check)
+    if record is None:
+        return "FAIL", f"{name}: {_why_missing(heard, timeout, 0)}"
+    if isinstance(record, str):
+        return "FAIL", f"{name}: the grader could not read what your answers gave ({record})"
+    try:
+        declared.judge(record, lambda line: None)
+    except NotAttempted:
+        return "not attempted", ""
+    except CheckFailed as failure:
+        return "FAIL", str(failure) + (_cells(heard) if "raised NameError" in str(failure) else "")
+    except Exception as err:  # a record of the wrong shape: the answer's process sent what no check sends
+        return "FAIL", f"{name}: the grader could not read back what your answers gave ({type(err).__name__})"
+    return "PASS", ""
 
 
 def _cells(heard: _Heard) -> str:

@@ -7,8 +7,9 @@ source, whose graded cells may hold hidden tests).
   in the student's order. A graded cell's answers may use whatever of it stands above that graded cell (the last copy
   of a graded cell pasted twice, as nbgrader keeps the last). A missing exercise cell is the release's stub.
 * **Graded cells**: the release's (or source's), never the student's; the checks each calls are read from its code
-  (``checks.check_<name>(<expression>, ...)``: the answer, and the other inputs a check not declared for the engine
-  may take, e.g. the student's own choice of point), and its hidden tests (``### BEGIN HIDDEN TESTS``) kept apart.
+  (``checks.check_<name>(<expression>, ...)``: the answer, and the other inputs a staged check or a check not
+  declared for the engine may take, e.g. the student's own choice of point), and its hidden tests
+  (``### BEGIN HIDDEN TESTS``) kept apart.
 
 The release's other cells (the chapter's experiments) are not run by the grader.
 """
