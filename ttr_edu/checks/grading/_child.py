@@ -157,8 +157,13 @@ def _child(
     for exercise in declared.values():
         if exercise is not None:
             bad = bad | exercise.forbidden(solver_modules=list(_SOLVER_MODULES))
-    lock_down(bad, end=end, scratch=scratch, code_dirs=package_dirs())
-    del bad
+    # the allow-list: where every exercise of this cell is declared, the package's functions none of them gives are
+    # emptied (a check of the older kind calls its reference here, so none is applied where one stands)
+    given = None
+    if declared and all(exercise is not None for exercise in declared.values()):
+        given = [value for exercise in declared.values() for value in exercise.given]
+    lock_down(bad, end=end, scratch=scratch, code_dirs=package_dirs(), given=given, package=job.get("_package"))
+    del bad, given
     errors = {}
     for name, source in job["cells"][: int(unit["upto"])]:
         errors[name] = _run_cell(source, f"<{name}>", namespace)
@@ -453,6 +458,9 @@ def main() -> None:
             except ImportError:
                 pass
     job["_cases"] = cases
+    from ttr_edu.checks._guard import package_functions
+
+    job["_package"] = package_functions()  # listed once, after the setup cells; each graded cell's process empties some
     for index, unit in enumerate(job["units"]):
         mine = {c["check"]: declared[c["check"]] for c in unit["checks"]}
         _serve_unit(out, job, index, unit, namespace, mine, scratch)
