@@ -265,17 +265,12 @@ def test_require_sandbox_refuses_to_grade_without_bubblewrap(monkeypatch, reques
 
 
 #: Answers that call another of the package's functions computing the same thing as the exercise's reference: 1.1's
-#: write through ``hebbian.store`` of one pair, 1.2's store through 1.1's ``hebbian_write``, 1.3's energy through the
-#: batched ``hebbian.crosstalk_energies``. None of them is the reference its exercise names.
+#: write through ``hebbian.store`` of one pair, 1.2's store through ``hebbian.recall`` (a read, given the keys as the
+#: memory), 1.3's energy through the batched ``hebbian.crosstalk_energies``. None is the reference its exercise names,
+#: so each scored its points before the allow-list.
 BY_ANOTHER_PACKAGE_FUNCTION = {
     "ch01_write": "def write(W, k, v):\n    return W + hebbian.store(k[None], v[None])\n",
-    "ch01_store": (
-        "def store(keys, values):\n"
-        "    W = torch.zeros(values.shape[1], keys.shape[1], dtype=keys.dtype)\n"
-        "    for k, v in zip(keys, values):\n"
-        "        W = hebbian.hebbian_write(W, k, v)\n"
-        "    return W\n"
-    ),
+    "ch01_store": "def store(keys, values):\n    return hebbian.recall(keys.T, values.T)  # values.T @ keys\n",
     "ch01_crosstalk": "from ttr_edu.hebbian import crosstalk_energies as _batched\n\n\n"
     "def crosstalk_energy(keys):\n    return _batched(keys[None])[0]\n",
 }
@@ -291,7 +286,7 @@ def test_another_package_function_that_computes_the_answer_is_not_given(monkeypa
     verdicts = {v.grade_id: v for v in report.verdicts}
     names = {
         "test_check_write": "ttr_edu.hebbian.store",
-        "test_check_store": "ttr_edu.hebbian.hebbian_write",
+        "test_check_store": "ttr_edu.hebbian.recall",
         "test_check_crosstalk_energy": "ttr_edu.hebbian.crosstalk_energies",
     }
     for grade_id, name in names.items():
@@ -315,13 +310,13 @@ def test_hidden_tests_may_use_what_the_setup_cells_computed_but_call_only_what_i
         graded.source += f"\n### BEGIN HIDDEN TESTS\n{hidden}\n### END HIDDEN TESTS\n"
         return source
 
-    I = "I = torch.eye(2, dtype=torch.float64)\n"
-    calls = source_with("", I + "assert torch.equal(write(0 * I, I[0], I[1]), hebbian.store(I[:1], I[1:]))")
+    eye = "I = torch.eye(2, dtype=torch.float64)\n"
+    calls = source_with("", eye + "assert torch.equal(write(0 * I, I[0], I[1]), hebbian.store(I[:1], I[1:]))")
     report = engine.grade(submission(RELEASE, "solved"), calls, timeout=30)
     first = report.verdicts[0]
     assert report.score == 8 and first.status == "FAIL", (first.status, first.detail)
     assert "ttr_edu.hebbian.store is not given to this exercise" in first.detail, first.detail
     computed = source_with(
-        I + "EXPECTED = hebbian.store(I[:1], I[1:])", "assert torch.equal(write(0 * I, I[0], I[1]), EXPECTED)"
+        eye + "EXPECTED = hebbian.store(I[:1], I[1:])", "assert torch.equal(write(0 * I, I[0], I[1]), EXPECTED)"
     )
     assert engine.grade(submission(RELEASE, "solved"), computed, timeout=30).score == 9

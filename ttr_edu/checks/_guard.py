@@ -484,9 +484,7 @@ def _package_code(value: Any) -> bool:
     """Whether ``value`` is a Python function whose code is the package's, outside the harness (``ttr_edu.checks``)."""
     code = value.__code__ if type(value) is types.FunctionType else None  # type(): no object's __class__ is asked
     return (
-        code is not None
-        and code.co_filename.startswith(_PACKAGE_DIR)
-        and not code.co_filename.startswith(_HARNESS_DIR)
+        code is not None and code.co_filename.startswith(_PACKAGE_DIR) and not code.co_filename.startswith(_HARNESS_DIR)
     )
 
 
