@@ -277,3 +277,61 @@ def test_the_operation_count_rule_is_judged_by_the_grader():
     store = next(v for heading, v in verdicts.items() if "store" in heading)
     assert store.status == "FAIL" and "torch operations" in store.detail, (store.status, store.detail)
     assert all(v.status == "PASS" for v in report.verdicts if v is not store)
+
+
+#: Answers that call another of the package's functions computing the same thing as the exercise's reference: 1.1's
+#: write through ``hebbian.store`` of one pair, 1.2's store through ``hebbian.recall`` (a read, given the keys as the
+#: memory), 1.3's energy through the batched ``hebbian.crosstalk_energies``. None is the reference its exercise names,
+#: so each scored its points before the allow-list.
+BY_ANOTHER_PACKAGE_FUNCTION = {
+    "ch01_write": "def write(W, k, v):\n    return W + hebbian.store(k[None], v[None])\n",
+    "ch01_store": "def store(keys, values):\n    return hebbian.recall(keys.T, values.T)  # values.T @ keys\n",
+    "ch01_crosstalk": "from ttr_edu.hebbian import crosstalk_energies as _batched\n\n\n"
+    "def crosstalk_energy(keys):\n    return _batched(keys[None])[0]\n",
+}
+
+
+@pytest.mark.parametrize("sandboxed", [True, False], ids=["bubblewrap", "process group only"])
+def test_another_package_function_that_computes_the_answer_is_not_given(monkeypatch, request, sandboxed):
+    """The exercise gives the answer none of the package's functions (chapter 01 gives none): every function of the
+    package other than the harness is emptied before the answer runs, so an answer that calls one, however it bound
+    it, ends with the allow-list's message and scores nothing; the rest of the notebook still scores."""
+    _sandboxed(sandboxed, monkeypatch, request)
+    report = _grade(submission_with({**RIGHT, **BY_ANOTHER_PACKAGE_FUNCTION}))
+    verdicts = {v.grade_id: v for v in report.verdicts}
+    names = {
+        "test_check_write": "ttr_edu.hebbian.store",
+        "test_check_store": "ttr_edu.hebbian.recall",
+        "test_check_crosstalk_energy": "ttr_edu.hebbian.crosstalk_energies",
+    }
+    for grade_id, name in names.items():
+        assert verdicts[grade_id].status == "FAIL", (grade_id, verdicts[grade_id].detail)
+        assert f"the exercise asks you to write this yourself; {name} is not given to this exercise" in (
+            verdicts[grade_id].detail
+        ), verdicts[grade_id].detail
+    assert report.score == 9 - 4, [(v.heading, v.status, v.detail) for v in report.verdicts]
+
+
+def test_hidden_tests_may_use_what_the_setup_cells_computed_but_call_only_what_is_given():
+    """Hidden tests run after the lock-down: one that calls a package function the cell's exercise does not give ends
+    the process with the allow-list's message (the cell scores 0), one that compares with values a setup cell of the
+    source computed before the lock-down passes."""
+    import copy
+
+    def source_with(setup: str, hidden: str):
+        source = copy.deepcopy(RELEASE)
+        source.cells[1].source += "\n" + setup
+        graded = next(c for c in source.cells if c.metadata.get("nbgrader", {}).get("grade_id") == "test_check_write")
+        graded.source += f"\n### BEGIN HIDDEN TESTS\n{hidden}\n### END HIDDEN TESTS\n"
+        return source
+
+    eye = "I = torch.eye(2, dtype=torch.float64)\n"
+    calls = source_with("", eye + "assert torch.equal(write(0 * I, I[0], I[1]), hebbian.store(I[:1], I[1:]))")
+    report = engine.grade(submission(RELEASE, "solved"), calls, timeout=30)
+    first = report.verdicts[0]
+    assert report.score == 8 and first.status == "FAIL", (first.status, first.detail)
+    assert "ttr_edu.hebbian.store is not given to this exercise" in first.detail, first.detail
+    computed = source_with(
+        eye + "EXPECTED = hebbian.store(I[:1], I[1:])", "assert torch.equal(write(0 * I, I[0], I[1]), EXPECTED)"
+    )
+    assert engine.grade(submission(RELEASE, "solved"), computed, timeout=30).score == 9

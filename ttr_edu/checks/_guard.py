@@ -28,8 +28,12 @@ Two ways to hold an answer to them:
   introspection, new code or function objects, starting processes, signalling other processes, tracing or profiling
   hooks, network, ``sqlite3``, writing outside the process's scratch folder, opening a folder (a folder handle) or
   anything under ``/proc``, and listing a folder outside the scratch folder and the import path; ``os.pidfd_open``
-  and ``signal.pidfd_send_signal`` (no audit event) are removed. What the engine cannot stop is
-  stated in ``grading.md`` ("What the grader defends against").
+  and ``signal.pidfd_send_signal`` (no audit event) are removed. With an allow-list (``given``, declared once per
+  exercise), every other Python function of the package is **emptied** as well: its code is replaced by one that
+  ends the process ("the exercise asks you to write this yourself; <name> is not given to this exercise"), so the
+  function object stays wherever it is held and runs nothing of its own; the given functions, what they use
+  (:func:`reachable`) and the harness (``ttr_edu.checks``) keep theirs. What the engine cannot stop is stated in
+  ``grading.md`` ("What the grader defends against").
 """
 
 from __future__ import annotations
@@ -550,6 +554,153 @@ def _ender(message: str, end: Callable[[str], Any]) -> Callable:
     return ended
 
 
+# -- the allow-list: the package's functions an exercise does not give are emptied -----------------------------------
+
+_PACKAGE_DIR = str(Path(__file__).resolve().parents[1]) + os.sep
+_HARNESS_DIR = str(Path(__file__).resolve().parent) + os.sep
+#: the harness modules whose code runs in the answer's process around the answer (what they use stays)
+_MACHINERY = (
+    "ttr_edu.checks._rules", "ttr_edu.checks._core", "ttr_edu.checks._guard", "ttr_edu.checks._forbid",
+    "ttr_edu.checks._triton_sanitizer", "ttr_edu.checks.grading._child",
+)  # fmt: skip
+#: methods never emptied: the interpreter calls them on its own (a package object collected while the answer runs)
+_KEPT_METHODS = frozenset({"__del__"})
+
+
+def _package_code(value: Any) -> bool:
+    """Whether ``value`` is a Python function whose code is the package's, outside the harness (``ttr_edu.checks``)."""
+    code = value.__code__ if type(value) is types.FunctionType else None  # type(): no object's __class__ is asked
+    return (
+        code is not None and code.co_filename.startswith(_PACKAGE_DIR) and not code.co_filename.startswith(_HARNESS_DIR)
+    )
+
+
+def package_functions() -> list[types.FunctionType]:
+    """Every Python function object of the package (outside the harness) alive in this process: module functions,
+    methods, the inner functions of factories already called (a feature map built in a setup cell), wrapped ones.
+    The grading engine's fork server lists them once; each graded cell's process empties those its exercises do not
+    give (:func:`lock_down`)."""
+    import gc
+
+    return [f for f in gc.get_objects() if _package_code(f) and f.__name__ not in _KEPT_METHODS]
+
+
+def _codes(code: types.CodeType) -> Iterator[types.CodeType]:
+    yield code
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            yield from _codes(const)
+
+
+def reachable(roots: Iterable[Any]) -> set[int]:
+    """The ids of the package's functions (and classes) that ``roots`` use, themselves included: the globals their
+    code names (and, for a module, its attributes the code names), their closures, defaults and wrapped functions,
+    a class's methods and its bases, the items of a table the code names and the package's objects held there (their
+    class and attributes). What a given function calls on its way is given with it."""
+    seen: set[int] = set()
+    todo = list(roots)
+    while todo:
+        value = todo.pop()
+        if value is None or id(value) in seen:
+            continue
+        if isinstance(value, (staticmethod, classmethod)):
+            todo.append(value.__func__)
+            continue
+        if isinstance(value, property):
+            todo.extend((value.fget, value.fset, value.fdel))
+            continue
+        if isinstance(value, functools.partial):
+            todo.extend((value.func, *value.args, *value.keywords.values()))
+            continue
+        if isinstance(value, types.MethodType):
+            todo.append(value.__func__)
+            continue
+        if isinstance(value, type):
+            seen.add(id(value))
+            if (getattr(value, "__module__", "") or "").startswith("ttr_edu"):
+                todo.extend(vars(value).values())
+                todo.extend(value.__bases__)
+            continue
+        if type(value) in (dict, types.MappingProxyType, list, tuple, set, frozenset):  # a table the code names
+            seen.add(id(value))
+            todo.extend(value.values() if type(value) in (dict, types.MappingProxyType) else value)
+            continue
+        if not isinstance(value, types.FunctionType):
+            inner = getattr(value, "fn", None) or getattr(value, "__wrapped__", None)  # a Triton kernel, a wrapper
+            if isinstance(inner, types.FunctionType):
+                todo.append(inner)
+            elif not isinstance(value, types.ModuleType) and _package_object(value):  # an object of the package's
+                seen.add(id(value))
+                todo.append(type(value))
+                todo.extend((getattr(value, "__dict__", None) or {}).values())
+            continue
+        seen.add(id(value))
+        todo.extend(c.cell_contents for c in value.__closure__ or () if _filled(c))
+        todo.extend(value.__defaults__ or ())
+        todo.extend((value.__kwdefaults__ or {}).values())
+        todo.append(getattr(value, "__wrapped__", None))
+        names = {n for code in _codes(value.__code__) for n in code.co_names}
+        found = [value.__globals__.get(n) for n in names]
+        if value.__code__.co_filename.startswith(_HARNESS_DIR):  # the harness's tables (its snapshot of the package)
+            found = [v for v in found if isinstance(v, (types.FunctionType, type, types.ModuleType))]
+        for _ in range(3):  # ``ops.delta_rule.naive``: a module's attributes that the code names
+            modules = [m for m in found if isinstance(m, types.ModuleType) and m.__name__.startswith("ttr_edu")]
+            todo.extend(v for v in found if not isinstance(v, types.ModuleType))
+            found = [getattr(m, n, None) for m in modules for n in names if id(m) not in seen]
+            seen.update(id(m) for m in modules)
+        todo.extend(v for v in found if not isinstance(v, types.ModuleType))
+    return seen
+
+
+def _package_object(value: Any) -> bool:
+    """Whether ``value`` is an instance of a class of the package outside the harness."""
+    module = getattr(type(value), "__module__", "") or ""
+    return module.startswith("ttr_edu") and not module.startswith("ttr_edu.checks")
+
+
+def _filled(cell: types.CellType) -> bool:
+    try:
+        cell.cell_contents  # noqa: B018 (an empty cell raises)
+    except ValueError:
+        return False
+    return True
+
+
+def _emptied_code(n_free: int) -> types.CodeType:
+    """The code a removed package function runs instead of its own: it ends the process with the message held in its
+    keyword defaults. ``n_free`` free variables, so that it fits a function with a closure of that size."""
+    names = [f"c{i}" for i in range(n_free)]
+    inner = "    def ruled_out(*args, __ruled_out__=None, **kwargs):\n"
+    if names:
+        inner += "        if False:\n            " + ", ".join(names) + "\n"
+    inner += "        return __ruled_out__[1](__ruled_out__[0])\n"
+    source = "def outer():\n" + "".join(f"    {n} = None\n" for n in names) + inner + "    return ruled_out\n"
+    scope: dict = {}
+    exec(compile(source, _GUARD_FILE, "exec"), scope)  # before the audit hook: new code is refused afterwards
+    return scope["outer"]().__code__
+
+
+def _empty_the_rest(package: Iterable[types.FunctionType], allowed: set[int], end: Callable[[str], Any]) -> int:
+    """Replace the code of every function of ``package`` whose id is not in ``allowed`` by one that ends the process
+    with the allow-list's message: the function objects stay where they are held (a module, a class, a name the
+    student bound), with nothing left in them to run. Returns how many were emptied."""
+    codes: dict[int, types.CodeType] = {}
+    emptied = 0
+    for function in package:
+        if id(function) in allowed or not _package_code(function):
+            continue
+        n_free = len(function.__code__.co_freevars)
+        if n_free not in codes:
+            codes[n_free] = _emptied_code(n_free)
+        name = f"{function.__module__}.{function.__qualname__}"
+        message = f"the exercise asks you to write this yourself; {name} is not given to this exercise"
+        function.__code__ = codes[n_free]
+        function.__defaults__ = None
+        function.__kwdefaults__ = {"__ruled_out__": (message, end)}
+        emptied += 1
+    return emptied
+
+
 #: audit events refused once the answer's process is locked down (prefixes); see :func:`_refuse`.
 _REFUSED_EVENTS = (
     "ctypes.",
@@ -591,14 +742,23 @@ _WRITES = {
 
 
 def lock_down(
-    bad: Forbidden, *, end: Callable[[str], Any], scratch: str | os.PathLike, code_dirs: Iterable[str | os.PathLike]
+    bad: Forbidden,
+    *,
+    end: Callable[[str], Any],
+    scratch: str | os.PathLike,
+    code_dirs: Iterable[str | os.PathLike],
+    given: Iterable[Any] | None = None,
+    package: Iterable[types.FunctionType] | None = None,
 ) -> None:
     """Hold the rest of this process to ``bad``, for good (the grading engine's child, before the answer's cells run).
 
     ``end(message)`` reports a broken rule and ends the process (it must not return). ``scratch`` is the only folder
     written to; ``code_dirs`` hold code that must not be opened or re-imported (the package, numpy's and scipy's
     linear algebra). Call it once the modules the answer may use are imported: importing a compiled module afterwards
-    is refused.
+    is refused. ``given`` (the exercises' allow-list, :attr:`ttr_edu.checks._rules.Exercise.given`; None: no
+    allow-list): every other function of the package (``package``, default :func:`package_functions`) is emptied, except
+    what the given functions and the harness's machinery use (:func:`reachable`); the harness (``ttr_edu.checks``)
+    stays.
 
     Raises:
         RuntimeError: a forbidden callable is held somewhere it cannot be replaced (a bug of the check, reported to
@@ -626,6 +786,24 @@ def lock_down(
     stuck = _replace_everywhere(replacements)
     if stuck:
         raise RuntimeError("the grader could not remove what the rules forbid (held by " + ", ".join(stuck) + ")")
+    if given is not None:
+        machinery = [  # the harness's functions and classes (not its tables: its snapshot holds the whole package)
+            v
+            for m in _MACHINERY
+            if m in sys.modules
+            for v in vars(sys.modules[m]).values()
+            if isinstance(v, (types.FunctionType, type))
+        ]
+        # what the interpreter calls on its own: the package's import hooks (its finder of moved modules)
+        machinery += [type(hook) for hook in [*sys.meta_path, *sys.path_hooks]]
+        machinery += [  # and a package module's ``__getattr__`` (PEP 562), asked for any name a module lacks
+            vars(m).get(name)
+            for key, m in list(sys.modules.items())
+            if key.startswith("ttr_edu") and isinstance(m, types.ModuleType)
+            for name in ("__getattr__", "__dir__")
+        ]
+        allowed = reachable([*given, *machinery])
+        _empty_the_rest(package_functions() if package is None else package, allowed, end)
     loaded = set(sys.modules)
     readable = tuple(  # folders an answer may list: its scratch folder and the import path (imports list them)
         os.path.realpath(p) + os.sep for p in [scratch, *sys.path] if isinstance(p, str) and p and os.path.isdir(p)

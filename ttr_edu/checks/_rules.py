@@ -161,7 +161,11 @@ class Exercise:
     where the answer runs (default ``answer(**case)``); ``explain(message, case, result)`` may add words to a failure
     of the values (``result``: what the answer returned, as the grader sees it).
     ``rtol``/``atol`` hold where the case's tensors are float64, ``tol32`` (``(rtol, atol)``) where one of them is
-    float32 or narrower: there the answer and the reference round differently by more."""
+    float32 or narrower: there the answer and the reference round differently by more.
+    ``given``: the package's functions and classes the chapter's text hands the student for this exercise (feature
+    maps, data helpers, a base class to subclass). In the grading engine every other function of the package is
+    emptied before the answer runs (:func:`ttr_edu.checks._guard.lock_down`): only these, what they use, and the
+    harness (``ttr_edu.checks``) are left to call."""
 
     name: str
     reference: Callable
@@ -172,6 +176,7 @@ class Exercise:
     call: Callable[[Callable, dict], Any] = _call
     explain: Callable[[str, dict, Any], str] | None = None
     tol32: tuple[float, float] = (1e-4, 1e-5)
+    given: tuple[Any, ...] = ()
 
     def tolerances(self, case: dict) -> tuple[float, float]:
         """``(rtol, atol)`` for ``case``: the exercise's own, or ``tol32`` when a tensor of the case is float32 or
@@ -203,14 +208,32 @@ def exercise(
     call: Callable[[Callable, dict], Any] = _call,
     explain: Callable[[str, dict, Any], str] | None = None,
     tol32: tuple[float, float] = (1e-4, 1e-5),
+    given: Iterable[Any] = (),
 ) -> Callable[[Callable], Callable[[Callable], bool]]:
     """Declare the exercise checked by the decorated ``check_<name>`` function (whose docstring says what it checks);
     the function becomes its check in the student's kernel, and carries the declaration (``__exercise__``) for the
-    grading engine."""
+    grading engine. ``given``: the package's functions and classes the answer may call (:attr:`Exercise.given`).
+
+    Raises:
+        TypeError: something in ``given`` that is neither a function nor a class.
+    """
+    given = tuple(given)
+    for value in given:
+        if not (isinstance(value, type) or callable(value)):
+            raise TypeError(f"exercise: given expects functions and classes, got {type(value).__name__}")
 
     def wrap(fn: Callable) -> Callable[[Callable], bool]:
         declared = Exercise(
-            fn.__name__.removeprefix("check_"), reference, cases, rules or Rules(), rtol, atol, call, explain, tol32
+            fn.__name__.removeprefix("check_"),
+            reference,
+            cases,
+            rules or Rules(),
+            rtol,
+            atol,
+            call,
+            explain,
+            tol32,
+            given,
         )
 
         @functools.wraps(fn)

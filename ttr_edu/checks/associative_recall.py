@@ -28,6 +28,7 @@ import torch
 
 from ttr_edu.checks._core import CheckFailed, describe
 from ttr_edu.checks._rules import Rules, exercise
+from ttr_edu.models.mqar import MQARModel
 from ttr_edu.tasks.mqar import IGNORE_INDEX, mqar_accuracy, mqar_batch, mqar_layout, query_slots
 
 __all__ = ["check_mqar_accuracy", "check_mqar_layout", "check_wire_recall_circuit"]
@@ -101,8 +102,6 @@ def _wired_accuracy(wire_recall_circuit: Callable, vocab_size: int, seq_len: int
     """Build a fresh model, let ``wire_recall_circuit`` wire it in place, return its accuracy on zero-filler MQAR
     batches. The model's untouched weights come from ``seed`` (the caller's random state is kept as it was), so they
     differ from case to case: the wiring must set what it needs."""
-    from ttr_edu.models.mqar import MQARModel
-
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         model = MQARModel("linear_attention", vocab_size, vocab_size, feature_map="identity")
@@ -140,6 +139,7 @@ def _wire_and_score(wire_recall_circuit: Callable, case: dict) -> float:
     ),
     rtol=0,
     atol=0,
+    given=(MQARModel, mqar_batch),  # the model the answer wires, and the batches it is scored on
 )
 def check_wire_recall_circuit(wire_recall_circuit: Callable) -> bool:
     """Check ``wire_recall_circuit(model)``: a model wired by hand recalls every query of zero-filler MQAR batches

@@ -120,6 +120,7 @@ def _name_the_byte(message: str, case: dict, result: Any) -> str:
     explain=_name_the_byte,
     rtol=0,
     atol=0,
+    given=(TinyLM,),  # the model the answer runs: its init_state and step
 )
 def check_greedy_generate(greedy_generate: Callable) -> bool:
     """Check ``greedy_generate(model, prompt, num_tokens)``: the prompt and the argmax continuation, via ``step``.
@@ -216,6 +217,7 @@ def _name_the_step_or_weight(message: str, case: dict, result: Any) -> str:
     explain=_name_the_step_or_weight,
     rtol=1e-5,
     atol=1e-6,
+    given=(TinyLM, random_windows, causal_lm_loss),  # the model, its batches and its loss, as the text hands them
 )
 def check_train_lm(train_lm: Callable) -> bool:
     """Check ``train_lm(model, tokens, steps, batch_size, seq_len, lr, seed)``: the ``(steps,)`` tensor of losses,

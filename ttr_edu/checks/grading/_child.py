@@ -157,9 +157,15 @@ def _child(
     for exercise in declared.values():
         if exercise is not None and not isinstance(exercise, _rules.Staged):  # a staged check traces its own calls
             bad = bad | exercise.forbidden(solver_modules=list(_SOLVER_MODULES))
-    lock_down(bad, end=end, scratch=scratch, code_dirs=package_dirs())
+    # the allow-list: where every exercise of this cell is declared (and none is staged: chapter 13's capstone runs the
+    # learner's mixer, a subclass of the package's, and traces its calls instead), the package's functions none of
+    # them gives are emptied (a check of the older kind calls its reference here, so none is applied where one stands)
+    given = None
+    if declared and all(e is not None and not isinstance(e, _rules.Staged) for e in declared.values()):
+        given = [value for exercise in declared.values() for value in exercise.given]
+    lock_down(bad, end=end, scratch=scratch, code_dirs=package_dirs(), given=given, package=job.get("_package"))
     traced = not bad  # nothing removed: the lock-down leaves a call trace to a staged check
-    del bad
+    del bad, given
     errors = {}
     for name, source in job["cells"][: int(unit["upto"])]:
         errors[name] = _run_cell(source, f"<{name}>", namespace)
@@ -508,6 +514,9 @@ def main() -> None:
             except ImportError:
                 pass
     job["_cases"] = cases
+    from ttr_edu.checks._guard import package_functions
+
+    job["_package"] = package_functions()  # listed once, after the setup cells; each graded cell's process empties some
     for index, unit in enumerate(job["units"]):
         mine = {c["check"]: declared[c["check"]] for c in unit["checks"]}
         _serve_unit(out, job, index, unit, namespace, mine, scratch)
