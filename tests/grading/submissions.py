@@ -140,6 +140,17 @@ try:
 except Exception:
     pass"""
 
+
+def _delete_exercise_cells(nb, nbformat):
+    nb.cells = [c for c in nb.cells if not c.metadata.get("nbgrader", {}).get("solution")]
+
+
+def _strip_exercise_metadata(nb, nbformat):
+    for cell in nb.cells:
+        if cell.metadata.get("nbgrader", {}).get("solution"):
+            del cell.metadata["nbgrader"]
+
+
 SUBMISSIONS = {
     "solved": (RIGHT, None, 9),
     "unsolved": (STUB, None, 0),
@@ -170,6 +181,9 @@ SUBMISSIONS = {
     "os._exit in 1.1": ({**RIGHT, "ch01_write": "import os\n\n\ndef write(W, k, v):\n    os._exit(0)\n"}, None, 8),
     "detached process writes the gradebook": (before_everything(_WRITES_THE_GRADEBOOK_LATER), None, 0),
     "pasted check cell": (STUB, _pasted_check_cell, 1),
+    # under nbgrader the notebook read against is source/: a missing exercise cell must never be filled from it
+    "exercise cells deleted": (STUB, _delete_exercise_cells, 0),
+    "exercise cells' nbgrader metadata stripped": (STUB, _strip_exercise_metadata, 0),
     "touches the course and the grader": (before_everything(_TOUCHES_THE_COURSE, RIGHT), None, 9),
 }  # fmt: skip
 

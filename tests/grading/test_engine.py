@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from tests.grading.submissions import LATER_ATTACKS, RIGHT, SUBMISSIONS, before_everything, submission
-from ttr_edu.checks.grading import engine, notebook, sandbox
+from ttr_edu.checks.grading import _child, engine, notebook, sandbox
 
 ROOT = Path(__file__).resolve().parents[2]
 RELEASE = nbformat.read(ROOT / "chapters" / "01_hebbian_memory.ipynb", as_version=4)
@@ -162,7 +162,8 @@ def test_hidden_tests_of_the_source_count():
     special = "def write(W, k, v):\n    if W.shape == (2, 2):\n        return W\n    return W + torch.outer(v, k)"
     report = engine.grade(submission_with({**RIGHT, "ch01_write": special}), source, timeout=30)
     first = report.verdicts[0]
-    assert report.score == 8 and first.status == "FAIL" and "hidden tests: AssertionError: a 2 × 2 case" in first.detail
+    assert report.score == 8 and first.status == "FAIL" and "hidden tests: AssertionError (line 2)" in first.detail
+    assert "2 × 2" not in first.detail  # the hidden test's own text never reaches the student
     assert engine.grade(submission(RELEASE, "solved"), source, timeout=30).score == 9
 
 
@@ -211,7 +212,7 @@ def _serve(tmp_path, answer_cell: str):
 )
 def test_the_cost_of_an_answer_is_measured_by_the_grader(tmp_path, answer, verdict):
     heard, (status, detail) = _serve(tmp_path, answer)
-    assert len(heard.costs.get(("check_prefix_sum", 2000), [])) == 3, (heard.status, detail)  # each call is judged
+    assert len(heard.costs.get(("check_prefix_sum", 4000), [])) == 3, (heard.status, detail)  # each call is judged
     if verdict == ("PASS", ""):
         assert status == "PASS", detail
     else:
@@ -335,3 +336,151 @@ def test_hidden_tests_may_use_what_the_setup_cells_computed_but_call_only_what_i
         eye + "EXPECTED = hebbian.store(I[:1], I[1:])", "assert torch.equal(write(0 * I, I[0], I[1]), EXPECTED)"
     )
     assert engine.grade(submission(RELEASE, "solved"), computed, timeout=30).score == 9
+
+
+SOURCE = nbformat.read(ROOT / "solutions" / "01_hebbian_memory.ipynb", as_version=4)
+
+
+@pytest.mark.parametrize("name", ["exercise cells deleted", "exercise cells' nbgrader metadata stripped"])
+def test_a_missing_exercise_cell_is_not_attempted_and_never_the_sources_solution(name):
+    """nbgrader grades against ``source/``, whose exercise cells are the solutions: a notebook without its exercise
+    cells scores nothing there, as ``ttr-edu check`` (against the release) says."""
+    nb = submission(RELEASE, name)
+    for report in (engine.grade(nb, SOURCE, timeout=30), _grade(nb)):
+        assert report.score == 0, [(v.heading, v.status, v.detail) for v in report.verdicts]
+        assert [v.status for v in report.verdicts] == ["not attempted"] * 5, [v.detail for v in report.verdicts]
+        assert "'ch01_write' is not in your notebook" in report.verdicts[0].detail
+        assert sum("is not in the notebook" in p for p in report.problems) == 5
+
+
+#: Walks every frame above the answer (the fork server's among them: job, the graded cells, their cases) and what
+#: Python keeps of the cells run (linecache): whatever of the grader's secrets is within the answer's reach.
+_PROBE = """import linecache, os, sys
+import torch
+
+_MARKERS = tuple("HIDDEN-" + m for m in ("MARKER-WRITE", "MARKER-STORE"))
+
+
+def _reachable(own):
+    found, seen, mine = set(), set(), id(globals())
+
+    def walk(value, depth):
+        if id(value) in seen or id(value) == mine or depth > 10:
+            return
+        seen.add(id(value))
+        if isinstance(value, str):
+            found.update(m for m in _MARKERS if m in value)
+        elif isinstance(value, dict):
+            others = [k for k in value if isinstance(k, str) and k.startswith("check_") and k != own]
+            found.update(f"the cases of {k}" for k in others)
+            for key, item in list(value.items()):
+                walk(key, depth + 1)
+                walk(item, depth + 1)
+        elif isinstance(value, (list, tuple, set, frozenset)):
+            for item in list(value):
+                walk(item, depth + 1)
+
+    frame = sys._getframe(1)
+    while frame is not None:
+        walk(dict(frame.f_locals), 0)
+        frame = frame.f_back
+    walk(dict(linecache.cache), 0)
+    return found
+
+
+def write(W, k, v):
+    found = _reachable("check_write")
+    if found:
+        raise RuntimeError(f"within reach: {sorted(found)}")
+    if LEAVE:
+        try:
+            torch.save(torch.ones(1), "/dev/ttr-edu-left-by-1.1")
+        except Exception:
+            pass
+    return W + torch.outer(v, k)
+"""
+_PROBE_STORE = """def store(keys, values):
+    found = _reachable("check_store")
+    if LEAVE and os.path.exists("/dev/ttr-edu-left-by-1.1"):
+        found.add("a file 1.1's process left in /dev")
+    if found:
+        raise RuntimeError(f"within reach: {sorted(found)}")
+    return values.T @ keys
+"""
+
+
+@pytest.mark.parametrize("sandboxed", [True, False], ids=["bubblewrap", "process group only"])
+def test_a_graded_cells_answers_reach_no_hidden_test_no_other_cells_cases_and_leave_nothing(
+    sandboxed, monkeypatch, request
+):
+    """Right after the fork the child drops every hidden test and the other graded cells' cases and exercises; its
+    own hidden tests arrive once its answers have reported. Inside bubblewrap, /dev is read-only."""
+    import copy
+
+    _sandboxed(sandboxed, monkeypatch, request)
+    source = copy.deepcopy(RELEASE)
+    for cell in source.cells:
+        gid = cell.metadata.get("nbgrader", {}).get("grade_id")
+        if gid in ("test_check_write", "test_check_store"):
+            marker = "HIDDEN-" + ("MARKER-WRITE" if gid == "test_check_write" else "MARKER-STORE")
+            cell.source += f"\n### BEGIN HIDDEN TESTS\nassert 1 + 1 == 2  # {marker}\n### END HIDDEN TESTS\n"
+    probe = _PROBE.replace("if LEAVE", f"if {sandboxed}")  # no bubblewrap: never write the machine's /dev
+    answers = {**RIGHT, "ch01_write": probe, "ch01_store": _PROBE_STORE.replace("if LEAVE", f"if {sandboxed}")}
+    report = engine.grade(submission_with(answers), source, timeout=30)
+    text = repr([(v.status, v.detail) for v in report.verdicts] + report.problems)
+    assert "MARKER" not in text and report.score == 9, text
+
+
+_COMPRESSED_REPORT = '''import io, json, os, stat, struct, zipfile
+import torch
+
+_calls = []
+
+
+def write(W, k, v):
+    """Reports case 0 right in a compressed torch.save archive of its own, then answers it wrong."""
+    right = W + torch.outer(v, k)
+    _calls.append(1)
+    if len(_calls) > 1:
+        return right
+    plain, packed = io.BytesIO(), io.BytesIO()
+    torch.save({"result": right.clone(), "inputs_after": {"W": W.clone(), "k": k.clone(), "v": v.clone()}}, plain)
+    with zipfile.ZipFile(io.BytesIO(plain.getvalue())) as src, zipfile.ZipFile(packed, "w", zipfile.ZIP_DEFLATED) as z:
+        for info in src.infolist():
+            z.writestr(info.filename, src.read(info.filename))
+    head = json.dumps({"type": "outcome", "check": "check_write", "case": 0}).encode()
+    frame = struct.pack(">II", len(head), len(packed.getvalue())) + head + packed.getvalue()
+    for fd in range(3, 64):
+        try:
+            if stat.S_ISFIFO(os.fstat(fd).st_mode):
+                os.write(fd, frame)
+        except OSError:
+            pass
+    return W
+'''
+
+
+def test_a_compressed_report_is_refused_before_it_is_inflated():
+    """torch.save never compresses: a compressed archive (a few hundred kB of deflated zeros would take gigabytes of
+    the grader's memory once inflated) is refused unread, and the graded cell fails."""
+    import io
+    import zipfile
+
+    report = _grade(submission_with({**RIGHT, "ch01_write": _COMPRESSED_REPORT}))
+    first = report.verdicts[0]
+    assert report.score == 8 and "compressed" in first.detail, (first.status, first.detail)  # 9 when inflated
+    bomb = io.BytesIO()
+    with zipfile.ZipFile(bomb, "w", zipfile.ZIP_DEFLATED) as z:
+        z.writestr("archive/data/0", b"\0" * (_child.MAX_FRAME + 1))
+    assert len(bomb.getvalue()) < _child.MAX_FRAME // 100
+    with pytest.raises(ValueError, match="compressed"):
+        engine._load(bomb.getvalue())
+    stored = io.BytesIO()
+    with zipfile.ZipFile(stored, "w") as z:
+        z.writestr("archive/data/0", b"\0" * 16)
+    packed = bytearray(stored.getvalue())  # a central directory that says more than the archive holds
+    packed[packed.rfind(b"PK\x01\x02") + 24 : packed.rfind(b"PK\x01\x02") + 28] = (_child.MAX_FRAME + 1).to_bytes(
+        4, "little"
+    )
+    with pytest.raises(ValueError):
+        engine._load(bytes(packed))

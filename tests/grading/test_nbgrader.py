@@ -170,3 +170,34 @@ def test_a_class_of_20_is_graded_exactly_by_nbgrader_and_ttr_edu_check_alike(tmp
         )  # fmt: skip
         points = re.search(r"^([\d.]+) of 9 points\.$", check.stdout, re.M)
         assert points and float(points.group(1)) == want[sid], (name, check.stdout[-1500:], check.stderr[-1500:])
+
+
+@pytest.mark.slow
+@pytest.mark.notebook
+def test_a_notebook_without_its_exercise_cells_scores_nothing_under_autograde_as_under_ttr_edu_check(tmp_path):
+    """``autograde`` grades against ``source/``, whose exercise cells are the solutions: a notebook whose exercise
+    cells are gone (or have lost their nbgrader metadata) must not get them from there."""
+    pytest.importorskip("nbgrader")
+    from nbgrader.api import Gradebook
+
+    env = _env()
+    course = _released_course(tmp_path, CONFIG, env)
+    release = nbformat.read(course / "release" / "ch01" / CHAPTER.name, as_version=4)
+    names = {"s0": "exercise cells deleted", "s1": "exercise cells' nbgrader metadata stripped"}
+    for sid, name in names.items():
+        (course / "submitted" / sid / "ch01").mkdir(parents=True)
+        nbformat.write(submission(release, name), course / "submitted" / sid / "ch01" / CHAPTER.name)
+    graded = _run([sys.executable, "-m", "nbgrader", "autograde", "ch01", "--create", "--force"], course, env)
+    assert graded.returncode == 0, (graded.stdout + graded.stderr)[-3000:]
+    with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gradebook:
+        got = {sid: gradebook.find_submission("ch01", sid).score for sid in names}
+    assert got == {sid: 0.0 for sid in names}
+    assert "is not in the notebook" in graded.stdout + graded.stderr  # the log names it, per student
+    for sid, name in names.items():
+        check = _run(
+            [sys.executable, "-m", "ttr_edu.course.cli", "--root", str(ROOT), "check", "--timeout", "30",
+             str(course / "submitted" / sid / "ch01" / CHAPTER.name)],
+            tmp_path, env, timeout=600,
+        )  # fmt: skip
+        points = re.search(r"^([\d.]+) of 9 points\.$", check.stdout, re.M)
+        assert points and float(points.group(1)) == 0, (name, check.stdout[-1500:], check.stderr[-1500:])

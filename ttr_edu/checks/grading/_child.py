@@ -8,7 +8,10 @@ setup cells, builds each exercise's cases, and for each graded cell forks a chil
    forbidden callables are gone and the audit hook refuses what would bring them back;
 3. runs the student's cells above the graded cell (exercise cells and cells of their own), calls each answer on each
    case (:func:`ttr_edu.checks._rules.answer_outcome`) and writes what it gave as plain tensors (``torch.save``);
-4. runs the graded cell's hidden tests, if any, and ends with ``os._exit``.
+4. asks for the graded cell's hidden tests, if any, once its answers have all reported (until then no hidden test is in
+   its memory: right after the fork, before any student code, it drops every graded cell's hidden tests and the other
+   graded cells' cases and exercises), runs them, reports their error's type and line only, and ends with
+   ``os._exit``.
 
 For the linear-cost rule the fork server draws new inputs for every call, from a seed of its own, sends them only when
 it asks for the answer, and reads the child's CPU time from ``/proc`` itself before and after; every call's output is
@@ -198,11 +201,37 @@ def _child(
                 _op_counts(results, name, exercise, answer)
             if exercise.rules.linear_cost is not None:
                 _cost_calls(results, control, name, exercise, answer)
-    if unit["hidden"]:
-        error = _run_cell(unit["hidden"], f"<hidden tests {unit['grade_id']}>", namespace)
-        write_frame(results, {"type": "hidden", "error": error})
+    if unit["hidden"]:  # only now, every answer reported, does this process get the hidden tests
+        write_frame(results, {"type": "hidden_ready"})
+        hidden = _read_one(control, FrameReader()).decode("utf-8")
+        error = _run_hidden(hidden, f"<hidden tests {unit['grade_id']}>", namespace)
+        write_frame(results, {"type": "hidden", **error})
     write_frame(results, {"type": "done"})
     os._exit(0)
+
+
+def _run_hidden(source: str, name: str, namespace: dict) -> dict:
+    """Run the hidden tests; what failed, as the error's type and line only (``{"error": None}`` when they passed):
+    an error's text could carry the hidden tests' own code, which the student's answers called from them can read."""
+    code = _python_source(source)
+    try:
+        exec(compile(code, name, "exec"), namespace)
+    except BaseException as err:
+        where = traceback.extract_tb(err.__traceback__)
+        line = next((f.lineno for f in reversed(where) if f.filename == name), None)
+        return {"error": type(err).__name__, "line": line}
+    return {"error": None}
+
+
+def _forget(job: dict, declared: dict, everything: dict, secrets: dict) -> None:
+    """In a graded cell's child, before any of the student's code runs: drop from memory what that graded cell must
+    not see, so that no frame or object reachable from the answers holds it (the fork server's frames and their locals,
+    ``job`` among them, are all reachable through ``sys._getframe``): every graded cell's hidden tests (its own come
+    over the control pipe once its answers have reported), the other graded cells' cases and exercises."""
+    secrets.clear()
+    for store in (job["_cases"], everything):
+        for name in [n for n in store if n not in declared]:
+            del store[name]
 
 
 def _outcome_bytes(outcome) -> bytes:
@@ -323,8 +352,22 @@ _RELAYED = {
 }
 
 
-def _serve_unit(out: int, job: dict, index: int, unit: dict, namespace: dict, declared: dict, scratch: Path) -> None:
-    """Fork the child of one graded cell, relay what it reports, measure its cost, end it."""
+def _serve_unit(
+    out: int,
+    job: dict,
+    index: int,
+    unit: dict,
+    namespace: dict,
+    declared: dict,
+    scratch: Path,
+    everything: dict | None = None,
+    secrets: dict | None = None,
+) -> None:
+    """Fork the child of one graded cell, relay what it reports, measure its cost, end it. ``everything``: every
+    graded cell's exercises; ``secrets``: graded cell index -> its hidden tests, sent to the child once its answers
+    have reported; what the child reports after that is dropped but for the hidden tests' verdict."""
+    everything = declared if everything is None else everything
+    secrets = {} if secrets is None else secrets
     import torch
 
     results_r, results_w = os.pipe()
@@ -355,6 +398,7 @@ def _serve_unit(out: int, job: dict, index: int, unit: dict, namespace: dict, de
             import tempfile
 
             tempfile.tempdir = str(folder)
+            _forget(job, declared, everything, secrets)
             _child(job, unit, namespace, declared, results_w, control_r, folder, shared)
         except BaseException:  # a failure of the harness itself: say so, then end
             try:
@@ -369,7 +413,7 @@ def _serve_unit(out: int, job: dict, index: int, unit: dict, namespace: dict, de
     selector.register(results_r, selectors.EVENT_READ, "results")
     selector.register(log_r, selectors.EVENT_READ, "log")
     deadline = started + float(job["timeout"])
-    cpu_before, best, status, relayed = {}, {}, None, 0
+    cpu_before, best, status, relayed, hidden_sent = {}, {}, None, 0, False
     seeds = {}  # (check, length) -> the seeds of the inputs of each repeat, drawn now (after the fork), one per call
     while status is None and (results_r in selector.get_map() or log_r in selector.get_map()):
         left = deadline - time.monotonic()
@@ -407,6 +451,16 @@ def _serve_unit(out: int, job: dict, index: int, unit: dict, namespace: dict, de
                             selector.register(control_w, selectors.EVENT_WRITE, "control")
                         pending += frame
                         continue
+                    if kind == "hidden_ready":  # the child's answers have all reported: its hidden tests now
+                        if hidden_sent or not secrets.get(index):
+                            raise ValueError("hidden tests the grader did not offer")
+                        hidden_sent = True
+                        if not pending:
+                            selector.register(control_w, selectors.EVENT_WRITE, "control")
+                        pending += _frame({}, secrets[index].encode("utf-8"))
+                        continue
+                    if hidden_sent and kind not in ("hidden", "done"):
+                        continue  # the answers had the hidden tests in memory by now: nothing else of theirs counts
                     if kind == "cost_outcome":  # every call's output is judged: none may be a replay
                         check, length = str(header.get("check")), int(header.get("length", 0))
                         seconds = (_cpu_ns(pid) - cpu_before.pop(check)) / 1e9
@@ -517,8 +571,13 @@ def main() -> None:
     from ttr_edu.checks._guard import package_functions
 
     job["_package"] = package_functions()  # listed once, after the setup cells; each graded cell's process empties some
+    del cases
+    secrets = {}  # graded cell -> its hidden tests: kept here, out of the unit the child reads
+    for index, unit in enumerate(job["units"]):
+        secrets[index] = str(unit.get("hidden") or "")
+        unit["hidden"] = bool(secrets[index])
     for index, unit in enumerate(job["units"]):
         mine = {c["check"]: declared[c["check"]] for c in unit["checks"]}
-        _serve_unit(out, job, index, unit, namespace, mine, scratch)
+        _serve_unit(out, job, index, unit, namespace, mine, scratch, declared, secrets)
     write_frame(out, {"type": "end"})
     os._exit(0)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -26,7 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ttr_edu.checks.grading import notebook, sandbox
-from ttr_edu.checks.grading._child import RULE_EXIT, FrameReader
+from ttr_edu.checks.grading._child import MAX_FRAME, RULE_EXIT, FrameReader
 
 if TYPE_CHECKING:
     import nbformat
@@ -97,13 +98,30 @@ class _Heard:
     hidden_ran: bool = False
     rule: str | None = None
     harness: str | None = None
+    #: a report the grader refused to read (e.g. a compressed one): the graded cell fails whatever else it reported
+    garbled: str | None = None
     status: str | None = None
     log: str = ""
 
 
 def _load(payload: bytes) -> Any:
+    """Plain data from ``torch.save`` bytes the answers' process wrote. The zip is read first: ``torch.save`` stores
+    its records uncompressed, so a compressed one, or records that would take more than :data:`MAX_FRAME` once read,
+    are refused (ValueError) before ``torch.load`` inflates anything (a few hundred kB of deflated zeros would
+    otherwise take gigabytes of the grader's memory)."""
+    import zipfile
+
     import torch
 
+    try:
+        with zipfile.ZipFile(io.BytesIO(payload)) as archive:
+            records = archive.infolist()
+    except (zipfile.BadZipFile, OSError, EOFError) as err:
+        raise ValueError(f"a report that is not a torch.save archive ({type(err).__name__})") from err
+    if any(r.compress_type != zipfile.ZIP_STORED for r in records):
+        raise ValueError("a report with compressed records (torch.save writes none)")
+    if sum(r.file_size for r in records) > MAX_FRAME or any(r.file_size != r.compress_size for r in records):
+        raise ValueError("a report larger than the grader reads")
     return torch.load(io.BytesIO(payload), weights_only=True)
 
 
@@ -185,8 +203,12 @@ def _note(heard: _Heard, header: dict, payload: bytes, checks: set[str]) -> None
             heard.missing.setdefault(check, str(header.get("message")))
         elif kind == "cell_errors" and isinstance(header.get("errors"), dict):
             heard.cell_errors.update({str(k): str(v) for k, v in header["errors"].items()})
-        elif kind == "hidden" and not heard.hidden_ran:
-            heard.hidden_ran, heard.hidden = True, None if header.get("error") is None else str(header["error"])
+        elif kind == "hidden" and not heard.hidden_ran:  # the error's type and line, never its text (see _child)
+            error, line = header.get("error"), header.get("line")
+            if error is not None:
+                error = str(error) if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_.]{0,79}", str(error)) else "an error"
+                error += f" (line {line})" if isinstance(line, int) and not isinstance(line, bool) else ""
+            heard.hidden_ran, heard.hidden = True, error
         elif kind == "rule" and heard.rule is None:
             heard.rule = str(header.get("message"))
         elif kind == "harness_error":
@@ -195,6 +217,7 @@ def _note(heard: _Heard, header: dict, payload: bytes, checks: set[str]) -> None
             heard.status, heard.log = str(header.get("status")), str(header.get("log", ""))[:65536]
     except (KeyError, TypeError, ValueError, RuntimeError, EOFError, OSError, AttributeError) as err:
         heard.harness = heard.harness or f"unreadable report from the answers' process ({type(err).__name__})"
+        heard.garbled = heard.garbled or f"{type(err).__name__}: {str(err)[:200]}"
 
 
 def _why_missing(heard: _Heard, timeout: float, index: int) -> str:
@@ -221,13 +244,28 @@ def _why_missing(heard: _Heard, timeout: float, index: int) -> str:
     return f"the grader lost the process running your function ({status})"
 
 
-def _judge_check(check: notebook.Check, declared, heard: _Heard, timeout: float) -> tuple[str, str]:
-    """``(status, detail)`` of one check of a graded cell."""
+def _judge_check(
+    check: notebook.Check, declared, heard: _Heard, timeout: float, missing: dict[str, str] | None = None
+) -> tuple[str, str]:
+    """``(status, detail)`` of one check of a graded cell; ``missing``: the names of the exercise cells the notebook
+    lacks (:attr:`notebook.Plan.missing`), whose exercises are not attempted."""
+    import ast
+
     from ttr_edu.checks._core import CheckFailed
     from ttr_edu.checks._rules import NotAttempted, Staged, judge_case, judge_cost, judge_ops, judge_source
 
     name = check.check.removeprefix("check_")
     if check.check in heard.missing:
+        try:
+            used = [n.id for n in ast.walk(ast.parse(check.expression)) if isinstance(n, ast.Name)]
+        except SyntaxError:
+            used = []
+        lacking = sorted({(missing or {})[n] for n in used if n in (missing or {})})
+        if lacking:
+            return "not attempted", (
+                f"{name}: the exercise cell {', '.join(map(repr, lacking))} is not in your notebook (deleted, or its "
+                "nbgrader metadata removed), so nothing of it was run"
+            )
         return "FAIL", f"{name}: {check.expression} is not defined ({heard.missing[check.check]})" + _cells(heard)
     if isinstance(declared, Staged):
         return _judge_staged(name, check, declared, heard, timeout)
@@ -428,9 +466,13 @@ def _report(plan, declared, heard, problem, timeout, seconds) -> Report:
         told = heard.get(index, _Heard())
         if problem is not None and told.status is None:
             told.harness = told.harness or problem
-        results = [_judge_check(c, declared[c.check], told, timeout) for c in unit.checks]
+        results = [_judge_check(c, declared[c.check], told, timeout, plan.missing) for c in unit.checks]
         if not unit.checks and not unit.hidden:
             results = [("FAIL", "this graded cell calls no check the grader knows")]
+        if told.garbled is not None:
+            results.insert(
+                0, ("FAIL", f"the grader refused a report of the process running your code ({told.garbled})")
+            )
         if unit.hidden and all(status == "PASS" for status, _ in results):
             if not told.hidden_ran:
                 results.append(("FAIL", f"hidden tests: {_why_missing(told, timeout, 0)}"))

@@ -5,7 +5,10 @@ source, whose graded cells may hold hidden tests).
   them: they run before the answers' process locks itself down, so they must be the course's own code.
 * **The student's code**: the exercise cells (found by nbgrader ``grade_id``) and the code cells the student added,
   in the student's order. A graded cell's answers may use whatever of it stands above that graded cell (the last copy
-  of a graded cell pasted twice, as nbgrader keeps the last). A missing exercise cell is the release's stub.
+  of a graded cell pasted twice, as nbgrader keeps the last). A missing exercise cell (deleted, or its nbgrader
+  metadata removed) runs nothing: under nbgrader the notebook read against is ``source/``, whose exercise cells are the
+  instructor's solutions. The names it defines in the release (:attr:`Plan.missing`, read with :mod:`ast`, never run)
+  let the engine call its exercise not attempted.
 * **Graded cells**: the release's (or source's), never the student's; the checks each calls are read from its code
   (``checks.check_<name>(<expression>, ...)``: the answer, and the other inputs a staged check or a check not
   declared for the engine may take, e.g. the student's own choice of point), and its hidden tests
@@ -93,6 +96,28 @@ class Plan:
     cells: list[tuple[str, str]]
     units: list[Unit]
     problems: list[str] = field(default_factory=list)
+    #: names the release's exercise cells define (functions, classes, assignments) -> the grade id of the exercise cell
+    #: the student's notebook lacks: nothing of those cells runs
+    missing: dict[str, str] = field(default_factory=dict)
+
+
+def _defined(source: str) -> list[str]:
+    """The names a cell's code defines at its top level (functions, classes, assignments, imports), read with
+    :mod:`ast` (the cell never runs); none when it is not Python."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return []
+    names = []
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.append(node.name)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            names += [n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)]
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names += [(a.asname or a.name).split(".")[0] for a in node.names]
+    return names
 
 
 def _checks_called(source: str) -> list[Check]:
@@ -132,11 +157,13 @@ def plan(student: nbformat.NotebookNode, release: nbformat.NotebookNode) -> Plan
     """Read ``student`` against ``release`` (the release, or nbgrader's source with hidden tests)."""
     first_answer = next((i for i, c in enumerate(release.cells) if is_answer(c)), len(release.cells))
     setup = [c.source for c in release.cells[:first_answer] if c.cell_type == "code" and not is_graded_check(c)]
-    stubs = {grade_id(c): c.source for c in release.cells if is_answer(c)}
+    exercises = {grade_id(c): c.source for c in release.cells if is_answer(c)}
     graded = [grade_id(c) for c in release.cells if is_graded_check(c)]
     release_ids = {c.get("id") for c in release.cells} - {None}
     given = {grade_id(c) for c in student.cells if c.cell_type == "code"}
-    cells = [(f"exercise cell {gid} (not found: the release's stub)", stubs[gid]) for gid in stubs if gid not in given]
+    absent = [gid for gid in exercises if gid not in given]  # never run: under nbgrader, these are the solutions
+    missing = {name: gid for gid in absent for name in _defined(exercises[gid])}
+    cells: list[tuple[str, str]] = []
     upto, counts, own = {}, {}, 0
     for cell in student.cells:
         gid = grade_id(cell)
@@ -145,7 +172,7 @@ def plan(student: nbformat.NotebookNode, release: nbformat.NotebookNode) -> Plan
             upto[gid] = len(cells)  # the last copy counts, as nbgrader keeps the last
         elif cell.cell_type != "code":
             continue
-        elif gid in stubs:
+        elif gid in exercises:
             cells.append((f"exercise cell {gid}", cell.source))
         elif gid is None and cell.get("id") not in release_ids and cell.source.strip():
             own += 1
@@ -155,6 +182,11 @@ def plan(student: nbformat.NotebookNode, release: nbformat.NotebookNode) -> Plan
         "last one counts; delete the others"
         for gid, count in counts.items()
         if gid is not None and count > 1
+    ]
+    problems += [
+        f"the exercise cell {gid!r} is not in the notebook (deleted, or its nbgrader metadata removed): its exercise "
+        "counts as not attempted"
+        for gid in absent
     ]
     units, heading, last = [], None, len(cells)
     for cell in release.cells:
@@ -170,4 +202,4 @@ def plan(student: nbformat.NotebookNode, release: nbformat.NotebookNode) -> Plan
         checks = _checks_called(HIDDEN.sub("", cell.source))
         # a graded cell the student deleted stands where nbgrader puts it back: below everything
         units.append(Unit(gid, points, heading or gid.removeprefix("test_"), checks, hidden, upto.get(gid, last)))
-    return Plan(setup, cells, units, problems)
+    return Plan(setup, cells, units, problems, missing)

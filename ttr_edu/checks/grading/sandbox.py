@@ -1,10 +1,11 @@
 """Where the answers' process runs: a bubblewrap sandbox where the platform has one, else a process group.
 
 With ``bwrap`` (bubblewrap; ``apt install bubblewrap``) the process gets new namespaces (PID, network, IPC, UTS,
-user and cgroup where allowed), every file system read-only, a private ``/tmp`` and scratch folder, the grader's home
-and the course folder hidden (gradebook, sources with hidden tests, other students' files), no capabilities, and it
-dies with the grader (``--die-with-parent``; the PID namespace ends every process it started); ``/tmp`` and the
-scratch folder are in memory, :data:`SCRATCH_BYTES` each. Without it, the process leads a process group of its own,
+user and cgroup where allowed), every file system read-only (``/dev`` too: its device nodes only), a private ``/tmp``,
+``/dev/shm`` and scratch folder, the grader's home and the course folder hidden (gradebook, sources with hidden tests,
+other students' files), no capabilities, and it dies with the grader (``--die-with-parent``; the PID namespace ends
+every process it started); ``/tmp``, ``/dev/shm`` and the scratch folder are in memory, :data:`SCRATCH_BYTES` each,
+and the engine empties them after every graded cell. Without it, the process leads a process group of its own,
 which the grader kills when it is done, and the answer's process relies on the audit hook of
 :func:`ttr_edu.checks._guard.lock_down` alone for files, processes and the network.
 :func:`protection` says which holds; ``grading.md`` ("Where the grader's protections hold") says what each means.
@@ -70,7 +71,10 @@ def command(argv: list[str], scratch: Path, hide: list[Path]) -> tuple[list[str]
         return argv, False
     hidden = [p.resolve() for p in [*hide, Path.home()] if p.exists()]
     size = ["--size", str(SCRATCH_BYTES)]
-    wrapped = [bwrap, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", *size, "--tmpfs", "/tmp"]
+    # /dev: the device nodes, read-only (a writable /dev would carry files from one graded cell to the next), with
+    # /dev/shm a small private tmpfs the engine empties after every graded cell, like /tmp
+    wrapped = [bwrap, "--ro-bind", "/", "/", "--dev", "/dev", "--remount-ro", "/dev", *size, "--tmpfs", "/dev/shm"]
+    wrapped += ["--proc", "/proc", *size, "--tmpfs", "/tmp"]
     for folder in hidden:
         wrapped += ["--tmpfs", str(folder)]
     for path in _needed():
