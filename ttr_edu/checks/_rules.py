@@ -60,6 +60,7 @@ __all__ = [
     "run_staged",
     "to_record",
     "outcome_from",
+    "outcome_of",
 ]
 
 
@@ -859,14 +860,26 @@ def outcome_from(data: Any) -> Outcome:
     Raises:
         CheckFailed: not an outcome's record.
     """
-    record = data.get("outcome") if isinstance(data, dict) else None
+    try:
+        return outcome_of(data.get("outcome") if isinstance(data, dict) else None)
+    except ValueError as err:
+        raise CheckFailed(f"the grader could not read back what your answer gave ({err})") from None
+
+
+def outcome_of(record: Any) -> Outcome:
+    """The :class:`Outcome` of a plain record (:meth:`Outcome.as_dict`, read back with ``weights_only=True``), checked
+    for shape: keys it does not know are dropped, its texts must be text.
+
+    Raises:
+        ValueError: not an outcome's record.
+    """
     if not isinstance(record, dict):
-        raise CheckFailed("the grader could not read back what your answer gave (not an outcome)")
+        raise ValueError("not an outcome")
     outcome = Outcome(**{k: v for k, v in record.items() if k in Outcome.__dataclass_fields__})
     outcome.result = from_plain(outcome.result)
     for text in ("raised", "broke_rule", "called", "source"):
         if getattr(outcome, text) is not None and not isinstance(getattr(outcome, text), str):
-            raise CheckFailed(f"the grader could not read back what your answer gave (its {text} is not text)")
+            raise ValueError(f"its {text} is not text")
     outcome.not_attempted = outcome.not_attempted is True
     return outcome
 

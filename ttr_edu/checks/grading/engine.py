@@ -126,19 +126,9 @@ def _load(payload: bytes) -> Any:
 
 
 def _outcome(payload: bytes):
-    from ttr_edu.checks._rules import Outcome, from_plain
+    from ttr_edu.checks._rules import outcome_of
 
-    data = _load(payload)
-    if not isinstance(data, dict):
-        raise ValueError("an outcome that is not a record")
-    known = {k: v for k, v in data.items() if k in Outcome.__dataclass_fields__}
-    outcome = Outcome(**known)
-    outcome.result = from_plain(outcome.result)
-    for text in ("raised", "broke_rule", "called", "source"):
-        if getattr(outcome, text) is not None and not isinstance(getattr(outcome, text), str):
-            raise ValueError(f"an outcome whose {text} is not text")
-    outcome.not_attempted = outcome.not_attempted is True
-    return outcome
+    return outcome_of(_load(payload))
 
 
 def _listen(process: subprocess.Popen, checks: list[set[str]], deadline: float) -> tuple[dict[int, _Heard], str | None]:
