@@ -67,10 +67,17 @@ def _refuse_occupied(point, name: str = "my_step") -> None:
         )
 
 
+def _length(point: Point, short: int) -> int:
+    """How many tokens a test sequence has at ``point``: ``short``, and at a window point at least ``2w + 4``, so that
+    the window fills and then more than ``w`` pairs leave it (a step that never drops the pair leaving the window
+    agrees with the forward pass until the window is full)."""
+    return short if point.weights != "window" else max(short, 2 * point.param("window") + 4)
+
+
 def _case(point: Point, seed: int, d_k: int, d_v: int) -> dict:
-    """One sequence for one head: inputs ``(T, D)``, longer than a window so that the window binds."""
+    """One sequence for one head: inputs ``(T, D)``, at a window point over twice the window (:func:`_length`)."""
     gen = torch.Generator().manual_seed(seed)
-    T = 12 if point.weights != "window" else point.param("window") + 8
+    T = _length(point, 12)
     norms = 0.6 + 0.8 * torch.rand(T, 1, generator=gen, dtype=torch.float64)  # keys of different lengths
     k = torch.randn(T, d_k, generator=gen, dtype=torch.float64)
     k = norms * k / torch.linalg.vector_norm(k, dim=-1, keepdim=True)
@@ -146,10 +153,6 @@ def _what_it_computes(run: Callable, point: Point) -> str:
             other = point.replace(axis, key)
             if key != getattr(point, axis) and other.function_class == "linear" and other.problem() is None:
                 candidates.append((axis, other))
-    hints = {
-        "weights": "your update ignores or mistakes the weights",
-        "optimizer": "your update takes another optimiser's step",
-    }
     if point.optimizer == "implicit_step":  # the step size of unit keys: right on the mixer's keys, wrong here
         sgd, unit = point.replace("optimizer", "online_sgd"), {**case, "beta": case["beta"] / (1 + case["beta"])}
         if relative_error(got, point_outputs(sgd, **unit)) < 1e-6:
@@ -158,11 +161,31 @@ def _what_it_computes(run: Callable, point: Point) -> str:
                 "ε = β/(1+β‖k‖²), and the check's keys have lengths from 0.6 to 1.4"
             )
     for axis, other in candidates:
+        if not _tells_apart(other, case["q"].shape[0]):
+            continue
         if relative_error(got, point_outputs(other, **case)) < 1e-6:
             named = identify(other).name
             name = f" ({LAYER_LABELS[named]})" if named else ""
             choices = " · ".join(other.choice(a).label for a in AXES)
-            return f"\n  your outputs are those of {choices}{name}: {hints.get(axis, '')}"
+            return f"\n  your outputs are those of {choices}{name}: {_hint(point, other, axis, 'update')}"
+    return ""
+
+
+def _tells_apart(other: Point, T: int) -> bool:
+    """Whether a sequence of ``T`` tokens can tell ``other`` from the point it neighbours: not a window of ``T``
+    pairs or more (there it is the uniform layer, so a right answer would be named as that window)."""
+    return other.weights != "window" or other.param("window") < T
+
+
+def _hint(point: Point, other: Point, axis: str | None, subject: str) -> str:
+    """What the learner's ``subject`` ("update", "layer") got wrong when it computes ``other``, a neighbour of
+    ``point`` on ``axis`` (None: a named layer further away)."""
+    if axis == "weights":
+        if point.weights == "window" and other.weights == "uniform":
+            return f"your {subject} ignores the window (it keeps every pair)"
+        return f"your {subject} ignores or mistakes the weights"
+    if axis == "optimizer":
+        return f"your {subject} takes another optimiser's step"
     return ""
 
 
@@ -216,9 +239,9 @@ def _layer(spec: Any) -> Any:
 
 def _op_case(point: Point, seed: int) -> dict:
     """The op's inputs for ``B = 2`` sequences of ``H = 2`` heads: unit keys and queries (as the layers make them),
-    step sizes in ``(0, 1)``, gates in ``(0, 1]``; longer than a window."""
+    step sizes in ``(0, 1)``, gates in ``(0, 1]``; at a window point over twice the window (:func:`_length`)."""
     gen = torch.Generator().manual_seed(seed)
-    T = 10 if point.weights != "window" else point.param("window") + 6
+    T = _length(point, 10)
     D = _HIDDEN // _HEADS
 
     def unit(*shape):
@@ -375,7 +398,7 @@ def _lookahead(layer: Any, point: Point) -> Callable:
                 ) from None
         if not (bool(torch.isfinite(now).all()) and bool(torch.isfinite(then).all())):
             _check_op_inputs(layer, point)  # a raw gate or step says so
-            raise CheckFailed("your layer's output is not finite on 9 tokens of random input")
+            raise CheckFailed(f"your layer's output is not finite on {x.shape[1]} tokens of random input")
         return float((now[:, :6] - then[:, :6]).abs().max())
 
     change.__name__ = "lookahead"
@@ -414,12 +437,40 @@ def _check_op_inputs(layer: Any, point: Point) -> None:
 
 
 def _what_the_layer_computes(mix: Callable, layer: Any, point: Point) -> str:
-    """The point one choice away, or the named layer, whose output the learner's ``mix`` reproduces, in words."""
+    """The point one choice away, or the named layer, whose output the learner's ``mix`` reproduces, in words; else
+    the first-order family it computes up to a change of step and gate (:func:`_named_up_to_steps`). Exact matches
+    come first: a named layer's own op is named as itself, not as the family that holds it."""
     case = _op_case(point, 1400)
     try:
         got = mix(**case)
     except Exception:  # any error: the failure already reported says what went wrong
         return ""
+    if not isinstance(got, torch.Tensor):
+        return ""
+    T = case["q"].shape[1]
+    candidates = [(None, point)]  # the point's own output (the framework renamed): the failure already says why
+    candidates += [
+        (axis, point.replace(axis, key)) for axis in AXES for key in CHOICES[axis] if key != getattr(point, axis)
+    ]
+    candidates += [(None, named_point(name)) for name in NAMED_LAYERS]
+    for axis, other in candidates:
+        if other.function_class != "linear" or other.problem() is not None or other.optimizer == "steps_per_token":
+            continue
+        if not _tells_apart(other, T):
+            continue
+        try:
+            want = _framework_mix(other, layer, **case)
+        except (ValueError, TypeError):
+            continue
+        if got.shape == want.shape and relative_error(got, want) < 1e-6:
+            if other == point:
+                return ""
+            named = identify(other).name
+            name = f" ({LAYER_LABELS[named]})" if named else ""
+            hint = _hint(point, other, axis, "layer")
+            return f"\n  your mix computes {' · '.join(other.choice(a).label for a in AXES)}{name}" + (
+                f": {hint}" if hint else ""
+            )
     probe = _probe_case(point)
     try:
         family = _named_up_to_steps(probe, mix(**probe), getattr(getattr(layer, "o_norm", None), "weight", None))
@@ -427,28 +478,9 @@ def _what_the_layer_computes(mix: Callable, layer: Any, point: Point) -> str:
         family = None
     if family is not None:
         return (
-            f"\n  your mix computes {family} with a step size and a gate of its own at each token (β/(1+β), say): "
-            "a named layer up to a change of β and g, not your point"
+            f"\n  your mix computes {family} with a step size and a gate of its own at each token: a named layer up "
+            "to a change of β and g, not your point"
         )
-    candidates = [
-        (axis, point.replace(axis, key)) for axis in AXES for key in CHOICES[axis] if key != getattr(point, axis)
-    ]
-    candidates += [(None, named_point(name)) for name in NAMED_LAYERS]
-    for axis, other in candidates:
-        if other.function_class != "linear" or other.problem() is not None or other.optimizer == "steps_per_token":
-            continue
-        try:
-            want = _framework_mix(other, layer, **case)
-        except (ValueError, TypeError):
-            continue
-        if isinstance(got, torch.Tensor) and got.shape == want.shape and relative_error(got, want) < 1e-6:
-            named = identify(other).name
-            name = f" ({LAYER_LABELS[named]})" if named else ""
-            hint = {
-                "weights": ": your layer ignores or mistakes the weights",
-                "optimizer": ": it takes another optimiser's step",
-            }
-            return f"\n  your mix computes {' · '.join(other.choice(a).label for a in AXES)}{name}{hint.get(axis, '')}"
     return ""
 
 
@@ -501,8 +533,9 @@ def check_my_mixer(spec: Any, point: Point = SUGGESTED) -> bool:
     layer = _layer(spec)
     mix = _mixed(layer, point)
     choices = point.objects()
+    T = _length(point, 9)  # at a window point, step == forward past the window's filling
     inputs = [
-        {"x": torch.randn(_BATCH, 9, _HIDDEN, generator=torch.Generator().manual_seed(s), dtype=torch.float64)}
+        {"x": torch.randn(_BATCH, T, _HIDDEN, generator=torch.Generator().manual_seed(s), dtype=torch.float64)}
         for s in (1500, 1501)
     ]
     try:  # first: a layer that looks ahead fails every later test too, and should hear why
@@ -532,7 +565,7 @@ def check_my_mixer(spec: Any, point: Point = SUGGESTED) -> bool:
     except CheckFailed as failure:
         raise CheckFailed(
             f"{failure}\n  your layer's step() gives other outputs than its forward(): mix_step must take the same "
-            "step as mix, one token at a time, from initial_memory"
+            "step as mix, one token at a time, starting from memory=None (what initial_state hands mix_step first)"
         ) from None
     case = cases[0]
     ours = mix(**case)
