@@ -479,3 +479,38 @@ def test_the_framework_renamed_gets_no_second_diagnosis(registered):
     with pytest.raises(CheckFailed, match="package's own implementation") as failure:
         checks.check_my_mixer(registered(CallsTheFrameworkAtMomentum), MOMENTUM)
     assert "your mix computes" not in str(failure.value)
+
+
+# -- the explorer and the check agree on every point (one rule: design_space.identify) -------------------------------
+
+
+def _linear_points():
+    import itertools
+
+    from ttr_edu.regression.design_space import AXES, CHOICES
+
+    points = [Point.of(*keys) for keys in itertools.product(*(CHOICES[axis] for axis in AXES))]
+    points.append(Point.of("uniform", "linear", "momentum", eta=0.0))  # DeltaNet with a weight decay
+    return [p for p in points if p.function_class == "linear" and p.problem() is None]
+
+
+def test_the_check_refuses_exactly_the_points_the_explorer_calls_occupied():
+    """At every linear point of the catalogue (the explorer's defaults, and momentum at η = 0): the check refuses it
+    if and only if identify says a named layer occupies it, and the explorer's sentence says which (r38b F6: at
+    uniform · linear · CG the explorer said "No named layer sits here" and the check refused it as MesaNet (CG))."""
+    from ttr_edu.regression.design_space import identify
+
+    disagree = []
+    for point in _linear_points():
+        identity = identify(point)
+        try:
+            checks._refuse_occupied(point)
+            refused = None
+        except CheckFailed as failure:
+            refused = str(failure)
+        sentence = identity.sentence()
+        says_occupied = sentence.startswith(("This is ", "Occupied"))
+        if (refused is not None) != (identity.occupied is not None) or says_occupied != (refused is not None):
+            disagree.append(f"{point.describe()}: check {refused!r}, explorer {sentence!r}")
+    assert not disagree, "\n".join(disagree)
+    assert any(identify(p).up_to_steps and not identify(p).same_as for p in _linear_points())  # not vacuous

@@ -54,17 +54,26 @@ def _refuse_occupied(point, name: str = "my_step") -> None:
         raise CheckFailed(
             f"{name}: {point.describe()} is a named layer's point ({how}); pick one that no named layer occupies"
         )
+    if identity.up_to_steps is not None:  # the catalogue's rule: the explorer says the same (identify)
+        _refuse_family(point, name, LAYER_LABELS[identity.up_to_steps])
     if point.optimizer == "steps_per_token":
         return  # several pairs per token: the op's inputs are not one pair per token (its step is checked as is)
     case = _probe_case(point)
     family = _named_up_to_steps(case, _framework_mix(point, None, **case))
-    if family is not None:
-        raise CheckFailed(
-            f"{name}: on unit keys, as a mixer's keys are, {point.describe()} computes {family} with a step size and a "
-            "gate of its own at each token: a named layer up to a change of β and g (the implicit step, for one, is "
-            "online SGD at ε = β/(1+β) when ‖k‖ = 1). Pick a point that is new even on unit keys, such as "
-            f"{SUGGESTED.describe()} (section 6's table)"
-        )
+    if family is not None:  # a safety net under identify's rule: the test over every point keeps them in step
+        _refuse_family(point, name, family)
+
+
+def _refuse_family(point: Point, name: str, family: str) -> None:
+    why = {
+        "implicit_step": " (the implicit step is online SGD at ε = β/(1+β) when ‖k‖ = 1)",
+        "momentum": " (momentum with η = 0 is online SGD with a weight decay: a gate of 1 − α)",
+    }
+    raise CheckFailed(
+        f"{name}: on unit keys, as a mixer's keys are, {point.describe()} computes {family} with a step size and a "
+        f"gate of its own at each token: a named layer up to a change of β and g{why.get(point.optimizer, '')}. "
+        f"Pick a point that is new even on unit keys, such as {SUGGESTED.describe()} (section 6's table)"
+    )
 
 
 def _length(point: Point, short: int) -> int:
