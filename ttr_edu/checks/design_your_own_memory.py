@@ -457,7 +457,9 @@ def _what_the_layer_computes(mix: Callable, layer: Any, point: Point) -> str:
     if not isinstance(got, torch.Tensor):
         return ""
     T = case["q"].shape[1]
-    candidates = [(None, point)]  # the point's own output (the framework renamed): the failure already says why
+    candidates: list[tuple[str | None, Point]] = [
+        (None, point)
+    ]  # the point's own output (the framework renamed): the failure already says why
     candidates += [
         (axis, point.replace(axis, key)) for axis in AXES for key in CHOICES[axis] if key != getattr(point, axis)
     ]
