@@ -483,6 +483,7 @@ def test_the_framework_renamed_gets_no_second_diagnosis(registered):
     with pytest.raises(CheckFailed, match="package's own implementation") as failure:
         checks.check_my_mixer(registered(CallsTheFrameworkAtMomentum), MOMENTUM)
     assert "your mix computes" not in str(failure.value)
+    assert "looks ahead" not in str(failure.value)  # the call is refused, not taken for a look ahead
 
 
 # -- the explorer and the check agree on every point (one rule: design_space.identify) -------------------------------
