@@ -18,7 +18,8 @@ from ttr_edu.checks import CheckFailed
 from ttr_edu.checks import design_your_own_memory as checks
 from ttr_edu.checks._rules import to_record
 from ttr_edu.layers import GatedDeltaNet, Mixer, MixerSpec, register, unregister
-from ttr_edu.ops import gated_delta_rule_chunk
+from ttr_edu.layers.regression import RegressionMixer
+from ttr_edu.ops import delta_rule_recurrent, gated_delta_rule_chunk
 from ttr_edu.regression.design_space import Point
 
 GATED_LONGHORN = Point.of("gates", "linear", "implicit_step")  # gated DeltaNet at β/(1+β) on unit keys: refused
@@ -377,3 +378,144 @@ def test_a_mixer_whose_step_is_the_stub_is_not_attempted(registered, capsys, mon
     monkeypatch.setenv("NBGRADER_EXECUTION", "autograde")
     with pytest.raises(CheckFailed, match="not attempted"):
         checks.check_my_mixer(spec, GATED_RLS)
+
+
+# -- window points: the step must drop the pair that leaves the window (the reviewer's W5c) ---------------------------
+
+WINDOW_LA = Point.of("window", "linear", "gradient_step")  # the default window, w = 32: the chapter's suggestion
+
+
+class WindowLinearAttention(Mixer):  # a right answer at window · linear · one gradient step
+    takes_window = True
+
+    def __init__(self, hidden_size, num_heads=1, *, use_short_conv=True, conv_size=4, feature_map="silu"):
+        super().__init__(hidden_size, num_heads, use_short_conv, conv_size, feature_map)
+        self.o_norm = nn.RMSNorm(self.head_dim)
+        self.w, self.lr = WINDOW_LA.param("window"), WINDOW_LA.param("lr")
+
+    def op_inputs(self, x, qkv):
+        q, k = self._normed_qk(qkv)
+        return {"q": q, "k": k, "v": self._heads(qkv[..., 2 * self.hidden_size :])}
+
+    def mix(self, q, k, v):
+        kv = self.lr * torch.einsum("bthk,bthv->bthkv", k, v).cumsum(1)
+        if self.takes_window:  # the sum over the last w pairs: the running sum less its value w tokens ago
+            kv = kv - torch.cat([torch.zeros_like(kv[:, : self.w]), kv[:, : -self.w]], 1)
+        return self.o_norm(torch.einsum("bthkv,bthk->bthv", kv, q))
+
+    def mix_step(self, memory, q, k, v):
+        kv = self.lr * k[:, 0, :, :, None] * v[:, 0, :, None, :]
+        S, pairs = (torch.zeros_like(kv), []) if memory is None else memory
+        S, pairs = S + kv, [*pairs, kv]
+        if len(pairs) > self.w:
+            S, pairs = S - pairs[0], pairs[1:]
+        return self.o_norm(torch.einsum("bhkv,bhk->bhv", S, q[:, 0])[:, None]), (S, pairs)
+
+
+class WindowStepKeepsEveryPair(WindowLinearAttention):  # mix right, mix_step never drops a pair: W5c
+    def mix_step(self, memory, q, k, v):
+        kv = self.lr * k[:, 0, :, :, None] * v[:, 0, :, None, :]
+        S = kv if memory is None else memory + kv
+        return self.o_norm(torch.einsum("bhkv,bhk->bhv", S, q[:, 0])[:, None]), S
+
+
+class IgnoresTheWindow(WindowLinearAttention):  # linear attention: mix and mix_step agree, the window is gone
+    takes_window = False
+
+    def mix_step(self, memory, q, k, v):
+        return WindowStepKeepsEveryPair.mix_step(self, memory, q, k, v)
+
+
+def test_a_window_mixer_passes(registered, capsys):
+    assert checks.check_my_mixer(registered(WindowLinearAttention), WINDOW_LA) is True
+
+
+def test_a_window_step_that_never_drops_a_pair_fails(registered):
+    """Its forward is right and its step agrees with it until the window fills: the step is tested past 2w tokens."""
+    with pytest.raises(
+        CheckFailed,
+        match=r"(?s)my_mixer \(step == forward\).*\n  your layer.s step\(\).*mix_step must take the same step",
+    ):
+        checks.check_my_mixer(registered(WindowStepKeepsEveryPair), WINDOW_LA)
+
+
+def test_a_mixer_that_ignores_the_window_is_told_it_is_linear_attention(registered):
+    with pytest.raises(CheckFailed, match=r"\(linear attention\): your layer ignores the window") as failure:
+        checks.check_my_mixer(registered(IgnoresTheWindow), WINDOW_LA)
+    assert "step size and a gate of its own" not in str(failure.value)
+
+
+MOMENTUM = Point.of("uniform", "linear", "momentum")
+
+
+class RenamedDeltaNetOp(Mixer):  # DeltaNet's own op at the momentum point, under a new name (the reviewer's W1)
+    def __init__(self, hidden_size, num_heads=1, *, use_short_conv=True, conv_size=4, feature_map="silu"):
+        super().__init__(hidden_size, num_heads, use_short_conv, conv_size, feature_map)
+        self.b_proj = nn.Linear(hidden_size, num_heads)
+        self.o_norm = nn.RMSNorm(self.head_dim)
+
+    def op_inputs(self, x, qkv):
+        q, k = self._normed_qk(qkv)
+        v = self._heads(qkv[..., 2 * self.hidden_size :])
+        return {"q": q, "k": k, "v": v, "beta": torch.sigmoid(self.b_proj(x))}
+
+    def mix(self, q, k, v, beta):
+        return self.o_norm(delta_rule_recurrent(q, k, v, beta)[0])
+
+    def mix_step(self, memory, q, k, v, beta):
+        o, S = delta_rule_recurrent(q, k, v, beta, initial_state=memory, output_final_state=True)
+        return self.o_norm(o), S
+
+
+class CallsTheFrameworkAtMomentum(RegressionMixer):  # the framework's own mixer under a new name (the reviewer's W8)
+    def __init__(self, hidden_size, num_heads=1, **kwargs):
+        super().__init__(hidden_size, num_heads, point=MOMENTUM, **kwargs)
+
+
+def test_a_named_layers_op_is_named_as_itself_not_as_a_family(registered):
+    with pytest.raises(CheckFailed, match=r"your mix computes uniform · linear · online SGD \(DeltaNet\)") as failure:
+        checks.check_my_mixer(registered(RenamedDeltaNetOp), MOMENTUM)
+    assert "β/(1+β)" not in str(failure.value)
+
+
+def test_the_framework_renamed_gets_no_second_diagnosis(registered):
+    """The mix is the point's own output: no neighbour (a window longer than the sequence) is named beside it."""
+    with pytest.raises(CheckFailed, match="package's own implementation") as failure:
+        checks.check_my_mixer(registered(CallsTheFrameworkAtMomentum), MOMENTUM)
+    assert "your mix computes" not in str(failure.value)
+    assert "looks ahead" not in str(failure.value)  # the call is refused, not taken for a look ahead
+
+
+# -- the explorer and the check agree on every point (one rule: design_space.identify) -------------------------------
+
+
+def _linear_points():
+    import itertools
+
+    from ttr_edu.regression.design_space import AXES, CHOICES
+
+    points = [Point.of(*keys) for keys in itertools.product(*(CHOICES[axis] for axis in AXES))]
+    points.append(Point.of("uniform", "linear", "momentum", eta=0.0))  # DeltaNet with a weight decay
+    return [p for p in points if p.function_class == "linear" and p.problem() is None]
+
+
+def test_the_check_refuses_exactly_the_points_the_explorer_calls_occupied():
+    """At every linear point of the catalogue (the explorer's defaults, and momentum at η = 0): the check refuses it
+    if and only if identify says a named layer occupies it, and the explorer's sentence says which (r38b F6: at
+    uniform · linear · CG the explorer said "No named layer sits here" and the check refused it as MesaNet (CG))."""
+    from ttr_edu.regression.design_space import identify
+
+    disagree = []
+    for point in _linear_points():
+        identity = identify(point)
+        try:
+            checks._refuse_occupied(point)
+            refused = None
+        except CheckFailed as failure:
+            refused = str(failure)
+        sentence = identity.sentence()
+        says_occupied = sentence.startswith(("This is ", "Occupied"))
+        if (refused is not None) != (identity.occupied is not None) or says_occupied != (refused is not None):
+            disagree.append(f"{point.describe()}: check {refused!r}, explorer {sentence!r}")
+    assert not disagree, "\n".join(disagree)
+    assert any(identify(p).up_to_steps and not identify(p).same_as for p in _linear_points())  # not vacuous

@@ -65,17 +65,33 @@ def _refuse_occupied(point, name: str = "my_step") -> None:
         raise CheckFailed(
             f"{name}: {point.describe()} is a named layer's point ({how}); pick one that no named layer occupies"
         )
+    if identity.up_to_steps is not None:  # the catalogue's rule: the explorer says the same (identify)
+        _refuse_family(point, name, LAYER_LABELS[identity.up_to_steps])
     if point.optimizer == "steps_per_token":
         return  # several pairs per token: the op's inputs are not one pair per token (its step is checked as is)
     case = _probe_case(point)
     family = _named_up_to_steps(case, _framework_mix(point, None, **case))
-    if family is not None:
-        raise CheckFailed(
-            f"{name}: on unit keys, as a mixer's keys are, {point.describe()} computes {family} with a step size and a "
-            "gate of its own at each token: a named layer up to a change of β and g (the implicit step, for one, is "
-            "online SGD at ε = β/(1+β) when ‖k‖ = 1). Pick a point that is new even on unit keys, such as "
-            f"{SUGGESTED.describe()} (section 6's table)"
-        )
+    if family is not None:  # a safety net under identify's rule: the test over every point keeps them in step
+        _refuse_family(point, name, family)
+
+
+def _refuse_family(point: Point, name: str, family: str) -> None:
+    why = {
+        "implicit_step": " (the implicit step is online SGD at ε = β/(1+β) when ‖k‖ = 1)",
+        "momentum": " (momentum with η = 0 is online SGD with a weight decay: a gate of 1 − α)",
+    }
+    raise CheckFailed(
+        f"{name}: on unit keys, as a mixer's keys are, {point.describe()} computes {family} with a step size and a "
+        f"gate of its own at each token: a named layer up to a change of β and g{why.get(point.optimizer, '')}. "
+        f"Pick a point that is new even on unit keys, such as {SUGGESTED.describe()} (section 6's table)"
+    )
+
+
+def _length(point: Point, short: int) -> int:
+    """How many tokens a test sequence has at ``point``: ``short``, and at a window point at least ``2w + 4``, so that
+    the window fills and then more than ``w`` pairs leave it (a step that never drops the pair leaving the window
+    agrees with the forward pass until the window is full)."""
+    return short if point.weights != "window" else max(short, 2 * point.param("window") + 4)
 
 
 # -- the point, as plain data: what crosses from the answer's process to the grader ---------------------------------
@@ -121,9 +137,9 @@ def _rebuilt(data: Any, name: str) -> Point:
 
 
 def _case(point: Point, seed: int, d_k: int, d_v: int) -> dict:
-    """One sequence for one head: inputs ``(T, D)``, longer than a window so that the window binds."""
+    """One sequence for one head: inputs ``(T, D)``, at a window point over twice the window (:func:`_length`)."""
     gen = torch.Generator().manual_seed(seed)
-    T = 12 if point.weights != "window" else point.param("window") + 8
+    T = _length(point, 12)
     norms = 0.6 + 0.8 * torch.rand(T, 1, generator=gen, dtype=torch.float64)  # keys of different lengths
     k = torch.randn(T, d_k, generator=gen, dtype=torch.float64)
     k = norms * k / torch.linalg.vector_norm(k, dim=-1, keepdim=True)
@@ -196,10 +212,6 @@ def _what_it_computes(got: Any, point: Point) -> str:
             other = point.replace(axis, key)
             if key != getattr(point, axis) and other.function_class == "linear" and other.problem() is None:
                 candidates.append((axis, other))
-    hints = {
-        "weights": "your update ignores or mistakes the weights",
-        "optimizer": "your update takes another optimiser's step",
-    }
     if point.optimizer == "implicit_step":  # the step size of unit keys: right on the mixer's keys, wrong here
         sgd, unit = point.replace("optimizer", "online_sgd"), {**case, "beta": case["beta"] / (1 + case["beta"])}
         if relative_error(got, point_outputs(sgd, **unit)) < 1e-6:
@@ -208,11 +220,31 @@ def _what_it_computes(got: Any, point: Point) -> str:
                 "ε = β/(1+β‖k‖²), and the check's keys have lengths from 0.6 to 1.4"
             )
     for axis, other in candidates:
+        if not _tells_apart(other, case["q"].shape[0]):
+            continue
         if relative_error(got, point_outputs(other, **case)) < 1e-6:
             named = identify(other).name
             name = f" ({LAYER_LABELS[named]})" if named else ""
             choices = " · ".join(other.choice(a).label for a in AXES)
-            return f"\n  your outputs are those of {choices}{name}: {hints.get(axis, '')}"
+            return f"\n  your outputs are those of {choices}{name}: {_hint(point, other, axis, 'update')}"
+    return ""
+
+
+def _tells_apart(other: Point, T: int) -> bool:
+    """Whether a sequence of ``T`` tokens can tell ``other`` from the point it neighbours: not a window of ``T``
+    pairs or more (there it is the uniform layer, so a right answer would be named as that window)."""
+    return other.weights != "window" or other.param("window") < T
+
+
+def _hint(point: Point, other: Point, axis: str | None, subject: str) -> str:
+    """What the learner's ``subject`` ("update", "layer") got wrong when it computes ``other``, a neighbour of
+    ``point`` on ``axis`` (None: a named layer further away)."""
+    if axis == "weights":
+        if point.weights == "window" and other.weights == "uniform":
+            return f"your {subject} ignores the window (it keeps every pair)"
+        return f"your {subject} ignores or mistakes the weights"
+    if axis == "optimizer":
+        return f"your {subject} takes another optimiser's step"
     return ""
 
 
@@ -342,9 +374,9 @@ def _layer(spec: Any) -> Any:
 
 def _op_case(point: Point, seed: int) -> dict:
     """The op's inputs for ``B = 2`` sequences of ``H = 2`` heads: unit keys and queries (as the layers make them),
-    step sizes in ``(0, 1)``, gates in ``(0, 1]``; longer than a window."""
+    step sizes in ``(0, 1)``, gates in ``(0, 1]``; at a window point over twice the window (:func:`_length`)."""
     gen = torch.Generator().manual_seed(seed)
-    T = 10 if point.weights != "window" else point.param("window") + 6
+    T = _length(point, 10)
     D = _HIDDEN // _HEADS
 
     def unit(*shape):
@@ -650,9 +682,38 @@ def _check_op_inputs(record: dict, point: Point) -> None:
 
 
 def _what_the_layer_computes(got: Any, probed: Any, norm: Any, point: Point) -> str:
-    """The point one choice away, or the named layer, whose output the learner's ``mix`` reproduces, in words
-    (``got``: its output on :func:`_op_case` 1400, ``probed`` on :func:`_probe_case`)."""
+    """The point one choice away, or the named layer, whose output the learner's ``mix`` reproduces, in words; else
+    the first-order family it computes up to a change of step and gate (:func:`_named_up_to_steps`). Exact matches
+    come first: a named layer's own op is named as itself, not as the family that holds it. ``got``: its output on
+    :func:`_op_case` 1400, ``probed`` on :func:`_probe_case`; ``norm``: the layer's ``o_norm`` as data."""
     case = _op_case(point, 1400)
+    if _core._is_plain_tensor(got):
+        T = case["q"].shape[1]
+        candidates: list[tuple[str | None, Point]] = [
+            (None, point)
+        ]  # the point's own output (the framework renamed): the failure already says why
+        candidates += [
+            (axis, point.replace(axis, key)) for axis in AXES for key in CHOICES[axis] if key != getattr(point, axis)
+        ]
+        candidates += [(None, named_point(name)) for name in NAMED_LAYERS]
+        for axis, other in candidates:
+            if other.function_class != "linear" or other.problem() is not None or other.optimizer == "steps_per_token":
+                continue
+            if not _tells_apart(other, T):
+                continue
+            try:
+                want = _framework_mix(other, norm, **case)
+            except (ValueError, TypeError, CheckFailed):
+                continue
+            if got.shape == want.shape and relative_error(got, want) < 1e-6:
+                if other == point:
+                    return ""
+                named = identify(other).name
+                name = f" ({LAYER_LABELS[named]})" if named else ""
+                hint = _hint(point, other, axis, "layer")
+                return f"\n  your mix computes {' · '.join(other.choice(a).label for a in AXES)}{name}" + (
+                    f": {hint}" if hint else ""
+                )
     weight = norm.get("weight") if isinstance(norm, dict) else None
     try:
         family = _named_up_to_steps(_probe_case(point), probed, weight if _core._is_plain_tensor(weight) else None)
@@ -660,30 +721,9 @@ def _what_the_layer_computes(got: Any, probed: Any, norm: Any, point: Point) -> 
         family = None
     if family is not None:
         return (
-            f"\n  your mix computes {family} with a step size and a gate of its own at each token (β/(1+β), say): "
-            "a named layer up to a change of β and g, not your point"
+            f"\n  your mix computes {family} with a step size and a gate of its own at each token: a named layer up "
+            "to a change of β and g, not your point"
         )
-    if not _core._is_plain_tensor(got):
-        return ""
-    candidates = [
-        (axis, point.replace(axis, key)) for axis in AXES for key in CHOICES[axis] if key != getattr(point, axis)
-    ]
-    candidates += [(None, named_point(name)) for name in NAMED_LAYERS]
-    for axis, other in candidates:
-        if other.function_class != "linear" or other.problem() is not None or other.optimizer == "steps_per_token":
-            continue
-        try:
-            want = _framework_mix(other, norm, **case)
-        except (ValueError, TypeError, CheckFailed):
-            continue
-        if got.shape == want.shape and relative_error(got, want) < 1e-6:
-            named = identify(other).name
-            name = f" ({LAYER_LABELS[named]})" if named else ""
-            hint = {
-                "weights": ": your layer ignores or mistakes the weights",
-                "optimizer": ": it takes another optimiser's step",
-            }
-            return f"\n  your mix computes {' · '.join(other.choice(a).label for a in AXES)}{name}{hint.get(axis, '')}"
     return ""
 
 
@@ -707,10 +747,14 @@ def _spec_problem(spec: Any) -> str | None:
     return None
 
 
-def _mixer_inputs() -> list[dict]:
-    """The causality and step-vs-forward sequences: ``B = 2`` sequences of 9 tokens of random input."""
+def _mixer_inputs(point: Point) -> list[dict]:
+    """The causality and step-vs-forward sequences: ``B = 2`` sequences of 9 tokens of random input, at a window
+    point over twice the window (:func:`_length`: a step that never drops the pair leaving the window agrees with the
+    forward pass until the window is full). Both halves build them from the rebuilt point, so the answer's process
+    runs the learner's layer on the sequences the grader judges."""
+    T = _length(point, 9)
     return [
-        {"x": torch.randn(_BATCH, 9, _HIDDEN, generator=torch.Generator().manual_seed(s), dtype=torch.float64)}
+        {"x": torch.randn(_BATCH, T, _HIDDEN, generator=torch.Generator().manual_seed(s), dtype=torch.float64)}
         for s in (1500, 1501)
     ]
 
@@ -757,13 +801,13 @@ def _collect_mixer(arguments: tuple, guard: Callable) -> dict:
         return [answer_outcome(declared, fn, case, i, guard=guard) for i, case in enumerate(cases)]
 
     mix = _mixed(layer, point)
-    record["causal"] = calls("my_mixer (causal)", _lookahead(layer, point), _mixer_inputs())
+    record["causal"] = calls("my_mixer (causal)", _lookahead(layer, point), _mixer_inputs(point))
     record["op"] = calls("my_mixer (its op)", mix, [_op_case(point, 1400 + i) for i in range(3)])
     record["probe"] = calls("my_mixer (its op)", mix, [_probe_case(point)])[0]
     x = [{"x": _op_inputs_x()}]
     record["op_inputs"] = calls("my_mixer", _project(layer, point), x)[0]
     record["op_output"] = calls("my_mixer", _forward(layer), x)[0]
-    record["step"] = calls("my_mixer (step == forward)", _step_outputs(layer), _mixer_inputs())
+    record["step"] = calls("my_mixer (step == forward)", _step_outputs(layer), _mixer_inputs(point))
     return record
 
 
@@ -795,7 +839,7 @@ def _judge_mixer(record: dict, say: Callable[[str], None]) -> None:
         raise NotAttempted("my_mixer", _NOT_ATTEMPTED, _TODO)
     if spec is not None:
         raise CheckFailed(spec if isinstance(spec, str) else "my_mixer: the grader could not read back your spec")
-    inputs = _mixer_inputs()
+    inputs = _mixer_inputs(point)
     causal = _zero_delta("my_mixer (causal)")
     try:  # first: a layer that looks ahead fails every later test too, and should hear why
         for index, outcome in enumerate(_judged("my_mixer (causal)", record, "causal", len(inputs))):
@@ -804,12 +848,14 @@ def _judge_mixer(record: dict, say: Callable[[str], None]) -> None:
                 if outcome.result is None:  # not finite
                     _check_op_inputs(record, point)  # a raw gate or step says so
                     raise CheckFailed(
-                        "my_mixer (causal): your layer's output is not finite on 9 tokens of random input"
+                        f"my_mixer (causal): your layer's output is not finite on {inputs[index]['x'].shape[1]} "
+                        "tokens of random input"
                     )
             judge_case(causal, inputs[index], index, outcome)
         say(f"PASS my_mixer (causal): your function agrees with the reference on {len(inputs)} random cases.")
     except CheckFailed as failure:
-        if "your function raised" in str(failure) or "not finite" in str(failure) or "op_inputs" in str(failure):
+        said = str(failure)  # an error, a blow-up, op_inputs' ranges or a forbidden call: not a look ahead
+        if any(x in said for x in ("your function raised", "not finite", "op_inputs", "not count as an answer")):
             raise
         raise CheckFailed(
             f"{failure}\n  your layer looks ahead: its output at t depends on tokens after t (the outputs before "
@@ -841,7 +887,7 @@ def _judge_mixer(record: dict, say: Callable[[str], None]) -> None:
     except CheckFailed as failure:
         raise CheckFailed(
             f"{failure}\n  your layer's step() gives other outputs than its forward(): mix_step must take the same "
-            "step as mix, one token at a time, from initial_memory"
+            "step as mix, one token at a time, starting from memory=None (what initial_state hands mix_step first)"
         ) from None
     ours = ops[0].result
     for name in NAMED_LAYERS:

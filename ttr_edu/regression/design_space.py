@@ -325,17 +325,36 @@ class Point:
 @dataclass(frozen=True)
 class Identity:
     """What a point is: the named layer it occupies (``name``, ``label``), or ``None``; ``equals``, the named layers
-    it computes exactly at these parameters or on some inputs (each a sentence); and ``same_as``, the named layer it
-    computes exactly on every input (a special case of it: a constant gate, a step count of one), or ``None``."""
+    it computes exactly at these parameters or on some inputs (each a sentence); ``same_as``, the named layer it
+    computes exactly on every input (a special case of it: a constant gate, a step count of one), or ``None``; and
+    ``up_to_steps``, the named first-order layer it computes on unit keys (as a mixer's keys are) with a step size and
+    a gate of its own at each token, or ``None``.
+
+    A point is occupied when ``same_as`` or ``up_to_steps`` is set: chapter design_your_own_memory's capstone refuses
+    exactly those points, and its explorer says so (one rule, here, for both)."""
 
     name: str | None
     label: str | None
     equals: tuple[str, ...]
     same_as: str | None = None
+    up_to_steps: str | None = None
+
+    @property
+    def occupied(self) -> str | None:
+        """The named layer that occupies the point (exactly, or up to a change of β and g), or ``None``."""
+        return self.same_as or self.up_to_steps
 
     def sentence(self) -> str:
-        """``"This is DeltaNet."`` or ``"No named layer sits here."``, with what it equals."""
-        head = f"This is {self.label}." if self.name else "No named layer sits here."
+        """``"This is DeltaNet."``, ``"Occupied by ...: the capstone refuses it."`` or ``"No named layer sits
+        here."``, with what it equals."""
+        if self.name:
+            head = f"This is {self.label}."
+        elif self.same_as:
+            head = f"Occupied by {_label(self.same_as)} (the capstone refuses it):"
+        elif self.up_to_steps:
+            head = f"Occupied, up to a change of β and g, by {_label(self.up_to_steps)} (the capstone refuses it):"
+        else:
+            head = "No named layer sits here."
         return " ".join([head, *self.equals])
 
 
@@ -359,13 +378,17 @@ def identify(point: Point) -> Identity:
       gradients with uniform weights are MesaNet's CG with gates of one;
     * with unit keys the implicit step is online SGD at the step ``β / (1 + β)``.
 
+    ``up_to_steps`` names the first-order layer (DeltaNet, gated DeltaNet) a linear point computes on unit keys with
+    a step size and a gate of its own at each token: the implicit step with uniform, decaying or gated weights, and
+    momentum with ``η = 0 < α`` (online SGD with a weight decay).
+
     Raises:
         TypeError: ``point`` is not a :class:`Point`.
     """
     if not isinstance(point, Point):
         raise TypeError(f"point: expected a design_space.Point, got {type(point).__name__}")
     name = point.named()
-    equals, same_as = [], name
+    equals, same_as, up_to_steps = [], name, None
     w, f, o = point.weights, point.function_class, point.optimizer
     if point.problem() is None:
         if w == "decay" and (gated := _named("gates", f, o)):
@@ -390,7 +413,20 @@ def identify(point: Point) -> Identity:
             same_as = same_as or "mesa_cg"
         if o == "implicit_step" and (sgd := _named(w, f, "online_sgd")):
             equals.append(f"With unit keys it is {_label(sgd)} at the step β/(1 + β).")
-    return Identity(name, _label(name) if name else None, tuple(equals), same_as)
+        if f == "linear" and o == "implicit_step" and w in ("uniform", "decay", "gates"):
+            if w == "decay":
+                equals.append(
+                    f"With unit keys it is {_label('gated_deltanet')} at the step β/(1 + β), with the constant gate "
+                    "g = log γ."
+                )
+            up_to_steps = "deltanet" if w == "uniform" else "gated_deltanet"
+        if f == "linear" and o == "momentum" and point.param("eta") == 0 and point.param("alpha") > 0:
+            equals.append(
+                f"With η = 0 it is online SGD with the weight decay α: {_label('gated_deltanet')} with a step size "
+                "and a gate of its own at each token."
+            )
+            up_to_steps = "gated_deltanet"
+    return Identity(name, _label(name) if name else None, tuple(equals), same_as, up_to_steps)
 
 
 @dataclass(frozen=True)

@@ -153,8 +153,10 @@ class DesignSpaceExplorer:
         figure = point_figure(current, self._settings, previous=self.previous, frontier=self._frontier)
         figure.update_layout(title={"text": self.point.describe()})
         rule = update_rule(self.point)
-        head = identify(self.point).sentence() if rule.problem is None else "No layer here."
-        self.identity.value = f"<b>{head}</b><br>{rule.latex()}"
+        if rule.problem is None:
+            self.identity.value = f"<b>{identify(self.point).sentence()}</b><br>{rule.latex()}"
+        else:  # the rule's text would repeat "No layer": the reason alone follows the head
+            self.identity.value = f"<b>No layer here.</b><br>{rule.problem}"
         with self.output:
             self.output.clear_output(wait=True)
             display(figure)
