@@ -1,13 +1,16 @@
 """The shared runner: rows land as cells finish, under their provenance; resume never mixes recipes and repairs or
 refuses a damaged CSV; a Dask LocalCluster gives the local rows bit for bit; a dead worker loses only its cell."""
 
+import contextlib
 import hashlib
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
+import warnings
 from functools import partial
 from pathlib import Path
 
@@ -315,8 +318,16 @@ def test_a_dask_local_cluster_gives_the_local_rows_bit_for_bit(tmp_path, capfd):
     )
     local = mqar.run_grid(tiny, tmp_path / "local.csv", progress=False)
     capfd.readouterr()
-    dask = mqar.run_grid(tiny, tmp_path / "dask.csv", scheduler="local:2", progress=False)
+    with contextlib.ExitStack() as held:  # Dask's default dashboard port taken, as another cluster or lab may hold it
+        port = held.enter_context(socket.socket())
+        with contextlib.suppress(OSError):  # already taken by someone else: the same condition
+            port.bind(("0.0.0.0", 8787))
+            port.listen()
+        warned = held.enter_context(warnings.catch_warnings(record=True))  # the command line prints these
+        warnings.simplefilter("always")
+        dask = mqar.run_grid(tiny, tmp_path / "dask.csv", scheduler="local:2", progress=False)
     assert capfd.readouterr().err == ""  # the cluster's and its workers' logs stay quiet
+    assert not [str(w.message) for w in warned], [str(w.message) for w in warned]
     assert len(local) == 4
     assert timeless(dask, mqar.EXPERIMENT) == timeless(local, mqar.EXPERIMENT)
     written = sorted(mqar.load_results(tmp_path / "dask.csv", show=False), key=mqar.EXPERIMENT.cell_of)

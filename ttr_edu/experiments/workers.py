@@ -336,7 +336,7 @@ class DaskCells:
                         n_workers=parsed,
                         threads_per_worker=1,
                         processes=True,
-                        dashboard_address=None,
+                        dashboard_address=":0",  # a free port: None still takes 8787, and warns when it is in use
                         silence_logs=logging.ERROR,
                     )
                     self.client = Client(self.cluster)
