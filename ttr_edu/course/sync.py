@@ -338,13 +338,15 @@ def copy_into(dest: Path, notebooks: dict[Path, bytes], pages: dict[PurePosixPat
         manifest, copied_pages, reported = _read_manifest(manifest_path)
         _name_unreported_backups(dest, reported, report)
         stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
+        made: set[str] = set()  # this run's backups: reported only once the run has got through (a killed run never
+        # prints its report, so the next run names them)
         for source, data in notebooks.items():
-            reported |= _sync(source, data, dest, manifest, force, stamp, report)
+            made |= _sync(source, data, dest, manifest, force, stamp, report)
             _write_manifest(manifest_path, manifest, copied_pages, reported)  # after each chapter: it stays true
         for page, data in pages.items():
             _sync_page(page, data, dest, copied_pages, report)
         _retire_pages(dest, copied_pages, {str(page) for page in pages})
-        _write_manifest(manifest_path, manifest, copied_pages, reported)
+        _write_manifest(manifest_path, manifest, copied_pages, reported | made)
     return report
 
 
