@@ -31,8 +31,8 @@ def declared_in_float64():
         module = importlib.import_module(f"ttr_edu.checks.{info.name}")
         for name in sorted(vars(module)):
             declared = getattr(getattr(module, name), "__exercise__", None)
-            if declared is None or not name.startswith("check_"):
-                continue
+            if declared is None or not name.startswith("check_") or not hasattr(declared, "rules"):
+                continue  # a staged check (chapter 13's capstone) has no cases of its own to widen
             rules = declared.rules
             if rules.keep_grad or rules.op_count or rules.linear_cost or rules.source or rules.watch:
                 continue

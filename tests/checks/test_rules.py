@@ -221,8 +221,8 @@ def test_inputs_unchanged_is_every_exercises_rule_unless_it_says_why():
         module = importlib.import_module(f"ttr_edu.checks.{module_info.name}")
         for name, value in vars(module).items():
             exercise_ = getattr(value, "__exercise__", None)
-            if exercise_ is None or not name.startswith("check_"):
-                continue
+            if exercise_ is None or not name.startswith("check_") or not hasattr(exercise_, "rules"):
+                continue  # a staged check (chapter 13's capstone) judges the learner's mixer, not tensors it is given
             declared += 1
             if not exercise_.rules.inputs_unchanged:
                 assert (module_info.name, name) in IN_PLACE_BY_DESIGN, f"{module_info.name}.{name} opts out silently"

@@ -331,7 +331,9 @@ def test_hidden_tests_may_use_what_the_setup_cells_computed_but_call_only_what_i
     report = engine.grade(submission(RELEASE, "solved"), calls, timeout=30)
     first = report.verdicts[0]
     assert report.score == 8 and first.status == "FAIL", (first.status, first.detail)
-    assert "ttr_edu.hebbian.store is not given to this exercise" in first.detail, first.detail
+    # once the hidden tests are in its memory, the answers' process may pass on nothing but their verdict (a rule's
+    # message could carry their text), so the cell fails with the generic line
+    assert "as if it broke a rule" in first.detail, first.detail
     computed = source_with(
         eye + "EXPECTED = hebbian.store(I[:1], I[1:])", "assert torch.equal(write(0 * I, I[0], I[1]), EXPECTED)"
     )

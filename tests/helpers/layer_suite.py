@@ -78,7 +78,9 @@ def check_steps_as_it_forwards(layer: torch.nn.Module) -> None:
             o, state = layer.step(inputs[:, t], state)
             outputs.append(o)
     err = relative_error(torch.stack(outputs, dim=1), full)
-    assert err < 1e-12, err
+    # fp64, two orders of summation over 9 tokens, then a division by the sum normaliser, which can be small: the
+    # step and forward differ by rounding alone, a few thousand ulps at most (1e-12 failed once at 1.02e-12)
+    assert err < 1e4 * torch.finfo(torch.float64).eps, err
 
 
 def check_mixes_as_its_named_layer(spec: MixerSpec) -> None:
