@@ -248,7 +248,7 @@ def test_book_builds_offline_executes_every_page_and_leaves_no_server(tmp_path):
             if re.search(r"plotly|ttr_edu\.viz|from ttr_edu import .*viz|_figure\(", source):
                 assert "application/vnd.plotly.v1+json" in body, f"{file}: makes figures but has no plotly JSON"
             assert "MQAR grid" not in body and "it/s]" not in body, f"{file}: a progress bar was saved"
-            assert "not attempted yet" not in body, f"{file}: an unsolved exercise's raw line is shown to readers"
+            assert "[not attempted yet]" not in body, f"{file}: an unsolved exercise's raw line is shown to readers"
 
 
 # Directives jupyterlab-myst 2.7.0 (the `course` extra) registers, read from its bundled JavaScript: what a notebook
