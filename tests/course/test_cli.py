@@ -819,23 +819,35 @@ def test_an_os_error_without_a_file_name_does_not_end_in_none(monkeypatch, capsy
     assert capsys.readouterr().err == "ttr-edu: No space left on device\n"
 
 
-def test_after_a_killed_force_copy_the_next_run_says_the_edits_are_in_a_backup(tmp_path, monkeypatch, capsys):
-    """SIGKILL after the backup is written and the notebook replaced, before the run could say so: the next run, with
-    or without --force, names the backup (once)."""
+@pytest.mark.parametrize(
+    "killed_after",
+    [
+        lambda written: written[-1] == FIRST.name,  # the notebook replaced, the chapter not yet recorded
+        lambda written: FIRST.name in written and written[-1] == sync.MANIFEST,  # the chapter recorded too
+    ],
+    ids=["the notebook", "the chapter's record"],
+)
+def test_after_a_killed_force_copy_the_next_run_says_the_edits_are_in_a_backup(
+    tmp_path, monkeypatch, capsys, killed_after
+):
+    """SIGKILL after the backup is written and the notebook replaced (and, in the second case, the chapter recorded:
+    the manifest follows each chapter), before the run could say so: the next run, with or without --force, names
+    the backup (once); the record must not count it as said."""
     dest = tmp_path / "my-course"
     assert run("copy", str(dest), "1") == 0
     edit(dest / FIRST.name, "MY WORK")
-    real = sync.write_atomically
+    real, written = sync.write_atomically, []
 
     class Killed(BaseException):
         """Stands for SIGKILL: nothing in the run handles it."""
 
-    def killed_after_the_notebook(path, data):
+    def killed(path, data):
         real(path, data)
-        if path.name == FIRST.name:
+        written.append(path.name)
+        if killed_after(written):
             raise Killed
 
-    monkeypatch.setattr(sync, "write_atomically", killed_after_the_notebook)
+    monkeypatch.setattr(sync, "write_atomically", killed)
     with pytest.raises(Killed):
         run("copy", str(dest), "1", "--force")
     monkeypatch.setattr(sync, "write_atomically", real)
@@ -847,33 +859,6 @@ def test_after_a_killed_force_copy_the_next_run_says_the_edits_are_in_a_backup(t
     assert f"{backup.name} holds your edits of {FIRST.name}" in out, out
     assert run("copy", str(dest), "1") == 0
     assert "backup" not in capsys.readouterr().out  # said once
-
-
-def test_a_force_copy_killed_after_it_recorded_the_chapter_still_names_the_backup(tmp_path, monkeypatch, capsys):
-    """SIGKILL after the chapter's record was written too (the manifest follows each chapter), before the run got to
-    its report: the backup was not reported, so the next run names it (the record must not count it as said)."""
-    dest = tmp_path / "my-course"
-    assert run("copy", str(dest), "1") == 0
-    edit(dest / FIRST.name, "MY WORK")
-    real, seen = sync.write_atomically, []
-
-    class Killed(BaseException):
-        """Stands for SIGKILL: nothing in the run handles it."""
-
-    def killed_after_the_record(path, data):
-        real(path, data)
-        seen.append(path.name)
-        if FIRST.name in seen and path.name == sync.MANIFEST:
-            raise Killed
-
-    monkeypatch.setattr(sync, "write_atomically", killed_after_the_record)
-    with pytest.raises(Killed):
-        run("copy", str(dest), "1", "--force")
-    monkeypatch.setattr(sync, "write_atomically", real)
-    (backup,) = dest.glob("*.backup-*.ipynb")
-    capsys.readouterr()
-    assert run("copy", str(dest), "1") == 0
-    assert f"{backup.name} holds your edits of {FIRST.name}" in capsys.readouterr().out
 
 
 def test_a_force_copy_that_finishes_names_its_backup_once(tmp_path, capsys):

@@ -250,6 +250,10 @@ def exercise(
 # -- one call of the answer ------------------------------------------------------------------------------------------
 
 
+#: what an untouched stub's check asks the student to do
+_FILL_IN = "fill in the function above, run its cell, then run this check again."
+
+
 class NotAttempted(Exception):
     """The answer is the untouched stub. ``NotAttempted(name)``, or ``NotAttempted(name, line, todo)`` with what the
     check in the student's kernel asks the student to do instead of the usual request (``line``: the whole line, for
@@ -393,15 +397,8 @@ def shared_inputs(case: dict) -> dict:
 def changed_inputs(case: dict, after: dict) -> list[str]:
     """The names of the inputs of ``case`` whose tensors differ in ``after`` (:func:`shared_inputs`, read back)."""
 
-    def same(a: Any, b: Any) -> bool:
-        if isinstance(a, torch.Tensor):
-            return isinstance(b, torch.Tensor) and a.shape == b.shape and _core._equal(b.to(a.dtype), a)
-        if type(a) in (tuple, list):
-            return type(b) is type(a) and len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
-        return True
-
     with plain_torch():
-        return [k for k, v in case.items() if not same(v, after.get(k))]
+        return [k for k, v in case.items() if not _unchanged(v, after.get(k))]
 
 
 def answer_outcome(
@@ -733,7 +730,7 @@ def run_in_kernel(
     except NotAttempted:
         if _core.under_autograder():
             raise CheckFailed(f"{name}: not attempted (the stub still raises NotImplementedError)") from None
-        _core.not_attempted(name, "fill in the function above, run its cell, then run this check again.")
+        _core.not_attempted(name, _FILL_IN)
         return False
     except CheckFailed as failure:
         raise failure.with_traceback(None) from None
@@ -823,12 +820,8 @@ def run_staged(declared: Staged, arguments: tuple) -> bool:
         name = str(stub.args[0]) if stub.args else declared.name
         if _core.under_autograder():
             raise CheckFailed(f"{name}: not attempted (the stub still raises NotImplementedError)") from None
-        todo = (
-            stub.args[2]
-            if len(stub.args) > 2
-            else "fill in the function above, run its cell, then run this check again."
-        )
-        _core.not_attempted(name, todo)  # in the book, the note that the exercise is done in JupyterLab
+        # in the book, the note that the exercise is done in JupyterLab
+        _core.not_attempted(name, stub.args[2] if len(stub.args) > 2 else _FILL_IN)
         return False
     except CheckFailed as failure:
         raise failure.with_traceback(None) from None

@@ -238,13 +238,8 @@ def _outcome_bytes(outcome) -> bytes:
     """An outcome as ``torch.save`` bytes of plain data only; what cannot be written that way is named instead."""
     from ttr_edu.checks import _rules
 
-    record = outcome.as_dict()
-    record["result"] = _rules.to_plain(outcome.result)
-    for key in ("inputs_after", "grads"):
-        if record[key] is not None:
-            record[key] = {str(k): _rules.to_plain(v) for k, v in dict(record[key]).items()}
     try:
-        return _plain_bytes(record)
+        return _plain_bytes(_rules.to_record(outcome)["outcome"])
     except Exception as err:
         message = f"the grader could not read back what your function left ({type(err).__name__})"
         return _plain_bytes({**_rules.Outcome(raised=message).as_dict()})
@@ -544,6 +539,8 @@ def main() -> None:
 
     import torch
 
+    from ttr_edu.checks._rules import Staged
+
     torch.set_num_threads(1)
     namespace = {"__name__": "__main__", "get_ipython": _NoShell()}
     for i, source in enumerate(job["setup"]):
@@ -558,7 +555,7 @@ def main() -> None:
             module = importlib.import_module(f"ttr_edu.checks.{check['module']}")
             exercise = getattr(getattr(module, check["check"], None), "__exercise__", None)
             declared[check["check"]] = exercise
-            if exercise is not None and not hasattr(exercise, "collect"):  # a Staged check's cases are the grader's
+            if exercise is not None and not isinstance(exercise, Staged):  # a Staged check's cases are the grader's
                 cases[check["check"]] = list(exercise.cases())
                 solvers |= exercise.rules.no_solvers
     if solvers:  # loaded before the forks, so that their solvers are removed, not imported fresh afterwards
