@@ -631,3 +631,45 @@ def test_ctrl_c_in_the_mqar_command_is_one_line(tmp_path, mode):
 
     meta, rows = runner.read(mqar.EXPERIMENT, tmp_path / "g.csv")
     assert json.dumps(meta["recipe"]) and all(r["recipe"] == meta["recipe hash"] for r in rows)
+
+
+# An experiment stopped by a first Ctrl-C that then meets a second SIGINT (from wherever it comes) before its process
+# ends: once in the experiment's own handler (guarded), once after it has returned. CI saw the message twice.
+SECOND_CTRL_C = """
+import os, signal, sys, time, types
+from ttr_edu.experiments import __main__ as dispatcher, runner
+
+def interrupted(argv):
+    os.kill(os.getpid(), signal.SIGINT)  # the first Ctrl-C, taken by the experiment's own handler
+    time.sleep(5)
+    return 0
+
+def experiment_main(argv):
+    status = runner.guarded(interrupted)(argv)
+    os.kill(os.getpid(), signal.SIGINT)  # a second one, after the experiment said it was interrupted
+    time.sleep(0.5)
+    return status
+
+dispatcher.importlib = types.SimpleNamespace(import_module=lambda name: types.SimpleNamespace(main=experiment_main))
+status = dispatcher.main(["mqar"])
+os.kill(os.getpid(), signal.SIGINT)  # and one more as the process exits
+sys.exit(status)
+"""
+
+
+def test_a_second_ctrl_c_after_the_first_is_taken_says_nothing_more_and_cannot_end_the_process():
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    process = start_as_in_a_terminal(
+        [sys.executable, "-c", SECOND_CTRL_C], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env
+    )
+    _, stderr = process.communicate(timeout=120)
+    assert process.returncode == 130, stderr
+    assert stderr.strip().splitlines() == [INTERRUPTED]
+
+
+def test_the_dispatcher_leaves_sigint_as_it_found_it_when_no_ctrl_c_came():
+    from ttr_edu.experiments import __main__ as dispatcher
+
+    before = signal.getsignal(signal.SIGINT)
+    assert dispatcher.main(["capcity"]) == 2
+    assert signal.getsignal(signal.SIGINT) is before

@@ -4,21 +4,35 @@ experiment's grid."""
 from __future__ import annotations
 
 import importlib
+import signal
 import sys
+import threading
 
 from ttr_edu.experiments import EXPERIMENTS, INTERRUPTED
-from ttr_edu.experiments.workers import in_own_session, preflight, ready_for_ctrl_c, run_in_own_session
+from ttr_edu.experiments.workers import in_own_session, preflight, ready_for_ctrl_c, run_in_own_session, stop_once
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run one experiment here, in this process; returns the exit status (130 after a Ctrl-C)."""
+    """Run one experiment here, in this process; returns the exit status (130 after a Ctrl-C).
+
+    The first Ctrl-C stops the experiment, which says so in one line. Every later one is ignored to the end of the
+    process: restored, Python's handler would raise a second ``KeyboardInterrupt`` (a second line) or, once Python
+    has put the signal back at its default on exit, end the process by the signal, which the parent then reports as a
+    Ctrl-C that nothing said (:func:`ttr_edu.experiments.workers.run_in_own_session`). Without a Ctrl-C, SIGINT's
+    handler is put back as it was (this function is also called from Python)."""
     argv = sys.argv[1:] if argv is None else argv
+    ours = threading.current_thread() is threading.main_thread()
+    ours = ours and signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    previous = signal.signal(signal.SIGINT, stop_once) if ours else None
     try:
         ready_for_ctrl_c()
         return _main(argv)
     except KeyboardInterrupt:  # before the experiment's own handler stands (importing torch takes seconds)
         print(INTERRUPTED, file=sys.stderr)
         return 130
+    finally:
+        if ours and signal.getsignal(signal.SIGINT) is stop_once:  # no Ctrl-C came
+            signal.signal(signal.SIGINT, previous)
 
 
 def command_line() -> int:

@@ -630,13 +630,6 @@ def command_line(name: str, argv: list[str] | None) -> str:
     return " ".join(["python -m ttr_edu.experiments", name, *(sys.argv[1:] if argv is None else argv)])
 
 
-def _stop_once(signum, frame):
-    """The command line's SIGINT handler: the first Ctrl-C stops the run; later ones are ignored, so that nothing
-    interrupts the shutdown that follows (closing the CSV, stopping the workers) or its one-line message."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    raise KeyboardInterrupt
-
-
 def guarded(main: Callable[[list[str] | None], int]) -> Callable[[list[str] | None], int]:
     """Wrap an experiment's ``main`` so that each way it can stop is one line on stderr and an exit status:
 
@@ -648,11 +641,11 @@ def guarded(main: Callable[[list[str] | None], int]) -> Callable[[list[str] | No
     def wrapper(argv: list[str] | None = None) -> int:
         from concurrent.futures.process import BrokenProcessPool
 
-        # called from Python: the first Ctrl-C stops the run, later ones are ignored (the command line routes Ctrl-C
-        # itself, workers.route_ctrl_c, and leaves SIGINT ignored for the worker processes to inherit)
+        # called from Python: the first Ctrl-C stops the run, later ones are ignored until it returns; the command
+        # line (python -m ttr_edu.experiments) installs workers.stop_once itself and keeps later ones ignored to the end
         ours = threading.current_thread() is threading.main_thread()
         ours = ours and signal.getsignal(signal.SIGINT) is signal.default_int_handler
-        previous = signal.signal(signal.SIGINT, _stop_once) if ours else None
+        previous = signal.signal(signal.SIGINT, workers.stop_once) if ours else None
         try:
             return main(argv)
         except KeyboardInterrupt:

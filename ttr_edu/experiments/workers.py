@@ -110,6 +110,13 @@ def preflight(prog: str, argv: list[str]) -> tuple[str, int] | None:
     return None
 
 
+def stop_once(signum, frame):
+    """A SIGINT handler: the first Ctrl-C raises ``KeyboardInterrupt``; later ones are ignored, so that nothing
+    interrupts the shutdown that follows (closing the CSV, stopping the workers) or its one-line message."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    raise KeyboardInterrupt
+
+
 def _ignore_sigint() -> None:
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGINT, signal.SIG_IGN)
