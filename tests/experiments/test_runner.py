@@ -673,3 +673,43 @@ def test_the_dispatcher_leaves_sigint_as_it_found_it_when_no_ctrl_c_came():
     before = signal.getsignal(signal.SIGINT)
     assert dispatcher.main(["capcity"]) == 2
     assert signal.getsignal(signal.SIGINT) is before
+
+
+# The experiment's import swallows a KeyboardInterrupt (a library's bare ``except``), as a reviewer saw once at 1.5 s.
+SWALLOWING_IMPORT = """
+import os, sys, time, types
+from ttr_edu.experiments import __main__ as dispatcher, runner
+
+def import_module(name):
+    open("importing", "w").close()
+    deadline = time.monotonic() + 3
+    while time.monotonic() < deadline:
+        try:
+            time.sleep(0.05)
+        except BaseException:  # what a careless library does
+            pass
+    return types.SimpleNamespace(main=runner.guarded(run))
+
+def run(argv):
+    time.sleep(20)  # a Ctrl-C ends this at once
+    return 0
+
+dispatcher.importlib = types.SimpleNamespace(import_module=import_module)
+sys.exit(dispatcher.main(["mqar"]))
+"""
+
+
+def test_a_ctrl_c_while_the_experiment_is_imported_waits_for_the_import_and_then_stops_it(tmp_path):
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    parent = "import sys; from ttr_edu.experiments import workers; sys.exit(workers.run_in_own_session(sys.argv[1:]))"
+    command = [sys.executable, "-c", parent, sys.executable, "-c", SWALLOWING_IMPORT]
+    process = start_as_in_a_terminal(command, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    try:
+        wait_for(lambda: (tmp_path / "importing").exists(), "the import to start")
+        os.killpg(process.pid, signal.SIGINT)
+        _, stderr = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert process.returncode == 130, stderr
+    assert stderr.strip().splitlines() == [INTERRUPTED]

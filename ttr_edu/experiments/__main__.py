@@ -25,9 +25,8 @@ def main(argv: list[str] | None = None) -> int:
     ours = ours and signal.getsignal(signal.SIGINT) is signal.default_int_handler
     previous = signal.signal(signal.SIGINT, stop_once) if ours else None
     try:
-        ready_for_ctrl_c()
         return _main(argv)
-    except KeyboardInterrupt:  # before the experiment's own handler stands (importing torch takes seconds)
+    except KeyboardInterrupt:  # before the experiment's own handler stands
         print(INTERRUPTED, file=sys.stderr)
         return 130
     finally:
@@ -72,6 +71,9 @@ def _main(argv: list[str]) -> int:
             file=sys.stderr,
         )
         return 1
+    # Only now, with torch and the experiment imported, may the parent pass a Ctrl-C on: one that lands in an import
+    # can be swallowed there (a library's bare ``except``) and the run would go on (a reviewer saw it once, at 1.5 s)
+    ready_for_ctrl_c()
     status = module.main(rest)
     return status if isinstance(status, int) else 0
 
