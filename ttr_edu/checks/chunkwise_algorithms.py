@@ -35,7 +35,7 @@ from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode, _get_current_dispatch_mode_stack, _pop_mode, _push_mode
 
 from ttr_edu import ops
-from ttr_edu.checks._core import CheckFailed, random_case
+from ttr_edu.checks._core import CONVERSIONS, CheckFailed, random_case
 from ttr_edu.checks._guard import ForbiddenCall
 from ttr_edu.checks._rules import Rules, exercise
 from ttr_edu.ops.delta_rule import ut_solve
@@ -409,16 +409,7 @@ _PRODUCTS = {"mm", "addmm", "bmm", "baddbmm", "mv", "addmv", "dot", "vdot", "lin
 #: aten operators of elementwise arithmetic: on single entries (0-d results), the steps of an entry-by-entry loop
 _ELEMENTWISE = {"mul", "add", "sub", "rsub", "div", "neg", "addcmul", "addcdiv"}
 #: tensor methods that hand a tensor's data to NumPy or Python -> how the course spells them
-_CONVERSIONS = {
-    "numpy": ".numpy()",
-    "tolist": ".tolist()",
-    "__array__": "np.asarray or np.array",
-    "untyped_storage": ".untyped_storage()",
-    "storage": ".storage()",
-    "_typed_storage": ".storage()",
-    "data_ptr": ".data_ptr()",
-    "__dlpack__": "DLPack",
-}
+_CONVERSIONS = CONVERSIONS
 #: torch functions that build a tensor from Python data
 _FROM_PYTHON = {"tensor", "as_tensor", "asarray"}
 
