@@ -386,7 +386,8 @@ def check_longhorn_step(longhorn_step: Callable) -> bool:
 def check_momentum_step(momentum_step: Callable) -> bool:
     """Check ``momentum_step(S, U, k, v, beta, eta, alpha)``: Titans' step on a linear memory, returns ``(S, U)``,
     the gradient derived: no autograd, none of its derivative kernels (``torch.ops.aten.*_backward``), and no finite
-    differences (at most :data:`MAX_WRITES_PER_WEIGHT` numbers written per weight of ``S``)."""
+    differences (at most :data:`MAX_WRITES_PER_WEIGHT` numbers written per weight of ``S``, no evaluation at a copy
+    moved by a small step, fewer numbers handed to Python than ``S`` has entries: :class:`_DerivedStep`)."""
 
 
 @exercise(
@@ -413,7 +414,9 @@ def check_mlp_gradient_step(mlp_gradient_step: Callable) -> bool:
     """Check ``mlp_gradient_step(W1, W2, k, v, lr)``: one SGD step of a two-layer GELU MLP memory, with both
     gradients written out: autograd (``backward``, ``torch.autograd``, ``torch.func``'s transforms, forward AD, the
     derivative kernels ``torch.ops.aten.*_backward`` such as ``gelu_backward``) is refused however it is reached, and
-    so are finite differences (at most :data:`MAX_WRITES_PER_WEIGHT` numbers written per weight)."""
+    so are finite differences (at most :data:`MAX_WRITES_PER_WEIGHT` numbers written per weight, no evaluation at a
+    copy moved by a small step, GELU's included, fewer numbers handed to Python than the hidden layer has units:
+    :class:`_DerivedStep`)."""
 
 
 def householder_product(k1: torch.Tensor, k2: torch.Tensor, beta: float = 2.0) -> torch.Tensor:
