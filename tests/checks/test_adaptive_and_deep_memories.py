@@ -579,3 +579,201 @@ def mlp_by_gelu_backward_in_inference_mode(W1, W2, k, v, lr):  # the same, below
 def test_autograds_derivative_kernels_are_refused(answer):
     with pytest.raises(CheckFailed, match=r"derivative kernel \(torch\.ops\.aten\.gelu_backward\)"):
         checks.check_mlp_gradient_step(answer)
+
+
+# -- review r35c: finite differences that wrote few numbers, and in Python floats -------------------------------------
+
+
+def _mlp_step_with(gelu_prime_of):
+    """8.4 by the chain rule, with GELU′ from ``gelu_prime_of(a, W1, k)``: the rest written out."""
+
+    def mlp_gradient_step(W1, W2, k, v, lr):
+        a = k @ W1
+        h = torch.nn.functional.gelu(a)
+        delta = h @ W2 - v
+        gelu_prime = gelu_prime_of(a, W1, k)
+        return W1 - lr * torch.outer(k, gelu_prime * (W2 @ delta)), W2 - lr * torch.outer(h, delta)
+
+    return mlp_gradient_step
+
+
+_gelu = torch.nn.functional.gelu
+
+
+def _central(a, W1, k, eps=1e-6):  # review r35c: passed, it writes only a few numbers per weight
+    return (_gelu(a + eps) - _gelu(a - eps)) / (2 * eps)
+
+
+def _forward(a, W1, k, eps=1e-8):
+    return (_gelu(a + eps) - _gelu(a)) / eps
+
+
+def _entry_by_entry(a, W1, k, eps=1e-5):
+    out = torch.empty_like(a)
+    for i in range(a.numel()):
+        out[i] = (_gelu(a[i] + eps) - _gelu(a[i] - eps)) / (2 * eps)
+    return out
+
+
+def _relative_step_by_entry(a, W1, k, eps=1e-6):
+    out = torch.empty_like(a)
+    for i in range(a.numel()):
+        out[i] = (_gelu(a[i] * (1 + eps)) - _gelu(a[i] * (1 - eps))) / (2 * eps * a[i])
+    return out
+
+
+def _in_place_steps(a, W1, k, eps=1e-6):
+    up, down = a.clone(), a.clone()
+    up += eps
+    down -= eps
+    return (_gelu(up) - _gelu(down)) / (2 * eps)
+
+
+def _weights_moved(a, W1, k, eps=1e-6):  # W1 + ε moves every pre-activation by ε Σk
+    return (_gelu(k @ (W1 + eps)) - _gelu(k @ (W1 - eps))) / (2 * eps * k.sum())
+
+
+def _points_built_apart(a, W1, k, eps=1e-6):  # a ± ε from a fused product, never as a + ε
+    bias = torch.full((W1.shape[1],), eps, dtype=W1.dtype)
+    return (_gelu(torch.addmv(bias, W1.T, k)) - _gelu(torch.addmv(-bias, W1.T, k))) / (2 * eps)
+
+
+def _stacked_points(a, W1, k, eps=1e-6):
+    values = _gelu(a[None] + torch.tensor([[eps], [-eps]], dtype=a.dtype))
+    return (values[0] - values[1]) / (2 * eps)
+
+
+def _in_python_floats(a, W1, k, eps=1e-6):
+    def gelu(x):
+        return 0.5 * x * (1 + math.erf(x / math.sqrt(2)))
+
+    return torch.tensor([(gelu(x + eps) - gelu(x - eps)) / (2 * eps) for x in a.tolist()], dtype=a.dtype)
+
+
+def momentum_by_python_differences(S, U, k, v, beta, eta, alpha):  # review r35c: passed, invisible to torch
+    rows, key, value, h = S.tolist(), k.tolist(), v.tolist(), 1e-6
+
+    def loss(M):
+        return 0.5 * sum((sum(M[i][j] * key[i] for i in range(len(key))) - value[j]) ** 2 for j in range(len(value)))
+
+    grad = [[0.0] * len(value) for _ in key]
+    for i in range(len(key)):
+        for j in range(len(value)):
+            up, down = [r[:] for r in rows], [r[:] for r in rows]
+            up[i][j] += h
+            down[i][j] -= h
+            grad[i][j] = (loss(up) - loss(down)) / (2 * h)
+    U_new = eta * U - beta * torch.tensor(grad, dtype=S.dtype)
+    return (1 - alpha) * S + U_new, U_new
+
+
+def momentum_by_differences_of_one_residual(S, U, k, v, beta, eta, alpha):  # entry by entry, a few writes each
+    grad, h = torch.empty_like(S), 1e-6
+    for i in range(S.shape[0]):
+        for j in range(S.shape[1]):
+            r = S[:, j] @ k - v[j]
+            grad[i, j] = (0.5 * (r + h * k[i]) ** 2 - 0.5 * (r - h * k[i]) ** 2) / (2 * h)
+    U_new = eta * U - beta * grad
+    return (1 - alpha) * S + U_new, U_new
+
+
+@pytest.mark.parametrize(
+    "answer, says",
+    [
+        (_mlp_step_with(_central), r"displaced copy .*add moved a tensor of shape \(\d+,\) by 1\.0e-06"),
+        (_mlp_step_with(_forward), r"displaced copy"),
+        (_mlp_step_with(_entry_by_entry), r"displaced copy .*single entries by the same step"),
+        (_mlp_step_with(_relative_step_by_entry), r"displaced copy .*single entries by the same step"),
+        (_mlp_step_with(_in_place_steps), r"displaced copy .*add_ moved"),
+        (_mlp_step_with(_weights_moved), r"displaced copy .*moved a tensor of shape \(\d+, \d+\)"),
+        (_mlp_step_with(_points_built_apart), r"displaced copy .*an earlier result moved by 1\.0e-06"),
+        (_mlp_step_with(_stacked_points), r"displaced copy"),
+        (_mlp_step_with(_in_python_floats), r"handed \d+ numbers to Python or NumPy .*hidden layer has units"),
+    ],
+    ids=["central", "forward", "entry by entry", "relative step", "in place", "W1 moved", "fused", "stacked", "Python"],
+)
+def test_finite_differences_of_gelu_alone_are_refused(answer, says):
+    with pytest.raises(CheckFailed, match=rf"mlp_gradient_step: your function (evaluates at a )?{says}.*rules them"):
+        checks.check_mlp_gradient_step(answer)
+
+
+@pytest.mark.parametrize(
+    "answer, says",
+    [
+        (momentum_by_python_differences, r"handed \d+ numbers to Python or NumPy .*the memory S has entries"),
+        (momentum_by_differences_of_one_residual, r"evaluates at a displaced copy .*single entries"),
+    ],
+    ids=["Python floats", "one residual, entry by entry"],
+)
+def test_finite_differences_that_write_little_are_refused(answer, says):
+    with pytest.raises(CheckFailed, match=rf"momentum_step: your function {says}.*rules them out"):
+        checks.check_momentum_step(answer)
+
+
+def _derived(a, W1, k):
+    return torch.special.ndtr(a) + a * torch.exp(-0.5 * a**2) / math.sqrt(2 * math.pi)
+
+
+def _derived_entry_by_entry(a, W1, k):
+    out = torch.empty_like(a)
+    for i in range(a.numel()):
+        x = a[i]
+        out[i] = torch.special.ndtr(x) + x * torch.exp(-0.5 * x * x) / math.sqrt(2 * math.pi)
+    return out
+
+
+def mlp_every_entry_by_loops(W1, W2, k, v, lr):  # GELU′(a) ≈ 1 for large a: one factor near 1 for many entries
+    a = k @ W1
+    h = _gelu(a)
+    delta = h @ W2 - v
+    gelu_prime, back = _derived(a, W1, k), W2 @ delta
+    G1, G2 = torch.empty_like(W1), torch.empty_like(W2)
+    for i in range(W1.shape[0]):
+        for j in range(W1.shape[1]):
+            G1[i, j] = k[i] * gelu_prime[j] * back[j]
+    for i in range(W2.shape[0]):
+        for j in range(W2.shape[1]):
+            G2[i, j] = h[i] * delta[j]
+    return W1 - lr * G1, W2 - lr * G2
+
+
+def mlp_forward_twice(W1, W2, k, v, lr):  # the forward pass recomputed where it is needed
+    delta = _gelu(k @ W1) @ W2 - v
+    gelu_prime = _derived(k @ W1, W1, k)
+    return W1 - lr * torch.outer(k, gelu_prime * (W2 @ delta)), W2 - lr * torch.outer(_gelu(k @ W1), delta)
+
+
+def momentum_through_python(S, U, k, v, beta, eta, alpha):  # derived, the outer product in Python: D_k + D_v numbers
+    error, key = (S.T @ k - v).tolist(), k.tolist()
+    grad = torch.tensor([[ki * ej for ej in error] for ki in key], dtype=S.dtype)
+    U_new = eta * U - beta * grad
+    return (1 - alpha) * S + U_new, U_new
+
+
+def test_derived_steps_written_differently_pass():
+    for check, answer in [
+        (checks.check_mlp_gradient_step, _mlp_step_with(_derived)),
+        (checks.check_mlp_gradient_step, _mlp_step_with(_derived_entry_by_entry)),
+        (checks.check_mlp_gradient_step, mlp_every_entry_by_loops),
+        (checks.check_mlp_gradient_step, mlp_forward_twice),
+        (checks.check_momentum_step, momentum_through_python),
+        (checks.check_momentum_step, momentum_loop),
+    ]:
+        assert_passes(check, answer)
+
+
+def momentum_reads_every_factor(S, U, k, v, beta, eta, alpha):  # derived, but 2 D_k D_v numbers through .item()
+    error, grad = S.T @ k - v, torch.empty_like(S)
+    for i in range(S.shape[0]):
+        for j in range(S.shape[1]):
+            grad[i, j] = k[i].item() * error[j].item()
+    U_new = eta * U - beta * grad
+    return (1 - alpha) * S + U_new, U_new
+
+
+def test_a_memory_s_worth_of_python_numbers_is_refused_even_for_a_derived_step():
+    """What the rule costs, as the exercise states it: the check cannot see Python arithmetic, so it counts the
+    numbers handed to Python; a derived step that reads as many as S has entries is refused with the finite
+    differences in Python floats."""
+    with pytest.raises(CheckFailed, match=r"handed 12 numbers to Python or NumPy \(the last with \.item\(\) or float"):
+        checks.check_momentum_step(momentum_reads_every_factor)

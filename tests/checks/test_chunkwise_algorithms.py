@@ -601,6 +601,40 @@ def switches_the_watch_off(A, block):
     return torch.linalg.inv(torch.eye(A.shape[0], dtype=A.dtype) + A)
 
 
+def substitution_by_nansum(A, block):  # review r35c: row by row across the whole matrix, the sum spelled nansum
+    C = A.shape[0]
+    X = torch.eye(C, dtype=A.dtype)
+    for i in range(1, C):
+        X[i] = X[i] - torch.nansum(A[i][:, None] * X, 0)
+    return X
+
+
+def substitution_by_cumsum(A, block):  # review r35c: the same, the sum the last entry of a running sum
+    C = A.shape[0]
+    X = torch.eye(C, dtype=A.dtype)
+    for i in range(1, C):
+        X[i] = X[i] - torch.cumsum(A[i][:, None] * X, 0)[-1]
+    return X
+
+
+def substitution_by_mean(A, block):  # a reduction named neither sum nor product: C times the mean
+    C = A.shape[0]
+    X = torch.eye(C, dtype=A.dtype)
+    for i in range(1, C):
+        X[i] = X[i] - C * torch.mean(A[i][:, None] * X, 0)
+    return X
+
+
+def scipy_fed_block_by_block(A, block):  # review r35c: every block to NumPy, then SciPy on the whole matrix
+    import scipy.linalg
+
+    C = A.shape[0]
+    starts = range(0, C, block)
+    full = np.block([[A[a : a + block, c : c + block].numpy() for c in starts] for a in starts])
+    X = scipy.linalg.solve_triangular(np.eye(C) + full, np.eye(C), lower=True, unit_diagonal=True)
+    return torch.from_numpy(X.copy())
+
+
 REVIEW_11_5 = [  # (label, answer, what the refusal says); the review's four passed before
     ("Neumann by doubling, no blocks", neumann_doubling, "more than the work of two products of the whole 64×64"),
     ("Python scalars of fresh tensors", python_scalars_of_fresh_tensors, "works entry by entry with Python numbers"),
@@ -612,6 +646,11 @@ REVIEW_11_5 = [  # (label, answer, what the refusal says); the review's four pas
     ("entries in torch", entries_in_torch, "works entry by entry"),
     ("a refusal caught", hides_the_refusal, "called linalg_inv_ex on a 64×64 matrix"),
     ("the watch switched off", switches_the_watch_off, "switched off the check's watch"),
+    # review r35c: these three passed before (a reduction not in a list of names; blocks converted one by one)
+    ("substitution, sums by nansum", substitution_by_nansum, r"steps \(products, sums or other reductions\)"),
+    ("substitution, sums by mean", substitution_by_mean, r"steps \(products, sums or other reductions\)"),
+    ("substitution, sums by cumsum", substitution_by_cumsum, r"ran \d+ operations on rows or columns wider"),
+    ("SciPy fed block by block", scipy_fed_block_by_block, r"handed 1280 numbers to NumPy or Python .*1024 entries"),
 ]
 
 
@@ -817,3 +856,33 @@ def test_a_step_without_ut_transform_in_its_namespace_is_lent_the_packages(capsy
     assert checks.check_delta_rule_chunk_step(namespace["step"]) is True
     assert "ut_transform (Exercise 11.2) is not defined" in capsys.readouterr().out
     assert "ut_transform" not in namespace  # lent for the call only
+
+
+def step_that_discards_the_ut_matrix(q, k, v, beta, S):  # review r35c: calls ut_transform, then a token loop
+    ut_transform(k, beta)
+    return step_by_token_loop(q, k, v, beta, S)
+
+
+def step_that_multiplies_the_ut_matrix_by_zero(q, k, v, beta, S):  # the result "used", in a product worth nothing
+    ut = ut_transform(k, beta)
+    o, S_new = step_by_token_loop(q, k, v, beta, S)
+    return o + 0 * (ut @ v)[:, : o.shape[1]].sum(), S_new
+
+
+@pytest.mark.parametrize("answer", [step_that_discards_the_ut_matrix, step_that_multiplies_the_ut_matrix_by_zero])
+def test_a_step_that_does_not_use_what_ut_transform_returns_fails(answer):
+    """Calling ut_transform is not enough: the check calls the step once more with a changed 𝒯, and outputs that do
+    not move were not built from it (review r35c: the call counted, its result thrown away)."""
+    with pytest.raises(CheckFailed, match=r"called ut_transform but does not use what it returns.*W = 𝒯K"):
+        checks.check_delta_rule_chunk_step(answer)
+
+
+def test_steps_that_build_the_chunk_from_the_ut_matrix_pass():
+    def ut_twice(q, k, v, beta, S):  # ut_transform called once for W and once for U: both are used
+        W, U = ut_transform(k, beta) @ k, ut_transform(k, beta) @ v
+        pseudo = U - W @ S
+        mask = torch.tril(torch.ones(len(q), len(q), dtype=torch.bool))
+        return q @ S + ((q @ k.T) * mask) @ pseudo, S + k.T @ pseudo
+
+    for answer in (delta_rule_chunk_step, ut_twice):
+        assert_passes(checks.check_delta_rule_chunk_step, answer)

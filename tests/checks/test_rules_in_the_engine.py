@@ -136,6 +136,51 @@ def wire_recall_circuit(model):
         model.mixer.o_proj.weight -= 0.0 * g
 """
 
+MOMENTUM_BY_PYTHON_DIFFERENCES = """
+def momentum_step(S, U, k, v, beta, eta, alpha):
+    rows, key, value, h = S.tolist(), k.tolist(), v.tolist(), 1e-6
+
+    def loss(M):
+        return 0.5 * sum((sum(M[i][j] * key[i] for i in range(len(key))) - value[j]) ** 2 for j in range(len(value)))
+
+    grad = [[0.0] * len(value) for _ in key]
+    for i in range(len(key)):
+        for j in range(len(value)):
+            up, down = [r[:] for r in rows], [r[:] for r in rows]
+            up[i][j] += h
+            down[i][j] -= h
+            grad[i][j] = (loss(up) - loss(down)) / (2 * h)
+    U_new = eta * U - beta * torch.tensor(grad, dtype=S.dtype)
+    return (1 - alpha) * S + U_new, U_new
+"""
+
+MLP_BY_A_CENTRAL_DIFFERENCE_OF_GELU = """
+def mlp_gradient_step(W1, W2, k, v, lr):
+    a = k @ W1
+    h = torch.nn.functional.gelu(a)
+    delta = h @ W2 - v
+    gelu_prime = (torch.nn.functional.gelu(a + 1e-6) - torch.nn.functional.gelu(a - 1e-6)) / 2e-6
+    return W1 - lr * torch.outer(k, gelu_prime * (W2 @ delta)), W2 - lr * torch.outer(h, delta)
+"""
+
+STEP_THAT_DISCARDS_THE_UT_MATRIX = """
+def delta_rule_chunk_step(q, k, v, beta, S):
+    ut_transform(k, beta)
+    outputs = []
+    for t in range(q.shape[0]):
+        S = S + beta[t] * torch.outer(k[t], v[t] - S.T @ k[t])
+        outputs.append(S.T @ q[t])
+    return torch.stack(outputs), S
+"""
+
+SOLVE_TRIL_BY_CUMSUM_ROWS = """
+def solve_tril(A, block):
+    X = torch.eye(A.shape[0], dtype=A.dtype)
+    for i in range(1, A.shape[0]):
+        X[i] = X[i] - torch.cumsum(A[i][:, None] * X, 0)[-1]
+    return X
+"""
+
 # (chapter, {answer cell's grade id: its source, where {solution} stands for the solution's}, {graded cell's grade
 # id: (status, what its detail says)}); the graded cells not named must PASS (their answer is the solution's).
 SUBMISSIONS = {
@@ -150,6 +195,17 @@ SUBMISSIONS = {
         {
             "test_check_momentum_step": ("FAIL", r"used autograd"),
             "test_check_mlp_gradient_step": ("FAIL", r"used autograd"),
+        },
+    ),
+    "08: finite differences in Python floats (8.3) and of GELU alone (8.4)": (
+        "08_adaptive_and_deep_memories",
+        {
+            "ch08_momentum_step": MOMENTUM_BY_PYTHON_DIFFERENCES,
+            "ch08_mlp_gradient_step": MLP_BY_A_CENTRAL_DIFFERENCE_OF_GELU,
+        },
+        {
+            "test_check_momentum_step": ("FAIL", r"handed \d+ numbers to Python or NumPy"),
+            "test_check_mlp_gradient_step": ("FAIL", r"evaluates at a displaced copy of its own numbers"),
         },
     ),
     "09: a wiring tuned by a gradient": (
@@ -169,6 +225,14 @@ SUBMISSIONS = {
         "11_chunkwise_algorithms",
         {"ch11_solve_tril": SOLVE_TRIL_BY_TWO_ROW_SLABS},
         {"test_check_solve_tril": ("FAIL", r"a substitution across the whole matrix")},
+    ),
+    "11: ut_transform's result thrown away in 11.3, a substitution by cumsum in 11.5": (
+        "11_chunkwise_algorithms",
+        {"ch11_delta_rule_chunk_step": STEP_THAT_DISCARDS_THE_UT_MATRIX, "ch11_solve_tril": SOLVE_TRIL_BY_CUMSUM_ROWS},
+        {
+            "test_check_delta_rule_chunk_step": ("FAIL", r"does not use what it returns"),
+            "test_check_solve_tril": ("FAIL", r"operations on rows or columns wider than a block"),
+        },
     ),
     "11: a blocked forward substitution in 11.5 (right)": (
         "11_chunkwise_algorithms",

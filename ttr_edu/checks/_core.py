@@ -469,6 +469,19 @@ def implementations(reference_fn: Callable, _depth: int = 0) -> dict[types.CodeT
 # -- comparing ---------------------------------------------------------------------------------------------------------
 
 
+#: tensor methods that hand a tensor's data to NumPy or Python -> how the course spells them
+CONVERSIONS = {
+    "numpy": ".numpy()",
+    "tolist": ".tolist()",
+    "__array__": "np.asarray or np.array",
+    "untyped_storage": ".untyped_storage()",
+    "storage": ".storage()",
+    "_typed_storage": ".storage()",
+    "data_ptr": ".data_ptr()",
+    "__dlpack__": "DLPack",
+}
+
+
 def relative_error(a: torch.Tensor, b: torch.Tensor) -> float:
     """``‖a − b‖ / ‖b‖`` in float64, as fla's tests compare; ``‖a − b‖`` when ``b`` is zero."""
     a64, b64 = _to_double(a.detach()), _to_double(b.detach())

@@ -10,7 +10,8 @@ the fla layout ``(1, 1, 1, D)`` (one batch, one token, one head). Each exercise 
 (:func:`ttr_edu.checks._rules.exercise`): the package's own implementations are refused as answers, and the two
 gradients the text asks to derive (8.3's and 8.4's) are refused when autograd computes them, however it is reached,
 when one of autograd's derivative kernels does (``gelu_backward``), and when finite differences do (they write far
-more numbers per weight than a derived step; :class:`_Writes`).
+more numbers per weight than a derived step, evaluate at displaced copies ``x ± ε``, or read the memory into Python
+floats; :class:`_DerivedStep`).
 """
 
 from __future__ import annotations
@@ -20,10 +21,11 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
+from torch.overrides import TorchFunctionMode
+from torch.utils._python_dispatch import TorchDispatchMode, _get_current_dispatch_mode_stack, _pop_mode, _push_mode
 
 from ttr_edu._internal.mlp_memory import gelu_derivative
-from ttr_edu.checks._core import CheckFailed
+from ttr_edu.checks._core import CONVERSIONS, CheckFailed
 from ttr_edu.checks._rules import Rules, exercise
 from ttr_edu.ops import (
     TitansState,
@@ -166,38 +168,191 @@ def _mlp_at(n: int) -> dict:
 #: per weight on the smallest case and over 500 on a 12 × 12 memory, looped or batched alike.
 MAX_WRITES_PER_WEIGHT = 30
 
+#: a displaced copy ``x ± ε`` (finite differences' evaluation points): an operation's result that differs from one of
+#: its inputs by the same step in every entry (``x + ε``) or by the same factor (``x (1 + ε)``), at most this fraction
+#: of the input's largest entry and more than rounding. The right answers' closest results sit at 0.03 (``W − lr ∇``,
+#: not one step for every entry) and 0.1 (``(1 − α) S``, one factor); a central difference that passes the values'
+#: check steps by at most 1e-3 (wider steps fail at 3e-3).
+MAX_STEP = 1e-2
+#: any displacement at most this fraction of the input's largest entry is a displaced copy, one step or not
+MAX_ANY_STEP = 1e-3
 
-class _Writes(TorchDispatchMode):
-    """Counts the numbers written by the torch operations run inside it (views write nothing); on exit, ``hit`` says
-    so when they exceed :data:`MAX_WRITES_PER_WEIGHT` per weight of the case's memory (``weights``: its input
-    names)."""
 
-    def __init__(self, case: dict, weights: tuple[str, ...], why: str) -> None:
-        super().__init__()
+def _displacement(out: torch.Tensor, x: torch.Tensor) -> tuple[float, float, bool] | None:
+    """``(step, factor, uniform)`` when ``out`` is a copy of ``x`` (same dtype, broadcast) displaced by more than
+    rounding and at most :data:`MAX_STEP` of ``x``'s largest entry: ``step`` the displacement's largest magnitude,
+    ``factor`` the largest ``|out/x − 1|``, ``uniform`` whether every entry moved by one step or by one factor.
+    None otherwise."""
+    if x.dtype != out.dtype or x.numel() == 0 or out.numel() == 0:
+        return None
+    try:
+        d = (out - x).flatten()
+    except RuntimeError:  # shapes that do not broadcast
+        return None
+    if d.numel() != out.numel():
+        return None
+    scale = float(x.abs().max())
+    floor = 1000 * torch.finfo(x.dtype).eps * scale
+    step = float(d.abs().max())
+    if not (scale > 0 and floor < step <= MAX_STEP * scale) or not bool(torch.isfinite(d).all()):
+        return None
+    xs = x.expand_as(out).flatten()
+    moved = xs.abs() > floor
+    ratios = d[moved] / xs[moved]
+    factor = float(ratios.abs().max()) if ratios.numel() else math.inf
+    one_step = float(d.max() - d.min()) <= 2 * floor
+    one_factor = ratios.numel() > 0 and float(ratios.max() - ratios.min()) <= 1e-6 * factor
+    return step, factor, one_step or bool(one_factor)
+
+
+class _DerivedStep:
+    """What Exercises 8.3 and 8.4 rule out besides autograd, judged by what the answer runs: finite differences. Three
+    signs, each on the torch operations (a dispatch mode) or the conversions (a function mode) of one call:
+
+    * **writes**: more than :data:`MAX_WRITES_PER_WEIGHT` numbers written per weight of the memory (``weights``: the
+      case's input names); views write nothing;
+    * **displaced copies**: a result that is one of its inputs moved by a small step, ``x ± ε`` or ``x (1 + ε)``
+      (:func:`_displacement`), where finite differences evaluate; for a tensor of several entries once is enough, for
+      single entries (an entry-by-entry loop) the same step twice;
+    * **Python numbers**: as many numbers handed to Python or NumPy (``.item()``, ``float()``, ``.tolist()``,
+      ``.numpy()``, ``np.asarray``, storage) as ``python_limit`` (the memory's size for 8.3, the hidden layer's width
+      for 8.4): finite differences in Python floats read them all, a derived step in torch reads none.
+
+    ``hit`` is set on leaving: the first sign's message (writes first), ending with ``why``."""
+
+    def __init__(self, case: dict, weights: tuple[str, ...], why: str, python_limit: int, limit_names: str) -> None:
         self.size = sum(case[name].numel() for name in weights)
-        self.why, self.written, self.hit = why, 0, None
+        self.why, self.written = why, 0
+        self.hit: str | None = None
+        self.python_limit, self.limit_names = python_limit, limit_names
+        self.to_python, self.last_conversion = 0, ""
+        self.displaced: str | None = None
+        self.single_steps: list[tuple[float, float]] = []
+        self.earlier: dict[tuple, list[torch.Tensor]] = {}
+        watch = self
 
-    @classmethod
-    def _should_skip_dynamo(cls) -> bool:
-        return False  # nothing here is compiled: no need to import torch._dynamo on the first operation
+        class Operations(TorchDispatchMode):
+            @classmethod
+            def _should_skip_dynamo(cls) -> bool:
+                return False  # nothing here is compiled: no need to import torch._dynamo on the first operation
 
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        out = func(*args, **(kwargs or {}))
-        if not func.is_view:
-            self.written += sum(
-                o.numel() for o in (out if isinstance(out, (tuple, list)) else (out,)) if isinstance(o, torch.Tensor)
-            )
-        return out
+            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+                before = None
+                if func._schema.is_mutable and args and isinstance(args[0], torch.Tensor):
+                    before = args[0].clone()  # an in-place step, x.add_(ε): compared with x as it was
+                out = func(*args, **(kwargs or {}))
+                if func.__name__.split(".")[0] == "_local_scalar_dense":
+                    watch.to_python += 1
+                    watch.last_conversion = ".item() or float()"
+                if not func.is_view:
+                    outs = out if isinstance(out, (tuple, list)) else (out,)
+                    watch.written += sum(o.numel() for o in outs if isinstance(o, torch.Tensor))
+                    if watch.displaced is None:
+                        watch._look_for_steps(func, args, outs, before)
+                return out
 
-    def __exit__(self, *exc):
-        if self.written > MAX_WRITES_PER_WEIGHT * self.size:
+        class Conversions(TorchFunctionMode):
+            def __torch_function__(self, func, types, args=(), kwargs=None):
+                name = getattr(func, "__name__", "")
+                if name in CONVERSIONS and args and isinstance(args[0], torch.Tensor):
+                    watch.to_python += args[0].numel()
+                    watch.last_conversion = CONVERSIONS[name]
+                return func(*args, **(kwargs or {}))
+
+        self._modes = (Operations(), Conversions())
+
+    def _look_for_steps(self, func, args: tuple, outs: tuple, before: torch.Tensor | None) -> None:
+        inputs = [before if (i == 0 and before is not None) else a for i, a in enumerate(args)]
+        for out in outs:
+            if not (isinstance(out, torch.Tensor) and out.is_floating_point()):
+                continue
+            for x in inputs:
+                if not (isinstance(x, torch.Tensor) and x.is_floating_point()) or x is out:
+                    continue
+                found = _displacement(out, x)
+                if found is None:
+                    continue
+                step, factor, uniform = found
+                if out.numel() > 1 and (uniform or step <= MAX_ANY_STEP * float(x.abs().max())):
+                    name = func.__name__.split(".")[0]
+                    self.displaced = f"{name} moved a tensor of shape {tuple(x.shape)} by {step:.1e}"
+                    return
+                if out.numel() == 1:
+                    # one factor near 1 for many entries is common (GELU′(a) → 1 for large a); a factor written in
+                    # the code as a number, x * (1 + ε), applied twice, is a step
+                    by_number = sum(isinstance(a, torch.Tensor) for a in args) == 1
+                    for earlier_step, earlier_factor in self.single_steps:
+                        same_step = abs(step - earlier_step) <= 1e-6 * step
+                        same_factor = (
+                            by_number
+                            and not math.isnan(earlier_factor)
+                            and factor <= MAX_ANY_STEP
+                            and abs(factor - earlier_factor) <= 1e-6 * factor
+                        )
+                        if same_step or same_factor:
+                            self.displaced = (
+                                f"{func.__name__.split('.')[0]} moved single entries by the same step, {step:.1e}, "
+                                "more than once"
+                            )
+                            return
+                    self.single_steps.append((step, factor if by_number else math.nan))
+            if out.numel() > 1 and self.displaced is None:
+                self._compare_with_earlier(func, out)
+
+    def _compare_with_earlier(self, func, out: torch.Tensor) -> None:
+        """Against the results computed before (the last few of the same shape): two evaluation points ``x + ε`` and
+        ``x − ε`` built apart (``torch.addmv(ε, W1ᵀ, k)``) are displaced copies of each other."""
+        earlier = self.earlier.setdefault((tuple(out.shape), out.dtype), [])
+        for before in earlier:
+            found = _displacement(out, before)
+            if found is not None and found[2]:
+                name = func.__name__.split(".")[0]
+                self.displaced = (
+                    f"{name} gave a tensor of shape {tuple(out.shape)}, an earlier result moved by {found[0]:.1e}"
+                )
+                return
+        earlier.append(out.detach().clone())
+        del earlier[:-16]
+
+    def __enter__(self) -> _DerivedStep:
+        operations, conversions = self._modes
+        _push_mode(operations)
+        torch._C._push_on_torch_function_stack(conversions)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        operations, conversions = self._modes
+        functions = torch._C._len_torch_function_stack()
+        intact = True
+        if functions and torch._C._get_function_stack_at(functions - 1) is conversions:
+            torch._C._pop_torch_function_stack()
+        else:
+            intact = False
+        stack = _get_current_dispatch_mode_stack()
+        if stack and stack[-1] is operations:
+            _pop_mode()
+        else:
+            intact = False
+        if not intact:
+            self.hit = "your function switched off the check's watch of its torch operations; remove that code"
+        elif self.written > MAX_WRITES_PER_WEIGHT * self.size:
             self.hit = (
                 f"your function's torch operations wrote {self.written} numbers for one step of a memory of "
                 f"{self.size} weights, {self.written / self.size:.0f} per weight (a derived gradient writes about 10, "
                 f"at most {MAX_WRITES_PER_WEIGHT} are allowed): finite differences evaluate the loss twice per weight, "
                 f"which this exercise rules out: {self.why}"
             )
-        return super().__exit__(*exc)
+        elif self.displaced is not None:
+            self.hit = (
+                f"your function evaluates at a displaced copy of its own numbers ({self.displaced}, x ± ε): that is "
+                f"where finite differences evaluate, and this exercise rules them out: {self.why}"
+            )
+        elif self.to_python >= self.python_limit:
+            self.hit = (
+                f"your function handed {self.to_python} numbers to Python or NumPy (the last with "
+                f"{self.last_conversion}), as many as {self.limit_names} ({self.python_limit}): finite differences "
+                f"in Python floats read them all, and this exercise rules them out; work in torch: {self.why}"
+            )
 
 
 _WHY_MOMENTUM = "derive ∇_S ℓ for ℓ = ½‖Sᵀk − v‖² (an outer product of two vectors you have) and write it out"
@@ -224,14 +379,15 @@ def check_longhorn_step(longhorn_step: Callable) -> bool:
         answers=(titans_recurrent, momentum_sgd),
         no_autograd=True,
         inputs_unchanged=True,
-        watch=lambda case: _Writes(case, ("S",), _WHY_MOMENTUM),
+        watch=lambda case: _DerivedStep(case, ("S",), _WHY_MOMENTUM, case["S"].numel(), "the memory S has entries"),
         why=_WHY_MOMENTUM,
     ),
 )
 def check_momentum_step(momentum_step: Callable) -> bool:
     """Check ``momentum_step(S, U, k, v, beta, eta, alpha)``: Titans' step on a linear memory, returns ``(S, U)``,
     the gradient derived: no autograd, none of its derivative kernels (``torch.ops.aten.*_backward``), and no finite
-    differences (at most :data:`MAX_WRITES_PER_WEIGHT` numbers written per weight of ``S``)."""
+    differences (at most :data:`MAX_WRITES_PER_WEIGHT` numbers written per weight of ``S``, no evaluation at a copy
+    moved by a small step, fewer numbers handed to Python than ``S`` has entries: :class:`_DerivedStep`)."""
 
 
 @exercise(
@@ -248,7 +404,9 @@ def check_momentum_step(momentum_step: Callable) -> bool:
         ),
         no_autograd=True,
         inputs_unchanged=True,
-        watch=lambda case: _Writes(case, ("W1", "W2"), _WHY_MLP),
+        watch=lambda case: _DerivedStep(
+            case, ("W1", "W2"), _WHY_MLP, case["W1"].shape[1], "the hidden layer has units"
+        ),
         why=_WHY_MLP,
     ),
 )
@@ -256,7 +414,9 @@ def check_mlp_gradient_step(mlp_gradient_step: Callable) -> bool:
     """Check ``mlp_gradient_step(W1, W2, k, v, lr)``: one SGD step of a two-layer GELU MLP memory, with both
     gradients written out: autograd (``backward``, ``torch.autograd``, ``torch.func``'s transforms, forward AD, the
     derivative kernels ``torch.ops.aten.*_backward`` such as ``gelu_backward``) is refused however it is reached, and
-    so are finite differences (at most :data:`MAX_WRITES_PER_WEIGHT` numbers written per weight)."""
+    so are finite differences (at most :data:`MAX_WRITES_PER_WEIGHT` numbers written per weight, no evaluation at a
+    copy moved by a small step, GELU's included, fewer numbers handed to Python than the hidden layer has units:
+    :class:`_DerivedStep`)."""
 
 
 def householder_product(k1: torch.Tensor, k2: torch.Tensor, beta: float = 2.0) -> torch.Tensor:

@@ -7,7 +7,8 @@ writes first.
   ``𝒯 = (I + tril(diag(β) K Kᵀ, −1))⁻¹ diag(β)`` (the UT transform of Joffrain et al. 2006, as used for the delta rule
   by Yang et al. 2024; fla's convention). It is written 𝒯 (code: ``ut``), never ``T``, which is the sequence length;
 * ``delta_rule_chunk_step(q, k, v, beta, S) -> (o, S')`` (one chunk) with :func:`ttr_edu.ops.delta_rule_chunk`.
-  It calls the student's ``ut_transform`` (a step that never calls it fails: the calls are counted); while that is
+  It calls the student's ``ut_transform`` (a step that never calls it fails: the calls are counted; one whose outputs
+  do not change when ``ut_transform`` returns a changed 𝒯 fails too: it threw the result away); while that is
   still a stub, the check lends the package's :func:`ut_transform_spec` in its place and says so, so the step can be
   checked on its own;
 * ``ut_transform_backward(k, v, beta, dW, dU) -> (dk, dv, dbeta)``, the backward pass of ``W = 𝒯K, U = 𝒯V``, with
@@ -18,7 +19,7 @@ writes first.
   the answer's torch operations: an inverse, factorisation or solve of a matrix wider than ``block``, more work in
   products than two products of the whole matrix (a series over it, such as the Neumann series), a substitution
   across the whole matrix (row by row, a few rows at a time, column by column, entry by entry, in torch or with Python
-  numbers), and NumPy or Python lists for anything wider than a diagonal block.
+  numbers, whatever operation combines a row), and NumPy or Python lists for anything beyond the diagonal blocks.
 
 Each exercise is declared once (:func:`ttr_edu.checks._rules.exercise`); the package's own implementations are refused
 as answers.
@@ -34,7 +35,7 @@ from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode, _get_current_dispatch_mode_stack, _pop_mode, _push_mode
 
 from ttr_edu import ops
-from ttr_edu.checks._core import CheckFailed, random_case
+from ttr_edu.checks._core import CONVERSIONS, CheckFailed, random_case
 from ttr_edu.checks._guard import ForbiddenCall
 from ttr_edu.checks._rules import Rules, exercise
 from ttr_edu.ops.delta_rule import ut_solve
@@ -202,8 +203,9 @@ def _step_with_ut_transform(delta_rule_chunk_step: Callable, case: dict):
     so), so that a written step is checked on its own: not reported as "not attempted", nor failed for 11.2's
     mistake. A ``NotImplementedError`` from any other helper is reported by name. The exercise says "use your
     ut_transform", so a step that never calls it (a token loop, an inverse of its own) fails, by the calls counted
-    while it runs. With no ``ut_transform`` in the answer's namespace, the package's is lent under that name for the
-    call (and removed after it)."""
+    while it runs, and so does one that calls it and throws the result away: its outputs do not change when
+    ``ut_transform`` returns a changed 𝒯 (:func:`_uses_what_ut_transform_returns`). With no ``ut_transform`` in the
+    answer's namespace, the package's is lent under that name for the call (and removed after it)."""
     namespace = getattr(delta_rule_chunk_step, "__globals__", {})
     absent = object()
     helper = namespace.get("ut_transform", absent)
@@ -220,6 +222,7 @@ def _step_with_ut_transform(delta_rule_chunk_step: Callable, case: dict):
         return lent(*args, **kwargs)
 
     namespace["ut_transform"] = counted
+    probe_case = {key: value.clone() if isinstance(value, torch.Tensor) else value for key, value in case.items()}
     try:
         result = delta_rule_chunk_step(**case)
     except NotImplementedError as error:
@@ -241,12 +244,55 @@ def _step_with_ut_transform(delta_rule_chunk_step: Callable, case: dict):
             "your Exercise 11.2 (𝒯, then W = 𝒯K and U = 𝒯V, then the pseudo-values against S), not token by token "
             "or with an inverse of its own; call ut_transform(k, beta) once"
         )
+    if not _uses_what_ut_transform_returns(delta_rule_chunk_step, namespace, helper, absent, lent, probe_case, result):
+        raise CheckFailed(
+            "delta_rule_chunk_step called ut_transform but does not use what it returns: called once more with a "
+            "changed 𝒯 from ut_transform, it gave the same o and S' (a token loop, say, with a call whose result is "
+            "thrown away); build the chunk from 𝒯: W = 𝒯K and U = 𝒯V, then the pseudo-values U − W S"
+        )
     if why is not None and case["q"].shape[0] == _FIRST_STEP_CASE_LENGTH:  # said once, when the step is written
         print(
             f"note: ut_transform (Exercise 11.2) {why}, so this check lends your "
             "delta_rule_chunk_step the package's checks.ut_transform_spec in its place."
         )
     return result
+
+
+def _uses_what_ut_transform_returns(step, namespace, helper, absent, lent, case: dict, result) -> bool:
+    """Whether ``step``'s outputs are built from the 𝒯 that ``ut_transform`` returns, judged by what it does: the step
+    runs once more on ``case`` (a copy of its inputs) with ``ut_transform`` returning 𝒯 plus a fixed lower triangular
+    change; a step that builds ``W = 𝒯K, U = 𝒯V`` from it gives other outputs, one that throws the result away (or
+    multiplies it by zero) gives the same. A result that is no pair of tensors, or a second run that raises, is left
+    to the values' check (True)."""
+    if not (
+        isinstance(result, (tuple, list)) and len(result) == 2 and all(isinstance(r, torch.Tensor) for r in result)
+    ):
+        return True
+
+    def changed(*args, **kwargs):
+        ut = lent(*args, **kwargs)
+        if not (isinstance(ut, torch.Tensor) and ut.dim() == 2 and ut.is_floating_point()):
+            return ut
+        gen = torch.Generator().manual_seed(950)
+        return ut + 0.5 * torch.tril(torch.randn(ut.shape, generator=gen, dtype=torch.float64)).to(ut.dtype)
+
+    namespace["ut_transform"] = changed
+    try:
+        probe = step(**case)
+    except Exception:  # e.g. a check of its own on 𝒯: the step reacts to what it is given
+        return True
+    finally:
+        if helper is absent:
+            namespace.pop("ut_transform", None)
+        else:
+            namespace["ut_transform"] = helper
+    if not (isinstance(probe, (tuple, list)) and len(probe) == 2):
+        return True
+    same = [
+        isinstance(p, torch.Tensor) and p.shape == r.shape and bool(torch.allclose(p, r, rtol=1e-10, atol=1e-12))
+        for p, r in zip(probe, result)
+    ]
+    return not all(same)
 
 
 @exercise(
@@ -363,16 +409,7 @@ _PRODUCTS = {"mm", "addmm", "bmm", "baddbmm", "mv", "addmv", "dot", "vdot", "lin
 #: aten operators of elementwise arithmetic: on single entries (0-d results), the steps of an entry-by-entry loop
 _ELEMENTWISE = {"mul", "add", "sub", "rsub", "div", "neg", "addcmul", "addcdiv"}
 #: tensor methods that hand a tensor's data to NumPy or Python -> how the course spells them
-_CONVERSIONS = {
-    "numpy": ".numpy()",
-    "tolist": ".tolist()",
-    "__array__": "np.asarray or np.array",
-    "untyped_storage": ".untyped_storage()",
-    "storage": ".storage()",
-    "_typed_storage": ".storage()",
-    "data_ptr": ".data_ptr()",
-    "__dlpack__": "DLPack",
-}
+_CONVERSIONS = CONVERSIONS
 #: torch functions that build a tensor from Python data
 _FROM_PYTHON = {"tensor", "as_tensor", "asarray"}
 
@@ -407,14 +444,20 @@ class _BlockedInverseRules:
       more: the Neumann series ``Σ(−A)ⁿ`` by doubling, ``(I − A)(I + A²)(I + A⁴)…``, 11 whole products at
       ``size = 64`` (and in fp32 it fails on correlated keys), by Horner's rule ``X ← I − A X`` ``size`` of them
       (accurate, but ``size`` times the work);
-    * **steps**: more than ``n²`` products or sums (``n`` blocks along the side) that touch a row or column wider than
-      ``block``: a blocked inverse needs at most one per pair of blocks, a substitution across the whole matrix one
-      per row (or per pair of rows, per column, per entry);
+    * **steps**: more than ``n²`` products or reductions (``n`` blocks along the side) that touch a row or column
+      wider than ``block``: a blocked inverse needs at most one per pair of blocks, a substitution across the whole
+      matrix one per row (or per pair of rows, per column, per entry). A reduction is judged by what it does, not by
+      its name: any operation whose result has fewer entries than a wide operand (``sum``, ``nansum``, ``mean``...);
+    * **operations**: more than ``4 n (n + 1)`` other operations that touch a row or column wider than ``block``
+      (elementwise steps, scans such as ``cumsum``, copies): a blocked inverse runs a few per pair of blocks, a
+      substitution across the whole matrix at least two per row;
     * **entries**: single entries read as Python numbers beyond the ``Σ bᵢ²`` entries of the diagonal blocks, or
       elementwise operations on single entries beyond the ``Σ bᵢ³`` an entry-by-entry inverse of the diagonal blocks
       needs: a substitution entry by entry across the whole matrix;
     * **conversions**: a tensor wider than ``block`` handed to NumPy or Python (``.numpy()``, ``.tolist()``,
-      ``np.asarray``, its storage or data pointer), or one built from Python numbers.
+      ``np.asarray``, its storage or data pointer), more numbers handed over in all than the ``Σ bᵢ²`` entries of the
+      diagonal blocks (the off-diagonal blocks converted one by one: the whole matrix), or a tensor wider than
+      ``block`` built from Python numbers.
 
     Entered around each call of the answer (:attr:`ttr_edu.checks._rules.Rules.watch`); ``hit`` is the first broken
     rule's message (also raised as :class:`ForbiddenCall`, so that the answer stops there).
@@ -427,7 +470,9 @@ class _BlockedInverseRules:
         self.max_reads = sum(b * b for b in blocks)
         self.max_element_ops = sum(b**3 for b in blocks)
         self.max_multiply_adds = 2 * size**3
-        self.steps = self.reads = self.element_ops = self.multiply_adds = 0
+        self.max_converted = self.max_reads
+        self.max_wide_ops = 4 * len(blocks) * (len(blocks) + 1)
+        self.steps = self.reads = self.element_ops = self.multiply_adds = self.converted = self.wide_ops = 0
         self.hit: str | None = None
         rules = self
 
@@ -443,7 +488,8 @@ class _BlockedInverseRules:
                 if name in _FACTOR and len(args) > _FACTOR[name] and isinstance(args[_FACTOR[name]], torch.Tensor):
                     rules._solve(name, args[_FACTOR[name]])
                 out = func(*args, **(kwargs or {}))
-                rules._operation(name, args, out)
+                if not func.is_view:  # a view computes nothing
+                    rules._operation(name, args, out)
                 return out
 
         class Conversions(TorchFunctionMode):
@@ -482,6 +528,13 @@ class _BlockedInverseRules:
                 f"converted a {_size(tensor)} tensor with {spelled} (NumPy or Python may handle a diagonal block of "
                 f"at most {self.block}×{self.block}, not the whole matrix)"
             )
+        self.converted += tensor.numel()
+        if self.converted > self.max_converted:  # block by block, the off-diagonal blocks too: the whole matrix
+            self._refuse(
+                f"handed {self.converted} numbers to NumPy or Python (the last with {spelled}), more than the "
+                f"{self.max_converted} entries of the diagonal blocks: NumPy or Python may invert the diagonal "
+                "blocks, but every other block is built in torch, with matrix products of whole blocks"
+            )
 
     def _operation(self, name: str, args: tuple, out) -> None:
         if name == "_local_scalar_dense":
@@ -503,28 +556,39 @@ class _BlockedInverseRules:
                     "the whole matrix"
                 )
             return
-        if name not in _PRODUCTS:
+        wide_inputs = [a.numel() for a in args if isinstance(a, torch.Tensor) and self._wide(a)]
+        if not (wide_inputs or self._wide(out)):
             return
-        if self._wide(out) or any(isinstance(a, torch.Tensor) and self._wide(a) for a in args):
-            self.multiply_adds += _multiply_adds(name, args)
-            if self.multiply_adds > self.max_multiply_adds:
-                n = self.size
+        if name not in _PRODUCTS and out.numel() >= max(wide_inputs, default=0):
+            # not a product nor a reduction (whatever its name): an elementwise step, a scan, a copy, a new tensor
+            self.wide_ops += 1
+            if self.wide_ops > self.max_wide_ops:
                 self._refuse(
-                    f"spent {self.multiply_adds} multiply-adds in products on rows or columns wider than a block, "
-                    f"more than the work of two products of the whole {n}×{n} matrix ({self.max_multiply_adds}), "
-                    "where a blocked inverse needs well under that (the block rows of the exercise about a tenth of "
-                    "one whole product): that much work is a series over the whole matrix, such as the Neumann series "
-                    "by doubling, (I − A)(I + A²)(I + A⁴)…, which in fp32 fails on correlated keys, or by Horner's "
-                    f"rule, accurate but {n} products of the whole matrix"
+                    f"ran {self.wide_ops} operations on rows or columns wider than a block, where a blocked inverse "
+                    f"of {self.size}×{self.size} needs a few per pair of blocks, at most {self.max_wide_ops}: a "
+                    "substitution across the whole matrix, one row (or column) per step"
                 )
-            self.steps += 1
-            if self.steps > self.max_steps:
-                self._refuse(
-                    f"took {self.steps} steps (products or sums) on rows or columns wider than a block, where a "
-                    f"blocked inverse of {self.size}×{self.size} needs at most {self.max_steps}, one per pair of "
-                    "blocks: a substitution across the whole matrix (row by row, a few rows at a time, or column by "
-                    "column)"
-                )
+            return
+        # a product, or any reduction of a wide operand (sum, nansum, mean...: judged by what it does to shapes)
+        self.multiply_adds += _multiply_adds(name, args)
+        if self.multiply_adds > self.max_multiply_adds:
+            n = self.size
+            self._refuse(
+                f"spent {self.multiply_adds} multiply-adds in products on rows or columns wider than a block, "
+                f"more than the work of two products of the whole {n}×{n} matrix ({self.max_multiply_adds}), "
+                "where a blocked inverse needs well under that (the block rows of the exercise about a tenth of "
+                "one whole product): that much work is a series over the whole matrix, such as the Neumann series "
+                "by doubling, (I − A)(I + A²)(I + A⁴)…, which in fp32 fails on correlated keys, or by Horner's "
+                f"rule, accurate but {n} products of the whole matrix"
+            )
+        self.steps += 1
+        if self.steps > self.max_steps:
+            self._refuse(
+                f"took {self.steps} steps (products, sums or other reductions) on rows or columns wider than a "
+                f"block, where a blocked inverse of {self.size}×{self.size} needs at most {self.max_steps}, one per "
+                "pair of blocks: a substitution across the whole matrix (row by row, a few rows at a time, or "
+                "column by column)"
+            )
 
     # -- the context -------------------------------------------------------------------------------------------------
 
