@@ -3,6 +3,8 @@
 That an unattempted stub is reported is tested for every check at once in test_checks_contract.py.
 """
 
+import math
+
 import pytest
 import torch
 
@@ -356,6 +358,30 @@ def _rls_newton_schulz(k, v, ridge, initial_state=None):  # the end state by a h
     return S.expand(k.shape[0], -1, -1).clone()
 
 
+def _rls_information_form(k, v, ridge, initial_state=None):  # P by Sherman–Morrison, S_t = P_t (P_0⁻¹S_0 + K_tᵀV_t)
+    S0, P = _start(k, v, ridge, initial_state)
+    B0 = _newton_schulz_inverse(P) @ S0  # no solve: matrix products only
+    memories = []
+    for t in range(k.shape[0]):
+        Pk = P @ k[t]
+        P = P - torch.outer(Pk, Pk) / (1 + k[t] @ Pk)
+        memories.append(P @ (B0 + k[: t + 1].T @ v[: t + 1]))  # the prefix re-summed at every step
+    return torch.stack(memories)
+
+
+def _rls_gram_per_step(k, v, ridge, initial_state=None):  # P_t re-summed from the whole Gram matrix at every step
+    S0, P0 = _start(k, v, ridge, initial_state)
+    memories, P, B = [], P0, _newton_schulz_inverse(P0) @ S0
+    for t in range(k.shape[0]):
+        P = P0  # P_t = (P_0⁻¹ + K_tᵀ K_t)⁻¹ re-accumulated from every key so far, by a Sherman–Morrison pass
+        for row in k[: t + 1]:
+            Pk = P @ row
+            P = P - torch.outer(Pk, Pk) / (1 + row @ Pk)
+        B = B + torch.outer(k[t], v[t])
+        memories.append(P @ B)
+    return torch.stack(memories)
+
+
 def _rls_solved_by(solve):
     def answer(k, v, ridge, initial_state=None):
         eye = torch.eye(k.shape[1], dtype=k.dtype)
@@ -472,6 +498,10 @@ WRONG_ANSWERS = [
      _rls_solved_by(lambda A: torch.from_numpy(__import__("numpy").linalg.inv(A.numpy()))), "numpy.linalg.inv"),
     ("6.4 the package's rls_recurrent", checks.check_rls_memory, _rls_by_the_package,
      "calls the package's own implementation"),
+    ("6.4 the information form, K_tᵀV_t re-summed at every step", checks.check_rls_memory, _rls_information_form,
+     r"work of your function's torch operations .* grows like T\^1\.\d+: .* at T = 64, .* at T = 256"),
+    ("6.4 P_t rebuilt from every earlier key at every step", checks.check_rls_memory, _rls_gram_per_step,
+     r"grows like T\^1\.\d+.*re-sums the prefix"),
     ("6.4 the old signature, no initial_state", checks.check_rls_memory,
      lambda k, v, ridge: rls_memory(k, v, ridge), "hint: keep the stub's parameter names"),
 ]  # fmt: skip
@@ -504,3 +534,25 @@ RIGHT_VARIANTS = [
 @pytest.mark.parametrize("label,check,answer,expected", RIGHT_VARIANTS, ids=ids(RIGHT_VARIANTS))
 def test_a_right_answer_written_differently_passes(label, check, answer, expected, capsys):
     accepted(check, answer, expected, capsys)
+
+
+@pytest.mark.parametrize(
+    "answer,low,high",
+    [
+        (rls_memory, 0.9, 1.01),
+        (_rls_kalman_gain, 0.9, 1.01),
+        (_rls_by_rows, 0.9, 1.01),
+        (lambda k, v, ridge, initial_state=None: rls_memory(k.float(), v.float(), ridge), 0.9, 1.01),
+        (_rls_information_form, 1.55, 2.0),
+        (_rls_gram_per_step, 1.8, 2.0),
+    ],
+    ids=["outer products", "Kalman gain", "(1, D) rows", "float32", "information form", "Gram per step"],
+)
+def test_the_rls_cost_rule_counts_the_work_of_each_step(answer, low, high):
+    """Deterministic: a recursion's work grows 4 times from T = 64 to 256, a step that re-sums the prefix more."""
+    from ttr_edu.profiling import work_count
+
+    (rule,) = checks.check_rls_memory.__exercise__.rules.work
+    small, large = rule.sizes
+    work = [work_count(lambda n=n: answer(**rule.case(n))) for n in (small, large)]
+    assert low <= math.log(work[1] / work[0]) / math.log(large / small) <= high

@@ -19,7 +19,7 @@ import torch
 
 from ttr_edu._internal.contract import decay_matrix
 from ttr_edu.checks._core import _is_plain_tensor
-from ttr_edu.checks._rules import Rules, exercise
+from ttr_edu.checks._rules import Rules, WorkCount, exercise
 from ttr_edu.checks.delta_rule import DELTA_RULE
 from ttr_edu.ops import rls_chunk, rls_exact, rls_recurrent
 from ttr_edu.regression import ExactSolve, Linear, TestTimeRegression, Uniform, regression_weights
@@ -274,6 +274,12 @@ def _state_note(message: str, case: dict, result: Any) -> str:
     )
 
 
+def _rls_at_length(t: int) -> dict:
+    """``T`` pairs of width 4 and 3, for the cost rule: at ``T = 64`` and ``256`` a step that re-sums the whole prefix
+    (``K_tᵀ V_t`` or ``K_tᵀ K_t``, ``t D²`` each) outweighs the recursion's own ``D²`` per pair."""
+    return {**_regression_case(700 + t, t, 4, 3), "ridge": 0.5}
+
+
 @exercise(
     reference=reference_rls_memory,
     cases=_rls_cases,
@@ -281,6 +287,17 @@ def _state_note(message: str, case: dict, result: Any) -> str:
     rules=Rules(
         answers=EXACT_REGRESSION,
         no_solvers=True,
+        # a rank-one step costs the same at every t: the recursions of the tests measure 1.00, a step that re-sums the
+        # prefix 1.60 (with a Newton–Schulz inverse of P_0 once) to 1.9 (tests/checks/test_test_time_...parametric.py)
+        work=(
+            WorkCount(
+                _rls_at_length,
+                sizes=(64, 256),
+                high=1.4,
+                expect="Each pair's two rank-one updates cost the same whatever t: the work grows like T. A step that "
+                "re-sums the prefix (K_tᵀ V_t or K_tᵀ K_t) costs t D² at step t, T² D² in all.",
+            ),
+        ),
         why="keep P_t = (A_t + λI)⁻¹ up to date with the Sherman–Morrison update instead of solving or inverting",
     ),
     rtol=1e-6,
@@ -291,5 +308,8 @@ def check_rls_memory(rls_memory: Callable) -> bool:
     every pair, computed online by the Sherman–Morrison recursion, from ``S_0 = 0, P_0 = I/λ`` or from a given
     ``initial_state = (S_0, P_0)``, which is left unchanged. An inverse, solve, factorisation or eigensolver of
     torch, numpy or scipy, however spelled, is refused; comparing every ``S_t`` refuses an answer that computes only
-    the end state (by Sherman–Morrison on ``P`` and a closed form for ``S``, or a hand-written iterative inverse). What
-    no comparison of values can see is an answer that recomputes each ``S_t`` from scratch by such a closed form."""
+    the end state (by Sherman–Morrison on ``P`` and a closed form for ``S``, or a hand-written iterative inverse). The
+    work of its torch operations at ``T = 64`` and ``256`` must grow linearly
+    (:class:`~ttr_edu.checks._rules.WorkCount`): a step that re-sums the prefix, ``K_tᵀ V_t`` or ``K_tᵀ K_t``, grows
+    like ``T²``. What neither sees is a step that keeps the sums ``A_t, B_t`` and inverts ``A_t`` by hand at every t
+    (``D³`` per step, linear in ``T``)."""
