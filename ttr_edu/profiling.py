@@ -259,7 +259,10 @@ def _op_work(func, args: tuple, kwargs: dict, out) -> int:
         work += _elements(out)
     formula = flop_registry.get(func._overloadpacket)
     if formula is not None:
-        work += int(formula(*args, **kwargs, out_val=out)) // 2
+        try:
+            work += int(formula(*args, **kwargs, out_val=out)) // 2
+        except Exception:  # a formula that does not take these arguments: the elements above still count
+            pass
     return work
 
 

@@ -245,6 +245,14 @@ def _cumulative_states(q, k, v):  # every S_t at once: no loop, the parallel for
     return torch.einsum("t k, t k v -> t v", q, torch.cumsum(torch.einsum("t k, t v -> t k v", k, v), dim=0))
 
 
+def _recurrence_growing_the_output(q, k, v):  # the state kept, but the output copied again at every step
+    S, out = q.new_zeros(k.shape[1], v.shape[1]), q.new_zeros(0, v.shape[1])
+    for t in range(len(q)):
+        S = S + torch.outer(k[t], v[t])
+        out = torch.cat([out, (S.T @ q[t])[None]])
+    return out
+
+
 def _state_from_prefix(q, k, v):  # a loop over t that rebuilds S_t = K_{≤t}ᵀ V_{≤t} at every step (T² D² in all)
     return torch.stack([(k[: t + 1].T @ v[: t + 1]).T @ q[t] for t in range(len(q))])
 
@@ -371,6 +379,12 @@ WRONG_ANSWERS = [
         checks.check_fast_weight_recurrence,
         _prefix_reread,
         r"work of your function's torch operations .* grows like T\^1\.9\d.*re-reads every earlier key",
+    ),
+    (
+        "2.1 the output grown by torch.cat at every step",
+        checks.check_fast_weight_recurrence,
+        _recurrence_growing_the_output,
+        r"grows like T\^1\.\d+.*torch\.cat at every step copies all of it again",
     ),
     (
         "2.1 S rebuilt from the whole prefix at every step",

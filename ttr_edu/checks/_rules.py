@@ -481,7 +481,7 @@ def answer_outcome(
             with watch as watched, counting_ops(count_ops or count_work, work=count_work) as counter:
                 outcome.result = declared.call(answer, given)
             outcome.ops = None if counter is None else counter.count
-            outcome.work = counter.work if count_work and counter is not None else None
+            outcome.work = counter.work if isinstance(counter, _CountWork) else None
         except NotImplementedError as err:
             if _core._is_untouched_stub(err):
                 outcome.not_attempted = True
@@ -790,6 +790,8 @@ def run_in_kernel(
                     declared, answer, case, -1, guard=functools.partial(watching, bad), count_work=True
                 )
                 judge_case(declared, case, -1, outcome)
+                if outcome.work is None:  # judge_case raised for every other outcome: only a count comes here
+                    raise CheckFailed(f"{declared.name}: the check could not count your function's work")
                 work[size] = outcome.work
             judge_work(declared, rule, work)
         cost = declared.rules.linear_cost

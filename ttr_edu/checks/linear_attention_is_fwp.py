@@ -128,7 +128,9 @@ _WHY_FORMS = "the package's linear attention ops compute what the exercise asks 
                 _recurrence_at_length,
                 sizes=_COST_LENGTHS,
                 high=_COST_HIGH,
-                expect="A recurrence does the same work for every token, whatever t: its work grows like T.",
+                expect="A recurrence does the same work for every token, whatever t: its work grows like T. (Growing "
+                "the output with torch.cat at every step copies all of it again each time, which grows like T² too: "
+                "collect the rows in a list and stack them once.)",
             ),
         ),
         why="keep the state S and update it, S_t = S_{t-1} + k_t v_tᵀ, then read o_t = S_tᵀ q_t, token by token; a "
