@@ -103,3 +103,34 @@ def test_matmul_flops_counts_two_per_multiply_add():
 def test_matmul_flops_refuses_a_non_callable():
     with pytest.raises(TypeError, match="fn"):
         profiling.matmul_flops(3)
+
+
+def test_work_count_counts_elements_read_and_written_and_the_multiply_adds_of_products():
+    a, b = torch.randn(3, 4), torch.randn(4, 5)
+    assert profiling.work_count(lambda: a @ b) == 12 + 20 + 15 + 3 * 4 * 5  # reads, writes, multiply-adds
+    assert profiling.work_count(lambda: a.relu()) == 12 + 12
+    assert profiling.work_count(lambda: a.sum(0)) == 12 + 4  # a reduction reads everything
+    assert profiling.work_count(lambda: (a.T, a[1:], a.view(12))) == 0  # views touch nothing
+    assert profiling.work_count(lambda: None) == 0
+
+
+def test_work_count_counts_an_in_place_write_once_and_an_indexed_one_by_what_it_touches():
+    big, row = torch.zeros(1000, 4), torch.ones(4)
+    assert profiling.work_count(lambda: big[3].copy_(row)) == 4 + 4  # the slice written, the row read
+    rows = torch.tensor([1, 2])
+    assert profiling.work_count(lambda: big.index_select(0, rows)) == 2 + 8  # indices read, rows written: not 4000
+    index = torch.tensor([5])
+    assert profiling.work_count(lambda: big.index_put_((index,), row)) == 1 + 4  # not big's 4000
+
+
+def test_work_count_grows_like_the_cost_whatever_the_spelling():
+    def prefix_sums(x):  # linear: one running sum
+        return torch.cumsum(x, 0)
+
+    def prefix_sums_again(x):  # quadratic: every prefix summed from scratch
+        return torch.stack([x[: t + 1].sum(0) for t in range(len(x))])
+
+    x, y = torch.randn(64, 8), torch.randn(256, 8)
+    assert profiling.work_count(lambda: prefix_sums(y)) == 4 * profiling.work_count(lambda: prefix_sums(x))
+    ratio = profiling.work_count(lambda: prefix_sums_again(y)) / profiling.work_count(lambda: prefix_sums_again(x))
+    assert ratio > 12

@@ -40,6 +40,7 @@ __all__ = [
     "bytes_created",
     "matmul_flops",
     "operation_count",
+    "work_count",
     "best_seconds",
 ]
 
@@ -218,6 +219,86 @@ def operation_count(fn: Callable[[], object]) -> int:
     with _CountOperations() as counter:
         fn()
     return counter.count
+
+
+def _elements(value) -> int:
+    """The number of elements of the tensors in ``value`` (a tensor, a list of them, or anything else: 0)."""
+    return sum(x.numel() for x in tree_leaves(value) if isinstance(x, torch.Tensor))
+
+
+def _op_work(func, args: tuple, kwargs: dict, out) -> int:
+    """The work of one ATen operation, as :func:`work_count` counts it (read from the operation's schema, so every
+    operation is counted, none by name):
+
+    * a view (its result aliases an input and writes nothing: ``slice``, ``transpose``, ``select``, ``expand``) reads
+      and writes no element: 0;
+    * otherwise the elements of its tensor inputs (read) plus those of its outputs (written), an output that is an
+      input written in place (``add_``, ``copy_`` into a slice, ``out=``) counted once, as read; an operation with an
+      ``index``/``indices`` argument (``index``, ``gather``, ``index_put_``, ``scatter_``) reads and writes only the
+      indexed part of ``self``, so ``self`` is left out and its indices, values and result count;
+    * plus the multiply-adds of a matrix product or convolution (``mm``, ``bmm``, ``addmm``, ``baddbmm``; ``@``,
+      ``matmul`` and ``einsum`` reach these), from torch's ``FlopCounterMode`` formulas (two FLOPs each): a product
+      reads ``m k + k n`` and writes ``m n`` elements but does ``m k n`` multiply-adds.
+    """
+    from torch.utils.flop_counter import flop_registry
+
+    schema = func._schema
+    aliases = [r.alias_info for r in schema.returns]
+    if any(a is not None and not a.is_write for a in aliases):
+        return 0
+    names = [a.name for a in schema.arguments]
+    indexed = "index" in names or "indices" in names
+    work = 0
+    for i, value in enumerate(args):
+        if not (indexed and i < len(names) and names[i] == "self"):
+            work += _elements(value)
+    for name, value in kwargs.items():
+        if not (indexed and name == "self"):
+            work += _elements(value)
+    if not any(a is not None for a in aliases):
+        work += _elements(out)
+    formula = flop_registry.get(func._overloadpacket)
+    if formula is not None:
+        try:
+            work += int(formula(*args, **kwargs, out_val=out)) // 2
+        except Exception:  # a formula that does not take these arguments: the elements above still count
+            pass
+    return work
+
+
+class _CountWork(_CountOperations):
+    """Context manager: ``count`` as :class:`_CountOperations`, and ``work``, the elements the PyTorch operations run
+    inside the block read and write plus the multiply-adds of their matrix products (:func:`work_count`)."""
+
+    def __enter__(self):
+        self.work = 0
+        return super().__enter__()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        self.count += 1
+        out = func(*args, **kwargs)
+        self.work += _op_work(func, args, kwargs, out)
+        return out
+
+
+def work_count(fn: Callable[[], object]) -> int:
+    """The work of the PyTorch operations ``fn()`` runs: for each operation the elements it reads and writes (a view
+    none), plus the multiply-adds of matrix products (``@``, ``einsum``, ``bmm``: ``m k n`` for ``(m, k) @ (k, n)``).
+
+    Deterministic, unlike a timing: it depends only on the shapes and the code path, not on the machine or its load.
+    Every operation counts (elementwise, reductions, ``cumsum``, copies, products), read from its schema rather than
+    from a list of names, so the count grows like the cost: linearly in ``T`` for a recurrence that keeps a state,
+    like ``T²`` for a ``T × T`` matrix or a loop that re-reads the whole prefix at each step. Work done outside
+    PyTorch (numpy, Python numbers) is not seen.
+
+    Raises:
+        TypeError: ``fn`` is not callable.
+    """
+    _check_callable(fn)
+    with _CountWork() as counter:
+        fn()
+    return counter.work
 
 
 #: The most calls :func:`best_seconds` makes.

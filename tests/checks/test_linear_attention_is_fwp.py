@@ -245,12 +245,48 @@ def _cumulative_states(q, k, v):  # every S_t at once: no loop, the parallel for
     return torch.einsum("t k, t k v -> t v", q, torch.cumsum(torch.einsum("t k, t v -> t k v", k, v), dim=0))
 
 
-def _chunk(q, k, v, chunk_size, *, resum_prefix=False, prefix_rows=False, state_first=False, token_loop=False):
+def _recurrence_growing_the_output(q, k, v):  # the state kept, but the output copied again at every step
+    S, out = q.new_zeros(k.shape[1], v.shape[1]), q.new_zeros(0, v.shape[1])
+    for t in range(len(q)):
+        S = S + torch.outer(k[t], v[t])
+        out = torch.cat([out, (S.T @ q[t])[None]])
+    return out
+
+
+def _state_from_prefix(q, k, v):  # a loop over t that rebuilds S_t = K_{≤t}ᵀ V_{≤t} at every step (T² D² in all)
+    return torch.stack([(k[: t + 1].T @ v[: t + 1]).T @ q[t] for t in range(len(q))])
+
+
+def _chunk_prefix_in_numpy(q, k, v, chunk_size):  # the prefix re-summed in numpy, where no count of torch sees it
+    out = []
+    for s in range(0, len(q), chunk_size):
+        qc, kc, vc = q[s : s + chunk_size], k[s : s + chunk_size], v[s : s + chunk_size]
+        S = torch.from_numpy(k[:s].numpy().T @ v[:s].numpy())
+        out.append(qc @ S + torch.tril(qc @ kc.T) @ vc)
+    return torch.cat(out)
+
+
+def _chunk(
+    q,
+    k,
+    v,
+    chunk_size,
+    *,
+    resum_prefix=False,
+    prefix_rows=False,
+    state_first=False,
+    token_loop=False,
+    readd_states=False,
+):
     S, out = q.new_zeros(k.shape[1], v.shape[1]), []
     for s in range(0, len(q), chunk_size):
         qc, kc, vc = q[s : s + chunk_size], k[s : s + chunk_size], v[s : s + chunk_size]
         if resum_prefix:  # the state rebuilt from every earlier token, in every chunk
             S = k[:s].T @ v[:s]
+        if readd_states:  # the state rebuilt chunk by chunk, in every chunk: a loop over the earlier chunks
+            S = q.new_zeros(k.shape[1], v.shape[1])
+            for j in range(0, s, chunk_size):
+                S = S + k[j : j + chunk_size].T @ v[j : j + chunk_size]
         if prefix_rows:  # every earlier token attended to directly, a (C, s) block per chunk
             out.append((qc @ k[:s].T) @ v[:s] + torch.tril(qc @ kc.T) @ vc)
             continue
@@ -342,7 +378,19 @@ WRONG_ANSWERS = [
         "2.1 a loop over t with no state, re-reading the prefix",
         checks.check_fast_weight_recurrence,
         _prefix_reread,
-        r"cost grows like T\^.*a loop that revisits every earlier token",
+        r"work of your function's torch operations .* grows like T\^1\.9\d.*re-reads every earlier key",
+    ),
+    (
+        "2.1 the output grown by torch.cat at every step",
+        checks.check_fast_weight_recurrence,
+        _recurrence_growing_the_output,
+        r"grows like T\^1\.\d+.*torch\.cat at every step copies all of it again",
+    ),
+    (
+        "2.1 S rebuilt from the whole prefix at every step",
+        checks.check_fast_weight_recurrence,
+        _state_from_prefix,
+        r"grows like T\^1\.9\d: .* at T = 64, .* at T = 256",
     ),
     ("2.2 strict mask tril(−1)", checks.check_causal_linear_attention, strict_mask, "wrong values"),
     ("2.2 triu", checks.check_causal_linear_attention, lambda q, k, v: torch.triu(q @ k.T) @ v, "wrong values"),
@@ -365,13 +413,25 @@ WRONG_ANSWERS = [
         "2.3 re-sums the prefix in every chunk",
         checks.check_chunk_linear_attention,
         lambda q, k, v, chunk_size: _chunk(q, k, v, chunk_size, resum_prefix=True),
-        r"cost grows like T\^",
+        r"grows like T\^1\.[89]\d: .* at T = 128, .* at T = 512 .*re-summing every earlier token",
     ),
     (
         "2.3 attends to every earlier token",
         checks.check_chunk_linear_attention,
         lambda q, k, v, chunk_size: _chunk(q, k, v, chunk_size, prefix_rows=True),
-        r"cost grows like T\^",
+        r"grows like T\^1\.[89]\d",
+    ),
+    (
+        "2.3 every earlier chunk's state re-added in every chunk",
+        checks.check_chunk_linear_attention,
+        lambda q, k, v, chunk_size: _chunk(q, k, v, chunk_size, readd_states=True),
+        r"grows like T\^1\.[89]\d",
+    ),
+    (
+        "2.3 the prefix re-summed in numpy",
+        checks.check_chunk_linear_attention,
+        _chunk_prefix_in_numpy,
+        r"moved a tensor's values out of torch \(Tensor\.numpy\)",
     ),
     (
         "2.3 a per-token loop of 1 × d products",
@@ -549,3 +609,69 @@ RIGHT_VARIANTS = [
 @pytest.mark.parametrize("label,check,answer,expected", RIGHT_VARIANTS, ids=ids(RIGHT_VARIANTS))
 def test_a_right_answer_written_differently_passes(label, check, answer, expected, capsys):
     accepted(check, answer, expected, capsys)
+
+
+# -- the cost rules count work, not time: the exponents they measure ---------------------------------------------------
+
+
+def _exponent(rule, answer):
+    """The growth exponent of the work ``answer`` does at the rule's two sizes, on the rule's own cases."""
+    from ttr_edu.profiling import work_count
+
+    (small, large) = rule.sizes
+    work = [work_count(lambda n=n: answer(**rule.case(n))) for n in (small, large)]
+    return math.log(work[1] / work[0]) / math.log(large / small)
+
+
+def _float32(answer):
+    return lambda **case: answer(**{k: v.float() if torch.is_tensor(v) else v for k, v in case.items()})
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [recurrence, _recurrence_in_place, _recurrence_by_matrix_products, _float32(recurrence)],
+    ids=["outer", "in place", "(1, D) products", "float32"],
+)
+def test_the_recurrence_rule_measures_a_linear_cost_as_linear(answer):
+    (rule,) = checks.check_fast_weight_recurrence.__exercise__.rules.work
+    assert _exponent(rule, answer) <= 1.01 < rule.high
+
+
+@pytest.mark.parametrize("answer", [_prefix_reread, _state_from_prefix], ids=["prefix re-read", "S from the prefix"])
+def test_the_recurrence_rule_measures_a_prefix_loop_as_quadratic(answer):
+    (rule,) = checks.check_fast_weight_recurrence.__exercise__.rules.work
+    assert _exponent(rule, answer) >= 1.85 > rule.high
+
+
+@pytest.mark.parametrize("chunk_size", [1, 4, 8, 16, 32])
+@pytest.mark.parametrize(
+    "answer",
+    [
+        lambda q, k, v, chunk_size: _chunk(q, k, v, chunk_size),
+        _chunk_by_einsum,
+        _chunk_by_split,
+        _chunk_all_at_once,
+        _float32(_chunk_all_at_once),
+    ],
+    ids=["loop", "einsum", "split", "all at once", "all at once in float32"],
+)
+def test_the_chunk_rule_measures_a_chunk_form_as_linear_at_any_chunk_size(answer, chunk_size):
+    (rule,) = checks.check_chunk_linear_attention.__exercise__.rules.work
+    exponent = _exponent(rule, lambda **case: answer(**{**case, "chunk_size": chunk_size}))
+    assert exponent <= 1.01 < rule.high
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        lambda q, k, v, chunk_size: _chunk(q, k, v, chunk_size, resum_prefix=True),
+        lambda q, k, v, chunk_size: _chunk(q, k, v, chunk_size, prefix_rows=True),
+        lambda q, k, v, chunk_size: _chunk(q, k, v, chunk_size, readd_states=True),
+        _sliced_t_by_t,
+        _chunk_secretly_quadratic,
+    ],
+    ids=["prefix re-summed", "prefix rows", "states re-added", "T × T sliced", "T × T"],
+)
+def test_the_chunk_rule_measures_quadratic_forms_as_quadratic(answer):
+    (rule,) = checks.check_chunk_linear_attention.__exercise__.rules.work
+    assert _exponent(rule, answer) >= 1.75 > rule.high

@@ -68,10 +68,12 @@ def run(module, check, test_module, answer_name):
         calls += [(rules.op_count.case(n), {"count_ops": True}) for n in rules.op_count.sizes]
     if rules.linear_cost is not None:
         calls += [(rules.linear_cost.case(length), {}) for length in rules.linear_cost.lengths]
+    for rule in rules.work:
+        calls += [(rule.case(n), {"count_work": True}) for n in rule.sizes]
     for index, (case, options) in enumerate(calls):
         outcome = _rules.answer_outcome(declared, answer, case, index, **options)
         wrong = outcome.broke_rule or outcome.raised or outcome.called or outcome.not_attempted
-        if wrong or (options and outcome.ops is None):
+        if wrong or (options and outcome.ops is None) or (options.get("count_work") and outcome.work is None):
             print("FAILED", check, index, wrong, flush=True)
             os._exit(1)
     print("OK", check, len(calls), flush=True)

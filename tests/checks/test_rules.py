@@ -14,7 +14,7 @@ import torch
 from ttr_edu import hebbian
 from ttr_edu.checks import CheckFailed
 from ttr_edu.checks import hebbian_memory as ch01
-from ttr_edu.checks._rules import LinearCost, OpCount, Rules, exercise
+from ttr_edu.checks._rules import LinearCost, OpCount, Rules, WorkCount, exercise
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -193,6 +193,54 @@ def test_linear_cost_passes_a_recurrence_and_refuses_a_t_by_t_matrix(capsys):
     assert check_prefix_sum(_linear) is True
     with pytest.raises(CheckFailed, match=r"cost grows like T\^"):
         check_prefix_sum(_quadratic)
+
+
+def _prefix_at_length(t: int) -> dict:
+    return {"x": torch.randn(t, 8, generator=torch.Generator().manual_seed(t), dtype=torch.float64)}
+
+
+@exercise(
+    reference=_prefix_reference,
+    cases=_prefix_cases,
+    rules=Rules(work=(WorkCount(_prefix_at_length, sizes=(64, 256), high=1.4, expect="Running sums cost T."),)),
+)
+def check_counted_prefix_sum(prefix_sum):
+    """Check ``prefix_sum(x)``: running sums along T, whose work grows linearly in T."""
+
+
+def _quadratic_in_numpy(x):  # the T × T product done in numpy, where no count of torch operations sees it
+    import numpy as np
+
+    return torch.from_numpy(np.tril(np.ones((len(x), len(x)))) @ np.asarray(x))
+
+
+def _prefix_by_loop_over_prefixes(x):  # every prefix summed again: T² / 2 rows read
+    return torch.stack([x[: t + 1].sum(0) for t in range(len(x))])
+
+
+def test_the_work_rule_passes_linear_answers_and_refuses_quadratic_ones(capsys):
+    assert check_counted_prefix_sum(_linear) is True
+    assert check_counted_prefix_sum(lambda x: x.cumsum(0)) is True
+    for quadratic in (_quadratic, _prefix_by_loop_over_prefixes):
+        with pytest.raises(CheckFailed, match=r"grows like T\^1\.[89]\d: \d+ at T = 64, \d+ at T = 256.*Running sums"):
+            check_counted_prefix_sum(quadratic)
+
+
+def test_the_work_rule_refuses_values_moved_out_of_torch():
+    with pytest.raises(CheckFailed, match=r"moved a tensor's values out of torch \(Tensor\.__array__\)"):
+        check_counted_prefix_sum(_quadratic_in_numpy)
+
+
+def test_the_work_rule_refuses_an_answer_that_takes_the_counter_away():
+    from torch.utils._python_dispatch import _get_current_dispatch_mode_stack, _pop_mode
+
+    def unwatched(x):
+        if _get_current_dispatch_mode_stack():  # the counter, while the work is counted
+            _pop_mode()
+        return _quadratic(x)
+
+    with pytest.raises(CheckFailed, match="switched off the check's count of torch operations"):
+        check_counted_prefix_sum(unwatched)
 
 
 def test_inputs_unchanged_refuses_an_in_place_answer():

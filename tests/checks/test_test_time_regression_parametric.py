@@ -3,6 +3,8 @@
 That an unattempted stub is reported is tested for every check at once in test_checks_contract.py.
 """
 
+import math
+
 import pytest
 import torch
 
@@ -356,6 +358,65 @@ def _rls_newton_schulz(k, v, ridge, initial_state=None):  # the end state by a h
     return S.expand(k.shape[0], -1, -1).clone()
 
 
+def _rls_information_form(k, v, ridge, initial_state=None):  # P by Sherman–Morrison, S_t = P_t (P_0⁻¹S_0 + K_tᵀV_t)
+    S0, P = _start(k, v, ridge, initial_state)
+    B0 = _newton_schulz_inverse(P) @ S0  # no solve: matrix products only
+    memories = []
+    for t in range(k.shape[0]):
+        Pk = P @ k[t]
+        P = P - torch.outer(Pk, Pk) / (1 + k[t] @ Pk)
+        memories.append(P @ (B0 + k[: t + 1].T @ v[: t + 1]))  # the prefix re-summed at every step
+    return torch.stack(memories)
+
+
+def _rls_gram_per_step(k, v, ridge, initial_state=None):  # P_t re-summed from the whole Gram matrix at every step
+    S0, P0 = _start(k, v, ridge, initial_state)
+    memories, P, B = [], P0, _newton_schulz_inverse(P0) @ S0
+    for t in range(k.shape[0]):
+        P = P0  # P_t = (P_0⁻¹ + K_tᵀ K_t)⁻¹ re-accumulated from every key so far, by a Sherman–Morrison pass
+        for row in k[: t + 1]:
+            Pk = P @ row
+            P = P - torch.outer(Pk, Pk) / (1 + row @ Pk)
+        B = B + torch.outer(k[t], v[t])
+        memories.append(P @ B)
+    return torch.stack(memories)
+
+
+def _gauss_jordan_inverse(A):  # an inverse by row operations only
+    n = A.shape[0]
+    M = torch.cat([A, torch.eye(n, dtype=A.dtype)], 1)
+    for i in range(n):
+        M = M.clone()
+        M[i] = M[i] / M[i, i]
+        M = M - torch.outer(M[:, i] - (torch.arange(n) == i).to(A.dtype), M[i])
+    return M[:, n:]
+
+
+def _rls_running_sums_inverted_by(inverse):  # A_t, B_t kept by rank-one sums, S_t = A_t⁻¹ B_t inverted by hand
+    def answer(k, v, ridge, initial_state=None):
+        S0, P0 = _start(k, v, ridge, initial_state)
+        A = inverse(P0)
+        B, memories = A @ S0, []
+        for t in range(k.shape[0]):
+            A, B = A + torch.outer(k[t], k[t]), B + torch.outer(k[t], v[t])
+            memories.append(inverse(A) @ B)
+        return torch.stack(memories)
+
+    return answer
+
+
+def _rls_joseph(k, v, ridge, initial_state=None):  # P_t = (I − g kᵀ) P: right, but a D_k × D_k product per pair
+    S, P = _start(k, v, ridge, initial_state)
+    eye, memories = torch.eye(k.shape[1], dtype=k.dtype), []
+    for t in range(k.shape[0]):
+        Pk = P @ k[t]
+        gain = Pk / (1 + k[t] @ Pk)
+        S = S + torch.outer(gain, v[t] - S.T @ k[t])
+        P = (eye - torch.outer(gain, k[t])) @ P
+        memories.append(S)
+    return torch.stack(memories)
+
+
 def _rls_solved_by(solve):
     def answer(k, v, ridge, initial_state=None):
         eye = torch.eye(k.shape[1], dtype=k.dtype)
@@ -472,6 +533,16 @@ WRONG_ANSWERS = [
      _rls_solved_by(lambda A: torch.from_numpy(__import__("numpy").linalg.inv(A.numpy()))), "numpy.linalg.inv"),
     ("6.4 the package's rls_recurrent", checks.check_rls_memory, _rls_by_the_package,
      "calls the package's own implementation"),
+    ("6.4 the information form, K_tᵀV_t re-summed at every step", checks.check_rls_memory, _rls_information_form,
+     r"work of your function's torch operations .* grows like T\^1\.\d+: .* at T = 64, .* at T = 256"),
+    ("6.4 P_t rebuilt from every earlier key at every step", checks.check_rls_memory, _rls_gram_per_step,
+     r"grows like T\^1\.\d+.*re-sums the prefix"),
+    ("6.4 running sums, a Newton–Schulz inverse per pair", checks.check_rls_memory,
+     _rls_running_sums_inverted_by(_newton_schulz_inverse), r"grows like D_k\^2\.\d+: .* at D_k = 8, .* at D_k = 32"),
+    ("6.4 running sums, a Gauss–Jordan inverse per pair", checks.check_rls_memory,
+     _rls_running_sums_inverted_by(_gauss_jordan_inverse), r"grows like D_k\^2\.\d+.*Gauss–Jordan"),
+    ("6.4 P_t = (I − g kᵀ) P, a matrix product per pair", checks.check_rls_memory, _rls_joseph,
+     r"grows like D_k\^2\.\d+.*write P − g \(kᵀ P\) instead"),
     ("6.4 the old signature, no initial_state", checks.check_rls_memory,
      lambda k, v, ridge: rls_memory(k, v, ridge), "hint: keep the stub's parameter names"),
 ]  # fmt: skip
@@ -504,3 +575,44 @@ RIGHT_VARIANTS = [
 @pytest.mark.parametrize("label,check,answer,expected", RIGHT_VARIANTS, ids=ids(RIGHT_VARIANTS))
 def test_a_right_answer_written_differently_passes(label, check, answer, expected, capsys):
     accepted(check, answer, expected, capsys)
+
+
+def _work_exponent(rule, answer):
+    from ttr_edu.profiling import work_count
+
+    small, large = rule.sizes
+    work = [work_count(lambda n=n: answer(**rule.case(n))) for n in (small, large)]
+    return math.log(work[1] / work[0]) / math.log(large / small)
+
+
+_RIGHT_RLS = [
+    rls_memory,
+    _rls_kalman_gain,
+    _rls_by_rows,
+    lambda k, v, ridge, initial_state=None: rls_memory(k.float(), v.float(), ridge),
+]
+_RIGHT_RLS_IDS = ["outer products", "Kalman gain", "(1, D) rows", "float32"]
+
+
+@pytest.mark.parametrize("answer", _RIGHT_RLS, ids=_RIGHT_RLS_IDS)
+def test_the_rls_cost_rules_measure_a_recursion_as_linear_in_t_and_quadratic_in_d_k(answer):
+    """Deterministic: a recursion's work grows 4 times from T = 64 to 256, and less than 16 times from D_k = 8 to 32."""
+    in_t, in_d_k = checks.check_rls_memory.__exercise__.rules.work
+    assert 0.9 <= _work_exponent(in_t, answer) <= 1.01 < in_t.high
+    assert 1.5 <= _work_exponent(in_d_k, answer) <= 1.85 < in_d_k.high
+
+
+@pytest.mark.parametrize(
+    "answer,rule,low",
+    [
+        (_rls_information_form, 0, 1.55),
+        (_rls_gram_per_step, 0, 1.8),
+        (_rls_running_sums_inverted_by(_newton_schulz_inverse), 1, 2.6),
+        (_rls_running_sums_inverted_by(_gauss_jordan_inverse), 1, 2.6),
+        (_rls_joseph, 1, 2.4),
+    ],
+    ids=["information form", "Gram per step", "Newton–Schulz per pair", "Gauss–Jordan per pair", "(I − g kᵀ) P"],
+)
+def test_the_rls_cost_rules_measure_what_a_step_that_is_no_rank_one_update_costs(answer, rule, low):
+    rule = checks.check_rls_memory.__exercise__.rules.work[rule]
+    assert rule.high < low <= _work_exponent(rule, answer) <= 3.0

@@ -167,33 +167,33 @@ def test_hidden_tests_of_the_source_count():
     assert engine.grade(submission(RELEASE, "solved"), source, timeout=30).score == 9
 
 
-def _serve(tmp_path, answer_cell: str):
-    """One graded cell of the small linear-cost exercise of tests/checks/test_rules.py through the fork server (no
-    sandbox): what the grader's process hears, and its verdict."""
-    from tests.checks.test_rules import check_prefix_sum
+def _serve(tmp_path, answer_cell: str, check_name: str = "check_prefix_sum"):
+    """One graded cell of a small exercise of tests/checks/test_rules.py (the linear-cost one by default) through the
+    fork server (no sandbox): what the grader's process hears, and its verdict."""
+    from tests.checks import test_rules
     from ttr_edu.checks.grading import _child
     from ttr_edu.checks.grading.notebook import Check
 
-    declared = check_prefix_sum.__exercise__
+    declared = getattr(test_rules, check_name).__exercise__
     frames = tmp_path / "frames"
     out = os.open(frames, os.O_WRONLY | os.O_CREAT)
     scratch = tmp_path / "scratch"
     scratch.mkdir()
     job = {"cells": [["answer", answer_cell]], "timeout": 60, "memory_bytes": 1 << 30, "hidden": ""}
-    job["_cases"] = {"check_prefix_sum": list(declared.cases())}
-    unit = {"grade_id": "test", "checks": [{"check": "check_prefix_sum", "expression": "prefix_sum"}], "upto": 1}
+    job["_cases"] = {check_name: list(declared.cases())}
+    unit = {"grade_id": "test", "checks": [{"check": check_name, "expression": "prefix_sum"}], "upto": 1}
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # as the fork server runs: one intra-op thread, so the fork can use torch safely
     try:
-        _child._serve_unit(out, job, 0, {**unit, "hidden": ""}, {}, {"check_prefix_sum": declared}, scratch)
+        _child._serve_unit(out, job, 0, {**unit, "hidden": ""}, {}, {check_name: declared}, scratch)
     finally:
         torch.set_num_threads(threads)
         os.close(out)
     reader, heard = _child.FrameReader(), engine._Heard()
     reader.feed(frames.read_bytes())
     for header, payload in reader.frames():
-        engine._note(heard, header, payload, {"check_prefix_sum"})
-    check = Check("test_rules", "check_prefix_sum", "prefix_sum")
+        engine._note(heard, header, payload, {check_name})
+    check = Check("test_rules", check_name, "prefix_sum")
     return heard, engine._judge_check(check, declared, heard, 60)
 
 
@@ -217,6 +217,28 @@ def test_the_cost_of_an_answer_is_measured_by_the_grader(tmp_path, answer, verdi
         assert status == "PASS", detail
     else:
         assert status == "FAIL" and verdict in detail, detail
+
+
+@pytest.mark.parametrize(
+    "answer,verdict",
+    [
+        ("import torch\n\ndef prefix_sum(x):\n    return torch.cumsum(x, dim=0)", "PASS"),
+        ("import torch\n\ndef prefix_sum(x):\n    return torch.ones(len(x), len(x), dtype=x.dtype).tril() @ x", "T^1."),
+        (
+            "import torch\n\ndef prefix_sum(x):\n    return torch.stack([x[: t + 1].sum(0) for t in range(len(x))])",
+            "T^1.",
+        ),
+    ],
+    ids=["linear", "T × T", "every prefix summed"],
+)
+def test_the_work_of_an_answer_is_counted_in_its_process_and_judged_by_the_grader(tmp_path, answer, verdict):
+    heard, (status, detail) = _serve(tmp_path, answer, "check_counted_prefix_sum")
+    assert {size for _, _, size in heard.work} == {64, 256}, (heard.status, detail)
+    assert all(isinstance(outcome.work, int) for outcome in heard.work.values())
+    if verdict == "PASS":
+        assert status == "PASS", detail
+    else:
+        assert status == "FAIL" and f"grows like {verdict}" in detail, detail
 
 
 @pytest.mark.parametrize("sandboxed", [True, False], ids=["bubblewrap", "process group only"])

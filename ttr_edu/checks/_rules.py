@@ -36,12 +36,13 @@ from torch.utils._python_dispatch import _get_current_dispatch_mode_stack, _pop_
 from ttr_edu.checks import _core
 from ttr_edu.checks._core import CheckFailed, describe
 from ttr_edu.checks._guard import SOLVERS, Forbidden, ForbiddenCall, forbidden, watching
-from ttr_edu.profiling import _CountOperations
+from ttr_edu.profiling import _CountOperations, _CountWork
 
 __all__ = [
     "Rules",
     "LinearCost",
     "OpCount",
+    "WorkCount",
     "Exercise",
     "exercise",
     "Outcome",
@@ -51,6 +52,7 @@ __all__ = [
     "judge_cost",
     "judge_source",
     "judge_ops",
+    "judge_work",
     "counting_ops",
     "run_in_kernel",
     "to_plain",
@@ -103,6 +105,29 @@ class OpCount:
 
 
 @dataclass(frozen=True)
+class WorkCount:
+    """A rule about cost ("linear cost in ``T``", "``O(D²)`` per step"): how the work of the torch operations the
+    answer runs grows between the two ``sizes`` of ``case(n)``.
+
+    The work is counted below autograd, at torch's dispatcher, as :func:`ttr_edu.profiling.work_count` counts it:
+    the elements each operation reads and writes (views none) plus the multiply-adds of matrix products, every
+    operation, read from its schema. It depends only on the shapes and the code path, so the rule holds on a loaded
+    machine as on an idle one. The growth exponent ``log(work₂ / work₁) / log(n₂ / n₁)`` may be at most ``high``: for
+    sizes ``T`` and ``4T``, a cost linear in ``T`` measures at most 1 (less where a part does not grow with ``T``), a
+    ``T × T`` matrix or a loop that re-reads the whole prefix close to 2. The answer's output at each size is
+    compared with the reference too. While the work is counted, moving a tensor's values out of torch (``.numpy()``,
+    ``.tolist()``, ``numpy.asarray``), where no count sees them, is refused. ``size_name`` names ``n`` in the message,
+    and ``expect`` says what the exercise asks for instead.
+    """
+
+    case: Callable[[int], dict]
+    sizes: tuple[int, int]
+    high: float
+    size_name: str = "T"
+    expect: str = ""
+
+
+@dataclass(frozen=True)
 class Rules:
     """What an exercise rules out or requires, beyond agreeing with its reference.
 
@@ -130,6 +155,8 @@ class Rules:
             2³¹ elements): ``source(answer)`` reads the answer's source and returns what breaks the rule, or None. It
             runs where the answer runs and is reported once every case agrees (:func:`judge_source`).
         op_count: how its number of torch operations may grow with a size (:class:`OpCount`): no Python loop, or one.
+        work: how the work of its torch operations may grow with a size (:class:`WorkCount`, one per size that
+            matters): a cost linear in ``T``, a step whose cost does not grow faster than ``D_k²``.
         returns: the Python type the exercise asks the result to be (``float``: "return it as a Python float"); a
             result of another type (a 0-d tensor) fails, naming both.
         why: what to do instead, in the exercise's words; ends the message of a broken rule.
@@ -144,6 +171,7 @@ class Rules:
     watch: Callable[[dict], AbstractContextManager] | None = None
     source: Callable[[Callable], str | None] | None = None
     op_count: OpCount | None = None
+    work: tuple[WorkCount, ...] = ()
     returns: type | None = None
     why: str = ""
 
@@ -267,7 +295,8 @@ class Outcome:
     (the answer was stopped); ``called``: what the call trace saw it reach that it may not (reported once the values
     are judged: a wrong answer is shown as wrong first); ``inputs_after`` (the case's tensors after the call) and
     ``grads`` (input name -> vector-Jacobian product) when the rules ask for them; ``ops``: the number of torch
-    operations the call ran, when counted (:class:`OpCount`); ``source``: what the rules' reading of the answer's
+    operations the call ran, when counted (:class:`OpCount`); ``work``: their work, when counted (:class:`WorkCount`);
+    ``source``: what the rules' reading of the answer's
     source found (:func:`judge_source`)."""
 
     result: Any = None
@@ -279,6 +308,7 @@ class Outcome:
     grads: dict | None = None
     source: str | None = None
     ops: int | None = None
+    work: int | None = None
 
     def as_dict(self) -> dict:
         return dict(vars(self))
@@ -351,18 +381,38 @@ def _vjp(result: Any, given: dict, names: tuple[str, ...], index: int) -> dict:
     return {name: None if g is None else g.detach() for name, g in zip(names, grads)}
 
 
+#: the ways a tensor's values leave torch, where no count of its operations sees what is done with them
+_ESCAPES = ("numpy", "tolist", "__array__", "__dlpack__")
+
+
+class _NoEscape(torch.overrides.TorchFunctionMode):
+    """Refuses (:class:`ForbiddenCall`) moving a tensor's values out of torch while its work is counted."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        name = getattr(func, "__name__", "")
+        if name in _ESCAPES:
+            raise ForbiddenCall(
+                f"your function moved a tensor's values out of torch (Tensor.{name}) while the check counts the work "
+                "of its torch operations, which cannot see what is done outside torch; write it with torch operations"
+            )
+        return func(*args, **(kwargs or {}))
+
+
 @contextmanager
-def counting_ops(enabled: bool = True) -> Iterator[_CountOperations | None]:
+def counting_ops(enabled: bool = True, work: bool = False) -> Iterator[_CountOperations | None]:
     """Count the torch operations run inside the block (``.count`` of the value, as
-    :func:`ttr_edu.profiling.operation_count` counts them; None when not ``enabled``). An answer that takes the counter
-    off torch's mode stack is refused (:class:`ForbiddenCall`)."""
+    :func:`ttr_edu.profiling.operation_count` counts them; None when not ``enabled``), and with ``work`` their work
+    (``.work``, as :func:`ttr_edu.profiling.work_count` counts it; moving values out of torch is then refused). An
+    answer that takes the counter off torch's mode stack is refused (:class:`ForbiddenCall`)."""
     if not enabled:
         yield None
         return
-    counter = _CountOperations()
+    counter = _CountWork() if work else _CountOperations()
     counter.__enter__()
+    escape = _NoEscape() if work else nullcontext()
     try:
-        yield counter
+        with escape:
+            yield counter
     finally:
         stack = _get_current_dispatch_mode_stack()
         intact = bool(stack) and stack[-1] is counter
@@ -409,9 +459,11 @@ def answer_outcome(
     guard=nullcontext,
     count_ops: bool = False,
     given: dict | None = None,
+    count_work: bool = False,
 ) -> Outcome:
     """Call ``answer`` on ``case`` under ``guard`` (a context whose value has a ``hit`` attribute, or none) and say
-    what it gave; with ``count_ops``, also how many torch operations it ran (:class:`OpCount`). Runs where the answer
+    what it gave; with ``count_ops``, also how many torch operations it ran (:class:`OpCount`), with ``count_work``
+    also their work (:class:`WorkCount`). Runs where the answer
     runs: the student's kernel, or the engine's child (where nothing is guarded here, because the whole process is
     locked down). ``given``: the inputs to call it with (:func:`shared_inputs`; default: copies of the case's)."""
     rules = declared.rules
@@ -426,9 +478,10 @@ def answer_outcome(
     watch = rules.watch(case) if rules.watch is not None else nullcontext()
     with guard() as trace:
         try:
-            with watch as watched, counting_ops(count_ops) as counter:
+            with watch as watched, counting_ops(count_ops or count_work, work=count_work) as counter:
                 outcome.result = declared.call(answer, given)
             outcome.ops = None if counter is None else counter.count
+            outcome.work = counter.work if isinstance(counter, _CountWork) else None
         except NotImplementedError as err:
             if _core._is_untouched_stub(err):
                 outcome.not_attempted = True
@@ -640,6 +693,21 @@ def judge_ops(declared: Exercise, ops: dict[int, int]) -> None:
         )
 
 
+def judge_work(declared: Exercise, rule: WorkCount, work: dict[int, int]) -> None:
+    """The verdict of a :class:`WorkCount` rule from the answer's work at its two sizes."""
+    (small, w_small), (large, w_large) = sorted(work.items())
+    exponent = math.log(max(w_large, 1) / max(w_small, 1)) / math.log(large / small)
+    if exponent > rule.high:
+        n = rule.size_name
+        why = f": {declared.rules.why}." if declared.rules.why else "."
+        raise CheckFailed(
+            f"{declared.name}: right values, but the work of your function's torch operations (elements read and "
+            f"written, plus the multiply-adds of matrix products) grows like {n}^{exponent:.2f}: {w_small} at {n} = "
+            f"{small}, {w_large} at {n} = {large} ({w_large / max(w_small, 1):.2f} times; at most {n}^{rule.high:g} "
+            f"is allowed){why} {rule.expect}".rstrip()
+        )
+
+
 def _solver_modules() -> frozenset[str]:
     """The numpy and scipy linear-algebra modules loaded so far (:data:`ttr_edu.checks._guard.SOLVERS`)."""
     return frozenset(name for name in SOLVERS if name in sys.modules)
@@ -714,6 +782,18 @@ def run_in_kernel(
                 judge_case(declared, case, -1, outcome)
                 ops[size] = outcome.ops
             judge_ops(declared, ops)
+        for rule in declared.rules.work:
+            work = {}
+            for size in rule.sizes:
+                case = rule.case(size)
+                outcome = answer_outcome(
+                    declared, answer, case, -1, guard=functools.partial(watching, bad), count_work=True
+                )
+                judge_case(declared, case, -1, outcome)
+                if outcome.work is None:  # judge_case raised for every other outcome: only a count comes here
+                    raise CheckFailed(f"{declared.name}: the check could not count your function's work")
+                work[size] = outcome.work
+            judge_work(declared, rule, work)
         cost = declared.rules.linear_cost
         if cost is not None:
             seconds = {}

@@ -9,10 +9,11 @@ package's linear attention ops are ruled out as answers.
 Each exercise asks for one form, and the check holds it to that form by what the answer does: the number of torch
 operations it runs at two sizes (:class:`~ttr_edu.checks._rules.OpCount`: a loop over the tokens for the recurrence,
 no loop for the parallel forms, no loop over single tokens for the chunk form); for the recurrence and the chunk form,
-its CPU time at two lengths (:class:`~ttr_edu.checks._rules.LinearCost`: a recurrence that keeps no state and re-reads
-the prefix at every step, or a chunk form that re-sums the whole prefix in every chunk, or slices a hidden ``T × T``
-matrix, costs ``T²``); and for the chunk form the size of its intermediate tensors (no ``T × T`` matrix, no state per
-token).
+the work of its torch operations at ``T`` and ``4T`` (:class:`~ttr_edu.checks._rules.WorkCount`, elements read and
+written plus the multiply-adds of matrix products, counted deterministically: a recurrence that keeps no state and
+re-reads the prefix at every step, or a chunk form that re-sums the whole prefix in every chunk, or slices a hidden
+``T × T`` matrix, does about 16 times the work at ``4T``, a linear form 4 times); and for the chunk form the size of
+its intermediate tensors (no ``T × T`` matrix, no state per token).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode, _get_current_dispatch_mode_stack, _pop_mode, _push_mode
 
 from ttr_edu.checks._guard import ForbiddenCall
-from ttr_edu.checks._rules import LinearCost, OpCount, Rules, exercise
+from ttr_edu.checks._rules import OpCount, Rules, WorkCount, exercise
 from ttr_edu.ops import linear_attention_chunk, linear_attention_parallel, linear_attention_recurrent
 from ttr_edu.ops.feature_maps import elu_plus_one
 
@@ -89,11 +90,17 @@ def _at_length(t: int, generator: torch.Generator | None = None) -> dict:
     return _sequence(t, 4, 3, generator or torch.Generator().manual_seed(t))
 
 
-def _recurrence_at_length(t: int, generator: torch.Generator | None = None) -> dict:
-    """``T`` tokens of width 64, for the cost rule of the recurrence: there a loop that re-reads every earlier token at
-    each step (``T² d`` in all) outweighs the recurrence's own work (``T d²``) and its Python overhead (a few
-    operations per token)."""
-    return _sequence(t, 64, 64, generator or torch.Generator().manual_seed(t))
+def _recurrence_at_length(t: int) -> dict:
+    """``T`` tokens of width 16, for the cost rule of the recurrence: at ``T = 64`` and ``256`` a loop that re-reads
+    every earlier token at each step (``T² d`` in all) already outweighs the recurrence's own work (``T d²``)."""
+    return _sequence(t, 16, 16, torch.Generator().manual_seed(t))
+
+
+#: the cost rule's lengths, ``T`` and ``4T``: a cost linear in ``T`` grows 4 times, one like ``T²`` about 16 times
+_COST_LENGTHS = (64, 256)
+#: the largest growth exponent allowed: linear forms measure 1.0 at most (a part that does not grow with T lowers it),
+#: the quadratic answers of tests/checks/test_linear_attention_is_fwp.py 1.80–1.99
+_COST_HIGH = 1.4
 
 
 def _positive_at_length(t: int, generator: torch.Generator | None = None) -> dict:
@@ -116,16 +123,25 @@ _WHY_FORMS = "the package's linear attention ops compute what the exercise asks 
             expect="This exercise is the recurrence itself: one write and one read per token, in a Python loop over t "
             "(a parallel form, whose count does not grow with T, is the next exercise).",
         ),
-        linear_cost=LinearCost(_recurrence_at_length, lengths=(512, 4096)),
+        work=(
+            WorkCount(
+                _recurrence_at_length,
+                sizes=_COST_LENGTHS,
+                high=_COST_HIGH,
+                expect="A recurrence does the same work for every token, whatever t: its work grows like T. (Growing "
+                "the output with torch.cat at every step copies all of it again each time, which grows like T² too: "
+                "collect the rows in a list and stack them once.)",
+            ),
+        ),
         why="keep the state S and update it, S_t = S_{t-1} + k_t v_tᵀ, then read o_t = S_tᵀ q_t, token by token; a "
         "loop that re-reads every earlier key and value at each step keeps no state and costs T²",
     ),
 )
 def check_fast_weight_recurrence(fast_weight_recurrence: Callable) -> bool:
     """Check ``fast_weight_recurrence(q, k, v)``: ``S_t = S_{t-1} + k_t v_tᵀ`` then ``o_t = S_tᵀ q_t``, for every t,
-    token by token (a loop over t: its operations grow with ``T``), keeping the state: its CPU time at ``T = 512``
-    and ``4096`` must grow linearly (a loop that re-reads the whole prefix at each step, ``(q_t K_{≤t}ᵀ) V_{≤t}``,
-    computes the same outputs with no state, at a cost that grows like ``T²``)."""
+    token by token (a loop over t: its operations grow with ``T``), keeping the state: the work of its torch
+    operations at ``T = 64`` and ``256`` must grow linearly (a loop that re-reads the whole prefix at each step,
+    ``(q_t K_{≤t}ᵀ) V_{≤t}``, computes the same outputs with no state, with work that grows like ``T²``)."""
 
 
 _NO_LOOP = (
@@ -253,10 +269,10 @@ def _chunk_sizes(case: dict) -> _ChunkSizes:
     return _ChunkSizes(case["q"].shape[0], case["k"].shape[1], case["v"].shape[1], case["chunk_size"])
 
 
-def _chunk_at_length(t: int, generator: torch.Generator | None = None) -> dict:
-    """``T`` tokens of width 64 in chunks of 16: there re-summing the prefix (``T² d² / C``) outweighs the chunk
-    form's own work (``T C d + T d²``) and the Python overhead of its ``T / C`` steps."""
-    return {**_sequence(t, 64, 64, generator or torch.Generator().manual_seed(t)), "chunk_size": 16}
+def _chunk_at_length(t: int) -> dict:
+    """``T`` tokens of width 16 in chunks of 8, for the cost rule of the chunk form: at ``T = 128`` and ``512`` (16
+    and 64 chunks) re-summing the prefix (``T² d² / C``) outweighs the chunk form's own work (``T C d + T d²``)."""
+    return {**_sequence(t, 16, 16, torch.Generator().manual_seed(t)), "chunk_size": 8}
 
 
 @exercise(
@@ -273,9 +289,14 @@ def _chunk_at_length(t: int, generator: torch.Generator | None = None) -> dict:
             "chunk size, whether it takes one step per chunk or handles all chunks at once; a loop over single "
             "tokens runs some for each token, C times more at the larger C.",
         ),
-        # the chunk form measures an exponent of about 1.05 here, re-summing the prefix 1.75–1.8: a limit of 1.4 sits
-        # between them with a margin of about 0.35 on each side (1.5 left the wrong answer 0.25, which load ate once)
-        linear_cost=LinearCost(_chunk_at_length, lengths=(512, 4096), max_exponent=1.4),
+        work=(
+            WorkCount(
+                _chunk_at_length,
+                sizes=(128, 512),
+                high=_COST_HIGH,
+                expect="A chunk form does the same work for every chunk, whatever its position: its work grows like T.",
+            ),
+        ),
         watch=_chunk_sizes,
         why="carry the state S from chunk to chunk (a loop over the chunks, or a cumulative sum of the chunks' "
         "states) and use T × T products nowhere: re-summing every earlier token in each chunk, or slicing a T × T "
@@ -293,8 +314,9 @@ def check_chunk_linear_attention(chunk_linear_attention: Callable) -> bool:
       times more at the larger ``C`` for a loop over single tokens;
     * its intermediate tensors (:class:`_ChunkSizes`): none larger than twice the chunk form's own largest array (the
       scores, states or rows of all chunks), so no ``T × T`` matrix and no state per token;
-    * its CPU time at ``T = 512`` and ``4096``: linear in ``T``; one that re-sums the prefix in every chunk, or slices
+    * the work of its torch operations (elements read and written, plus the multiply-adds of matrix products) at
+      ``T = 128`` and ``512`` in chunks of 8: linear in ``T``; one that re-sums the prefix in every chunk, or slices
       a ``T × T`` matrix, grows like ``T²``.
 
-    Such answers are refused with a message, before chapter 02's cost measurement would trip over them.
+    Such answers are refused with a message that says which rule they break.
     """

@@ -6,8 +6,9 @@ the same data in the fla layout ``(1, T, 1, D)``, except the sweep operator's, w
 RLS's, which is one solve. Every exercise is declared once (:func:`ttr_edu.checks._rules.exercise`), with cases in
 float64 and float32, keys of several lengths and correlated keys; the package's regression layers, delta-rule and RLS
 ops are ruled out as answers, and RLS's "no solve and no inverse" is enforced at torch's dispatcher, whatever the
-spelling (:mod:`ttr_edu.checks._guard`), and by comparing the memory after every pair. No exercise may change its
-inputs in place (the default rule).
+spelling (:mod:`ttr_edu.checks._guard`), by comparing the memory after every pair, and by the work of the answer's
+torch operations (:class:`~ttr_edu.checks._rules.WorkCount`: linear in ``T``, at most ``D_k²`` per pair, so no step
+re-sums the prefix or inverts by hand). No exercise may change its inputs in place (the default rule).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import torch
 
 from ttr_edu._internal.contract import decay_matrix
 from ttr_edu.checks._core import _is_plain_tensor
-from ttr_edu.checks._rules import Rules, exercise
+from ttr_edu.checks._rules import Rules, WorkCount, exercise
 from ttr_edu.checks.delta_rule import DELTA_RULE
 from ttr_edu.ops import rls_chunk, rls_exact, rls_recurrent
 from ttr_edu.regression import ExactSolve, Linear, TestTimeRegression, Uniform, regression_weights
@@ -274,6 +275,18 @@ def _state_note(message: str, case: dict, result: Any) -> str:
     )
 
 
+def _rls_at_length(t: int) -> dict:
+    """``T`` pairs of width 4 and 3, for the cost rule: at ``T = 64`` and ``256`` a step that re-sums the whole prefix
+    (``K_tᵀ V_t`` or ``K_tᵀ K_t``, ``t D²`` each) outweighs the recursion's own ``D²`` per pair."""
+    return {**_regression_case(700 + t, t, 4, 3), "ridge": 0.5}
+
+
+def _rls_at_width(d_k: int) -> dict:
+    """16 pairs with keys of width ``d_k`` (values of width 3), for the cost rule of one step: at ``D_k = 8`` and
+    ``32`` a ``D_k × D_k`` inverse or matrix product per pair (``D_k³``) outweighs the rank-one updates (``D_k²``)."""
+    return {**_regression_case(800 + d_k, 16, d_k, 3), "ridge": 0.5}
+
+
 @exercise(
     reference=reference_rls_memory,
     cases=_rls_cases,
@@ -281,6 +294,28 @@ def _state_note(message: str, case: dict, result: Any) -> str:
     rules=Rules(
         answers=EXACT_REGRESSION,
         no_solvers=True,
+        # a rank-one step costs the same at every t, and D_k² per pair: the recursions of the tests measure 1.00 in T
+        # and 1.67–1.77 in D_k; a step that re-sums the prefix 1.60–1.9 in T, a hand-written inverse per pair 2.7–2.8
+        # and (I − g kᵀ) P 2.5 in D_k (tests/checks/test_test_time_regression_parametric.py)
+        work=(
+            WorkCount(
+                _rls_at_length,
+                sizes=(64, 256),
+                high=1.4,
+                expect="Each pair's two rank-one updates cost the same whatever t: the work grows like T. A step that "
+                "re-sums the prefix (K_tᵀ V_t or K_tᵀ K_t) costs t D² at step t, T² D² in all.",
+            ),
+            WorkCount(
+                _rls_at_width,
+                sizes=(8, 32),
+                high=2.2,
+                size_name="D_k",
+                expect="Each pair's two updates are rank one, P − (P k)(P k)ᵀ / (1 + kᵀ P k) and S + g (v − Sᵀ k)ᵀ: "
+                "O(D_k²) per pair. An inverse written by hand at every pair (Gauss–Jordan, Newton–Schulz, conjugate "
+                "gradients), or a product of two D_k × D_k matrices such as (I − g kᵀ) P (write P − g (kᵀ P) "
+                "instead), costs D_k³.",
+            ),
+        ),
         why="keep P_t = (A_t + λI)⁻¹ up to date with the Sherman–Morrison update instead of solving or inverting",
     ),
     rtol=1e-6,
@@ -291,5 +326,8 @@ def check_rls_memory(rls_memory: Callable) -> bool:
     every pair, computed online by the Sherman–Morrison recursion, from ``S_0 = 0, P_0 = I/λ`` or from a given
     ``initial_state = (S_0, P_0)``, which is left unchanged. An inverse, solve, factorisation or eigensolver of
     torch, numpy or scipy, however spelled, is refused; comparing every ``S_t`` refuses an answer that computes only
-    the end state (by Sherman–Morrison on ``P`` and a closed form for ``S``, or a hand-written iterative inverse). What
-    no comparison of values can see is an answer that recomputes each ``S_t`` from scratch by such a closed form."""
+    the end state (by Sherman–Morrison on ``P`` and a closed form for ``S``, or a hand-written iterative inverse). The
+    work of its torch operations (:class:`~ttr_edu.checks._rules.WorkCount`) must grow linearly from ``T = 64`` to
+    ``256`` (a step that re-sums the prefix, ``K_tᵀ V_t`` or ``K_tᵀ K_t``, grows like ``T²``) and at most like
+    ``D_k²`` from ``D_k = 8`` to ``32``, the cost of two rank-one updates (an inverse written by hand at every pair
+    on running sums, or a product of two ``D_k × D_k`` matrices per pair, grows like ``D_k³``)."""

@@ -199,6 +199,8 @@ def _child(
         else:
             if exercise.rules.op_count is not None:
                 _op_counts(results, name, exercise, answer)
+            if exercise.rules.work:
+                _work_counts(results, name, exercise, answer)
             if exercise.rules.linear_cost is not None:
                 _cost_calls(results, control, name, exercise, answer)
     if unit["hidden"]:  # only now, every answer reported, does this process get the hidden tests
@@ -301,6 +303,18 @@ def _op_counts(results: int, name: str, exercise, answer) -> None:
         write_frame(results, {"type": "ops_outcome", "check": name, "size": size}, _outcome_bytes(outcome))
 
 
+def _work_counts(results: int, name: str, exercise, answer) -> None:
+    """The calls of the :class:`~ttr_edu.checks._rules.WorkCount` rules, each at its sizes, their work counted in the
+    answer's process (as the operation counts are, see grading.md); the grader judges the work and the values."""
+    from ttr_edu.checks import _rules
+
+    for index, rule in enumerate(exercise.rules.work):
+        for size in rule.sizes:
+            outcome = _rules.answer_outcome(exercise, answer, rule.case(size), -1, count_work=True)
+            header = {"type": "work_outcome", "check": name, "rule": index, "size": size}
+            write_frame(results, header, _outcome_bytes(outcome))
+
+
 def _cost_calls(results: int, control: int, name: str, exercise, answer) -> None:
     """The linear-cost protocol, child side: ask for the inputs at each length, answer, report what it gave."""
     import torch
@@ -336,6 +350,7 @@ _RELAYED = {
     "outcome",
     "cost_outcome",
     "ops_outcome",
+    "work_outcome",
     "legacy",
     "staged",
     "missing",

@@ -88,6 +88,7 @@ class _Heard:
     outcomes: dict[tuple[str, int], Any] = field(default_factory=dict)
     costs: dict[tuple[str, int], Any] = field(default_factory=dict)
     ops: dict[tuple[str, int], Any] = field(default_factory=dict)
+    work: dict[tuple[str, int, int], Any] = field(default_factory=dict)
     seconds: dict[tuple[str, int], float] = field(default_factory=dict)
     changed: dict[tuple[str, int], list[str]] = field(default_factory=dict)
     legacy: dict[str, tuple[str, str]] = field(default_factory=dict)
@@ -180,6 +181,8 @@ def _note(heard: _Heard, header: dict, payload: bytes, checks: set[str]) -> None
                 calls.append((_outcome(payload), int(header["seed"])))
         elif kind == "ops_outcome":
             heard.ops.setdefault((check, int(header["size"])), _outcome(payload))
+        elif kind == "work_outcome":
+            heard.work.setdefault((check, int(header["rule"]), int(header["size"])), _outcome(payload))
         elif kind == "inputs":  # the fork server's own reading of the inputs, never the answer's process's report
             heard.changed[check, int(header["case"])] = [str(k) for k in header["changed"]]
         elif kind == "cost":
@@ -242,7 +245,15 @@ def _judge_check(
     import ast
 
     from ttr_edu.checks._core import CheckFailed
-    from ttr_edu.checks._rules import NotAttempted, Staged, judge_case, judge_cost, judge_ops, judge_source
+    from ttr_edu.checks._rules import (
+        NotAttempted,
+        Staged,
+        judge_case,
+        judge_cost,
+        judge_ops,
+        judge_source,
+        judge_work,
+    )
 
     name = check.check.removeprefix("check_")
     if check.check in heard.missing:
@@ -294,6 +305,17 @@ def _judge_check(
                     return "FAIL", f"{name}: the grader could not count your function's torch operations"
                 ops[size] = outcome.ops
             judge_ops(declared, ops)
+        for rule_index, rule in enumerate(declared.rules.work):
+            work = {}
+            for size in rule.sizes:
+                outcome = heard.work.get((check.check, rule_index, size))
+                if outcome is None:
+                    return "FAIL", f"{name}: {_why_missing(heard, timeout, -1)}"
+                judge_case(declared, rule.case(size), -1, outcome)
+                if not isinstance(outcome.work, int) or isinstance(outcome.work, bool) or outcome.work < 0:
+                    return "FAIL", f"{name}: the grader could not count the work of your function's torch operations"
+                work[size] = outcome.work
+            judge_work(declared, rule, work)
         cost = declared.rules.linear_cost
         if cost is not None:
             import torch
