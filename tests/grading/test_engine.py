@@ -165,6 +165,15 @@ def test_hidden_tests_of_the_source_count():
     assert report.score == 8 and first.status == "FAIL" and "hidden tests: AssertionError (line 2)" in first.detail
     assert "2 × 2" not in first.detail  # the hidden test's own text never reaches the student
     assert engine.grade(submission(RELEASE, "solved"), source, timeout=30).score == 9
+    forged = special + (  # a "hidden tests passed" report, written to the report pipe before they are sent
+        "\nimport json, os, struct, sys\n_f = sys._getframe()\n"
+        "while _f is not None and 'results' not in _f.f_locals:\n    _f = _f.f_back\n"
+        "_h = json.dumps({'type': 'hidden', 'error': None}).encode()\n"
+        "os.write(_f.f_locals['results'], struct.pack('>II', len(_h), 0) + _h)\n"
+    )
+    report = engine.grade(submission_with({**RIGHT, "ch01_write": forged}), source, timeout=30)
+    assert report.score == 0  # the cell runs again before every later graded cell: each report is forged
+    assert "a hidden tests' verdict before the hidden tests were sent" in report.verdicts[0].detail
 
 
 def _serve(tmp_path, answer_cell: str, check_name: str = "check_prefix_sum"):
@@ -508,3 +517,56 @@ def test_a_compressed_report_is_refused_before_it_is_inflated():
     )
     with pytest.raises(ValueError):
         engine._load(bytes(packed))
+
+
+# An interpreter started by ``_posixsubprocess.fork_exec`` (no audit event) has no lock-down: it could compute any
+# answer (an attacker scored an unsolved notebook 9 of 9). The call below is Python 3.11's and 3.12's signature.
+START_TRUE = (
+    "import _posixsubprocess, os\n"
+    "def _start_true():\n"
+    "    r, w = os.pipe()\n"
+    "    pid = _posixsubprocess.fork_exec([b'/bin/true'], [b'/bin/true'], True, (), None, None,\n"
+    "        -1, -1, -1, -1, -1, -1, r, w, True, True, -1, None, None, None, -1, None, False)\n"
+    "    os.waitpid(pid, 0)\n"
+)
+
+
+@pytest.mark.parametrize("sandboxed", [True, False], ids=["bubblewrap", "process group only"])
+def test_an_answer_cannot_start_a_process_even_below_the_audit_hook(monkeypatch, request, sandboxed):
+    namespace: dict = {}
+    exec(START_TRUE, namespace)
+    namespace["_start_true"]()  # here, outside the grader, the call starts a process: the test can fail
+    _sandboxed(sandboxed, monkeypatch, request)
+    right = RIGHT["ch01_write"].replace("def write(", "def _right_write(")
+    answer = (  # right only where it could start a process
+        START_TRUE + right + "\n\ndef write(W, k, v):\n    try:\n        _start_true()\n    except OSError:\n"
+        "        return W\n    return _right_write(W, k, v)\n"
+    )
+    report = _grade(submission_with({**RIGHT, "ch01_write": answer}))
+    by_id = {v.grade_id: v for v in report.verdicts}
+    assert by_id["test_check_write"].status == "FAIL" and report.score == 8, [
+        (v.heading, v.status, v.detail) for v in report.verdicts
+    ]
+
+
+def test_the_filter_refuses_every_way_of_starting_a_process_and_keeps_threads():
+    import subprocess
+    import sys
+
+    script = (
+        "import os, subprocess, multiprocessing, threading, torch\n"
+        "from ttr_edu.checks.grading._no_processes import forbid_new_processes\n"
+        "assert forbid_new_processes() is None\n"
+        "t = threading.Thread(target=lambda: None); t.start(); t.join()\n"
+        "torch.ones(256, 256) @ torch.ones(256, 256)\n"
+        "for attempt in (os.fork, lambda: subprocess.run(['true']),\n"
+        "                lambda: os.posix_spawn('/bin/true', ['true'], {}),\n"
+        "                lambda: multiprocessing.get_context('spawn').Process(target=print).start(),\n"
+        "                lambda: os.execv('/bin/true', ['true'])):\n"
+        "    try:\n        attempt()\n    except PermissionError:\n        continue\n"
+        "    raise SystemExit('started a process')\n"
+        "print('refused')\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 0 and done.stdout.strip() == "refused", done.stderr

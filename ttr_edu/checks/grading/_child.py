@@ -141,6 +141,7 @@ def _child(
     """The forked child of one graded cell. Never returns."""
     from ttr_edu.checks import _rules
     from ttr_edu.checks._guard import Forbidden, lock_down, package_dirs
+    from ttr_edu.checks.grading._no_processes import forbid_new_processes
 
     def end(message: str):
         write_frame(results, {"type": "rule", "message": str(message)})
@@ -156,6 +157,11 @@ def _child(
     cpu = int(job["timeout"]) + 5
     resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 5))
     resource.setrlimit(resource.RLIMIT_FSIZE, (MAX_FRAME, MAX_FRAME))
+    # before any of the answer's code: no new process (an interpreter started without the audit hook would compute the
+    # answer), no reading of another's memory; where the kernel cannot, the log says so (grading.md, what holds where)
+    unfiltered = forbid_new_processes()
+    if unfiltered is not None:
+        print(f"ttr-edu grader: {unfiltered}; new processes are refused only by the audit hook", file=sys.stderr)
     bad = Forbidden()
     for exercise in declared.values():
         if exercise is not None and not isinstance(exercise, _rules.Staged):  # a staged check traces its own calls
@@ -423,7 +429,7 @@ def _serve_unit(
     selector.register(results_r, selectors.EVENT_READ, "results")
     selector.register(log_r, selectors.EVENT_READ, "log")
     deadline = started + float(job["timeout"])
-    cpu_before, best, status, relayed, hidden_sent = {}, {}, None, 0, False
+    cpu_before, best, status, relayed, hidden_sent, heard = {}, {}, None, 0, False, set()
     seeds = {}  # (check, length) -> the seeds of the inputs of each repeat, drawn now (after the fork), one per call
     while status is None and (results_r in selector.get_map() or log_r in selector.get_map()):
         left = deadline - time.monotonic()
@@ -471,6 +477,14 @@ def _serve_unit(
                         continue
                     if hidden_sent and kind not in ("hidden", "done"):
                         continue  # the answers had the hidden tests in memory by now: nothing else of theirs counts
+                    if kind == "hidden" and not hidden_sent:  # a verdict on tests that were never sent: forged
+                        raise ValueError("a hidden tests' verdict before the hidden tests were sent")
+                    if kind == "outcome" and not 0 <= int(header.get("case", -1)) < len(job["_cases"][header["check"]]):
+                        raise ValueError("an outcome of a case the grader does not have")
+                    key = (kind, *(str(header.get(field)) for field in ("check", "case", "size", "rule", "length")))
+                    if kind != "cost_outcome" and key in heard:  # the grader keeps the first; a repeat costs memory
+                        continue
+                    heard.add(key)
                     if kind == "cost_outcome":  # every call's output is judged: none may be a replay
                         check, length = str(header.get("check")), int(header.get("length", 0))
                         seconds = (_cpu_ns(pid) - cpu_before.pop(check)) / 1e9
