@@ -201,3 +201,23 @@ def test_a_notebook_without_its_exercise_cells_scores_nothing_under_autograde_as
         )  # fmt: skip
         points = re.search(r"^([\d.]+) of 9 points\.$", check.stdout, re.M)
         assert points and float(points.group(1)) == 0, (name, check.stdout[-1500:], check.stderr[-1500:])
+
+
+def test_the_sandbox_hides_nbgraders_exchange_where_every_student_hands_in(tmp_path, monkeypatch):
+    """An attacker's answer walked ``/srv`` and ran a classmate's handed-in cells (9 of 9): the exchange is hidden like
+    the course folder, at nbgrader's default root or the one the course configures."""
+    from traitlets.config import Config
+
+    from ttr_edu.checks.grading import engine, nbgrader
+
+    assert nbgrader._exchange(Config()) == Path("/srv/nbgrader/exchange")
+    config = Config()
+    config.Exchange.root = str(tmp_path / "exchange")
+    assert nbgrader._exchange(config) == tmp_path / "exchange"
+    seen = {}
+    # the grading modules refuse setattr (a notebook cannot change them): their namespaces are patched instead
+    monkeypatch.setitem(vars(engine), "grade", lambda *a, **k: seen.update(k) or engine.Report([], [], "", 0.0))
+    monkeypatch.setitem(vars(nbgrader), "_source", lambda config, resources: (None, tmp_path / "course"))
+    preprocessor = nbgrader.GradeWithEngine(config=config)
+    preprocessor.preprocess(nbformat.v4.new_notebook(), {"nbgrader": {"student": "s", "assignment": "a"}})
+    assert seen["hide"] == [tmp_path / "course", tmp_path / "exchange"]

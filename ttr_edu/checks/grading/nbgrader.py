@@ -137,7 +137,7 @@ class GradeWithEngine(_CourseNotebooksOnly):
                 source,
                 timeout=self.timeout,
                 memory_gb=self.memory_gb,
-                hide=[course],
+                hide=[course, _exchange(self.config)],
                 require_sandbox=self.require_sandbox,
             )
         except engine.SandboxUnavailable as err:  # the instructor asked for no grading without the sandbox
@@ -206,3 +206,10 @@ def use_engine(c) -> None:
         AssignLatePenalties,
         CheckCellMetadata,
     ]
+
+
+def _exchange(config) -> Path:
+    """nbgrader's exchange folder (``c.Exchange.root``; nbgrader's default ``/srv/nbgrader/exchange``): every student's
+    handed-in notebooks lie there, so the sandbox hides it like the course folder."""
+    root = config.get("Exchange", {}).get("root") if hasattr(config, "get") else None
+    return Path(str(root) if root else "/srv/nbgrader/exchange")
