@@ -281,9 +281,24 @@ def _no_reference(**case: Any) -> Any:
     raise RuntimeError("the reference runs in the grader, not where the answer runs")
 
 
+#: What the chapter hands the student for 13.1, to call inside the step: a point's parameters (``MY_POINT.param``) and
+#: the methods that read them. Every other function of the package is refused while the answer runs (the allow-list,
+#: :meth:`~ttr_edu.checks._rules.Staged.rules`): the framework's solvers (``SOLVERS``, ``LINEAR_SOLVERS``,
+#: ``LOCAL_SOLVERS``, ``momentum_sgd``, the window runner), its mixer, the ops, whatever a point builds.
+GIVEN_STEP = (Point.param, Point.default, Point.choice, Point.used, Point.describe)
+
+
+def _given_mixer() -> tuple:
+    """What the chapter hands the student for 13.2: the point's parameters and the ``Mixer`` base class to subclass
+    (its pipeline: projections, short convolution, ``_normed_qk``, ``_heads``, ``forward`` and ``step``)."""
+    from ttr_edu.layers import Mixer
+
+    return (*GIVEN_STEP, Mixer)
+
+
 def _forbidden() -> Forbidden:
-    """What the learner's code may not call: the framework's layer, which the references use (its methods), and the
-    functions here that compute a reference."""
+    """What the learner's code may not call besides what the allow-list leaves out: the framework's layer, which the
+    references use (its methods), and the functions here that compute a reference (the harness is not on the list)."""
     codes = _core._methods(TestTimeRegression)
     for fn in (point_outputs, _framework_mix):
         codes.update(_core.implementations(fn))
@@ -344,7 +359,7 @@ def _zero_state(d_k: int, d_v: int) -> torch.Tensor:
     return torch.zeros(d_k, d_v, dtype=torch.float64)
 
 
-@staged(collect=_collect_step, judge=_judge_step, forbidden=_forbidden)
+@staged(collect=_collect_step, judge=_judge_step, forbidden=_forbidden, given=GIVEN_STEP)
 def check_my_step(my_step: Callable, initial_state: Callable = _zero_state, point: Point = SUGGESTED) -> bool:
     """Check ``my_step(state, q, k, v, beta, g) -> (o, state)`` from ``initial_state(d_k, d_v)`` at ``point``
     (defaults: a zero ``D_k × D_v`` state, which suits first-order points only, and the chapter's suggested point
@@ -855,7 +870,8 @@ def _judge_mixer(record: dict, say: Callable[[str], None]) -> None:
         say(f"PASS my_mixer (causal): your function agrees with the reference on {len(inputs)} random cases.")
     except CheckFailed as failure:
         said = str(failure)  # an error, a blow-up, op_inputs' ranges or a forbidden call: not a look ahead
-        if any(x in said for x in ("your function raised", "not finite", "op_inputs", "not count as an answer")):
+        refused = ("your function raised", "not finite", "op_inputs", "not count as an answer", "not given to this")
+        if any(x in said for x in refused):
             raise
         raise CheckFailed(
             f"{failure}\n  your layer looks ahead: its output at t depends on tokens after t (the outputs before "
@@ -907,7 +923,7 @@ def _judge_mixer(record: dict, say: Callable[[str], None]) -> None:
     say(f"PASS my_mixer: {name} is {point.describe()}, distinct from every named layer.")
 
 
-@staged(collect=_collect_mixer, judge=_judge_mixer, forbidden=_forbidden)
+@staged(collect=_collect_mixer, judge=_judge_mixer, forbidden=_forbidden, given=_given_mixer())
 def check_my_mixer(spec: Any, point: Point = SUGGESTED) -> bool:
     """Check the learner's mixer, one class and one spec, at ``point`` (default :data:`SUGGESTED`); ``spec`` is the
     :class:`~ttr_edu.layers.MixerSpec`, or a function that builds it.
