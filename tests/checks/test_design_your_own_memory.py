@@ -135,6 +135,20 @@ def predicts_before_the_gate(state, q, k, v, beta, g):  # the error read from th
     return S.T @ q, S
 
 
+def reads_the_old_state(state, q, k, v, beta, g):  # gated RLS answering from S_{t-1}: the pair is written after
+    o, new = forgetting_rls(state, q, k, v, beta, g)
+    return state[0].T @ q, new
+
+
+def window_one_pair_too_long(state, q, k, v, beta, g):  # the window's linear attention keeping w + 1 = 5 pairs
+    S, pairs = state
+    S, pairs = S + torch.outer(k, v), pairs + [(k, v)]
+    if len(pairs) > 5:
+        k_old, v_old = pairs[0]
+        S, pairs = S - torch.outer(k_old, v_old), pairs[1:]
+    return S.T @ q, (S, pairs)
+
+
 def calls_the_framework(state, q, k, v, beta, g):  # keeps the prefix and asks the package for the answer
     state = state + [(q, k, v, beta, g)]
     Q, K, V, B, G = (torch.stack(x)[None, :, None] for x in zip(*state))
@@ -148,8 +162,15 @@ def calls_the_framework(state, q, k, v, beta, g):  # keeps the prefix and asks t
         (rls_ignores_the_gate, rls_state, GATED_RLS, r"RLS\): your update ignores or mistakes the weights"),
         (constant_ridge, lambda d_k, d_v: (zeros(d_k, d_k), zeros(d_k, d_v)), GATED_RLS, r"exact solve \(Mesa\)"),
         (unit_key_step, window_state, WINDOW_LONGHORN, r"ε = β/\(1\+β\), which is right only for unit keys"),
+        (reads_the_old_state, forgetting_rls_state, Point.of("gates", "linear", "rls", ridge=0.5), "before its pair"),
+        (
+            window_one_pair_too_long,
+            window_state,
+            Point.of("window", "linear", "gradient_step", window=4),
+            r"keeps one pair too many: .* a window of 5 pairs\. Token t's window is pairs t − 3 to t",
+        ),
     ],
-    ids=["ignores the gate", "constant ridge (Mesa)", "β/(1+β)"],
+    ids=["ignores the gate", "constant ridge (Mesa)", "β/(1+β)", "reads the old state", "window off by one"],
 )
 def test_a_wrong_update_fails_and_says_what_it_computes(step, initial_state, point, message):
     with pytest.raises(CheckFailed, match=message):
@@ -291,6 +312,12 @@ class IgnoresTheGate(MyMemory):
         return super().update(S, P, q, k, v, torch.zeros_like(g))
 
 
+class ReadsTheOldState(MyMemory):  # answers from S_{t-1}: the pair is written after the read
+    def update(self, S, P, q, k, v, g):
+        _, S_new, P_new = super().update(S, P, q, k, v, g)
+        return torch.einsum("bhkv,bhk->bhv", S, q), S_new, P_new
+
+
 class LooksAhead(MyMemory):  # its gate reads the whole sequence
     def op_inputs(self, x, qkv):
         inputs = super().op_inputs(x, qkv)
@@ -381,6 +408,7 @@ def test_a_right_mixer_passes(registered, capsys, cls):
         (ReparametrisedGatedDeltaNet, "ops.gated_delta_rule.gated_delta_rule_chunk is not given to this exercise"),
         (HandWrittenGatedDeltaNet, "your mix computes gated DeltaNet with a step size and a gate of its own"),
         (IgnoresTheGate, "RLS\\): your layer ignores or mistakes the weights"),
+        (ReadsTheOldState, r"your layer answers token t from the memory before its pair is written"),
         (LooksAhead, "(?s)my_mixer \\(causal\\).*\\n  your layer looks ahead: its output at t depends on tokens"),
         (MixesTheFuture, "(?s)my_mixer \\(causal\\).*\\n  your layer looks ahead"),
         (StepForgetsTheGate, "mix_step must take the same step as mix"),

@@ -227,6 +227,33 @@ def _what_it_computes(got: Any, point: Point) -> str:
             name = f" ({LAYER_LABELS[named]})" if named else ""
             choices = " · ".join(other.choice(a).label for a in AXES)
             return f"\n  your outputs are those of {choices}{name}: {_hint(point, other, axis, 'update')}"
+    return _slip(got, point, case, 0, lambda p, c: point_outputs(p, **c), "update")
+
+
+def _slip(got: torch.Tensor, point: Point, case: dict, time: int, outputs: Callable, subject: str) -> str:
+    """The two slips that keep the point but not its rule, in words, or ``""``: a window one pair too long or too
+    short, and an answer read from the memory before the token's pair is written. ``case``'s tensors have the time
+    axis at ``time``; ``outputs(point, case)`` is the framework's (as the check compares them)."""
+    if point.weights == "window":
+        w = point.param("window")
+        for other, what in ((w + 1, "one pair too many"), (w - 1, "one pair too few")):
+            if other < 1 or not _tells_apart(point.replace(window=other), case["q"].shape[time]):
+                continue
+            if relative_error(got, outputs(point.replace(window=other), case)) < 1e-6:
+                return (
+                    f"\n  your {subject} keeps {what}: its outputs are those of a window of {other} pairs. Token t's "
+                    f"window is pairs t − {w - 1} to t, the new one included: pair t − {w} leaves as pair t enters"
+                )
+    T = case["q"].shape[time]
+    cut = {name: x.narrow(time, 0, T - 1) for name, x in case.items()}
+    cut["q"] = case["q"].narrow(time, 1, T - 1)  # token t's query against the memory of pairs up to t - 1
+    before = outputs(point, cut)
+    before = torch.cat([torch.zeros_like(before.narrow(time, 0, 1)), before], time)  # nothing written before t = 0
+    if relative_error(got, before) < 1e-6:
+        return (
+            f"\n  your {subject} answers token t from the memory before its pair is written (S_{{t−1}}ᵀq_t): "
+            "write the token's pair first, then read the answer (S_tᵀq_t)"
+        )
     return ""
 
 
@@ -729,6 +756,13 @@ def _what_the_layer_computes(got: Any, probed: Any, norm: Any, point: Point) -> 
                 return f"\n  your mix computes {' · '.join(other.choice(a).label for a in AXES)}{name}" + (
                     f": {hint}" if hint else ""
                 )
+        if got.shape == case["v"].shape and bool(torch.isfinite(got).all()):
+            try:
+                slip = _slip(got, point, case, 1, lambda p, c: _framework_mix(p, norm, **c), "layer")
+            except (ValueError, TypeError, CheckFailed):
+                slip = ""
+            if slip:
+                return slip
     weight = norm.get("weight") if isinstance(norm, dict) else None
     try:
         family = _named_up_to_steps(_probe_case(point), probed, weight if _core._is_plain_tensor(weight) else None)
