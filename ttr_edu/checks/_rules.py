@@ -763,7 +763,7 @@ class Staged:
     ``forbidden()``: what the answer's calls may not reach, watched by a call trace around each call (in the engine's
     child too: such a check adds nothing to the child's lock-down). ``given``: the package's functions and classes the
     chapter hands the student for this exercise, as :attr:`Exercise.given`; every other function of the package is
-    refused while the answer runs (:meth:`rules`), by the same call trace: ``collect`` itself runs the package's
+    refused while the answer runs (:meth:`held_to`), by the same call trace: ``collect`` itself runs the package's
     objects beside the answer, so nothing can be emptied for the whole process. Whatever ``collect`` reports is
     untrusted: the verdict is the judge's, on the grader's own cases; only what ``collect`` reads off the answer's
     objects (a spec's registration, a norm's weight) rests on the answer's process."""
@@ -775,7 +775,7 @@ class Staged:
     forbidden: Callable[[], Forbidden]
     given: tuple[Any, ...] = ()
 
-    def rules(self) -> Forbidden:
+    def held_to(self) -> Forbidden:
         """What each of the answer's calls is held to, in the student's kernel and in the engine's child alike:
         ``forbidden()`` and the allow-list of ``given`` (:func:`~ttr_edu.checks._guard.given_only`)."""
         return self.forbidden() | given_only(self.given)
@@ -833,7 +833,7 @@ def run_staged(declared: Staged, arguments: tuple) -> bool:
     raises :class:`CheckFailed`."""
     if not getattr(_core._state, "depth", 0):  # called directly, not through a graded check (which has looked already)
         _core._refuse_tampering(declared.name)
-    bad = declared.rules()
+    bad = declared.held_to()
     try:
         with one_thread():  # many small operations (chapter 13 runs a whole layer token by token): threads only wait
             record = to_record(declared.collect(arguments, functools.partial(watching, bad)))

@@ -310,7 +310,7 @@ def _no_reference(**case: Any) -> Any:
 
 #: What the chapter hands the student for 13.1, to call inside the step: a point's parameters (``MY_POINT.param``) and
 #: the methods that read them. Every other function of the package is refused while the answer runs (the allow-list,
-#: :meth:`~ttr_edu.checks._rules.Staged.rules`): the framework's solvers (``SOLVERS``, ``LINEAR_SOLVERS``,
+#: :meth:`~ttr_edu.checks._rules.Staged.held_to`): the framework's solvers (``SOLVERS``, ``LINEAR_SOLVERS``,
 #: ``LOCAL_SOLVERS``, ``momentum_sgd``, the window runner), its mixer, the ops, whatever a point builds.
 GIVEN_STEP = (Point.param, Point.default, Point.choice, Point.used, Point.describe)
 
