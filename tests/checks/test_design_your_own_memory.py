@@ -2,7 +2,9 @@
 wrong ones: a named layer's point or a named layer renamed, a named layer with a step size and gate of its own per
 token (the gated implicit step on unit keys; gated DeltaNet's op at β/(1+β)), an update that ignores the weights,
 another optimiser's step, a step that forgets the key's length, a layer that looks ahead (told so first) or steps
-otherwise than it forwards, a mix that keeps a parameter its point does not take, and a call of the framework itself.
+otherwise than it forwards, a mix that keeps a parameter its point does not take, and a call of anything of the
+package the chapter does not hand the student: the framework itself, its solvers (r38c's bypass: the RLS solver of
+``LINEAR_SOLVERS``, one level below the framework), ``momentum_sgd``, the window runner, a named layer's op or class.
 
 That an unattempted stub is reported is tested for every check at once in test_contract.py.
 """
@@ -20,7 +22,11 @@ from ttr_edu.checks._rules import to_record
 from ttr_edu.layers import GatedDeltaNet, Mixer, MixerSpec, register, unregister
 from ttr_edu.layers.regression import RegressionMixer
 from ttr_edu.ops import delta_rule_recurrent, gated_delta_rule_chunk
+from ttr_edu.regression import deep, window
 from ttr_edu.regression.design_space import Point
+from ttr_edu.regression.function_classes import Linear
+from ttr_edu.regression.linear import LINEAR_SOLVERS
+from ttr_edu.regression.optimizers import RecursiveLeastSquares
 
 GATED_LONGHORN = Point.of("gates", "linear", "implicit_step")  # gated DeltaNet at β/(1+β) on unit keys: refused
 GATED_RLS = Point.of("gates", "linear", "rls")  # the default
@@ -129,6 +135,20 @@ def predicts_before_the_gate(state, q, k, v, beta, g):  # the error read from th
     return S.T @ q, S
 
 
+def reads_the_old_state(state, q, k, v, beta, g):  # gated RLS answering from S_{t-1}: the pair is written after
+    o, new = forgetting_rls(state, q, k, v, beta, g)
+    return state[0].T @ q, new
+
+
+def window_one_pair_too_long(state, q, k, v, beta, g):  # the window's linear attention keeping w + 1 = 5 pairs
+    S, pairs = state
+    S, pairs = S + torch.outer(k, v), pairs + [(k, v)]
+    if len(pairs) > 5:
+        k_old, v_old = pairs[0]
+        S, pairs = S - torch.outer(k_old, v_old), pairs[1:]
+    return S.T @ q, (S, pairs)
+
+
 def calls_the_framework(state, q, k, v, beta, g):  # keeps the prefix and asks the package for the answer
     state = state + [(q, k, v, beta, g)]
     Q, K, V, B, G = (torch.stack(x)[None, :, None] for x in zip(*state))
@@ -142,17 +162,57 @@ def calls_the_framework(state, q, k, v, beta, g):  # keeps the prefix and asks t
         (rls_ignores_the_gate, rls_state, GATED_RLS, r"RLS\): your update ignores or mistakes the weights"),
         (constant_ridge, lambda d_k, d_v: (zeros(d_k, d_k), zeros(d_k, d_v)), GATED_RLS, r"exact solve \(Mesa\)"),
         (unit_key_step, window_state, WINDOW_LONGHORN, r"ε = β/\(1\+β\), which is right only for unit keys"),
+        (reads_the_old_state, forgetting_rls_state, Point.of("gates", "linear", "rls", ridge=0.5), "before its pair"),
+        (
+            window_one_pair_too_long,
+            window_state,
+            Point.of("window", "linear", "gradient_step", window=4),
+            r"keeps one pair too many: .* a window of 5 pairs\. Token t's window is pairs t − 3 to t",
+        ),
     ],
-    ids=["ignores the gate", "constant ridge (Mesa)", "β/(1+β)"],
+    ids=["ignores the gate", "constant ridge (Mesa)", "β/(1+β)", "reads the old state", "window off by one"],
 )
 def test_a_wrong_update_fails_and_says_what_it_computes(step, initial_state, point, message):
     with pytest.raises(CheckFailed, match=message):
         checks.check_my_step(step, initial_state, point)
 
 
-def test_the_framework_itself_is_not_an_answer():
-    with pytest.raises(CheckFailed, match="package's own implementation"):
-        checks.check_my_step(calls_the_framework, lambda d_k, d_v: [], WINDOW_LONGHORN)
+def prefix(d_k, d_v):
+    return []
+
+
+def rls_by_the_solver_table(state, q, k, v, beta, g):  # r38c's bypass: the framework's RLS solver, rerun on the prefix
+    state = state + [(q, k, v, g)]
+    Q, K, V, G = (torch.stack(x)[None, None] for x in zip(*state))
+    o, _ = LINEAR_SOLVERS[RecursiveLeastSquares](RecursiveLeastSquares(ridge=0.1), Q, K, V, G, None, None)
+    return o[0, 0, -1], state
+
+
+MOMENTUM = Point.of("uniform", "linear", "momentum")
+MOMENTUM_SGD = MOMENTUM.objects()[2]  # built where the cell runs, as a student would, before the check
+
+
+def momentum_by_the_framework(state, q, k, v, beta, g):  # the framework's momentum runner, rerun on the prefix
+    state = state + [(q, k, v, beta)]
+    Q, K, V, B = (torch.stack(x)[None, None] for x in zip(*state))
+    S0 = torch.zeros(1, 1, k.shape[0], v.shape[0], dtype=torch.float64)
+    o, _ = deep.momentum_sgd(MOMENTUM_SGD, Linear(), (S0,), Q, K, V, B, None, None)
+    return o[0, 0, -1], state
+
+
+@pytest.mark.parametrize(
+    "step,point,refused",
+    [
+        (calls_the_framework, WINDOW_LONGHORN, "ttr_edu.regression.design_space.Point.layer"),
+        (rls_by_the_solver_table, GATED_RLS, "ttr_edu.regression.linear._recursive_least_squares"),
+        (momentum_by_the_framework, MOMENTUM, "ttr_edu.regression.deep.momentum_sgd"),
+    ],
+    ids=["the framework", "LINEAR_SOLVERS[RecursiveLeastSquares] (r38c)", "deep.momentum_sgd"],
+)
+def test_the_framework_and_its_solvers_are_not_an_answer(step, point, refused):
+    """Right values (each reruns the package on the prefix), refused by the allow-list, naming what was called."""
+    with pytest.raises(CheckFailed, match=f"my_step: the exercise asks you to write this yourself; {refused} is not "):
+        checks.check_my_step(step, prefix, point)
 
 
 @pytest.mark.parametrize(
@@ -225,9 +285,37 @@ class ReparametrisedGatedDeltaNet(MyMemory):  # gated DeltaNet's op with the ste
         return self.o_norm(gated_delta_rule_chunk(q, k, v, g, beta / (1 + beta), scale=1.0)[0])
 
 
+class HandWrittenGatedDeltaNet(MyMemory):  # the same layer written out: gated DeltaNet's rule at β/(1+β), β = 0.5
+    def mix(self, q, k, v, g):
+        S, outputs = q.new_zeros(*q.shape[:1], q.shape[2], q.shape[3], v.shape[3]), []
+        for t in range(q.shape[1]):
+            S = torch.exp(g[:, t])[..., None, None] * S
+            error = v[:, t] - torch.einsum("bhkv,bhk->bhv", S, k[:, t])
+            S = S + (0.5 / 1.5) * k[:, t, ..., :, None] * error[..., None, :]
+            outputs.append(torch.einsum("bhkv,bhk->bhv", S, q[:, t]))
+        return self.o_norm(torch.stack(outputs, 1))
+
+
+class SolverTable(MyMemory):  # r38c's bypass: the framework's RLS solver, one level below TestTimeRegression
+    def mix(self, q, k, v, g):
+        solve = LINEAR_SOLVERS[RecursiveLeastSquares]
+        o, _ = solve(RecursiveLeastSquares(ridge=0.1), *(x.transpose(1, 2) for x in (q, k, v, g)), None, None)
+        return self.o_norm(o.transpose(1, 2))
+
+    def mix_step(self, memory, q, k, v, g):  # reruns the prefix through the same solver
+        prefix = (q, k, v, g) if memory is None else tuple(torch.cat(x, 1) for x in zip(memory, (q, k, v, g)))
+        return self.mix(*prefix)[:, -1:], prefix
+
+
 class IgnoresTheGate(MyMemory):
     def update(self, S, P, q, k, v, g):
         return super().update(S, P, q, k, v, torch.zeros_like(g))
+
+
+class ReadsTheOldState(MyMemory):  # answers from S_{t-1}: the pair is written after the read
+    def update(self, S, P, q, k, v, g):
+        _, S_new, P_new = super().update(S, P, q, k, v, g)
+        return torch.einsum("bhkv,bhk->bhv", S, q), S_new, P_new
 
 
 class LooksAhead(MyMemory):  # its gate reads the whole sequence
@@ -287,6 +375,11 @@ class KeepsTheStubsBeta(StepNotWritten):  # mix(q, k, v, beta, g) as the old stu
         return MyMemory.mix_step(self, memory, q, k, v, g)
 
 
+class UsesTheStubsBeta(KeepsTheStubsBeta):  # as above, but mix uses β, which its point (gated RLS) does not take
+    def mix(self, q, k, v, beta, g):
+        return StepNotWritten.mix(self, q, k, v, g) * (1 + 0 * beta.mean())
+
+
 @pytest.fixture
 def registered():
     specs = []
@@ -310,14 +403,18 @@ def test_a_right_mixer_passes(registered, capsys, cls):
 @pytest.mark.parametrize(
     "cls,message",
     [
-        (RenamedGatedDeltaNet, "it takes no beta: give mix and mix_step exactly those parameters"),
-        (ReparametrisedGatedDeltaNet, "your mix computes gated DeltaNet with a step size and a gate of its own"),
+        (RenamedGatedDeltaNet, "ttr_edu.layers.linear.GatedDeltaNet.op_inputs is not given to this exercise"),
+        (UsesTheStubsBeta, "it takes no beta: give mix and mix_step exactly those parameters"),
+        (ReparametrisedGatedDeltaNet, "ops.gated_delta_rule.gated_delta_rule_chunk is not given to this exercise"),
+        (HandWrittenGatedDeltaNet, "your mix computes gated DeltaNet with a step size and a gate of its own"),
         (IgnoresTheGate, "RLS\\): your layer ignores or mistakes the weights"),
+        (ReadsTheOldState, r"your layer answers token t from the memory before its pair is written"),
         (LooksAhead, "(?s)my_mixer \\(causal\\).*\\n  your layer looks ahead: its output at t depends on tokens"),
         (MixesTheFuture, "(?s)my_mixer \\(causal\\).*\\n  your layer looks ahead"),
         (StepForgetsTheGate, "mix_step must take the same step as mix"),
         (NeedsBeta, "(?s)forward raised TypeError.*must take exactly the names op_inputs returns.* takes q, k, v, g"),
-        (CallsTheFramework, "package's own implementation"),
+        (CallsTheFramework, "ttr_edu.regression.design_space.Point.layer is not given to this exercise"),
+        (SolverTable, r"my_mixer \(causal\): .*linear._recursive_least_squares is not given to this exercise$"),
     ],
 )
 def test_a_wrong_mixer_fails_and_says_why(registered, cls, message):
@@ -439,13 +536,28 @@ def test_a_window_step_that_never_drops_a_pair_fails(registered):
         checks.check_my_mixer(registered(WindowStepKeepsEveryPair), WINDOW_LA)
 
 
+WINDOW_EXACT = Point.of("window", "linear", "exact_solve")  # r38c's own point
+UNIFORM_EXACT = WINDOW_EXACT.replace("weights", "uniform").layer()  # built where the cell runs, before the check
+
+
+class WindowRunner(WindowLinearAttention):  # the framework's window runner over its uniform exact solve
+    def mix(self, q, k, v):
+        return self.o_norm(window.windowed(UNIFORM_EXACT, WINDOW_EXACT.param("window"), q, k, v)[0])
+
+    def mix_step(self, memory, q, k, v):  # reruns the prefix through the same runner
+        prefix = (q, k, v) if memory is None else tuple(torch.cat(x, 1) for x in zip(memory, (q, k, v)))
+        return self.mix(*prefix)[:, -1:], prefix
+
+
+def test_the_window_runner_is_not_an_answer(registered):
+    with pytest.raises(CheckFailed, match=r"; ttr_edu.regression.window.windowed is not given to this exercise$"):
+        checks.check_my_mixer(registered(WindowRunner), WINDOW_EXACT)
+
+
 def test_a_mixer_that_ignores_the_window_is_told_it_is_linear_attention(registered):
     with pytest.raises(CheckFailed, match=r"\(linear attention\): your layer ignores the window") as failure:
         checks.check_my_mixer(registered(IgnoresTheWindow), WINDOW_LA)
     assert "step size and a gate of its own" not in str(failure.value)
-
-
-MOMENTUM = Point.of("uniform", "linear", "momentum")
 
 
 class RenamedDeltaNetOp(Mixer):  # DeltaNet's own op at the momentum point, under a new name (the reviewer's W1)
@@ -467,20 +579,40 @@ class RenamedDeltaNetOp(Mixer):  # DeltaNet's own op at the momentum point, unde
         return self.o_norm(o), S
 
 
+class HandWrittenDeltaNet(RenamedDeltaNetOp):  # DeltaNet's rule written out at the momentum point
+    def mix(self, q, k, v, beta):
+        memory, outputs = None, []
+        for t in range(q.shape[1]):
+            o, memory = self.mix_step(memory, q[:, t : t + 1], k[:, t : t + 1], v[:, t : t + 1], beta[:, t : t + 1])
+            outputs.append(o)
+        return torch.cat(outputs, 1)
+
+    def mix_step(self, memory, q, k, v, beta):
+        q, k, v, beta = q[:, 0], k[:, 0], v[:, 0], beta[:, 0]
+        S = q.new_zeros(*k.shape, v.shape[-1]) if memory is None else memory
+        error = v - torch.einsum("bhkv,bhk->bhv", S, k)
+        S = S + beta[..., None, None] * k[..., :, None] * error[..., None, :]
+        return self.o_norm(torch.einsum("bhkv,bhk->bhv", S, q * q.shape[-1] ** -0.5)[:, None]), S
+
+
 class CallsTheFrameworkAtMomentum(RegressionMixer):  # the framework's own mixer under a new name (the reviewer's W8)
     def __init__(self, hidden_size, num_heads=1, **kwargs):
         super().__init__(hidden_size, num_heads, point=MOMENTUM, **kwargs)
 
 
-def test_a_named_layers_op_is_named_as_itself_not_as_a_family(registered):
-    with pytest.raises(CheckFailed, match=r"your mix computes uniform · linear · online SGD \(DeltaNet\)") as failure:
+def test_a_named_layers_op_is_refused_and_its_rule_is_named_as_itself_not_as_a_family(registered):
+    """DeltaNet's op under a new name is refused as a call the exercise does not give; DeltaNet's rule written out is
+    named as DeltaNet (a neighbour of the momentum point), not as the first-order family that holds it."""
+    with pytest.raises(CheckFailed, match=r"ttr_edu.ops.delta_rule.delta_rule_recurrent is not given to this exerc"):
         checks.check_my_mixer(registered(RenamedDeltaNetOp), MOMENTUM)
+    with pytest.raises(CheckFailed, match=r"your mix computes uniform · linear · online SGD \(DeltaNet\)") as failure:
+        checks.check_my_mixer(registered(HandWrittenDeltaNet), MOMENTUM)
     assert "β/(1+β)" not in str(failure.value)
 
 
 def test_the_framework_renamed_gets_no_second_diagnosis(registered):
     """The mix is the point's own output: no neighbour (a window longer than the sequence) is named beside it."""
-    with pytest.raises(CheckFailed, match="package's own implementation") as failure:
+    with pytest.raises(CheckFailed, match="RegressionMixer.op_inputs is not given to this exercise") as failure:
         checks.check_my_mixer(registered(CallsTheFrameworkAtMomentum), MOMENTUM)
     assert "your mix computes" not in str(failure.value)
     assert "looks ahead" not in str(failure.value)  # the call is refused, not taken for a look ahead

@@ -31,6 +31,18 @@ MUTATIONS = [
         'chain = ["gradient_step", "online_sgd", "implicit_step", "steps_per_token", "exact_solve"]',
         "each optimiser of this chain gets closer to the exact fit than the one before",
     ),
+    # at N = 4 DeltaNet recalls every pair in every seed: the mean over the seeds is no longer below one
+    (
+        "sum(recall_at(sgd, 16)) / len(ds.SEEDS) < 1.0",
+        "sum(recall_at(sgd, 4)) / len(ds.SEEDS) < 1.0",
+        "on average over the seeds, DeltaNet's one step per token on the same memory already misses pairs",
+    ),
+    # chapter 09's references at RLS's own width: they no longer recall more than RLS
+    (
+        '("deltanet", 32), ("linear_attention", 32)',
+        '("deltanet", 16), ("linear_attention", 16)',
+        "and with more state than RLS (d = 32) both recall more than it, in every seed",
+    ),
 ]
 
 

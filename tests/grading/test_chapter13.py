@@ -102,6 +102,45 @@ class MyMemory(Mixer):  # gated DeltaNet's own op with the step β/(1+β): on un
 MY_SPEC = register(MixerSpec("my_memory", "my memory", MyMemory), replace=True)
 """
 
+FRAMEWORK_SOLVER_STEP = """from ttr_edu.regression.linear import LINEAR_SOLVERS
+from ttr_edu.regression.optimizers import RecursiveLeastSquares
+
+MY_POINT = checks.SUGGESTED
+RLS = RecursiveLeastSquares(ridge=MY_POINT.param("ridge"))
+
+
+def initial_state(d_k, d_v):
+    return []
+
+
+def my_step(state, q, k, v, beta, g):  # the framework's own RLS solver, one level below TestTimeRegression
+    state = state + [(q, k, v, g)]
+    Q, K, V, G = (torch.stack(x)[None, None] for x in zip(*state))
+    o, _ = LINEAR_SOLVERS[RecursiveLeastSquares](RLS, Q, K, V, G, None, None)
+    return o[0, 0, -1], state
+"""
+FRAMEWORK_SOLVER_MIXER = (
+    FRAMEWORK_SOLVER_STEP.split("\n\n\ndef ", 1)[0]
+    + "\n\n\n"
+    + _solution(MIXER).split("    def op_inputs", 1)[0]
+    + """    def op_inputs(self, x, qkv):
+        q, k = self._normed_qk(qkv)
+        v = self._heads(qkv[..., 2 * self.hidden_size :])
+        return {"q": q, "k": k, "v": v, "g": torch.nn.functional.logsigmoid(self.g_proj(x))}
+
+    def mix(self, q, k, v, g):  # the same solver over the whole sequence
+        o, _ = LINEAR_SOLVERS[RecursiveLeastSquares](RLS, *(x.transpose(1, 2) for x in (q, k, v, g)), None, None)
+        return self.o_norm(o.transpose(1, 2))
+
+    def mix_step(self, memory, q, k, v, g):  # reruns the prefix
+        prefix = (q, k, v, g) if memory is None else tuple(torch.cat(x, 1) for x in zip(memory, (q, k, v, g)))
+        return self.mix(*prefix)[:, -1:], prefix
+
+
+MY_SPEC = register(MixerSpec("my_memory", "my memory", MyMemory), replace=True)
+"""
+)
+
 W1F = (Path("/tmp/r38/w1f.py"),)  # the reviewer's renamed layer (r38), kept here as RENAMED_GATED_DELTANET too
 FORGE = """
 import sys
@@ -134,6 +173,10 @@ SUBMISSIONS = {  # name: (answers by grade id, points)
     "13.1 at gated DeltaNet's point": ({STEP: GATED_DELTANET}, 0),
     "gated DeltaNet's op at β/(1+β), at the gated implicit step": (
         {STEP: GATED_IMPLICIT, MIXER: RENAMED_GATED_DELTANET},
+        0,
+    ),
+    "the framework's RLS solver (LINEAR_SOLVERS), the reviewer's bypass (r38c)": (
+        {STEP: FRAMEWORK_SOLVER_STEP, MIXER: FRAMEWORK_SOLVER_MIXER},
         0,
     ),
     "the stubs, with the checks replaced by ones that pass in the answers' process": (
@@ -178,6 +221,10 @@ def test_each_submission_scores_what_it_earns(name):
         assert "op_inputs gave g from" in by_id["test_check_my_mixer"].detail, verdicts
     if name == "13.1 at gated DeltaNet's point":
         assert "is a named layer's point" in by_id["test_check_my_step"].detail, verdicts
+    if name.startswith("the framework's RLS solver"):
+        for gid in ("test_check_my_step", "test_check_my_mixer"):
+            refused = "ttr_edu.regression.linear._recursive_least_squares is not given to this exercise"
+            assert refused in by_id[gid].detail, verdicts
     if name.startswith("gated DeltaNet's op"):
         for gid in ("test_check_my_step", "test_check_my_mixer"):
             assert "computes gated DeltaNet with a step size and a gate of its own" in by_id[gid].detail, verdicts
@@ -200,13 +247,14 @@ def test_the_forged_checks_do_pass_in_the_answers_process():
 
 @pytest.mark.skipif(not W1F[0].exists(), reason="the reviewer's file is not on this machine")
 def test_the_reviewers_renamed_layer_scores_nothing():
-    """r38's w1f: gated DeltaNet's own op at β/(1+β), under a name of its own, with the chapter's default point."""
+    """r38's w1f: gated DeltaNet's own op at β/(1+β), under a name of its own, with the chapter's default point: the op
+    is not given to the exercise (its mix, called without β, used to fail on that first)."""
     source = W1F[0].read_text().replace("checks.check_my_mixer(MY_SPEC, checks.SUGGESTED)", "")
     answers = {STEP: _solution(STEP), MIXER: source + "\nMY_POINT = checks.SUGGESTED\n"}
     report = engine.grade(_submission(answers), RELEASE, timeout=120)
     by_id = {v.grade_id: v for v in report.verdicts}
     assert by_id["test_check_my_mixer"].earned == 0, by_id["test_check_my_mixer"]
-    assert "the check called mix(q, k, v, g, beta=None)" in by_id["test_check_my_mixer"].detail
+    assert "gated_delta_rule_chunk is not given to this exercise" in by_id["test_check_my_mixer"].detail
 
 
 @pytest.mark.slow

@@ -75,7 +75,7 @@ def test_each_choice_of_the_three_dropdowns_shows_exactly_that_points_traces(twi
         if point.problem() is None:  # stream band and mean, recall band and mean, the cost marker, the text
             assert sum(_shown(traces[i]) for i in point_traces) == 6
         else:
-            assert "No layer here." in text[0]
+            assert "<b>No layer here.</b> " in text[0]  # a sentence, then the framework's reason: one space
 
 
 def test_the_start_is_what_the_menus_say(twin):

@@ -18,6 +18,9 @@ Two ways to hold an answer to them:
 
 * :func:`watching` (the student's own kernel, feedback): the dispatcher block and the profile hook for the duration
   of one call, then reported. Code that runs earlier in the same kernel can undo anything here; this is feedback.
+  The hook holds an allow-list too (:func:`given_only`: any code of the package that the exercise's ``given`` does
+  not reach is refused when it starts); a staged check (chapter 13) is held to its allow-list this way in the
+  engine's child as well, where the process cannot be emptied because the check's own code runs the package there.
 * :func:`lock_down` (the grading engine's child process, before the answer's cells run; for the rest of that process):
   the dispatcher block, and **removal** instead of a trace: every reference to a forbidden Python callable that the
   garbage collector knows of (module and class namespaces, instance attributes, containers, closures, defaults) is
@@ -55,7 +58,10 @@ from typing import Any
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode, _get_current_dispatch_mode_stack, _pop_mode
 
-__all__ = ["ForbiddenCall", "Forbidden", "forbidden", "watching", "lock_down", "SOLVER_OPS", "AUTOGRAD", "SOLVERS"]
+__all__ = [
+    "ForbiddenCall", "Forbidden", "forbidden", "given_only", "watching", "lock_down", "SOLVER_OPS", "AUTOGRAD",
+    "SOLVERS",
+]  # fmt: skip
 
 
 class ForbiddenCall(Exception):
@@ -148,22 +154,32 @@ def backward_ops() -> frozenset[str]:
 @dataclass(frozen=True)
 class Forbidden:
     """What one answer may not reach, resolved to objects. ``codes``: code object -> message when it starts running;
-    ``callables``: (object, message) to remove in the engine's child; ``ops``: aten operator -> message."""
+    ``callables``: (object, message) to remove in the engine's child; ``ops``: aten operator -> message;
+    ``allowed``: an allow-list traced instead of emptied (:func:`given_only`): the code objects of the package's
+    functions the answer may run, every other code of the package (outside the harness) is refused when it starts
+    running, however it was reached (None: no allow-list)."""
 
     codes: dict[types.CodeType, str] = field(default_factory=dict)
     callables: tuple[tuple[Any, str], ...] = ()
     ops: dict[str, str] = field(default_factory=dict)
     autograd: str | None = None  # the message for the autograd engine itself (its C entry point), when ruled out
+    allowed: frozenset[types.CodeType] | None = None
 
     def __bool__(self) -> bool:
-        return bool(self.codes or self.callables or self.ops or self.autograd)
+        return bool(self.codes or self.callables or self.ops or self.autograd) or self.allowed is not None
 
     def __or__(self, other: Forbidden) -> Forbidden:
+        """Both sets of rules; two allow-lists give what either gives (as the exercises of one graded cell do)."""
+        if self.allowed is None or other.allowed is None:
+            allowed = self.allowed if other.allowed is None else other.allowed
+        else:
+            allowed = self.allowed | other.allowed
         return Forbidden(
             {**self.codes, **other.codes},
             self.callables + other.callables,
             {**self.ops, **other.ops},
             self.autograd or other.autograd,
+            allowed,
         )
 
 
@@ -358,6 +374,8 @@ class _Trace:
     def __init__(self, bad: Forbidden, on_hit: Callable[[str], Any] | None = None) -> None:
         self.quiet = (_setprofile, _start_new_thread, _GUARD_FILE, _STDLIB_THREADING, _engine_backward)
         self.codes = bad.codes
+        self.allowed = bad.allowed
+        self.package = (_PACKAGE_DIR, _HARNESS_DIR)
         self.autograd = bad.autograd
         self.on_hit = on_hit
         self.hit: str | None = None
@@ -371,7 +389,15 @@ class _Trace:
     def __call__(self, frame, event, arg):
         try:
             if event == "call":
-                message = self.codes.get(frame.f_code)
+                code = frame.f_code
+                message = self.codes.get(code)
+                first = self.hit is None or self.on_hit is not None  # else only the first hit is reported
+                if message is None and first and self.allowed is not None and code not in self.allowed:
+                    package, harness = self.package
+                    filename = code.co_filename
+                    if filename.startswith(package) and not filename.startswith(harness):
+                        if code.co_name not in _KEPT_METHODS:
+                            message = _not_given(code, frame)
                 if message is not None:
                     self._found(message)
             elif event == "c_call":
@@ -592,11 +618,56 @@ def _codes(code: types.CodeType) -> Iterator[types.CodeType]:
             yield from _codes(const)
 
 
-def reachable(roots: Iterable[Any]) -> set[int]:
+def given_only(given: Iterable[Any]) -> Forbidden:
+    """The allow-list of ``given`` (the package's functions and classes an exercise hands the student), as a call
+    trace holds an answer to it (:func:`watching`): the code of what the given functions and classes use
+    (:func:`reachable`, their inner functions and comprehensions included) may run; any other code of the package,
+    outside the harness (``ttr_edu.checks``), is refused when it starts running with the message of
+    :func:`lock_down`'s emptied functions, naming it. This is for a check whose own code runs the package's objects
+    beside the answer (chapter 13's capstone builds and rebuilds design-space points where the answer runs): there
+    the package cannot be emptied for the whole process, so only the answer's calls are held to the list. Code the
+    answer's process loads later (a module imported inside the answer) is refused too: nothing of it is given.
+
+    Raises:
+        TypeError: something in ``given`` that is neither a function nor a class.
+    """
+    given = tuple(given)
+    for value in given:
+        if not (isinstance(value, type) or callable(value)):
+            raise TypeError(f"given_only: given expects functions and classes, got {type(value).__name__}")
+    functions: list[types.FunctionType] = []
+    reachable(given, functions)
+    return Forbidden(allowed=frozenset(c for f in functions for c in _codes(f.__code__)))
+
+
+def _not_given(code: types.CodeType, frame: types.FrameType | None = None) -> str:
+    """The allow-list's message for a code object of the package starting to run (in ``frame``): the function it
+    belongs to, by module and name; for a decorator's wrapper (a closure over the package's function it wraps, as
+    ``ttr_edu.ops``' ``varlen`` is), the wrapped function's name, which is what the answer called."""
+    wrapped = None
+    if frame is not None and code.co_freevars:
+        try:
+            held = [frame.f_locals.get(name) for name in code.co_freevars]
+        except Exception:  # a frame that cannot show its variables: name the code itself
+            held = []
+        wrapped = next((f for f in held if type(f) is types.FunctionType and _package_code(f)), None)
+    if wrapped is not None:
+        return (
+            f"the exercise asks you to write this yourself; {wrapped.__module__}.{wrapped.__qualname__} is not given "
+            "to this exercise"
+        )
+    relative = code.co_filename[len(_PACKAGE_DIR) :].removesuffix(".py").split(os.sep)
+    module = ".".join([Path(_PACKAGE_DIR).name, *relative]).removesuffix(".__init__")
+    name = getattr(code, "co_qualname", code.co_name)
+    return f"the exercise asks you to write this yourself; {module}.{name} is not given to this exercise"
+
+
+def reachable(roots: Iterable[Any], functions: list[types.FunctionType] | None = None) -> set[int]:
     """The ids of the package's functions (and classes) that ``roots`` use, themselves included: the globals their
     code names (and, for a module, its attributes the code names), their closures, defaults and wrapped functions,
     a class's methods and its bases, the items of a table the code names and the package's objects held there (their
-    class and attributes). What a given function calls on its way is given with it."""
+    class and attributes). What a given function calls on its way is given with it. ``functions``: a list that
+    receives each function object found."""
     seen: set[int] = set()
     todo = list(roots)
     while todo:
@@ -635,6 +706,8 @@ def reachable(roots: Iterable[Any]) -> set[int]:
                 todo.extend((getattr(value, "__dict__", None) or {}).values())
             continue
         seen.add(id(value))
+        if functions is not None:
+            functions.append(value)
         todo.extend(c.cell_contents for c in value.__closure__ or () if _filled(c))
         todo.extend(value.__defaults__ or ())
         todo.extend((value.__kwdefaults__ or {}).values())

@@ -35,7 +35,7 @@ from torch.utils._python_dispatch import _get_current_dispatch_mode_stack, _pop_
 
 from ttr_edu.checks import _core
 from ttr_edu.checks._core import CheckFailed, describe
-from ttr_edu.checks._guard import SOLVERS, Forbidden, ForbiddenCall, forbidden, watching
+from ttr_edu.checks._guard import SOLVERS, Forbidden, ForbiddenCall, forbidden, given_only, watching
 from ttr_edu.profiling import _CountOperations, _CountWork
 
 __all__ = [
@@ -841,15 +841,24 @@ class Staged:
       to ``say`` (the last one the ``PASS`` line).
 
     ``forbidden()``: what the answer's calls may not reach, watched by a call trace around each call (in the engine's
-    child too: such a check adds nothing to the child's lock-down). Whatever ``collect`` reports is untrusted: the
-    verdict is the judge's, on the grader's own cases; only what ``collect`` reads off the answer's objects (a spec's
-    registration, a norm's weight) rests on the answer's process."""
+    child too: such a check adds nothing to the child's lock-down). ``given``: the package's functions and classes the
+    chapter hands the student for this exercise, as :attr:`Exercise.given`; every other function of the package is
+    refused while the answer runs (:meth:`held_to`), by the same call trace: ``collect`` itself runs the package's
+    objects beside the answer, so nothing can be emptied for the whole process. Whatever ``collect`` reports is
+    untrusted: the verdict is the judge's, on the grader's own cases; only what ``collect`` reads off the answer's
+    objects (a spec's registration, a norm's weight) rests on the answer's process."""
 
     name: str
     signature: Any
     collect: Callable[[tuple, Callable], dict]
     judge: Callable[[dict, Callable[[str], None]], None]
     forbidden: Callable[[], Forbidden]
+    given: tuple[Any, ...] = ()
+
+    def held_to(self) -> Forbidden:
+        """What each of the answer's calls is held to, in the student's kernel and in the engine's child alike:
+        ``forbidden()`` and the allow-list of ``given`` (:func:`~ttr_edu.checks._guard.given_only`)."""
+        return self.forbidden() | given_only(self.given)
 
     def arguments(self, *args: Any, **kwargs: Any) -> tuple:
         """The check's arguments as a tuple, in its signature's order, its defaults applied.
@@ -867,14 +876,25 @@ def staged(
     collect: Callable[[tuple, Callable], dict],
     judge: Callable[[dict, Callable[[str], None]], None],
     forbidden: Callable[[], Forbidden],
+    given: Iterable[Any] = (),
 ) -> Callable[[Callable], Callable[..., bool]]:
     """Declare the :class:`Staged` exercise checked by the decorated ``check_<name>`` function (its signature gives the
     arguments and their defaults; its docstring says what it checks): the function becomes its check in the student's
-    kernel (:func:`run_staged`), and carries the declaration (``__exercise__``) for the grading engine."""
+    kernel (:func:`run_staged`), and carries the declaration (``__exercise__``) for the grading engine. ``given``: the
+    package's functions and classes the answer may call (:attr:`Staged.given`).
+
+    Raises:
+        TypeError: something in ``given`` that is neither a function nor a class.
+    """
     import inspect
 
+    given = tuple(given)
+    for value in given:
+        if not (isinstance(value, type) or callable(value)):
+            raise TypeError(f"staged: given expects functions and classes, got {type(value).__name__}")
+
     def wrap(fn: Callable) -> Callable[..., bool]:
-        declared = Staged(fn.__name__.removeprefix("check_"), inspect.signature(fn), collect, judge, forbidden)
+        declared = Staged(fn.__name__.removeprefix("check_"), inspect.signature(fn), collect, judge, forbidden, given)
 
         @functools.wraps(fn)
         def check(*args: Any, **kwargs: Any) -> bool:
@@ -888,14 +908,16 @@ def staged(
 
 def run_staged(declared: Staged, arguments: tuple) -> bool:
     """The check of a :class:`Staged` exercise in this process (the student's kernel): the same plain record and the
-    same judge as the grading engine's. Prints ``PASS`` and returns True, or prints "not attempted yet" and returns
-    False (raising instead under the autograder), or raises :class:`CheckFailed`."""
+    same judge as the grading engine's, on one intra-op thread (as the engine's child runs answers). Prints ``PASS``
+    and returns True, or prints "not attempted yet" and returns False (raising instead under the autograder), or
+    raises :class:`CheckFailed`."""
     if not getattr(_core._state, "depth", 0):  # called directly, not through a graded check (which has looked already)
         _core._refuse_tampering(declared.name)
-    bad = declared.forbidden()
+    bad = declared.held_to()
     try:
-        record = to_record(declared.collect(arguments, functools.partial(watching, bad)))
-        declared.judge(record, print)
+        with one_thread():  # many small operations (chapter 13 runs a whole layer token by token): threads only wait
+            record = to_record(declared.collect(arguments, functools.partial(watching, bad)))
+            declared.judge(record, print)
     except NotAttempted as stub:
         name = str(stub.args[0]) if stub.args else declared.name
         if _core.under_autograder():

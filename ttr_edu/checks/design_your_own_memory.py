@@ -227,6 +227,33 @@ def _what_it_computes(got: Any, point: Point) -> str:
             name = f" ({LAYER_LABELS[named]})" if named else ""
             choices = " · ".join(other.choice(a).label for a in AXES)
             return f"\n  your outputs are those of {choices}{name}: {_hint(point, other, axis, 'update')}"
+    return _slip(got, point, case, 0, lambda p, c: point_outputs(p, **c), "update")
+
+
+def _slip(got: torch.Tensor, point: Point, case: dict, time: int, outputs: Callable, subject: str) -> str:
+    """The two slips that keep the point but not its rule, in words, or ``""``: a window one pair too long or too
+    short, and an answer read from the memory before the token's pair is written. ``case``'s tensors have the time
+    axis at ``time``; ``outputs(point, case)`` is the framework's (as the check compares them)."""
+    if point.weights == "window":
+        w = point.param("window")
+        for other, what in ((w + 1, "one pair too many"), (w - 1, "one pair too few")):
+            if other < 1 or not _tells_apart(point.replace(window=other), case["q"].shape[time]):
+                continue
+            if relative_error(got, outputs(point.replace(window=other), case)) < 1e-6:
+                return (
+                    f"\n  your {subject} keeps {what}: its outputs are those of a window of {other} pairs. Token t's "
+                    f"window is pairs t − {w - 1} to t, the new one included: pair t − {w} leaves as pair t enters"
+                )
+    T = case["q"].shape[time]
+    cut = {name: x.narrow(time, 0, T - 1) for name, x in case.items()}
+    cut["q"] = case["q"].narrow(time, 1, T - 1)  # token t's query against the memory of pairs up to t - 1
+    before = outputs(point, cut)
+    before = torch.cat([torch.zeros_like(before.narrow(time, 0, 1)), before], time)  # nothing written before t = 0
+    if relative_error(got, before) < 1e-6:
+        return (
+            f"\n  your {subject} answers token t from the memory before its pair is written (S_{{t−1}}ᵀq_t): "
+            "write the token's pair first, then read the answer (S_tᵀq_t)"
+        )
     return ""
 
 
@@ -281,9 +308,24 @@ def _no_reference(**case: Any) -> Any:
     raise RuntimeError("the reference runs in the grader, not where the answer runs")
 
 
+#: What the chapter hands the student for 13.1, to call inside the step: a point's parameters (``MY_POINT.param``) and
+#: the methods that read them. Every other function of the package is refused while the answer runs (the allow-list,
+#: :meth:`~ttr_edu.checks._rules.Staged.held_to`): the framework's solvers (``SOLVERS``, ``LINEAR_SOLVERS``,
+#: ``LOCAL_SOLVERS``, ``momentum_sgd``, the window runner), its mixer, the ops, whatever a point builds.
+GIVEN_STEP = (Point.param, Point.default, Point.choice, Point.used, Point.describe)
+
+
+def _given_mixer() -> tuple:
+    """What the chapter hands the student for 13.2: the point's parameters and the ``Mixer`` base class to subclass
+    (its pipeline: projections, short convolution, ``_normed_qk``, ``_heads``, ``forward`` and ``step``)."""
+    from ttr_edu.layers import Mixer
+
+    return (*GIVEN_STEP, Mixer)
+
+
 def _forbidden() -> Forbidden:
-    """What the learner's code may not call: the framework's layer, which the references use (its methods), and the
-    functions here that compute a reference."""
+    """What the learner's code may not call besides what the allow-list leaves out: the framework's layer, which the
+    references use (its methods), and the functions here that compute a reference (the harness is not on the list)."""
     codes = _core._methods(TestTimeRegression)
     for fn in (point_outputs, _framework_mix):
         codes.update(_core.implementations(fn))
@@ -344,7 +386,7 @@ def _zero_state(d_k: int, d_v: int) -> torch.Tensor:
     return torch.zeros(d_k, d_v, dtype=torch.float64)
 
 
-@staged(collect=_collect_step, judge=_judge_step, forbidden=_forbidden)
+@staged(collect=_collect_step, judge=_judge_step, forbidden=_forbidden, given=GIVEN_STEP)
 def check_my_step(my_step: Callable, initial_state: Callable = _zero_state, point: Point = SUGGESTED) -> bool:
     """Check ``my_step(state, q, k, v, beta, g) -> (o, state)`` from ``initial_state(d_k, d_v)`` at ``point``
     (defaults: a zero ``D_k × D_v`` state, which suits first-order points only, and the chapter's suggested point
@@ -714,6 +756,13 @@ def _what_the_layer_computes(got: Any, probed: Any, norm: Any, point: Point) -> 
                 return f"\n  your mix computes {' · '.join(other.choice(a).label for a in AXES)}{name}" + (
                     f": {hint}" if hint else ""
                 )
+        if got.shape == case["v"].shape and bool(torch.isfinite(got).all()):
+            try:
+                slip = _slip(got, point, case, 1, lambda p, c: _framework_mix(p, norm, **c), "layer")
+            except (ValueError, TypeError, CheckFailed):
+                slip = ""
+            if slip:
+                return slip
     weight = norm.get("weight") if isinstance(norm, dict) else None
     try:
         family = _named_up_to_steps(_probe_case(point), probed, weight if _core._is_plain_tensor(weight) else None)
@@ -855,7 +904,8 @@ def _judge_mixer(record: dict, say: Callable[[str], None]) -> None:
         say(f"PASS my_mixer (causal): your function agrees with the reference on {len(inputs)} random cases.")
     except CheckFailed as failure:
         said = str(failure)  # an error, a blow-up, op_inputs' ranges or a forbidden call: not a look ahead
-        if any(x in said for x in ("your function raised", "not finite", "op_inputs", "not count as an answer")):
+        refused = ("your function raised", "not finite", "op_inputs", "not count as an answer", "not given to this")
+        if any(x in said for x in refused):
             raise
         raise CheckFailed(
             f"{failure}\n  your layer looks ahead: its output at t depends on tokens after t (the outputs before "
@@ -907,7 +957,7 @@ def _judge_mixer(record: dict, say: Callable[[str], None]) -> None:
     say(f"PASS my_mixer: {name} is {point.describe()}, distinct from every named layer.")
 
 
-@staged(collect=_collect_mixer, judge=_judge_mixer, forbidden=_forbidden)
+@staged(collect=_collect_mixer, judge=_judge_mixer, forbidden=_forbidden, given=_given_mixer())
 def check_my_mixer(spec: Any, point: Point = SUGGESTED) -> bool:
     """Check the learner's mixer, one class and one spec, at ``point`` (default :data:`SUGGESTED`); ``spec`` is the
     :class:`~ttr_edu.layers.MixerSpec`, or a function that builds it.

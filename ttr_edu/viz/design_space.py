@@ -50,7 +50,9 @@ def point_text(entry: dict) -> str:
     point = point_of(entry)
     lines = [f"<b>{point.describe()}</b>"]
     if entry.get("problem"):
-        return "<br>".join([*lines, "<b>No layer here.</b>", *_wrap(entry["problem"])])
+        # one sentence, with the space that the line break alone would not give a text reader (r38c's F6)
+        first, *rest = _wrap(f"No layer here. {entry['problem']}")
+        return "<br>".join([*lines, first.replace("No layer here.", "<b>No layer here.</b>", 1), *rest])
     lines += [f"<b>{part}</b>" for part in _wrap(identify(point).sentence())]
     for line in update_rule(point).text().splitlines():
         lines += _wrap(line)

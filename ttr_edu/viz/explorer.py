@@ -156,7 +156,7 @@ class DesignSpaceExplorer:
         if rule.problem is None:
             self.identity.value = f"<b>{identify(self.point).sentence()}</b><br>{rule.latex()}"
         else:  # the rule's text would repeat "No layer": the reason alone follows the head
-            self.identity.value = f"<b>No layer here.</b><br>{rule.problem}"
+            self.identity.value = f"<b>No layer here.</b> {rule.problem}"
         with self.output:
             self.output.clear_output(wait=True)
             display(figure)

@@ -166,9 +166,10 @@ def _child(
     for exercise in declared.values():
         if exercise is not None and not isinstance(exercise, _rules.Staged):  # a staged check traces its own calls
             bad = bad | exercise.forbidden(solver_modules=list(_SOLVER_MODULES))
-    # the allow-list: where every exercise of this cell is declared (and none is staged: chapter 13's capstone runs the
-    # learner's mixer, a subclass of the package's, and traces its calls instead), the package's functions none of
-    # them gives are emptied (a check of the older kind calls its reference here, so none is applied where one stands)
+    # the allow-list: where every exercise of this cell is declared (and none is staged: chapter 13's capstone builds
+    # the package's objects beside the answer here, so its allow-list is held by the call trace around each of the
+    # answer's calls instead, Staged.held_to), the package's functions none of them gives are emptied (a check of the
+    # older kind calls its reference here, so none is applied where one stands)
     given = None
     if declared and all(e is not None and not isinstance(e, _rules.Staged) for e in declared.values()):
         given = [value for exercise in declared.values() for value in exercise.given]
@@ -289,7 +290,7 @@ def _staged(results: int, check: dict, exercise, answer: Any, traced: bool) -> N
     except TypeError as err:
         write_frame(results, {"type": "missing", "check": name, "message": f"TypeError: {err}"})
         return
-    guard = functools.partial(watching, exercise.forbidden()) if traced else contextlib.nullcontext
+    guard = functools.partial(watching, exercise.held_to()) if traced else contextlib.nullcontext
     try:
         payload = _plain_bytes(_rules.to_record(exercise.collect(arguments, guard)))
     except Exception as err:  # the answer's objects broke the collection itself: the grader reads nothing
