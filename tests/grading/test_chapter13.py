@@ -164,6 +164,34 @@ _passes()
 FORGED_STEP = FORGE + _stub(STEP)
 FORGED_MIXER = FORGE + _stub(MIXER)
 
+THREAD_STEP = """MY_POINT = checks.SUGGESTED
+import queue, threading
+JOBS = queue.Queue()
+
+
+def _worker():  # started by the cell, before the check's call trace begins (an attacker's a37b/B6)
+    while True:
+        args, box, done = JOBS.get()
+        box.append(checks.point_outputs(*args))
+        done.set()
+
+
+threading.Thread(target=_worker, daemon=True).start()
+
+
+def initial_state(d_k, d_v):
+    return []
+
+
+def my_step(state, q, k, v, beta, g):
+    history = state + [(q, k, v, beta, g)]
+    Q, K, V, B, G = (torch.stack([h[i] for h in history]) for i in range(5))
+    box, done = [], threading.Event()
+    JOBS.put(((MY_POINT, Q, K, V, B, G), box, done))
+    done.wait()
+    return box[0][-1], history
+"""
+
 SUBMISSIONS = {  # name: (answers by grade id, points)
     "solved": ({STEP: _solution(STEP), MIXER: _solution(MIXER)}, 5),
     "unsolved": ({}, 0),
@@ -179,6 +207,7 @@ SUBMISSIONS = {  # name: (answers by grade id, points)
         {STEP: FRAMEWORK_SOLVER_STEP, MIXER: FRAMEWORK_SOLVER_MIXER},
         0,
     ),
+    "13.1 by the framework in a thread the cell started": ({STEP: THREAD_STEP}, 0),
     "the stubs, with the checks replaced by ones that pass in the answers' process": (
         {STEP: FORGED_STEP, MIXER: FORGED_MIXER},
         0,
@@ -225,6 +254,8 @@ def test_each_submission_scores_what_it_earns(name):
         for gid in ("test_check_my_step", "test_check_my_mixer"):
             refused = "ttr_edu.regression.linear._recursive_least_squares is not given to this exercise"
             assert refused in by_id[gid].detail, verdicts
+    if name.startswith("13.1 by the framework in a thread"):
+        assert "your cells left a Python thread running" in by_id["test_check_my_step"].detail, verdicts
     if name.startswith("gated DeltaNet's op"):
         for gid in ("test_check_my_step", "test_check_my_mixer"):
             assert "computes gated DeltaNet with a step size and a gate of its own" in by_id[gid].detail, verdicts

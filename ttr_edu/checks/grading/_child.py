@@ -23,6 +23,7 @@ Frames (both pipes): two big-endian 32-bit lengths, a JSON header, a payload (``
 
 from __future__ import annotations
 
+import _thread
 import io
 import json
 import linecache
@@ -181,6 +182,13 @@ def _child(
         errors[name] = _run_cell(source, f"<{name}>", namespace)
     if any(errors.values()):
         write_frame(results, {"type": "cell_errors", "errors": {k: v for k, v in errors.items() if v}})
+    if any(isinstance(e, _rules.Staged) for e in declared.values()) and _thread._count() > 0:  # threads but main
+        # a staged check traces the calls of the answer and of the threads it starts; a thread the cells started
+        # before runs untraced (an attacker's ran the framework there), and this process started none of its own
+        end(
+            "your cells left a Python thread running; the check follows your function's calls and the threads it "
+            "starts itself, so stop that thread (or start it inside your function)"
+        )
     for check in unit["checks"]:
         name = check["check"]
         exercise = declared.get(name)
