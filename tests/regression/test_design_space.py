@@ -9,7 +9,14 @@ import torch
 
 from tests.helpers import relative_error
 from ttr_edu import layers, ops
-from ttr_edu.regression import NAMED_LAYERS, TestTimeRegression
+from ttr_edu.regression import (
+    NAMED_LAYERS,
+    ExactSolve,
+    LocalConstant,
+    TestTimeRegression,
+    Uniform,
+    named_layer,
+)
 from ttr_edu.regression.cost import cost, matched_hidden
 from ttr_edu.regression.design_space import (
     AXES,
@@ -71,6 +78,29 @@ def test_points_are_built_from_names_and_defaults_and_refuse_unknown_ones():
         named_point("mamba")
     with pytest.raises(TypeError, match="^point: "):
         identify(("uniform", "linear", "online_sgd"))
+
+
+def test_a_parameter_that_does_nothing_at_a_point_is_neither_taken_nor_printed(data):
+    """Issue 38 (D1): softmax attention inverts nothing, so the exact solve's λ changes none of its outputs and
+    named_layer refuses one; its point takes no λ and does not print one. Where a class does invert (local linear,
+    kernel ridge), λ changes the outputs and stays."""
+    q, k, v, _ = data
+    softmax = named_point("softmax_attention")
+    assert "ridge" not in softmax.used() and "λ" not in softmax.describe()
+    assert Point.of("uniform", "kernel_smoother", "exact_solve", ridge=0.001) == softmax
+    with pytest.raises(ValueError, match="^ridge: softmax_attention inverts nothing"):
+        named_layer("softmax_attention", ridge=0.1)
+    smoother = [
+        TestTimeRegression(Uniform(), LocalConstant(), ExactSolve(ridge=r))(q, k, v, scale=2.0)[0] for r in (1e-3, 1.0)
+    ]
+    assert torch.equal(smoother[0], smoother[1]) and torch.equal(softmax.layer()(q, k, v, scale=2.0)[0], smoother[0])
+    for name in ("local_linear_attention", "kernel_ridge"):
+        point = named_point(name)
+        assert "ridge" in point.used() and f"λ = {point.param('ridge')}" in point.describe()
+        small, large = (point.replace(ridge=r).layer()(q, k, v, scale=2.0)[0] for r in (1e-3, 1.0))
+        assert relative_error(small, large) > 1e-3
+    for point in ALL:  # λ is printed exactly where the point takes it
+        assert ("λ =" in point.describe()) == ("ridge" in point.used())
 
 
 # -- each identity identify() states, checked on random inputs --------------------------------------------------------

@@ -66,8 +66,10 @@ class Param:
 @dataclass(frozen=True)
 class Choice:
     """One option on one axis: its key, its label, the parameters it takes, how it builds the framework's object,
-    and ``defaults`` that this choice sets for parameters of any axis (an MLP takes a smaller step than a linear
-    memory; each kernel has the bandwidth that suits it)."""
+    ``defaults`` that this choice sets for parameters of any axis (an MLP takes a smaller step than a linear
+    memory; each kernel has the bandwidth that suits it), and ``drops``, parameters of other axes that do nothing
+    with this choice (a kernel smoother inverts nothing, so the exact solve's λ does not enter it): a point with this
+    choice neither stores, offers nor prints them."""
 
     axis: str
     key: str
@@ -75,6 +77,7 @@ class Choice:
     params: tuple[str, ...]
     build: Callable[[Mapping[str, Any]], object]
     defaults: tuple[tuple[str, object], ...] = ()
+    drops: tuple[str, ...] = ()
 
 
 #: Every parameter of every choice, by keyword. Choices that share a keyword share its meaning (``beta`` is the step
@@ -122,6 +125,7 @@ CHOICES: dict[str, dict[str, Choice]] = {
             "kernel smoother",
             ("kernel", "sharpness"),
             lambda p: LocalConstant(p["kernel"]),
+            drops=("ridge",),  # y_t = Σ w_ti v_i: no system to solve (named_layer("softmax_attention") refuses a ridge)
         ),
         Choice(
             "function_class",
@@ -248,8 +252,10 @@ class Point:
         return cls(weights, function_class, optimizer, tuple(sorted(values.items())))
 
     def used(self) -> tuple[str, ...]:
-        """The parameters this point's three choices take, in axis order."""
-        return tuple(dict.fromkeys(name for axis in AXES for name in self.choice(axis).params))
+        """The parameters this point's three choices take, in axis order, less those one of them drops (the exact
+        solve's λ at a kernel smoother)."""
+        dropped = {name for axis in AXES for name in self.choice(axis).drops}
+        return tuple(dict.fromkeys(name for axis in AXES for name in self.choice(axis).params if name not in dropped))
 
     def default(self, name: str) -> object:
         """The default of parameter ``name`` at this point: set by one of its choices (the class first), else the
@@ -287,7 +293,8 @@ class Point:
 
     def objects(self) -> tuple[object, object, object]:
         """The framework's ``(weights, function_class, optimizer)`` objects of this point."""
-        params = dict(self.params)
+        # every parameter of the three choices: one the point drops builds at its default and does nothing there
+        params = {name: self.param(name) for axis in AXES for name in self.choice(axis).params}
         weights, function_class, optimizer = (self.choice(axis).build(params) for axis in AXES)
         return weights, function_class, optimizer
 
@@ -317,7 +324,7 @@ class Point:
         parts = []
         for axis in AXES:
             choice = self.choice(axis)
-            shown = ", ".join(f"{PARAMS[n].symbol} = {self.param(n)}" for n in choice.params)
+            shown = ", ".join(f"{PARAMS[n].symbol} = {self.param(n)}" for n in choice.params if n in self.used())
             parts.append(f"{choice.label} ({shown})" if shown else choice.label)
         return " · ".join(parts)
 
