@@ -80,6 +80,23 @@ def test_points_are_built_from_names_and_defaults_and_refuse_unknown_ones():
         identify(("uniform", "linear", "online_sgd"))
 
 
+def test_a_new_choice_starts_from_its_own_defaults():
+    """Issue 38 (D3): from DeltaNet the function class "two-layer MLP" took DeltaNet's β = 0.5, where the MLP's steps
+    diverge, not the MLP's own β = 0.1 (the point the book's static explorer shows for the same three choices)."""
+    mlp = named_point("deltanet").replace("function_class", "mlp")
+    assert mlp == Point.of("uniform", "mlp", "online_sgd") and mlp.param("beta") == 0.1
+    assert named_point("ttt_linear").replace("function_class", "mlp") == named_point("ttt_mlp")
+    assert named_point("ttt_mlp").replace("function_class", "linear") == named_point("ttt_linear")
+    for point in ALL:  # from any point at its defaults, one change lands on the new point at its defaults
+        for axis in AXES:
+            for key in CHOICES[axis]:
+                keys = {a: getattr(point, a) for a in AXES} | {axis: key}
+                assert point.replace(axis, key) == Point.of(keys["weights"], keys["function_class"], keys["optimizer"])
+    hand = Point.of("uniform", "linear", "online_sgd", beta=1.0)  # a value set by hand is kept, even where it diverges
+    assert hand.replace("function_class", "mlp").param("beta") == 1.0
+    assert mlp.replace(beta=0.05).param("beta") == 0.05  # a parameter given to replace wins
+
+
 def test_a_parameter_that_does_nothing_at_a_point_is_neither_taken_nor_printed(data):
     """Issue 38 (D1): softmax attention inverts nothing, so the exact solve's λ changes none of its outputs and
     named_layer refuses one; its point takes no λ and does not print one. Where a class does invert (local linear,

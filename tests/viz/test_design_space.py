@@ -123,6 +123,14 @@ def test_every_control_redraws(explorer):
     assert explorer.sliders["gamma"].layout.display == "none"  # a parameter this point does not take is hidden
 
 
+def test_a_new_function_class_starts_from_its_own_step(explorer):
+    """Issue 38 (D3): from DeltaNet, "two-layer MLP" kept β = 0.5 and showed no curve (diverged); it takes the
+    MLP's own β = 0.1, as the static explorer's point does, and draws."""
+    explorer.axes["function_class"].value = "mlp"
+    assert explorer.point == Point.of("uniform", "mlp", "online_sgd") and explorer.sliders["beta"].value == 0.1
+    assert "Diverged" not in explorer.identity.value and "stream" in explorer.previous
+
+
 def test_choices_that_make_no_layer_are_marked(explorer):
     explorer.axes["function_class"].value = "kernel_smoother"
     labels = dict((key, label) for label, key in explorer.axes["optimizer"].options)

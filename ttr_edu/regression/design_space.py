@@ -277,11 +277,13 @@ class Point:
     def replace(self, axis: str | None = None, key: str | None = None, **params: Any) -> Point:
         """This point with one axis set to ``key`` and/or some parameters changed.
 
-        A new choice starts from its own defaults (the old choice's parameters are dropped, and so are the values
-        the old choice set as defaults elsewhere: an MLP's small β); every other parameter keeps its value.
+        A new choice starts from its own defaults: the old choice's parameters are dropped, and so are the values
+        the old choice set as defaults elsewhere (an MLP's small β) and every value still at this point's default,
+        which takes the new point's default (DeltaNet's β = 0.5 becomes the MLP's β = 0.1). A value set by hand (one
+        that differs from this point's default) keeps it, as does every parameter ``params`` sets.
         """
         choices = {a: getattr(self, a) for a in AXES}
-        kept = dict(self.params)
+        kept = {name: value for name, value in self.params if value != self.default(name)}  # the values set by hand
         if axis is not None:
             if axis not in AXES:
                 raise ValueError(f"axis: expected one of {', '.join(AXES)}, got {axis!r}")
