@@ -21,6 +21,7 @@ from ttr_edu.regression.cost import cost, matched_hidden
 from ttr_edu.regression.design_space import (
     AXES,
     CHOICES,
+    LAYER_LABELS,
     PARAMS,
     Point,
     identify,
@@ -118,6 +119,30 @@ def test_a_parameter_that_does_nothing_at_a_point_is_neither_taken_nor_printed(d
         assert relative_error(small, large) > 1e-3
     for point in ALL:  # λ is printed exactly where the point takes it
         assert ("λ =" in point.describe()) == ("ridge" in point.used())
+
+
+@pytest.mark.parametrize("name", ["softmax_attention", "local_linear_attention"])
+def test_the_gaussian_kernel_is_a_point_of_its_own_equal_to_softmax_on_keys_of_one_norm(name, data):
+    """Issue 38 (D2): the Gaussian kernel smoother was labelled "This is softmax attention." with no reason. It is
+    its own point; identify says that on keys of one norm it computes the softmax layer, which holds (for any queries
+    and weights) and fails on keys of other norms."""
+    q, k, v, _ = data
+    softmax = named_point(name)
+    gaussian = softmax.replace(kernel="gaussian")
+    identity = identify(gaussian)
+    assert gaussian.named() is None and identity.name is None and identity.occupied is None
+    assert identity.sentence().startswith("No named layer sits here. On keys of one norm")
+    assert f"it computes {LAYER_LABELS[name]} exactly" in identity.sentence()
+    g = -torch.rand(q.shape[:-1], generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    for weights in ("uniform", "gates"):
+        a, b = softmax.replace("weights", weights), gaussian.replace("weights", weights)
+        assert relative_error(_run(a, q, 1.7 * k, v, g=g, scale=2.0), _run(b, q, 1.7 * k, v, g=g, scale=2.0)) < 1e-12
+        norms = torch.linspace(0.5, 1.5, k.shape[1], dtype=torch.float64)[None, :, None, None]
+        assert relative_error(_run(a, q, norms * k, v, g=g, scale=2.0), _run(b, q, norms * k, v, g=g, scale=2.0)) > 1e-3
+    other = identify(gaussian.replace("weights", "decay")).sentence()
+    assert other.startswith("No named layer") and "this point with κ = softmax" in other
+    with pytest.raises(ValueError, match="^kernel: "):
+        named_point(name, kernel="gaussian")
 
 
 # -- each identity identify() states, checked on random inputs --------------------------------------------------------

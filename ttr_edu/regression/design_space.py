@@ -40,6 +40,7 @@ __all__ = [
     "PARAMS",
     "CHOICES",
     "LAYER_LABELS",
+    "NAMED_PARAMS",
     "Point",
     "Identity",
     "Neighbour",
@@ -208,6 +209,14 @@ LAYER_LABELS: dict[str, str] = {
     "kernel_ridge": "kernel ridge regression",
 }
 
+#: The parameters a named layer fixes besides its three choices: softmax attention and local linear attention weigh
+#: the pairs by the softmax kernel ``exp(s q·k)``. The Gaussian kernel makes a point of its own, equal to them only on
+#: keys of one norm (:func:`identify` says so).
+NAMED_PARAMS: dict[str, dict[str, object]] = {
+    "softmax_attention": {"kernel": "softmax"},
+    "local_linear_attention": {"kernel": "softmax"},
+}
+
 _KEY_OF_TYPE = {
     type(choice.build({name: PARAMS[name].default for name in choice.params})): (axis, key)
     for axis, choices in CHOICES.items()
@@ -317,9 +326,17 @@ class Point:
         return TestTimeRegression(*self.objects())
 
     def named(self) -> str | None:
-        """The key of :data:`~ttr_edu.regression.NAMED_LAYERS` whose three choices this point makes, or ``None``."""
+        """The key of :data:`~ttr_edu.regression.NAMED_LAYERS` whose three choices this point makes (and whose
+        :data:`NAMED_PARAMS` it has: softmax attention's kernel is softmax), or ``None``."""
         kinds = tuple(type(obj) for obj in self.objects())
-        return next((name for name, triple in NAMED_LAYERS.items() if triple == kinds), None)
+        return next(
+            (
+                name
+                for name, triple in NAMED_LAYERS.items()
+                if triple == kinds and all(self.param(p) == v for p, v in NAMED_PARAMS.get(name, {}).items())
+            ),
+            None,
+        )
 
     def describe(self) -> str:
         """``"uniform · linear · online SGD (β = 0.5)"``: the three choices and their parameters, in words."""
@@ -385,7 +402,11 @@ def identify(point: Point) -> Identity:
     * one step per token, a mini-batch of one, and momentum and weight decay of zero are online SGD;
     * the linear exact solve with uniform weights is RLS (the same answer, computed in closed form), and conjugate
       gradients with uniform weights are MesaNet's CG with gates of one;
-    * with unit keys the implicit step is online SGD at the step ``β / (1 + β)``.
+    * with unit keys the implicit step is online SGD at the step ``β / (1 + β)``;
+    * on keys of one norm the Gaussian kernel weighs the pairs as the softmax kernel does (a Gaussian kernel smoother
+      is softmax attention there, and local linear with it local linear attention):
+      ``exp(−s‖q − k‖²/2) = exp(s q·k) · exp(−s‖q‖²/2) · exp(−s‖k‖²/2)``, and the last two factors are the same for
+      every pair, so they cancel when the weights are normalised.
 
     ``up_to_steps`` names the first-order layer (DeltaNet, gated DeltaNet) a linear point computes on unit keys with
     a step size and a gate of its own at each token: the implicit step with uniform, decaying or gated weights, and
@@ -422,6 +443,15 @@ def identify(point: Point) -> Identity:
             same_as = same_as or "mesa_cg"
         if o == "implicit_step" and (sgd := _named(w, f, "online_sgd")):
             equals.append(f"With unit keys it is {_label(sgd)} at the step β/(1 + β).")
+        if "kernel" in point.used() and point.param("kernel") == "gaussian":
+            softmax = point.replace(kernel="softmax")
+            named = softmax.named()
+            other = _label(named) if named else "this point with κ = softmax"
+            equals.append(
+                f"On keys of one norm (the explorer's keys are unit vectors) it computes {other} exactly: "
+                "exp(−s‖q − k‖²/2) = exp(s q·k)·exp(−s‖q‖²/2)·exp(−s‖k‖²/2), and the last two factors are the same "
+                "for every pair, so they cancel when the weights are normalised."
+            )
         if f == "linear" and o == "implicit_step" and w in ("uniform", "decay", "gates"):
             if w == "decay":
                 equals.append(
@@ -475,9 +505,13 @@ def named_point(name: str, **params: Any) -> Point:
     unless given.
 
     Raises:
-        ValueError: an unknown name (the message lists the valid ones).
+        ValueError: an unknown name (the message lists the valid ones), or a parameter the layer fixes given another
+            value (:data:`NAMED_PARAMS`: softmax attention's kernel is softmax).
     """
     if name not in NAMED_LAYERS:
         raise ValueError(f"name: unknown layer {name!r}; valid names are {', '.join(NAMED_LAYERS)}")
+    for param, value in NAMED_PARAMS.get(name, {}).items():
+        if param in params and params[param] != value:
+            raise ValueError(f"{param}: {name} has {param} = {value!r}, got {params[param]!r}")
     keys = dict(_KEY_OF_TYPE[kind] for kind in NAMED_LAYERS[name])
     return Point.of(keys["weights"], keys["function_class"], keys["optimizer"], **params)
