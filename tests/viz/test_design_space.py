@@ -123,6 +123,25 @@ def test_every_control_redraws(explorer):
     assert explorer.sliders["gamma"].layout.display == "none"  # a parameter this point does not take is hidden
 
 
+def test_the_explorer_offers_and_prints_only_the_parameters_a_point_takes(monkeypatch):
+    """Issue 38 (D1, D2, D4): at softmax attention the explorer offered a λ slider that changed nothing and printed
+    λ in the title; the Gaussian kernel was labelled softmax attention with no reason; the dropdown row did not
+    wrap."""
+    shown = []
+    monkeypatch.setattr(explorer_module, "display", lambda figure: shown.append(figure))
+    explorer = DesignSpaceExplorer("softmax_attention")
+    assert explorer.sliders["ridge"].layout.display == "none" and explorer.sliders["kernel"].layout.display is None
+    assert "λ" not in shown[-1].layout.title.text and shown[-1].layout.title.text == explorer.point.describe()
+    explorer.go_to("local_linear_attention")  # a class that inverts: its λ is offered and printed
+    assert explorer.sliders["ridge"].layout.display is None and "λ = " in shown[-1].layout.title.text
+    explorer.go_to("softmax_attention")
+    explorer.sliders["kernel"].value = "gaussian"
+    assert explorer.point.param("kernel") == "gaussian" and explorer.named.value is None
+    assert "No named layer sits here. On keys of one norm" in explorer.identity.value
+    assert "softmax attention exactly" in explorer.identity.value
+    assert explorer.widget.children[0].layout.flex_flow == "row wrap"  # the dropdowns wrap as the sliders do
+
+
 def test_a_new_function_class_starts_from_its_own_step(explorer):
     """Issue 38 (D3): from DeltaNet, "two-layer MLP" kept β = 0.5 and showed no curve (diverged); it takes the
     MLP's own β = 0.1, as the static explorer's point does, and draws."""
