@@ -10,7 +10,7 @@ import ttr_edu.viz.explorer as explorer_module
 from ttr_edu.experiments.design_space import diagnose, entry, load_shipped, settings
 from ttr_edu.regression import NAMED_LAYERS
 from ttr_edu.regression.design_space import AXES, CHOICES, LAYER_LABELS, Point, named_point
-from ttr_edu.viz.design_space import CLEAR, point_figure, static_explorer
+from ttr_edu.viz.design_space import AXIS_LABELS, CLEAR, point_figure, static_explorer
 from ttr_edu.viz.explorer import DesignSpaceExplorer
 
 
@@ -76,6 +76,17 @@ def test_each_choice_of_the_three_dropdowns_shows_exactly_that_points_traces(twi
             assert sum(_shown(traces[i]) for i in point_traces) == 6
         else:
             assert "No layer here." in text[0]
+
+
+def test_each_menu_name_stands_above_its_menu(twin):
+    """Issue 38 (D5): the names sat on the menus' top edges, partly covered by the boxes. Each now stands on the
+    height its menu hangs from, anchored by its bottom, at the menu's x."""
+    menus = twin["layout"]["updatemenus"]
+    names = {a["text"]: a for a in twin["layout"]["annotations"] if a["text"] in AXIS_LABELS.values()}
+    assert list(names) == [AXIS_LABELS[axis] for axis in AXES]
+    for menu, name in zip(menus, names.values()):
+        assert menu["yanchor"] == "top" and name["yanchor"] == "bottom"
+        assert name["y"] >= menu["y"] and name.get("yshift", 0) >= 0 and name["x"] == menu["x"]
 
 
 def test_the_start_is_what_the_menus_say(twin):
