@@ -61,6 +61,14 @@ def test_a_point_that_diverges_or_makes_no_layer_says_so():
     assert "problem" in ds.entry(none) and "stream" not in ds.entry(none)
 
 
+def test_a_new_function_class_draws_where_the_old_step_diverges():
+    """Issue 38 (D3): DeltaNet's step β = 0.5 diverges on the MLP memory, so moving DeltaNet to the MLP must take
+    the MLP's own step, which converges."""
+    assert ds.diagnose(Point.of("uniform", "mlp", "online_sgd", beta=0.5)).diverged
+    moved = ds.diagnose(named_point("deltanet").replace("function_class", "mlp"))
+    assert moved.diverged is None and moved.stream is not None and bool(moved.stream.isfinite().all())
+
+
 def test_gates_close_at_the_switch_only():
     point = Point.of("gates", "linear", "online_sgd", gate_rest=0.99, gate_switch=0.0)
     q, k, v, target, boundary = ds._streams((0,))

@@ -9,11 +9,19 @@ import torch
 
 from tests.helpers import relative_error
 from ttr_edu import layers, ops
-from ttr_edu.regression import NAMED_LAYERS, TestTimeRegression
+from ttr_edu.regression import (
+    NAMED_LAYERS,
+    ExactSolve,
+    LocalConstant,
+    TestTimeRegression,
+    Uniform,
+    named_layer,
+)
 from ttr_edu.regression.cost import cost, matched_hidden
 from ttr_edu.regression.design_space import (
     AXES,
     CHOICES,
+    LAYER_LABELS,
     PARAMS,
     Point,
     identify,
@@ -71,6 +79,70 @@ def test_points_are_built_from_names_and_defaults_and_refuse_unknown_ones():
         named_point("mamba")
     with pytest.raises(TypeError, match="^point: "):
         identify(("uniform", "linear", "online_sgd"))
+
+
+def test_a_new_choice_starts_from_its_own_defaults():
+    """Issue 38 (D3): from DeltaNet the function class "two-layer MLP" took DeltaNet's β = 0.5, where the MLP's steps
+    diverge, not the MLP's own β = 0.1 (the point the book's static explorer shows for the same three choices)."""
+    mlp = named_point("deltanet").replace("function_class", "mlp")
+    assert mlp == Point.of("uniform", "mlp", "online_sgd") and mlp.param("beta") == 0.1
+    assert named_point("ttt_linear").replace("function_class", "mlp") == named_point("ttt_mlp")
+    assert named_point("ttt_mlp").replace("function_class", "linear") == named_point("ttt_linear")
+    for point in ALL:  # from any point at its defaults, one change lands on the new point at its defaults
+        for axis in AXES:
+            for key in CHOICES[axis]:
+                keys = {a: getattr(point, a) for a in AXES} | {axis: key}
+                assert point.replace(axis, key) == Point.of(keys["weights"], keys["function_class"], keys["optimizer"])
+    hand = Point.of("uniform", "linear", "online_sgd", beta=1.0)  # a value set by hand is kept, even where it diverges
+    assert hand.replace("function_class", "mlp").param("beta") == 1.0
+    assert mlp.replace(beta=0.05).param("beta") == 0.05  # a parameter given to replace wins
+
+
+def test_a_parameter_that_does_nothing_at_a_point_is_neither_taken_nor_printed(data):
+    """Issue 38 (D1): softmax attention inverts nothing, so the exact solve's λ changes none of its outputs and
+    named_layer refuses one; its point takes no λ and does not print one. Where a class does invert (local linear,
+    kernel ridge), λ changes the outputs and stays."""
+    q, k, v, _ = data
+    softmax = named_point("softmax_attention")
+    assert "ridge" not in softmax.used() and "λ" not in softmax.describe()
+    assert Point.of("uniform", "kernel_smoother", "exact_solve", ridge=0.001) == softmax
+    with pytest.raises(ValueError, match="^ridge: softmax_attention inverts nothing"):
+        named_layer("softmax_attention", ridge=0.1)
+    smoother = [
+        TestTimeRegression(Uniform(), LocalConstant(), ExactSolve(ridge=r))(q, k, v, scale=2.0)[0] for r in (1e-3, 1.0)
+    ]
+    assert torch.equal(smoother[0], smoother[1]) and torch.equal(softmax.layer()(q, k, v, scale=2.0)[0], smoother[0])
+    for name in ("local_linear_attention", "kernel_ridge"):
+        point = named_point(name)
+        assert "ridge" in point.used() and f"λ = {point.param('ridge')}" in point.describe()
+        small, large = (point.replace(ridge=r).layer()(q, k, v, scale=2.0)[0] for r in (1e-3, 1.0))
+        assert relative_error(small, large) > 1e-3
+    for point in ALL:  # λ is printed exactly where the point takes it
+        assert ("λ =" in point.describe()) == ("ridge" in point.used())
+
+
+@pytest.mark.parametrize("name", ["softmax_attention", "local_linear_attention"])
+def test_the_gaussian_kernel_is_a_point_of_its_own_equal_to_softmax_on_keys_of_one_norm(name, data):
+    """Issue 38 (D2): the Gaussian kernel smoother was labelled "This is softmax attention." with no reason. It is
+    its own point; identify says that on keys of one norm it computes the softmax layer, which holds (for any queries
+    and weights) and fails on keys of other norms."""
+    q, k, v, _ = data
+    softmax = named_point(name)
+    gaussian = softmax.replace(kernel="gaussian")
+    identity = identify(gaussian)
+    assert gaussian.named() is None and identity.name is None and identity.occupied is None
+    assert identity.sentence().startswith("No named layer sits here. On keys of one norm")
+    assert f"it computes {LAYER_LABELS[name]} exactly" in identity.sentence()
+    g = -torch.rand(q.shape[:-1], generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    for weights in ("uniform", "gates"):
+        a, b = softmax.replace("weights", weights), gaussian.replace("weights", weights)
+        assert relative_error(_run(a, q, 1.7 * k, v, g=g, scale=2.0), _run(b, q, 1.7 * k, v, g=g, scale=2.0)) < 1e-12
+        norms = torch.linspace(0.5, 1.5, k.shape[1], dtype=torch.float64)[None, :, None, None]
+        assert relative_error(_run(a, q, norms * k, v, g=g, scale=2.0), _run(b, q, norms * k, v, g=g, scale=2.0)) > 1e-3
+    other = identify(gaussian.replace("weights", "decay")).sentence()
+    assert other.startswith("No named layer") and "this point with κ = softmax" in other
+    with pytest.raises(ValueError, match="^kernel: "):
+        named_point(name, kernel="gaussian")
 
 
 # -- each identity identify() states, checked on random inputs --------------------------------------------------------

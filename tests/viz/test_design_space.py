@@ -10,7 +10,7 @@ import ttr_edu.viz.explorer as explorer_module
 from ttr_edu.experiments.design_space import diagnose, entry, load_shipped, settings
 from ttr_edu.regression import NAMED_LAYERS
 from ttr_edu.regression.design_space import AXES, CHOICES, LAYER_LABELS, Point, named_point
-from ttr_edu.viz.design_space import CLEAR, point_figure, static_explorer
+from ttr_edu.viz.design_space import AXIS_LABELS, CLEAR, point_figure, static_explorer
 from ttr_edu.viz.explorer import DesignSpaceExplorer
 
 
@@ -78,6 +78,17 @@ def test_each_choice_of_the_three_dropdowns_shows_exactly_that_points_traces(twi
             assert "<b>No layer here.</b> " in text[0]  # a sentence, then the framework's reason: one space
 
 
+def test_each_menu_name_stands_above_its_menu(twin):
+    """Issue 38 (D5): the names sat on the menus' top edges, partly covered by the boxes. Each now stands on the
+    height its menu hangs from, anchored by its bottom, at the menu's x."""
+    menus = twin["layout"]["updatemenus"]
+    names = {a["text"]: a for a in twin["layout"]["annotations"] if a["text"] in AXIS_LABELS.values()}
+    assert list(names) == [AXIS_LABELS[axis] for axis in AXES]
+    for menu, name in zip(menus, names.values()):
+        assert menu["yanchor"] == "top" and name["yanchor"] == "bottom"
+        assert name["y"] >= menu["y"] and name.get("yshift", 0) >= 0 and name["x"] == menu["x"]
+
+
 def test_the_start_is_what_the_menus_say(twin):
     shown = {t["name"] for t in twin["data"] if t.get("name", "").count(" · ") == 2 and _shown(t)}
     assert shown == {"uniform · linear · online_sgd"}
@@ -121,6 +132,33 @@ def test_every_control_redraws(explorer):
     explorer.sliders["beta"].value = 1.0
     assert explorer.point.param("beta") == 1.0 and explorer.redraws == before + 1
     assert explorer.sliders["gamma"].layout.display == "none"  # a parameter this point does not take is hidden
+
+
+def test_the_explorer_offers_and_prints_only_the_parameters_a_point_takes(monkeypatch):
+    """Issue 38 (D1, D2, D4): at softmax attention the explorer offered a λ slider that changed nothing and printed
+    λ in the title; the Gaussian kernel was labelled softmax attention with no reason; the dropdown row did not
+    wrap."""
+    shown = []
+    monkeypatch.setattr(explorer_module, "display", lambda figure: shown.append(figure))
+    explorer = DesignSpaceExplorer("softmax_attention")
+    assert explorer.sliders["ridge"].layout.display == "none" and explorer.sliders["kernel"].layout.display is None
+    assert "λ" not in shown[-1].layout.title.text and shown[-1].layout.title.text == explorer.point.describe()
+    explorer.go_to("local_linear_attention")  # a class that inverts: its λ is offered and printed
+    assert explorer.sliders["ridge"].layout.display is None and "λ = " in shown[-1].layout.title.text
+    explorer.go_to("softmax_attention")
+    explorer.sliders["kernel"].value = "gaussian"
+    assert explorer.point.param("kernel") == "gaussian" and explorer.named.value is None
+    assert "No named layer sits here. On keys of one norm" in explorer.identity.value
+    assert "softmax attention exactly" in explorer.identity.value
+    assert explorer.widget.children[0].layout.flex_flow == "row wrap"  # the dropdowns wrap as the sliders do
+
+
+def test_a_new_function_class_starts_from_its_own_step(explorer):
+    """Issue 38 (D3): from DeltaNet, "two-layer MLP" kept β = 0.5 and showed no curve (diverged); it takes the
+    MLP's own β = 0.1, as the static explorer's point does, and draws."""
+    explorer.axes["function_class"].value = "mlp"
+    assert explorer.point == Point.of("uniform", "mlp", "online_sgd") and explorer.sliders["beta"].value == 0.1
+    assert "Diverged" not in explorer.identity.value and "stream" in explorer.previous
 
 
 def test_choices_that_make_no_layer_are_marked(explorer):

@@ -40,6 +40,7 @@ __all__ = [
     "PARAMS",
     "CHOICES",
     "LAYER_LABELS",
+    "NAMED_PARAMS",
     "Point",
     "Identity",
     "Neighbour",
@@ -66,8 +67,10 @@ class Param:
 @dataclass(frozen=True)
 class Choice:
     """One option on one axis: its key, its label, the parameters it takes, how it builds the framework's object,
-    and ``defaults`` that this choice sets for parameters of any axis (an MLP takes a smaller step than a linear
-    memory; each kernel has the bandwidth that suits it)."""
+    ``defaults`` that this choice sets for parameters of any axis (an MLP takes a smaller step than a linear
+    memory; each kernel has the bandwidth that suits it), and ``drops``, parameters of other axes that do nothing
+    with this choice (a kernel smoother inverts nothing, so the exact solve's λ does not enter it): a point with this
+    choice neither stores, offers nor prints them."""
 
     axis: str
     key: str
@@ -75,6 +78,7 @@ class Choice:
     params: tuple[str, ...]
     build: Callable[[Mapping[str, Any]], object]
     defaults: tuple[tuple[str, object], ...] = ()
+    drops: tuple[str, ...] = ()
 
 
 #: Every parameter of every choice, by keyword. Choices that share a keyword share its meaning (``beta`` is the step
@@ -122,6 +126,7 @@ CHOICES: dict[str, dict[str, Choice]] = {
             "kernel smoother",
             ("kernel", "sharpness"),
             lambda p: LocalConstant(p["kernel"]),
+            drops=("ridge",),  # y_t = Σ w_ti v_i: no system to solve (named_layer("softmax_attention") refuses a ridge)
         ),
         Choice(
             "function_class",
@@ -204,6 +209,14 @@ LAYER_LABELS: dict[str, str] = {
     "kernel_ridge": "kernel ridge regression",
 }
 
+#: The parameters a named layer fixes besides its three choices: softmax attention and local linear attention weigh
+#: the pairs by the softmax kernel ``exp(s q·k)``. The Gaussian kernel makes a point of its own, equal to them only on
+#: keys of one norm (:func:`identify` says so).
+NAMED_PARAMS: dict[str, dict[str, object]] = {
+    "softmax_attention": {"kernel": "softmax"},
+    "local_linear_attention": {"kernel": "softmax"},
+}
+
 _KEY_OF_TYPE = {
     type(choice.build({name: PARAMS[name].default for name in choice.params})): (axis, key)
     for axis, choices in CHOICES.items()
@@ -248,8 +261,10 @@ class Point:
         return cls(weights, function_class, optimizer, tuple(sorted(values.items())))
 
     def used(self) -> tuple[str, ...]:
-        """The parameters this point's three choices take, in axis order."""
-        return tuple(dict.fromkeys(name for axis in AXES for name in self.choice(axis).params))
+        """The parameters this point's three choices take, in axis order, less those one of them drops (the exact
+        solve's λ at a kernel smoother)."""
+        dropped = {name for axis in AXES for name in self.choice(axis).drops}
+        return tuple(dict.fromkeys(name for axis in AXES for name in self.choice(axis).params if name not in dropped))
 
     def default(self, name: str) -> object:
         """The default of parameter ``name`` at this point: set by one of its choices (the class first), else the
@@ -271,11 +286,13 @@ class Point:
     def replace(self, axis: str | None = None, key: str | None = None, **params: Any) -> Point:
         """This point with one axis set to ``key`` and/or some parameters changed.
 
-        A new choice starts from its own defaults (the old choice's parameters are dropped, and so are the values
-        the old choice set as defaults elsewhere: an MLP's small β); every other parameter keeps its value.
+        A new choice starts from its own defaults: the old choice's parameters are dropped, and so are the values
+        the old choice set as defaults elsewhere (an MLP's small β) and every value still at this point's default,
+        which takes the new point's default (DeltaNet's β = 0.5 becomes the MLP's β = 0.1). A value set by hand (one
+        that differs from this point's default) keeps it, as does every parameter ``params`` sets.
         """
         choices = {a: getattr(self, a) for a in AXES}
-        kept = dict(self.params)
+        kept = {name: value for name, value in self.params if value != self.default(name)}  # the values set by hand
         if axis is not None:
             if axis not in AXES:
                 raise ValueError(f"axis: expected one of {', '.join(AXES)}, got {axis!r}")
@@ -287,7 +304,8 @@ class Point:
 
     def objects(self) -> tuple[object, object, object]:
         """The framework's ``(weights, function_class, optimizer)`` objects of this point."""
-        params = dict(self.params)
+        # every parameter of the three choices: one the point drops builds at its default and does nothing there
+        params = {name: self.param(name) for axis in AXES for name in self.choice(axis).params}
         weights, function_class, optimizer = (self.choice(axis).build(params) for axis in AXES)
         return weights, function_class, optimizer
 
@@ -308,16 +326,24 @@ class Point:
         return TestTimeRegression(*self.objects())
 
     def named(self) -> str | None:
-        """The key of :data:`~ttr_edu.regression.NAMED_LAYERS` whose three choices this point makes, or ``None``."""
+        """The key of :data:`~ttr_edu.regression.NAMED_LAYERS` whose three choices this point makes (and whose
+        :data:`NAMED_PARAMS` it has: softmax attention's kernel is softmax), or ``None``."""
         kinds = tuple(type(obj) for obj in self.objects())
-        return next((name for name, triple in NAMED_LAYERS.items() if triple == kinds), None)
+        return next(
+            (
+                name
+                for name, triple in NAMED_LAYERS.items()
+                if triple == kinds and all(self.param(p) == v for p, v in NAMED_PARAMS.get(name, {}).items())
+            ),
+            None,
+        )
 
     def describe(self) -> str:
         """``"uniform · linear · online SGD (β = 0.5)"``: the three choices and their parameters, in words."""
         parts = []
         for axis in AXES:
             choice = self.choice(axis)
-            shown = ", ".join(f"{PARAMS[n].symbol} = {self.param(n)}" for n in choice.params)
+            shown = ", ".join(f"{PARAMS[n].symbol} = {self.param(n)}" for n in choice.params if n in self.used())
             parts.append(f"{choice.label} ({shown})" if shown else choice.label)
         return " · ".join(parts)
 
@@ -376,7 +402,11 @@ def identify(point: Point) -> Identity:
     * one step per token, a mini-batch of one, and momentum and weight decay of zero are online SGD;
     * the linear exact solve with uniform weights is RLS (the same answer, computed in closed form), and conjugate
       gradients with uniform weights are MesaNet's CG with gates of one;
-    * with unit keys the implicit step is online SGD at the step ``β / (1 + β)``.
+    * with unit keys the implicit step is online SGD at the step ``β / (1 + β)``;
+    * on keys of one norm the Gaussian kernel weighs the pairs as the softmax kernel does (a Gaussian kernel smoother
+      is softmax attention there, and local linear with it local linear attention):
+      ``exp(−s‖q − k‖²/2) = exp(s q·k) · exp(−s‖q‖²/2) · exp(−s‖k‖²/2)``, and the last two factors are the same for
+      every pair, so they cancel when the weights are normalised.
 
     ``up_to_steps`` names the first-order layer (DeltaNet, gated DeltaNet) a linear point computes on unit keys with
     a step size and a gate of its own at each token: the implicit step with uniform, decaying or gated weights, and
@@ -413,6 +443,15 @@ def identify(point: Point) -> Identity:
             same_as = same_as or "mesa_cg"
         if o == "implicit_step" and (sgd := _named(w, f, "online_sgd")):
             equals.append(f"With unit keys it is {_label(sgd)} at the step β/(1 + β).")
+        if "kernel" in point.used() and point.param("kernel") == "gaussian":
+            softmax = point.replace(kernel="softmax")
+            named = softmax.named()
+            other = _label(named) if named else "this point with κ = softmax"
+            equals.append(
+                f"On keys of one norm (the explorer's keys are unit vectors) it computes {other} exactly: "
+                "exp(−s‖q − k‖²/2) = exp(s q·k)·exp(−s‖q‖²/2)·exp(−s‖k‖²/2), and the last two factors are the same "
+                "for every pair, so they cancel when the weights are normalised."
+            )
         if f == "linear" and o == "implicit_step" and w in ("uniform", "decay", "gates"):
             if w == "decay":
                 equals.append(
@@ -466,9 +505,13 @@ def named_point(name: str, **params: Any) -> Point:
     unless given.
 
     Raises:
-        ValueError: an unknown name (the message lists the valid ones).
+        ValueError: an unknown name (the message lists the valid ones), or a parameter the layer fixes given another
+            value (:data:`NAMED_PARAMS`: softmax attention's kernel is softmax).
     """
     if name not in NAMED_LAYERS:
         raise ValueError(f"name: unknown layer {name!r}; valid names are {', '.join(NAMED_LAYERS)}")
+    for param, value in NAMED_PARAMS.get(name, {}).items():
+        if param in params and params[param] != value:
+            raise ValueError(f"{param}: {name} has {param} = {value!r}, got {params[param]!r}")
     keys = dict(_KEY_OF_TYPE[kind] for kind in NAMED_LAYERS[name])
     return Point.of(keys["weights"], keys["function_class"], keys["optimizer"], **params)

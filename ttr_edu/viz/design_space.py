@@ -33,6 +33,7 @@ GHOST = "#9a9a9a"
 GHOST_BAND = "rgba(154,154,154,0.15)"
 CLEAR = "rgba(0,0,0,0)"
 TEXT = "#222222"
+MENU_Y = 1.1  # the static explorer's menus hang from here (paper coordinates); each axis's name stands on it
 AXIS_LABELS = {"weights": "weights", "function_class": "function class", "optimizer": "optimiser"}
 
 
@@ -258,8 +259,10 @@ def static_explorer(data: dict, start: str = "deltanet") -> go.Figure:
             xref="paper",
             yref="paper",
             x=0.25 * axis_index,
-            y=1.115,
+            y=MENU_Y,
             xanchor="left",
+            yanchor="bottom",  # the name sits on the menu's top edge, above it: the menu's box covers no letter
+            yshift=3,
             showarrow=False,
             font={"size": 11, "color": "#555555"},
         )
@@ -275,7 +278,7 @@ def _menu(buttons: list, active: int, x: float) -> dict:
         "showactive": True,
         "x": x,
         "xanchor": "left",
-        "y": 1.1,
+        "y": MENU_Y,
         "yanchor": "top",
     }
 

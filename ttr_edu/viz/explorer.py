@@ -77,7 +77,8 @@ class DesignSpaceExplorer:
         self.named.observe(lambda change: self._name(change["new"]), names="value")
         self.widget = widgets.VBox(
             [
-                widgets.HBox([*self.axes.values(), self.named]),
+                # wraps as the sliders do: at common widths the named layer would sit behind a scrollbar
+                widgets.HBox([*self.axes.values(), self.named], layout=widgets.Layout(flex_flow="row wrap")),
                 widgets.HBox(list(self.sliders.values()), layout=widgets.Layout(flex_flow="row wrap")),
                 self.identity,
                 self.status,
