@@ -1567,7 +1567,7 @@ add(
 )
 
 PRF = "ttr_edu.profiling"
-for fname in ("peak_memory", "bytes_created", "matmul_flops", "operation_count"):
+for fname in ("peak_memory", "bytes_created", "matmul_flops", "operation_count", "work_count"):
     fn_target(PRF, fname, dict(fn=Obj(lambda ctx: lambda: torch.ones(3, 3) @ torch.ones(3, 3))))
 fn_target(PRF, "best_seconds", dict(fn=Obj(lambda ctx: lambda: torch.ones(3) * 2), repeats=Int(2, hi=1000)))
 for cname in ("PeakMemory", "BytesCreated"):
