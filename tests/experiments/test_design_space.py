@@ -62,7 +62,7 @@ def test_a_point_that_diverges_or_makes_no_layer_says_so():
 
 
 def test_a_new_function_class_draws_where_the_old_step_diverges():
-    """Issue 38 (D3): DeltaNet's step β = 0.5 diverges on the MLP memory, so moving DeltaNet to the MLP must take
+    """A browser test found: DeltaNet's step β = 0.5 diverges on the MLP memory, so moving DeltaNet to the MLP must take
     the MLP's own step, which converges."""
     assert ds.diagnose(Point.of("uniform", "mlp", "online_sgd", beta=0.5)).diverged
     moved = ds.diagnose(named_point("deltanet").replace("function_class", "mlp"))

@@ -82,8 +82,9 @@ def test_points_are_built_from_names_and_defaults_and_refuse_unknown_ones():
 
 
 def test_a_new_choice_starts_from_its_own_defaults():
-    """Issue 38 (D3): from DeltaNet the function class "two-layer MLP" took DeltaNet's β = 0.5, where the MLP's steps
-    diverge, not the MLP's own β = 0.1 (the point the book's static explorer shows for the same three choices)."""
+    """A browser test found: from DeltaNet the function class "two-layer MLP" took DeltaNet's β = 0.5, where the MLP's
+    steps diverge, not the MLP's own β = 0.1 (the point the book's static explorer shows for the same three
+    choices)."""
     mlp = named_point("deltanet").replace("function_class", "mlp")
     assert mlp == Point.of("uniform", "mlp", "online_sgd") and mlp.param("beta") == 0.1
     assert named_point("ttt_linear").replace("function_class", "mlp") == named_point("ttt_mlp")
@@ -99,7 +100,7 @@ def test_a_new_choice_starts_from_its_own_defaults():
 
 
 def test_a_parameter_that_does_nothing_at_a_point_is_neither_taken_nor_printed(data):
-    """Issue 38 (D1): softmax attention inverts nothing, so the exact solve's λ changes none of its outputs and
+    """A browser test found: softmax attention inverts nothing, so the exact solve's λ changes none of its outputs and
     named_layer refuses one; its point takes no λ and does not print one. Where a class does invert (local linear,
     kernel ridge), λ changes the outputs and stays."""
     q, k, v, _ = data
@@ -123,9 +124,9 @@ def test_a_parameter_that_does_nothing_at_a_point_is_neither_taken_nor_printed(d
 
 @pytest.mark.parametrize("name", ["softmax_attention", "local_linear_attention"])
 def test_the_gaussian_kernel_is_a_point_of_its_own_equal_to_softmax_on_keys_of_one_norm(name, data):
-    """Issue 38 (D2): the Gaussian kernel smoother was labelled "This is softmax attention." with no reason. It is
-    its own point; identify says that on keys of one norm it computes the softmax layer, which holds (for any queries
-    and weights) and fails on keys of other norms."""
+    """A browser test found: the Gaussian kernel smoother was labelled "This is softmax attention." with no reason. It
+    is its own point; identify says that on keys of one norm it computes the softmax layer, which holds (for any
+    queries and weights) and fails on keys of other norms."""
     q, k, v, _ = data
     softmax = named_point(name)
     gaussian = softmax.replace(kernel="gaussian")

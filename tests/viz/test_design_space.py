@@ -79,7 +79,7 @@ def test_each_choice_of_the_three_dropdowns_shows_exactly_that_points_traces(twi
 
 
 def test_each_menu_name_stands_above_its_menu(twin):
-    """Issue 38 (D5): the names sat on the menus' top edges, partly covered by the boxes. Each now stands on the
+    """A browser test found: the names sat on the menus' top edges, partly covered by the boxes. Each now stands on the
     height its menu hangs from, anchored by its bottom, at the menu's x."""
     menus = twin["layout"]["updatemenus"]
     names = {a["text"]: a for a in twin["layout"]["annotations"] if a["text"] in AXIS_LABELS.values()}
@@ -135,7 +135,7 @@ def test_every_control_redraws(explorer):
 
 
 def test_the_explorer_offers_and_prints_only_the_parameters_a_point_takes(monkeypatch):
-    """Issue 38 (D1, D2, D4): at softmax attention the explorer offered a λ slider that changed nothing and printed
+    """A browser test found: at softmax attention the explorer offered a λ slider that changed nothing and printed
     λ in the title; the Gaussian kernel was labelled softmax attention with no reason; the dropdown row did not
     wrap."""
     shown = []
@@ -154,7 +154,7 @@ def test_the_explorer_offers_and_prints_only_the_parameters_a_point_takes(monkey
 
 
 def test_a_new_function_class_starts_from_its_own_step(explorer):
-    """Issue 38 (D3): from DeltaNet, "two-layer MLP" kept β = 0.5 and showed no curve (diverged); it takes the
+    """A browser test found: from DeltaNet, "two-layer MLP" kept β = 0.5 and showed no curve (diverged); it takes the
     MLP's own β = 0.1, as the static explorer's point does, and draws."""
     explorer.axes["function_class"].value = "mlp"
     assert explorer.point == Point.of("uniform", "mlp", "online_sgd") and explorer.sliders["beta"].value == 0.1

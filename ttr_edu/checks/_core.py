@@ -482,6 +482,34 @@ CONVERSIONS = {
 }
 
 
+def push_watch(operations, conversions) -> None:
+    """Start watching an answer's torch operations (a ``TorchDispatchMode``) and its tensor methods (a
+    ``TorchFunctionMode``: the conversions to NumPy or Python above)."""
+    from torch.utils._python_dispatch import _push_mode
+
+    _push_mode(operations)
+    torch._C._push_on_torch_function_stack(conversions)
+
+
+def pop_watch(operations, conversions) -> bool:
+    """Stop the watch :func:`push_watch` started; False where the answer took either mode off its stack (what it left
+    there is the answer's business: it broke the rule that it may not switch the watch off)."""
+    from torch.utils._python_dispatch import _get_current_dispatch_mode_stack, _pop_mode
+
+    intact = True
+    functions = torch._C._len_torch_function_stack()
+    if functions and torch._C._get_function_stack_at(functions - 1) is conversions:
+        torch._C._pop_torch_function_stack()
+    else:
+        intact = False
+    stack = _get_current_dispatch_mode_stack()
+    if stack and stack[-1] is operations:
+        _pop_mode()
+    else:
+        intact = False
+    return intact
+
+
 def relative_error(a: torch.Tensor, b: torch.Tensor) -> float:
     """``‖a − b‖ / ‖b‖`` in float64, as fla's tests compare; ``‖a − b‖`` when ``b`` is zero."""
     a64, b64 = _to_double(a.detach()), _to_double(b.detach())

@@ -22,10 +22,10 @@ from typing import Any
 
 import torch
 from torch.overrides import TorchFunctionMode
-from torch.utils._python_dispatch import TorchDispatchMode, _get_current_dispatch_mode_stack, _pop_mode, _push_mode
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from ttr_edu._internal.mlp_memory import gelu_derivative
-from ttr_edu.checks._core import CONVERSIONS, CheckFailed
+from ttr_edu.checks._core import CONVERSIONS, CheckFailed, pop_watch, push_watch
 from ttr_edu.checks._rules import Rules, exercise
 from ttr_edu.ops import (
     TitansState,
@@ -315,25 +315,11 @@ class _DerivedStep:
         del earlier[:-16]
 
     def __enter__(self) -> _DerivedStep:
-        operations, conversions = self._modes
-        _push_mode(operations)
-        torch._C._push_on_torch_function_stack(conversions)
+        push_watch(*self._modes)
         return self
 
     def __exit__(self, *exc) -> None:
-        operations, conversions = self._modes
-        functions = torch._C._len_torch_function_stack()
-        intact = True
-        if functions and torch._C._get_function_stack_at(functions - 1) is conversions:
-            torch._C._pop_torch_function_stack()
-        else:
-            intact = False
-        stack = _get_current_dispatch_mode_stack()
-        if stack and stack[-1] is operations:
-            _pop_mode()
-        else:
-            intact = False
-        if not intact:
+        if not pop_watch(*self._modes):
             self.hit = "your function switched off the check's watch of its torch operations; remove that code"
         elif self.written > MAX_WRITES_PER_WEIGHT * self.size:
             self.hit = (

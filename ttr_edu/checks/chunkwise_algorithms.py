@@ -32,10 +32,10 @@ from collections.abc import Callable, Iterator
 
 import torch
 from torch.overrides import TorchFunctionMode
-from torch.utils._python_dispatch import TorchDispatchMode, _get_current_dispatch_mode_stack, _pop_mode, _push_mode
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from ttr_edu import ops
-from ttr_edu.checks._core import CONVERSIONS, CheckFailed, random_case
+from ttr_edu.checks._core import CONVERSIONS, CheckFailed, pop_watch, push_watch, random_case
 from ttr_edu.checks._guard import ForbiddenCall
 from ttr_edu.checks._rules import Rules, exercise
 from ttr_edu.ops.delta_rule import ut_solve
@@ -593,26 +593,11 @@ class _BlockedInverseRules:
     # -- the context -------------------------------------------------------------------------------------------------
 
     def __enter__(self) -> _BlockedInverseRules:
-        operations, conversions = self._modes
-        _push_mode(operations)
-        torch._C._push_on_torch_function_stack(conversions)
+        push_watch(*self._modes)
         return self
 
     def __exit__(self, *exc) -> None:
-        operations, conversions = self._modes
-        functions = torch._C._len_torch_function_stack()
-        if functions and torch._C._get_function_stack_at(functions - 1) is conversions:
-            torch._C._pop_torch_function_stack()
-        else:
-            self._switched_off()
-        stack = _get_current_dispatch_mode_stack()
-        if stack and stack[-1] is operations:
-            _pop_mode()
-        else:
-            self._switched_off()
-
-    def _switched_off(self) -> None:  # what it left on the stacks is the answer's business: it broke a rule
-        if self.hit is None:
+        if not pop_watch(*self._modes) and self.hit is None:
             self.hit = "your function switched off the check's watch of its torch operations; remove that code"
 
 
