@@ -178,11 +178,11 @@ MAX_STEP = 1e-2
 MAX_ANY_STEP = 1e-3
 
 
-def _displacement(out: torch.Tensor, x: torch.Tensor) -> tuple[float, float, bool] | None:
-    """``(step, factor, uniform)`` when ``out`` is a copy of ``x`` (same dtype, broadcast) displaced by more than
-    rounding and at most :data:`MAX_STEP` of ``x``'s largest entry: ``step`` the displacement's largest magnitude,
-    ``factor`` the largest ``|out/x − 1|``, ``uniform`` whether every entry moved by one step or by one factor.
-    None otherwise."""
+def _displacement(out: torch.Tensor, x: torch.Tensor) -> tuple[float, float, bool, bool] | None:
+    """``(step, factor, one_step, one_factor)`` when ``out`` is a copy of ``x`` (same dtype, broadcast) displaced by
+    more than rounding and at most :data:`MAX_STEP` of ``x``'s largest entry: ``step`` the displacement's largest
+    magnitude, ``factor`` the largest ``|out/x − 1|``, ``one_step``/``one_factor`` whether every entry moved by one
+    step, or by one factor. None otherwise."""
     if x.dtype != out.dtype or x.numel() == 0 or out.numel() == 0:
         return None
     try:
@@ -202,7 +202,7 @@ def _displacement(out: torch.Tensor, x: torch.Tensor) -> tuple[float, float, boo
     factor = float(ratios.abs().max()) if ratios.numel() else math.inf
     one_step = float(d.max() - d.min()) <= 2 * floor
     one_factor = ratios.numel() > 0 and float(ratios.max() - ratios.min()) <= 1e-6 * factor
-    return step, factor, one_step or bool(one_factor)
+    return step, factor, one_step, bool(one_factor)
 
 
 class _DerivedStep:
@@ -247,7 +247,10 @@ class _DerivedStep:
                 if not func.is_view:
                     outs = out if isinstance(out, (tuple, list)) else (out,)
                     watch.written += sum(o.numel() for o in outs if isinstance(o, torch.Tensor))
-                    if watch.displaced is None:
+                    # a copy into a tensor (W_new[j, m] = value, W.copy_(...)) evaluates nothing: it moves a value
+                    # computed by an earlier operation, whose step is already seen there (seen twice, it would read as
+                    # an entry-by-entry step repeated)
+                    if watch.displaced is None and func.__name__.split(".")[0] != "copy_":
                         watch._look_for_steps(func, args, outs, before)
                 return out
 
@@ -272,7 +275,8 @@ class _DerivedStep:
                 found = _displacement(out, x)
                 if found is None:
                     continue
-                step, factor, uniform = found
+                step, factor, one_step, one_factor = found
+                uniform = one_step or one_factor
                 if out.numel() > 1 and (uniform or step <= MAX_ANY_STEP * float(x.abs().max())):
                     name = func.__name__.split(".")[0]
                     self.displaced = f"{name} moved a tensor of shape {tuple(x.shape)} by {step:.1e}"
@@ -305,6 +309,8 @@ class _DerivedStep:
         earlier = self.earlier.setdefault((tuple(out.shape), out.dtype), [])
         for before in earlier:
             found = _displacement(out, before)
+            # by one step only: two results in one proportion are common in a right answer (rows h_j·d of an outer
+            # product, for two hidden units of nearly equal h_j), two points x ± ε one step apart are not
             if found is not None and found[2]:
                 name = func.__name__.split(".")[0]
                 self.displaced = (
