@@ -192,6 +192,29 @@ def my_step(state, q, k, v, beta, g):
     return box[0][-1], history
 """
 
+TRACE_OFF_STEP = """MY_POINT = checks.SUGGESTED
+import sys
+
+
+def initial_state(d_k, d_v):
+    return []
+
+
+def my_step(state, q, k, v, beta, g):  # the trace off by a call no c_call event reports (an attacker's a37c/C3)
+    history = state + [(q, k, v, beta, g)]
+    Q, K, V, B, G = (torch.stack([h[i] for h in history]) for i in range(5))
+    list(map(sys.setprofile, [None]))
+    return checks.point_outputs(MY_POINT, Q, K, V, B, G)[-1], history
+"""
+
+UNTRACED_THREAD_STEP = TRACE_OFF_STEP.replace(
+    "    list(map(sys.setprofile, [None]))\n    return checks.point_outputs(MY_POINT, Q, K, V, B, G)[-1], history",
+    "    import threading\n    threading.setprofile(None)\n    box = []\n"
+    "    worker = threading.Thread(target=lambda: box.append(checks.point_outputs(MY_POINT, Q, K, V, B, G)))\n"
+    "    worker.start()\n    worker.join()\n    return box[0][-1], history",
+)
+assert UNTRACED_THREAD_STEP != TRACE_OFF_STEP
+
 SUBMISSIONS = {  # name: (answers by grade id, points)
     "solved": ({STEP: _solution(STEP), MIXER: _solution(MIXER)}, 5),
     "unsolved": ({}, 0),
@@ -208,6 +231,8 @@ SUBMISSIONS = {  # name: (answers by grade id, points)
         0,
     ),
     "13.1 by the framework in a thread the cell started": ({STEP: THREAD_STEP}, 0),
+    "13.1 by the framework with the trace switched off": ({STEP: TRACE_OFF_STEP}, 0),
+    "13.1 by the framework in a thread started untraced": ({STEP: UNTRACED_THREAD_STEP}, 0),
     "the stubs, with the checks replaced by ones that pass in the answers' process": (
         {STEP: FORGED_STEP, MIXER: FORGED_MIXER},
         0,
@@ -254,7 +279,11 @@ def test_each_submission_scores_what_it_earns(name):
         for gid in ("test_check_my_step", "test_check_my_mixer"):
             refused = "ttr_edu.regression.linear._recursive_least_squares is not given to this exercise"
             assert refused in by_id[gid].detail, verdicts
-    if name.startswith("13.1 by the framework in a thread"):
+    if name.startswith("13.1 by the framework with the trace switched off"):
+        assert "does not let an answer switch the check's call trace" in by_id["test_check_my_step"].detail, verdicts
+    if name.startswith("13.1 by the framework in a thread started untraced"):
+        assert "switched off the call trace of the threads it starts" in by_id["test_check_my_step"].detail, verdicts
+    if name.startswith("13.1 by the framework in a thread the cell"):
         assert "your cells left a Python thread running" in by_id["test_check_my_step"].detail, verdicts
     if name.startswith("gated DeltaNet's op"):
         for gid in ("test_check_my_step", "test_check_my_mixer"):

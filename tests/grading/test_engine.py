@@ -570,3 +570,27 @@ def test_the_filter_refuses_every_way_of_starting_a_process_and_keeps_threads():
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=120)
     assert done.returncode == 0 and done.stdout.strip() == "refused", done.stderr
+
+
+def test_the_fork_server_hides_its_memory_from_processes_of_its_user():
+    """An attacker's answer, once past the audit hook, rewrote the hidden tests in the fork server's memory through
+    /proc/<pid>/mem: the fork server is made not dumpable (its /proc files then belong to root)."""
+    import subprocess
+    import sys
+
+    script = (
+        "import ctypes\nfrom ttr_edu.checks.grading._no_processes import hide_memory\n"
+        "libc = ctypes.CDLL(None)\nbefore = libc.prctl(3, 0, 0, 0, 0)\n"  # PR_GET_DUMPABLE
+        "assert hide_memory() is None\nprint(before, libc.prctl(3, 0, 0, 0, 0))\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=60)
+    assert done.stdout.split() == ["1", "0"], done.stderr
+    assert "hide_memory()" in Path(_child.__file__).read_text().split("def main(")[1]  # called by the fork server
+
+
+def test_a_solved_cell_under_a_time_magic_keeps_its_point():
+    """An honest ``%%time`` over the solved 1.1 cell lost its point: the grader's stand-in shell skipped the cell's
+    code, so ``write`` was never defined (an attacker's finding)."""
+    report = _grade(submission_with({**RIGHT, "ch01_write": "%%time\n" + RIGHT["ch01_write"]}))
+    assert report.score == 9, [(v.heading, v.status, v.detail) for v in report.verdicts]

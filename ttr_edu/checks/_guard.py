@@ -359,6 +359,7 @@ _GUARD_FILE = __file__
 _STDLIB_THREADING = threading.__file__
 _setprofile = sys.setprofile
 _start_new_thread = getattr(sys.modules.get("_thread"), "start_new_thread", None)
+_THREAD_HOOKS = {threading.setprofile.__code__, threading.settrace.__code__}
 
 
 def _engine_backward(arg: Any) -> bool:
@@ -391,6 +392,12 @@ class _Trace:
             if event == "call":
                 code = frame.f_code
                 message = self.codes.get(code)
+                caller = frame.f_back
+                if code in _THREAD_HOOKS and caller is not None and caller.f_code.co_filename != _GUARD_FILE:
+                    message = (  # threads started after it would run untraced
+                        "your function switched off the call trace of the threads it starts (threading.setprofile); "
+                        "remove that code"
+                    )
                 first = self.hit is None or self.on_hit is not None  # else only the first hit is reported
                 if message is None and first and self.allowed is not None and code not in self.allowed:
                     package, harness = self.package
@@ -928,14 +935,19 @@ def _audit(
     refused, writes_events, proc = _REFUSED_EVENTS, _WRITES, "/proc"  # held here: module globals go at shutdown
     directory = getattr(os, "O_DIRECTORY", 0)
     isdir = os.path.isdir
-    if tracing:
-        refused = tuple(e for e in refused if e not in ("sys.setprofile", "sys.settrace"))
+    hooks, getframe, guard_file = ("sys.setprofile", "sys.settrace"), sys._getframe, _GUARD_FILE
+    if tracing:  # the check's call trace is this file's to switch on and off
+        refused = tuple(e for e in refused if e not in hooks)
 
     def hook(event: str, args: tuple) -> None:
         if event == "":  # never raised; naming the block here keeps it alive as long as this hook
             return library
         if event.startswith(refused):
             raise PermissionError(f"the grader does not let an answer do this ({event})")
+        if tracing and event in hooks:  # frame 1: the Python code that called it (map(sys.setprofile, …) included)
+            caller = getframe(1)
+            if caller is None or caller.f_code.co_filename != guard_file:
+                raise PermissionError(f"the grader does not let an answer switch the check's call trace ({event})")
         if event == "open" and args:
             path, mode = args[0], args[1] if len(args) > 1 else "r"
             flags = args[2] if len(args) > 2 and isinstance(args[2], int) else 0

@@ -19,7 +19,7 @@ import platform
 import struct
 
 # <linux/prctl.h>, <linux/seccomp.h>, <linux/filter.h>, <linux/audit.h>, <linux/sched.h>
-_PR_SET_NO_NEW_PRIVS, _PR_SET_SECCOMP, _SECCOMP_MODE_FILTER = 38, 22, 2
+_PR_SET_NO_NEW_PRIVS, _PR_SET_SECCOMP, _SECCOMP_MODE_FILTER, _PR_SET_DUMPABLE = 38, 22, 2, 4
 _RET_ALLOW, _RET_ERRNO = 0x7FFF0000, 0x00050000
 _LD_ABS_W, _JEQ_K, _JGE_K, _JSET_K, _RET_K = 0x20, 0x15, 0x35, 0x45, 0x06
 _CLONE_THREAD = 0x00010000
@@ -69,4 +69,21 @@ def forbid_new_processes() -> str | None:
         return f"prctl(PR_SET_NO_NEW_PRIVS) failed: {errno.errorcode.get(ctypes.get_errno(), '?')}"
     if libc.prctl(_PR_SET_SECCOMP, _SECCOMP_MODE_FILTER, ctypes.byref(fprog), 0, 0) != 0:
         return f"prctl(PR_SET_SECCOMP) failed: {errno.errorcode.get(ctypes.get_errno(), '?')}"
+    return None
+
+
+def hide_memory() -> str | None:
+    """Make this process not dumpable (``prctl(PR_SET_DUMPABLE, 0)``): its ``/proc/<pid>/mem``, ``maps`` and the like
+    belong to root from now on, so another process of the same user cannot read or write its memory there (root,
+    outside a user namespace, still can). Inherited by its forks.
+
+    Returns:
+        None, or why not (not Linux, or prctl's error).
+    """
+    if platform.system() != "Linux":
+        return f"no PR_SET_DUMPABLE on {platform.system()}"
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_void_p, ctypes.c_ulong, ctypes.c_ulong]
+    if libc.prctl(_PR_SET_DUMPABLE, 0, None, 0, 0) != 0:
+        return f"prctl(PR_SET_DUMPABLE) failed: {errno.errorcode.get(ctypes.get_errno(), '?')}"
     return None
