@@ -157,7 +157,7 @@ def test_a_wrong_step_is_still_rejected_while_11_2_is_a_stub():
         "def wrong(q, k, v, beta, S):\n    o, S_new = delta_rule_chunk_step(q, k, v, beta, S)\n    return o, S",
         namespace,
     )
-    with pytest.raises(CheckFailed, match="first wrong element"):
+    with pytest.raises(CheckFailed, match="first wrong element|does not build both outputs"):  # S returned as it came
         checks.check_delta_rule_chunk_step(namespace["wrong"])
 
 
@@ -869,11 +869,40 @@ def step_that_multiplies_the_ut_matrix_by_zero(q, k, v, beta, S):  # the result 
     return o + 0 * (ut @ v)[:, : o.shape[1]].sum(), S_new
 
 
-@pytest.mark.parametrize("answer", [step_that_discards_the_ut_matrix, step_that_multiplies_the_ut_matrix_by_zero])
+def step_with_o_from_the_ut_matrix_and_the_state_by_a_token_loop(q, k, v, beta, S):  # review r35d: half the use
+    ut = ut_transform(k, beta)
+    pseudo = ut @ v - (ut @ k) @ S
+    mask = torch.tril(torch.ones(len(q), len(q), dtype=q.dtype))
+    return q @ S + ((q @ k.T) * mask) @ pseudo, step_by_token_loop(q, k, v, beta, S)[1]
+
+
+def step_with_the_state_from_the_ut_matrix_and_o_by_a_token_loop(q, k, v, beta, S):  # the reverse
+    ut = ut_transform(k, beta)
+    pseudo = ut @ v - (ut @ k) @ S
+    return step_by_token_loop(q, k, v, beta, S)[0], S + k.T @ pseudo
+
+
+def step_that_refuses_another_ut_matrix(q, k, v, beta, S):  # review r35d: a token loop, 𝒯 only checked
+    ut = ut_transform(k, beta)
+    A = torch.tril(beta[:, None] * (k @ k.T), -1)
+    assert torch.allclose((torch.eye(len(k), dtype=k.dtype) + A) @ ut, torch.diag(beta)), "my UT transform is wrong"
+    return step_by_token_loop(q, k, v, beta, S)
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        step_that_discards_the_ut_matrix,
+        step_that_multiplies_the_ut_matrix_by_zero,
+        step_with_o_from_the_ut_matrix_and_the_state_by_a_token_loop,
+        step_with_the_state_from_the_ut_matrix_and_o_by_a_token_loop,
+        step_that_refuses_another_ut_matrix,
+    ],
+)
 def test_a_step_that_does_not_use_what_ut_transform_returns_fails(answer):
     """Calling ut_transform is not enough: the check calls the step once more with a changed 𝒯, and outputs that do
     not move were not built from it (review r35c: the call counted, its result thrown away)."""
-    with pytest.raises(CheckFailed, match=r"called ut_transform but does not use what it returns.*W = 𝒯K"):
+    with pytest.raises(CheckFailed, match=r"does not build both outputs from what it returns.*W = 𝒯K"):
         checks.check_delta_rule_chunk_step(answer)
 
 

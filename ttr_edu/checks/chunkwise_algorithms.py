@@ -246,9 +246,10 @@ def _step_with_ut_transform(delta_rule_chunk_step: Callable, case: dict):
         )
     if not _uses_what_ut_transform_returns(delta_rule_chunk_step, namespace, helper, absent, lent, probe_case, result):
         raise CheckFailed(
-            "delta_rule_chunk_step called ut_transform but does not use what it returns: called once more with a "
-            "changed 𝒯 from ut_transform, it gave the same o and S' (a token loop, say, with a call whose result is "
-            "thrown away); build the chunk from 𝒯: W = 𝒯K and U = 𝒯V, then the pseudo-values U − W S"
+            "delta_rule_chunk_step called ut_transform but does not build both outputs from what it returns: called "
+            "once more with a changed 𝒯 from ut_transform, it gave the same o or the same S', or refused the changed "
+            "𝒯 (a token loop, say, for one output or both); build the chunk from 𝒯: W = 𝒯K and U = 𝒯V, then the "
+            "pseudo-values U − W S, from which come both o and S'"
         )
     if why is not None and case["q"].shape[0] == _FIRST_STEP_CASE_LENGTH:  # said once, when the step is written
         print(
@@ -261,9 +262,10 @@ def _step_with_ut_transform(delta_rule_chunk_step: Callable, case: dict):
 def _uses_what_ut_transform_returns(step, namespace, helper, absent, lent, case: dict, result) -> bool:
     """Whether ``step``'s outputs are built from the 𝒯 that ``ut_transform`` returns, judged by what it does: the step
     runs once more on ``case`` (a copy of its inputs) with ``ut_transform`` returning 𝒯 plus a fixed lower triangular
-    change; a step that builds ``W = 𝒯K, U = 𝒯V`` from it gives other outputs, one that throws the result away (or
-    multiplies it by zero) gives the same. A result that is no pair of tensors, or a second run that raises, is left
-    to the values' check (True)."""
+    change; a step that builds ``W = 𝒯K, U = 𝒯V`` from it gives another o and another S′ (both are built from the
+    pseudo-values U − W S), one that throws the result away (or multiplies it by zero), or builds only one output from
+    it, keeps an output the same; a step that refuses the changed 𝒯 (raises) does not build from it either. A result
+    that is no pair of tensors is left to the values' check (True)."""
     if not (
         isinstance(result, (tuple, list)) and len(result) == 2 and all(isinstance(r, torch.Tensor) for r in result)
     ):
@@ -279,8 +281,8 @@ def _uses_what_ut_transform_returns(step, namespace, helper, absent, lent, case:
     namespace["ut_transform"] = changed
     try:
         probe = step(**case)
-    except Exception:  # e.g. a check of its own on 𝒯: the step reacts to what it is given
-        return True
+    except Exception:  # a check of its own that 𝒯 is the inverse: the step recomputes what it was given
+        return False
     finally:
         if helper is absent:
             namespace.pop("ut_transform", None)
@@ -292,7 +294,7 @@ def _uses_what_ut_transform_returns(step, namespace, helper, absent, lent, case:
         isinstance(p, torch.Tensor) and p.shape == r.shape and bool(torch.allclose(p, r, rtol=1e-10, atol=1e-12))
         for p, r in zip(probe, result)
     ]
-    return not all(same)
+    return not any(same)
 
 
 @exercise(
