@@ -8,8 +8,15 @@ import signal
 import sys
 import threading
 
-from ttr_edu.experiments import EXPERIMENTS, INTERRUPTED
-from ttr_edu.experiments.workers import in_own_session, preflight, ready_for_ctrl_c, run_in_own_session, stop_once
+from ttr_edu.experiments import EXPERIMENTS
+from ttr_edu.experiments.workers import (
+    in_own_session,
+    preflight,
+    ready_for_ctrl_c,
+    run_in_own_session,
+    say_interrupted,
+    stop_once,
+)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -27,7 +34,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return _main(argv)
     except KeyboardInterrupt:  # before the experiment's own handler stands
-        print(INTERRUPTED, file=sys.stderr)
+        say_interrupted()
         return 130
     finally:
         if ours and signal.getsignal(signal.SIGINT) is stop_once:  # no Ctrl-C came
@@ -47,7 +54,7 @@ def command_line() -> int:
         try:
             return run_in_own_session([sys.executable, "-m", "ttr_edu.experiments", *argv])
         except KeyboardInterrupt:  # before the child was started
-            print(INTERRUPTED, file=sys.stderr)
+            say_interrupted()
             return 130
     return main(argv)
 

@@ -57,7 +57,7 @@ from typing import Any
 from tqdm.auto import tqdm
 
 from ttr_edu._internal.progress import progress_enabled
-from ttr_edu.experiments import INTERRUPTED, workers
+from ttr_edu.experiments import workers
 from ttr_edu.experiments.provenance import code_digest, git_commit, package_version, platform_lines, training_code
 from ttr_edu.experiments.workers import SchedulerError
 
@@ -649,7 +649,7 @@ def guarded(main: Callable[[list[str] | None], int]) -> Callable[[list[str] | No
         try:
             return main(argv)
         except KeyboardInterrupt:
-            print(INTERRUPTED, file=sys.stderr)
+            workers.say_interrupted()
             return 130
         except ResumeRefused as error:
             print(f"error: --resume: {error}", file=sys.stderr)

@@ -36,6 +36,8 @@ __all__ = [
     "run_in_own_session",
     "in_own_session",
     "ready_for_ctrl_c",
+    "say_interrupted",
+    "stop_once",
     "local_cells",
     "DaskCells",
     "LOOK_AHEAD",
@@ -124,6 +126,19 @@ def _ignore_sigint() -> None:
 
 #: in a process that :func:`run_in_own_session` started: the pipe on which it says it is ready for a Ctrl-C
 _READY_FD = "TTR_EDU_READY_FD"
+#: whether :func:`run_in_own_session` started this process (read at import, before :func:`ready_for_ctrl_c` takes the
+#: variable away): then that parent says "interrupted", once, and this process never does
+_PARENT_SAYS_IT = _READY_FD in os.environ
+
+
+def say_interrupted() -> None:
+    """The one line of a Ctrl-C (:data:`ttr_edu.experiments.INTERRUPTED`) on stderr, unless the process that started
+    this one says it (:func:`run_in_own_session`, for an exit status of 130 or an end by SIGINT): then no later
+    ``KeyboardInterrupt`` here, nor a copy of this process, can print it a second time (CI saw it twice)."""
+    if not _PARENT_SAYS_IT:
+        from ttr_edu.experiments import INTERRUPTED
+
+        print(INTERRUPTED, file=sys.stderr)
 
 
 def in_own_session() -> bool:
@@ -165,7 +180,8 @@ def run_in_own_session(command: list[str]) -> int:
     passed on, so nothing interrupts the child's shutdown. A hang-up (a closed terminal) or a termination of this
     process is passed on as a Ctrl-C too, so the child closes its files the same way. A child that a Ctrl-C ended
     before it could handle one (the terminal's SIGINT reached it while it was being started, still in the terminal's
-    process group) printed nothing: this process prints the one line in its place.
+    process group) printed nothing. This process prints the one line for both (an exit status of 130 or an end by
+    SIGINT); the child never prints it (:func:`say_interrupted`).
     """
     state = {"child": None, "ready": False, "asked": False, "sent": False}
 
@@ -200,7 +216,7 @@ def run_in_own_session(command: list[str]) -> int:
         status = state["child"].wait()
     finally:
         os.close(alive_write)
-    if status == -signal.SIGINT:  # ended by a Ctrl-C it could not handle yet (it was starting): it said nothing
+    if status in (130, -signal.SIGINT):  # stopped by a Ctrl-C (or ended by one while it was starting): said here
         from ttr_edu.experiments import INTERRUPTED
 
         print(INTERRUPTED, file=sys.stderr)
