@@ -6,12 +6,14 @@ runs) would show as a PASS, and so would one read from a Triton kernel's source 
 offsets).
 """
 
+import inspect
 import re
 from pathlib import Path
 
 import nbformat
 import pytest
 
+from tests.checks.test_adaptive_and_deep_memories import momentum_by_python_differences
 from ttr_edu.checks.grading import engine
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -136,23 +138,10 @@ def wire_recall_circuit(model):
         model.mixer.o_proj.weight -= 0.0 * g
 """
 
-MOMENTUM_BY_PYTHON_DIFFERENCES = """
-def momentum_step(S, U, k, v, beta, eta, alpha):
-    rows, key, value, h = S.tolist(), k.tolist(), v.tolist(), 1e-6
-
-    def loss(M):
-        return 0.5 * sum((sum(M[i][j] * key[i] for i in range(len(key))) - value[j]) ** 2 for j in range(len(value)))
-
-    grad = [[0.0] * len(value) for _ in key]
-    for i in range(len(key)):
-        for j in range(len(value)):
-            up, down = [r[:] for r in rows], [r[:] for r in rows]
-            up[i][j] += h
-            down[i][j] -= h
-            grad[i][j] = (loss(up) - loss(down)) / (2 * h)
-    U_new = eta * U - beta * torch.tensor(grad, dtype=S.dtype)
-    return (1 - alpha) * S + U_new, U_new
-"""
+# the answer tests/checks/test_adaptive_and_deep_memories.py holds, as the notebook cell a student would write
+MOMENTUM_BY_PYTHON_DIFFERENCES = "\n" + inspect.getsource(momentum_by_python_differences).replace(
+    "def momentum_by_python_differences(", "def momentum_step(", 1
+)
 
 MLP_BY_A_CENTRAL_DIFFERENCE_OF_GELU = """
 def mlp_gradient_step(W1, W2, k, v, lr):
