@@ -3,6 +3,7 @@ server or a kernel running, Ctrl-C asks first and says what was saved, and a cha
 and closed (saved by JupyterLab's own contents API) still gets the next release."""
 
 import json
+import re
 import os
 import pty
 import signal
@@ -70,6 +71,15 @@ class Lab:
             raw = response.read()
         return json.loads(raw) if raw else None
 
+    def page_config(self) -> dict:
+        """The page configuration JupyterLab's ``/lab`` page hands the browser (what it loads and leaves off)."""
+        url = f"http://127.0.0.1:{self.port}/lab?token={TOKEN}"
+        with urllib.request.urlopen(url, timeout=60) as response:
+            html = response.read().decode()
+        found = re.search(r'<script id="jupyter-config-data" type="application/json">(.*?)</script>', html, re.S)
+        assert found, html[:2000]
+        return json.loads(found.group(1))
+
     def answers(self) -> bool:
         try:
             self.api("/api/status")
@@ -126,6 +136,22 @@ def test_the_course_settings_turn_the_news_off_and_open_markdown_rendered(tmp_pa
     assert "--LabApp.news_url=None" in lab.lab_command(tmp_path, [])
 
 
+def test_the_students_jupyterlab_leaves_nbgrader_off_and_keeps_what_was_off(tmp_path, monkeypatch):
+    """nbgrader's menus belong to the instructor (``[dev]`` installs it into the same environment); JupyterLab reads
+    what to leave off from the settings folder's ``page_config.json``, the way its page handler does here. What an
+    administrator had turned off stays off, and what they had explicitly left on is not turned off (JupyterLab reads
+    every key of a dict there as "off", so the file is written as a list)."""
+    from jupyterlab_server.config import get_page_config
+
+    settings = tmp_path / "app" / "settings"
+    settings.mkdir(parents=True)
+    (settings / "page_config.json").write_text(json.dumps({"disabledExtensions": {"admin-off": True, "admin-on": False}}))
+    monkeypatch.setattr("jupyterlab.commands.get_app_dir", lambda: str(tmp_path / "app"))
+    folder = lab.write_settings(tmp_path / "course")
+    page = get_page_config([], str(folder))
+    assert sorted(page["disabledExtensions"]) == ["@jupyter/nbgrader", "admin-off"]
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGHUP, signal.SIGTERM, signal.SIGKILL], ids=lambda s: s.name)
 def test_no_way_of_stopping_start_leaves_jupyterlab_or_a_kernel_running(tmp_path, signum):
@@ -136,6 +162,7 @@ def test_no_way_of_stopping_start_leaves_jupyterlab_or_a_kernel_running(tmp_path
     try:
         served = lab_.api("/lab/api/settings/@jupyterlab/apputils-extension:notification")["schema"]["properties"]
         assert served["fetchNews"]["default"] == "false"  # JupyterLab serves the course's settings: no news pop-up
+        assert "@jupyter/nbgrader" in lab_.page_config()["disabledExtensions"]  # no instructor menus for a student
         kernel = lab_.open_notebook("01_hebbian_memory.ipynb")
         tree = lab_.processes()
         assert kernel in tree and len(tree) >= 2  # JupyterLab and the kernel

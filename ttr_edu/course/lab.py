@@ -35,6 +35,11 @@ SETTINGS = {
     "@jupyterlab/apputils-extension:notification": {"fetchNews": "false", "checkForUpdates": False},
     "@jupyterlab/docmanager-extension:plugin": {"defaultViewers": {"markdown": "Markdown Preview"}},
 }
+#: JupyterLab extensions the student's JupyterLab leaves off. nbgrader's menus and "Create Assignment" panel are for
+#: the instructor, who installs it with the ``[dev]`` extra into the same environment; a student who opens the course
+#: with ``ttr-edu start`` from there should not meet them. (JupyterLab reads these from ``page_config.json`` in the
+#: application settings folder; disabling an extension that is not installed does nothing.)
+DISABLED_EXTENSIONS = ("@jupyter/nbgrader",)
 SETTINGS_DIR = ".ttr-edu-lab"  # in the student's folder: JupyterLab's application settings for the course
 ASK_SECONDS = 10  # how long the Ctrl-C question waits for an answer before JupyterLab goes on (Jupyter waits 5 s)
 
@@ -60,7 +65,8 @@ def lab_command(dest: Path, options: list[str]) -> list[str]:
 
 def write_settings(dest: Path) -> Path:
     """Write JupyterLab's application settings for the course into ``dest/.ttr-edu-lab`` and return the folder, for
-    ``--LabApp.app_settings_dir``.
+    ``--LabApp.app_settings_dir``: ``overrides.json`` (:data:`SETTINGS`) and ``page_config.json``
+    (:data:`DISABLED_EXTENSIONS` off).
 
     That option replaces JupyterLab's own settings folder, so what it holds (overrides that other packages or the
     administrator installed) is copied first, and ``overrides.json`` is theirs with the course's settings on top.
@@ -72,16 +78,26 @@ def write_settings(dest: Path) -> Path:
     if default.is_dir():
         shutil.copytree(default, folder, ignore=shutil.ignore_patterns("overrides.json"))
     folder.mkdir(exist_ok=True)
-    overrides = {}
-    if (default / "overrides.json").is_file():
-        try:
-            overrides = json.loads((default / "overrides.json").read_text(encoding="utf-8"))
-        except ValueError:
-            overrides = {}
+    overrides = _read_json(default / "overrides.json")
     for plugin, values in SETTINGS.items():
         overrides[plugin] = {**overrides.get(plugin, {}), **values}
     (folder / "overrides.json").write_text(json.dumps(overrides, indent=2) + "\n", encoding="utf-8")
+    page_config = _read_json(folder / "page_config.json")
+    disabled = page_config.get("disabledExtensions", [])
+    if isinstance(disabled, dict):  # a list, as JupyterLab reads this file: it turns every key of a dict into "off"
+        disabled = [name for name, off in disabled.items() if off]
+    page_config["disabledExtensions"] = sorted({*disabled, *DISABLED_EXTENSIONS})
+    (folder / "page_config.json").write_text(json.dumps(page_config, indent=2) + "\n", encoding="utf-8")
     return folder
+
+
+def _read_json(path: Path) -> dict:
+    """A settings file as a dict; an empty one for a missing or unreadable file (it is rewritten whole)."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
 
 
 def running_server(dest: Path) -> dict | None:
