@@ -3,9 +3,9 @@ server or a kernel running, Ctrl-C asks first and says what was saved, and a cha
 and closed (saved by JupyterLab's own contents API) still gets the next release."""
 
 import json
-import re
 import os
 import pty
+import re
 import signal
 import subprocess
 import sys
@@ -145,7 +145,8 @@ def test_the_students_jupyterlab_leaves_nbgrader_off_and_keeps_what_was_off(tmp_
 
     settings = tmp_path / "app" / "settings"
     settings.mkdir(parents=True)
-    (settings / "page_config.json").write_text(json.dumps({"disabledExtensions": {"admin-off": True, "admin-on": False}}))
+    admin = {"disabledExtensions": {"admin-off": True, "admin-on": False}}
+    (settings / "page_config.json").write_text(json.dumps(admin))
     monkeypatch.setattr("jupyterlab.commands.get_app_dir", lambda: str(tmp_path / "app"))
     folder = lab.write_settings(tmp_path / "course")
     page = get_page_config([], str(folder))
