@@ -1,14 +1,18 @@
 """Where the answers' process runs: a bubblewrap sandbox where the platform has one, else a process group.
 
 With ``bwrap`` (bubblewrap; ``apt install bubblewrap``) the process gets new namespaces (PID, network, IPC, UTS,
-user and cgroup where allowed), every file system read-only (``/dev`` too: its device nodes only), a private ``/tmp``,
-``/dev/shm`` and scratch folder, the grader's home and the course folder hidden (gradebook, sources with hidden tests,
-other students' files), no capabilities, and it dies with the grader (``--die-with-parent``; the PID namespace ends
-every process it started); ``/tmp``, ``/dev/shm`` and the scratch folder are in memory, :data:`SCRATCH_BYTES` each,
-and the engine empties them after every graded cell. Without it, the process leads a process group of its own,
-which the grader kills when it is done, and the answer's process relies on the audit hook of
-:func:`ttr_edu.checks._guard.lock_down` alone for files, processes and the network.
-:func:`protection` says which holds; ``grading.md`` ("Where the grader's protections hold") says what each means.
+user and cgroup where allowed) and a root built from what it needs, read-only: ``/usr`` (with ``/bin``, ``/lib``... as
+the machine has them), the dynamic linker's and the C library's files of ``/etc`` (:data:`ETC`), Python's prefix, its
+environment's packages and this package's own folder (:func:`_needed`); nothing else of the machine exists there (no
+``/home``, ``/root``, ``/srv``, ``/var``, ``/opt``, no course folder, no clone's ``solutions/``). It gets ``/dev``'s
+device nodes read-only, a ``/proc`` of its own PID namespace, a private ``/tmp``, ``/dev/shm`` and scratch folder, no
+capabilities, and it dies with the grader (``--die-with-parent``; the PID namespace ends every process it started);
+``/tmp``, ``/dev/shm`` and the scratch folder are in memory, :data:`SCRATCH_BYTES` each, and the engine empties them
+after every graded cell. Without it, the process leads a process group of its own, which the grader kills when it is
+done, and files are guarded by the answer's user (``nobody`` where a root grader can switch to it, see
+:func:`ttr_edu.checks.grading._no_processes.drop_privileges`) and by the audit hook of
+:func:`ttr_edu.checks._guard.lock_down`, which code that writes memory can remove. :func:`protection` says which
+holds; ``grading.md`` ("Where the grader's protections hold") says what each means.
 """
 
 from __future__ import annotations
@@ -43,7 +47,7 @@ def _bwrap() -> str | None:
 def protection() -> str:
     """How the answers' process is contained on this machine, in words."""
     if _bwrap() is not None:
-        return "bubblewrap sandbox (read-only files, no network, own PID namespace, course folder hidden)"
+        return "bubblewrap sandbox (only the files Python needs, read-only; no network; own PID namespace)"
     return "process group and the answer's audit hook (bubblewrap is not available here)"
 
 
@@ -93,11 +97,11 @@ def command(argv: list[str], scratch: Path, hide: list[Path]) -> tuple[list[str]
     # the root is an empty folder in memory: only what is bound below exists (an attacker's answer read a classmate's
     # working copy in /home when the sandbox bound the whole machine read-only)
     wrapped = [bwrap, "--tmpfs", "/"]
-    for folder in SYSTEM:
-        if os.path.islink(folder):  # merged /usr: /lib -> usr/lib
-            wrapped += ["--symlink", os.readlink(folder), folder]
-        elif os.path.isdir(folder):
-            wrapped += ["--ro-bind", folder, folder]
+    for system in SYSTEM:
+        if os.path.islink(system):  # merged /usr: /lib -> usr/lib
+            wrapped += ["--symlink", os.readlink(system), system]
+        elif os.path.isdir(system):
+            wrapped += ["--ro-bind", system, system]
     for file in ETC:
         if os.path.exists(file):
             wrapped += ["--ro-bind", file, file]
