@@ -154,7 +154,8 @@ def _child(
     """The forked child of one graded cell. Never returns."""
     from ttr_edu.checks import _rules
     from ttr_edu.checks._guard import Forbidden, lock_down, package_dirs
-    from ttr_edu.checks.grading._no_processes import forbid_new_processes
+    from ttr_edu.checks.grading import sandbox
+    from ttr_edu.checks.grading._no_processes import die_with_parent, drop_privileges, forbid_new_processes
 
     def end(message: str):
         write_frame(results, {"type": "rule", "message": str(message)})
@@ -170,8 +171,17 @@ def _child(
     cpu = int(job["timeout"]) + 5
     resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 5))
     resource.setrlimit(resource.RLIMIT_FSIZE, (MAX_FRAME, MAX_FRAME))
-    # before any of the answer's code: no new process (an interpreter started without the audit hook would compute the
-    # answer), no reading of another's memory; where the kernel cannot, the log says so (grading.md, what holds where)
+    # before any of the answer's code, below the audit hook (which pure Python that writes memory can empty): the
+    # grader's privileges given up (as root, without bubblewrap, the answer could read the grader's memory and kill it),
+    # tied to the fork server's life (a change of credentials clears that tie, so it comes after), no new process (an
+    # interpreter started without the audit hook would compute the answer), no signal but to itself, no reading of
+    # another's memory; where the kernel cannot, the log says so (grading.md, what holds where)
+    readable = [str(path) for path in sandbox._needed()]
+    held = drop_privileges(readable, str(scratch), switch_user=not job.get("private"))
+    if held is not None:
+        print(f"ttr-edu grader: {held}", file=sys.stderr)
+    if not die_with_parent(int(job["_server"])):
+        os._exit(0)
     unfiltered = forbid_new_processes()
     if unfiltered is not None:
         print(f"ttr-edu grader: {unfiltered}; new processes are refused only by the audit hook", file=sys.stderr)
@@ -420,6 +430,7 @@ def _serve_unit(
         if exercise is not None and not isinstance(exercise, Staged) and exercise.rules.inputs_unchanged
     }
     started = time.monotonic()
+    job["_server"] = os.getpid()  # the child's parent, as the child checks once it is tied to its life
     pid = os.fork()
     if pid == 0:  # the child
         try:
@@ -579,13 +590,21 @@ def _frame(header: dict, payload: bytes) -> bytes:
 
 def main() -> None:
     """The fork server's entry point (``python -I -c ...`` inside the sandbox)."""
-    from ttr_edu.checks.grading._no_processes import hide_memory
+    from ttr_edu.checks.grading._no_processes import die_with_parent, hide_memory
 
     job = json.loads(sys.stdin.buffer.read().decode("utf-8"))
     # before it holds any hidden test: its memory (/proc/<pid>/mem) closed to processes of the same user, the answers'
     # included (an attacker's answer rewrote the hidden tests there); the forks inherit it
     hide_memory()
     out = os.dup(1)
+    # tied to the grader's life (an attacker's answer killed the grader, and its fork server went on grading): killed
+    # with its parent from now on, and ended here if the grader is gone already (its end of the frames' pipe closed)
+    import select
+
+    poll = select.poll()
+    poll.register(out, select.POLLOUT)
+    if not die_with_parent() or any(event & (select.POLLERR | select.POLLHUP) for _, event in poll.poll(0)):
+        os._exit(0)
     null = os.open(os.devnull, os.O_WRONLY)
     os.dup2(null, 1)  # what the setup cells print goes nowhere; frames go to `out`
     scratch = Path(job["scratch"])
