@@ -402,7 +402,7 @@ def test_the_delta_rule_kernel_widened_by_reassignment_passes(capsys):
 def test_a_widening_after_the_product_is_still_reported():
     # the same reassignment one line too late: the offset was already multiplied in int32
     with pytest.raises(
-        CheckFailed, match=r"(?s)right numbers here.*`\(i_b \* T \* H \+ i_h\) \* D` \(line 5\) in int32"
+        CheckFailed, match=r"(?s)right numbers here.*`\(i_b \* T \* H \+ i_h\) \* D` \(line 7\) in int32"
     ):
         checks.check_running_sum(running_sum_widened_too_late)
 
