@@ -467,6 +467,8 @@ class _OffsetWidths:
         return child
 
     def returns(self) -> list[ast.AST]:
+        if self.function is None:
+            return []
         return [n.value for n in ast.walk(self.function) if isinstance(n, ast.Return) and n.value is not None]
 
     def expr(self, node: ast.AST) -> _Width:
@@ -508,7 +510,7 @@ class _OffsetWidths:
         if isinstance(node, ast.Name):
             found = [d for d in self.reaching(node) if d.value is not None and id(d) not in seen]
             seen.update(id(d) for d in found)
-            return any(self.float64(d.value, seen) for d in found)
+            return any(d.value is not None and self.float64(d.value, seen) for d in found)
         if isinstance(node, ast.Call):
             if isinstance(node.func, ast.Attribute) and node.func.attr == "to":
                 dtype = _argument(node, 0, "dtype")
@@ -639,7 +641,9 @@ def _int64_problems(tree: ast.AST, widths: _OffsetWidths) -> list[str]:
     """The int32 offsets :func:`lint_kernel` reports, in the kernel's addresses and in those of the helpers it calls."""
     found: list[tuple[int, ast.AST, ast.BinOp, _OffsetWidths]] = []  # (kernel line, callee, product, where written)
 
-    def collect(owner: _OffsetWidths, function: ast.AST, line: int | None) -> None:
+    def collect(owner: _OffsetWidths, function: ast.AST | None, line: int | None) -> None:
+        if function is None:
+            return
         for call, address in _addresses(function):
             for product, written in owner.narrow_products(address):
                 found.append((line or call.lineno, call.func, product, written))
