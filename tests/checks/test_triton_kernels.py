@@ -24,12 +24,17 @@ from tests.checks.triton_puzzle_kernels import (  # noqa: E402  (the reference a
     chunk_linear_attention,
     delta_rule_chunk,
     delta_rule_chunk_int32_inputs,
+    delta_rule_chunk_reassigned,
     gated_delta_rule_chunk,
     running_sum,
     running_sum_batch_widened,
     running_sum_cast,
+    running_sum_helper_int32,
+    running_sum_helper_int64,
     running_sum_int32,
+    running_sum_reassigned,
     running_sum_wide_size,
+    running_sum_widened_too_late,
     scale_tile,
     scale_tile_first_rows_only,
     scale_tile_not_power_of_two,
@@ -39,6 +44,7 @@ from tests.checks.triton_puzzle_kernels import (  # noqa: E402  (the reference a
     ut_transform,
     ut_transform_horner,
     ut_transform_neumann,
+    ut_transform_neumann_float64,
 )
 
 
@@ -306,7 +312,11 @@ def test_allow_tf32_true_is_named_as_a_request_for_tf32():
         checks.check_causal_chunk(causal_chunk_allow_tf32_true)
 
 
-@pytest.mark.parametrize("kernel", [running_sum_cast, running_sum_wide_size], ids=["tl.cast", "widened size"])
+@pytest.mark.parametrize(
+    "kernel",
+    [running_sum_cast, running_sum_wide_size, running_sum_reassigned, running_sum_helper_int64],
+    ids=["tl.cast", "widened size", "i_b = i_b.to(tl.int64) on the next line", "int64 index handed to a helper"],
+)
 def test_every_spelling_of_int64_offsets_passes(kernel, capsys):
     assert checks.check_running_sum(kernel)
     assert capsys.readouterr().out.startswith("PASS")
@@ -374,3 +384,93 @@ def test_bfloat16_tiles_are_multiplied_by_their_values_not_their_bits():
     with pytest.raises(CheckFailed, match=r"relative error (\d\.\d+e-0[23]|0\.0\d+)\)") as failure:
         checks.check_causal_chunk(Bound(causal_chunk, OPERANDS="bf16"))
     assert float(str(failure.value).split("relative error ")[1].split(")")[0]) < 0.1
+
+
+def test_a_name_widened_by_reassignment_is_int64_from_that_line_on():
+    # review r35f: `i_bh = i_bh.to(tl.int64)` (12.6) and `i_b = i_b.to(tl.int64)` (12.5) were read as int32
+    # everywhere, because the lint joined every assignment of a name; it now reads the one that reaches each line
+    assert checks.lint_kernel(delta_rule_chunk_reassigned, needs_int64=True) == []
+    assert checks.lint_kernel(running_sum_reassigned, needs_int64=True) == []
+
+
+@pytest.mark.slow  # the delta-rule kernel in the Triton interpreter: tens of seconds
+def test_the_delta_rule_kernel_widened_by_reassignment_passes(capsys):
+    assert checks.check_delta_rule_chunk(delta_rule_chunk_reassigned)
+    assert capsys.readouterr().out.startswith("PASS")
+
+
+def test_a_widening_after_the_product_is_still_reported():
+    # the same reassignment one line too late: the offset was already multiplied in int32
+    with pytest.raises(
+        CheckFailed, match=r"(?s)right numbers here.*`\(i_b \* T \* H \+ i_h\) \* D` \(line 7\) in int32"
+    ):
+        checks.check_running_sum(running_sum_widened_too_late)
+
+
+def test_int32_offsets_computed_in_a_helper_are_reported():
+    # review r35f: the product sat in a @triton.jit helper, and one unrelated widening (the column block) switched off
+    # the "nothing widened" fallback; the lint now reads the helper with the caller's arguments bound
+    with pytest.raises(CheckFailed, match=r"(?s)right numbers here.*line 3 of the helper `_head_offset`\) in int32"):
+        checks.check_running_sum(running_sum_helper_int32)
+
+
+def test_an_address_from_a_helper_the_lint_cannot_read_is_reported():
+    import inspect
+    import textwrap
+
+    import tests.checks.triton_puzzle_kernels as kernels
+
+    namespace = {"triton": triton, "tl": tl}
+    exec(compile(textwrap.dedent(inspect.getsource(kernels._head_offset.fn)), "<no file>", "exec"), namespace)
+    namespace["running_sum_helper_int32"] = kernels.running_sum_helper_int32.fn
+    original = kernels.running_sum_helper_int32.fn.__globals__["_head_offset"]
+    kernels.running_sum_helper_int32.fn.__globals__["_head_offset"] = namespace["_head_offset"]
+    try:
+        problems = checks.lint_kernel(running_sum_helper_int32, needs_int64=True)
+    finally:
+        kernels.running_sum_helper_int32.fn.__globals__["_head_offset"] = original
+    assert any("`_head_offset(...)`, which the check cannot read" in p for p in problems), problems
+
+
+def test_the_lint_does_not_call_fp64_products_tf32():
+    # review r35f: fp64 tiles have no tf32 mode (Triton ignores the option for them); fp32 ones without a precision
+    # are still named, as "fp32 tiles ... tf32"
+    assert checks.lint_kernel(ut_transform_neumann_float64, needs_int64=False) == []
+    problems = checks.lint_kernel(causal_chunk_default_precision, needs_int64=False)
+    assert all("fp32 tiles are then multiplied in tf32" in p for p in problems)
+
+
+def test_a_default_precision_kkt_in_12_4_gets_the_tf32_note():
+    with pytest.raises(CheckFailed, match=r"(?s)wrong values.*size of TF32 rounding"):
+        checks.check_ut_transform(Bound(ut_transform, PRECISION="tf32"))
+
+
+def test_the_12_4_correlated_case_measures_substitution_well_inside_and_neumann_far_outside_the_tolerance():
+    # the numbers check_ut_transform's docstring states: substitution under 0.2 of the tolerance, doubling over 10 times
+    from ttr_edu.checks.chunkwise_algorithms import ut_transform_spec
+
+    case = list(checks._ut_transform_cases())[-1]
+    assert checks._mean_key_cosine(case) > 0.98
+    want = ut_transform_spec(**case)
+
+    def worst(kernel):
+        got = checks._launch_ut_transform(kernel, case)
+        return float(((got - want).abs() / (1e-6 + 1e-5 * want.abs())).max())
+
+    assert worst(Bound(ut_transform)) < 0.2
+    assert worst(Bound(ut_transform_neumann)) > 10
+
+
+@pytest.mark.slow  # the delta-rule kernels in the Triton interpreter: tens of seconds each
+@pytest.mark.parametrize(
+    "check, wrong",
+    [
+        (checks.check_delta_rule_chunk, Bound(delta_rule_chunk, NEUMANN=True)),
+        (checks.check_gated_delta_rule_chunk, Bound(gated_delta_rule_chunk, NEUMANN=True)),
+    ],
+    ids=["12.6", "12.7"],
+)
+def test_an_inverse_by_neumann_doubling_fails_the_assembled_kernels_on_correlated_keys(check, wrong):
+    # review r35f: 12.6 and 12.7 had no correlated chunk, so the inverse cell 17 warns against passed them
+    with pytest.raises(CheckFailed, match=r"(?s)first wrong element.*keys are correlated \(mean cosine 0\.99"):
+        check(wrong)

@@ -73,6 +73,7 @@ def causal_chunk(
     NO_OTHER: tl.constexpr = False,
     OPERANDS: tl.constexpr = "fp32",
     PRECISION: tl.constexpr = "ieee",
+    NEUMANN: tl.constexpr = False,
 ):
     t = tl.arange(0, BLOCK_C)
     dk = tl.arange(0, BLOCK_K)
@@ -156,13 +157,21 @@ def chunk_linear_attention(
 
 @triton.jit
 def ut_transform(
-    k_ptr, beta_ptr, out_ptr, C, D_k, BLOCK_C: tl.constexpr, BLOCK_K: tl.constexpr, FORGET_BETA: tl.constexpr = False
+    k_ptr,
+    beta_ptr,
+    out_ptr,
+    C,
+    D_k,
+    BLOCK_C: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    FORGET_BETA: tl.constexpr = False,
+    PRECISION: tl.constexpr = "ieee",
 ):
     t = tl.arange(0, BLOCK_C)
     dk = tl.arange(0, BLOCK_K)
     k = tl.load(k_ptr + t[:, None] * D_k + dk[None, :], mask=(t[:, None] < C) & (dk[None, :] < D_k), other=0.0)
     beta = tl.load(beta_ptr + t, mask=t < C, other=0.0)
-    A = tl.where(t[:, None] > t[None, :], beta[:, None] * tl.dot(k, tl.trans(k), input_precision="ieee"), 0.0)
+    A = tl.where(t[:, None] > t[None, :], beta[:, None] * tl.dot(k, tl.trans(k), input_precision=PRECISION), 0.0)
     inverse = tl.where(t[:, None] == t[None, :], 1.0, 0.0)
     for i in range(1, BLOCK_C):
         a_i = tl.sum(tl.where(t[:, None] == i, A, 0.0), 0)
@@ -227,6 +236,7 @@ def delta_rule_chunk(
     NO_S0: tl.constexpr = False,
     FIRST_BLOCK: tl.constexpr = False,
     PRECISION: tl.constexpr = "ieee",
+    NEUMANN: tl.constexpr = False,
 ):
     i_bh, i_v = tl.program_id(0), tl.program_id(1)
     if FIRST_BLOCK:  # wrong: every program takes the first block of value columns
@@ -252,9 +262,17 @@ def delta_rule_chunk(
         beta = tl.load(beta_ptr + (i_b * T + rows) * H + i_h, mask=rows < T, other=0.0)
         A = tl.where(t[:, None] > t[None, :], beta[:, None] * tl.dot(k, tl.trans(k), input_precision=PRECISION), 0.0)
         inverse = tl.where(t[:, None] == t[None, :], 1.0, 0.0)
-        for i in range(1, BLOCK_T):
-            a_i = tl.sum(tl.where(t[:, None] == i, A, 0.0), 0)
-            inverse = tl.where(t[:, None] == i, inverse - tl.sum(a_i[:, None] * inverse, 0)[None, :], inverse)
+        if NEUMANN:  # wrong on correlated keys: (I − A)(I + A²)(I + A⁴)(I + A⁸), the Neumann series by doubling
+            eye = inverse
+            inverse = eye - A
+            power = tl.dot(A, A, input_precision="ieee")
+            for _ in range(3):
+                inverse = tl.dot(inverse, eye + power, input_precision="ieee")
+                power = tl.dot(power, power, input_precision="ieee")
+        else:
+            for i in range(1, BLOCK_T):
+                a_i = tl.sum(tl.where(t[:, None] == i, A, 0.0), 0)
+                inverse = tl.where(t[:, None] == i, inverse - tl.sum(a_i[:, None] * inverse, 0)[None, :], inverse)
         ut = inverse * beta[None, :]
         U = tl.dot(ut, v, input_precision=PRECISION)
         if not NO_WS:  # wrong without it: the pseudo-values ignore what the state already predicts
@@ -324,6 +342,7 @@ def gated_delta_rule_chunk(
     NO_SCORE_DECAY: tl.constexpr = False,
     W_UNDECAYED: tl.constexpr = False,
     NO_KEY_DECAY: tl.constexpr = False,
+    NEUMANN: tl.constexpr = False,
 ):
     i_bh, i_v = tl.program_id(0), tl.program_id(1)
     i_b, i_h = (i_bh // H).to(tl.int64), (i_bh % H).to(tl.int64)
@@ -355,9 +374,17 @@ def gated_delta_rule_chunk(
             kk = kk * decay
         A = tl.where(t[:, None] > t[None, :], beta[:, None] * kk, 0.0)
         inverse = tl.where(t[:, None] == t[None, :], 1.0, 0.0)
-        for i in range(1, BLOCK_T):
-            a_i = tl.sum(tl.where(t[:, None] == i, A, 0.0), 0)
-            inverse = tl.where(t[:, None] == i, inverse - tl.sum(a_i[:, None] * inverse, 0)[None, :], inverse)
+        if NEUMANN:  # wrong on correlated keys: (I − A)(I + A²)(I + A⁴)(I + A⁸), the Neumann series by doubling
+            eye = inverse
+            inverse = eye - A
+            power = tl.dot(A, A, input_precision="ieee")
+            for _ in range(3):
+                inverse = tl.dot(inverse, eye + power, input_precision="ieee")
+                power = tl.dot(power, power, input_precision="ieee")
+        else:
+            for i in range(1, BLOCK_T):
+                a_i = tl.sum(tl.where(t[:, None] == i, A, 0.0), 0)
+                inverse = tl.where(t[:, None] == i, inverse - tl.sum(a_i[:, None] * inverse, 0)[None, :], inverse)
         ut = inverse * beta[None, :]
         if W_UNDECAYED:  # wrong: W = 𝒯 K, without diag(γ)
             W = tl.dot(ut, k, input_precision="ieee")
@@ -615,3 +642,148 @@ def running_sum_wide_size(x_ptr, out_ptr, T, H, D, BLOCK_T: tl.constexpr, BLOCK_
         x = tl.load(x_ptr + offsets, mask=mask, other=0.0)
         tl.store(out_ptr + offsets, tl.cumsum(x, 0) + carry[None, :], mask=mask)
         carry += tl.sum(x, 0)
+
+
+@triton.jit
+def running_sum_reassigned(x_ptr, out_ptr, T, H, D, BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr):
+    # right: the batch index widened by reassigning its own name, on the line after it is computed (review r35f)
+    i_bh, i_d = tl.program_id(0), tl.program_id(1)
+    i_b = i_bh // H
+    i_b = i_b.to(tl.int64)
+    i_h = i_bh % H
+    cols = i_d * BLOCK_D + tl.arange(0, BLOCK_D)
+    t = tl.arange(0, BLOCK_T)
+    base = (i_b * T * H + i_h) * D
+    carry = tl.zeros([BLOCK_D], dtype=tl.float32)
+    for start in range(0, T, BLOCK_T):
+        rows = start + t
+        mask = (rows[:, None] < T) & (cols[None, :] < D)
+        offsets = base + rows[:, None] * H * D + cols[None, :]
+        x = tl.load(x_ptr + offsets, mask=mask, other=0.0)
+        tl.store(out_ptr + offsets, tl.cumsum(x, 0) + carry[None, :], mask=mask)
+        carry += tl.sum(x, 0)
+
+
+@triton.jit
+def running_sum_widened_too_late(x_ptr, out_ptr, T, H, D, BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr):
+    # wrong: the same reassignment, but after the offset is computed: the product is already int32
+    i_bh, i_d = tl.program_id(0), tl.program_id(1)
+    i_b = i_bh // H
+    i_h = i_bh % H
+    base = (i_b * T * H + i_h) * D
+    i_b = i_b.to(tl.int64)
+    cols = i_d * BLOCK_D + tl.arange(0, BLOCK_D)
+    t = tl.arange(0, BLOCK_T)
+    carry = tl.zeros([BLOCK_D], dtype=tl.float32)
+    for start in range(0, T, BLOCK_T):
+        rows = start + t
+        mask = (rows[:, None] < T) & (cols[None, :] < D)
+        offsets = base + rows[:, None] * H * D + cols[None, :]
+        x = tl.load(x_ptr + offsets, mask=mask, other=0.0)
+        tl.store(out_ptr + offsets, tl.cumsum(x, 0) + carry[None, :], mask=mask)
+        carry += tl.sum(x, 0)
+
+
+@triton.jit
+def _head_offset(i_b, i_h, T, H, D):
+    return (i_b * T * H + i_h) * D
+
+
+@triton.jit
+def running_sum_helper_int32(x_ptr, out_ptr, T, H, D, BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr):
+    # wrong: the offset computed in a @triton.jit helper from int32 indices; the column block index widened, which
+    # is not the product that overflows (review r35f)
+    i_bh, i_d = tl.program_id(0), tl.program_id(1)
+    i_b, i_h = i_bh // H, i_bh % H
+    cols = i_d.to(tl.int64) * BLOCK_D + tl.arange(0, BLOCK_D)
+    t = tl.arange(0, BLOCK_T)
+    base = _head_offset(i_b, i_h, T, H, D)
+    carry = tl.zeros([BLOCK_D], dtype=tl.float32)
+    for start in range(0, T, BLOCK_T):
+        rows = start + t
+        mask = (rows[:, None] < T) & (cols[None, :] < D)
+        offsets = base + rows[:, None] * H * D + cols[None, :]
+        x = tl.load(x_ptr + offsets, mask=mask, other=0.0)
+        tl.store(out_ptr + offsets, tl.cumsum(x, 0) + carry[None, :], mask=mask)
+        carry += tl.sum(x, 0)
+
+
+@triton.jit
+def running_sum_helper_int64(x_ptr, out_ptr, T, H, D, BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr):
+    # right: the same helper, handed a batch index already in int64
+    i_bh, i_d = tl.program_id(0), tl.program_id(1)
+    i_b, i_h = (i_bh // H).to(tl.int64), i_bh % H
+    cols = i_d * BLOCK_D + tl.arange(0, BLOCK_D)
+    t = tl.arange(0, BLOCK_T)
+    base = _head_offset(i_b, i_h, T, H, D)
+    carry = tl.zeros([BLOCK_D], dtype=tl.float32)
+    for start in range(0, T, BLOCK_T):
+        rows = start + t
+        mask = (rows[:, None] < T) & (cols[None, :] < D)
+        offsets = base + rows[:, None] * H * D + cols[None, :]
+        x = tl.load(x_ptr + offsets, mask=mask, other=0.0)
+        tl.store(out_ptr + offsets, tl.cumsum(x, 0) + carry[None, :], mask=mask)
+        carry += tl.sum(x, 0)
+
+
+@triton.jit
+def delta_rule_chunk_reassigned(
+    q_ptr, k_ptr, v_ptr, beta_ptr, o_ptr, s0_ptr, s_ptr, T, H, D_k, D_v,
+    BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_V: tl.constexpr,
+):  # fmt: skip
+    # right: puzzle 12.6 with the program id widened on its own line (i_bh = i_bh.to(tl.int64)), i_b and i_h then
+    # computed from it in int64 (review r35f)
+    i_bh, i_v = tl.program_id(0), tl.program_id(1)
+    i_bh = i_bh.to(tl.int64)
+    i_b = i_bh // H
+    i_h = i_bh % H
+    t = tl.arange(0, BLOCK_T)
+    dk = tl.arange(0, BLOCK_K)
+    dv = i_v * BLOCK_V + tl.arange(0, BLOCK_V)
+    s_offsets = i_bh * D_k * D_v + dk[:, None] * D_v + dv[None, :]
+    s_mask = (dk[:, None] < D_k) & (dv[None, :] < D_v)
+    S = tl.load(s0_ptr + s_offsets, mask=s_mask, other=0.0)
+    for start in range(0, T, BLOCK_T):
+        rows = start + t
+        qk_mask = (rows[:, None] < T) & (dk[None, :] < D_k)
+        v_mask = (rows[:, None] < T) & (dv[None, :] < D_v)
+        qk_offsets = ((i_b * T + rows[:, None]) * H + i_h) * D_k + dk[None, :]
+        v_offsets = ((i_b * T + rows[:, None]) * H + i_h) * D_v + dv[None, :]
+        q = tl.load(q_ptr + qk_offsets, mask=qk_mask, other=0.0)
+        k = tl.load(k_ptr + qk_offsets, mask=qk_mask, other=0.0)
+        v = tl.load(v_ptr + v_offsets, mask=v_mask, other=0.0)
+        beta = tl.load(beta_ptr + (i_b * T + rows) * H + i_h, mask=rows < T, other=0.0)
+        A = tl.where(t[:, None] > t[None, :], beta[:, None] * tl.dot(k, tl.trans(k), input_precision="ieee"), 0.0)
+        inverse = tl.where(t[:, None] == t[None, :], 1.0, 0.0)
+        for i in range(1, BLOCK_T):
+            a_i = tl.sum(tl.where(t[:, None] == i, A, 0.0), 0)
+            inverse = tl.where(t[:, None] == i, inverse - tl.sum(a_i[:, None] * inverse, 0)[None, :], inverse)
+        ut = inverse * beta[None, :]
+        U = tl.dot(ut, v, input_precision="ieee") - tl.dot(
+            tl.dot(ut, k, input_precision="ieee"), S, input_precision="ieee"
+        )
+        scores = tl.where(t[:, None] >= t[None, :], tl.dot(q, tl.trans(k), input_precision="ieee"), 0.0)
+        o = tl.dot(q, S, input_precision="ieee") + tl.dot(scores, U, input_precision="ieee")
+        tl.store(o_ptr + v_offsets, o, mask=v_mask)
+        S += tl.dot(tl.trans(k), U, input_precision="ieee")
+    tl.store(s_ptr + s_offsets, S, mask=s_mask)
+
+
+@triton.jit
+def ut_transform_neumann_float64(k_ptr, beta_ptr, out_ptr, C, D_k, BLOCK_C: tl.constexpr, BLOCK_K: tl.constexpr):
+    # the Neumann series by doubling on fp64 tiles, no precision stated (review r35b): Triton ignores the option for
+    # fp64 tiles, so the lint must not call these products tf32
+    t = tl.arange(0, BLOCK_C)
+    dk = tl.arange(0, BLOCK_K)
+    mask = (t[:, None] < C) & (dk[None, :] < D_k)
+    k = tl.load(k_ptr + t[:, None] * D_k + dk[None, :], mask=mask, other=0.0).to(tl.float64)
+    beta = tl.load(beta_ptr + t, mask=t < C, other=0.0).to(tl.float64)
+    A = tl.where(t[:, None] > t[None, :], beta[:, None] * tl.dot(k, tl.trans(k)), 0.0)
+    eye = tl.where(t[:, None] == t[None, :], 1.0, 0.0).to(tl.float64)
+    inverse = eye - A
+    power = tl.dot(A, A)
+    for _ in range(3):
+        inverse = tl.dot(inverse, eye + power)
+        power = tl.dot(power, power)
+    out = (inverse * beta[None, :]).to(tl.float32)
+    tl.store(out_ptr + t[:, None] * C + t[None, :], out, mask=(t[:, None] < C) & (t[None, :] < C))

@@ -4,8 +4,9 @@ Triton's interpreter (``TRITON_INTERPRET=1``, triton 3.9) executes a kernel's ti
 behaviours differ from a compiled kernel on a GPU, and each lets a kernel pass on a CPU that is wrong on a GPU:
 
 * ``tl.dot`` ignores ``input_precision``: on a GPU an fp32 product without ``input_precision="ieee"`` (or
-  ``"tf32x3"``) runs in **tf32** (inputs rounded to 10 mantissa bits). Here, such a product has its inputs rounded to
-  tf32, as the tensor cores would (round to nearest even, as Triton's own TF32 conversion does);
+  ``"tf32x3"``) runs in **tf32** (inputs cut to 10 mantissa bits). Here, such a product has its inputs rounded to
+  tf32 (to nearest even); a GPU may truncate them instead, which Triton 3.9's ``tl.dot`` docstring warns of
+  (``sources.yaml``, ``12-triton-tf32-truncation``): an error at most twice as large, of the same order;
 * a masked ``tl.load`` without ``other=`` returns zeros in the masked-off lanes; on a GPU those lanes hold whatever
   the registers held. Here they are **NaN**, so a masked-off lane that reaches a product or a sum shows up;
 * a load or store at an address outside every tensor reads or writes this process's memory, and a wild stride can

@@ -86,6 +86,13 @@ def _tf32_note(reference):
     def explain(message: str, case: dict, result) -> str:
         if not all(t.dtype == torch.float32 for t in case.values() if isinstance(t, torch.Tensor)):
             return ""
+        cosine = _mean_key_cosine(case)
+        if cosine is not None and cosine > 0.9:
+            return (
+                f"\n  this case's keys are correlated (mean cosine {cosine:.3f}) and β = 1: an inverse of I + A built "
+                "from a few products (the Neumann series by doubling) cancels terms far larger than the inverse here, "
+                "and forward substitution (puzzle 12.4) does not. If your products are ieee, look at the inverse."
+            )
         want = reference(**case)
         pairs = zip(result, want) if isinstance(want, tuple) and isinstance(result, tuple | list) else [(result, want)]
         errors = [
@@ -102,6 +109,21 @@ def _tf32_note(reference):
         )
 
     return explain
+
+
+def _mean_key_cosine(case: dict) -> float | None:
+    """The mean cosine between distinct keys of a case's first chunk (16 rows) when its β is all ones, else None: the
+    correlated-keys cases of 12.4, 12.6 and 12.7, where an unstable inverse fails with errors of tf32's size."""
+    k, beta = case.get("k"), case.get("beta")
+    if not isinstance(k, torch.Tensor) or not isinstance(beta, torch.Tensor) or not bool((beta == 1).all()):
+        return None
+    rows = k.reshape(-1, k.shape[-1])[:16] if k.dim() == 2 else k[0, :16, 0]
+    if rows.shape[0] < 2:
+        return None
+    unit = rows / rows.norm(dim=-1, keepdim=True)
+    cosines = unit @ unit.T
+    n = rows.shape[0]
+    return float((cosines.sum() - cosines.diagonal().sum()) / (n * (n - 1)))
 
 
 def _pow2(n: int, least: int = 16) -> int:
@@ -239,7 +261,7 @@ def _dot_precision_problem(call: ast.Call) -> str | None:
         return None
     allow = _argument(call, 4, "allow_tf32")
     if allow is None:
-        return "has no input_precision, so on a GPU an fp32 tl.dot runs in tf32"
+        return "has no input_precision: on a GPU, fp32 tiles are then multiplied in tf32"
     if isinstance(allow, ast.Constant) and allow.value is True:
         return "asks for tf32 (allow_tf32=True)"
     return None  # allow_tf32=False, or a name the kernel sets: stated, not left to the default
@@ -253,57 +275,205 @@ class _Width:
         self.pid, self.wide, self.runtime = pid, wide, runtime  # runtime: depends on a non-constexpr argument
 
 
+def _join(widths: list[_Width]) -> _Width:
+    """A name that may hold any of ``widths`` (assigned in a branch, or around a loop): int64 only if all are."""
+    return _Width(
+        any(w.pid for w in widths), bool(widths) and all(w.wide for w in widths), any(w.runtime for w in widths)
+    )
+
+
+class _Definition:
+    """One assignment of a name (``value``), or the name as a parameter of the function (``value`` None)."""
+
+    def __init__(self, value: ast.AST | None, position: tuple[int, int], chain: tuple, kills: bool) -> None:
+        # chain: the blocks around the statement, outermost first, as (id(statement), field); kills: a plain
+        # assignment (not ``+=``), so the name's earlier values are gone after it
+        self.value, self.position, self.chain, self.kills = value, position, chain, kills
+
+
+_LOOPS = (ast.For, ast.AsyncFor, ast.While)
+_BUILTINS = {"min", "max", "range", "int", "float", "abs", "len", "static_range"}  # calls that are not helpers
+
+
+def _helper_function(obj) -> Callable | None:
+    """The Python function of a ``@triton.jit`` helper (compiled or interpreted), or None for anything else."""
+    fn = getattr(obj, "fn", None)
+    return fn if inspect.isfunction(fn) and type(obj).__name__ in ("JITFunction", "InterpretedFunction") else None
+
+
 class _OffsetWidths:
     """Follows the names of a kernel's source through their assignments and finds, in every address a ``tl.load``,
-    ``tl.store`` or ``tl.make_block_ptr`` computes, a product of a program id with a runtime size done in int32."""
+    ``tl.store`` or ``tl.make_block_ptr`` computes, a product of a program id with a runtime size done in int32.
 
-    def __init__(self, tree: ast.AST) -> None:
+    A name is read at its use from the assignments that reach that line: the last one before it in straight-line
+    code (``i_b = i_bh // H`` then ``i_b = i_b.to(tl.int64)``: int64 from the second line on), all of them where a
+    branch or a loop joins (int64 only if every one is). Calls to ``@triton.jit`` helpers the kernel's module defines
+    are followed with the caller's arguments bound to their parameters (``helpers``: the kernel's globals); a call
+    the lint cannot read is remembered in ``unreadable``.
+    """
+
+    def __init__(
+        self,
+        tree: ast.AST,
+        helpers: dict | None = None,
+        bindings: list[_Width] | None = None,
+        keywords: dict[str, _Width] | None = None,
+        name: str = "",
+        depth: int = 0,
+    ) -> None:
         function = next((n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)), None)
+        self.function, self.label, self.depth = function, name, depth
+        self.helpers = helpers or {}
         self.constexprs, self.arguments = set(), set()
+        self.definitions: dict[str, list[_Definition]] = {}
+        self.where: dict[int, tuple[tuple[int, int], tuple]] = {}  # id(node) -> (statement position, chain)
+        self.parameter_widths: dict[str, _Width] = {}
         if function is not None:
-            for arg in function.args.args:
+            for i, arg in enumerate(function.args.args):
                 self.arguments.add(arg.arg)
-                if arg.annotation is not None and "constexpr" in ast.unparse(arg.annotation):
+                constexpr = arg.annotation is not None and "constexpr" in ast.unparse(arg.annotation)
+                if constexpr:
                     self.constexprs.add(arg.arg)
-        self.assigned: dict[str, list[ast.AST]] = {}  # name -> every expression assigned to it
-        for node in ast.walk(tree):
-            if isinstance(node, ast.Assign):
-                for target in node.targets:
-                    self._bind(target, node.value)
-            elif isinstance(node, (ast.AugAssign, ast.AnnAssign)) and node.value is not None:
-                self._bind(node.target, node.value)
-        self._cache: dict[str, _Width] = {}
-        self._visiting: set[str] = set()
+                if bindings is not None and i < len(bindings):
+                    self.parameter_widths[arg.arg] = bindings[i]
+                elif keywords is not None and arg.arg in keywords:
+                    self.parameter_widths[arg.arg] = keywords[arg.arg]
+                else:
+                    self.parameter_widths[arg.arg] = _Width(runtime=not constexpr)
+                self.definitions[arg.arg] = [_Definition(None, (0, 0), (), kills=True)]
+            for statement in function.body:
+                self._index(statement, ())
+        self._cache: dict[tuple[int, ...], _Width] = {}
+        self._visiting: set[int] = set()
+        self.unreadable: dict[str, int] = {}  # helper name -> line of a call the lint could not follow
+        self.unreadable_in_address: dict[str, int] = {}  # the same, for a call inside an address with int32 ids
+        self._children: dict[int, _OffsetWidths | None] = {}
 
-    def _bind(self, target: ast.AST, value: ast.AST) -> None:
+    # --- where every name is assigned and used
+
+    def _index(self, statement: ast.stmt, chain: tuple) -> None:
+        position = (statement.lineno, statement.col_offset)
+        blocks = {"body", "orelse", "finalbody", "handlers"}
+        for field, child in ast.iter_fields(statement):
+            if field in blocks and isinstance(child, list):
+                for inner in child:
+                    if isinstance(inner, ast.stmt):
+                        self._index(inner, chain + ((id(statement), field, isinstance(statement, _LOOPS)),))
+            elif isinstance(child, ast.AST):
+                for node in ast.walk(child):
+                    self.where[id(node)] = (position, chain)
+            elif isinstance(child, list):
+                for item in child:
+                    if isinstance(item, ast.AST):
+                        for node in ast.walk(item):
+                            self.where[id(node)] = (position, chain)
+        self.where[id(statement)] = (position, chain)
+        if isinstance(statement, ast.Assign):
+            for target in statement.targets:
+                self._bind(target, statement.value, position, chain, kills=True)
+        elif isinstance(statement, ast.AnnAssign) and statement.value is not None:
+            self._bind(statement.target, statement.value, position, chain, kills=True)
+        elif isinstance(statement, ast.AugAssign):
+            self._bind(statement.target, statement.value, position, chain, kills=False)
+        elif isinstance(statement, (ast.For, ast.AsyncFor)):
+            self._bind(statement.target, statement.iter, position, chain + ((id(statement), "body", True),), True)
+
+    def _bind(self, target: ast.AST, value: ast.AST, position, chain, kills: bool) -> None:
         if isinstance(target, ast.Name):
-            self.assigned.setdefault(target.id, []).append(value)
+            self.definitions.setdefault(target.id, []).append(_Definition(value, position, chain, kills))
         elif isinstance(target, (ast.Tuple, ast.List)):
             if isinstance(value, (ast.Tuple, ast.List)) and len(value.elts) == len(target.elts):
                 for t, v in zip(target.elts, value.elts):
-                    self._bind(t, v)
+                    self._bind(t, v, position, chain, kills)
             else:
                 for t in target.elts:
-                    self._bind(t, value)
+                    self._bind(t, value, position, chain, kills)
 
-    def name(self, identifier: str) -> _Width:
-        if identifier in self._cache:
-            return self._cache[identifier]
-        if identifier in self._visiting:  # a loop-carried name: no new information
+    def reaching(self, node: ast.Name) -> list[_Definition]:
+        """The assignments of ``node.id`` whose value ``node`` may read: the last dominating one and any after it on
+        the way (in a branch, ``+=``), plus those later in a loop around both (the value of the previous iteration)."""
+        definitions = self.definitions.get(node.id, [])
+        if id(node) not in self.where:  # a node the index never saw: every assignment (the old, joined reading)
+            return list(definitions)
+        position, chain = self.where[id(node)]
+        before = sorted((d for d in definitions if d.position < position), key=lambda d: d.position)
+        found: list[_Definition] = []
+        for d in reversed(before):
+            found.append(d)
+            if d.kills and chain[: len(d.chain)] == d.chain:  # it dominates the use: nothing earlier survives it
+                break
+        for d in definitions:
+            if d.position >= position and d.value is not None:
+                shared = 0
+                while shared < min(len(chain), len(d.chain)) and chain[shared] == d.chain[shared]:
+                    shared += 1
+                if any(block[2] for block in chain[:shared]):  # both inside one loop: the previous iteration's value
+                    found.append(d)
+        return found
+
+    # --- widths
+
+    def _definition_width(self, name: str, d: _Definition) -> _Width:
+        if d.value is None:
+            return self.parameter_widths.get(name, _Width())
+        if id(d) in self._visiting:  # a loop-carried name: no new information
             return _Width()
-        if identifier not in self.assigned:
-            runtime = identifier in self.arguments and identifier not in self.constexprs
+        self._visiting.add(id(d))
+        try:
+            return self.expr(d.value)
+        finally:
+            self._visiting.discard(id(d))
+
+    def name(self, node: ast.Name) -> _Width:
+        found = self.reaching(node)
+        if not found:
+            runtime = node.id in self.arguments and node.id not in self.constexprs
             return _Width(runtime=runtime)
-        self._visiting.add(identifier)
-        widths = [self.expr(value) for value in self.assigned[identifier]]
-        self._visiting.discard(identifier)
-        width = _Width(any(w.pid for w in widths), all(w.wide for w in widths), any(w.runtime for w in widths))
-        self._cache[identifier] = width
-        return width
+        key = tuple(sorted(id(d) for d in found))
+        if key not in self._cache:
+            width = _join([self._definition_width(node.id, d) for d in found])
+            if not any(id(d) in self._visiting for d in found):
+                self._cache[key] = width
+            return width
+        return self._cache[key]
+
+    def helper(self, call: ast.Call) -> _OffsetWidths | None:
+        """The lint of the ``@triton.jit`` helper ``call`` calls, its parameters bound to the call's arguments; None
+        when ``call`` is no call of a helper by name. A helper whose source cannot be read is put in ``unreadable``."""
+        if not isinstance(call.func, ast.Name) or call.func.id in _BUILTINS or call.func.id in self.definitions:
+            return None
+        if id(call) in self._children:
+            return self._children[id(call)]
+        self._children[id(call)] = None  # a helper calling itself: read once
+        fn = _helper_function(self.helpers.get(call.func.id))
+        source = None
+        if fn is not None and self.depth < 4:
+            try:
+                source = textwrap.dedent(inspect.getsource(fn))
+            except (OSError, TypeError):
+                source = None
+        if source is None:
+            self.unreadable.setdefault(call.func.id, call.lineno)
+            return None
+        child = _OffsetWidths(
+            ast.parse(source),
+            helpers=getattr(fn, "__globals__", {}),
+            bindings=[self.expr(a) for a in call.args],
+            keywords={k.arg: self.expr(k.value) for k in call.keywords if k.arg is not None},
+            name=call.func.id,
+            depth=self.depth + 1,
+        )
+        self._children[id(call)] = child
+        return child
+
+    def returns(self) -> list[ast.AST]:
+        if self.function is None:
+            return []
+        return [n.value for n in ast.walk(self.function) if isinstance(n, ast.Return) and n.value is not None]
 
     def expr(self, node: ast.AST) -> _Width:
         if isinstance(node, ast.Name):
-            return self.name(node.id)
+            return self.name(node)
         if isinstance(node, ast.Constant):
             return _Width()
         if isinstance(node, ast.Call):
@@ -318,6 +488,9 @@ class _OffsetWidths:
                 return _Width(inner.pid, False, inner.runtime)
             if _is_tl(node.func, "load"):  # data, not an index computed here
                 return _Width()
+            child = self.helper(node)
+            if child is not None:
+                return _join([child.expr(value) for value in child.returns()])
             parts = [self.expr(a) for a in node.args]
             return _Width(any(p.pid for p in parts), any(p.wide for p in parts), any(p.runtime for p in parts))
         if isinstance(node, ast.BinOp):
@@ -329,14 +502,41 @@ class _OffsetWidths:
             return self.expr(node.value)
         return _Width()
 
+    def float64(self, node: ast.AST, seen: set[int] | None = None) -> bool:
+        """``node`` is a tile of fp64 values: converted with ``.to(tl.float64)`` (or ``tl.cast``), made with
+        ``dtype=tl.float64``, or computed from such a tile (fp32 with fp64 promotes to fp64); a later conversion to
+        another dtype ends it. Loads count as fp32 (the puzzles' tensors)."""
+        seen = set() if seen is None else seen
+        if isinstance(node, ast.Name):
+            found = [d for d in self.reaching(node) if d.value is not None and id(d) not in seen]
+            seen.update(id(d) for d in found)
+            return any(d.value is not None and self.float64(d.value, seen) for d in found)
+        if isinstance(node, ast.Call):
+            if isinstance(node.func, ast.Attribute) and node.func.attr == "to":
+                dtype = _argument(node, 0, "dtype")
+                return dtype is not None and _is_tl(dtype, "float64")
+            if _is_tl(node.func, "cast"):
+                dtype = _argument(node, 1, "dtype")
+                return dtype is not None and _is_tl(dtype, "float64")
+            if _is_tl(node.func, "load"):
+                return False
+            dtype = next((k.value for k in node.keywords if k.arg == "dtype"), None)
+            if dtype is not None:
+                return _is_tl(dtype, "float64")
+            return any(self.float64(a, seen) for a in node.args)
+        if isinstance(node, ast.BinOp):
+            return self.float64(node.left, seen) or self.float64(node.right, seen)
+        if isinstance(node, (ast.UnaryOp, ast.Subscript)):
+            return self.float64(node.operand if isinstance(node, ast.UnaryOp) else node.value, seen)
+        return False
+
     def _bounded_index(self, node: ast.AST) -> bool:
         """A name assigned only from ``x % N`` (a head index ``i_bh % H``): times one size it stays below a row of the
         tensor (``i_h * D``), so that product alone cannot overflow."""
-        return (
-            isinstance(node, ast.Name)
-            and node.id in self.assigned
-            and all(isinstance(v, ast.BinOp) and isinstance(v.op, ast.Mod) for v in self.assigned[node.id])
-        )
+        if not isinstance(node, ast.Name):
+            return False
+        found = self.reaching(node)
+        return bool(found) and all(isinstance(d.value, ast.BinOp) and isinstance(d.value.op, ast.Mod) for d in found)
 
     def _narrow(self, product: ast.BinOp) -> bool:
         left, right = self.expr(product.left), self.expr(product.right)
@@ -347,17 +547,39 @@ class _OffsetWidths:
                 return False
         return (left.pid and (right.runtime or right.pid)) or (right.pid and (left.runtime or left.pid))
 
-    def narrow_products(self, node: ast.AST, seen: set[str] | None = None) -> list[ast.BinOp]:
-        """The outermost int32 products of a program id with a runtime size inside ``node``, following names."""
+    def narrow_products(self, node: ast.AST, seen: set[int] | None = None) -> list[tuple[ast.BinOp, _OffsetWidths]]:
+        """The outermost int32 products of a program id with a runtime size inside ``node``, following names and the
+        values helpers return, each with the lint of the function it is written in."""
         seen = set() if seen is None else seen
         if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mult) and self._narrow(node):
-            return [node]
+            return [(node, self)]
         if isinstance(node, ast.Name):
-            if node.id not in self.assigned or node.id in seen:
-                return []
-            seen.add(node.id)
-            return [p for value in self.assigned[node.id] for p in self.narrow_products(value, seen)]
+            found = []
+            for d in self.reaching(node):
+                if d.value is not None and id(d) not in seen:
+                    seen.add(id(d))
+                    found.extend(self.narrow_products(d.value, seen))
+            return found
+        if isinstance(node, ast.Call):
+            child = self.helper(node)
+            if child is not None:
+                found = [p for value in child.returns() for p in child.narrow_products(value)]
+                return found + [p for a in node.args for p in self.narrow_products(a, seen)]
+            if (
+                isinstance(node.func, ast.Name)
+                and node.func.id in self.unreadable
+                and any(self.expr(a).pid and not self.expr(a).wide for a in node.args)
+            ):
+                self.unreadable_in_address.setdefault(node.func.id, node.lineno)
         return [p for child in ast.iter_child_nodes(node) for p in self.narrow_products(child, seen)]
+
+    def helper_calls(self) -> Iterator[tuple[ast.Call, _OffsetWidths]]:
+        """Every call of a readable ``@triton.jit`` helper in this function, with the helper's bound lint."""
+        for node in ast.walk(self.function) if self.function is not None else ():
+            if isinstance(node, ast.Call):
+                child = self.helper(node)
+                if child is not None:
+                    yield node, child
 
 
 def _addresses(tree: ast.AST) -> Iterator[tuple[ast.Call, ast.AST]]:
@@ -396,9 +618,14 @@ def lint_kernel(kernel, *, needs_int64: bool) -> list[str]:
     if source is None:
         return []
     tree = ast.parse(source)
+    fn = getattr(getattr(kernel, "kernel", kernel), "fn", None)
+    widths = _OffsetWidths(tree, helpers=getattr(fn, "__globals__", {}))
     problems = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Call) and _is_tl(node.func, "dot"):
+            operands = [_argument(node, 0, "input"), _argument(node, 1, "other")]
+            if all(o is not None and widths.float64(o) for o in operands):
+                continue  # fp64 tiles: Triton ignores the precision options for them, there is no tf32 to fear
             problem = _dot_precision_problem(node)
             if problem is not None:
                 problems.append(
@@ -406,46 +633,69 @@ def lint_kernel(kernel, *, needs_int64: bool) -> list[str]:
                     'error, section 7). Pass input_precision="ieee" (or "tf32x3").'
                 )
     if needs_int64:
-        widths = _OffsetWidths(tree)
-        reported, narrow = set(), []
-        for call, address in _addresses(tree):
-            for product in widths.narrow_products(address):
-                text = ast.unparse(product)
-                if text in reported:
-                    continue
-                reported.add(text)
-                names = sorted(
-                    {
-                        n.id
-                        for n in ast.walk(product)
-                        if isinstance(n, ast.Name) and widths.name(n.id).pid and not widths.name(n.id).wide
-                    }
-                )
-                source = ", ".join(f"`{n}`" for n in names) + " (from a program id)" if names else "a program id"
-                narrow.append(
-                    f"line {call.lineno} of your kernel: the address of `{ast.unparse(call.func)}` multiplies "
-                    f"`{text}` (line {product.lineno}) in int32: {source} times a size, with neither factor in int64, "
-                    "overflows once a tensor holds 2**31 elements (B = 8, T = 65536, H = 32, D = 128 is enough), far "
-                    "beyond what a check can run. Widen a factor with .to(tl.int64) (or tl.cast(..., tl.int64)) "
-                    "before it is multiplied, in every offset that uses it."
-                )
-        if len(narrow) > 2:
-            narrow = narrow[:2] + [f"(and {len(narrow) - 2} more addresses like these)"]
-        problems.extend(narrow)
-        widened = any(
-            isinstance(node, ast.Call)
-            and (operand := _int64_cast(node)) is not None
-            and (widths.expr(operand).pid or widths.expr(operand).runtime)
-            for node in ast.walk(tree)
-        )
-        if not widened and not reported:
-            problems.append(
-                "no program id and no size in your kernel is converted to int64, so its offsets, like "
-                "((i_b * T + t) * H + i_h) * D, are int32 and overflow once a tensor holds 2**31 elements (B = 8, "
-                "T = 65536, H = 32, D = 128 is enough), far beyond what a check can run. Convert the batch index (or "
-                "i_bh) with .to(tl.int64) before you multiply, as the package's kernel does."
-            )
+        problems.extend(_int64_problems(tree, widths))
     return problems
+
+
+def _int64_problems(tree: ast.AST, widths: _OffsetWidths) -> list[str]:
+    """The int32 offsets :func:`lint_kernel` reports, in the kernel's addresses and in those of the helpers it calls."""
+    found: list[tuple[int, ast.AST, ast.BinOp, _OffsetWidths]] = []  # (kernel line, callee, product, where written)
+
+    def collect(owner: _OffsetWidths, function: ast.AST | None, line: int | None) -> None:
+        if function is None:
+            return
+        for call, address in _addresses(function):
+            for product, written in owner.narrow_products(address):
+                found.append((line or call.lineno, call.func, product, written))
+        for call, child in list(owner.helper_calls()):
+            collect(child, child.function, line or call.lineno)
+
+    collect(widths, tree, None)
+    reported, narrow = set(), []
+    for line, callee, product, written in found:
+        text = ast.unparse(product)
+        if (text, written.label) in reported:
+            continue
+        reported.add((text, written.label))
+        names = sorted(
+            {
+                n.id
+                for n in ast.walk(product)
+                if isinstance(n, ast.Name) and written.expr(n).pid and not written.expr(n).wide
+            }
+        )
+        source = ", ".join(f"`{n}`" for n in names) + " (from a program id)" if names else "a program id"
+        place = f"line {product.lineno}" + (f" of the helper `{written.label}`" if written.label else "")
+        narrow.append(
+            f"line {line} of your kernel: the address of `{ast.unparse(callee)}` multiplies `{text}` ({place}) in "
+            f"int32: {source} times a size, with neither factor in int64, overflows once a tensor holds 2**31 "
+            "elements (B = 8, T = 65536, H = 32, D = 128 is enough), far beyond what a check can run. Widen a factor "
+            "with .to(tl.int64) (or tl.cast(..., tl.int64)) before it is multiplied, in every offset that uses it."
+        )
+    if len(narrow) > 2:
+        narrow = narrow[:2] + [f"(and {len(narrow) - 2} more addresses like these)"]
+    for name, line in widths.unreadable_in_address.items():
+        narrow.append(
+            f"line {line} of your kernel: an address is computed by `{name}(...)`, which the check cannot read (it "
+            "reads @triton.jit functions defined in a notebook cell or a file), from a program id still in int32, so "
+            "it cannot tell whether the offset is int64. Widen the program id with .to(tl.int64) before you pass it."
+        )
+
+    def widens(owner: _OffsetWidths) -> bool:
+        for node in ast.walk(owner.function) if owner.function is not None else ():
+            operand = _int64_cast(node) if isinstance(node, ast.Call) else None
+            if operand is not None and (owner.expr(operand).pid or owner.expr(operand).runtime):
+                return True
+        return any(widens(child) for _, child in owner.helper_calls())
+
+    if not widens(widths) and not found and not widths.unreadable_in_address:
+        narrow.append(
+            "no program id and no size in your kernel is converted to int64, so its offsets, like "
+            "((i_b * T + t) * H + i_h) * D, are int32 and overflow once a tensor holds 2**31 elements (B = 8, "
+            "T = 65536, H = 32, D = 128 is enough), far beyond what a check can run. Convert the batch index (or "
+            "i_bh) with .to(tl.int64) before you multiply, as the package's kernel does."
+        )
+    return narrow
 
 
 def _on_a_gpu(*, needs_int64: bool) -> Callable[[Callable], str | None]:
@@ -630,6 +880,7 @@ def _launch_ut_transform(kernel, case: dict) -> torch.Tensor:
     rules=Rules(source=_on_a_gpu(needs_int64=False)),
     rtol=1e-5,
     atol=1e-6,
+    explain=_tf32_note(ut_transform_spec),
 )
 def check_ut_transform(kernel) -> bool:
     """Check ``kernel(k_ptr, beta_ptr, out_ptr, C, D_k, BLOCK_C, BLOCK_K)`` against
@@ -729,6 +980,21 @@ def _delta_rule_cases(seed: int, gated: bool) -> Iterator[dict]:
             case["g"] = -torch.rand(B, T, H, generator=g) * (0.5 if i % 2 else 0.1)
         case["initial_state"] = torch.randn(B, H, d_k, d_v, generator=g)  # nonzero: U − W S matters
         yield case
+    # one chunk of correlated keys (one direction plus a little noise, mean cosine about 0.99) with β = 1, as in
+    # puzzle 12.4's last case: an inverse by a few products (the Neumann series by doubling) misses here
+    g = _generator(seed + 99)
+    centre = torch.randn(16, generator=g)
+    k = centre + 0.1 * centre.norm() / 4 * torch.randn(1, 16, 1, 16, generator=g)
+    case = {
+        "q": torch.randn(1, 16, 1, 16, generator=g),
+        "k": k / k.norm(dim=-1, keepdim=True),
+        "v": torch.randn(1, 16, 1, 16, generator=g),
+        "beta": torch.ones(1, 16, 1),
+    }
+    if gated:  # a weak decay, which keeps the keys' correlation inside A
+        case["g"] = -torch.rand(1, 16, 1, generator=g) * 0.01
+    case["initial_state"] = torch.randn(1, 1, 16, 16, generator=g)
+    yield case
 
 
 def _delta_rule_chunk_cases() -> Iterator[dict]:
