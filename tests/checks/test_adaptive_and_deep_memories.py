@@ -4,6 +4,7 @@ That an unattempted stub is reported is tested for every check at once in test_c
 """
 
 import math
+import re
 
 import pytest
 import torch
@@ -709,8 +710,8 @@ def momentum_by_differences_of_one_residual(S, U, k, v, beta, eta, alpha):  # en
     [
         (_mlp_step_with(_central), r"displaced copy .*add moved a tensor of shape \(\d+,\) by 1\.0e-06"),
         (_mlp_step_with(_forward), r"displaced copy"),
-        (_mlp_step_with(_entry_by_entry), r"displaced copy .*single entries by the same step"),
-        (_mlp_step_with(_relative_step_by_entry), r"displaced copy .*single entries by the same step"),
+        (_mlp_step_with(_entry_by_entry), r"displaced copy .*(single entries by the same step|by −s where)"),
+        (_mlp_step_with(_relative_step_by_entry), r"displaced copy .*(single entries by the same step|by −s where)"),
         (_mlp_step_with(_in_place_steps), r"displaced copy .*add_ moved"),
         (_mlp_step_with(_weights_moved), r"displaced copy .*moved a tensor of shape \(\d+, \d+\)"),
         (_mlp_step_with(_points_built_apart), r"displaced copy .*an earlier result moved by 1\.0e-06"),
@@ -804,3 +805,110 @@ def test_a_memory_s_worth_of_python_numbers_is_refused_even_for_a_derived_step()
     differences in Python floats."""
     with pytest.raises(CheckFailed, match=r"handed 12 numbers to Python or NumPy \(the last with \.item\(\) or float"):
         checks.check_momentum_step(momentum_reads_every_factor)
+
+
+# -- review r35d: finite differences at large steps, extrapolated, and read from a tensor's printed form ---------------
+
+
+def momentum_by_large_central_differences(S, U, k, v, beta, eta, alpha):  # exact on a quadratic loss at any step
+    grad, h = torch.empty_like(S), 1.0
+    for j in range(S.shape[1]):
+        column = S[:, j].clone()
+        for i in range(S.shape[0]):  # the entry is moved up, down, and put back: x → x + h → x − h → x
+            column[i] = column[i] + h
+            up = 0.5 * (column @ k - v[j]) ** 2
+            column[i] = column[i] - 2 * h
+            down = 0.5 * (column @ k - v[j]) ** 2
+            column[i] = column[i] + h
+            grad[i, j] = (up - down) / (2 * h)
+    U_new = eta * U - beta * grad
+    return (1 - alpha) * S + U_new, U_new
+
+
+def momentum_by_differences_of_printed_numbers(S, U, k, v, beta, eta, alpha):  # floats parsed out of repr(S)
+    def numbers(t):
+        torch.set_printoptions(precision=20, sci_mode=True)
+        try:
+            return [float(x) for x in re.findall(r"[-+]?\d\.\d+e[-+]\d+", repr(t))]
+        finally:
+            torch.set_printoptions(profile="default")
+
+    flat, key, value, h = numbers(S), numbers(k), numbers(v), 1e-5
+    d_k, d_v = S.shape
+
+    def loss(M):
+        return 0.5 * sum((sum(M[i * d_v + j] * key[i] for i in range(d_k)) - value[j]) ** 2 for j in range(d_v))
+
+    grad = []
+    for n in range(d_k * d_v):
+        up, down = flat[:], flat[:]
+        up[n] += h
+        down[n] -= h
+        grad.append((loss(up) - loss(down)) / (2 * h))
+    U_new = eta * U - beta * torch.tensor(grad, dtype=S.dtype).reshape(d_k, d_v)
+    return (1 - alpha) * S + U_new, U_new
+
+
+def _richardson(a, W1, k, h0=0.8, levels=4):  # central differences at 0.8, 0.4, 0.2, 0.1, extrapolated
+    rows = [(_gelu(a + h0 / 2**i) - _gelu(a - h0 / 2**i)) / (2 * h0 / 2**i) for i in range(levels)]
+    for m in range(1, levels):
+        rows = [(4**m * rows[i + 1] - rows[i]) / (4**m - 1) for i in range(len(rows) - 1)]
+    return rows[0]
+
+
+def _richardson_stacked(a, W1, k, h0=0.8, levels=4):  # every point in one operation: a + [h, −h, h/2, −h/2, ...]
+    steps = torch.tensor([s * h0 / 2**i for i in range(levels) for s in (1, -1)], dtype=a.dtype)
+    values = _gelu(a[None] + steps[:, None])
+    rows = [(values[2 * i] - values[2 * i + 1]) / (2 * h0 / 2**i) for i in range(levels)]
+    for m in range(1, levels):
+        rows = [(4**m * rows[i + 1] - rows[i]) / (4**m - 1) for i in range(len(rows) - 1)]
+    return rows[0]
+
+
+@pytest.mark.parametrize(
+    "check, answer, says",
+    [
+        (
+            checks.check_momentum_step,
+            momentum_by_large_central_differences,
+            r"momentum_step: your function evaluates at a displaced copy .*by −s where it was moved by \+s before, "
+            r"\|s\| = 1\.0e\+00",
+        ),
+        (
+            checks.check_momentum_step,
+            momentum_by_differences_of_printed_numbers,
+            r"momentum_step: your function handed \d+ numbers to Python or NumPy \(the last with repr\(\) or print",
+        ),
+        (
+            checks.check_mlp_gradient_step,
+            _mlp_step_with(_richardson),
+            r"mlp_gradient_step: your function evaluates at a displaced copy .*by −s where it was moved by \+s",
+        ),
+        (
+            checks.check_mlp_gradient_step,
+            _mlp_step_with(_richardson_stacked),
+            r"mlp_gradient_step: your function evaluated the activation .* \d+ per unit \(a derived GELU′ needs",
+        ),
+    ],
+    ids=["8.3 step 1, moved and restored", "8.3 floats from repr(S)", "8.4 Richardson", "8.4 Richardson, one op"],
+)
+def test_finite_differences_at_any_step_are_refused(check, answer, says):
+    """Finite differences are refused by what they do, not by the size of their step: a value moved by +s and by −s
+    (or moved and put back), the activation evaluated at several points per unit, numbers read off a printed tensor."""
+    with pytest.raises(CheckFailed, match=rf"{says}.*rules (them )?out"):
+        check(answer)
+
+
+def momentum_with_constants_moved(S, U, k, v, beta, eta, alpha):  # derived; zeros and ones moved both ways
+    grad = torch.zeros_like(S)
+    grad += torch.outer(k, S.T @ k)
+    grad -= torch.outer(k, v)
+    ones = torch.ones_like(S)
+    keep = ones - alpha * ones
+    _ = ones + alpha * ones  # a constant moved both ways: not a weight of the memory
+    U_new = eta * U - beta * grad
+    return keep * S + U_new, U_new
+
+
+def test_derived_steps_that_move_constants_both_ways_pass():
+    assert_passes(checks.check_momentum_step, momentum_with_constants_moved)

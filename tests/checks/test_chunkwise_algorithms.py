@@ -915,3 +915,152 @@ def test_steps_that_build_the_chunk_from_the_ut_matrix_pass():
 
     for answer in (delta_rule_chunk_step, ut_twice):
         assert_passes(checks.check_delta_rule_chunk_step, answer)
+
+
+# -- review r35d: numerical gradients for 11.4, whole-matrix substitutions in narrow pieces for 11.5 ------------------
+
+
+def _ut_loss(k, v, beta, dW, dU):
+    eye = torch.eye(k.shape[0], dtype=k.dtype)
+    A = torch.tril(beta[:, None] * (k @ k.T), -1)
+    ut = torch.linalg.solve_triangular(eye + A, torch.diag(beta).to(k.dtype), upper=False)
+    return (dW * (ut @ k)).sum() + (dU * (ut @ v)).sum()
+
+
+def ut_backward_by_five_point_stencil(k, v, beta, dW, dU, h=1e-3):  # within rtol 1e-8 of the derivation
+    grads = []
+    for name in ("k", "v", "beta"):
+        inputs = {"k": k, "v": v, "beta": beta}
+        grad = torch.zeros_like(inputs[name])
+        for n in range(grad.numel()):
+            values = []
+            for step in (-2, -1, 1, 2):
+                moved = dict(inputs)
+                moved[name] = inputs[name].clone().reshape(-1)
+                moved[name][n] += step * h
+                moved[name] = moved[name].reshape(inputs[name].shape)
+                values.append(_ut_loss(moved["k"], moved["v"], moved["beta"], dW, dU))
+            grad.view(-1)[n] = (values[0] - 8 * values[1] + 8 * values[2] - values[3]) / (12 * h)
+        grads.append(grad)
+    return tuple(grads)
+
+
+def ut_backward_by_complex_step(k, v, beta, dW, dU, h=1e-30):  # exact to rounding
+    inputs = {name: x.to(torch.complex128) for name, x in (("k", k), ("v", v), ("beta", beta))}
+    dWc, dUc = dW.to(torch.complex128), dU.to(torch.complex128)
+    grads = []
+    for name in ("k", "v", "beta"):
+        grad = torch.zeros(inputs[name].shape, dtype=torch.float64)
+        for n in range(grad.numel()):
+            moved = dict(inputs)
+            moved[name] = inputs[name].clone().reshape(-1)
+            moved[name][n] += 1j * h
+            moved[name] = moved[name].reshape(inputs[name].shape)
+            grad.view(-1)[n] = _ut_loss(moved["k"], moved["v"], moved["beta"], dWc, dUc).imag / h
+        grads.append(grad)
+    return tuple(grads)
+
+
+@pytest.mark.parametrize(
+    "answer, says",
+    [
+        (
+            ut_backward_by_five_point_stencil,
+            r"(.s torch operations )?wrote \d+ numbers for inputs of \d+ entries, \d+ per entry",
+        ),
+        (ut_backward_by_complex_step, r"computes with complex numbers .*complex128"),
+    ],
+    ids=["five-point stencil", "complex step"],
+)
+def test_numerical_gradients_in_the_backward_are_refused(answer, says):
+    with pytest.raises(CheckFailed, match=rf"ut_transform_backward: your function ?{says}.*rules out"):
+        checks.check_ut_transform_backward(answer)
+
+
+def solve_tril_by_rows_in_tiles(A, block):  # a substitution across the whole matrix, every operand ≤ block wide
+    C = A.shape[0]
+    X = torch.eye(C, dtype=A.dtype)
+    for i in range(1, C):
+        for c in range(0, i, block):
+            d = min(c + block, C)
+            acc = torch.zeros(d - c, dtype=A.dtype)
+            for m in range(c, i, block):
+                n = min(m + block, i)
+                acc = acc + A[i, m:n] @ X[m:n, c:d]
+            X[i, c:d] = X[i, c:d] - acc
+    return X
+
+
+def solve_tril_by_columns_in_tiles(A, block):  # column by column, each sum in tiles, results of shape (1,)
+    C = A.shape[0]
+    X = torch.eye(C, dtype=A.dtype)
+    for j in range(C):
+        for i in range(j + 1, C):
+            rhs = torch.zeros(1, dtype=A.dtype)
+            for m in range(j, i, block):
+                n = min(m + block, i)
+                rhs = rhs - A[i, m:n] @ X[m:n, j : j + 1]
+            X[i, j : j + 1] = rhs
+    return X
+
+
+def solve_tril_by_entries_of_shape_one(A, block):  # entry by entry on slices of one entry
+    C = A.shape[0]
+    X = torch.eye(C, dtype=A.dtype)
+    for i in range(1, C):
+        for j in range(i):
+            acc = torch.zeros(1, dtype=A.dtype)
+            for m in range(j, i):
+                acc = acc + A[i, m : m + 1] * X[m, j : j + 1]
+            X[i, j : j + 1] = -acc
+    return X
+
+
+@pytest.mark.parametrize(
+    "answer, says",
+    [
+        (solve_tril_by_rows_in_tiles, r"took \d+ products or reductions \(of any width\)"),
+        (solve_tril_by_columns_in_tiles, r"works entry by entry: \d+ operations on single entries"),
+        (solve_tril_by_entries_of_shape_one, r"works entry by entry: \d+ operations on single entries"),
+    ],
+    ids=["rows in tiles", "columns in tiles", "entries of shape (1,)"],
+)
+def test_substitutions_cut_into_narrow_pieces_are_refused(answer, says):
+    with pytest.raises(CheckFailed, match=rf"solve_tril: your function {says}.*diagonal blocks"):
+        checks.check_solve_tril(answer)
+
+
+def solve_tril_diagonal_blocks_by_own_rows(A, block):  # each diagonal block by row substitution, then block rows
+    C = A.shape[0]
+    L = torch.eye(C, dtype=A.dtype) + A
+    X = torch.zeros_like(L)
+    for a in range(0, C, block):
+        b = min(a + block, C)
+        Xi = torch.eye(b - a, dtype=A.dtype)
+        for r in range(1, b - a):
+            Xi[r] = Xi[r] - A[a + r, a : a + r] @ Xi[:r]
+        X[a:b, a:b] = Xi
+        if a:
+            X[a:b, :a] = -Xi @ (L[a:b, :a] @ X[:a, :a])
+    return X
+
+
+def solve_tril_diagonal_blocks_by_own_entries(A, block):  # each diagonal block entry by entry, with dot products
+    C = A.shape[0]
+    L = torch.eye(C, dtype=A.dtype) + A
+    X = torch.zeros_like(L)
+    for a in range(0, C, block):
+        b = min(a + block, C)
+        Xi = torch.eye(b - a, dtype=A.dtype)
+        for r in range(1, b - a):
+            for j in range(r):
+                Xi[r, j] = -torch.dot(A[a + r, a + j : a + r], Xi[j:r, j])
+        X[a:b, a:b] = Xi
+        if a:
+            X[a:b, :a] = -Xi @ (L[a:b, :a] @ X[:a, :a])
+    return X
+
+
+@pytest.mark.parametrize("answer", [solve_tril_diagonal_blocks_by_own_rows, solve_tril_diagonal_blocks_by_own_entries])
+def test_diagonal_blocks_by_the_students_own_substitution_pass(answer):
+    assert checks.check_solve_tril(answer)

@@ -10,8 +10,9 @@ the fla layout ``(1, 1, 1, D)`` (one batch, one token, one head). Each exercise 
 (:func:`ttr_edu.checks._rules.exercise`): the package's own implementations are refused as answers, and the two
 gradients the text asks to derive (8.3's and 8.4's) are refused when autograd computes them, however it is reached,
 when one of autograd's derivative kernels does (``gelu_backward``), and when finite differences do (they write far
-more numbers per weight than a derived step, evaluate at displaced copies ``x ± ε``, or read the memory into Python
-floats; :class:`_DerivedStep`).
+more numbers per weight than a derived step, evaluate at displaced copies ``x ± ε`` or at ``x ± s`` for any step
+``s``, evaluate the activation at several points per unit, or read the memory into Python floats, a printed tensor
+included; :class:`_DerivedStep`).
 """
 
 from __future__ import annotations
@@ -176,6 +177,18 @@ MAX_WRITES_PER_WEIGHT = 30
 MAX_STEP = 1e-2
 #: any displacement at most this fraction of the input's largest entry is a displaced copy, one step or not
 MAX_ANY_STEP = 1e-3
+#: the operators that move a value by an offset (``x + s``, ``x − s``, ``x (1 ± s)``), at any step size: a value moved
+#: both ways by the same offset, or moved and then restored, is a pair of finite-difference points (a central
+#: difference is exact on a quadratic loss at any step, so the step's size tells nothing)
+_OFFSET_OPS = {"add", "sub", "rsub", "mul", "addcmul", "addcdiv"}
+#: the activation's evaluations (GELU and the functions GELU′ is written with) an answer to 8.4 may run per hidden
+#: unit: a derived step runs 2 to 4 (GELU(a), then Φ(a) and φ(a), or the forward pass twice); a difference quotient
+#: runs 2 per step, so an extrapolation over several steps (Richardson's) runs 5 or more
+MAX_EVALUATIONS_PER_UNIT = 6
+_ACTIVATIONS = {"gelu", "erf", "erfc", "special_ndtr", "special_log_ndtr", "exp", "tanh", "sigmoid", "special_erfcx"}
+#: formatting a tensor (``repr``, ``str``, ``print``, f-strings) hands its numbers to Python as text: counted with
+#: the conversions
+_FORMATTING = {"__repr__": "repr() or print()", "__format__": "format() or an f-string"}
 
 
 def _displacement(out: torch.Tensor, x: torch.Tensor) -> tuple[float, float, bool, bool] | None:
@@ -205,6 +218,12 @@ def _displacement(out: torch.Tensor, x: torch.Tensor) -> tuple[float, float, boo
     return step, factor, one_step, bool(one_factor)
 
 
+def _constant(x: torch.Tensor) -> bool:
+    """Whether ``x`` holds one repeated value (several entries) or is a single zero: not the answer's weights."""
+    flat = x.detach().flatten()
+    return bool((flat == flat[0]).all()) if flat.numel() > 1 else float(flat[0]) == 0.0
+
+
 class _DerivedStep:
     """What Exercises 8.3 and 8.4 rule out besides autograd, judged by what the answer runs: finite differences. Three
     signs, each on the torch operations (a dispatch mode) or the conversions (a function mode) of one call:
@@ -214,13 +233,21 @@ class _DerivedStep:
     * **displaced copies**: a result that is one of its inputs moved by a small step, ``x ± ε`` or ``x (1 + ε)``
       (:func:`_displacement`), where finite differences evaluate; for a tensor of several entries once is enough, for
       single entries (an entry-by-entry loop) the same step twice;
+    * **points at any step**: a value moved by ``+s`` and by ``−s`` from where it started, or moved and put back
+      (``x → x + s → x − s → x``), by an offset operator (:meth:`_track_points`); a central difference is exact on a
+      quadratic loss at any step, so the step's size proves nothing;
+    * **evaluations**: for 8.4 (``units``, the hidden layer's width), the activation and the functions GELU′ is
+      written with evaluated more than :data:`MAX_EVALUATIONS_PER_UNIT` times per unit (Richardson's extrapolation);
     * **Python numbers**: as many numbers handed to Python or NumPy (``.item()``, ``float()``, ``.tolist()``,
-      ``.numpy()``, ``np.asarray``, storage) as ``python_limit`` (the memory's size for 8.3, the hidden layer's width
-      for 8.4): finite differences in Python floats read them all, a derived step in torch reads none.
+      ``.numpy()``, ``np.asarray``, storage, a tensor formatted by ``repr``/``print``/``format``) as
+      ``python_limit`` (the memory's size for 8.3, the hidden layer's width for 8.4): finite differences in Python
+      floats read them all, a derived step in torch reads none.
 
     ``hit`` is set on leaving: the first sign's message (writes first), ending with ``why``."""
 
-    def __init__(self, case: dict, weights: tuple[str, ...], why: str, python_limit: int, limit_names: str) -> None:
+    def __init__(
+        self, case: dict, weights: tuple[str, ...], why: str, python_limit: int, limit_names: str, units: int = 0
+    ) -> None:
         self.size = sum(case[name].numel() for name in weights)
         self.why, self.written = why, 0
         self.hit: str | None = None
@@ -229,6 +256,11 @@ class _DerivedStep:
         self.displaced: str | None = None
         self.single_steps: list[tuple[float, float]] = []
         self.earlier: dict[tuple, list[torch.Tensor]] = {}
+        # finite-difference points at any step: a value's key -> (the value it was moved from, first of its chain;
+        # the offset from there), and each first value's offsets
+        self.points: dict[bytes, tuple[bytes, torch.Tensor]] = {}
+        self.offsets: dict[bytes, list[torch.Tensor]] = {}
+        self.units, self.evaluated = units, 0
         watch = self
 
         class Operations(TorchDispatchMode):
@@ -247,6 +279,11 @@ class _DerivedStep:
                 if not func.is_view:
                     outs = out if isinstance(out, (tuple, list)) else (out,)
                     watch.written += sum(o.numel() for o in outs if isinstance(o, torch.Tensor))
+                    name = func.__name__.split(".")[0].removesuffix("_")
+                    if name in _ACTIVATIONS:
+                        watch.evaluated += sum(o.numel() for o in outs if isinstance(o, torch.Tensor))
+                    if watch.displaced is None and name in _OFFSET_OPS:
+                        watch._track_points(name, args, outs, before)
                     # a copy into a tensor (W_new[j, m] = value, W.copy_(...)) evaluates nothing: it moves a value
                     # computed by an earlier operation, whose step is already seen there (seen twice, it would read as
                     # an entry-by-entry step repeated)
@@ -257,9 +294,10 @@ class _DerivedStep:
         class Conversions(TorchFunctionMode):
             def __torch_function__(self, func, types, args=(), kwargs=None):
                 name = getattr(func, "__name__", "")
-                if name in CONVERSIONS and args and isinstance(args[0], torch.Tensor):
+                spelled = CONVERSIONS.get(name) or _FORMATTING.get(name)
+                if spelled is not None and args and isinstance(args[0], torch.Tensor):
                     watch.to_python += args[0].numel()
-                    watch.last_conversion = CONVERSIONS[name]
+                    watch.last_conversion = spelled
                 return func(*args, **(kwargs or {}))
 
         self._modes = (Operations(), Conversions())
@@ -303,6 +341,60 @@ class _DerivedStep:
             if out.numel() > 1 and self.displaced is None:
                 self._compare_with_earlier(func, out)
 
+    @staticmethod
+    def _key(x: torch.Tensor, shape: torch.Size) -> bytes:
+        with torch._C.DisableTorchFunction():  # the check's own reading, not the answer's: no conversion counted
+            x = x.detach().expand(shape).contiguous()
+            return repr((x.dtype, tuple(shape))).encode() + x.cpu().numpy().tobytes()
+
+    def _track_points(self, name: str, args: tuple, outs: tuple, before: torch.Tensor | None) -> None:
+        """Finite-difference points at any step: a result of an offset operator (:data:`_OFFSET_OPS`) is its tensor
+        input moved by ``out − x``; the offsets are followed along a chain (``x → x + s → x − s → x``). A value moved
+        by ``+s`` and by ``−s`` from where its chain began, or moved and then brought back, is refused. The values
+        a chain may begin at are the answer's numbers, not constants: a tensor of zeros (where a gradient is
+        accumulated) or of one repeated value is not followed."""
+        out = outs[0] if outs else None
+        if not (isinstance(out, torch.Tensor) and out.is_floating_point()) or out.numel() == 0:
+            return
+        tensors = [before if (i == 0 and before is not None) else a for i, a in enumerate(args)]
+        tensors = [a for a in tensors if isinstance(a, torch.Tensor)]
+        if name == "mul" and len(tensors) != 1:
+            return  # a product of two tensors moves neither by an offset written in the code
+        for x in tensors:
+            if not x.is_floating_point() or x.dtype != out.dtype or x is out or x.numel() > out.numel():
+                continue
+            try:
+                d = out.detach() - x.detach()
+            except RuntimeError:
+                continue
+            if d.shape != out.shape or not bool(torch.isfinite(d).all()):
+                continue
+            scale = max(float(x.abs().max()), float(out.abs().max()))
+            floor = 1000 * torch.finfo(x.dtype).eps * scale
+            if float(d.abs().max()) <= floor:
+                continue
+            key = self._key(x, out.shape)
+            root, start = self.points.get(key, (key, torch.zeros_like(d)))
+            if root == key and _constant(x):
+                continue  # zeros (where a gradient is accumulated), ones: no weights of the answer's
+            offset = start + d
+            earlier = self.offsets.setdefault(root, [])
+            close = 1e-9 * float(offset.abs().max()) + floor
+            if float(offset.abs().max()) <= floor and float(start.abs().max()) > floor:
+                self.displaced = f"{name} brought a value of shape {tuple(out.shape)} back to where it was moved from"
+                return
+            for e in earlier:
+                if e.shape == offset.shape and float((offset + e).abs().max()) <= close:
+                    self.displaced = (
+                        f"{name} moved a value of shape {tuple(out.shape)} by −s where it was moved by +s before, "
+                        f"|s| = {float(offset.abs().max()):.1e}"
+                    )
+                    return
+            earlier.append(offset)
+            out_key = self._key(out, out.shape)
+            if out_key != root and not _constant(out):  # x · 0 replaces x by a constant, it does not move it
+                self.points.setdefault(out_key, (root, offset))
+
     def _compare_with_earlier(self, func, out: torch.Tensor) -> None:
         """Against the results computed before (the last few of the same shape): two evaluation points ``x + ε`` and
         ``x − ε`` built apart (``torch.addmv(ε, W1ᵀ, k)``) are displaced copies of each other."""
@@ -338,6 +430,13 @@ class _DerivedStep:
             self.hit = (
                 f"your function evaluates at a displaced copy of its own numbers ({self.displaced}, x ± ε): that is "
                 f"where finite differences evaluate, and this exercise rules them out: {self.why}"
+            )
+        elif self.units and self.evaluated > MAX_EVALUATIONS_PER_UNIT * self.units:
+            self.hit = (
+                f"your function evaluated the activation (GELU, erf, Φ, exp...) {self.evaluated} times for "
+                f"{self.units} hidden units, {self.evaluated / self.units:.0f} per unit (a derived GELU′ needs 2 to 4, "
+                f"at most {MAX_EVALUATIONS_PER_UNIT} are allowed): evaluations at several displaced points are "
+                f"finite differences, extrapolated or not, which this exercise rules out: {self.why}"
             )
         elif self.to_python >= self.python_limit:
             self.hit = (
@@ -397,7 +496,7 @@ def check_momentum_step(momentum_step: Callable) -> bool:
         no_autograd=True,
         inputs_unchanged=True,
         watch=lambda case: _DerivedStep(
-            case, ("W1", "W2"), _WHY_MLP, case["W1"].shape[1], "the hidden layer has units"
+            case, ("W1", "W2"), _WHY_MLP, case["W1"].shape[1], "the hidden layer has units", case["W1"].shape[1]
         ),
         why=_WHY_MLP,
     ),

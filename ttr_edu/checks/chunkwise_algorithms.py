@@ -13,7 +13,8 @@ writes first.
   checked on its own;
 * ``ut_transform_backward(k, v, beta, dW, dU) -> (dk, dv, dbeta)``, the backward pass of ``W = 𝒯K, U = 𝒯V``, with
   **autograd** through :func:`ut_transform_spec` (an independent reference); :func:`ut_transform_backward_spec` is the
-  same gradient written out, as the chapter derives it. The answer derives it: autograd inside it is refused;
+  same gradient written out, as the chapter derives it. The answer derives it: autograd inside it is refused, and so
+  are numerical gradients, by what they do (:class:`_WrittenOutGradient`: writes per input entry, complex numbers);
 * ``solve_tril(A, block) -> (I + A)⁻¹`` for a strictly lower triangular ``A``, by blocks as fla's ``solve_tril``:
   compared with the inverse, and held to what the exercise rules out by :class:`_BlockedInverseRules`, which watches
   the answer's torch operations: an inverse, factorisation or solve of a matrix wider than ``block``, more work in
@@ -360,6 +361,92 @@ def _ut_backward_cases() -> Iterator[dict]:
         }
 
 
+#: the most numbers an answer to 11.4 may write per entry of its inputs (``k``, ``v``, ``beta``): the derivation
+#: writes 6 to 19 (:func:`ut_transform_backward_spec` on the check's cases, the most at C = 12); a numerical gradient
+#: evaluates the forward pass once or more per input entry, each evaluation writing several C × C matrices: a
+#: five-point stencil writes 105 to 5603 per entry, the complex step 29 to 1404 (over 150 from C = 4)
+MAX_WRITES_PER_INPUT = 150
+_WHY_BACKWARD = "write the gradients out from the derivation above (d𝒯, then dA through the inverse, then dk and dβ)"
+
+
+class _WrittenOutGradient:
+    """What Exercise 11.4 rules out besides autograd, judged by what the answer runs: a numerical gradient (finite
+    differences of any stencil, the complex step). Watched on the torch operations (a dispatch mode) and the tensor
+    methods (a function mode) of one call:
+
+    * **writes**: more than :data:`MAX_WRITES_PER_INPUT` numbers written per entry of ``k``, ``v`` and ``beta``
+      (views write nothing): a numerical gradient evaluates the forward pass at least once per entry;
+    * **complex numbers**: any complex tensor (the complex step evaluates at ``x + ih``; nothing in this real exercise
+      needs one);
+    * **Python numbers**: as many numbers handed to Python or NumPy (``.item()``, ``.tolist()``, ``.numpy()``, a
+      printed tensor...) as the inputs have entries: a difference quotient in Python floats reads them all.
+
+    ``hit`` is set on leaving: the first sign's message."""
+
+    def __init__(self, case: dict) -> None:
+        self.size = sum(case[name].numel() for name in ("k", "v", "beta"))
+        self.written = self.to_python = 0
+        self.complex: str | None = None
+        self.hit: str | None = None
+        watch = self
+
+        class Operations(TorchDispatchMode):
+            @classmethod
+            def _should_skip_dynamo(cls) -> bool:
+                return False
+
+            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+                out = func(*args, **(kwargs or {}))
+                if func.__name__.split(".")[0] == "_local_scalar_dense":
+                    watch.to_python += 1
+                if not func.is_view:
+                    outs = out if isinstance(out, (tuple, list)) else (out,)
+                    for o in outs:
+                        if isinstance(o, torch.Tensor):
+                            watch.written += o.numel()
+                            if o.is_complex() and watch.complex is None:
+                                watch.complex = f"{func.__name__.split('.')[0]} made a {o.dtype} tensor"
+                return out
+
+        class Conversions(TorchFunctionMode):
+            def __torch_function__(self, func, types, args=(), kwargs=None):
+                name = getattr(func, "__name__", "")
+                if (name in CONVERSIONS or name in ("__repr__", "__format__")) and args:
+                    if isinstance(args[0], torch.Tensor):
+                        watch.to_python += args[0].numel()
+                return func(*args, **(kwargs or {}))
+
+        self._modes = (Operations(), Conversions())
+
+    def __enter__(self) -> _WrittenOutGradient:
+        push_watch(*self._modes)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if not pop_watch(*self._modes):
+            self.hit = "your function switched off the check's watch of its torch operations; remove that code"
+        elif self.complex is not None:
+            self.hit = (
+                f"your function computes with complex numbers ({self.complex}): the complex step evaluates the forward "
+                f"pass at x + ih, a numerical gradient, which this exercise rules out, as it rules out finite "
+                f"differences: {_WHY_BACKWARD}"
+            )
+        elif self.written > MAX_WRITES_PER_INPUT * self.size:
+            self.hit = (
+                f"your function's torch operations wrote {self.written} numbers for inputs of {self.size} entries, "
+                f"{self.written / self.size:.0f} per entry (the derivation writes about 20, at most "
+                f"{MAX_WRITES_PER_INPUT} are allowed): a numerical gradient (finite differences of any stencil, the "
+                f"complex step) evaluates the forward pass once or more per entry, which this exercise rules out: "
+                f"{_WHY_BACKWARD}"
+            )
+        elif self.to_python >= self.size:
+            self.hit = (
+                f"your function handed {self.to_python} numbers to Python or NumPy, as many as its inputs have "
+                f"entries ({self.size}): a numerical gradient in Python floats reads them all, which this exercise "
+                f"rules out; work in torch: {_WHY_BACKWARD}"
+            )
+
+
 @exercise(
     reference=_ut_outputs_autograd,
     cases=_ut_backward_cases,
@@ -367,7 +454,8 @@ def _ut_backward_cases() -> Iterator[dict]:
         answers=(ut_transform_backward_spec,),
         no_autograd=True,
         inputs_unchanged=True,
-        why="write the gradients out from the derivation above (d𝒯, then dA through the inverse, then dk and dβ)",
+        watch=_WrittenOutGradient,
+        why=_WHY_BACKWARD,
     ),
     rtol=1e-8,
     atol=1e-10,
@@ -375,7 +463,8 @@ def _ut_backward_cases() -> Iterator[dict]:
 def check_ut_transform_backward(ut_transform_backward: Callable) -> bool:
     """Check ``ut_transform_backward(k, v, beta, dW, dU) -> (dk, dv, dbeta)`` against autograd through
     :func:`ut_transform_spec`: the gradients of ``⟨dW, 𝒯K⟩ + ⟨dU, 𝒯V⟩``, written out (autograd inside the answer is
-    refused, however it is reached), the inputs left as they were."""
+    refused, however it is reached, and so is a numerical gradient: :class:`_WrittenOutGradient`), the inputs left as
+    they were."""
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -450,12 +539,17 @@ class _BlockedInverseRules:
       wider than ``block``: a blocked inverse needs at most one per pair of blocks, a substitution across the whole
       matrix one per row (or per pair of rows, per column, per entry). A reduction is judged by what it does, not by
       its name: any operation whose result has fewer entries than a wide operand (``sum``, ``nansum``, ``mean``...);
+    * **products of any width**: more than ``size + 2 n²`` products or reductions, however narrow their operands:
+      a blocked inverse needs one per row of a diagonal block's substitution and two per pair of blocks, a
+      substitution across the whole matrix cut into pieces no wider than a block one per row and tile (310 at
+      ``size = 64``, against 4 to 66 for the right answers the tests hold);
     * **operations**: more than ``4 n (n + 1)`` other operations that touch a row or column wider than ``block``
       (elementwise steps, scans such as ``cumsum``, copies): a blocked inverse runs a few per pair of blocks, a
       substitution across the whole matrix at least two per row;
     * **entries**: single entries read as Python numbers beyond the ``Σ bᵢ²`` entries of the diagonal blocks, or
-      elementwise operations on single entries beyond the ``Σ bᵢ³`` an entry-by-entry inverse of the diagonal blocks
-      needs: a substitution entry by entry across the whole matrix;
+      operations with a single-entry result (0-d or shape ``(1,)``: elementwise steps count one, products and sums of
+      a row's entries their length) beyond the ``Σ bᵢ³`` an entry-by-entry inverse of the diagonal blocks needs: a
+      substitution entry by entry, or column by column in tiles, across the whole matrix;
     * **conversions**: a tensor wider than ``block`` handed to NumPy or Python (``.numpy()``, ``.tolist()``,
       ``np.asarray``, its storage or data pointer), more numbers handed over in all than the ``Σ bᵢ²`` entries of the
       diagonal blocks (the off-diagonal blocks converted one by one: the whole matrix), or a tensor wider than
@@ -474,7 +568,9 @@ class _BlockedInverseRules:
         self.max_multiply_adds = 2 * size**3
         self.max_converted = self.max_reads
         self.max_wide_ops = 4 * len(blocks) * (len(blocks) + 1)
+        self.max_products = size + 2 * len(blocks) ** 2
         self.steps = self.reads = self.element_ops = self.multiply_adds = self.converted = self.wide_ops = 0
+        self.products = 0
         self.hit: str | None = None
         rules = self
 
@@ -549,19 +645,34 @@ class _BlockedInverseRules:
             return
         if not isinstance(out, torch.Tensor):
             return
-        if name in _ELEMENTWISE and out.dim() == 0:
-            self.element_ops += 1
+        wide_inputs = [a.numel() for a in args if isinstance(a, torch.Tensor) and self._wide(a)]
+        largest = max((a.numel() for a in args if isinstance(a, torch.Tensor)), default=0)
+        combines = name in _PRODUCTS or out.numel() < largest  # a product, or a reduction whatever its name
+        if out.numel() == 1 and not wide_inputs:
+            # a single entry, 0-d or shape (1,): one elementwise step, or a product or reduction of its length
+            if name in _ELEMENTWISE or combines:
+                self.element_ops += _multiply_adds(name, args) if combines else 1
             if self.element_ops > self.max_element_ops:
                 self._refuse(
-                    f"works entry by entry: {self.element_ops} operations on single entries (an entry-by-entry "
-                    f"inverse of the diagonal blocks needs at most {self.max_element_ops}), a substitution across "
-                    "the whole matrix"
+                    f"works entry by entry: {self.element_ops} operations on single entries, products and sums of "
+                    f"a row's entries counted by their length (an entry-by-entry inverse of the diagonal blocks "
+                    f"needs at most {self.max_element_ops}), a substitution across the whole matrix"
                 )
             return
-        wide_inputs = [a.numel() for a in args if isinstance(a, torch.Tensor) and self._wide(a)]
+        if combines:
+            self.products += 1
+            if self.products > self.max_products:
+                n = len(range(0, self.size, self.block))
+                self._refuse(
+                    f"took {self.products} products or reductions (of any width), where a blocked inverse of "
+                    f"{self.size}×{self.size} needs at most {self.max_products}: one per row of a diagonal block's "
+                    f"substitution ({self.size}) and two per pair of its {n}×{n} blocks; more is a substitution "
+                    "across the whole matrix cut into pieces no wider than a block (a row, a tile or a column at a "
+                    "time)"
+                )
         if not (wide_inputs or self._wide(out)):
             return
-        if name not in _PRODUCTS and out.numel() >= max(wide_inputs, default=0):
+        if not combines:
             # not a product nor a reduction (whatever its name): an elementwise step, a scan, a copy, a new tensor
             self.wide_ops += 1
             if self.wide_ops > self.max_wide_ops:
