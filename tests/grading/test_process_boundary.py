@@ -1,7 +1,7 @@
 """What holds below the audit hook: an answer that has emptied the hook (pure Python that writes memory, no ctypes)
 still reaches no other process, no file of the machine outside the sandbox, and dies with its grader.
 
-Attackers did each of these (in a hostile review of the grader): without bubblewrap an answer SIGKILLed the grader and the
+Attackers did each of these (a hostile review): without bubblewrap an answer SIGKILLed the grader and the
 class after it went ungraded, and its fork server went on grading; with bubblewrap an answer copied a classmate's
 working copy, which the sandbox showed read-only with the rest of the machine."""
 
