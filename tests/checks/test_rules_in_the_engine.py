@@ -13,7 +13,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from tests.checks.test_adaptive_and_deep_memories import momentum_by_python_differences
+from tests.checks.test_adaptive_and_deep_memories import momentum_by_finite_differences, momentum_by_python_differences
 from ttr_edu.checks.grading import engine
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -170,6 +170,45 @@ def solve_tril(A, block):
     return X
 """
 
+# issue 37, C5/C6 (a37c's ans_modes02 and ans_fd08): the work run where torch's dispatch modes are off, through
+# torch's helper (which the witness replaces while it counts) and through a reference to the C switch taken before
+# the check starts (which only the profiler's record sees)
+RECURRENCE_BEHIND_THE_MODES = """
+from torch.utils._python_dispatch import _disable_current_modes
+
+def fast_weight_recurrence(q, k, v):
+    rows = []
+    for t in range(q.shape[0]):
+        with _disable_current_modes():
+            o = (k[: t + 1] @ q[t]) @ v[: t + 1]      # every earlier key and value again: no state, T^2
+        rows.append(o * 1.0)                           # what the counter would see: one op per token
+    return torch.stack(rows)
+"""
+
+MOMENTUM_BY_DIFFERENCES_BEHIND_THE_MODES = (
+    "\nfrom torch.utils._python_dispatch import _disable_current_modes\n"
+    + inspect.getsource(momentum_by_finite_differences).replace(
+        "def momentum_by_finite_differences(", "def _differences("
+    )
+    + """
+def momentum_step(S, U, k, v, beta, eta, alpha):
+    with _disable_current_modes():
+        return _differences(S, U, k, v, beta, eta, alpha)
+"""
+)
+
+SOLVE_TRIL_BEHIND_THE_DISPATCH_SWITCH = """
+_off = torch._C._DisableTorchDispatch
+
+def solve_tril(A, block):
+    eye = torch.eye(A.shape[0], dtype=A.dtype)
+    X = eye
+    with _off():
+        for _ in range(A.shape[0]):  # Horner's rule for the Neumann series: a whole product per row
+            X = eye - A @ X
+    return X * 1.0
+"""
+
 # (chapter, {answer cell's grade id: its source, where {solution} stands for the solution's}, {graded cell's grade
 # id: (status, what its detail says)}); the graded cells not named must PASS (their answer is the solution's).
 SUBMISSIONS = {
@@ -196,6 +235,21 @@ SUBMISSIONS = {
             "test_check_momentum_step": ("FAIL", r"handed \d+ numbers to Python or NumPy"),
             "test_check_mlp_gradient_step": ("FAIL", r"evaluates at a displaced copy of its own numbers"),
         },
+    ),
+    "02: 2.1's prefix re-read behind _disable_current_modes": (
+        "02_linear_attention_is_fwp",
+        {"ch02_recurrence": RECURRENCE_BEHIND_THE_MODES},
+        {"test_check_fast_weight_recurrence": ("FAIL", r"while the check counts its torch operations")},
+    ),
+    "08: 8.3's finite differences behind _disable_current_modes": (
+        "08_adaptive_and_deep_memories",
+        {"ch08_momentum_step": MOMENTUM_BY_DIFFERENCES_BEHIND_THE_MODES},
+        {"test_check_momentum_step": ("FAIL", r"while the check watches its torch operations")},
+    ),
+    "11: 11.5's whole solve behind a kept _DisableTorchDispatch": (
+        "11_chunkwise_algorithms",
+        {"ch11_solve_tril": SOLVE_TRIL_BEHIND_THE_DISPATCH_SWITCH},
+        {"test_check_solve_tril": ("FAIL", r"ran torch operations outside the check's modes")},
     ),
     "09: a wiring tuned by a gradient": (
         "09_associative_recall",

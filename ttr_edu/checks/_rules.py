@@ -36,6 +36,7 @@ from torch.utils._python_dispatch import _get_current_dispatch_mode_stack, _pop_
 from ttr_edu.checks import _core
 from ttr_edu.checks._core import CheckFailed, describe
 from ttr_edu.checks._guard import SOLVERS, Forbidden, ForbiddenCall, forbidden, given_only, watching
+from ttr_edu.checks._witness import Witness
 from ttr_edu.profiling import _CountOperations, _CountWork
 
 __all__ = [
@@ -476,9 +477,15 @@ def answer_outcome(
                 given[name] = given[name].detach().requires_grad_()
     outcome = Outcome()
     watch = rules.watch(case) if rules.watch is not None else nullcontext()
+    witnessed = count_ops or count_work or rules.watch is not None
+    witness = Witness("counts" if count_ops or count_work else "watches") if witnessed else None
     with guard() as trace:
         try:
-            with watch as watched, counting_ops(count_ops or count_work, work=count_work) as counter:
+            with (
+                watch as watched,
+                counting_ops(count_ops or count_work, work=count_work) as counter,
+                witness or nullcontext(),
+            ):
                 outcome.result = declared.call(answer, given)
             outcome.ops = None if counter is None else counter.count
             outcome.work = counter.work if isinstance(counter, _CountWork) else None
@@ -498,6 +505,8 @@ def answer_outcome(
     outcome.called = getattr(trace, "hit", None)
     if getattr(watched, "hit", None) is not None and outcome.broke_rule is None:  # a refusal the answer caught
         outcome.broke_rule = watched.hit
+    if witness is not None and witness.hit is not None and outcome.broke_rule is None:  # work beside the modes
+        outcome.broke_rule = witness.hit
     if rules.keep_grad and outcome.raised is None and outcome.broke_rule is None and not outcome.not_attempted:
         try:
             outcome.grads = _vjp(outcome.result, given, rules.keep_grad, index)
