@@ -267,3 +267,85 @@ def write(W, k, v):
     return W
 """
 LATER_ATTACKS["forged report: input left unchanged"] = ({**STUB, "ch01_write": _FORGES_INPUTS_UNCHANGED}, None, 0)
+
+
+# -- a submission that solves nothing and knows every public case's answer (a37b's B5) ------------------------------
+
+_LOOKUP = """import base64, io
+
+_TABLE = torch.load(io.BytesIO(base64.b64decode("{table}")), weights_only=True)
+
+
+def _key(name, inputs):
+    parts = [name]
+    for key in sorted(inputs):
+        value = inputs[key]
+        if isinstance(value, torch.Tensor):
+            parts.append(f"{{key}}:{{value.dtype}}:{{tuple(value.shape)}}:{{value.detach().tolist()!r}}")
+        else:
+            parts.append(f"{{key}}:{{value!r}}")
+    return "|".join(parts)
+
+
+def _look(name, inputs, otherwise):
+    return _TABLE.get(_key(name, inputs), otherwise)
+"""
+
+_LOOKUP_ANSWERS = {
+    "ch01_write": "def write(W, k, v):\n    return _look('write', dict(W=W, k=k, v=v), torch.zeros_like(W))\n",
+    "ch01_store": (
+        "def store(keys, values):\n"
+        "    return _look('store', dict(keys=keys, values=values), torch.zeros(values.shape[1], keys.shape[1],"
+        " dtype=keys.dtype))\n"
+    ),
+    "ch01_crosstalk": (
+        "def crosstalk_energy(keys):\n    return _look('crosstalk_energy', dict(keys=keys), keys.sum() * 0)\n"
+    ),
+    "ch01_accuracy": (
+        "def recall_accuracy(W, keys, values):\n"
+        "    return _look('recall_accuracy', dict(W=W, keys=keys, values=values), 0.0)\n"
+    ),
+    "ch01_rival_noise": (
+        "def cleanup_scores(keys, values):\n"
+        "    return _look('cleanup_scores', dict(keys=keys, values=values),"
+        " torch.zeros(keys.shape[0], keys.shape[1], keys.shape[1], dtype=keys.dtype))\n\n\n"
+        "def rival_score_variance(n, d):\n    return _look('rival_score_variance', dict(n=n, d=d), 0.0)\n"
+    ),
+}
+
+
+def lookup_table() -> dict:
+    """Chapter 01's answers as a table: every public case of every check (and the inputs of the operation-count
+    rule), keyed by the inputs' values, mapped to the package's reference output, computed here as a student could
+    offline; any other input gets zeros. It solves nothing, and it passes every public case."""
+    import base64
+    import io
+
+    import torch
+
+    from ttr_edu.checks import hebbian_memory
+
+    def key(name, inputs):
+        parts = [name]
+        for k in sorted(inputs):
+            v = inputs[k]
+            if isinstance(v, torch.Tensor):
+                parts.append(f"{k}:{v.dtype}:{tuple(v.shape)}:{v.detach().tolist()!r}")
+            else:
+                parts.append(f"{k}:{v!r}")
+        return "|".join(parts)
+
+    table = {}
+    for check in ("write", "store", "crosstalk_energy", "recall_accuracy", "cleanup_scores", "rival_score_variance"):
+        declared = getattr(hebbian_memory, f"check_{check}").__exercise__
+        cases = list(declared.cases())
+        if declared.rules.op_count is not None:
+            cases += [declared.rules.op_count.case(size) for size in declared.rules.op_count.sizes]
+        for case in cases:
+            table[key(check, case)] = declared.reference(
+                **{k: v.clone() if isinstance(v, torch.Tensor) else v for k, v in case.items()}
+            )
+    buffer = io.BytesIO()
+    torch.save(table, buffer)
+    code = _LOOKUP.format(table=base64.b64encode(buffer.getvalue()).decode())
+    return {gid: (code + "\n\n" + source if gid == "ch01_write" else source) for gid, source in _LOOKUP_ANSWERS.items()}

@@ -594,3 +594,18 @@ def test_a_solved_cell_under_a_time_magic_keeps_its_point():
     code, so ``write`` was never defined (an attacker's finding)."""
     report = _grade(submission_with({**RIGHT, "ch01_write": "%%time\n" + RIGHT["ch01_write"]}))
     assert report.score == 9, [(v.heading, v.status, v.detail) for v in report.verdicts]
+
+
+def test_a_table_of_the_public_cases_answers_scores_nothing():
+    """a37b's B5: a table of the package's outputs on every public case (solves nothing) scored 9 of 9. The grader
+    now also asks each answer for one case drawn after the answers' process was forked (the check's own generator,
+    reseeded with a secret), so the table scores 0; with the fresh cases off (fresh_cases=0, as before) it scores 9,
+    and the honest solved notebook keeps its 9 with them on."""
+    from tests.grading.submissions import lookup_table
+
+    table = submission_with(lookup_table())
+    report = _grade(table)
+    assert report.score == 0, [(v.heading, v.status, v.detail) for v in report.verdicts]
+    assert all("drawn afresh for grading" in v.detail for v in report.verdicts), [v.detail for v in report.verdicts]
+    assert _grade(table, fresh_cases=0).score == 9  # the table does pass every public case
+    assert _grade(submission(RELEASE, "solved"), fresh_cases=3).score == 9

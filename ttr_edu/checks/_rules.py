@@ -22,8 +22,10 @@ runs), and a case's tensors are cloned for each call.
 from __future__ import annotations
 
 import functools
+import hashlib
 import math
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
@@ -64,6 +66,9 @@ __all__ = [
     "to_record",
     "outcome_from",
     "outcome_of",
+    "reseeded",
+    "fresh_case",
+    "has_fresh",
 ]
 
 
@@ -195,7 +200,11 @@ class Exercise:
     ``given``: the package's functions and classes the chapter's text hands the student for this exercise (feature
     maps, data helpers, a base class to subclass). In the grading engine every other function of the package is
     emptied before the answer runs (:func:`ttr_edu.checks._guard.lock_down`): only these, what they use, and the
-    harness (``ttr_edu.checks``) are left to call."""
+    harness (``ttr_edu.checks``) are left to call.
+    ``fresh(generator) -> case``: for an exercise whose cases are parameters rather than random tensors (an angle, a
+    width and a length), a case of the same kind drawn from ``generator``; the grading engine calls the answer on one
+    such case no one has seen (:func:`fresh_case`). Exercises whose cases draw random tensors need none: their own
+    case generator, reseeded, gives it."""
 
     name: str
     reference: Callable
@@ -207,6 +216,7 @@ class Exercise:
     explain: Callable[[str, dict, Any], str] | None = None
     tol32: tuple[float, float] = (1e-4, 1e-5)
     given: tuple[Any, ...] = ()
+    fresh: Callable[[torch.Generator], dict] | None = None
 
     def tolerances(self, case: dict) -> tuple[float, float]:
         """``(rtol, atol)`` for ``case``: the exercise's own, or ``tol32`` when a tensor of the case is float32 or
@@ -239,10 +249,12 @@ def exercise(
     explain: Callable[[str, dict, Any], str] | None = None,
     tol32: tuple[float, float] = (1e-4, 1e-5),
     given: Iterable[Any] = (),
+    fresh: Callable[[torch.Generator], dict] | None = None,
 ) -> Callable[[Callable], Callable[[Callable], bool]]:
     """Declare the exercise checked by the decorated ``check_<name>`` function (whose docstring says what it checks);
     the function becomes its check in the student's kernel, and carries the declaration (``__exercise__``) for the
-    grading engine. ``given``: the package's functions and classes the answer may call (:attr:`Exercise.given`).
+    grading engine. ``given``: the package's functions and classes the answer may call (:attr:`Exercise.given`);
+    ``fresh``: a case drawn from a generator, where the cases are parameters (:attr:`Exercise.fresh`).
 
     Raises:
         TypeError: something in ``given`` that is neither a function nor a class.
@@ -264,6 +276,7 @@ def exercise(
             explain,
             tol32,
             given,
+            fresh,
         )
 
         @functools.wraps(fn)
@@ -530,6 +543,95 @@ def _raised(err: BaseException, case: dict, name: str) -> str:
 
 def _inputs(case: dict) -> str:
     return ", ".join(f"{k}={describe(v)}" for k, v in case.items())
+
+
+# -- a case no one has seen: the exercise's own generator, reseeded with a secret -------------------------------------
+
+#: held while torch's seeding is swapped for a reseeding one (:func:`reseeded`): one case generator at a time
+_RESEEDING = threading.Lock()
+
+
+def _mixed(secret: int, seed: Any) -> int:
+    """A 63-bit seed from ``secret`` and the seed a case generator asked for (distinct seeds stay distinct)."""
+    digest = hashlib.blake2b(f"{int(secret)}/{int(seed)}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big") >> 1
+
+
+@contextmanager
+def reseeded(secret: int) -> Iterator[None]:
+    """While inside, every seed a case generator sets (``torch.Generator().manual_seed(s)``, ``torch.manual_seed(s)``,
+    in the check module or in the package functions it calls) becomes a seed mixed from ``secret`` and ``s``: the
+    generator then draws new inputs from its own distribution (the same shapes, dtypes, scales and constructions; only
+    the random draws differ), and the same ``secret`` gives the same inputs again (the grader rebuilds the case from
+    it). Swaps ``torch.Generator``, ``torch.manual_seed`` and ``torch.random.manual_seed`` for the duration, under a
+    lock; only for the grader's own case generators, never around an answer."""
+
+    class _Reseeded(torch._C.Generator):
+        def manual_seed(self, seed: Any) -> torch.Generator:
+            return super().manual_seed(_mixed(secret, seed))
+
+    with _RESEEDING:
+        generator, seed, random_seed = torch.Generator, torch.manual_seed, torch.random.manual_seed
+
+        def manual_seed(s: Any) -> torch.Generator:
+            return random_seed(_mixed(secret, s))
+
+        torch.Generator, torch.manual_seed, torch.random.manual_seed = _Reseeded, manual_seed, manual_seed
+        try:
+            yield
+        finally:
+            torch.Generator, torch.manual_seed, torch.random.manual_seed = generator, seed, random_seed
+
+
+def _same_input(a: Any, b: Any) -> bool:
+    """Whether two inputs of a case hold the same values (tensors, containers, modules' parameters, numbers)."""
+    if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
+        return (
+            isinstance(a, torch.Tensor)
+            and isinstance(b, torch.Tensor)
+            and a.shape == b.shape
+            and a.dtype == b.dtype
+            and bool(torch.equal(a.detach(), b.detach()))
+        )
+    if isinstance(a, torch.nn.Module) and isinstance(b, torch.nn.Module):
+        sa, sb = a.state_dict(), b.state_dict()
+        return sa.keys() == sb.keys() and all(_same_input(sa[k], sb[k]) for k in sa)
+    if type(a) in (tuple, list) and type(b) is type(a):
+        return len(a) == len(b) and all(_same_input(x, y) for x, y in zip(a, b))
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_same_input(a[k], b[k]) for k in a)
+    try:
+        return bool(a == b)
+    except Exception:  # values that do not compare: taken as different (the case is then drawn, never skipped)
+        return False
+
+
+def fresh_case(declared: Exercise, secret: int, public: list[dict] | None = None) -> tuple[int, dict] | None:
+    """One case of ``declared`` that no one has seen: the exercise's own case generator run under :func:`reseeded`
+    (``secret``), and one of the cases it yields whose inputs differ from the public case at its place, chosen by
+    ``secret``; ``(its place in the generator's order, the case)``. None when reseeding changes no case (every case is
+    fixed by design: hand-written inputs). Where the exercise declares :attr:`Exercise.fresh` (its cases are
+    parameters), that draws the case instead, from a generator seeded from ``secret``, at place -1.
+    ``public``: ``list(declared.cases())``, if the caller has it."""
+    if declared.fresh is not None:
+        return -1, declared.fresh(torch.Generator().manual_seed(_mixed(secret, 0)))
+    public = list(declared.cases()) if public is None else public
+    with reseeded(secret):
+        drawn = list(declared.cases())
+    differ = [
+        i
+        for i, (p, d) in enumerate(zip(public, drawn))
+        if p.keys() != d.keys() or not all(_same_input(p[k], d[k]) for k in p)
+    ]
+    if not differ:
+        return None
+    index = differ[_mixed(secret, -1) % len(differ)]
+    return index, drawn[index]
+
+
+def has_fresh(declared: Exercise) -> bool:
+    """Whether :func:`fresh_case` gives ``declared`` a case (the grader and the answers' process ask alike)."""
+    return declared.fresh is not None or fresh_case(declared, 0) is not None
 
 
 # -- the verdict -----------------------------------------------------------------------------------------------------

@@ -558,9 +558,15 @@ def _angles() -> Iterator[dict]:
         yield {"theta": theta}
 
 
+def _fresh_angle(generator: torch.Generator) -> dict:
+    """An angle no one has seen, uniform in [−π, π) (the grader's extra case; the public angles are fixed)."""
+    return {"theta": (2 * torch.rand((), generator=generator, dtype=torch.float64).item() - 1) * math.pi}
+
+
 @exercise(
     reference=_rotation,
     cases=_angles,
+    fresh=_fresh_angle,
     rules=Rules(answers=(rotation_keys_spec,)),
     call=_transition,
     explain=_keys_dtype_note,

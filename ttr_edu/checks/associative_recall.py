@@ -119,6 +119,18 @@ def _wiring_cases() -> Iterator[dict]:
         yield {"vocab_size": v, "seq_len": t, "num_pairs": n, "seed": 700 + i}
 
 
+def _fresh_wiring(generator: torch.Generator) -> dict:
+    """One of the public sizes with a seed no one has seen (a new untouched model and new batches): the grader's
+    extra case."""
+    v, t, n = WIRING_CASES[int(torch.randint(len(WIRING_CASES), (), generator=generator))]
+    return {
+        "vocab_size": v,
+        "seq_len": t,
+        "num_pairs": n,
+        "seed": int(torch.randint(10_000, 2**31, (), generator=generator)),
+    }
+
+
 def _perfect(vocab_size: int, seq_len: int, num_pairs: int, seed: int) -> float:
     """What the wired circuit scores: every query recalled."""
     return 1.0
@@ -131,6 +143,7 @@ def _wire_and_score(wire_recall_circuit: Callable, case: dict) -> float:
 @exercise(
     reference=_perfect,
     cases=_wiring_cases,
+    fresh=_fresh_wiring,
     call=_wire_and_score,
     rules=Rules(
         no_autograd=True,

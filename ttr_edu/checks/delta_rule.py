@@ -169,6 +169,17 @@ def _prediction_cases() -> Iterator[dict]:
         yield {"b": b, "D": D, "D_v": D_v, "T": T}
 
 
+def _fresh_prediction(generator: torch.Generator) -> dict:
+    """Parameters no one has seen, in the public cases' ranges: b in [0.05, 2.5] in steps of 0.01 (2.0 among them;
+    elsewhere |r − 1| ≥ 0.01·1.99/16, far from the cancellation an exact-to-1e-9 answer would meet), D in [3, 16],
+    D_v in [1, 8], T in [1, 1000]: the grader's extra case."""
+
+    def draw(low: int, high: int) -> int:
+        return int(torch.randint(low, high + 1, (), generator=generator))
+
+    return {"b": draw(5, 250) / 100, "D": draw(3, 16), "D_v": draw(1, 8), "T": draw(1, 1000)}
+
+
 def _precision_note(message: str, case: dict, result: object) -> str:
     """A prediction returned as a float32 (or narrower) tensor keeps about 7 digits: say so, the check asks for 9."""
     if isinstance(result, torch.Tensor) and result.is_floating_point() and torch.finfo(result.dtype).bits < 64:
@@ -180,7 +191,13 @@ def _precision_note(message: str, case: dict, result: object) -> str:
     return ""
 
 
-@exercise(reference=reference_predicted_memory_norm, cases=_prediction_cases, rtol=1e-9, explain=_precision_note)
+@exercise(
+    reference=reference_predicted_memory_norm,
+    cases=_prediction_cases,
+    rtol=1e-9,
+    explain=_precision_note,
+    fresh=_fresh_prediction,
+)
 def check_predicted_memory_norm(predicted_memory_norm: Callable) -> bool:
     """Check ``predicted_memory_norm(b, D, D_v, T) = √E‖S_T‖²`` (see :func:`reference_predicted_memory_norm`),
     inside, at and past the edge ``b = 2`` (a number, or a one-element tensor)."""

@@ -55,6 +55,14 @@ def _momentum_cases() -> Iterator[dict]:
         yield {"momentum": momentum, "num_steps": num_steps}
 
 
+def _fresh_momentum(generator: torch.Generator) -> dict:
+    """A momentum in [0, 0.99] (steps of 0.01) and 1 to 30 steps no one has seen: the grader's extra case."""
+    return {
+        "momentum": int(torch.randint(0, 100, (), generator=generator)) / 100,
+        "num_steps": int(torch.randint(1, 31, (), generator=generator)),
+    }
+
+
 def _vote_cases() -> Iterator[dict]:
     # unequal class sizes and one class with no pattern at all: a mean or a count differs from the sum
     for i, (q, n, num_classes) in enumerate([(1, 3, 2), (3, 10, 4), (5, 40, 10)]):
@@ -100,7 +108,7 @@ def check_dual_output(dual_output: Callable) -> bool:
     """
 
 
-@exercise(reference=dual_form.momentum_rescale, cases=_momentum_cases, rtol=1e-10, atol=1e-12)
+@exercise(reference=dual_form.momentum_rescale, cases=_momentum_cases, rtol=1e-10, atol=1e-12, fresh=_fresh_momentum)
 def check_momentum_rescale(momentum_rescale: Callable) -> bool:
     """Check ``momentum_rescale(momentum, num_steps) -> (T,)`` with entry t−1 equal to ``(1 − μ^{T−t+1})/(1 − μ)``.
 
@@ -122,7 +130,7 @@ def _recording_setup(seed: int, layer_name: str):
     g = _generator(900 + seed)
     torch.manual_seed(900 + seed)
     model = nn.Sequential(nn.Linear(5, 6, bias=False), nn.ReLU(), nn.Linear(6, 3, bias=False)).double()
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.3 + 0.1 * seed)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.3 + 0.1 * (seed % 3))  # 0.3 to 0.5 for any seed
     batches = [
         (torch.randn(4, 5, generator=g, dtype=torch.float64), torch.randint(0, 3, (4,), generator=g)) for _ in range(4)
     ]
@@ -190,9 +198,18 @@ def _recording_cases() -> Iterator[dict]:
     yield from ({"seed": 0, "layer_name": "0"}, {"seed": 1, "layer_name": "2"}, {"seed": 2, "layer_name": "2"})
 
 
+def _fresh_recording(generator: torch.Generator) -> dict:
+    """A seed no one has seen (a new model, new batches) and either recorded layer: the grader's extra case."""
+    return {
+        "seed": int(torch.randint(3, 2**31, (), generator=generator)),
+        "layer_name": ("0", "2")[int(torch.randint(2, (), generator=generator))],
+    }
+
+
 @exercise(
     reference=_reference_on_a_fresh_setup,
     cases=_recording_cases,
+    fresh=_fresh_recording,
     rules=Rules(
         answers=(
             reference_record_training,

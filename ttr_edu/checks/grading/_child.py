@@ -234,6 +234,8 @@ def _child(
             if outcome.not_attempted:
                 break
         else:
+            if name in job.get("_fresh", ()):
+                _fresh_calls(results, control, name, exercise, answer, int(job.get("fresh", 1)))
             if exercise.rules.op_count is not None:
                 _op_counts(results, name, exercise, answer)
             if exercise.rules.work:
@@ -369,6 +371,22 @@ def _cost_calls(results: int, control: int, name: str, exercise, answer) -> None
             write_frame(results, {"type": "cost_outcome", "check": name, "length": length}, _outcome_bytes(outcome))
 
 
+def _fresh_calls(results: int, control: int, name: str, exercise, answer, count: int) -> None:
+    """The fresh-case protocol, child side: ask for a case no one has seen (drawn by the fork server only now, after
+    this process was forked), answer it, report what it gave; ``count`` times. The case comes from the fork server,
+    which never runs the student's code, so it is read with ``weights_only=False`` (some cases hold modules)."""
+    import torch
+
+    from ttr_edu.checks import _rules
+
+    reader = FrameReader()
+    for _ in range(count):
+        write_frame(results, {"type": "fresh_ready", "check": name})
+        drawn = torch.load(io.BytesIO(_read_one(control, reader)), weights_only=False)
+        outcome = _rules.answer_outcome(exercise, answer, drawn["case"], int(drawn["index"]))
+        write_frame(results, {"type": "fresh_outcome", "check": name}, _outcome_bytes(outcome))
+
+
 def _read_one(fd: int, reader: FrameReader) -> bytes:
     while True:
         for _, payload in reader.frames():
@@ -385,6 +403,7 @@ _SOLVER_MODULES = ("numpy.linalg", "scipy.linalg", "scipy.sparse.linalg")
 #: What a child reports (and the fork server passes on); the fork server's own reports are other kinds.
 _RELAYED = {
     "outcome",
+    "fresh_outcome",
     "cost_outcome",
     "ops_outcome",
     "work_outcome",
@@ -422,7 +441,9 @@ def _serve_unit(
     log_r, log_w = os.pipe()
     folder = scratch / f"cell-{index}-{os.urandom(8).hex()}"
     folder.mkdir(mode=0o700)  # fresh and empty: nothing an earlier graded cell wrote is here
-    from ttr_edu.checks._rules import Staged, changed_inputs, shared_inputs
+    from secrets import randbits
+
+    from ttr_edu.checks._rules import Staged, changed_inputs, fresh_case, shared_inputs
 
     shared = {  # check -> case index -> the inputs, in memory shared with the child: read back here, never reported
         name: {i: shared_inputs(case) for i, case in enumerate(job["_cases"][name])}
@@ -463,6 +484,10 @@ def _serve_unit(
     deadline = started + float(job["timeout"])
     cpu_before, best, status, relayed, hidden_sent, heard = {}, {}, None, 0, False, set()
     seeds = {}  # (check, length) -> the seeds of the inputs of each repeat, drawn now (after the fork), one per call
+    fresh: dict[
+        str, list[int]
+    ] = {}  # check -> the secrets of its fresh cases, drawn now (after the fork), one per call
+    awaiting: set[str] = set()  # checks whose fresh case was sent and not answered yet
     while status is None and (results_r in selector.get_map() or log_r in selector.get_map()):
         left = deadline - time.monotonic()
         if left <= 0:
@@ -499,6 +524,20 @@ def _serve_unit(
                             selector.register(control_w, selectors.EVENT_WRITE, "control")
                         pending += frame
                         continue
+                    if kind == "fresh_ready":  # a case no one has seen: its secret drawn only now, in this process
+                        check = str(header.get("check"))
+                        drawn = fresh.setdefault(check, [])
+                        if check not in job.get("_fresh", ()) or check not in declared or check in awaiting:
+                            raise ValueError("a fresh case the grader did not offer")
+                        if len(drawn) >= int(job.get("fresh", 1)):
+                            raise ValueError("more fresh cases than the grader offers")
+                        drawn.append(randbits(63))
+                        where, case = fresh_case(declared[check], drawn[-1], job["_cases"][check])
+                        awaiting.add(check)
+                        if not pending:
+                            selector.register(control_w, selectors.EVENT_WRITE, "control")
+                        pending += _frame({}, _plain_bytes({"index": where, "case": case}))
+                        continue
                     if kind == "hidden_ready":  # the child's answers have all reported: its hidden tests now
                         if hidden_sent or not secrets.get(index):
                             raise ValueError("hidden tests the grader did not offer")
@@ -514,9 +553,13 @@ def _serve_unit(
                     if kind == "outcome" and not 0 <= int(header.get("case", -1)) < len(job["_cases"][header["check"]]):
                         raise ValueError("an outcome of a case the grader does not have")
                     key = (kind, *(str(header.get(field)) for field in ("check", "case", "size", "rule", "length")))
-                    if kind != "cost_outcome" and key in heard:  # the grader keeps the first; a repeat costs memory
-                        continue
+                    if kind not in ("cost_outcome", "fresh_outcome") and key in heard:  # the grader keeps the first
+                        continue  # (a repeat costs memory)
                     heard.add(key)
+                    if kind == "fresh_outcome":  # an answer to the case sent last, which only this process can name
+                        check = str(header.get("check"))
+                        awaiting.remove(check)  # KeyError (garbled) for an answer to a case never sent
+                        header["secret"] = fresh[check][-1]
                     if kind == "cost_outcome":  # every call's output is judged: none may be a replay
                         check, length = str(header.get("check")), int(header.get("length", 0))
                         seconds = (_cpu_ns(pid) - cpu_before.pop(check)) / 1e9
@@ -613,7 +656,7 @@ def main() -> None:
 
     import torch
 
-    from ttr_edu.checks._rules import Staged
+    from ttr_edu.checks._rules import Staged, has_fresh
 
     torch.set_num_threads(1)
     namespace: dict = {"__name__": "__main__"}
@@ -640,6 +683,8 @@ def main() -> None:
             except ImportError:
                 pass
     job["_cases"] = cases
+    # the checks the grader draws a case no one has seen for (the engine decides the same with the same function)
+    job["_fresh"] = sorted(name for name in cases if has_fresh(declared[name]))
     from ttr_edu.checks._guard import package_functions
 
     job["_package"] = package_functions()  # listed once, after the setup cells; each graded cell's process empties some

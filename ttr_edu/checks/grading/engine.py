@@ -87,6 +87,7 @@ class _Heard:
 
     outcomes: dict[tuple[str, int], Any] = field(default_factory=dict)
     costs: dict[tuple[str, int], Any] = field(default_factory=dict)
+    fresh: dict[str, list[tuple[Any, int]]] = field(default_factory=dict)
     ops: dict[tuple[str, int], Any] = field(default_factory=dict)
     work: dict[tuple[str, int, int], Any] = field(default_factory=dict)
     seconds: dict[tuple[str, int], float] = field(default_factory=dict)
@@ -179,6 +180,10 @@ def _note(heard: _Heard, header: dict, payload: bytes, checks: set[str]) -> None
             calls = heard.costs.setdefault((check, int(header["length"])), [])
             if len(calls) < 64:
                 calls.append((_outcome(payload), int(header["seed"])))
+        elif kind == "fresh_outcome":  # the secret is the fork server's, added to the child's frame there
+            calls = heard.fresh.setdefault(check, [])
+            if len(calls) < 64:
+                calls.append((_outcome(payload), int(header["secret"])))
         elif kind == "ops_outcome":
             heard.ops.setdefault((check, int(header["size"])), _outcome(payload))
         elif kind == "work_outcome":
@@ -238,16 +243,25 @@ def _why_missing(heard: _Heard, timeout: float, index: int) -> str:
 
 
 def _judge_check(
-    check: notebook.Check, declared, heard: _Heard, timeout: float, missing: dict[str, str] | None = None
+    check: notebook.Check,
+    declared,
+    heard: _Heard,
+    timeout: float,
+    missing: dict[str, str] | None = None,
+    fresh: int = 1,
 ) -> tuple[str, str]:
     """``(status, detail)`` of one check of a graded cell; ``missing``: the names of the exercise cells the notebook
-    lacks (:attr:`notebook.Plan.missing`), whose exercises are not attempted."""
+    lacks (:attr:`notebook.Plan.missing`), whose exercises are not attempted; ``fresh``: how many cases no one has
+    seen the answer must also get right (:func:`~ttr_edu.checks._rules.fresh_case`, drawn after the answers' process
+    was forked; rebuilt here from their secret, and judged as the public cases are)."""
     import ast
 
     from ttr_edu.checks._core import CheckFailed
     from ttr_edu.checks._rules import (
         NotAttempted,
         Staged,
+        fresh_case,
+        has_fresh,
         judge_case,
         judge_cost,
         judge_ops,
@@ -282,7 +296,8 @@ def _judge_check(
         return (status if status in ("PASS", "FAIL", "not attempted") else "FAIL"), message
     notes, found = [], []
     try:
-        for index, case in enumerate(declared.cases()):
+        public = list(declared.cases())
+        for index, case in enumerate(public):
             outcome = heard.outcomes.get((check.check, index))
             if outcome is None:
                 return "FAIL", f"{name}: {_why_missing(heard, timeout, index)}"
@@ -293,6 +308,20 @@ def _judge_check(
                 outcome.inputs_after = {**(outcome.inputs_after or {}), **dict.fromkeys(changed)}
             notes.append(judge_case(declared, case, index, outcome))
             found.append(outcome.source)
+        if fresh > 0 and has_fresh(declared):
+            calls = heard.fresh.get(check.check, [])
+            if len(calls) < fresh:
+                return "FAIL", f"{name}: {_why_missing(heard, timeout, -1)}"
+            for outcome, secret in calls[:fresh]:
+                where, case = fresh_case(declared, secret, public)
+                try:
+                    judge_case(declared, case, where, outcome)
+                except CheckFailed as failure:
+                    raise CheckFailed(
+                        f"{failure}\n  (this case was drawn afresh for grading, from the check's own case generator "
+                        "with new random inputs: your function passes the check's public cases but not this one)"
+                    ) from None
+                found.append(outcome.source)
         counted = declared.rules.op_count
         if counted is not None:
             ops = {}
@@ -372,6 +401,7 @@ def grade(
     memory_gb: float = DEFAULT_MEMORY_GB,
     hide: list[Path] | tuple[Path, ...] = (),
     require_sandbox: bool = False,
+    fresh_cases: int = 1,
 ) -> Report:
     """Grade ``student`` against ``release`` (the release, or nbgrader's source with hidden tests).
 
@@ -381,10 +411,16 @@ def grade(
         hide: folders the answers may not see (the course folder); the grader's home is hidden as well.
         require_sandbox: refuse to grade where bubblewrap cannot start (for an exam), instead of falling back to the
             process group and the audit hook.
+        fresh_cases: cases no one has seen, per check, that each answer must also get right: drawn from the check's
+            own case generator with a secret drawn after the answers' process was forked (grading.md §4); 0 turns
+            them off (for a measurement only: a table of the public cases' answers then scores).
 
     Raises:
         SandboxUnavailable: ``require_sandbox`` and no bubblewrap sandbox here (nothing was run).
+        ValueError: ``fresh_cases`` not an integer in [0, 64].
     """
+    if isinstance(fresh_cases, bool) or not isinstance(fresh_cases, int) or not 0 <= fresh_cases <= 64:
+        raise ValueError(f"grade: fresh_cases expects an integer in [0, 64], got {fresh_cases!r}")
     if require_sandbox and sandbox._bwrap() is None:
         raise SandboxUnavailable(
             "ttr-edu grader: require_sandbox is set and bubblewrap cannot start here, so nothing is graded "
@@ -408,6 +444,7 @@ def grade(
             for u in plan.units
         ],
         "timeout": timeout,
+        "fresh": fresh_cases,
         "memory_bytes": int(memory_gb * (1 << 30)),
         "scratch": str(scratch),
     }
@@ -449,7 +486,7 @@ def grade(
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
         shutil.rmtree(logs, ignore_errors=True)
-    return _report(plan, declared, heard, problem, timeout, time.monotonic() - started)
+    return _report(plan, declared, heard, problem, timeout, time.monotonic() - started, fresh_cases)
 
 
 def _end(process: subprocess.Popen) -> None:
@@ -463,7 +500,7 @@ def _end(process: subprocess.Popen) -> None:
         process.stdout.close()
 
 
-def _report(plan, declared, heard, problem, timeout, seconds) -> Report:
+def _report(plan, declared, heard, problem, timeout, seconds, fresh=1) -> Report:
     verdicts, problems = [], list(plan.problems)
     if problem is not None:
         problems.append(problem)
@@ -478,7 +515,7 @@ def _report(plan, declared, heard, problem, timeout, seconds) -> Report:
         told = heard.get(index, _Heard())
         if problem is not None and told.status is None:
             told.harness = told.harness or problem
-        results = [_judge_check(c, declared[c.check], told, timeout, plan.missing) for c in unit.checks]
+        results = [_judge_check(c, declared[c.check], told, timeout, plan.missing, fresh) for c in unit.checks]
         if not unit.checks and not unit.hidden:
             results = [("FAIL", "this graded cell calls no check the grader knows")]
         if told.garbled is not None:
