@@ -13,6 +13,8 @@ import pytest
 import scipy.linalg
 import torch
 
+import ttr_edu.layers.linear
+import ttr_edu.regression  # noqa: F401
 from tests.checks.galleries import DTYPE_NAMED, accepted, ids, refused
 from ttr_edu.checks import CheckFailed
 from ttr_edu.checks import delta_rule as checks
@@ -465,3 +467,72 @@ def test_an_eigensolver_imported_inside_the_answer_is_refused():
         env={"PYTHONPATH": str(root)},
     )
     assert "called scipy.linalg.eigvalsh, which this exercise rules out" in result.stdout, result.stderr[-2000:]
+
+
+# -- "write it yourself", held by the allow-list: any other function of the package is refused by name ---------------
+
+
+def _step_by_delta_product(S, k, v, beta):  # the product of one Householder factor is the delta rule's step
+    from ttr_edu.ops.delta_product import delta_product_recurrent
+
+    one = (1, 1, 1)
+    _, S_new = delta_product_recurrent(
+        k.view(*one, -1), k.view(*one, -1), v.view(*one, -1), torch.full(one, beta, dtype=S.dtype), 1, scale=1.0,
+        initial_state=S[None, None], output_final_state=True, check_stability="ignore",
+    )  # fmt: skip
+    return S_new[0, 0]
+
+
+def _step_by_the_layer(S, k, v, beta):  # the linear layer's own step
+    from ttr_edu.layers.linear import delta_step
+
+    one = (1, 1, 1)
+    return delta_step(
+        S[None, None], k.view(*one, -1), k.view(*one, -1), v.view(*one, -1), torch.full(one, beta, dtype=S.dtype)
+    )[1][0, 0]
+
+
+def _pseudo_values_by_regression(k, v, beta):  # the test-time regression layer's online SGD, read back as u_t
+    from ttr_edu.regression import Linear, OnlineSGD, TestTimeRegression, Uniform
+
+    layer = TestTimeRegression(Uniform(), Linear(), OnlineSGD())
+    S, u = torch.zeros(k.shape[1], v.shape[1], dtype=k.dtype), []
+    for t in range(k.shape[0]):
+        _, S_new = layer(
+            k[None, t : t + 1, None], k[None, t : t + 1, None], v[None, t : t + 1, None],
+            beta=beta[None, t : t + 1, None], scale=1.0, initial_state=S[None, None], output_final_state=True,
+        )  # fmt: skip
+        u.append((S_new[0, 0] - S).T @ k[t] / (k[t] @ k[t]))
+        S = S_new[0, 0]
+    return torch.stack(u)
+
+
+def _pseudo_values_by_delta_product(k, v, beta):
+    from ttr_edu.ops.delta_product import delta_product_recurrent
+
+    S, u = torch.zeros(1, 1, k.shape[1], v.shape[1], dtype=k.dtype), []
+    for t in range(k.shape[0]):
+        _, S_new = delta_product_recurrent(
+            k[None, t : t + 1, None], k[None, t : t + 1, None], v[None, t : t + 1, None], beta[None, t : t + 1, None],
+            1, scale=1.0, initial_state=S, output_final_state=True, check_stability="ignore",
+        )  # fmt: skip
+        u.append((S_new - S)[0, 0].T @ k[t] / (k[t] @ k[t]))
+        S = S_new
+    return torch.stack(u)
+
+
+PACKAGE_BYPASSES = [
+    (checks.check_delta_rule_step, _step_by_delta_product, "ttr_edu.ops.delta_product.delta_product_recurrent"),
+    (checks.check_delta_rule_step, _step_by_the_layer, "ttr_edu.layers.linear.delta_step"),
+    (checks.check_pseudo_values, _pseudo_values_by_regression, "ttr_edu.regression"),
+    (checks.check_pseudo_values, _pseudo_values_by_delta_product, "ttr_edu.ops.delta_product.delta_product_recurrent"),
+]
+
+
+@pytest.mark.parametrize("check,answer,name", PACKAGE_BYPASSES, ids=[a.__name__ for _, a, _ in PACKAGE_BYPASSES])
+def test_another_package_implementation_is_refused_in_the_kernel_by_the_allow_list(check, answer, name):
+    """A reviewer passed 4.1 and 4.4 with package functions no list of names held (delta_product with one
+    Householder factor, the linear layer's step, the regression layer's online SGD); the kernel's check now holds the
+    answer to the exercise's allow-list, as the grading engine does: any package code not given is refused by name."""
+    with pytest.raises(CheckFailed, match=f"write this yourself; {name}.* is not given to this exercise"):
+        check(answer)

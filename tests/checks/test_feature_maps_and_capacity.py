@@ -335,3 +335,85 @@ RIGHT_VARIANTS = [
 @pytest.mark.parametrize("label,check,answer,expected", RIGHT_VARIANTS, ids=ids(RIGHT_VARIANTS))
 def test_a_right_answer_written_differently_passes(label, check, answer, expected, capsys):
     accepted(check, answer, expected, capsys)
+
+
+# -- Exercise 3.5: the variance of one FAVOR+ draw, derived ------------------------------------------------------------
+
+
+def _exp2qk(q, k):
+    return torch.exp(2 * (q * k).sum(-1))
+
+
+def favor_variance(q, k, m):  # the derivation's result, written as a student would (cosh − 1)
+    return _exp2qk(q, k) * (torch.cosh(((q + k) ** 2).sum(-1)) - 1) / m
+
+
+def favor_variance_by_moments(q, k, m):  # E[X²] − E[X]², X the contribution of one row
+    second = torch.exp(-(q**2).sum(-1) - (k**2).sum(-1)) * (1 + torch.exp(2 * ((q + k) ** 2).sum(-1))) / 2
+    return (second - _exp2qk(q, k)) / m
+
+
+#: plausible slips of the derivation: each differs from the closed form on the check's cases
+VARIANCE_SLIPS = {
+    "the two halves of a row taken as 2m independent features": lambda q, k, m: (
+        _exp2qk(q, k) * (torch.exp(((q + k) ** 2).sum(-1)) - 1) / (2 * m)
+    ),
+    "‖q‖² + ‖k‖² for ‖q + k‖² (the cross term dropped)": lambda q, k, m: (
+        _exp2qk(q, k) * (torch.cosh((q**2).sum(-1) + (k**2).sum(-1)) - 1) / m
+    ),
+    "the second moment, not the variance": lambda q, k, m: _exp2qk(q, k) * torch.cosh(((q + k) ** 2).sum(-1)) / m,
+    "1/m missing": lambda q, k, m: _exp2qk(q, k) * (torch.cosh(((q + k) ** 2).sum(-1)) - 1),
+    "1/(2m) for 1/m": lambda q, k, m: favor_variance(q, k, m) / 2,
+    "exp(q·k) for exp(2 q·k)": lambda q, k, m: favor_variance(q, k, m) * torch.exp(-(q * k).sum(-1)),
+    "cosh 2u for cosh² u": lambda q, k, m: _exp2qk(q, k) * (torch.cosh(2 * ((q + k) ** 2).sum(-1)) - 1) / m,
+    "the relative variance (not times exp(2 q·k))": lambda q, k, m: (torch.cosh(((q + k) ** 2).sum(-1)) - 1) / m,
+    "the standard deviation": lambda q, k, m: favor_variance(q, k, m).sqrt(),
+    "‖q − k‖² for ‖q + k‖²": lambda q, k, m: _exp2qk(q, k) * (torch.cosh(((q - k) ** 2).sum(-1)) - 1) / m,
+}
+
+
+def _monte_carlo_variance(q, k, m):  # an estimate over many draws: close, never exact
+    from ttr_edu.ops.feature_maps import favor_plus
+
+    g = torch.Generator().manual_seed(0)
+    draws = torch.stack(
+        [
+            (favor_plus(q, omega) * favor_plus(k, omega)).sum(-1)
+            for omega in torch.randn(400, m, q.shape[-1], generator=g, dtype=q.dtype)
+        ]
+    )
+    return draws.var(0)
+
+
+@pytest.mark.parametrize("answer", [favor_variance, favor_variance_by_moments])
+def test_the_favor_variance_check_passes_the_closed_form_written_two_ways(answer, capsys):
+    assert checks.check_favor_variance(answer) is True
+    assert "PASS" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("slip", sorted(VARIANCE_SLIPS))
+def test_the_favor_variance_check_refuses_each_slip_of_the_derivation(slip):
+    with pytest.raises(CheckFailed, match="favor_variance"):
+        checks.check_favor_variance(VARIANCE_SLIPS[slip])
+
+
+def test_the_favor_variance_check_refuses_a_monte_carlo_estimate_and_the_packages_formula():
+    with pytest.raises(CheckFailed, match="favor_variance"):
+        checks.check_favor_variance(_monte_carlo_variance)
+    from ttr_edu.ops.feature_maps import favor_plus_variance
+
+    with pytest.raises(CheckFailed, match="own implementation|write"):
+        checks.check_favor_variance(lambda q, k, m: favor_plus_variance(q, k, m))
+
+
+def test_every_slip_is_caught_by_a_case_of_one_kind_alone():
+    """No slip hides behind one case: each differs from the closed form on the float64 cases of several norms (the
+    independent ones) and is caught there, not only on the antithetic or the float32 one."""
+    from ttr_edu.checks.feature_maps_and_capacity import _variance_cases
+    from ttr_edu.ops.feature_maps import favor_plus_variance
+
+    independent = list(_variance_cases())[:4]
+    for slip, wrong in VARIANCE_SLIPS.items():
+        assert any(
+            not torch.allclose(wrong(**c), favor_plus_variance(**c), rtol=1e-6, atol=1e-12) for c in independent
+        ), slip

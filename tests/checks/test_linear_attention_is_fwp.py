@@ -675,3 +675,115 @@ def test_the_chunk_rule_measures_a_chunk_form_as_linear_at_any_chunk_size(answer
 def test_the_chunk_rule_measures_quadratic_forms_as_quadratic(answer):
     (rule,) = checks.check_chunk_linear_attention.__exercise__.rules.work
     assert _exponent(rule, answer) >= 1.75 > rule.high
+
+
+# -- Exercise 2.5: the normaliser in chunks, derived ------------------------------------------------------------------
+
+
+def _normalized_chunk(q, k, v, chunk_size, *, mask=0, z_from="before", intra="rows", eps=1e-6, restart=False):
+    """The normalised chunk form, with one slip of the derivation at a time (the defaults are right): ``mask`` the
+    diagonal offset of the chunk's own scores (−1 drops the token itself); ``z_from`` the keys the chunk reads from
+    the carried sum ("before" its own, "after" them: counted twice, "all": the whole sequence); ``intra`` the sums of
+    the masked scores ("rows", or "columns"); ``restart`` drops the earlier chunks' keys."""
+    S = torch.zeros(k.shape[1], v.shape[1], dtype=q.dtype)
+    z = torch.zeros(k.shape[1], dtype=q.dtype)
+    out = []
+    for start in range(0, q.shape[0], chunk_size):
+        qc, kc, vc = (x[start : start + chunk_size] for x in (q, k, v))
+        scores = torch.tril(qc @ kc.T, mask)
+        z_read = {"before": z, "after": z + kc.sum(0), "all": k.sum(0)}[z_from]
+        if restart:
+            S, z_read = torch.zeros_like(S), torch.zeros_like(z_read)
+        own = scores.sum(-1) if intra == "rows" else scores.sum(0)
+        out.append((qc @ S + scores @ vc) / (qc @ z_read + own + eps)[:, None])
+        S, z = S + kc.T @ vc, z + kc.sum(0)
+    return torch.cat(out)
+
+
+def _normalized_chunk_by_ones(q, k, v, chunk_size):  # the denominator is the numerator with v = 1
+    from tests.checks.test_linear_attention_is_fwp import _chunk_reference
+
+    numerator = _chunk_reference(q, k, v, chunk_size)
+    denominator = _chunk_reference(q, k, torch.ones(q.shape[0], 1, dtype=q.dtype), chunk_size)
+    return numerator / (denominator + 1e-6)
+
+
+def _normalized_chunk_all_at_once(q, k, v, chunk_size):  # every chunk at once, cumulative sums of the chunk sums
+    t, n = q.shape[0], -(-q.shape[0] // chunk_size)
+    pad = n * chunk_size - t
+    qp, kp, vp = (torch.nn.functional.pad(x, (0, 0, 0, pad)).view(n, chunk_size, -1) for x in (q, k, v))
+    states = torch.einsum("n c k, n c v -> n k v", kp, vp)
+    sums = kp.sum(1)
+    S = torch.cumsum(states, 0) - states  # the state before each chunk
+    z = torch.cumsum(sums, 0) - sums
+    scores = torch.tril(qp @ kp.transpose(1, 2))
+    numerator = torch.einsum("n c k, n k v -> n c v", qp, S) + scores @ vp
+    denominator = torch.einsum("n c k, n k -> n c", qp, z) + scores.sum(-1)
+    return (numerator / (denominator + 1e-6)[..., None]).reshape(n * chunk_size, -1)[:t]
+
+
+def _normalized_chunk_by_the_parallel_form(q, k, v, chunk_size):  # right values, one T × T matrix
+    scores = torch.tril(q @ k.T)
+    return (scores @ v) / (scores.sum(-1, keepdim=True) + 1e-6)
+
+
+def _normalized_chunk_prefix_resummed(q, k, v, chunk_size):  # the earlier keys re-summed in every chunk (T² / C)
+    out = []
+    for start in range(0, q.shape[0], chunk_size):
+        qc, kc, vc = (x[start : start + chunk_size] for x in (q, k, v))
+        S, z = k[:start].T @ v[:start], k[:start].sum(0)
+        scores = torch.tril(qc @ kc.T)
+        out.append((qc @ S + scores @ vc) / (qc @ z + scores.sum(-1) + 1e-6)[:, None])
+    return torch.cat(out)
+
+
+NORMALIZED_CHUNK_SLIPS = {
+    "the chunk's own token left out of its denominator": (dict(mask=-1), "wrong values"),
+    "the chunk's keys counted twice (z read after its own writes)": (dict(z_from="after"), "wrong values"),
+    "the z of the whole sequence": (dict(z_from="all"), "wrong values"),
+    "the masked scores' column sums": (dict(intra="columns"), "wrong values"),
+    "z and S restarted in every chunk": (dict(restart=True), "wrong values"),
+    "ε left out": (dict(eps=0.0), "wrong values"),
+}
+
+
+@pytest.mark.parametrize("slip", sorted(NORMALIZED_CHUNK_SLIPS))
+def test_the_normalised_chunk_check_refuses_each_slip_of_the_derivation(slip):
+    kwargs, words = NORMALIZED_CHUNK_SLIPS[slip]
+    with pytest.raises(CheckFailed, match="normalized_chunk_linear_attention") as failed:
+        checks.check_normalized_chunk_linear_attention(
+            lambda q, k, v, chunk_size: _normalized_chunk(q, k, v, chunk_size, **kwargs)
+        )
+    assert "differ" in str(failed.value) or "wrong" in str(failed.value) or "expected" in str(failed.value), str(
+        failed.value
+    )
+
+
+@pytest.mark.parametrize(
+    "wrong,words",
+    [
+        (_normalized_chunk_by_the_parallel_form, "tensor"),
+        (_normalized_chunk_prefix_resummed, "work"),
+    ],
+)
+def test_the_normalised_chunk_check_refuses_right_values_without_the_chunk_form(wrong, words):
+    with pytest.raises(CheckFailed, match=words):
+        checks.check_normalized_chunk_linear_attention(wrong)
+
+
+@pytest.mark.parametrize("right", [_normalized_chunk, _normalized_chunk_by_ones, _normalized_chunk_all_at_once])
+def test_the_normalised_chunk_check_passes_the_derivation_written_three_ways(right, capsys):
+    assert checks.check_normalized_chunk_linear_attention(right) is True
+    assert "PASS" in capsys.readouterr().out
+
+
+def test_the_normalised_chunk_check_refuses_the_packages_normalised_op():
+    from ttr_edu.ops import linear_attention_chunk
+
+    def through_the_package(q, k, v, chunk_size):
+        return linear_attention_chunk(
+            q[None, :, None], k[None, :, None], v[None, :, None], scale=1.0, normalize=True, chunk_size=chunk_size
+        )[0][0, :, 0]
+
+    with pytest.raises(CheckFailed, match="own implementation"):
+        checks.check_normalized_chunk_linear_attention(through_the_package)

@@ -8,6 +8,8 @@ import math
 import pytest
 import torch
 
+import ttr_edu.ops.delta_product
+import ttr_edu.regression.linear  # noqa: F401
 from tests.checks.galleries import DTYPE_NAMED, accepted, ids, refused
 from ttr_edu.checks import CheckFailed
 from ttr_edu.checks import test_time_regression_parametric as checks
@@ -616,3 +618,71 @@ def test_the_rls_cost_rules_measure_a_recursion_as_linear_in_t_and_quadratic_in_
 def test_the_rls_cost_rules_measure_what_a_step_that_is_no_rank_one_update_costs(answer, rule, low):
     rule = checks.check_rls_memory.__exercise__.rules.work[rule]
     assert rule.high < low <= _work_exponent(rule, answer) <= 3.0
+
+
+# -- "write it yourself", held by the allow-list: any other function of the package is refused by name ---------------
+
+
+def _ridge_by_the_packages_cg(q, k, v, ridge):  # the package's conjugate gradient, per prefix
+    from ttr_edu.regression.linear import conjugate_gradient
+
+    out = []
+    for t in range(k.shape[0]):
+        K, V = k[: t + 1], v[: t + 1]
+        S = conjugate_gradient(K.T @ K + ridge * torch.eye(k.shape[1], dtype=k.dtype), K.T @ V, steps=50)
+        out.append(S.T @ q[t])
+    return torch.stack(out)
+
+
+def _decay_weights_by_gla(g):  # gated linear attention with q = 1, k = v = I reads the decay weights off its output
+    from ttr_edu import ops
+
+    T = g.shape[0]
+    eye = torch.eye(T, dtype=g.dtype)[None, :, None]
+    o, _ = ops.gated_linear_attention_recurrent(torch.ones(1, T, 1, T, dtype=g.dtype), eye, eye, g[None, :, None],
+                                                scale=1.0)  # fmt: skip
+    return o[0, :, 0]
+
+
+def _sweep_by_delta_product(k, beta):  # the delta rule from S_0 = I with v = 0 multiplies the sweep's factors
+    from ttr_edu.ops.delta_product import delta_product_recurrent
+
+    D, T = k.shape[1], k.shape[0]
+    _, S = delta_product_recurrent(
+        k[None, :, None], k[None, :, None], torch.zeros(1, T, 1, D, dtype=k.dtype), beta[None, :, None], 1,
+        scale=1.0, initial_state=torch.eye(D, dtype=k.dtype)[None, None], output_final_state=True,
+        check_stability="ignore",
+    )  # fmt: skip
+    return S[0, 0]
+
+
+def _rls_by_the_packages_cg(k, v, ridge, initial_state=None):  # every prefix's solution by the package's CG
+    from ttr_edu.regression.linear import conjugate_gradient
+
+    D = k.shape[1]
+    if initial_state is None:
+        A0, B0 = ridge * torch.eye(D, dtype=k.dtype), torch.zeros(D, v.shape[1], dtype=k.dtype)
+    else:
+        S0, P0 = initial_state
+        A0 = conjugate_gradient(P0, torch.eye(D, dtype=k.dtype), steps=3 * D)
+        B0 = A0 @ S0
+    return torch.stack(
+        [conjugate_gradient(A0 + k[:t].T @ k[:t], B0 + k[:t].T @ v[:t], steps=3 * D) for t in range(1, len(k) + 1)]
+    )
+
+
+PACKAGE_BYPASSES = [
+    (checks.check_ridge_readout, _ridge_by_the_packages_cg, "ttr_edu.regression.linear.conjugate_gradient"),
+    (checks.check_decay_weights, _decay_weights_by_gla, "ttr_edu.ops.gated_linear_attention"),
+    (checks.check_sweep_operator, _sweep_by_delta_product, "ttr_edu.ops.delta_product.delta_product_recurrent"),
+    (checks.check_rls_memory, _rls_by_the_packages_cg, "ttr_edu.regression.linear.conjugate_gradient"),
+]
+
+
+@pytest.mark.parametrize("check,answer,name", PACKAGE_BYPASSES, ids=[a.__name__ for _, a, _ in PACKAGE_BYPASSES])
+def test_another_package_implementation_is_refused_in_the_kernel_by_the_allow_list(check, answer, name):
+    """A reviewer passed 6.1–6.4 with package functions no list of names held (its conjugate gradient, gated linear
+    attention, delta_product with one factor); the kernel's check now holds the answer to the exercise's allow-list,
+    as the grading engine does: any package code not given is refused by name."""
+    with pytest.raises(CheckFailed, match=f"write this yourself; {name}.* is not given to this exercise"):
+        check(answer)

@@ -288,6 +288,7 @@ op("dpfp", dict(x=ANY_X, nu=Int(1, hi=lambda s: 2 * s["D_k"] - 1)), empty=())
 op("sum_norm", dict(x=ANY_X, eps=Num(1e-6, lo=0.0, tiny="either")), empty=())
 op("l2_norm", dict(x=ANY_X, eps=Num(1e-12, lo=0.0, lo_open=True)), empty=())
 op("favor_plus", dict(x=ANY_X, projection=F(("M", "D_k"))), empty=(), sizes={"M": (1, 4)})
+op("favor_plus_variance", dict(q=ANY_X, k=ANY_X, m=Int("M", huge="valid")), empty=(), sizes={"M": (1, 4)})
 op(
     "orthogonal_random_features",
     dict(

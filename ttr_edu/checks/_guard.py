@@ -404,7 +404,10 @@ class _Trace:
                     filename = code.co_filename
                     if filename.startswith(package) and not filename.startswith(harness):
                         if code.co_name not in _KEPT_METHODS:
-                            message = _not_given(code, frame)
+                            # a decorator's wrapper around a function the rules name: the rule's own message
+                            wrapped = _wrapped_of(code, frame)
+                            message = self.codes.get(code_of(wrapped)) if wrapped is not None else None
+                            message = message or _not_given(code, frame)
                 if message is not None:
                     self._found(message)
             elif event == "c_call":
@@ -625,7 +628,31 @@ def _codes(code: types.CodeType) -> Iterator[types.CodeType]:
             yield from _codes(const)
 
 
-def given_only(given: Iterable[Any]) -> Forbidden:
+def machinery() -> list[Any]:
+    """What of the package runs around an answer besides what its exercise gives: the harness's machinery (its
+    functions and classes, not its tables: its snapshot holds the whole package; e.g. the counters of
+    :mod:`ttr_edu.profiling` that count an answer's operations), the package's import hooks (its finder of moved
+    modules) and a package module's ``__getattr__``/``__dir__`` (PEP 562), which the interpreter calls on its own.
+    Kept by the allow-list wherever it is held, by emptying (:func:`lock_down`) or by the call trace
+    (:func:`given_only` with ``with_machinery``)."""
+    kept: list[Any] = [
+        v
+        for m in _MACHINERY
+        if m in sys.modules
+        for v in vars(sys.modules[m]).values()
+        if isinstance(v, (types.FunctionType, type))
+    ]
+    kept += [type(hook) for hook in [*sys.meta_path, *sys.path_hooks]]
+    kept += [
+        vars(m).get(name)
+        for key, m in list(sys.modules.items())
+        if key.startswith("ttr_edu") and isinstance(m, types.ModuleType)
+        for name in ("__getattr__", "__dir__")
+    ]
+    return kept
+
+
+def given_only(given: Iterable[Any], *, with_machinery: bool = False) -> Forbidden:
     """The allow-list of ``given`` (the package's functions and classes an exercise hands the student), as a call
     trace holds an answer to it (:func:`watching`): the code of what the given functions and classes use
     (:func:`reachable`, their inner functions and comprehensions included) may run; any other code of the package,
@@ -635,6 +662,10 @@ def given_only(given: Iterable[Any]) -> Forbidden:
     the package cannot be emptied for the whole process, so only the answer's calls are held to the list. Code the
     answer's process loads later (a module imported inside the answer) is refused too: nothing of it is given.
 
+    ``with_machinery``: keep what :func:`machinery` keeps as well, so that the trace allows what the engine's child
+    keeps after :func:`lock_down` has emptied the rest: the check in the student's kernel holds every declared
+    exercise's answer to this list (:func:`ttr_edu.checks._rules.run_in_kernel`), and both give one verdict.
+
     Raises:
         TypeError: something in ``given`` that is neither a function nor a class.
     """
@@ -643,21 +674,27 @@ def given_only(given: Iterable[Any]) -> Forbidden:
         if not (isinstance(value, type) or callable(value)):
             raise TypeError(f"given_only: given expects functions and classes, got {type(value).__name__}")
     functions: list[types.FunctionType] = []
-    reachable(given, functions)
+    reachable([*given, *(machinery() if with_machinery else ())], functions)
     return Forbidden(allowed=frozenset(c for f in functions for c in _codes(f.__code__)))
+
+
+def _wrapped_of(code: types.CodeType, frame: types.FrameType | None) -> types.FunctionType | None:
+    """The package's function that a decorator's wrapper (a closure, running as ``code`` in ``frame``) wraps, or
+    None."""
+    if frame is None or not code.co_freevars:
+        return None
+    try:
+        held = [frame.f_locals.get(name) for name in code.co_freevars]
+    except Exception:  # a frame that cannot show its variables
+        return None
+    return next((f for f in held if type(f) is types.FunctionType and _package_code(f)), None)
 
 
 def _not_given(code: types.CodeType, frame: types.FrameType | None = None) -> str:
     """The allow-list's message for a code object of the package starting to run (in ``frame``): the function it
     belongs to, by module and name; for a decorator's wrapper (a closure over the package's function it wraps, as
     ``ttr_edu.ops``' ``varlen`` is), the wrapped function's name, which is what the answer called."""
-    wrapped = None
-    if frame is not None and code.co_freevars:
-        try:
-            held = [frame.f_locals.get(name) for name in code.co_freevars]
-        except Exception:  # a frame that cannot show its variables: name the code itself
-            held = []
-        wrapped = next((f for f in held if type(f) is types.FunctionType and _package_code(f)), None)
+    wrapped = _wrapped_of(code, frame)
     if wrapped is not None:
         return (
             f"the exercise asks you to write this yourself; {wrapped.__module__}.{wrapped.__qualname__} is not given "
@@ -867,22 +904,7 @@ def lock_down(
     if stuck:
         raise RuntimeError("the grader could not remove what the rules forbid (held by " + ", ".join(stuck) + ")")
     if given is not None:
-        machinery = [  # the harness's functions and classes (not its tables: its snapshot holds the whole package)
-            v
-            for m in _MACHINERY
-            if m in sys.modules
-            for v in vars(sys.modules[m]).values()
-            if isinstance(v, (types.FunctionType, type))
-        ]
-        # what the interpreter calls on its own: the package's import hooks (its finder of moved modules)
-        machinery += [type(hook) for hook in [*sys.meta_path, *sys.path_hooks]]
-        machinery += [  # and a package module's ``__getattr__`` (PEP 562), asked for any name a module lacks
-            vars(m).get(name)
-            for key, m in list(sys.modules.items())
-            if key.startswith("ttr_edu") and isinstance(m, types.ModuleType)
-            for name in ("__getattr__", "__dir__")
-        ]
-        allowed = reachable([*given, *machinery])
+        allowed = reachable([*given, *machinery()])
         _empty_the_rest(package_functions() if package is None else package, allowed, end)
     loaded = set(sys.modules)
     readable = tuple(  # folders an answer may list: its scratch folder and the import path (imports list them)

@@ -858,7 +858,10 @@ def run_in_kernel(
     """The check of ``declared`` in this process (the student's kernel): prints ``PASS`` and returns True, or prints
     "not attempted yet" and returns False (raising instead under the autograder), or raises :class:`CheckFailed`.
     ``bad`` replaces what the declaration forbids (the older checks name code objects themselves); ``then`` is a last
-    test once every case agrees.
+    test once every case agrees. Without ``bad`` the answer is held, by the call trace, to the exercise's allow-list
+    too (:attr:`Exercise.given` and the harness's machinery, :func:`~ttr_edu.checks._guard.given_only`): any other
+    code of the package (``ttr_edu.ops``, ``layers``, ``regression``, ``kernels``, ...) that starts running while the
+    answer runs is refused by name, as the grading engine refuses it by emptying it.
 
     Raises:
         ValueError: the exercise has no cases (a check with no case could not fail).
@@ -866,7 +869,10 @@ def run_in_kernel(
     name = declared.name
     if not callable(answer):
         raise CheckFailed(f"{name}: expected your function, got {type(answer).__name__}")
-    declared_bad, bad = bad is None, declared.forbidden() if bad is None else bad
+    declared_bad = bad is None
+    if bad is None:  # the declaration's rules, and its allow-list as the grading engine holds it (given, machinery)
+        given = given_only(declared.given, with_machinery=True)
+        bad = declared.forbidden() | given
     loaded = _solver_modules()
     n_cases, notes, found = 0, [], []
     try:
@@ -875,7 +881,7 @@ def run_in_kernel(
             if declared_bad and declared.rules.no_solvers and _solver_modules() != loaded:
                 # the answer imported numpy's or scipy's linear algebra itself, after its solvers were resolved:
                 # resolve them again and run the case again, now that they are known
-                loaded, bad = _solver_modules(), declared.forbidden()
+                loaded, bad = _solver_modules(), declared.forbidden() | given
                 outcome = answer_outcome(declared, answer, case, index, guard=functools.partial(watching, bad))
             notes.append(judge_case(declared, case, index, outcome))
             found.append(outcome.source)

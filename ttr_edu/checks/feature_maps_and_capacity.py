@@ -17,9 +17,9 @@ from ttr_edu.checks._core import _is_plain_tensor
 from ttr_edu.checks._rules import Rules, exercise
 from ttr_edu.models.retrieval import retrieval_loss, sum_rule_retrieve
 from ttr_edu.ops import linear_attention_chunk, linear_attention_parallel, linear_attention_recurrent
-from ttr_edu.ops.feature_maps import dpfp, favor_plus, orthogonal_random_features
+from ttr_edu.ops.feature_maps import dpfp, favor_plus, favor_plus_variance, orthogonal_random_features
 
-__all__ = ["check_dpfp", "check_favor_plus", "check_retrieval_loss", "check_sum_rule_retrieve"]
+__all__ = ["check_dpfp", "check_favor_plus", "check_favor_variance", "check_retrieval_loss", "check_sum_rule_retrieve"]
 
 
 def _dpfp_cases() -> Iterator[dict]:
@@ -39,6 +39,28 @@ def _favor_cases() -> Iterator[dict]:
         x = 0.5 * torch.randn(n, d, generator=g, dtype=torch.float64)
         projection = orthogonal_random_features(m, d, generator=g, dtype=torch.float64)
         yield {"x": x.to(dtype), "projection": projection.to(dtype)}
+
+
+def _variance_cases() -> Iterator[dict]:
+    """Pairs as wide as the text: several norms (‖q + k‖² from about 0.01 to 5), keys correlated with their queries
+    (k = q + noise, where the cross term 2 q·k dominates ‖q + k‖²), the antithetic pair k = −q (variance exactly 0),
+    leading axes, m from 1 to 64 (D_k smaller and larger than m), and float32."""
+    for i, (shape, scale, m, how) in enumerate(
+        [((1, 2), 0.5, 1, "independent"), ((5, 4), 0.05, 3, "independent"), ((6, 16), 0.3, 16, "independent"),
+         ((3, 4, 8), 0.2, 64, "independent"), ((7, 6), 0.4, 5, "correlated"), ((4, 5), 0.6, 2, "opposite"),
+         ((2, 3), 1.0, 7, "correlated")]
+    ):  # fmt: skip
+        g = torch.Generator().manual_seed(250 + i)
+        q = scale * torch.randn(*shape, generator=g, dtype=torch.float64)
+        k = scale * torch.randn(*shape, generator=g, dtype=torch.float64)
+        if how == "correlated":
+            k = q + 0.3 * k
+        elif how == "opposite":
+            k = torch.cat([-q[:2], k[2:]])  # two antithetic pairs beside two independent ones
+        yield {"q": q, "k": k, "m": m}
+    g = torch.Generator().manual_seed(270)
+    q, k = 0.4 * torch.randn(2, 6, 8, generator=g)  # float32
+    yield {"q": q, "k": q + 0.5 * k, "m": 4}
 
 
 def _loss_cases() -> Iterator[dict]:
@@ -93,6 +115,21 @@ def check_retrieval_loss(student_loss: Callable) -> bool:
     """Check ``retrieval_loss(y, target) = mean_b ½‖y_b − onehot(target_b)‖²``, the one-hot as wide as ``y``, and its
     gradient with respect to ``y`` (the chapter trains with it: a loss on ``y.detach()`` has the right value and no
     gradient)."""
+
+
+@exercise(
+    reference=favor_plus_variance,
+    cases=_variance_cases,
+    rules=Rules(why="derive the variance by hand and return the closed form; a Monte Carlo estimate is not exact"),
+    rtol=1e-9,
+    atol=1e-12,
+)
+def check_favor_variance(favor_variance: Callable) -> bool:
+    """Check ``favor_variance(q, k, m)``: the variance, over ``m`` i.i.d. ``N(0, I)`` rows of Ω, of the FAVOR+ estimate
+    ``φ(q)·φ(k)``, ``exp(2 q·k)(cosh ‖q + k‖² − 1)/m``, on pairs of several norms, correlated and antithetic
+    (``k = −q``, variance 0) pairs, leading axes and float32. The plausible slips of the derivation (the two halves of
+    a row taken as independent, ``‖q‖² + ‖k‖²`` for ``‖q + k‖²``, the second moment for the variance, a missing or
+    doubled ``1/m``, ``exp(q·k)`` for ``exp(2 q·k)``, the standard deviation) all differ from it on these cases."""
 
 
 def _sum_rule_case(b: int, t: int, d_dot: int, d_v: int, g: torch.Generator, *, scale=1.0, shared=0.0, dtype=None):

@@ -34,6 +34,7 @@ __all__ = [
     "check_causal_linear_attention",
     "check_normalized_linear_attention",
     "check_chunk_linear_attention",
+    "check_normalized_chunk_linear_attention",
 ]
 
 SHAPES = [(1, 3, 2), (5, 4, 3), (9, 6, 7), (16, 8, 5)]  # (T, D_k, D_v)
@@ -320,3 +321,76 @@ def check_chunk_linear_attention(chunk_linear_attention: Callable) -> bool:
 
     Such answers are refused with a message that says which rule they break.
     """
+
+
+# -- Exercise 2.5: the normaliser in chunks (derived) -----------------------------------------------------------------
+
+
+def _reference_normalized_chunk(q, k, v, chunk_size):
+    """``o_t = S_tᵀ q_t / (z_tᵀ q_t + 1e-6)``, whatever the chunk size: the package's normalised form on one head."""
+    return _reference_normalized(q, k, v)
+
+
+def _normalized_chunk_cases() -> Iterator[dict]:
+    """Positive features of several norms (scaled by 1e-3 to 30: at 1e-3 the denominator is far below ε, so ε's
+    place matters), correlated keys, the chunk sizes of 2.3 (a short last chunk, C = 1, C ≥ T), and float32."""
+    for i, (t, d_k, d_v, c, scale) in enumerate(
+        [(8, 3, 2, 4, 1.0), (10, 4, 3, 4, 30.0), (5, 3, 4, 1, 1.0), (6, 2, 3, 16, 0.3), (33, 6, 5, 8, 1.0),
+         (9, 3, 2, 4, 1e-3)]
+    ):  # fmt: skip
+        case = _sequence(t, d_k, d_v, torch.Generator().manual_seed(500 + i), positive=True)
+        yield {**case, "q": scale * case["q"], "k": scale * case["k"], "chunk_size": c}
+    yield {**_sequence(20, 5, 4, torch.Generator().manual_seed(510), positive=True, correlated=True), "chunk_size": 6}
+    yield {**_sequence(19, 4, 6, torch.Generator().manual_seed(511), positive=True, dtype=torch.float32),
+           "chunk_size": 4}  # fmt: skip
+
+
+def _positive_chunk_at_size(chunk_size: int) -> dict:
+    t = 16 * chunk_size
+    return {
+        **_sequence(t, 4, 3, torch.Generator().manual_seed(550 + chunk_size), positive=True),
+        "chunk_size": chunk_size,
+    }
+
+
+def _positive_chunk_at_length(t: int) -> dict:
+    return {**_sequence(t, 16, 16, torch.Generator().manual_seed(t), positive=True), "chunk_size": 8}
+
+
+@exercise(
+    reference=_reference_normalized_chunk,
+    cases=_normalized_chunk_cases,
+    rules=Rules(
+        answers=LINEAR_ATTENTION,
+        op_count=OpCount(
+            _positive_chunk_at_size,
+            sizes=(2, 16),
+            high=0.5,
+            size_name="chunk_size",
+            expect="With the number of chunks fixed (T = 16 C here), a chunk form runs as many operations at every "
+            "chunk size; a loop over single tokens runs some for each token, C times more at the larger C.",
+        ),
+        work=(
+            WorkCount(
+                _positive_chunk_at_length,
+                sizes=(128, 512),
+                high=_COST_HIGH,
+                expect="A chunk form does the same work for every chunk, whatever its position: its work grows like T, "
+                "the normaliser's as well as the numerator's.",
+            ),
+        ),
+        watch=_chunk_sizes,
+        why="split the normaliser as 2.3 splits the numerator: what the earlier chunks' keys give, carried from chunk "
+        "to chunk, plus what the chunk's own keys up to t give; no T × T matrix, no re-summing of the prefix",
+    ),
+    given=(elu_plus_one,),  # the operation-count and work cases are built with it where the answer runs
+)
+def check_normalized_chunk_linear_attention(normalized_chunk_linear_attention: Callable) -> bool:
+    """Check ``normalized_chunk_linear_attention(q, k, v, chunk_size)``: ``o_t = S_tᵀ q_t / (z_tᵀ q_t + 1e-6)`` in
+    the chunk form, on positive features of several norms (at the smallest the denominator is far below ``ε``),
+    correlated keys, a short last chunk, ``C = 1``, ``C ≥ T`` and float32, held to the chunk form's rules of 2.3
+    (operations at two chunk sizes, no tensor larger than the chunks' own, work linear in ``T``).
+
+    The derivation's slips fail on values: the chunk's own token left out of its denominator (a strict mask), the
+    chunk's keys counted twice (its ``z`` read after its own writes), the column sums of the masked scores instead of
+    their row sums, a ``z`` restarted in every chunk, the ``z`` of the whole sequence, and ``ε`` left out."""

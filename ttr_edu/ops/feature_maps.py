@@ -43,6 +43,7 @@ __all__ = [
     "identity_feature_map",
     "dpfp",
     "favor_plus",
+    "favor_plus_variance",
     "orthogonal_random_features",
     "FavorPlus",
     "sum_norm",
@@ -176,6 +177,39 @@ def favor_plus(x: torch.Tensor, projection: torch.Tensor) -> torch.Tensor:
     half_sq_norm = 0.5 * x.pow(2).sum(-1, keepdim=True)
     # exp(±Ωx − ‖x‖²/2) in one exponent: the two factors alone overflow for large ‖x‖.
     return torch.cat([torch.exp(wx - half_sq_norm), torch.exp(-wx - half_sq_norm)], dim=-1) / math.sqrt(2 * m)
+
+
+@guarded
+def favor_plus_variance(q: torch.Tensor, k: torch.Tensor, m: int) -> torch.Tensor:
+    """The variance of the FAVOR+ estimate ``φ(q)·φ(k)`` of ``exp(q·k)`` over ``m`` independent ``N(0, I)`` rows of Ω.
+
+    Each row ``ω`` contributes ``exp(−(‖q‖² + ‖k‖²)/2) cosh(ωᵀ(q + k))`` and the estimate is their mean; with
+    ``E[exp(ωᵀz)] = exp(‖z‖²/2)`` and ``cosh² u = (1 + cosh 2u)/2`` this gives
+
+        ``Var = exp(2 q·k) (cosh(‖q + k‖²) − 1) / m = 2 exp(2 q·k) sinh²(‖q + k‖²/2) / m``
+
+    (written with ``sinh²``, which loses no digits where ``‖q + k‖²`` is small). It is 0 at ``k = −q``, where the
+    pair ``exp(±ωᵀz)`` cancels the noise exactly. Orthogonal rows (:func:`orthogonal_random_features`) are not
+    independent and draw less noisy estimates (Choromanski et al. 2021, §4); this is the i.i.d. baseline.
+
+    Args:
+        q, k: ``(..., D_k)`` floating tensors of one shape and dtype.
+        m: the number of rows of Ω, a positive int (``d_dot = 2m``).
+    Returns:
+        ``(...)``, the dtype of ``q``.
+    Raises:
+        TypeError: non-floating tensors, different dtypes, or ``m`` not an int. ValueError: ``q`` and ``k`` of
+            different shapes, or ``m`` < 1.
+    """
+    check_tensor("q", q)
+    check_tensor("k", k)
+    check_positive_int("m", m)
+    if k.shape != q.shape:
+        raise ValueError(f"k: expected the shape of q, (..., D_k) = {tuple(q.shape)}, got {tuple(k.shape)}")
+    if k.dtype != q.dtype:
+        raise TypeError(f"k: expected the dtype of q ({q.dtype}), got {k.dtype}")
+    half = 0.5 * (q + k).pow(2).sum(-1)
+    return 2.0 * torch.exp(2.0 * (q * k).sum(-1)) * torch.sinh(half).pow(2) / m
 
 
 class FavorPlus(torch.nn.Module):
