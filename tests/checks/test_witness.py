@@ -136,3 +136,34 @@ def test_the_witness_passes_plain_work_and_names_unseen_work():
         with DISABLE_TORCH_DISPATCH():
             x @ x
     assert unseen.hit is not None and "mm" in unseen.hit
+
+
+def test_building_a_tensor_from_numbers_and_printing_one_are_no_escape():
+    """``torch.tensor(data)`` runs a ``detach_`` below the modes (torch builds the tensor with the Python key
+    excluded), and printing a tensor takes the modes off around its formatting: neither is work hidden from the check.
+    An answer that does either is not refused for it; printing's reads then pass the check's modes."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from ttr_edu.checks._witness import Witness
+
+    seen: list[str] = []
+
+    class Counter(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            seen.append(str(func))
+            return func(*args, **(kwargs or {}))
+
+    x = torch.randn(3, 3)
+    for answer in (
+        lambda: torch.tensor([[1.0, 2.0], [3.0, 4.0]]) @ x[:2, :2],
+        lambda: torch.tensor(x.tolist()) + 1,
+        lambda: (repr(x), x + 1)[1],
+        lambda: (f"{x}", x * 2)[1],
+    ):
+        seen.clear()
+        with Counter():
+            witness = Witness()
+            with witness:
+                answer()
+        assert witness.hit is None, witness.hit
+        assert seen  # the counter below saw the answer's operations
