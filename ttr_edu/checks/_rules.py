@@ -69,6 +69,7 @@ __all__ = [
     "reseeded",
     "fresh_case",
     "has_fresh",
+    "rule_case",
 ]
 
 
@@ -627,6 +628,15 @@ def fresh_case(declared: Exercise, secret: int, public: list[dict] | None = None
         return None
     index = differ[_mixed(secret, -1) % len(differ)]
     return index, drawn[index]
+
+
+def rule_case(rule: OpCount | WorkCount, size: int, secret: int) -> dict:
+    """The inputs of a counted rule (:class:`OpCount`, :class:`WorkCount`) at ``size`` that no one has seen: the rule's
+    own ``case(size)`` run under :func:`reseeded` (``secret``), so the shapes (the sizes the growth exponent needs) are
+    the rule's and only the random draws are new. The grader draws ``secret`` after the answers' process is forked
+    and rebuilds the same inputs from it; a table of the public ``case(size)``'s answers then holds nothing."""
+    with reseeded(secret):
+        return rule.case(size)
 
 
 def has_fresh(declared: Exercise) -> bool:
