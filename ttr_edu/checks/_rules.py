@@ -981,6 +981,7 @@ class Staged:
     judge: Callable[[dict, Callable[[str], None]], None]
     forbidden: Callable[[], Forbidden]
     given: tuple[Any, ...] = ()
+    empties: bool = False
 
     def held_to(self) -> Forbidden:
         """What each of the answer's calls is held to, in the student's kernel and in the engine's child alike:
@@ -1004,6 +1005,7 @@ def staged(
     judge: Callable[[dict, Callable[[str], None]], None],
     forbidden: Callable[[], Forbidden],
     given: Iterable[Any] = (),
+    empties: bool = False,
 ) -> Callable[[Callable], Callable[..., bool]]:
     """Declare the :class:`Staged` exercise checked by the decorated ``check_<name>`` function (its signature gives the
     arguments and their defaults; its docstring says what it checks): the function becomes its check in the student's
@@ -1021,7 +1023,9 @@ def staged(
             raise TypeError(f"staged: given expects functions and classes, got {type(value).__name__}")
 
     def wrap(fn: Callable) -> Callable[..., bool]:
-        declared = Staged(fn.__name__.removeprefix("check_"), inspect.signature(fn), collect, judge, forbidden, given)
+        declared = Staged(
+            fn.__name__.removeprefix("check_"), inspect.signature(fn), collect, judge, forbidden, given, empties
+        )
 
         @functools.wraps(fn)
         def check(*args: Any, **kwargs: Any) -> bool:

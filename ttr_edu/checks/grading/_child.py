@@ -194,7 +194,7 @@ def _child(
     # answer's calls instead, Staged.held_to), the package's functions none of them gives are emptied (a check of the
     # older kind calls its reference here, so none is applied where one stands)
     given = None
-    if declared and all(e is not None and not isinstance(e, _rules.Staged) for e in declared.values()):
+    if declared and all(e is not None and getattr(e, "empties", True) for e in declared.values()):
         given = [value for exercise in declared.values() for value in exercise.given]
     lock_down(bad, end=end, scratch=scratch, code_dirs=package_dirs(), given=given, package=job.get("_package"))
     traced = not bad  # nothing removed: the lock-down leaves a call trace to a staged check
