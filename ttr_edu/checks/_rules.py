@@ -971,7 +971,9 @@ class Staged:
     child too: such a check adds nothing to the child's lock-down). ``given``: the package's functions and classes the
     chapter hands the student for this exercise, as :attr:`Exercise.given`; every other function of the package is
     refused while the answer runs (:meth:`held_to`), by the same call trace: ``collect`` itself runs the package's
-    objects beside the answer, so nothing can be emptied for the whole process. Whatever ``collect`` reports is
+    objects beside the answer, so nothing can be emptied for the whole process, unless ``empties``: ``collect`` needs
+    nothing of the package but ``given`` (13.1: the point travels as data), so the engine's child empties every other
+    function before the student's cells run, as for an :class:`Exercise`. Whatever ``collect`` reports is
     untrusted: the verdict is the judge's, on the grader's own cases; only what ``collect`` reads off the answer's
     objects (a spec's registration, a norm's weight) rests on the answer's process."""
 

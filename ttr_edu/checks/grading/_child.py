@@ -189,10 +189,10 @@ def _child(
     for exercise in declared.values():
         if exercise is not None and not isinstance(exercise, _rules.Staged):  # a staged check traces its own calls
             bad = bad | exercise.forbidden(solver_modules=list(_SOLVER_MODULES))
-    # the allow-list: where every exercise of this cell is declared (and none is staged: chapter 13's capstone builds
+    # the allow-list: where every exercise of this cell is declared (a staged one only if it `empties`: 13.2 builds
     # the package's objects beside the answer here, so its allow-list is held by the call trace around each of the
-    # answer's calls instead, Staged.held_to), the package's functions none of them gives are emptied (a check of the
-    # older kind calls its reference here, so none is applied where one stands)
+    # answer's calls instead, Staged.held_to), the package's functions none of them gives are emptied before the
+    # student's cells run (a check of the older kind calls its reference here, so none is applied where one stands)
     given = None
     if declared and all(e is not None and getattr(e, "empties", True) for e in declared.values()):
         given = [value for exercise in declared.values() for value in exercise.given]
