@@ -301,8 +301,9 @@ def test_each_submission_scores_what_it_earns(name):
             assert refused in by_id[gid].detail, verdicts
     if name.startswith("13.1 by the framework with the trace switched off"):
         assert "does not let an answer switch the check's call trace" in by_id["test_check_my_step"].detail, verdicts
-    if name.startswith("13.1 by the framework in a thread started untraced"):
-        assert "switched off the call trace of the threads it starts" in by_id["test_check_my_step"].detail, verdicts
+    if name.startswith("13.1 by the framework in a thread started untraced") or "tables emptied" in name:
+        # 13.1's process empties the framework: the thread (or the disarmed trace) reaches an emptied function
+        assert "is not given to this exercise" in by_id["test_check_my_step"].detail, verdicts
     if name.startswith("13.1 by the framework in a thread the cell"):
         assert "your cells left a Python thread running" in by_id["test_check_my_step"].detail, verdicts
     if name.startswith("gated DeltaNet's op"):
