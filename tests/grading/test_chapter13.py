@@ -215,6 +215,25 @@ UNTRACED_THREAD_STEP = TRACE_OFF_STEP.replace(
 )
 assert UNTRACED_THREAD_STEP != TRACE_OFF_STEP
 
+#: a37d's A1: the call trace read with sys.getprofile() (no audit event) and its tables emptied, then the framework's
+#: own point_outputs; it scored 13.1's 2 points while the allow-list rested on the trace. The answers' process of 13.1
+#: now empties the framework (every function not given) before the student's cells run, as for chapters 01-12.
+TRACE_EMPTIED_STEP = """MY_POINT = checks.SUGGESTED
+import sys
+
+def initial_state(d_k, d_v):
+    return []
+
+def my_step(state, q, k, v, beta, g):
+    t = sys.getprofile()
+    if t is not None and hasattr(t, "codes"):
+        t.codes = {}
+        t.allowed = None
+    state = state + [(q, k, v, beta, g)]
+    Q, K, V, B, G = (torch.stack([s[i] for s in state]) for i in range(5))
+    return checks.point_outputs(MY_POINT, Q, K, V, B, G)[-1], state
+"""
+
 SUBMISSIONS = {  # name: (answers by grade id, points)
     "solved": ({STEP: _solution(STEP), MIXER: _solution(MIXER)}, 5),
     "unsolved": ({}, 0),
@@ -233,6 +252,7 @@ SUBMISSIONS = {  # name: (answers by grade id, points)
     "13.1 by the framework in a thread the cell started": ({STEP: THREAD_STEP}, 0),
     "13.1 by the framework with the trace switched off": ({STEP: TRACE_OFF_STEP}, 0),
     "13.1 by the framework in a thread started untraced": ({STEP: UNTRACED_THREAD_STEP}, 0),
+    "13.1 by the framework with the trace's tables emptied (a37d)": ({STEP: TRACE_EMPTIED_STEP}, 0),
     "the stubs, with the checks replaced by ones that pass in the answers' process": (
         {STEP: FORGED_STEP, MIXER: FORGED_MIXER},
         0,
@@ -281,8 +301,9 @@ def test_each_submission_scores_what_it_earns(name):
             assert refused in by_id[gid].detail, verdicts
     if name.startswith("13.1 by the framework with the trace switched off"):
         assert "does not let an answer switch the check's call trace" in by_id["test_check_my_step"].detail, verdicts
-    if name.startswith("13.1 by the framework in a thread started untraced"):
-        assert "switched off the call trace of the threads it starts" in by_id["test_check_my_step"].detail, verdicts
+    if name.startswith("13.1 by the framework in a thread started untraced") or "tables emptied" in name:
+        # 13.1's process empties the framework: the thread (or the disarmed trace) reaches an emptied function
+        assert "is not given to this exercise" in by_id["test_check_my_step"].detail, verdicts
     if name.startswith("13.1 by the framework in a thread the cell"):
         assert "your cells left a Python thread running" in by_id["test_check_my_step"].detail, verdicts
     if name.startswith("gated DeltaNet's op"):

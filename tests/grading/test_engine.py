@@ -176,21 +176,24 @@ def test_hidden_tests_of_the_source_count():
     assert "a hidden tests' verdict before the hidden tests were sent" in report.verdicts[0].detail
 
 
-def _serve(tmp_path, answer_cell: str, check_name: str = "check_prefix_sum"):
-    """One graded cell of a small exercise of tests/checks/test_rules.py (the linear-cost one by default) through the
-    fork server (no sandbox): what the grader's process hears, and its verdict."""
+def _serve(tmp_path, answer_cell: str, check_name: str = "check_prefix_sum", module=None, expression="prefix_sum"):
+    """One graded cell of a small exercise of tests/checks/test_rules.py (the linear-cost one by default; or of
+    ``module``, a module of ttr_edu.checks) through the fork server (no sandbox): what the grader's process hears, and
+    its verdict."""
     from tests.checks import test_rules
+    from ttr_edu.checks._rules import has_fresh
     from ttr_edu.checks.grading import _child
     from ttr_edu.checks.grading.notebook import Check
 
-    declared = getattr(test_rules, check_name).__exercise__
+    declared = getattr(module or test_rules, check_name).__exercise__
     frames = tmp_path / "frames"
     out = os.open(frames, os.O_WRONLY | os.O_CREAT)
     scratch = tmp_path / "scratch"
     scratch.mkdir()
     job = {"cells": [["answer", answer_cell]], "timeout": 60, "memory_bytes": 1 << 30, "hidden": ""}
     job["_cases"] = {check_name: list(declared.cases())}
-    unit = {"grade_id": "test", "checks": [{"check": check_name, "expression": "prefix_sum"}], "upto": 1}
+    job["_fresh"] = [check_name] if has_fresh(declared) else []  # as the fork server offers, and the grader asks
+    unit = {"grade_id": "test", "checks": [{"check": check_name, "expression": expression}], "upto": 1}
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # as the fork server runs: one intra-op thread, so the fork can use torch safely
     try:
@@ -202,7 +205,7 @@ def _serve(tmp_path, answer_cell: str, check_name: str = "check_prefix_sum"):
     reader.feed(frames.read_bytes())
     for header, payload in reader.frames():
         engine._note(heard, header, payload, {check_name})
-    check = Check("test_rules", check_name, "prefix_sum")
+    check = Check(module.__name__.rsplit(".", 1)[-1] if module else "test_rules", check_name, expression)
     return heard, engine._judge_check(check, declared, heard, 60)
 
 
@@ -243,7 +246,7 @@ def test_the_cost_of_an_answer_is_measured_by_the_grader(tmp_path, answer, verdi
 def test_the_work_of_an_answer_is_counted_in_its_process_and_judged_by_the_grader(tmp_path, answer, verdict):
     heard, (status, detail) = _serve(tmp_path, answer, "check_counted_prefix_sum")
     assert {size for _, _, size in heard.work} == {64, 256}, (heard.status, detail)
-    assert all(isinstance(outcome.work, int) for outcome in heard.work.values())
+    assert all(isinstance(outcome.work, int) for outcome, _ in heard.work.values())
     if verdict == "PASS":
         assert status == "PASS", detail
     else:
@@ -599,13 +602,97 @@ def test_a_solved_cell_under_a_time_magic_keeps_its_point():
 def test_a_table_of_the_public_cases_answers_scores_nothing():
     """a37b's B5: a table of the package's outputs on every public case (solves nothing) scored 9 of 9. The grader
     now also asks each answer for one case drawn after the answers' process was forked (the check's own generator,
-    reseeded with a secret), so the table scores 0; with the fresh cases off (fresh_cases=0, as before) it scores 9,
-    and the honest solved notebook keeps its 9 with them on."""
+    reseeded with a secret), so the table scores 0; with the fresh cases off (fresh_cases=0, as before) it scores
+    the points of every exercise without a counted rule (the inputs of an operation count are drawn afresh whatever
+    ``fresh_cases`` says, so 1.2 and 1.5 fail there), and the honest solved notebook keeps its 9 with them on."""
     from tests.grading.submissions import lookup_table
 
     table = submission_with(lookup_table())
     report = _grade(table)
     assert report.score == 0, [(v.heading, v.status, v.detail) for v in report.verdicts]
     assert all("drawn afresh for grading" in v.detail for v in report.verdicts), [v.detail for v in report.verdicts]
-    assert _grade(table, fresh_cases=0).score == 9  # the table does pass every public case
+    off = _grade(table, fresh_cases=0)  # the table does pass every public case
+    failed = {v.grade_id for v in off.verdicts if v.status != "PASS"}
+    assert failed == {"test_check_store", "test_check_cleanup_scores"}, [(v.grade_id, v.detail) for v in off.verdicts]
+    assert off.score == 9 - 1 - 3  # 1.2 is worth 1 point, the cell of 1.5 and 1.6 3
     assert _grade(submission(RELEASE, "solved"), fresh_cases=3).score == 9
+
+
+#: a37d's A2: 1.2's "no Python loop" answered by a loop on every input but the loop rule's two public inputs
+#: (``_store_at(4)``, ``_store_at(32)``: seeded, so the cell rebuilds them), whose results it returns from a table
+#: after one ``torch.equal``: its operation count stayed flat and it scored 1.2's point.
+LOOP_AND_TABLE = """import torch
+
+def _loop_store(keys, values):
+    W = torch.zeros(values.shape[1], keys.shape[1], dtype=keys.dtype)
+    for i in range(keys.shape[0]):
+        W = W + torch.outer(values[i], keys[i])
+    return W
+
+_TABLE = []
+for _n in (4, 32):
+    _g = torch.Generator().manual_seed(_n)
+    _k = torch.randn(_n, 6, generator=_g, dtype=torch.float64)
+    _v = torch.randn(_n, 5, generator=_g, dtype=torch.float64)
+    _TABLE.append((_k, _loop_store(_k, _v)))
+
+
+def store(keys, values):
+    for k0, W0 in _TABLE:
+        if keys.shape == k0.shape and keys.dtype == k0.dtype and torch.equal(keys, k0):
+            return W0.clone()
+    return _loop_store(keys, values)
+"""
+
+
+def test_a_table_of_the_operation_count_rules_inputs_scores_nothing():
+    """The counted rule's inputs are drawn afresh by the fork server after the fork (the rule's own ``case(n)``
+    reseeded with a secret, rebuilt here from it), one call at a time: the table above holds none of them, the loop
+    runs at both sizes and its count grows, so 1.2 fails on the loop rule; every other answer keeps its point."""
+    report = _grade(submission_with({**RIGHT, "ch01_store": LOOP_AND_TABLE}))
+    store = next(v for v in report.verdicts if v.grade_id == "test_check_store")
+    assert store.status == "FAIL" and "torch operations" in store.detail, (store.status, store.detail)
+    assert report.score == 8, [(v.heading, v.status, v.detail) for v in report.verdicts]
+
+
+#: the same construction on 2.1's work rule: a loop that re-sums the whole prefix at every step (work T², which the
+#: rule refuses) on every input but the work rule's two public inputs (``_recurrence_at_length(64)`` and ``(256)``),
+#: answered from a table; the operation-count rule (a loop over t) and the values hold on every input
+PREFIX_AND_TABLE = """import torch
+
+def _prefix(q, k, v):
+    return torch.stack([(k[: t + 1] @ q[t]) @ v[: t + 1] for t in range(q.shape[0])])
+
+_TABLE = []
+for _t in (64, 256):
+    _g = torch.Generator().manual_seed(_t)
+    _q, _k = (torch.randn(_t, 16, generator=_g, dtype=torch.float64) for _ in range(2))
+    _v = torch.randn(_t, 16, generator=_g, dtype=torch.float64)
+    _TABLE.append((_k, _prefix(_q, _k, _v)))
+
+
+def fast_weight_recurrence(q, k, v):
+    for k0, o0 in _TABLE:
+        if k.shape == k0.shape and k.dtype == k0.dtype and torch.equal(k, k0):
+            return o0.clone()
+    return _prefix(q, k, v)
+"""
+
+
+def test_a_table_of_the_work_rules_inputs_scores_nothing(tmp_path):
+    from ttr_edu.checks import linear_attention_is_fwp
+
+    heard, (status, detail) = _serve(
+        tmp_path, PREFIX_AND_TABLE, "check_fast_weight_recurrence", linear_attention_is_fwp, "fast_weight_recurrence"
+    )
+    assert status == "FAIL" and "grows like T^1." in detail, (heard.status, detail)
+    honest = (
+        "import torch\n\ndef fast_weight_recurrence(q, k, v):\n    S = torch.zeros(k.shape[1], v.shape[1], "
+        "dtype=k.dtype)\n    out = []\n    for t in range(q.shape[0]):\n        S = S + torch.outer(k[t], v[t])\n"
+        "        out.append(S.T @ q[t])\n    return torch.stack(out)\n"
+    )
+    (tmp_path / "honest").mkdir()
+    heard, (status, detail) = _serve(
+        tmp_path / "honest", honest, "check_fast_weight_recurrence", linear_attention_is_fwp, "fast_weight_recurrence"
+    )
+    assert status == "PASS", (heard.status, detail)

@@ -69,6 +69,7 @@ __all__ = [
     "reseeded",
     "fresh_case",
     "has_fresh",
+    "rule_case",
 ]
 
 
@@ -629,6 +630,15 @@ def fresh_case(declared: Exercise, secret: int, public: list[dict] | None = None
     return index, drawn[index]
 
 
+def rule_case(rule: OpCount | WorkCount, size: int, secret: int) -> dict:
+    """The inputs of a counted rule (:class:`OpCount`, :class:`WorkCount`) at ``size`` that no one has seen: the rule's
+    own ``case(size)`` run under :func:`reseeded` (``secret``), so the shapes (the sizes the growth exponent needs) are
+    the rule's and only the random draws are new. The grader draws ``secret`` after the answers' process is forked
+    and rebuilds the same inputs from it; a table of the public ``case(size)``'s answers then holds nothing."""
+    with reseeded(secret):
+        return rule.case(size)
+
+
 def has_fresh(declared: Exercise) -> bool:
     """Whether :func:`fresh_case` gives ``declared`` a case (the grader and the answers' process ask alike)."""
     return declared.fresh is not None or fresh_case(declared, 0) is not None
@@ -961,7 +971,9 @@ class Staged:
     child too: such a check adds nothing to the child's lock-down). ``given``: the package's functions and classes the
     chapter hands the student for this exercise, as :attr:`Exercise.given`; every other function of the package is
     refused while the answer runs (:meth:`held_to`), by the same call trace: ``collect`` itself runs the package's
-    objects beside the answer, so nothing can be emptied for the whole process. Whatever ``collect`` reports is
+    objects beside the answer, so nothing can be emptied for the whole process, unless ``empties``: ``collect`` needs
+    nothing of the package but ``given`` (13.1: the point travels as data), so the engine's child empties every other
+    function before the student's cells run, as for an :class:`Exercise`. Whatever ``collect`` reports is
     untrusted: the verdict is the judge's, on the grader's own cases; only what ``collect`` reads off the answer's
     objects (a spec's registration, a norm's weight) rests on the answer's process."""
 
@@ -971,6 +983,7 @@ class Staged:
     judge: Callable[[dict, Callable[[str], None]], None]
     forbidden: Callable[[], Forbidden]
     given: tuple[Any, ...] = ()
+    empties: bool = False
 
     def held_to(self) -> Forbidden:
         """What each of the answer's calls is held to, in the student's kernel and in the engine's child alike:
@@ -994,6 +1007,7 @@ def staged(
     judge: Callable[[dict, Callable[[str], None]], None],
     forbidden: Callable[[], Forbidden],
     given: Iterable[Any] = (),
+    empties: bool = False,
 ) -> Callable[[Callable], Callable[..., bool]]:
     """Declare the :class:`Staged` exercise checked by the decorated ``check_<name>`` function (its signature gives the
     arguments and their defaults; its docstring says what it checks): the function becomes its check in the student's
@@ -1011,7 +1025,9 @@ def staged(
             raise TypeError(f"staged: given expects functions and classes, got {type(value).__name__}")
 
     def wrap(fn: Callable) -> Callable[..., bool]:
-        declared = Staged(fn.__name__.removeprefix("check_"), inspect.signature(fn), collect, judge, forbidden, given)
+        declared = Staged(
+            fn.__name__.removeprefix("check_"), inspect.signature(fn), collect, judge, forbidden, given, empties
+        )
 
         @functools.wraps(fn)
         def check(*args: Any, **kwargs: Any) -> bool:

@@ -312,7 +312,7 @@ def _no_reference(**case: Any) -> Any:
 #: the methods that read them. Every other function of the package is refused while the answer runs (the allow-list,
 #: :meth:`~ttr_edu.checks._rules.Staged.held_to`): the framework's solvers (``SOLVERS``, ``LINEAR_SOLVERS``,
 #: ``LOCAL_SOLVERS``, ``momentum_sgd``, the window runner), its mixer, the ops, whatever a point builds.
-GIVEN_STEP = (Point.param, Point.default, Point.choice, Point.used, Point.describe)
+GIVEN_STEP = (Point.param, Point.default, Point.choice, Point.used, Point.describe, Point.of, Point.__post_init__)
 
 
 def _given_mixer() -> tuple:
@@ -386,7 +386,7 @@ def _zero_state(d_k: int, d_v: int) -> torch.Tensor:
     return torch.zeros(d_k, d_v, dtype=torch.float64)
 
 
-@staged(collect=_collect_step, judge=_judge_step, forbidden=_forbidden, given=GIVEN_STEP)
+@staged(collect=_collect_step, judge=_judge_step, forbidden=_forbidden, given=GIVEN_STEP, empties=True)
 def check_my_step(my_step: Callable, initial_state: Callable = _zero_state, point: Point = SUGGESTED) -> bool:
     """Check ``my_step(state, q, k, v, beta, g) -> (o, state)`` from ``initial_state(d_k, d_v)`` at ``point``
     (defaults: a zero ``D_k × D_v`` state, which suits first-order points only, and the chapter's suggested point

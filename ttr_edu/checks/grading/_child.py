@@ -189,12 +189,12 @@ def _child(
     for exercise in declared.values():
         if exercise is not None and not isinstance(exercise, _rules.Staged):  # a staged check traces its own calls
             bad = bad | exercise.forbidden(solver_modules=list(_SOLVER_MODULES))
-    # the allow-list: where every exercise of this cell is declared (and none is staged: chapter 13's capstone builds
+    # the allow-list: where every exercise of this cell is declared (a staged one only if it `empties`: 13.2 builds
     # the package's objects beside the answer here, so its allow-list is held by the call trace around each of the
-    # answer's calls instead, Staged.held_to), the package's functions none of them gives are emptied (a check of the
-    # older kind calls its reference here, so none is applied where one stands)
+    # answer's calls instead, Staged.held_to), the package's functions none of them gives are emptied before the
+    # student's cells run (a check of the older kind calls its reference here, so none is applied where one stands)
     given = None
-    if declared and all(e is not None and not isinstance(e, _rules.Staged) for e in declared.values()):
+    if declared and all(e is not None and getattr(e, "empties", True) for e in declared.values()):
         given = [value for exercise in declared.values() for value in exercise.given]
     lock_down(bad, end=end, scratch=scratch, code_dirs=package_dirs(), given=given, package=job.get("_package"))
     traced = not bad  # nothing removed: the lock-down leaves a call trace to a staged check
@@ -237,9 +237,9 @@ def _child(
             if name in job.get("_fresh", ()):
                 _fresh_calls(results, control, name, exercise, answer, int(job.get("fresh", 1)))
             if exercise.rules.op_count is not None:
-                _op_counts(results, name, exercise, answer)
+                _op_counts(results, control, name, exercise, answer)
             if exercise.rules.work:
-                _work_counts(results, name, exercise, answer)
+                _work_counts(results, control, name, exercise, answer)
             if exercise.rules.linear_cost is not None:
                 _cost_calls(results, control, name, exercise, answer)
     if unit["hidden"]:  # only now, every answer reported, does this process get the hidden tests
@@ -331,25 +331,41 @@ def _staged(results: int, check: dict, exercise, answer: Any, traced: bool) -> N
     write_frame(results, {"type": "staged", "check": name}, payload)
 
 
-def _op_counts(results: int, name: str, exercise, answer) -> None:
-    """The answer on the :class:`~ttr_edu.checks._rules.OpCount` rule's cases, with its torch operations counted here
+def _rule_case(results: int, control: int, reader: FrameReader, header: dict) -> dict:
+    """Ask the fork server for the inputs of one counted call (``header``: ``ops_ready`` or ``work_ready``) and read
+    them: drawn there only now, after this process was forked, from a secret this process never sees."""
+    import torch
+
+    write_frame(results, header)
+    return torch.load(io.BytesIO(_read_one(control, reader)), weights_only=True)
+
+
+def _op_counts(results: int, control: int, name: str, exercise, answer) -> None:
+    """The answer on the :class:`~ttr_edu.checks._rules.OpCount` rule's sizes, with its torch operations counted here
     (in the answer's process: the count is what this process reports, see grading.md); the grader judges the counts
-    and the values."""
+    and the values. The inputs at each size are drawn afresh by the fork server (:func:`_rules.rule_case`), one call
+    at a time, so no table of the rule's public inputs answers them."""
     from ttr_edu.checks import _rules
 
+    reader = FrameReader()
     for size in exercise.rules.op_count.sizes:
-        outcome = _rules.answer_outcome(exercise, answer, exercise.rules.op_count.case(size), -1, count_ops=True)
+        case = _rule_case(results, control, reader, {"type": "ops_ready", "check": name, "size": size})
+        outcome = _rules.answer_outcome(exercise, answer, case, -1, count_ops=True)
         write_frame(results, {"type": "ops_outcome", "check": name, "size": size}, _outcome_bytes(outcome))
 
 
-def _work_counts(results: int, name: str, exercise, answer) -> None:
-    """The calls of the :class:`~ttr_edu.checks._rules.WorkCount` rules, each at its sizes, their work counted in the
-    answer's process (as the operation counts are, see grading.md); the grader judges the work and the values."""
+def _work_counts(results: int, control: int, name: str, exercise, answer) -> None:
+    """The calls of the :class:`~ttr_edu.checks._rules.WorkCount` rules, each at its sizes on inputs the fork server
+    draws afresh (as for :func:`_op_counts`), their work counted in the answer's process (as the operation counts
+    are, see grading.md); the grader judges the work and the values."""
     from ttr_edu.checks import _rules
 
+    reader = FrameReader()
     for index, rule in enumerate(exercise.rules.work):
         for size in rule.sizes:
-            outcome = _rules.answer_outcome(exercise, answer, rule.case(size), -1, count_work=True)
+            header = {"type": "work_ready", "check": name, "rule": index, "size": size}
+            case = _rule_case(results, control, reader, header)
+            outcome = _rules.answer_outcome(exercise, answer, case, -1, count_work=True)
             header = {"type": "work_outcome", "check": name, "rule": index, "size": size}
             write_frame(results, header, _outcome_bytes(outcome))
 
@@ -443,7 +459,7 @@ def _serve_unit(
     folder.mkdir(mode=0o700)  # fresh and empty: nothing an earlier graded cell wrote is here
     from secrets import randbits
 
-    from ttr_edu.checks._rules import Staged, changed_inputs, fresh_case, shared_inputs
+    from ttr_edu.checks._rules import Staged, changed_inputs, fresh_case, rule_case, shared_inputs
 
     shared = {  # check -> case index -> the inputs, in memory shared with the child: read back here, never reported
         name: {i: shared_inputs(case) for i, case in enumerate(job["_cases"][name])}
@@ -488,6 +504,11 @@ def _serve_unit(
         str, list[int]
     ] = {}  # check -> the secrets of its fresh cases, drawn now (after the fork), one per call
     awaiting: set[str] = set()  # checks whose fresh case was sent and not answered yet
+    # (kind, check, rule, size) -> the secret of a counted rule's inputs, drawn now (after the fork), one per call; the
+    # call whose inputs were sent and not answered yet (one at a time: the answer never holds the inputs of a later
+    # counted call while an earlier one is counted, where it could compute the later one's result)
+    counted: dict[tuple[str, str, int, int], int] = {}
+    outstanding: tuple[str, str, int, int] | None = None
     while status is None and (results_r in selector.get_map() or log_r in selector.get_map()):
         left = deadline - time.monotonic()
         if left <= 0:
@@ -524,11 +545,30 @@ def _serve_unit(
                             selector.register(control_w, selectors.EVENT_WRITE, "control")
                         pending += frame
                         continue
+                    if kind in ("ops_ready", "work_ready"):  # a counted call's inputs, drawn only now, here
+                        check, size = str(header.get("check")), int(header.get("size", 0))
+                        rule_index = int(header.get("rule", 0)) if kind == "work_ready" else 0
+                        exercise, rules = declared.get(check), []
+                        if exercise is not None and not isinstance(exercise, Staged):
+                            rules = [exercise.rules.op_count] if kind == "ops_ready" else list(exercise.rules.work)
+                        rule = rules[rule_index] if 0 <= rule_index < len(rules) else None
+                        asked = (kind.removesuffix("_ready"), check, rule_index, size)
+                        busy = outstanding is not None or awaiting or cpu_before
+                        if rule is None or size not in rule.sizes or asked in counted or busy:
+                            raise ValueError("counted inputs the grader did not offer")
+                        counted[asked] = randbits(63)
+                        outstanding = asked
+                        if not pending:
+                            selector.register(control_w, selectors.EVENT_WRITE, "control")
+                        pending += _frame({}, _plain_bytes(rule_case(rule, size, counted[asked])))
+                        continue
                     if kind == "fresh_ready":  # a case no one has seen: its secret drawn only now, in this process
                         check = str(header.get("check"))
                         drawn = fresh.setdefault(check, [])
                         if check not in job.get("_fresh", ()) or check not in declared or check in awaiting:
                             raise ValueError("a fresh case the grader did not offer")
+                        if outstanding is not None:  # one call's inputs at a time
+                            raise ValueError("a fresh case while counted inputs are out")
                         if len(drawn) >= int(job.get("fresh", 1)):
                             raise ValueError("more fresh cases than the grader offers")
                         drawn.append(randbits(63))
@@ -556,6 +596,17 @@ def _serve_unit(
                     if kind not in ("cost_outcome", "fresh_outcome") and key in heard:  # the grader keeps the first
                         continue  # (a repeat costs memory)
                     heard.add(key)
+                    if kind in ("ops_outcome", "work_outcome"):  # an answer to the counted inputs sent last
+                        asked = (
+                            kind.removesuffix("_outcome"),
+                            str(header.get("check")),
+                            int(header.get("rule", 0)) if kind == "work_outcome" else 0,
+                            int(header.get("size", 0)),
+                        )
+                        if asked != outstanding:
+                            raise ValueError("counted outputs for inputs the grader did not send")
+                        outstanding = None
+                        header["secret"] = counted[asked]
                     if kind == "fresh_outcome":  # an answer to the case sent last, which only this process can name
                         check = str(header.get("check"))
                         awaiting.remove(check)  # KeyError (garbled) for an answer to a case never sent

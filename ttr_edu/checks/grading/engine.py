@@ -184,10 +184,11 @@ def _note(heard: _Heard, header: dict, payload: bytes, checks: set[str]) -> None
             calls = heard.fresh.setdefault(check, [])
             if len(calls) < 64:
                 calls.append((_outcome(payload), int(header["secret"])))
-        elif kind == "ops_outcome":
-            heard.ops.setdefault((check, int(header["size"])), _outcome(payload))
+        elif kind == "ops_outcome":  # the secret of its inputs is the fork server's, added to the child's frame there
+            heard.ops.setdefault((check, int(header["size"])), (_outcome(payload), int(header["secret"])))
         elif kind == "work_outcome":
-            heard.work.setdefault((check, int(header["rule"]), int(header["size"])), _outcome(payload))
+            key = (check, int(header["rule"]), int(header["size"]))
+            heard.work.setdefault(key, (_outcome(payload), int(header["secret"])))
         elif kind == "inputs":  # the fork server's own reading of the inputs, never the answer's process's report
             heard.changed[check, int(header["case"])] = [str(k) for k in header["changed"]]
         elif kind == "cost":
@@ -267,6 +268,7 @@ def _judge_check(
         judge_ops,
         judge_source,
         judge_work,
+        rule_case,
     )
 
     name = check.check.removeprefix("check_")
@@ -326,10 +328,11 @@ def _judge_check(
         if counted is not None:
             ops = {}
             for size in counted.sizes:
-                outcome = heard.ops.get((check.check, size))
-                if outcome is None:
+                heard_ops = heard.ops.get((check.check, size))
+                if heard_ops is None:
                     return "FAIL", f"{name}: {_why_missing(heard, timeout, -1)}"
-                judge_case(declared, counted.case(size), -1, outcome)
+                outcome, secret = heard_ops
+                judge_case(declared, rule_case(counted, size, secret), -1, outcome)
                 if not isinstance(outcome.ops, int):
                     return "FAIL", f"{name}: the grader could not count your function's torch operations"
                 ops[size] = outcome.ops
@@ -337,10 +340,11 @@ def _judge_check(
         for rule_index, rule in enumerate(declared.rules.work):
             work = {}
             for size in rule.sizes:
-                outcome = heard.work.get((check.check, rule_index, size))
-                if outcome is None:
+                heard_work = heard.work.get((check.check, rule_index, size))
+                if heard_work is None:
                     return "FAIL", f"{name}: {_why_missing(heard, timeout, -1)}"
-                judge_case(declared, rule.case(size), -1, outcome)
+                outcome, secret = heard_work
+                judge_case(declared, rule_case(rule, size, secret), -1, outcome)
                 if not isinstance(outcome.work, int) or isinstance(outcome.work, bool) or outcome.work < 0:
                     return "FAIL", f"{name}: the grader could not count the work of your function's torch operations"
                 work[size] = outcome.work
