@@ -124,6 +124,26 @@ def _ignore_sigint() -> None:
         signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
+def _no_process_lock_for_tqdm() -> None:
+    """Give tqdm a thread lock in this worker process, so that its first bar (every cell trains through
+    :func:`ttr_edu.train.train`, which makes one, hidden in a worker) does not make a multiprocessing lock.
+
+    That lock is a named POSIX semaphore (a worker process is not forked, so the name is kept), registered with a
+    resource tracker and unlinked only when the worker exits in order. A Ctrl-C kills the workers mid-cell, so the
+    tracker reported it: "There appear to be N leaked semaphore objects" (two lines on stderr, one per worker).
+    The lock only keeps bars of several processes from writing over each other on one terminal; a worker's bars
+    are hidden, and its threads still share this one."""
+    from tqdm import tqdm
+
+    tqdm.set_lock(threading.RLock())
+
+
+def _worker_setup() -> None:
+    """Run in each local worker process before its first cell: SIGINT ignored, no multiprocessing lock for tqdm."""
+    _ignore_sigint()
+    _no_process_lock_for_tqdm()
+
+
 #: in a process that :func:`run_in_own_session` started: the pipe on which it says it is ready for a Ctrl-C
 _READY_FD = "TTR_EDU_READY_FD"
 #: whether :func:`run_in_own_session` started this process (read at import, before :func:`ready_for_ctrl_c` takes the
@@ -280,7 +300,7 @@ def local_cells(cell_fn: Callable, todo: list[dict], jobs: int) -> Iterator[tupl
 
     try:
         with interrupts_held():  # a Ctrl-C meanwhile is raised at the end of the block, with the pool standing
-            executor = get_reusable_executor(max_workers=workers, initializer=_ignore_sigint)
+            executor = get_reusable_executor(max_workers=workers, initializer=_worker_setup)
             submit_more()
         while running:
             future = finished.get()  # a Ctrl-C lands here, or in the caller's code
@@ -304,7 +324,8 @@ def local_cells(cell_fn: Callable, todo: list[dict], jobs: int) -> Iterator[tupl
 
 
 def _ignore_sigint_plugin():
-    """A Dask worker plugin: each worker process ignores SIGINT (one its nanny restarts later too)."""
+    """A Dask worker plugin: each worker process ignores SIGINT and gives tqdm a thread lock
+    (:func:`_no_process_lock_for_tqdm`; one its nanny restarts later too)."""
     from distributed.diagnostics.plugin import WorkerPlugin
 
     class IgnoreSigint(WorkerPlugin):
@@ -313,6 +334,7 @@ def _ignore_sigint_plugin():
 
         def setup(self, worker):  # Dask calls it on each worker, restarted ones too
             _ignore_sigint()
+            _no_process_lock_for_tqdm()
 
     return IgnoreSigint()
 
