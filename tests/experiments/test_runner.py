@@ -294,6 +294,34 @@ def test_interrupted_run_keeps_a_valid_csv(tmp_path):
     assert result.trained == 4 and len(runner.read(TOY, out)[1]) == 6
 
 
+def test_a_ctrl_c_while_the_header_is_gathered_leaves_no_file_without_its_column_line(tmp_path, monkeypatch):
+    """A Ctrl-C the instant the CSV appeared (here: while git names the commit, which takes a while) left a file of
+    one ``# interrupted`` line and no column line, which --resume refused although the line says "--resume runs the
+    rest". The header is now gathered before the file is created."""
+    out = tmp_path / "g.csv"
+
+    def ctrl_c(path):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(runner, "git_commit", ctrl_c)
+    with pytest.raises(KeyboardInterrupt):
+        runner.run(TOY, RECIPE, CELLS, toy_cell, out, note=lambda m: None)
+    assert not out.exists() or runner.read(TOY, out)[1] == []
+    monkeypatch.undo()
+    assert runner.run(TOY, RECIPE, CELLS, toy_cell, out, resume=True, note=lambda m: None).trained == 6
+
+
+def test_resume_starts_afresh_a_file_an_earlier_ctrl_c_left_without_its_column_line(tmp_path):
+    out = tmp_path / "g.csv"
+    out.write_text("# interrupted: 2026-12-06 12:23:14 UTC, 0 cells written; --resume runs the rest\n")
+    result = runner.run(TOY, RECIPE, CELLS, toy_cell, out, resume=True, note=lambda m: None)
+    assert result.trained == 6 and len(runner.read(TOY, out)[1]) == 6
+    out.write_text("# a note of mine\n")  # no "interrupted" line: still refused, nothing overwritten
+    with pytest.raises(runner.ResumeRefused, match="no column line"):
+        runner.run(TOY, RECIPE, CELLS, toy_cell, out, resume=True, note=lambda m: None)
+    assert out.read_text() == "# a note of mine\n"
+
+
 # ---- Dask ------------------------------------------------------------------------------------------------------------
 
 if os.environ.get("CI"):  # the dev extra installs dask[distributed]: in CI these tests must run, never skip
