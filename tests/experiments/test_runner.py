@@ -269,6 +269,78 @@ def test_a_scheduler_that_does_not_answer_leaves_an_existing_csv_as_it_was(tmp_p
         assert out.read_bytes() == before
 
 
+@contextlib.contextmanager
+def a_server_that_is_not_dask(kind):
+    """A server on a free port of this machine that is not a Dask scheduler: ``banner`` greets first with bytes of its
+    own (an SSH server does); ``http`` waits for a request and answers it (a Dask dashboard does). Yields the
+    address."""
+    import http.server
+    import threading
+
+    if kind == "http":
+        server = http.server.HTTPServer(("127.0.0.1", 0), http.server.SimpleHTTPRequestHandler)
+        thread = threading.Thread(target=server.serve_forever, daemon=True)
+        thread.start()
+        try:
+            yield f"tcp://127.0.0.1:{server.server_address[1]}"
+        finally:
+            server.shutdown()
+            server.server_close()
+        return
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(8)
+
+    def greet():
+        while True:
+            try:
+                connection, _ = listener.accept()
+            except OSError:  # closed: the test is over
+                return
+            with connection:
+                connection.sendall(b"SSH-2.0-OpenSSH_9.6\r\n" + b"\xff" * 64)
+
+    threading.Thread(target=greet, daemon=True).start()
+    try:
+        yield f"tcp://127.0.0.1:{listener.getsockname()[1]}"
+    finally:
+        listener.close()
+
+
+@pytest.mark.parametrize("kind", ["banner", "http"])
+def test_a_server_that_is_not_dask_is_no_dask_scheduler_within_the_timeout(kind):
+    """n39b's N3: a server with a banner gave a 60-line traceback ending in a 2.82 EiB allocation; an HTTP server
+    (the dashboard's port for the scheduler's) kept Dask's client waiting over 200 s."""
+    from ttr_edu.experiments import workers
+
+    with a_server_that_is_not_dask(kind) as address:
+        with pytest.raises(runner.SchedulerError, match=rf"^scheduler: no Dask scheduler answers at {address} \("):
+            workers.probe(address, timeout=1.0)
+
+
+@pytest.mark.slow  # a scheduler (no workers) starts in this process
+def test_a_dask_scheduler_passes_the_probe():
+    """The probe reads a real scheduler's greeting (its handshake) and lets it pass."""
+    distributed = pytest.importorskip("distributed")
+    from ttr_edu.experiments import workers
+
+    with distributed.LocalCluster(
+        n_workers=0, processes=False, protocol="tcp://", host="127.0.0.1", dashboard_address=":0"
+    ) as cluster:
+        workers.probe(cluster.scheduler_address)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", ["banner", "http"])
+def test_a_server_that_is_not_dask_is_one_line_on_the_command_line_and_leaves_the_csv(tmp_path, kind):
+    (tmp_path / "g.csv").write_text("rows of an earlier run\n")
+    with a_server_that_is_not_dask(kind) as address:
+        p = cli("mqar", "--quick", "--out", "g.csv", "--scheduler", address, cwd=tmp_path)
+    assert p.returncode == 1 and p.stderr.strip().splitlines() == [p.stderr.strip()], p.stderr
+    assert f"error: --scheduler: no Dask scheduler answers at {address} (" in p.stderr
+    assert (tmp_path / "g.csv").read_text() == "rows of an earlier run\n"
+
+
 def test_a_full_disk_is_an_output_error():
     if not Path("/dev/full").exists():
         pytest.skip("no /dev/full here")

@@ -22,6 +22,7 @@ import os
 import re
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import threading
@@ -77,21 +78,71 @@ def check_scheduler(scheduler: str) -> int | tuple[str, int] | None:
     return match["host"].strip("[]"), int(match["port"])
 
 
-def probe(scheduler: str) -> None:
-    """Check that something listens at the Dask address ``scheduler``: a refused or unresolvable address fails at
-    once, a silent one after 5 seconds.
+#: seconds to connect to a Dask address, and then for the scheduler's greeting
+PROBE_TIMEOUT = 5.0
+#: the largest greeting a Dask scheduler sends (a few hundred bytes in practice)
+_GREETING_LIMIT = 1 << 16
+
+
+def _read_exactly(sock: socket.socket, count: int) -> bytes:
+    data = b""
+    while len(data) < count:
+        chunk = sock.recv(count - len(data))
+        if not chunk:
+            raise ConnectionError("it closed the connection")
+        data += chunk
+    return data
+
+
+def _dask_greeting(sock: socket.socket) -> str | None:
+    """Read what a Dask scheduler sends first on a ``tcp://`` connection, without answering: its handshake message,
+    framed as Dask's TCP comm frames every message (``distributed.comm.tcp``): an 8-byte length ``n``, then ``n``
+    bytes that start with the frame count and each frame's length (8 bytes each), the first frame a msgpack map
+    holding ``pickle-protocol``. Returns ``None`` for such a greeting, otherwise what was wrong (the reason shown).
 
     Raises:
-        SchedulerError: a malformed address, or nothing answering there.
+        OSError: the connection failed or timed out while reading.
+    """
+    (total,) = struct.unpack("=Q", _read_exactly(sock, 8))
+    if not 16 <= total <= _GREETING_LIMIT:
+        return "it answers, but not as a Dask scheduler does"
+    body = _read_exactly(sock, total)
+    (frames,) = struct.unpack_from("=Q", body)
+    if not 1 <= frames <= 64 or 8 * (frames + 1) > total:
+        return "it answers, but not as a Dask scheduler does"
+    lengths = struct.unpack_from(f"={frames}Q", body, 8)
+    first = body[8 * (frames + 1) : 8 * (frames + 1) + lengths[0]]
+    if sum(lengths) > total - 8 * (frames + 1) or b"pickle-protocol" not in first:
+        return "it answers, but not as a Dask scheduler does"
+    return None
+
+
+def probe(scheduler: str, timeout: float = PROBE_TIMEOUT) -> None:
+    """Check that a Dask scheduler answers at the address ``scheduler``, within ``timeout`` seconds for the
+    connection and as many for its greeting: a refused or unresolvable address fails at once, a silent one after
+    ``timeout``. On ``tcp://`` a scheduler greets first (its handshake), so anything else listening there is told
+    apart without sending it a byte: a server with a banner of its own (Dask's client read its first 8 bytes as a
+    length and asked for exabytes), or one that waits for a request, such as an HTTP server (the dashboard's port
+    8787 for the scheduler's 8786: Dask's client waited without end). ``tls://`` and ``ucx://`` are only connected
+    to (their handshake needs their own libraries).
+
+    Raises:
+        SchedulerError: a malformed address, or no Dask scheduler answering there (the reason in brackets).
     """
     parsed = check_scheduler(scheduler)
     if isinstance(parsed, int):
         return
     try:
-        socket.create_connection(parsed, timeout=5).close()
+        with socket.create_connection(parsed, timeout=timeout) as sock:
+            wrong = _dask_greeting(sock) if scheduler.startswith("tcp://") else None
+    except TimeoutError:
+        wrong = f"it accepts connections but says nothing a Dask scheduler says within {timeout:g} s"
+    except struct.error:
+        wrong = "it answers, but not as a Dask scheduler does"
     except OSError as error:
-        reason = error.strerror or str(error) or type(error).__name__
-        raise SchedulerError(f"scheduler: no Dask scheduler answers at {scheduler} ({reason})") from None
+        wrong = error.strerror or str(error) or type(error).__name__
+    if wrong is not None:
+        raise SchedulerError(f"scheduler: no Dask scheduler answers at {scheduler} ({wrong})") from None
 
 
 def preflight(prog: str, argv: list[str]) -> tuple[str, int] | None:
