@@ -893,6 +893,17 @@ def test_list_into_a_closed_pipe_exits_quietly(tmp_path):
     assert result.stderr == "" and result.returncode == 128 + signal.SIGPIPE
 
 
+def test_list_with_stdout_closed_is_one_line_not_a_traceback():
+    """`ttr-edu list >&-`: Python sets sys.stdout to None, and the flush after the command raised AttributeError."""
+    result = subprocess.run(
+        ["sh", "-c", 'exec "$0" "$@" >&-', sys.executable, "-m", "ttr_edu.course.cli", "--root", str(ROOT), "list"],
+        stderr=subprocess.PIPE, text=True, timeout=120,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )  # fmt: skip
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
+    assert result.stderr.splitlines() == ["ttr-edu: list: standard output is closed, so its output was not shown"]
+
+
 def test_check_without_the_course_extra_names_the_extra(tmp_path, monkeypatch, capsys):
     """A bare `pip install ttr-edu` has no nbformat, the first thing `check` imports."""
     dest = tmp_path / "my-course"

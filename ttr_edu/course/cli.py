@@ -9,6 +9,7 @@ run by :mod:`ttr_edu.course.lab` (which never leaves a server or a kernel behind
 from __future__ import annotations
 
 import argparse
+import io
 import os
 import re
 import shlex
@@ -353,9 +354,15 @@ def main(argv: list[str] | None = None) -> int:
     if stray:
         parser.error(f"unrecognized arguments: {' '.join(stray)} (JupyterLab options go as --name=value, or after --)")
     args.lab_options = unknown + passthrough
+    closed_stdout = sys.stdout is None  # `ttr-edu list >&-`: Python sets sys.stdout to None when fd 1 is closed
+    if closed_stdout:
+        sys.stdout = io.StringIO()  # what the command prints is held, to say it was not shown
     try:
         status = args.run(args)
         sys.stdout.flush()  # a closed pipe (`ttr-edu list | head -1`) shows here, not at exit
+        if closed_stdout and sys.stdout.getvalue():  # type: ignore[attr-defined]
+            print(f"ttr-edu: {args.command}: standard output is closed, so its output was not shown", file=sys.stderr)
+            return 2
         return status
     except (UsageError, CourseLayoutError, NotebookError, BookError, sync.CopyError, lab.UsageError) as err:
         print(f"ttr-edu: {err}", file=sys.stderr)
@@ -373,6 +380,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("ttr-edu: interrupted; every notebook is whole (run the same command again to finish)", file=sys.stderr)
         return 130
+    finally:
+        if closed_stdout:
+            sys.stdout = None  # as it was
 
 
 #: the extra that installs each module a command may miss: the course's commands need the [course] extra (nbgrader,
