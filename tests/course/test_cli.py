@@ -882,6 +882,25 @@ def test_copy_into_the_clones_own_root_is_refused(tmp_path, capsys):
     assert sorted(p.name for p in root.iterdir()) == before
 
 
+def test_copy_into_any_folder_of_the_course_is_refused_but_not_into_the_students(tmp_path, capsys):
+    """n39b's N5: `ttr-edu copy ./ttr_edu/course 1` inside the clone wrote notebooks into the package's own source."""
+    root = course_copy(tmp_path)
+    (root / "ttr_edu" / "course").mkdir(parents=True)
+    (root / "ttr_edu" / "course" / "cli.py").write_text("# the package\n")
+    (root / "docs").mkdir(exist_ok=True)
+    (root / "docs" / "page.md").write_text("a page\n")
+    before = sorted(str(p.relative_to(root)) for p in root.rglob("*"))
+    for dest in (root / "ttr_edu" / "course", root / "ttr_edu" / "new-folder", root / "docs", root / "chapters" / "x"):
+        for command in ("copy", "start"):
+            assert main(["--root", str(root), command, str(dest), "1"]) == 2
+            err = capsys.readouterr().err
+            assert err.count("\n") == 1 and "inside the course's own" in err, err
+    assert sorted(str(p.relative_to(root)) for p in root.rglob("*")) == before
+    (root / "empty").mkdir()
+    for dest in (root / "my-course", root / "my-course" / "again", root / "empty"):  # the student's folders
+        assert main(["--root", str(root), "copy", str(dest), "1"]) == 0, capsys.readouterr().err
+
+
 def test_list_into_a_closed_pipe_exits_quietly(tmp_path):
     read, write = os.pipe()
     os.close(read)  # `ttr-edu list | head -1`, with head already gone

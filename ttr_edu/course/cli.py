@@ -118,7 +118,27 @@ def _check_dest(root: Path, raw: str | None, command: str) -> Path:
         raise UsageError(
             f"cannot copy into the course itself ({root}); choose a folder of yours, e.g. {root / 'my-course'}"
         )
+    own = _course_folder_holding(root.resolve(), dest.resolve())
+    if own is not None:
+        raise UsageError(
+            f"cannot copy into {dest}: it is inside the course's own {own}/ (its sources, in a clone the package "
+            f"itself); choose a folder of yours, e.g. {root / 'my-course'}"
+        )
     return dest
+
+
+def _course_folder_holding(root: Path, dest: Path) -> str | None:
+    """The folder or file of the course ``root`` that ``dest`` lies in (``ttr_edu``, ``docs``, ...), or ``None`` when
+    ``dest`` is outside ``root`` or in a folder of the student's: one that does not exist yet (``my-course``), is
+    empty, or holds a copy made by ``ttr-edu`` (its manifest). Both paths resolved."""
+    try:
+        top = dest.relative_to(root).parts[0]
+    except (ValueError, IndexError):
+        return None
+    folder = root / top
+    if not folder.exists() or folder.is_dir() and (not any(folder.iterdir()) or (folder / sync.MANIFEST).exists()):
+        return None
+    return top
 
 
 def _student_copies(root: Path, sources: list[Path]) -> tuple[dict[Path, bytes], dict[PurePosixPath, bytes]]:
