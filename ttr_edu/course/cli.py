@@ -17,6 +17,7 @@ import sys
 from pathlib import Path, PurePosixPath
 
 from ttr_edu import __version__
+from ttr_edu._internal.install import pip_install_extra
 from ttr_edu.course import lab, student_copy, sync
 from ttr_edu.course.book import BookError
 from ttr_edu.course.notebooks import (
@@ -415,7 +416,7 @@ def _missing_extra(err: ImportError, command: str) -> str:
     module = (err.name or "").split(".")[0]
     if module in EXTRAS:
         extra = EXTRAS[module]
-        return f"{command} needs {module}, which the [{extra}] extra installs: pip install 'ttr-edu[{extra}]'"
+        return f"{command} needs {module}, which the [{extra}] extra installs: {pip_install_extra(extra)}"
     return str(err)
 
 

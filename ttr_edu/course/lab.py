@@ -26,6 +26,8 @@ import sys
 import time
 from pathlib import Path
 
+from ttr_edu._internal.install import pip_install_extra
+
 __all__ = ["SETTINGS", "SETTINGS_DIR", "lab_command", "run_foreground", "running_server", "server_url"]
 
 #: JupyterLab settings for the course, as JupyterLab's ``overrides.json`` takes them (the student can still change
@@ -56,7 +58,10 @@ def lab_command(dest: Path, options: list[str]) -> list[str]:
     ours, so a student's own option wins.
     """
     if importlib.util.find_spec("jupyterlab") is None:
-        raise UsageError(f"JupyterLab is not installed for {sys.executable}: pip install 'ttr-edu[course]'")
+        raise UsageError(
+            f"JupyterLab is not installed for {sys.executable}: the [course] extra installs it: "
+            f"{pip_install_extra('course')}"
+        )
     command = [sys.executable, "-m", "jupyterlab", str(dest), "--LabApp.news_url=None"]
     if hasattr(os, "geteuid") and os.geteuid() == 0 and "--allow-root" not in options:
         command.append("--allow-root")

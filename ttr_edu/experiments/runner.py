@@ -56,6 +56,7 @@ from typing import Any
 
 from tqdm.auto import tqdm
 
+from ttr_edu._internal.install import pip_install_extra
 from ttr_edu._internal.progress import progress_enabled
 from ttr_edu.experiments import workers
 from ttr_edu.experiments.provenance import code_digest, git_commit, package_version, platform_lines, training_code
@@ -631,7 +632,10 @@ def runner_options(parser: argparse.ArgumentParser, args: argparse.Namespace) ->
         if isinstance(parsed, int) and parsed > cores:
             parser.error(f"--scheduler: local:N needs N from 1 to {cores} (this machine's cores), got {args.scheduler}")
         if importlib.util.find_spec("distributed") is None:  # found, not imported: that takes seconds
-            parser.error("--scheduler needs Dask: pip install 'ttr-edu[cluster]' (dask[distributed])")
+            parser.error(
+                f"--scheduler needs Dask (dask[distributed]), which the [cluster] extra installs: "
+                f"{pip_install_extra('cluster')}"
+            )
     return {
         "out": out,
         "resume": args.resume,
