@@ -199,7 +199,9 @@ def cmd_start(args: argparse.Namespace) -> int:
         )
         return 0
     cmd_copy(args)
-    command.insert(command.index(str(dest)) + 1, f"--LabApp.app_settings_dir={lab.write_settings(dest)}")
+    settings = lab.write_settings(dest)
+    at = command.index(str(dest)) + 1
+    command[at:at] = [f"--LabApp.app_settings_dir={settings}", f"--LabApp.workspaces_dir={settings / lab.WORKSPACES}"]
     again = f"ttr-edu start {shlex.quote(str(dest))}"
     print(f"Opening JupyterLab in {dest}; stop it with Ctrl-C, resume any day with: {again}", flush=True)
     return lab.run_foreground(command, dest, resume=again)
