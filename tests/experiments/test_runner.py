@@ -718,7 +718,9 @@ def test_ctrl_c_in_the_mqar_command_is_one_line(tmp_path, mode, moment):
     cells then train for seconds), and once a row is written, when each worker has trained through a tqdm bar
     (its multiprocessing lock was then reported as a leaked semaphore, two more lines)."""
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
-    command = [sys.executable, "-m", "ttr_edu.experiments", "mqar", "--quick", "--out", "g.csv", *mode]
+    # --quick has two cells, so its second row could land before the Ctrl-C; 24 short cells leave 22 to interrupt
+    grid = ["--quick"] if moment == "no row yet" else ["--smallest", "16", "--max-steps", "40"]
+    command = [sys.executable, "-m", "ttr_edu.experiments", "mqar", *grid, "--out", "g.csv", *mode]
     process = start_as_in_a_terminal(command, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
     out = tmp_path / "g.csv"
     try:
