@@ -16,6 +16,7 @@ import pytest
 
 import ttr_edu.course.cli as cli
 from tests.helpers import start_as_in_a_terminal
+from ttr_edu._internal.install import pip_install_extra
 from ttr_edu.course import lab, student_copy, sync
 from ttr_edu.course.cli import MANIFEST, main
 
@@ -297,7 +298,7 @@ def test_start_uses_this_interpreter_and_passes_jupyterlab_options_through(tmp_p
 def test_start_without_jupyterlab_says_how_to_install_and_copies_nothing(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(lab.importlib.util, "find_spec", lambda name: None)
     assert run("start", str(tmp_path / "course")) == 2
-    assert "pip install 'ttr-edu[course]'" in capsys.readouterr().err
+    assert pip_install_extra("course") in capsys.readouterr().err
     assert not (tmp_path / "course").exists()
 
 
@@ -370,7 +371,7 @@ def test_generate_without_nbgrader_names_the_extra(tmp_path, monkeypatch, capsys
     monkeypatch.setitem(sys.modules, "nbgrader.preprocessors", None)  # as in the [course] environment
     assert main(["--root", str(root), "generate"]) == 2
     err = capsys.readouterr().err
-    assert "pip install 'ttr-edu[dev]'" in err and err.count("\n") == 1
+    assert pip_install_extra("dev") in err and err.count("\n") == 1
 
 
 def test_copy_under_a_file_is_a_one_line_error(tmp_path, capsys):
@@ -882,6 +883,56 @@ def test_copy_into_the_clones_own_root_is_refused(tmp_path, capsys):
     assert sorted(p.name for p in root.iterdir()) == before
 
 
+def test_copy_into_any_folder_of_the_course_is_refused_but_not_into_the_students(tmp_path, capsys):
+    """n39b's N5: `ttr-edu copy ./ttr_edu/course 1` inside the clone wrote notebooks into the package's own source."""
+    root = course_copy(tmp_path)
+    (root / "ttr_edu" / "course").mkdir(parents=True)
+    (root / "ttr_edu" / "course" / "cli.py").write_text("# the package\n")
+    (root / "docs").mkdir(exist_ok=True)
+    (root / "docs" / "page.md").write_text("a page\n")
+    before = sorted(str(p.relative_to(root)) for p in root.rglob("*"))
+    for dest in (root / "ttr_edu" / "course", root / "ttr_edu" / "new-folder", root / "docs", root / "chapters" / "x"):
+        for command in ("copy", "start"):
+            assert main(["--root", str(root), command, str(dest), "1"]) == 2
+            err = capsys.readouterr().err
+            assert err.count("\n") == 1 and "inside the course's own" in err, err
+    assert sorted(str(p.relative_to(root)) for p in root.rglob("*")) == before
+    (root / "empty").mkdir()
+    for dest in (root / "my-course", root / "my-course" / "again", root / "empty"):  # the student's folders
+        assert main(["--root", str(root), "copy", str(dest), "1"]) == 0, capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "recorded, expected",
+    [
+        (
+            '{"url": "file:///home/me/ttr-edu", "dir_info": {"editable": true}}',
+            "pip install -e '/home/me/ttr-edu[course]'",
+        ),
+        ('{"url": "file:///home/me/ttr-edu", "dir_info": {}}', "pip install '/home/me/ttr-edu[course]'"),
+        (
+            '{"url": "file:///tmp/my%20dist/ttr_edu-0.1.0-py3-none-any.whl", "archive_info": {}}',
+            "pip install '/tmp/my dist/ttr_edu-0.1.0-py3-none-any.whl[course]'",
+        ),
+        (None, "pip install 'ttr-edu[course]'"),  # from an index: pip records no direct_url.json
+    ],
+    ids=["editable clone", "clone", "wheel", "index"],
+)
+def test_the_install_hint_names_the_clone_or_wheel_this_ttr_edu_came_from(monkeypatch, recorded, expected):
+    """n39b's N6: a student who installed the wheel was told `pip install 'ttr-edu[course]'`, which is not published
+    yet; pip needs the same wheel (or clone) to add the extra."""
+    from ttr_edu._internal import install
+
+    class Installed:
+        def read_text(self, name):
+            return recorded if name == "direct_url.json" else None
+
+    monkeypatch.setattr(install.metadata, "distribution", lambda name: Installed())
+    assert install.pip_install_extra("course") == expected
+    with pytest.raises(TypeError, match="extra: expected a str"):
+        install.pip_install_extra(None)
+
+
 def test_list_into_a_closed_pipe_exits_quietly(tmp_path):
     read, write = os.pipe()
     os.close(read)  # `ttr-edu list | head -1`, with head already gone
@@ -893,6 +944,17 @@ def test_list_into_a_closed_pipe_exits_quietly(tmp_path):
     assert result.stderr == "" and result.returncode == 128 + signal.SIGPIPE
 
 
+def test_list_with_stdout_closed_is_one_line_not_a_traceback():
+    """`ttr-edu list >&-`: Python sets sys.stdout to None, and the flush after the command raised AttributeError."""
+    result = subprocess.run(
+        ["sh", "-c", 'exec "$0" "$@" >&-', sys.executable, "-m", "ttr_edu.course.cli", "--root", str(ROOT), "list"],
+        stderr=subprocess.PIPE, text=True, timeout=120,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )  # fmt: skip
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
+    assert result.stderr.splitlines() == ["ttr-edu: list: standard output is closed, so its output was not shown"]
+
+
 def test_check_without_the_course_extra_names_the_extra(tmp_path, monkeypatch, capsys):
     """A bare `pip install ttr-edu` has no nbformat, the first thing `check` imports."""
     dest = tmp_path / "my-course"
@@ -900,4 +962,4 @@ def test_check_without_the_course_extra_names_the_extra(tmp_path, monkeypatch, c
     monkeypatch.setitem(sys.modules, "nbformat", None)  # as in a bare `pip install ttr-edu`
     assert run("check", str(dest / FIRST.name)) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "pip install 'ttr-edu[course]'" in err, err
+    assert err.count("\n") == 1 and "the [course] extra installs" in err and pip_install_extra("course") in err, err

@@ -296,6 +296,27 @@ def test_start_runs_jupyterlab_with_the_course_settings(tmp_path, monkeypatch):
     assert f"--LabApp.app_settings_dir={folder}" in command and (folder / "overrides.json").is_file()
 
 
+def test_start_gives_the_course_its_own_workspaces_and_keeps_them(tmp_path, monkeypatch):
+    """n39b's N7: the course's JupyterLab shared ~/.jupyter/lab/workspaces, so another JupyterLab's tabs (and their
+    kernels) were restored into the course. Its workspaces now live in the course folder, kept from start to start,
+    while its settings are written afresh."""
+    from jupyterlab.labapp import LabApp
+
+    assert "workspaces_dir" in LabApp.class_traits(config=True)  # the option JupyterLab reads
+    launched = []
+    monkeypatch.setattr(lab, "run_foreground", lambda command, dest, resume: launched.append(command) or 0)
+    dest = tmp_path / "my-course"
+    assert main(["--root", str(ROOT), "start", str(dest), "1"]) == 0
+    workspaces = dest / lab.SETTINGS_DIR / lab.WORKSPACES
+    assert f"--LabApp.workspaces_dir={workspaces}" in launched[0] and workspaces.is_dir()
+    (workspaces / "default-37a8.jupyterlab-workspace").write_text("{}")  # what JupyterLab saves there
+    (dest / lab.SETTINGS_DIR / "stale.json").write_text("{}")
+    assert main(["--root", str(ROOT), "start", str(dest), "1"]) == 0
+    assert f"--LabApp.workspaces_dir={workspaces}" in launched[1]
+    assert (workspaces / "default-37a8.jupyterlab-workspace").read_text() == "{}"
+    assert not (dest / lab.SETTINGS_DIR / "stale.json").exists()
+
+
 def _server_file(runtime: Path, pid: int, root: Path) -> None:
     runtime.mkdir(parents=True, exist_ok=True)
     info = {"url": "http://127.0.0.1:8899/", "token": "abc", "root_dir": str(root), "pid": pid, "port": 8899}

@@ -269,6 +269,78 @@ def test_a_scheduler_that_does_not_answer_leaves_an_existing_csv_as_it_was(tmp_p
         assert out.read_bytes() == before
 
 
+@contextlib.contextmanager
+def a_server_that_is_not_dask(kind):
+    """A server on a free port of this machine that is not a Dask scheduler: ``banner`` greets first with bytes of its
+    own (an SSH server does); ``http`` waits for a request and answers it (a Dask dashboard does). Yields the
+    address."""
+    import http.server
+    import threading
+
+    if kind == "http":
+        server = http.server.HTTPServer(("127.0.0.1", 0), http.server.SimpleHTTPRequestHandler)
+        thread = threading.Thread(target=server.serve_forever, daemon=True)
+        thread.start()
+        try:
+            yield f"tcp://127.0.0.1:{server.server_address[1]}"
+        finally:
+            server.shutdown()
+            server.server_close()
+        return
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(8)
+
+    def greet():
+        while True:
+            try:
+                connection, _ = listener.accept()
+            except OSError:  # closed: the test is over
+                return
+            with connection:
+                connection.sendall(b"SSH-2.0-OpenSSH_9.6\r\n" + b"\xff" * 64)
+
+    threading.Thread(target=greet, daemon=True).start()
+    try:
+        yield f"tcp://127.0.0.1:{listener.getsockname()[1]}"
+    finally:
+        listener.close()
+
+
+@pytest.mark.parametrize("kind", ["banner", "http"])
+def test_a_server_that_is_not_dask_is_no_dask_scheduler_within_the_timeout(kind):
+    """n39b's N3: a server with a banner gave a 60-line traceback ending in a 2.82 EiB allocation; an HTTP server
+    (the dashboard's port for the scheduler's) kept Dask's client waiting over 200 s."""
+    from ttr_edu.experiments import workers
+
+    with a_server_that_is_not_dask(kind) as address:
+        with pytest.raises(runner.SchedulerError, match=rf"^scheduler: no Dask scheduler answers at {address} \("):
+            workers.probe(address, timeout=1.0)
+
+
+@pytest.mark.slow  # a scheduler (no workers) starts in this process
+def test_a_dask_scheduler_passes_the_probe():
+    """The probe reads a real scheduler's greeting (its handshake) and lets it pass."""
+    distributed = pytest.importorskip("distributed")
+    from ttr_edu.experiments import workers
+
+    with distributed.LocalCluster(
+        n_workers=0, processes=False, protocol="tcp://", host="127.0.0.1", dashboard_address=":0"
+    ) as cluster:
+        workers.probe(cluster.scheduler_address)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", ["banner", "http"])
+def test_a_server_that_is_not_dask_is_one_line_on_the_command_line_and_leaves_the_csv(tmp_path, kind):
+    (tmp_path / "g.csv").write_text("rows of an earlier run\n")
+    with a_server_that_is_not_dask(kind) as address:
+        p = cli("mqar", "--quick", "--out", "g.csv", "--scheduler", address, cwd=tmp_path)
+    assert p.returncode == 1 and p.stderr.strip().splitlines() == [p.stderr.strip()], p.stderr
+    assert f"error: --scheduler: no Dask scheduler answers at {address} (" in p.stderr
+    assert (tmp_path / "g.csv").read_text() == "rows of an earlier run\n"
+
+
 def test_a_full_disk_is_an_output_error():
     if not Path("/dev/full").exists():
         pytest.skip("no /dev/full here")
@@ -292,6 +364,34 @@ def test_interrupted_run_keeps_a_valid_csv(tmp_path):
     assert len(runner.read(TOY, out)[1]) == 2
     result = runner.run(TOY, RECIPE, CELLS, toy_cell, out, resume=True)
     assert result.trained == 4 and len(runner.read(TOY, out)[1]) == 6
+
+
+def test_a_ctrl_c_while_the_header_is_gathered_leaves_no_file_without_its_column_line(tmp_path, monkeypatch):
+    """A Ctrl-C the instant the CSV appeared (here: while git names the commit, which takes a while) left a file of
+    one ``# interrupted`` line and no column line, which --resume refused although the line says "--resume runs the
+    rest". The header is now gathered before the file is created."""
+    out = tmp_path / "g.csv"
+
+    def ctrl_c(path):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(runner, "git_commit", ctrl_c)
+    with pytest.raises(KeyboardInterrupt):
+        runner.run(TOY, RECIPE, CELLS, toy_cell, out, note=lambda m: None)
+    assert not out.exists() or runner.read(TOY, out)[1] == []
+    monkeypatch.undo()
+    assert runner.run(TOY, RECIPE, CELLS, toy_cell, out, resume=True, note=lambda m: None).trained == 6
+
+
+def test_resume_starts_afresh_a_file_an_earlier_ctrl_c_left_without_its_column_line(tmp_path):
+    out = tmp_path / "g.csv"
+    out.write_text("# interrupted: 2026-12-06 12:23:14 UTC, 0 cells written; --resume runs the rest\n")
+    result = runner.run(TOY, RECIPE, CELLS, toy_cell, out, resume=True, note=lambda m: None)
+    assert result.trained == 6 and len(runner.read(TOY, out)[1]) == 6
+    out.write_text("# a note of mine\n")  # no "interrupted" line: still refused, nothing overwritten
+    with pytest.raises(runner.ResumeRefused, match="no column line"):
+        runner.run(TOY, RECIPE, CELLS, toy_cell, out, resume=True, note=lambda m: None)
+    assert out.read_text() == "# a note of mine\n"
 
 
 # ---- Dask ------------------------------------------------------------------------------------------------------------
@@ -612,14 +712,22 @@ def test_a_child_killed_by_ctrl_c_before_it_could_say_so_is_still_one_line():
 
 @pytest.mark.slow
 @pytest.mark.parametrize("mode", [["--jobs", "2"], ["--scheduler", "local:2"]], ids=["jobs", "dask"])
-def test_ctrl_c_in_the_mqar_command_is_one_line(tmp_path, mode):
+@pytest.mark.parametrize("moment", ["no row yet", "a row written"])
+def test_ctrl_c_in_the_mqar_command_is_one_line(tmp_path, mode, moment):
     """The same through ``python -m ttr_edu.experiments mqar``: Ctrl-C once the CSV's column line is written (the
-    cells then train for seconds)."""
+    cells then train for seconds), and once a row is written, when each worker has trained through a tqdm bar
+    (its multiprocessing lock was then reported as a leaked semaphore, two more lines)."""
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
-    command = [sys.executable, "-W", "ignore", "-m", "ttr_edu.experiments", "mqar", "--quick", "--out", "g.csv", *mode]
+    # --quick has two cells, so its second row could land before the Ctrl-C; 24 short cells leave 22 to interrupt
+    grid = ["--quick"] if moment == "no row yet" else ["--smallest", "16", "--max-steps", "40"]
+    command = [sys.executable, "-m", "ttr_edu.experiments", "mqar", *grid, "--out", "g.csv", *mode]
     process = start_as_in_a_terminal(command, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    out = tmp_path / "g.csv"
     try:
-        wait_for(lambda: column_line_written(tmp_path / "g.csv"), "the CSV's column line")
+        if moment == "no row yet":
+            wait_for(lambda: column_line_written(out), "the CSV's column line")
+        else:
+            wait_for(lambda: column_line_written(out) and rows_written(out) >= 1, "a row", timeout=600)
         os.killpg(process.pid, signal.SIGINT)
         _, stderr = process.communicate(timeout=180)
     finally:

@@ -34,7 +34,12 @@ class CtrlCRow(dict):
 
 
 def cell(flag: str, free: int, ctrl_c_at: str | None, c: dict) -> dict:
-    """Cell ``x`` returns at once if ``x < free``, else once ``flag`` exists."""
+    """Cell ``x`` returns at once if ``x < free``, else once ``flag`` exists. Like a real cell
+    (:func:`ttr_edu.train.train`), it makes a (hidden) tqdm bar first: tqdm's first bar in a process makes a
+    multiprocessing lock, a named semaphore that a worker killed mid-cell leaves for a resource tracker to report."""
+    from tqdm.auto import tqdm
+
+    tqdm(total=1, disable=True).close()
     deadline = time.monotonic() + 120
     while c["x"] >= free and not os.path.exists(flag) and time.monotonic() < deadline:
         time.sleep(0.05)

@@ -37,6 +37,7 @@ import urllib.request
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
+from ttr_edu._internal.install import pip_install_extra
 from ttr_edu._internal.progress import BOOK_ENV
 
 PLOTLY = "application/vnd.plotly.v1+json"
@@ -326,7 +327,7 @@ def build(root: Path, *, site: bool = False, serve: bool = False, execute: bool 
     """
     myst = find_myst()
     if myst is None:
-        raise BookError("the book needs MyST: pip install 'ttr-edu[book]'")
+        raise BookError(f"the book needs MyST, which the [book] extra installs: {pip_install_extra('book')}")
     theme = _prepare_theme(root, site)
     command = [myst, "--config", "book.yml"]
     command += ["start"] if serve else ["build", "--site" if site else "--html", "--strict"]

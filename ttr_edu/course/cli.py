@@ -9,6 +9,7 @@ run by :mod:`ttr_edu.course.lab` (which never leaves a server or a kernel behind
 from __future__ import annotations
 
 import argparse
+import io
 import os
 import re
 import shlex
@@ -16,6 +17,7 @@ import sys
 from pathlib import Path, PurePosixPath
 
 from ttr_edu import __version__
+from ttr_edu._internal.install import pip_install_extra
 from ttr_edu.course import lab, student_copy, sync
 from ttr_edu.course.book import BookError
 from ttr_edu.course.notebooks import (
@@ -117,7 +119,27 @@ def _check_dest(root: Path, raw: str | None, command: str) -> Path:
         raise UsageError(
             f"cannot copy into the course itself ({root}); choose a folder of yours, e.g. {root / 'my-course'}"
         )
+    own = _course_folder_holding(root.resolve(), dest.resolve())
+    if own is not None:
+        raise UsageError(
+            f"cannot copy into {dest}: it is inside the course's own {own}/ (its sources, in a clone the package "
+            f"itself); choose a folder of yours, e.g. {root / 'my-course'}"
+        )
     return dest
+
+
+def _course_folder_holding(root: Path, dest: Path) -> str | None:
+    """The folder or file of the course ``root`` that ``dest`` lies in (``ttr_edu``, ``docs``, ...), or ``None`` when
+    ``dest`` is outside ``root`` or in a folder of the student's: one that does not exist yet (``my-course``), is
+    empty, or holds a copy made by ``ttr-edu`` (its manifest). Both paths resolved."""
+    try:
+        top = dest.relative_to(root).parts[0]
+    except (ValueError, IndexError):
+        return None
+    folder = root / top
+    if not folder.exists() or folder.is_dir() and (not any(folder.iterdir()) or (folder / sync.MANIFEST).exists()):
+        return None
+    return top
 
 
 def _student_copies(root: Path, sources: list[Path]) -> tuple[dict[Path, bytes], dict[PurePosixPath, bytes]]:
@@ -177,7 +199,9 @@ def cmd_start(args: argparse.Namespace) -> int:
         )
         return 0
     cmd_copy(args)
-    command.insert(command.index(str(dest)) + 1, f"--LabApp.app_settings_dir={lab.write_settings(dest)}")
+    settings = lab.write_settings(dest)
+    at = command.index(str(dest)) + 1
+    command[at:at] = [f"--LabApp.app_settings_dir={settings}", f"--LabApp.workspaces_dir={settings / lab.WORKSPACES}"]
     again = f"ttr-edu start {shlex.quote(str(dest))}"
     print(f"Opening JupyterLab in {dest}; stop it with Ctrl-C, resume any day with: {again}", flush=True)
     return lab.run_foreground(command, dest, resume=again)
@@ -353,9 +377,15 @@ def main(argv: list[str] | None = None) -> int:
     if stray:
         parser.error(f"unrecognized arguments: {' '.join(stray)} (JupyterLab options go as --name=value, or after --)")
     args.lab_options = unknown + passthrough
+    closed_stdout = sys.stdout is None  # `ttr-edu list >&-`: Python sets sys.stdout to None when fd 1 is closed
+    if closed_stdout:
+        sys.stdout = io.StringIO()  # what the command prints is held, to say it was not shown
     try:
         status = args.run(args)
         sys.stdout.flush()  # a closed pipe (`ttr-edu list | head -1`) shows here, not at exit
+        if closed_stdout and sys.stdout.getvalue():  # type: ignore[attr-defined]
+            print(f"ttr-edu: {args.command}: standard output is closed, so its output was not shown", file=sys.stderr)
+            return 2
         return status
     except (UsageError, CourseLayoutError, NotebookError, BookError, sync.CopyError, lab.UsageError) as err:
         print(f"ttr-edu: {err}", file=sys.stderr)
@@ -373,6 +403,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("ttr-edu: interrupted; every notebook is whole (run the same command again to finish)", file=sys.stderr)
         return 130
+    finally:
+        if closed_stdout:
+            sys.stdout = None  # as it was
 
 
 #: the extra that installs each module a command may miss: the course's commands need the [course] extra (nbgrader,
@@ -385,7 +418,7 @@ def _missing_extra(err: ImportError, command: str) -> str:
     module = (err.name or "").split(".")[0]
     if module in EXTRAS:
         extra = EXTRAS[module]
-        return f"{command} needs {module}, which the [{extra}] extra installs: pip install 'ttr-edu[{extra}]'"
+        return f"{command} needs {module}, which the [{extra}] extra installs: {pip_install_extra(extra)}"
     return str(err)
 
 

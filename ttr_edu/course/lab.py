@@ -26,6 +26,8 @@ import sys
 import time
 from pathlib import Path
 
+from ttr_edu._internal.install import pip_install_extra
+
 __all__ = ["SETTINGS", "SETTINGS_DIR", "lab_command", "run_foreground", "running_server", "server_url"]
 
 #: JupyterLab settings for the course, as JupyterLab's ``overrides.json`` takes them (the student can still change
@@ -41,6 +43,10 @@ SETTINGS = {
 #: application settings folder; disabling an extension that is not installed does nothing.)
 DISABLED_EXTENSIONS = ("@jupyter/nbgrader",)
 SETTINGS_DIR = ".ttr-edu-lab"  # in the student's folder: JupyterLab's application settings for the course
+#: in :data:`SETTINGS_DIR`: the course's own JupyterLab workspaces (``--LabApp.workspaces_dir``), so that the tabs of
+#: the student's other JupyterLabs (kept in ``~/.jupyter/lab/workspaces``) are not restored into the course, with their
+#: kernels, nor the course's into theirs
+WORKSPACES = "workspaces"
 ASK_SECONDS = 10  # how long the Ctrl-C question waits for an answer before JupyterLab goes on (Jupyter waits 5 s)
 
 
@@ -56,7 +62,10 @@ def lab_command(dest: Path, options: list[str]) -> list[str]:
     ours, so a student's own option wins.
     """
     if importlib.util.find_spec("jupyterlab") is None:
-        raise UsageError(f"JupyterLab is not installed for {sys.executable}: pip install 'ttr-edu[course]'")
+        raise UsageError(
+            f"JupyterLab is not installed for {sys.executable}: the [course] extra installs it: "
+            f"{pip_install_extra('course')}"
+        )
     command = [sys.executable, "-m", "jupyterlab", str(dest), "--LabApp.news_url=None"]
     if hasattr(os, "geteuid") and os.geteuid() == 0 and "--allow-root" not in options:
         command.append("--allow-root")
@@ -66,7 +75,8 @@ def lab_command(dest: Path, options: list[str]) -> list[str]:
 def write_settings(dest: Path) -> Path:
     """Write JupyterLab's application settings for the course into ``dest/.ttr-edu-lab`` and return the folder, for
     ``--LabApp.app_settings_dir``: ``overrides.json`` (:data:`SETTINGS`) and ``page_config.json``
-    (:data:`DISABLED_EXTENSIONS` off).
+    (:data:`DISABLED_EXTENSIONS` off). Its ``workspaces`` folder (:data:`WORKSPACES`, for ``--LabApp.workspaces_dir``)
+    is made if missing and otherwise kept as it is.
 
     That option replaces JupyterLab's own settings folder, so what it holds (overrides that other packages or the
     administrator installed) is copied first, and ``overrides.json`` is theirs with the course's settings on top.
@@ -74,10 +84,14 @@ def write_settings(dest: Path) -> Path:
     from jupyterlab.commands import get_app_dir
 
     default, folder = Path(get_app_dir()) / "settings", dest / SETTINGS_DIR
-    shutil.rmtree(folder, ignore_errors=True)
+    if folder.is_dir():  # written afresh, but for the course's workspaces (its open tabs), kept from start to start
+        for entry in folder.iterdir():
+            if entry.name != WORKSPACES:
+                shutil.rmtree(entry) if entry.is_dir() and not entry.is_symlink() else entry.unlink()
     if default.is_dir():
-        shutil.copytree(default, folder, ignore=shutil.ignore_patterns("overrides.json"))
+        shutil.copytree(default, folder, ignore=shutil.ignore_patterns("overrides.json"), dirs_exist_ok=True)
     folder.mkdir(exist_ok=True)
+    (folder / WORKSPACES).mkdir(exist_ok=True)
     overrides = _read_json(default / "overrides.json")
     for plugin, values in SETTINGS.items():
         overrides[plugin] = {**overrides.get(plugin, {}), **values}

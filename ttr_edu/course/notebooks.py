@@ -19,6 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ttr_edu._internal.install import pip_install_extra
+
 if TYPE_CHECKING:  # nbformat is imported where it is used: `ttr-edu copy` and `start` start faster without it
     import nbformat
 
@@ -149,7 +151,7 @@ def course_content(start: str | Path | None = None) -> Path:
         return PACKAGED_COURSE
     raise CourseLayoutError(
         f"no course found: {Path.cwd()} is not in a clone of ttr-edu, and this installation of ttr-edu holds no "
-        "course files (pip install 'ttr-edu[course]' from PyPI installs them)"
+        "course files (a wheel built in a clone holds them: see the README's Quick start)"
     )
 
 
@@ -227,7 +229,9 @@ def student_notebook(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
     try:
         from nbgrader.preprocessors import ClearSolutions
     except ImportError as err:  # nbgrader is an instructor tool, in the dev extra
-        raise ImportError("generating student notebooks needs nbgrader: pip install 'ttr-edu[dev]'") from err
+        raise ImportError(
+            f"generating student notebooks needs nbgrader, which the [dev] extra installs: {pip_install_extra('dev')}"
+        ) from err
     nb = clean_notebook(nb)
     nb, _ = ClearSolutions().preprocess(nb, {})
     return nb

@@ -56,6 +56,7 @@ from typing import Any
 
 from tqdm.auto import tqdm
 
+from ttr_edu._internal.install import pip_install_extra
 from ttr_edu._internal.progress import progress_enabled
 from ttr_edu.experiments import workers
 from ttr_edu.experiments.provenance import code_digest, git_commit, package_version, platform_lines, training_code
@@ -358,6 +359,18 @@ def _code_changes(there: dict | None, here: dict[str, str]) -> str:
     return "; ".join(parts)
 
 
+def _interrupted_empty(path: Path) -> bool:
+    """Whether ``path`` is what an earlier version left when a Ctrl-C came before its column line: only ``#`` lines,
+    one of them ``# interrupted: ..., 0 cells written; ...``. It holds no row, so ``resume`` starts it afresh."""
+    try:
+        lines = path.read_bytes().decode().splitlines()
+    except (OSError, UnicodeDecodeError):
+        return False
+    return all(line.startswith("#") for line in lines) and any(
+        line.startswith("# interrupted:") and ", 0 cells written;" in line for line in lines
+    )
+
+
 def _repair(path: Path, parsed: _Parsed, note: Callable[[str], None]) -> None:
     """Drop a cut last row, or end a whole last line with its newline, before rows are appended."""
     if parsed.repair == "drop":
@@ -461,7 +474,7 @@ def run(
     path = None if out is None else Path(out)
     done: dict[tuple, dict] = {}
     kept = None
-    if path is not None and resume and path.exists() and path.stat().st_size > 0:
+    if path is not None and resume and path.exists() and path.stat().st_size > 0 and not _interrupted_empty(path):
         kept = _resume_check(experiment, path, recipe, code, version)
         done = {experiment.cell_of(row): row for row in kept.rows}
     cells_for = cells if callable(cells) else (lambda rows, listed=list(cells): listed)
@@ -493,7 +506,9 @@ def run(
                     f"{platform['torch']}, BLAS {platform['blas']}, on {platform['cpu']}\n"
                 )
             else:
-                output = _Output(path, append=False)
+                # everything the header says is gathered first (git and the Dask workers take a while), then the
+                # file is created and the whole header written at once, a Ctrl-C held back: a Ctrl-C can never leave
+                # a file without its column line, which --resume would refuse
                 lines = {
                     "experiment": experiment.name,
                     "ttr-edu": version,
@@ -506,8 +521,10 @@ def run(
                     **({"dask workers": cluster.workers()} if cluster is not None else {}),
                     "started": _now(),
                 }
-                output.write("".join(f"# {name}: {value}\n" for name, value in lines.items()))
-                output.write(_line(experiment.columns))
+                header = "".join(f"# {name}: {value}\n" for name, value in lines.items()) + _line(experiment.columns)
+                with workers.interrupts_held():
+                    output = _Output(path, append=False)
+                    output.write(header)
         lost_keys: set[tuple] = set()
         while todo:  # a round of cells; a callable ``cells`` may ask for more once it sees their rows
             if cluster is not None:
@@ -615,7 +632,10 @@ def runner_options(parser: argparse.ArgumentParser, args: argparse.Namespace) ->
         if isinstance(parsed, int) and parsed > cores:
             parser.error(f"--scheduler: local:N needs N from 1 to {cores} (this machine's cores), got {args.scheduler}")
         if importlib.util.find_spec("distributed") is None:  # found, not imported: that takes seconds
-            parser.error("--scheduler needs Dask: pip install 'ttr-edu[cluster]' (dask[distributed])")
+            parser.error(
+                f"--scheduler needs Dask (dask[distributed]), which the [cluster] extra installs: "
+                f"{pip_install_extra('cluster')}"
+            )
     return {
         "out": out,
         "resume": args.resume,

@@ -22,6 +22,7 @@ import os
 import re
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import threading
@@ -77,21 +78,71 @@ def check_scheduler(scheduler: str) -> int | tuple[str, int] | None:
     return match["host"].strip("[]"), int(match["port"])
 
 
-def probe(scheduler: str) -> None:
-    """Check that something listens at the Dask address ``scheduler``: a refused or unresolvable address fails at
-    once, a silent one after 5 seconds.
+#: seconds to connect to a Dask address, and then for the scheduler's greeting
+PROBE_TIMEOUT = 5.0
+#: the largest greeting a Dask scheduler sends (a few hundred bytes in practice)
+_GREETING_LIMIT = 1 << 16
+
+
+def _read_exactly(sock: socket.socket, count: int) -> bytes:
+    data = b""
+    while len(data) < count:
+        chunk = sock.recv(count - len(data))
+        if not chunk:
+            raise ConnectionError("it closed the connection")
+        data += chunk
+    return data
+
+
+def _dask_greeting(sock: socket.socket) -> str | None:
+    """Read what a Dask scheduler sends first on a ``tcp://`` connection, without answering: its handshake message,
+    framed as Dask's TCP comm frames every message (``distributed.comm.tcp``): an 8-byte length ``n``, then ``n``
+    bytes that start with the frame count and each frame's length (8 bytes each), the first frame a msgpack map
+    holding ``pickle-protocol``. Returns ``None`` for such a greeting, otherwise what was wrong (the reason shown).
 
     Raises:
-        SchedulerError: a malformed address, or nothing answering there.
+        OSError: the connection failed or timed out while reading.
+    """
+    (total,) = struct.unpack("=Q", _read_exactly(sock, 8))
+    if not 16 <= total <= _GREETING_LIMIT:
+        return "it answers, but not as a Dask scheduler does"
+    body = _read_exactly(sock, total)
+    (frames,) = struct.unpack_from("=Q", body)
+    if not 1 <= frames <= 64 or 8 * (frames + 1) > total:
+        return "it answers, but not as a Dask scheduler does"
+    lengths = struct.unpack_from(f"={frames}Q", body, 8)
+    first = body[8 * (frames + 1) : 8 * (frames + 1) + lengths[0]]
+    if sum(lengths) > total - 8 * (frames + 1) or b"pickle-protocol" not in first:
+        return "it answers, but not as a Dask scheduler does"
+    return None
+
+
+def probe(scheduler: str, timeout: float = PROBE_TIMEOUT) -> None:
+    """Check that a Dask scheduler answers at the address ``scheduler``, within ``timeout`` seconds for the
+    connection and as many for its greeting: a refused or unresolvable address fails at once, a silent one after
+    ``timeout``. On ``tcp://`` a scheduler greets first (its handshake), so anything else listening there is told
+    apart without sending it a byte: a server with a banner of its own (Dask's client read its first 8 bytes as a
+    length and asked for exabytes), or one that waits for a request, such as an HTTP server (the dashboard's port
+    8787 for the scheduler's 8786: Dask's client waited without end). ``tls://`` and ``ucx://`` are only connected
+    to (their handshake needs their own libraries).
+
+    Raises:
+        SchedulerError: a malformed address, or no Dask scheduler answering there (the reason in brackets).
     """
     parsed = check_scheduler(scheduler)
     if isinstance(parsed, int):
         return
     try:
-        socket.create_connection(parsed, timeout=5).close()
+        with socket.create_connection(parsed, timeout=timeout) as sock:
+            wrong = _dask_greeting(sock) if scheduler.startswith("tcp://") else None
+    except TimeoutError:
+        wrong = f"it accepts connections but says nothing a Dask scheduler says within {timeout:g} s"
+    except struct.error:
+        wrong = "it answers, but not as a Dask scheduler does"
     except OSError as error:
-        reason = error.strerror or str(error) or type(error).__name__
-        raise SchedulerError(f"scheduler: no Dask scheduler answers at {scheduler} ({reason})") from None
+        wrong = error.strerror or str(error) or type(error).__name__
+    if wrong is not None:
+        raise SchedulerError(f"scheduler: no Dask scheduler answers at {scheduler} ({wrong})") from None
 
 
 def preflight(prog: str, argv: list[str]) -> tuple[str, int] | None:
@@ -122,6 +173,26 @@ def stop_once(signum, frame):
 def _ignore_sigint() -> None:
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def _no_process_lock_for_tqdm() -> None:
+    """Give tqdm a thread lock in this worker process, so that its first bar (every cell trains through
+    :func:`ttr_edu.train.train`, which makes one, hidden in a worker) does not make a multiprocessing lock.
+
+    That lock is a named POSIX semaphore (a worker process is not forked, so the name is kept), registered with a
+    resource tracker and unlinked only when the worker exits in order. A Ctrl-C kills the workers mid-cell, so the
+    tracker reported it: "There appear to be N leaked semaphore objects" (two lines on stderr, one per worker).
+    The lock only keeps bars of several processes from writing over each other on one terminal; a worker's bars
+    are hidden, and its threads still share this one."""
+    from tqdm import tqdm
+
+    tqdm.set_lock(threading.RLock())
+
+
+def _worker_setup() -> None:
+    """Run in each local worker process before its first cell: SIGINT ignored, no multiprocessing lock for tqdm."""
+    _ignore_sigint()
+    _no_process_lock_for_tqdm()
 
 
 #: in a process that :func:`run_in_own_session` started: the pipe on which it says it is ready for a Ctrl-C
@@ -280,7 +351,7 @@ def local_cells(cell_fn: Callable, todo: list[dict], jobs: int) -> Iterator[tupl
 
     try:
         with interrupts_held():  # a Ctrl-C meanwhile is raised at the end of the block, with the pool standing
-            executor = get_reusable_executor(max_workers=workers, initializer=_ignore_sigint)
+            executor = get_reusable_executor(max_workers=workers, initializer=_worker_setup)
             submit_more()
         while running:
             future = finished.get()  # a Ctrl-C lands here, or in the caller's code
@@ -304,7 +375,8 @@ def local_cells(cell_fn: Callable, todo: list[dict], jobs: int) -> Iterator[tupl
 
 
 def _ignore_sigint_plugin():
-    """A Dask worker plugin: each worker process ignores SIGINT (one its nanny restarts later too)."""
+    """A Dask worker plugin: each worker process ignores SIGINT and gives tqdm a thread lock
+    (:func:`_no_process_lock_for_tqdm`; one its nanny restarts later too)."""
     from distributed.diagnostics.plugin import WorkerPlugin
 
     class IgnoreSigint(WorkerPlugin):
@@ -313,6 +385,7 @@ def _ignore_sigint_plugin():
 
         def setup(self, worker):  # Dask calls it on each worker, restarted ones too
             _ignore_sigint()
+            _no_process_lock_for_tqdm()
 
     return IgnoreSigint()
 
