@@ -521,7 +521,21 @@ def _pseudo_values_by_delta_product(k, v, beta):
     return torch.stack(u)
 
 
+def _step_by_the_harness(S, k, v, beta):  # chapter 08's check module builds I - beta k k^T for its reference
+    from ttr_edu.checks.adaptive_and_deep_memories import householder_product
+
+    return householder_product(k, torch.zeros_like(k), beta) @ S + beta * torch.outer(k, v)
+
+
+def _pseudo_values_by_the_harness(k, v, beta):  # chapter 11's check module's UT transform, (I + A)^-1 diag(beta)
+    from ttr_edu.checks.chunkwise_algorithms import ut_transform_spec
+
+    return ut_transform_spec(k, beta) @ v
+
+
 PACKAGE_BYPASSES = [
+    (checks.check_delta_rule_step, _step_by_the_harness, "ttr_edu.checks.adaptive_and_deep_memories"),
+    (checks.check_pseudo_values, _pseudo_values_by_the_harness, "ttr_edu.checks.chunkwise_algorithms"),
     (checks.check_delta_rule_step, _step_by_delta_product, "ttr_edu.ops.delta_product.delta_product_recurrent"),
     (checks.check_delta_rule_step, _step_by_the_layer, "ttr_edu.layers.linear.delta_step"),
     (checks.check_pseudo_values, _pseudo_values_by_regression, "ttr_edu.regression"),
@@ -533,6 +547,8 @@ PACKAGE_BYPASSES = [
 def test_another_package_implementation_is_refused_in_the_kernel_by_the_allow_list(check, answer, name):
     """A reviewer passed 4.1 and 4.4 with package functions no list of names held (delta_product with one
     Householder factor, the linear layer's step, the regression layer's online SGD); the kernel's check now holds the
-    answer to the exercise's allow-list, as the grading engine does: any package code not given is refused by name."""
+    answer to the exercise's allow-list, as the grading engine does: any package code not given is refused by name.
+    A later review passed 4.1 and 4.4 with another chapter's check code (chapter 08's Householder product, chapter
+    11's UT transform), which the grader refused and the kernel let run: it is held to the same list now."""
     with pytest.raises(CheckFailed, match=f"write this yourself; {name}.* is not given to this exercise"):
         check(answer)

@@ -671,7 +671,17 @@ def _rls_by_the_packages_cg(k, v, ridge, initial_state=None):  # every prefix's 
     )
 
 
+def _sweep_by_the_harness(k, beta):  # chapter 08's check module's Householder product, one factor per pair
+    from ttr_edu.checks.adaptive_and_deep_memories import householder_product
+
+    M = torch.eye(k.shape[1], dtype=k.dtype)
+    for t in range(k.shape[0]):
+        M = householder_product(beta[t].sqrt() * k[t], torch.zeros_like(k[t]), 1.0).to(k.dtype) @ M
+    return M
+
+
 PACKAGE_BYPASSES = [
+    (checks.check_sweep_operator, _sweep_by_the_harness, "ttr_edu.checks.adaptive_and_deep_memories"),
     (checks.check_ridge_readout, _ridge_by_the_packages_cg, "ttr_edu.regression.linear.conjugate_gradient"),
     (checks.check_decay_weights, _decay_weights_by_gla, "ttr_edu.ops.gated_linear_attention"),
     (checks.check_sweep_operator, _sweep_by_delta_product, "ttr_edu.ops.delta_product.delta_product_recurrent"),

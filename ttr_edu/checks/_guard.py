@@ -402,7 +402,10 @@ class _Trace:
                 if message is None and first and self.allowed is not None and code not in self.allowed:
                     package, harness = self.package
                     filename = code.co_filename
-                    if filename.startswith(package) and not filename.startswith(harness):
+                    if _chapter_check_code(filename):  # a chapter's check code its exercise does not run
+                        if code.co_name not in _KEPT_METHODS:
+                            message = _not_given(code, frame)
+                    elif filename.startswith(package) and not filename.startswith(harness):
                         if code.co_name not in _KEPT_METHODS:
                             # a decorator's wrapper around a function the rules name: the rule's own message
                             wrapped = _wrapped_of(code, frame)
@@ -599,6 +602,19 @@ _MACHINERY = (
     "ttr_edu.checks._rules", "ttr_edu.checks._core", "ttr_edu.checks._guard", "ttr_edu.checks._forbid",
     "ttr_edu.checks._triton_sanitizer", "ttr_edu.checks.grading._child",
 )  # fmt: skip
+#: the harness code that is not a chapter's check module: the machinery and the grading engine (``_*.py``, ``grading``)
+_HARNESS_OWN = ("_", "grading" + os.sep)
+
+
+def _chapter_check_code(filename: str) -> bool:
+    """Whether ``filename`` is a chapter's check module (``ttr_edu/checks/delta_rule.py``, ...): its references and
+    specifications (chapter 11's ``ut_transform_spec``, chapter 08's ``householder_product``) compute answers, so the
+    kernel's allow-list holds an answer to them as it holds the package (the grading engine's child does not even let
+    an answer open these files); only the code its own exercise runs around the answer (:func:`given_only`'s
+    ``harness``) may run."""
+    return filename.startswith(_HARNESS_DIR) and not filename[len(_HARNESS_DIR) :].startswith(_HARNESS_OWN)
+
+
 #: methods never emptied: the interpreter calls them on its own (a package object collected while the answer runs)
 _KEPT_METHODS = frozenset({"__del__"})
 
@@ -652,7 +668,7 @@ def machinery() -> list[Any]:
     return kept
 
 
-def given_only(given: Iterable[Any], *, with_machinery: bool = False) -> Forbidden:
+def given_only(given: Iterable[Any], *, with_machinery: bool = False, harness: Iterable[Any] = ()) -> Forbidden:
     """The allow-list of ``given`` (the package's functions and classes an exercise hands the student), as a call
     trace holds an answer to it (:func:`watching`): the code of what the given functions and classes use
     (:func:`reachable`, their inner functions and comprehensions included) may run; any other code of the package,
@@ -666,6 +682,10 @@ def given_only(given: Iterable[Any], *, with_machinery: bool = False) -> Forbidd
     keeps after :func:`lock_down` has emptied the rest: the check in the student's kernel holds every declared
     exercise's answer to this list (:func:`ttr_edu.checks._rules.run_in_kernel`), and both give one verdict.
 
+    ``harness``: the chapter check module's code that runs around the answer (its exercise's adapter and watches):
+    kept with what it uses. Any other code of a chapter's check module is refused like the package's
+    (:func:`_chapter_check_code`).
+
     Raises:
         TypeError: something in ``given`` that is neither a function nor a class.
     """
@@ -674,7 +694,7 @@ def given_only(given: Iterable[Any], *, with_machinery: bool = False) -> Forbidd
         if not (isinstance(value, type) or callable(value)):
             raise TypeError(f"given_only: given expects functions and classes, got {type(value).__name__}")
     functions: list[types.FunctionType] = []
-    reachable([*given, *(machinery() if with_machinery else ())], functions)
+    reachable([*given, *harness, *(machinery() if with_machinery else ())], functions)
     return Forbidden(allowed=frozenset(c for f in functions for c in _codes(f.__code__)))
 
 
@@ -703,7 +723,8 @@ def _not_given(code: types.CodeType, frame: types.FrameType | None = None) -> st
     relative = code.co_filename[len(_PACKAGE_DIR) :].removesuffix(".py").split(os.sep)
     module = ".".join([Path(_PACKAGE_DIR).name, *relative]).removesuffix(".__init__")
     name = getattr(code, "co_qualname", code.co_name)
-    return f"the exercise asks you to write this yourself; {module}.{name} is not given to this exercise"
+    what = module if name == "<module>" else f"{module}.{name}"  # an import of a module: the module, by name
+    return f"the exercise asks you to write this yourself; {what} is not given to this exercise"
 
 
 def reachable(roots: Iterable[Any], functions: list[types.FunctionType] | None = None) -> set[int]:

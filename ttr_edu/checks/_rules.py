@@ -881,7 +881,8 @@ def run_in_kernel(
         raise CheckFailed(f"{name}: expected your function, got {type(answer).__name__}")
     declared_bad = bad is None
     if bad is None:  # the declaration's rules, and its allow-list as the grading engine holds it (given, machinery)
-        given = given_only(declared.given, with_machinery=True)
+        around = (declared.call, declared.rules.watch)  # the check module's code that runs around the answer
+        given = given_only(declared.given, with_machinery=True, harness=around)
         bad = declared.forbidden() | given
     loaded = _solver_modules()
     n_cases, notes, found = 0, [], []
