@@ -11,7 +11,16 @@ import psutil
 import pytest
 import torch
 
-from tests.grading.submissions import LATER_ATTACKS, RIGHT, SUBMISSIONS, before_everything, submission
+from tests.grading.submissions import (
+    EXPLORES_WITH_THE_PACKAGE,
+    LATER_ATTACKS,
+    RIGHT,
+    SUBMISSIONS,
+    before_everything,
+    submission,
+    with_cell_below,
+    without_cell_ids,
+)
 from ttr_edu.checks.grading import _child, engine, notebook, sandbox
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -609,3 +618,36 @@ def test_a_table_of_the_public_cases_answers_scores_nothing():
     assert all("drawn afresh for grading" in v.detail for v in report.verdicts), [v.detail for v in report.verdicts]
     assert _grade(table, fresh_cases=0).score == 9  # the table does pass every public case
     assert _grade(submission(RELEASE, "solved"), fresh_cases=3).score == 9
+
+
+def test_a_notebook_saved_without_cell_ids_runs_none_of_the_releases_cells_as_the_students():
+    """Colab and older Jupyter save nbformat 4.4, whose cells have no ids: the release's setup and experiment cells are
+    then known by their code, and only what the student wrote (or edited) runs as their own."""
+    solved = submission(RELEASE, "solved")
+    edited = with_cell_below(solved, "ch01_store", EXPLORES_WITH_THE_PACKAGE)
+    experiment = next(i for i, c in enumerate(edited.cells) if c.source.startswith("d = 32\northonormal_errors"))
+    edited.cells[experiment].source = edited.cells[experiment].source.replace("(1, 8, 16, 32)", "(1, 2)")
+    edited.cells[1].source = edited.cells[1].source.replace("\n", "\r\n") + "\n\n"  # line ends an editor changed
+    plan = notebook.plan(without_cell_ids(edited), RELEASE)
+    own = [code for name, code in plan.cells if name.startswith("your cell")]
+    assert own == [EXPLORES_WITH_THE_PACKAGE, edited.cells[experiment].source], [n for n, _ in plan.cells]
+    assert plan.setup == [RELEASE.cells[1].source]
+
+
+def test_an_own_cell_that_calls_what_the_exercise_does_not_give_fails_in_that_cell_alone():
+    """An exploration cell that calls the package's ``store`` (chapter 01 gives its answers none of the package's
+    functions) raises in that cell and costs nothing; a cell that stops there leaves undefined what it would have
+    defined, and the answer that needs it fails naming that cell."""
+    stops = "REFERENCE = hebbian.store(torch.eye(2), torch.eye(2))\nSCALE = 1.0\n"
+    nb = with_cell_below(submission(RELEASE, "solved"), "ch01_store", EXPLORES_WITH_THE_PACKAGE)
+    nb.cells.insert(2, nbformat.v4.new_code_cell(stops))
+    nb.cells[next(i for i, c in enumerate(nb.cells) if notebook.grade_id(c) == "ch01_write")].source = (
+        "def write(W, k, v):\n    return W + SCALE * torch.outer(v, k)\n"
+    )
+    report = _grade(nb)
+    statuses = {v.grade_id: v.status for v in report.verdicts}
+    assert report.score == 8, [(v.heading, v.status, v.detail) for v in report.verdicts]
+    assert [gid for gid, status in statuses.items() if status != "PASS"] == ["test_check_write"], statuses
+    detail = report.verdicts[0].detail
+    assert "NameError" in detail and "your cell 1 raised NotGiven" in detail, detail
+    assert "ttr_edu.hebbian.store is not given to this exercise" in detail, detail
