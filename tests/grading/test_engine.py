@@ -641,9 +641,8 @@ def test_an_own_cell_that_calls_what_the_exercise_does_not_give_fails_in_that_ce
     stops = "REFERENCE = hebbian.store(torch.eye(2), torch.eye(2))\nSCALE = 1.0\n"
     nb = with_cell_below(submission(RELEASE, "solved"), "ch01_store", EXPLORES_WITH_THE_PACKAGE)
     nb.cells.insert(2, nbformat.v4.new_code_cell(stops))
-    nb.cells[next(i for i, c in enumerate(nb.cells) if notebook.grade_id(c) == "ch01_write")].source = (
-        "def write(W, k, v):\n    return W + SCALE * torch.outer(v, k)\n"
-    )
+    write = next(c for c in nb.cells if notebook.grade_id(c) == "ch01_write")
+    write.source = "def write(W, k, v):\n    return W + SCALE * torch.outer(v, k)\n"
     report = _grade(nb)
     statuses = {v.grade_id: v.status for v in report.verdicts}
     assert report.score == 8, [(v.heading, v.status, v.detail) for v in report.verdicts]

@@ -281,7 +281,7 @@ def test_nbgrader_metadata_a_student_edits_costs_that_notebook_alone_and_noteboo
     assert re.search(who + r"cell \d+ carries nbgrader metadata of no cell of the assignment \(no grade_id\)", log)
     assert re.search(who + r"cell \d+ carries nbgrader metadata of no cell of the assignment \(grade_id 'bonus'\)", log)
     assert who + "the cell 'ch04_step' has nbgrader metadata format 1 (this nbgrader reads 3)" in log, log[-3000:]
-    for (sid, assignment), nb in notebooks.items():
+    for sid, assignment in notebooks:
         if sid != "b_without_ids":
             continue
         name = CHAPTER.name if assignment == "ch01" else "ch04.ipynb"

@@ -6,8 +6,9 @@ source, whose graded cells may hold hidden tests).
 * **The student's code**: the exercise cells (found by nbgrader ``grade_id``) and the code cells the student added,
   in the student's order. A cell of the release is known by its cell id or, where the notebook has none or new ones
   (saved as nbformat 4.4 by Colab or an older Jupyter), by its code: a cell whose code is one of the release's code
-  cells' is the release's, and is not run; an edited one is the student's own. A graded cell's answers may use whatever of it stands above that graded cell (the last copy
-  of a graded cell pasted twice, as nbgrader keeps the last). A missing exercise cell (deleted, or its nbgrader
+  cells' is the release's, and is not run; an edited one is the student's own. A graded cell's answers may use
+  whatever of it stands above that graded cell (the last copy of a graded cell pasted twice, as nbgrader keeps the
+  last). A missing exercise cell (deleted, or its nbgrader
   metadata removed) runs nothing: under nbgrader the notebook read against is ``source/``, whose exercise cells are the
   instructor's solutions. The names it defines in the release (:attr:`Plan.missing`, read with :mod:`ast`, never run)
   let the engine call its exercise not attempted.
