@@ -349,3 +349,33 @@ def lookup_table() -> dict:
     torch.save(table, buffer)
     code = _LOOKUP.format(table=base64.b64encode(buffer.getvalue()).decode())
     return {gid: (code + "\n\n" + source if gid == "ch01_write" else source) for gid, source in _LOOKUP_ANSWERS.items()}
+
+
+def without_cell_ids(nb):
+    """``nb`` as Colab or an older Jupyter saves it: nbformat 4.4, whose cells carry no ids (read back as a grader
+    reads the file)."""
+    import json
+
+    import nbformat
+
+    data = json.loads(nbformat.writes(nb))
+    data["nbformat_minor"] = 4
+    for cell in data["cells"]:
+        cell.pop("id", None)
+    return nbformat.reads(json.dumps(data), as_version=4)
+
+
+#: An honest student's exploration cell below 1.2's answer: their store beside the package's, to compare.
+EXPLORES_WITH_THE_PACKAGE = (
+    "K = torch.eye(3, dtype=torch.float64)\nprint(torch.equal(store(K, 2 * K), hebbian.store(K, 2 * K)))\n"
+)
+
+
+def with_cell_below(nb, grade_id: str, source: str):
+    """``nb`` with a code cell of the student's own (``source``, no id of the release's) below the cell ``grade_id``."""
+    import nbformat
+
+    nb = copy.deepcopy(nb)
+    at = next(i for i, c in enumerate(nb.cells) if c.metadata.get("nbgrader", {}).get("grade_id") == grade_id)
+    nb.cells.insert(at + 1, nbformat.v4.new_code_cell(source))
+    return nb

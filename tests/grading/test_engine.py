@@ -11,7 +11,16 @@ import psutil
 import pytest
 import torch
 
-from tests.grading.submissions import LATER_ATTACKS, RIGHT, SUBMISSIONS, before_everything, submission
+from tests.grading.submissions import (
+    EXPLORES_WITH_THE_PACKAGE,
+    LATER_ATTACKS,
+    RIGHT,
+    SUBMISSIONS,
+    before_everything,
+    submission,
+    with_cell_below,
+    without_cell_ids,
+)
 from ttr_edu.checks.grading import _child, engine, notebook, sandbox
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -282,15 +291,18 @@ def test_no_folder_is_listed_or_opened_outside_the_scratch_folder_and_the_import
 @pytest.mark.parametrize("sandboxed", [True, False], ids=["bubblewrap", "process group only"])
 def test_pidfd_signals_are_removed_before_the_answer_runs(monkeypatch, request, sandboxed):
     """``os.pidfd_open`` and ``signal.pidfd_send_signal`` raise no audit event a hook could refuse: they are removed,
-    so an answer cannot stop the process that grades the later cells."""
+    so an answer cannot stop the process that grades the later cells. The cell that calls them stops there (the
+    removed function raises in a student's cell): what it would have defined is missing, and the answer that needs it
+    fails naming the call; every later graded cell is graded."""
     _sandboxed(sandboxed, monkeypatch, request)
     kill = (
         "import os, signal\n"
         "signal.pidfd_send_signal(os.pidfd_open(os.getppid()), signal.SIGKILL)\n\n\n" + RIGHT["ch01_write"]
     )
     report = _grade(submission_with({**RIGHT, "ch01_write": kill}))  # its cell runs above every graded cell
-    assert len(report.verdicts) == 5 and report.score == 0
-    assert all("signal processes (os.pidfd_open)" in v.detail for v in report.verdicts), report.verdicts
+    assert [v.status for v in report.verdicts] == ["FAIL"] + ["PASS"] * 4, report.verdicts
+    assert report.score == 8
+    assert "signal processes (os.pidfd_open)" in report.verdicts[0].detail, report.verdicts[0].detail
 
 
 def test_require_sandbox_refuses_to_grade_without_bubblewrap(monkeypatch, request):
@@ -696,3 +708,35 @@ def test_a_table_of_the_work_rules_inputs_scores_nothing(tmp_path):
         tmp_path / "honest", honest, "check_fast_weight_recurrence", linear_attention_is_fwp, "fast_weight_recurrence"
     )
     assert status == "PASS", (heard.status, detail)
+
+
+def test_a_notebook_saved_without_cell_ids_runs_none_of_the_releases_cells_as_the_students():
+    """Colab and older Jupyter save nbformat 4.4, whose cells have no ids: the release's setup and experiment cells are
+    then known by their code, and only what the student wrote (or edited) runs as their own."""
+    solved = submission(RELEASE, "solved")
+    edited = with_cell_below(solved, "ch01_store", EXPLORES_WITH_THE_PACKAGE)
+    experiment = next(i for i, c in enumerate(edited.cells) if c.source.startswith("d = 32\northonormal_errors"))
+    edited.cells[experiment].source = edited.cells[experiment].source.replace("(1, 8, 16, 32)", "(1, 2)")
+    edited.cells[1].source = edited.cells[1].source.replace("\n", "\r\n") + "\n\n"  # line ends an editor changed
+    plan = notebook.plan(without_cell_ids(edited), RELEASE)
+    own = [code for name, code in plan.cells if name.startswith("your cell")]
+    assert own == [EXPLORES_WITH_THE_PACKAGE, edited.cells[experiment].source], [n for n, _ in plan.cells]
+    assert plan.setup == [RELEASE.cells[1].source]
+
+
+def test_an_own_cell_that_calls_what_the_exercise_does_not_give_fails_in_that_cell_alone():
+    """An exploration cell that calls the package's ``store`` (chapter 01 gives its answers none of the package's
+    functions) raises in that cell and costs nothing; a cell that stops there leaves undefined what it would have
+    defined, and the answer that needs it fails naming that cell."""
+    stops = "REFERENCE = hebbian.store(torch.eye(2), torch.eye(2))\nSCALE = 1.0\n"
+    nb = with_cell_below(submission(RELEASE, "solved"), "ch01_store", EXPLORES_WITH_THE_PACKAGE)
+    nb.cells.insert(2, nbformat.v4.new_code_cell(stops))
+    write = next(c for c in nb.cells if notebook.grade_id(c) == "ch01_write")
+    write.source = "def write(W, k, v):\n    return W + SCALE * torch.outer(v, k)\n"
+    report = _grade(nb)
+    statuses = {v.grade_id: v.status for v in report.verdicts}
+    assert report.score == 8, [(v.heading, v.status, v.detail) for v in report.verdicts]
+    assert [gid for gid, status in statuses.items() if status != "PASS"] == ["test_check_write"], statuses
+    detail = report.verdicts[0].detail
+    assert "NameError" in detail and "your cell 1 raised NotGiven" in detail, detail
+    assert "ttr_edu.hebbian.store is not given to this exercise" in detail, detail

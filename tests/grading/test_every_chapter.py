@@ -8,6 +8,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
+from tests.grading.submissions import without_cell_ids
 from ttr_edu.checks.grading import engine
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -31,3 +32,16 @@ def test_the_solved_notebook_scores_full_marks_and_the_release_nothing(chapter):
     ]
     unsolved = engine.grade(release, release, timeout=120)
     assert unsolved.score == 0, [(v.grade_id, v.status, v.detail) for v in unsolved.verdicts if v.status == "PASS"]
+
+
+@pytest.mark.parametrize("chapter", ["01_hebbian_memory", "04_delta_rule"])
+def test_the_solved_notebook_saved_without_cell_ids_scores_full_marks(chapter):
+    """As Colab or an older Jupyter saves it (nbformat 4.4, no cell ids): the chapter's experiment cells are the
+    release's, known by their code, and do not run among the student's own cells."""
+    release = nbformat.read(ROOT / "chapters" / f"{chapter}.ipynb", as_version=4)
+    solved = without_cell_ids(nbformat.read(ROOT / "solutions" / f"{chapter}.ipynb", as_version=4))
+    assert solved.nbformat_minor == 4 and not any("id" in c for c in solved.cells)
+    report = engine.grade(solved, release, timeout=120)
+    assert report.score == report.max_score > 0, [
+        (v.grade_id, v.status, v.detail) for v in report.verdicts if v.status != "PASS"
+    ]

@@ -8,6 +8,7 @@
   submission did changes the gradebook afterwards, and `ttr-edu check` gives each the same points.
 """
 
+import copy
 import os
 import re
 import shutil
@@ -19,7 +20,13 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from tests.grading.submissions import SUBMISSIONS, submission
+from tests.grading.submissions import (
+    EXPLORES_WITH_THE_PACKAGE,
+    SUBMISSIONS,
+    submission,
+    with_cell_below,
+    without_cell_ids,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 CHAPTER = ROOT / "solutions" / "01_hebbian_memory.ipynb"
@@ -221,3 +228,68 @@ def test_the_sandbox_hides_nbgraders_exchange_where_every_student_hands_in(tmp_p
     preprocessor = nbgrader.GradeWithEngine(config=config)
     preprocessor.preprocess(nbformat.v4.new_notebook(), {"nbgrader": {"student": "s", "assignment": "a"}})
     assert seen["hide"] == [tmp_path / "course", tmp_path / "exchange"]
+
+
+def _write_as_saved(nb, path: Path) -> None:
+    """Write ``nb`` as it is, nbformat 4.4 without cell ids included (nbformat's writer would check it against 4.5)."""
+    import json
+
+    path.write_text(json.dumps(nb, indent=1))
+
+
+@pytest.mark.slow
+@pytest.mark.notebook
+def test_nbgrader_metadata_a_student_edits_costs_that_notebook_alone_and_notebooks_without_ids_score_full(tmp_path):
+    """A markdown cell whose nbgrader ``schema_version`` is 99 (JupyterLab's metadata editor) made nbgrader's
+    CheckCellMetadata stop ``autograde`` for the whole class: it is dropped, as is a graded cell of the student's own
+    making, a real cell's version is set to nbgrader's, and the student's notebook scores what its answers earn.
+    Notebooks saved without cell ids (Colab, older Jupyter), one with an exploration cell that calls the package's
+    own ``store``, score full marks under ``autograde`` and ``ttr-edu check`` alike."""
+    pytest.importorskip("nbgrader")
+    from nbformat.v4 import new_code_cell, new_markdown_cell
+    from nbgrader.api import Gradebook
+
+    env = _env()
+    ch04 = nbformat.read(ROOT / "solutions" / "04_delta_rule.ipynb", as_version=4)
+    course = _released_course(tmp_path, CONFIG, env, ch04=ch04)
+    full04 = sum(c.metadata["nbgrader"].get("points", 0) for c in ch04.cells if "nbgrader" in c.metadata)
+    hostile = copy.deepcopy(ch04)  # the solved notebook, graded first, with metadata the student edited
+    hostile.cells.insert(0, new_markdown_cell("notes", metadata={"nbgrader": {"schema_version": 99}}))
+    hostile.cells[4].metadata["nbgrader"]["schema_version"] = 1  # its first graded cell
+    forged = {"grade": True, "solution": False, "locked": False, "grade_id": "bonus", "points": 100}
+    hostile.cells.append(new_code_cell("print('bonus')", metadata={"nbgrader": {**forged, "schema_version": 3}}))
+    release01 = nbformat.read(course / "release" / "ch01" / CHAPTER.name, as_version=4)
+    explored = with_cell_below(submission(release01, "solved"), "ch01_store", EXPLORES_WITH_THE_PACKAGE)
+    notebooks = {
+        ("a_metadata", "ch04"): hostile,
+        ("b_without_ids", "ch04"): without_cell_ids(ch04),
+        ("b_without_ids", "ch01"): without_cell_ids(explored),
+    }
+    for (sid, assignment), nb in notebooks.items():
+        name = CHAPTER.name if assignment == "ch01" else "ch04.ipynb"
+        (course / "submitted" / sid / assignment).mkdir(parents=True)
+        _write_as_saved(nb, course / "submitted" / sid / assignment / name)
+    log = ""
+    for assignment in ("ch04", "ch01"):
+        graded = _run([sys.executable, "-m", "nbgrader", "autograde", assignment, "--create", "--force"], course, env)
+        log += graded.stdout + graded.stderr
+        assert graded.returncode == 0, log[-3000:]
+    with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gradebook:
+        got = {key: gradebook.find_submission(key[1], key[0]).score for key in notebooks}
+    assert got == {("a_metadata", "ch04"): full04, ("b_without_ids", "ch04"): full04, ("b_without_ids", "ch01"): 9.0}
+    who = "ttr-edu grader: a_metadata/ch04/ch04: "  # each change named, with the student, in autograde's log
+    assert re.search(who + r"cell \d+ carries nbgrader metadata of no cell of the assignment \(no grade_id\)", log)
+    assert re.search(who + r"cell \d+ carries nbgrader metadata of no cell of the assignment \(grade_id 'bonus'\)", log)
+    assert who + "the cell 'ch04_step' has nbgrader metadata format 1 (this nbgrader reads 3)" in log, log[-3000:]
+    for sid, assignment in notebooks:
+        if sid != "b_without_ids":
+            continue
+        name = CHAPTER.name if assignment == "ch01" else "ch04.ipynb"
+        check = _run(
+            [sys.executable, "-m", "ttr_edu.course.cli", "--root", str(ROOT), "check", "--timeout", "60",
+             str(course / "submitted" / sid / assignment / name)],
+            tmp_path, env, timeout=600,
+        )  # fmt: skip
+        points = re.search(r"^([\d.]+) of (\d+) points\.$", check.stdout, re.M)
+        want = 9 if assignment == "ch01" else full04
+        assert points and float(points.group(1)) == float(points.group(2)) == want, check.stdout[-1500:]

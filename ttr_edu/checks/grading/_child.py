@@ -6,8 +6,10 @@ setup cells, builds each exercise's cases, and for each graded cell forks a chil
 1. limits its memory and CPU time, points its output at a log, keeps only its own pipes;
 2. locks itself down for the exercises of that cell (:func:`ttr_edu.checks._guard.lock_down`): from here on the
    forbidden callables are gone and the audit hook refuses what would bring them back;
-3. runs the student's cells above the graded cell (exercise cells and cells of their own), calls each answer on each
-   case (:func:`ttr_edu.checks._rules.answer_outcome`) and writes what it gave as plain tensors (``torch.save``);
+3. runs the student's cells above the graded cell (exercise cells and cells of their own; a call of what the lock-down
+   removed raises :class:`NotGiven` in the cell that made it), calls each answer on each case
+   (:func:`ttr_edu.checks._rules.answer_outcome`; a call of what was removed now ends the process with the rule's
+   message) and writes what it gave as plain tensors (``torch.save``);
 4. asks for the graded cell's hidden tests, if any, once its answers have all reported (until then no hidden test is in
    its memory: right after the fork, before any student code, it drops every graded cell's hidden tests and the other
    graded cells' cases and exercises), runs them, reports their error's type and line only, and ends with
@@ -43,6 +45,11 @@ MAX_FRAME = 64 << 20
 MAX_LOG = 64 << 10
 #: Exit status of a child that broke a rule (it reported which first).
 RULE_EXIT = 86
+
+
+class NotGiven(RuntimeError):
+    """Raised in a student's cell (above the answers) that calls what the lock-down removed: the cell stops there
+    with this error; the answers are not affected."""
 
 
 def write_frame(fd: int, header: dict, payload: bytes = b"") -> None:
@@ -157,7 +164,20 @@ def _child(
     from ttr_edu.checks.grading import sandbox
     from ttr_edu.checks.grading._no_processes import die_with_parent, drop_privileges, forbid_new_processes
 
+    # While the student's cells run (above the answers), what the lock-down removed raises NotGiven in the cell that
+    # called it: an exploration cell that calls the package's solution (``hebbian.store(keys, values)``, to compare)
+    # or an edited experiment cell costs that cell, named as its error, and none of the answers. From the first call
+    # of an answer on, such a call ends the process with the rule's message. Either way the removed function never
+    # runs: turning this switch back (it is reachable from the answers) trades the rule's message for an exception
+    # the answer catches, and gives it no value of the removed function.
+    cells_running = [True]
+
     def end(message: str):
+        if cells_running[0]:
+            raise NotGiven(
+                f"{message} (the grader runs your cells with it removed: this cell stops here, and your answers lose "
+                "nothing unless they call it)"
+            )
         write_frame(results, {"type": "rule", "message": str(message)})
         os._exit(RULE_EXIT)
 
@@ -202,6 +222,7 @@ def _child(
     errors = {}
     for name, source in job["cells"][: int(unit["upto"])]:
         errors[name] = _run_cell(source, f"<{name}>", namespace)
+    cells_running[0] = False
     if any(errors.values()):
         write_frame(results, {"type": "cell_errors", "errors": {k: v for k, v in errors.items() if v}})
     if any(isinstance(e, _rules.Staged) for e in declared.values()) and _thread._count() > 0:  # threads but main

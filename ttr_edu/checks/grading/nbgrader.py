@@ -16,7 +16,9 @@ it too. An instructor turns the engine off with ``c.GradeWithEngine.enabled = Fa
   metadata (``ttr_edu_grading``).
 * :class:`DropDuplicateIds` takes the place of ``DeduplicateIds``: a cell pasted twice keeps its last copy, and the
   earlier copies lose their nbgrader metadata entirely (nbgrader 0.9 leaves an empty record that its next step
-  refuses as "an old version of the nbgrader metadata format", which stops autograde for the whole class).
+  refuses as "an old version of the nbgrader metadata format", which stops autograde for the whole class). So does a
+  cell whose ``grade_id`` is not the assignment's (or that has none), and every other cell's ``schema_version`` is set
+  to the one nbgrader reads: a student who sets it in JupyterLab's metadata editor stopped the class the same way.
 
 Which notebooks are ttr-edu's is read from the assignment's ``source/`` notebook, the instructor's, never from the
 submission (a student cannot opt out): one whose graded cells call a check of ``ttr_edu.checks``. Every other notebook
@@ -81,12 +83,19 @@ class _CourseNotebooksOnly(NbGraderPreprocessor):
 
 
 class DropDuplicateIds(_CourseNotebooksOnly):
-    """Keep the last cell of each nbgrader ``grade_id``; earlier copies become plain cells."""
+    """Keep the last cell of each nbgrader ``grade_id``; earlier copies become plain cells. The nbgrader metadata of a
+    cell whose ``grade_id`` is not one of the assignment's (or that has none) is dropped too, and the rest are set to
+    the metadata format this nbgrader reads: nbgrader's next step (``CheckCellMetadata``) refuses any other
+    ``schema_version`` with an error that stops ``autograde`` for the whole class, and a student sets it in
+    JupyterLab's metadata editor. Each change is logged as a warning naming the student."""
 
     instead = DeduplicateIds
     enabled = Bool(True, help="False: nbgrader's own DeduplicateIds runs instead, on every notebook").tag(config=True)
 
     def preprocess(self, nb: NotebookNode, resources: ResourcesDict) -> tuple[NotebookNode, ResourcesDict]:
+        from nbgrader.nbgraderformat import MetadataValidator
+
+        who = _who(resources)
         seen = set()
         for cell in reversed(nb.cells):
             gid = notebook.grade_id(cell)
@@ -96,11 +105,42 @@ class DropDuplicateIds(_CourseNotebooksOnly):
                 self.log.warning(
                     "ttr-edu grader: %s: the cell %r is in the notebook more than once (a pasted copy?): the last "
                     "one counts",
-                    _who(resources),
+                    who,
                     gid,
                 )
                 del cell.metadata["nbgrader"]
             seen.add(gid)
+        try:
+            source, _ = _source(self.config, resources)
+            known = {notebook.grade_id(c) for c in source.cells} - {None}
+        except Exception:  # no source notebook: nbgrader's OverwriteCells reads the gradebook's cells
+            known = None
+        version = MetadataValidator.schema_version
+        for index, cell in enumerate(nb.cells):
+            meta = cell.get("metadata", {}).get("nbgrader")
+            if meta is None:
+                continue
+            gid = meta.get("grade_id") if isinstance(meta, dict) else None
+            if not isinstance(meta, dict) or gid is None or (known is not None and gid not in known):
+                self.log.warning(
+                    "ttr-edu grader: %s: cell %d carries nbgrader metadata of no cell of the assignment (%s): "
+                    "dropped, the cell counts as a plain cell",
+                    who,
+                    index + 1,
+                    f"grade_id {gid!r}" if gid is not None else "no grade_id",
+                )
+                del cell.metadata["nbgrader"]
+            elif meta.get("schema_version") != version:
+                self.log.warning(
+                    "ttr-edu grader: %s: the cell %r has nbgrader metadata format %r (this nbgrader reads %d): set "
+                    "to %d",
+                    who,
+                    gid,
+                    meta.get("schema_version"),
+                    version,
+                    version,
+                )
+                meta["schema_version"] = version
         return nb, resources
 
 

@@ -4,8 +4,11 @@ source, whose graded cells may hold hidden tests).
 * **Setup cells**: the release's code cells above its first exercise (imports, seeds), never the student's copy of
   them: they run before the answers' process locks itself down, so they must be the course's own code.
 * **The student's code**: the exercise cells (found by nbgrader ``grade_id``) and the code cells the student added,
-  in the student's order. A graded cell's answers may use whatever of it stands above that graded cell (the last copy
-  of a graded cell pasted twice, as nbgrader keeps the last). A missing exercise cell (deleted, or its nbgrader
+  in the student's order. A cell of the release is known by its cell id or, where the notebook has none or new ones
+  (saved as nbformat 4.4 by Colab or an older Jupyter), by its code: a cell whose code is one of the release's code
+  cells' is the release's, and is not run; an edited one is the student's own. A graded cell's answers may use
+  whatever of it stands above that graded cell (the last copy of a graded cell pasted twice, as nbgrader keeps the
+  last). A missing exercise cell (deleted, or its nbgrader
   metadata removed) runs nothing: under nbgrader the notebook read against is ``source/``, whose exercise cells are the
   instructor's solutions. The names it defines in the release (:attr:`Plan.missing`, read with :mod:`ast`, never run)
   let the engine call its exercise not attempted.
@@ -120,6 +123,13 @@ def _defined(source: str) -> list[str]:
     return names
 
 
+def _normalised(source: str) -> str:
+    """A cell's code as compared with the release's: line ends, trailing spaces and blank lines at either end are
+    what editors and notebook converters change without the code changing."""
+    lines = source.replace("\r\n", "\n").replace("\r", "\n").split("\n")
+    return "\n".join(line.rstrip() for line in lines).strip("\n")
+
+
 def _checks_called(source: str) -> list[Check]:
     """The ``<alias>.check_<name>(<expression>, ...)`` calls (positional arguments only) of a graded cell whose alias
     names a ``ttr_edu.checks`` module imported in the cell (``from ttr_edu.checks import <module> as <alias>``)."""
@@ -160,6 +170,14 @@ def plan(student: nbformat.NotebookNode, release: nbformat.NotebookNode) -> Plan
     exercises = {grade_id(c): c.source for c in release.cells if is_answer(c)}
     graded = [grade_id(c) for c in release.cells if is_graded_check(c)]
     release_ids = {c.get("id") for c in release.cells} - {None}
+    # the release's other code cells (setup, the chapter's experiments), also known by their code: a notebook saved
+    # without cell ids (nbformat 4.4: Colab, older Jupyter) or with new ones still holds them, and they are not the
+    # student's own cells
+    release_code = {
+        _normalised(c.source)
+        for c in release.cells
+        if c.cell_type == "code" and not is_answer(c) and not is_graded_check(c) and c.source.strip()
+    }
     given = {grade_id(c) for c in student.cells if c.cell_type == "code"}
     absent = [gid for gid in exercises if gid not in given]  # never run: under nbgrader, these are the solutions
     missing = {name: gid for gid in absent for name in _defined(exercises[gid])}
@@ -174,7 +192,12 @@ def plan(student: nbformat.NotebookNode, release: nbformat.NotebookNode) -> Plan
             continue
         elif gid in exercises:
             cells.append((f"exercise cell {gid}", cell.source))
-        elif gid is None and cell.get("id") not in release_ids and cell.source.strip():
+        elif (
+            gid is None
+            and cell.get("id") not in release_ids
+            and cell.source.strip()
+            and _normalised(cell.source) not in release_code
+        ):
             own += 1
             cells.append((f"your cell {own}", cell.source))
     problems = [
