@@ -645,7 +645,7 @@ REVIEW_11_5 = [  # (label, answer, what the refusal says); the review's four pas
     ("Neumann series by Horner's rule", neumann_by_horner, "by Horner's rule, accurate but 64 products"),
     ("entries in torch", entries_in_torch, "works entry by entry"),
     ("a refusal caught", hides_the_refusal, "called linalg_inv_ex on a 64×64 matrix"),
-    ("the watch switched off", switches_the_watch_off, "switched off the check's watch"),
+    ("the watch switched off", switches_the_watch_off, "took the check's modes off"),  # the witness
     # review r35c: these three passed before (a reduction not in a list of names; blocks converted one by one)
     ("substitution, sums by nansum", substitution_by_nansum, r"steps \(products, sums or other reductions\)"),
     ("substitution, sums by mean", substitution_by_mean, r"steps \(products, sums or other reductions\)"),
@@ -1064,3 +1064,28 @@ def solve_tril_diagonal_blocks_by_own_entries(A, block):  # each diagonal block 
 @pytest.mark.parametrize("answer", [solve_tril_diagonal_blocks_by_own_rows, solve_tril_diagonal_blocks_by_own_entries])
 def test_diagonal_blocks_by_the_students_own_substitution_pass(answer):
     assert checks.check_solve_tril(answer)
+
+
+def _printing(answer, name):
+    """``answer`` with a print of its input ``name``, as a student debugging it writes."""
+
+    def printed(*args, **kwargs):
+        print(kwargs[name] if name in kwargs else args[0])
+        return answer(*args, **kwargs)
+
+    return printed
+
+
+@pytest.mark.parametrize(
+    "check, answer, name",
+    [
+        ("check_ut_transform_backward", ut_transform_backward, "beta"),
+        ("check_solve_tril", blocked_forward_substitution, "A"),
+    ],
+)
+def test_a_right_answer_that_prints_an_input_passes(check, answer, name, capsys):
+    """Printing a tensor is reading it, not computing with it: while a check watches, torch's formatter runs with
+    the check's modes on (the witness keeps them), and 11.4's and 11.5's watches count the printed numbers once and
+    skip what the formatter reads to print them; a right answer with a debugging print passes."""
+    assert getattr(checks, check)(_printing(answer, name)) is True
+    assert "PASS" in capsys.readouterr().out

@@ -264,6 +264,9 @@ class _DerivedStep:
         self.points: dict[bytes, tuple[bytes, torch.Tensor]] = {}
         self.offsets: dict[bytes, list[torch.Tensor]] = {}
         self.units, self.evaluated = units, 0
+        # inside a repr()/format() of a tensor: torch's formatter reads each number it prints (.item(), below the
+        # modes while a check watches), and the printed tensor's numbers are counted once, by the formatting call
+        self.formatting = 0
         watch = self
 
         class Operations(TorchDispatchMode):
@@ -276,7 +279,7 @@ class _DerivedStep:
                 if func._schema.is_mutable and args and isinstance(args[0], torch.Tensor):
                     before = args[0].clone()  # an in-place step, x.add_(ε): compared with x as it was
                 out = func(*args, **(kwargs or {}))
-                if func.__name__.split(".")[0] == "_local_scalar_dense":
+                if func.__name__.split(".")[0] == "_local_scalar_dense" and not watch.formatting:
                     watch.to_python += 1
                     watch.last_conversion = ".item() or float()"
                 if not func.is_view:
@@ -298,10 +301,16 @@ class _DerivedStep:
             def __torch_function__(self, func, types, args=(), kwargs=None):
                 name = getattr(func, "__name__", "")
                 spelled = CONVERSIONS.get(name) or _FORMATTING.get(name)
-                if spelled is not None and args and isinstance(args[0], torch.Tensor):
-                    watch.to_python += args[0].numel()
+                if spelled is not None and args and isinstance(args[0], torch.Tensor) and not watch.formatting:
+                    watch.to_python += args[0].numel()  # a printed tensor's numbers once, named by how they left
                     watch.last_conversion = spelled
-                return func(*args, **(kwargs or {}))
+                if name not in _FORMATTING:
+                    return func(*args, **(kwargs or {}))
+                watch.formatting += 1
+                try:
+                    return func(*args, **(kwargs or {}))
+                finally:
+                    watch.formatting -= 1
 
         self._modes = (Operations(), Conversions())
 

@@ -388,6 +388,7 @@ class _WrittenOutGradient:
         self.written = self.to_python = 0
         self.complex: str | None = None
         self.hit: str | None = None
+        self.formatting = 0  # inside a repr()/format() of a tensor (torch's formatter runs with the modes on)
         watch = self
 
         class Operations(TorchDispatchMode):
@@ -397,6 +398,8 @@ class _WrittenOutGradient:
 
             def __torch_dispatch__(self, func, types, args=(), kwargs=None):
                 out = func(*args, **(kwargs or {}))
+                if watch.formatting:  # torch's formatter reading what it prints: counted once, by the printing
+                    return out
                 if func.__name__.split(".")[0] == "_local_scalar_dense":
                     watch.to_python += 1
                 if not func.is_view:
@@ -411,10 +414,16 @@ class _WrittenOutGradient:
         class Conversions(TorchFunctionMode):
             def __torch_function__(self, func, types, args=(), kwargs=None):
                 name = getattr(func, "__name__", "")
-                if (name in CONVERSIONS or name in ("__repr__", "__format__")) and args:
+                if (name in CONVERSIONS or name in _PRINTING) and args and not watch.formatting:
                     if isinstance(args[0], torch.Tensor):
                         watch.to_python += args[0].numel()
-                return func(*args, **(kwargs or {}))
+                if name not in _PRINTING:
+                    return func(*args, **(kwargs or {}))
+                watch.formatting += 1
+                try:
+                    return func(*args, **(kwargs or {}))
+                finally:
+                    watch.formatting -= 1
 
         self._modes = (Operations(), Conversions())
 
@@ -501,6 +510,9 @@ _PRODUCTS = {"mm", "addmm", "bmm", "baddbmm", "mv", "addmv", "dot", "vdot", "lin
 _ELEMENTWISE = {"mul", "add", "sub", "rsub", "div", "neg", "addcmul", "addcdiv"}
 #: tensor methods that hand a tensor's data to NumPy or Python -> how the course spells them
 _CONVERSIONS = CONVERSIONS
+#: printing a tensor (print, repr, str, f-strings): while a check watches, torch's formatter runs with the check's
+#: modes on (the witness keeps them), so the watches skip what it reads and count the printed numbers once, here
+_PRINTING = ("__repr__", "__format__")
 #: torch functions that build a tensor from Python data
 _FROM_PYTHON = {"tensor", "as_tensor", "asarray"}
 
@@ -572,6 +584,7 @@ class _BlockedInverseRules:
         self.steps = self.reads = self.element_ops = self.multiply_adds = self.converted = self.wide_ops = 0
         self.products = 0
         self.hit: str | None = None
+        self.formatting = 0  # inside a repr()/format() of a tensor (torch's formatter runs with the modes on)
         rules = self
 
         class Operations(TorchDispatchMode):
@@ -586,16 +599,22 @@ class _BlockedInverseRules:
                 if name in _FACTOR and len(args) > _FACTOR[name] and isinstance(args[_FACTOR[name]], torch.Tensor):
                     rules._solve(name, args[_FACTOR[name]])
                 out = func(*args, **(kwargs or {}))
-                if not func.is_view:  # a view computes nothing
+                if not func.is_view and not rules.formatting:  # a view computes nothing; printing reads only
                     rules._operation(name, args, out)
                 return out
 
         class Conversions(TorchFunctionMode):
             def __torch_function__(self, func, types, args=(), kwargs=None):
                 name = getattr(func, "__name__", "")
-                if name in _CONVERSIONS and args and isinstance(args[0], torch.Tensor):
+                if name in _CONVERSIONS and args and isinstance(args[0], torch.Tensor) and not rules.formatting:
                     rules._conversion(args[0], _CONVERSIONS[name])
-                out = func(*args, **(kwargs or {}))
+                if name in _PRINTING:
+                    rules.formatting += 1
+                try:
+                    out = func(*args, **(kwargs or {}))
+                finally:
+                    if name in _PRINTING:
+                        rules.formatting -= 1
                 if name in _FROM_PYTHON and isinstance(out, torch.Tensor) and rules._wide(out):
                     rules._refuse(f"built a {_size(out)} tensor from Python numbers")
                 return out
