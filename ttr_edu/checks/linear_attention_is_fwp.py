@@ -9,11 +9,12 @@ package's linear attention ops are ruled out as answers.
 Each exercise asks for one form, and the check holds it to that form by what the answer does: the number of torch
 operations it runs at two sizes (:class:`~ttr_edu.checks._rules.OpCount`: a loop over the tokens for the recurrence,
 no loop for the parallel forms, no loop over single tokens for the chunk form); for the recurrence and the chunk form,
-the work of its torch operations at ``T`` and ``4T`` (:class:`~ttr_edu.checks._rules.WorkCount`, elements read and
-written plus the multiply-adds of matrix products, counted deterministically: a recurrence that keeps no state and
-re-reads the prefix at every step, or a chunk form that re-sums the whole prefix in every chunk, or slices a hidden
-``T × T`` matrix, does about 16 times the work at ``4T``, a linear form 4 times); and for the chunk form the size of
-its intermediate tensors (no ``T × T`` matrix, no state per token).
+the work of its torch operations at ``T``, ``2T`` and ``4T`` (:class:`~ttr_edu.checks._rules.WorkCount`, elements
+read and written plus the multiply-adds of matrix products, counted deterministically): a linear form's work is
+exactly affine in ``T``, so ``W(4T) − 3 W(2T) + 2 W(T) = 0``, while any work that grows with a token's or a chunk's
+position (a prefix re-read or re-summed, a normaliser re-summed, an output grown by ``torch.cat``, a hidden ``T × T``
+matrix) makes it positive; and the size of what it holds (for the recurrence, the numbers held at once: one state,
+not one per token; for the chunk form, its intermediate tensors: no ``T × T`` matrix, no state per token).
 """
 
 from __future__ import annotations
@@ -94,7 +95,7 @@ def _at_length(t: int, generator: torch.Generator | None = None) -> dict:
 
 
 def _recurrence_at_length(t: int) -> dict:
-    """``T`` tokens of width 16, for the cost rule of the recurrence: at ``T = 64`` and ``256`` a loop that re-reads
+    """``T`` tokens of width 16, for the cost rule of the recurrence: at ``T = 64`` to ``256`` a loop that re-reads
     every earlier token at each step (``T² d`` in all) already outweighs the recurrence's own work (``T d²``)."""
     return _sequence(t, 16, 16, torch.Generator().manual_seed(t))
 
@@ -233,7 +234,8 @@ def _recurrence_memory(case: dict) -> _RecurrenceMemory:
 def check_fast_weight_recurrence(fast_weight_recurrence: Callable) -> bool:
     """Check ``fast_weight_recurrence(q, k, v)``: ``S_t = S_{t-1} + k_t v_tᵀ`` then ``o_t = S_tᵀ q_t``, for every t,
     token by token (a loop over t: its operations grow with ``T``), keeping the state: the work of its torch
-    operations at ``T = 64`` and ``256`` must grow linearly (a loop that re-reads the whole prefix at each step,
+    operations at ``T = 64``, ``128`` and ``256`` must be exactly linear, and what it holds at once may not grow to one
+    state per token (:class:`_RecurrenceMemory`) (a loop that re-reads the whole prefix at each step,
     ``(q_t K_{≤t}ᵀ) V_{≤t}``, computes the same outputs with no state, with work that grows like ``T²``)."""
 
 
@@ -363,8 +365,8 @@ def _chunk_sizes(case: dict) -> _ChunkSizes:
 
 
 def _chunk_at_length(t: int) -> dict:
-    """``T`` tokens of width 16 in chunks of 8, for the cost rule of the chunk form: at ``T = 128`` and ``512`` (16
-    and 64 chunks) re-summing the prefix (``T² d² / C``) outweighs the chunk form's own work (``T C d + T d²``)."""
+    """``T`` tokens of width 16 in chunks of 8, for the cost rule of the chunk form: at ``T = 128`` to ``512`` (16
+    to 64 chunks) re-summing the prefix (``T² d² / C``) outweighs the chunk form's own work (``T C d + T d²``)."""
     return {**_sequence(t, 16, 16, torch.Generator().manual_seed(t)), "chunk_size": 8}
 
 
@@ -409,8 +411,8 @@ def check_chunk_linear_attention(chunk_linear_attention: Callable) -> bool:
     * its intermediate tensors (:class:`_ChunkSizes`): none larger than twice the chunk form's own largest array (the
       scores, states or rows of all chunks), so no ``T × T`` matrix and no state per token;
     * the work of its torch operations (elements read and written, plus the multiply-adds of matrix products) at
-      ``T = 128`` and ``512`` in chunks of 8: linear in ``T``; one that re-sums the prefix in every chunk, or slices
-      a ``T × T`` matrix, grows like ``T²``.
+      ``T = 128``, ``256`` and ``512`` in chunks of 8: exactly linear in ``T``; one that re-sums the prefix in every
+      chunk, grows its output by ``torch.cat``, or slices a ``T × T`` matrix, is not.
 
     Such answers are refused with a message that says which rule they break.
     """
