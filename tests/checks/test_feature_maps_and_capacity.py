@@ -406,6 +406,33 @@ def test_the_favor_variance_check_refuses_a_monte_carlo_estimate_and_the_package
         checks.check_favor_variance(lambda q, k, m: favor_plus_variance(q, k, m))
 
 
+def _monte_carlo_by_hand(q, k, m, draws=4000):  # 4000 draws of Ω, the features written out: no package function
+    g = torch.Generator().manual_seed(0)
+    omega = torch.randn(draws, m, q.shape[-1], generator=g, dtype=torch.float64)
+
+    def features(x):
+        p = torch.einsum("... d, n m d -> n ... m", x.double(), omega)
+        scale = torch.exp(-(x.double() ** 2).sum(-1) / 2)[None, ..., None] / (2 * m) ** 0.5
+        return torch.cat([torch.exp(p), torch.exp(-p)], -1) * scale
+
+    return (features(q) * features(k)).sum(-1).var(0).to(q.dtype)
+
+
+def test_a_monte_carlo_estimate_is_told_that_it_is_not_exact():
+    with pytest.raises(CheckFailed, match=r"favor_variance: wrong values(.|\n)*A Monte Carlo estimate is not exact"):
+        checks.check_favor_variance(_monte_carlo_by_hand)
+
+
+def test_a_sum_rule_with_a_detached_state_is_first_shown_on_a_case_with_several_tokens():
+    def detached_state(phi_k, v, phi_q):
+        S = torch.einsum("b t k, b t v -> b k v", phi_k, v).detach()
+        z = phi_k.sum(1)
+        return torch.einsum("b k v, b k -> b v", S, phi_q) / (torch.einsum("b k, b k -> b", z, phi_q)[:, None] + 1e-6)
+
+    with pytest.raises(CheckFailed, match=r"gradient with respect to phi_k is wrong(.|\n)*phi_k=tensor\(2, 5, 4\)"):
+        checks.check_sum_rule_retrieve(detached_state)
+
+
 def test_every_slip_is_caught_by_a_case_of_one_kind_alone():
     """No slip hides behind one case: each differs from the closed form on the float64 cases of several norms (the
     independent ones) and is caught there, not only on the antithetic or the float32 one."""

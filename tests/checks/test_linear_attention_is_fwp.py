@@ -97,7 +97,9 @@ def test_the_recurrence_and_the_parallel_form_agree_but_each_exercise_asks_for_i
     # tells them apart by the operations they run: a loop over t, or a few matrix products whatever T.
     for case in checks.check_fast_weight_recurrence.__exercise__.cases():
         torch.testing.assert_close(recurrence(**case), parallel(**case))
-    with pytest.raises(CheckFailed, match=r"runs 4 torch operations at T = 4 and 4 at T = 32"):
+    # The recurrence's check refuses the parallel form by its T × T matrix (the memory watch of the recurrence) at the
+    # operation count's T = 32; the parallel form's check refuses the recurrence by its loop.
+    with pytest.raises(CheckFailed, match=r"on T = 32 tokens .*A T × T score matrix \(1024 numbers: the parallel form"):
         checks.check_fast_weight_recurrence(parallel)
     with pytest.raises(CheckFailed, match=r"a Python loop over the tokens runs operations for each"):
         checks.check_causal_linear_attention(recurrence)
@@ -372,8 +374,13 @@ WRONG_ANSWERS = [
         _recurrence_in_float32,
         "wrong dtype: your result is float32, the exercise works in float64; the values agree",
     ),
-    ("2.1 the parallel form, no loop", checks.check_fast_weight_recurrence, parallel, "in a Python loop over t"),
-    ("2.1 all states by cumsum, no loop", checks.check_fast_weight_recurrence, _cumulative_states, "grows like T"),
+    ("2.1 the parallel form, no loop", checks.check_fast_weight_recurrence, parallel, "the parallel form, which is"),
+    (
+        "2.1 all states by cumsum, no loop",
+        checks.check_fast_weight_recurrence,
+        _cumulative_states,
+        "one state per token",
+    ),
     (
         "2.1 a loop over t with no state, re-reading the prefix",
         checks.check_fast_weight_recurrence,
@@ -615,10 +622,11 @@ def test_a_right_answer_written_differently_passes(label, check, answer, expecte
 
 
 def _exponent(rule, answer):
-    """The growth exponent of the work ``answer`` does at the rule's two sizes, on the rule's own cases."""
+    """The growth exponent of the work ``answer`` does from the rule's smallest size to its largest, on the rule's own
+    cases."""
     from ttr_edu.profiling import work_count
 
-    (small, large) = rule.sizes
+    small, large = rule.sizes[0], rule.sizes[-1]
     work = [work_count(lambda n=n: answer(**rule.case(n))) for n in (small, large)]
     return math.log(work[1] / work[0]) / math.log(large / small)
 
@@ -691,7 +699,8 @@ def _normalized_chunk(q, k, v, chunk_size, *, mask=0, z_from="before", intra="ro
     for start in range(0, q.shape[0], chunk_size):
         qc, kc, vc = (x[start : start + chunk_size] for x in (q, k, v))
         scores = torch.tril(qc @ kc.T, mask)
-        z_read = {"before": z, "after": z + kc.sum(0), "all": k.sum(0)}[z_from]
+        # the slips' z built only when asked for: k.sum(0) in every chunk is the whole sequence re-summed (T² / C)
+        z_read = z if z_from == "before" else z + kc.sum(0) if z_from == "after" else k.sum(0)
         if restart:
             S, z_read = torch.zeros_like(S), torch.zeros_like(z_read)
         own = scores.sum(-1) if intra == "rows" else scores.sum(0)
@@ -787,3 +796,164 @@ def test_the_normalised_chunk_check_refuses_the_packages_normalised_op():
 
     with pytest.raises(CheckFailed, match="own implementation"):
         checks.check_normalized_chunk_linear_attention(through_the_package)
+
+
+# -- review r34e: answers that passed the exponent bound of the work rule, or had no size watch -----------------------
+
+
+def _states_by_cumsum_then_a_loop(q, k, v):  # one state per token, then a loop over t that reads them
+    states = torch.cumsum(torch.einsum("t k, t v -> t k v", k, v), 0)
+    return torch.stack([states[t].T @ q[t] for t in range(len(q))])
+
+
+def _every_state_in_a_list(q, k, v):  # the recurrence, but every S_t kept and read afterwards
+    S, states = q.new_zeros(k.shape[1], v.shape[1]), []
+    for t in range(len(q)):
+        S = S + torch.outer(k[t], v[t])
+        states.append(S)
+    return torch.stack([states[t].T @ q[t] for t in range(len(q))])
+
+
+def _chunk_output_grown_by_cat(q, k, v, chunk_size):  # the state carried, the output copied again in every chunk
+    S, out = q.new_zeros(k.shape[1], v.shape[1]), q.new_zeros(0, v.shape[1])
+    for s in range(0, len(q), chunk_size):
+        qc, kc, vc = q[s : s + chunk_size], k[s : s + chunk_size], v[s : s + chunk_size]
+        out = torch.cat([out, qc @ S + torch.tril(qc @ kc.T) @ vc])
+        S = S + kc.T @ vc
+    return out
+
+
+def _normalized_chunk_z_resummed(q, k, v, chunk_size):  # S carried, but z re-summed from every earlier key
+    S, out = q.new_zeros(k.shape[1], v.shape[1]), []
+    for s in range(0, len(q), chunk_size):
+        qc, kc, vc = (x[s : s + chunk_size] for x in (q, k, v))
+        z, scores = k[:s].sum(0), torch.tril(qc @ kc.T)
+        out.append((qc @ S + scores @ vc) / (qc @ z + scores.sum(-1) + 1e-6)[:, None])
+        S = S + kc.T @ vc
+    return torch.cat(out)
+
+
+def _normalized_chunk_z_from_a_list(q, k, v, chunk_size):  # z re-added from the list of every earlier chunk's sum
+    S, sums, out = q.new_zeros(k.shape[1], v.shape[1]), [], []
+    for s in range(0, len(q), chunk_size):
+        qc, kc, vc = (x[s : s + chunk_size] for x in (q, k, v))
+        z = torch.stack(sums).sum(0) if sums else q.new_zeros(k.shape[1])
+        scores = torch.tril(qc @ kc.T)
+        out.append((qc @ S + scores @ vc) / (qc @ z + scores.sum(-1) + 1e-6)[:, None])
+        S, sums = S + kc.T @ vc, [*sums, kc.sum(0)]
+    return torch.cat(out)
+
+
+_GROWS = (
+    r"grows faster than T: .* at T = 128, .* at T = 256, .* at T = 512\. .*more than twice .*grows with its position"
+)
+REVIEW_R34E = [
+    (
+        "2.1 one state per token by cumsum, then a loop",
+        checks.check_fast_weight_recurrence,
+        _states_by_cumsum_then_a_loop,
+        r"held about \d+ numbers at once .*one state per token",
+    ),
+    (
+        "2.1 every S_t kept in a list",
+        checks.check_fast_weight_recurrence,
+        _every_state_in_a_list,
+        r"held about \d+ numbers at once .*a list that keeps every S_t",
+    ),
+    (
+        "2.3 the output grown by torch.cat in every chunk",
+        checks.check_chunk_linear_attention,
+        _chunk_output_grown_by_cat,
+        _GROWS,
+    ),
+    (
+        "2.5 z re-summed from the earlier keys in every chunk",
+        checks.check_normalized_chunk_linear_attention,
+        _normalized_chunk_z_resummed,
+        _GROWS + ".*the normaliser's as well",
+    ),
+    (
+        "2.5 z re-added from a list of the chunk sums",
+        checks.check_normalized_chunk_linear_attention,
+        _normalized_chunk_z_from_a_list,
+        _GROWS,
+    ),
+]
+
+
+@pytest.mark.parametrize("label,check,answer,reason", REVIEW_R34E, ids=ids(REVIEW_R34E))
+def test_review_r34e_answers_are_refused_for_their_reason(label, check, answer, reason, capsys):
+    refused(check, answer, reason, capsys)
+
+
+def _second_difference(rule, answer, chunk_size=None):
+    """``W(4T) − 3 W(2T) + 2 W(T)`` of the work ``answer`` does at the rule's three sizes, on the rule's own cases
+    (with another chunk size if given): zero exactly for work linear in ``T``."""
+    from ttr_edu.profiling import work_count
+
+    work = []
+    for n in rule.sizes:
+        case = rule.case(n) if chunk_size is None else {**rule.case(n), "chunk_size": chunk_size}
+        work.append(work_count(lambda case=case: answer(**case)))
+    return work[2] - 3 * work[1] + 2 * work[0]
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [recurrence, _recurrence_in_place, _recurrence_by_matrix_products, _float32(recurrence), _recurrence_in_float32],
+    ids=["outer", "in place", "(1, D) products", "float32 inputs", "float32 state"],
+)
+def test_a_right_recurrence_does_exactly_linear_work(answer):
+    (rule,) = checks.check_fast_weight_recurrence.__exercise__.rules.work
+    assert rule.affine and _second_difference(rule, answer) == 0
+
+
+_CHUNK_SIZES = [1, 4, 8, 16, 32, 128]  # all divide the rule's T = 128, 256, 512; 128 is one chunk at the smallest T
+
+
+@pytest.mark.parametrize("chunk_size", _CHUNK_SIZES)
+@pytest.mark.parametrize(
+    "check,answer",
+    [
+        (checks.check_chunk_linear_attention, lambda q, k, v, chunk_size: _chunk(q, k, v, chunk_size)),
+        (checks.check_chunk_linear_attention, _chunk_by_einsum),
+        (checks.check_chunk_linear_attention, _chunk_by_split),
+        (checks.check_chunk_linear_attention, _chunk_all_at_once),
+        (checks.check_chunk_linear_attention, _float32(_chunk_all_at_once)),
+        (checks.check_normalized_chunk_linear_attention, _normalized_chunk),
+        (checks.check_normalized_chunk_linear_attention, _normalized_chunk_by_ones),
+        (checks.check_normalized_chunk_linear_attention, _normalized_chunk_all_at_once),
+        (checks.check_normalized_chunk_linear_attention, _float32(_normalized_chunk)),
+    ],
+    ids=["2.3 loop", "2.3 einsum", "2.3 split", "2.3 all at once", "2.3 float32", "2.5 loop", "2.5 by ones",
+         "2.5 all at once", "2.5 float32"],
+)  # fmt: skip
+def test_a_right_chunk_form_does_exactly_linear_work_at_any_chunk_size_dividing_t(check, answer, chunk_size):
+    (rule,) = check.__exercise__.rules.work
+    assert rule.affine and _second_difference(rule, answer, chunk_size) == 0
+
+
+@pytest.mark.parametrize(
+    "check,answer",
+    [
+        (checks.check_fast_weight_recurrence, _recurrence_growing_the_output),
+        (checks.check_chunk_linear_attention, _chunk_output_grown_by_cat),
+        (checks.check_normalized_chunk_linear_attention, _normalized_chunk_z_resummed),
+        (checks.check_normalized_chunk_linear_attention, _normalized_chunk_z_from_a_list),
+        (checks.check_normalized_chunk_linear_attention, _normalized_chunk_prefix_resummed),
+    ],
+    ids=["2.1 torch.cat per token", "2.3 torch.cat per chunk", "2.5 z re-summed", "2.5 z from a list",
+         "2.5 prefix re-summed"],
+)  # fmt: skip
+def test_work_that_grows_with_the_position_is_not_linear(check, answer):
+    (rule,) = check.__exercise__.rules.work
+    assert _second_difference(rule, answer) > 0
+
+
+def test_an_affine_work_rule_needs_sizes_n_2n_4n():
+    from ttr_edu.checks._rules import WorkCount
+
+    with pytest.raises(ValueError, match=r"sizes must be \(n, 2n, 4n\)"):
+        WorkCount(lambda n: {}, sizes=(64, 256), high=1.4, affine=True)
+    with pytest.raises(ValueError, match=r"sizes must be \(n, 2n, 4n\)"):
+        WorkCount(lambda n: {}, sizes=(64, 128, 512), high=1.4, affine=True)

@@ -2,6 +2,7 @@
 by what the answer does, however it spells it, and honest answers pass. The engine's child (lock_down) is tested in a
 process of its own, since what it does lasts for that process."""
 
+import math
 import subprocess
 import sys
 import textwrap
@@ -224,6 +225,35 @@ def test_the_work_rule_passes_linear_answers_and_refuses_quadratic_ones(capsys):
     for quadratic in (_quadratic, _prefix_by_loop_over_prefixes):
         with pytest.raises(CheckFailed, match=r"grows like T\^1\.[89]\d: \d+ at T = 64, \d+ at T = 256.*Running sums"):
             check_counted_prefix_sum(quadratic)
+
+
+@exercise(
+    reference=_prefix_reference,
+    cases=_prefix_cases,
+    rules=Rules(
+        work=(
+            WorkCount(
+                _prefix_at_length, sizes=(64, 128, 256), high=math.inf, affine=True, expect="Running sums cost T."
+            ),
+        )
+    ),
+)
+def check_exactly_linear_prefix_sum(prefix_sum):
+    """Check ``prefix_sum(x)``: running sums along T, whose work is exactly linear in T (no exponent bound: the
+    linearity alone judges)."""
+
+
+def test_the_exact_linearity_passes_linear_answers_and_refuses_an_output_grown_by_cat():
+    def grown(x):  # running sums per 16 rows, the growing output copied by torch.cat each time: T²/32 rows copied
+        out = x[:0]
+        for start in range(0, len(x), 16):
+            out = torch.cat([out, x[start : start + 16].cumsum(0) + (out[-1] if len(out) else 0)])
+        return out
+
+    assert check_exactly_linear_prefix_sum(_linear) is True
+    assert check_exactly_linear_prefix_sum(lambda x: x.cumsum(0)) is True
+    with pytest.raises(CheckFailed, match=r"grows faster than T: \d+ at T = 64, \d+ at T = 128, \d+ at T = 256"):
+        check_exactly_linear_prefix_sum(grown)
 
 
 def test_the_work_rule_refuses_values_moved_out_of_torch():

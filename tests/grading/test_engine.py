@@ -262,6 +262,27 @@ def test_the_work_of_an_answer_is_counted_in_its_process_and_judged_by_the_grade
         assert status == "FAIL" and f"grows like {verdict}" in detail, detail
 
 
+@pytest.mark.parametrize(
+    "answer,verdict",
+    [
+        ("import torch\n\ndef prefix_sum(x):\n    return torch.cumsum(x, dim=0)", "PASS"),
+        (
+            "import torch\n\ndef prefix_sum(x):\n    out = x[:0]\n    for s in range(0, len(x), 16):\n"
+            "        out = torch.cat([out, x[s : s + 16].cumsum(0) + (out[-1] if len(out) else 0)])\n    return out",
+            "grows faster than T",
+        ),
+    ],
+    ids=["linear", "output grown by torch.cat"],
+)
+def test_the_grader_judges_exact_linearity_as_the_kernel_check_does(tmp_path, answer, verdict):
+    heard, (status, detail) = _serve(tmp_path, answer, "check_exactly_linear_prefix_sum")
+    assert {size for _, _, size in heard.work} == {64, 128, 256}, (heard.status, detail)
+    if verdict == "PASS":
+        assert status == "PASS", detail
+    else:
+        assert status == "FAIL" and verdict in detail, detail
+
+
 @pytest.mark.parametrize("sandboxed", [True, False], ids=["bubblewrap", "process group only"])
 def test_no_folder_is_listed_or_opened_outside_the_scratch_folder_and_the_import_path(
     tmp_path, monkeypatch, request, sandboxed

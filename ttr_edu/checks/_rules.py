@@ -125,13 +125,29 @@ class WorkCount:
     compared with the reference too. While the work is counted, moving a tensor's values out of torch (``.numpy()``,
     ``.tolist()``, ``numpy.asarray``), where no count sees them, is refused. ``size_name`` names ``n`` in the message,
     and ``expect`` says what the exercise asks for instead.
+
+    With ``affine``, the rule is exact rather than a bound on the exponent: ``sizes`` are three, ``(n, 2n, 4n)``, and
+    since the counts are integers that depend only on the shapes, a cost linear in ``n`` (the same work per token or
+    per chunk, plus a part that does not grow) gives ``W(4n) − 3 W(2n) + 2 W(n) = 0`` exactly: the step from ``2n`` to
+    ``4n`` adds twice what the step from ``n`` to ``2n`` adds. Any work that grows with a token's or a chunk's
+    position (a prefix re-summed, an output copied again by ``torch.cat``) makes it positive, however small its share;
+    an exponent bound lets a small quadratic part through at small sizes. Pick sizes where every right form is affine
+    (for a chunk form, multiples of its chunk size, so that no chunk is short).
     """
 
     case: Callable[[int], dict]
-    sizes: tuple[int, int]
+    sizes: tuple[int, ...]
     high: float
     size_name: str = "T"
     expect: str = ""
+    affine: bool = False
+
+    def __post_init__(self) -> None:
+        if self.affine:
+            if len(self.sizes) != 3 or not (2 * self.sizes[0] == self.sizes[1] and 2 * self.sizes[1] == self.sizes[2]):
+                raise ValueError(f"WorkCount(affine=True): sizes must be (n, 2n, 4n), got {self.sizes}")
+        elif len(self.sizes) != 2:
+            raise ValueError(f"WorkCount: sizes must be two sizes (three with affine=True), got {self.sizes}")
 
 
 @dataclass(frozen=True)
@@ -815,18 +831,32 @@ def judge_ops(declared: Exercise, ops: dict[int, int]) -> None:
 
 
 def judge_work(declared: Exercise, rule: WorkCount, work: dict[int, int]) -> None:
-    """The verdict of a :class:`WorkCount` rule from the answer's work at its two sizes."""
-    (small, w_small), (large, w_large) = sorted(work.items())
+    """The verdict of a :class:`WorkCount` rule from the answer's work at its sizes: the growth exponent between the
+    smallest and the largest, and with ``rule.affine`` the exact linearity ``W(4n) − 3 W(2n) + 2 W(n) = 0``."""
+    counts = sorted(work.items())
+    (small, w_small), (large, w_large) = counts[0], counts[-1]
+    n = rule.size_name
+    why = f": {declared.rules.why}." if declared.rules.why else "."
     exponent = math.log(max(w_large, 1) / max(w_small, 1)) / math.log(large / small)
     if exponent > rule.high:
-        n = rule.size_name
-        why = f": {declared.rules.why}." if declared.rules.why else "."
         raise CheckFailed(
             f"{declared.name}: right values, but the work of your function's torch operations (elements read and "
             f"written, plus the multiply-adds of matrix products) grows like {n}^{exponent:.2f}: {w_small} at {n} = "
             f"{small}, {w_large} at {n} = {large} ({w_large / max(w_small, 1):.2f} times; at most {n}^{rule.high:g} "
             f"is allowed){why} {rule.expect}".rstrip()
         )
+    if rule.affine:
+        (_, w1), (middle, w2), (_, w4) = counts
+        first, second = w2 - w1, w4 - w2
+        if second - 2 * first > 0:  # W(4n) − 3 W(2n) + 2 W(n): zero for work linear in n, whatever its constant part
+            raise CheckFailed(
+                f"{declared.name}: right values, but the work of your function's torch operations (elements read and "
+                f"written, plus the multiply-adds of matrix products) grows faster than {n}: {w1} at {n} = {small}, "
+                f"{w2} at {n} = {middle}, {w4} at {n} = {large}. Going from {n} = {middle} to {large} adds {second}, "
+                f"more than twice the {first} that going from {small} to {middle} adds (a linear cost adds exactly "
+                f"twice as much), so the work for each token or chunk grows with its position{why} "
+                f"{rule.expect}".rstrip()
+            )
 
 
 def _solver_modules() -> frozenset[str]:

@@ -9,20 +9,23 @@ package's linear attention ops are ruled out as answers.
 Each exercise asks for one form, and the check holds it to that form by what the answer does: the number of torch
 operations it runs at two sizes (:class:`~ttr_edu.checks._rules.OpCount`: a loop over the tokens for the recurrence,
 no loop for the parallel forms, no loop over single tokens for the chunk form); for the recurrence and the chunk form,
-the work of its torch operations at ``T`` and ``4T`` (:class:`~ttr_edu.checks._rules.WorkCount`, elements read and
-written plus the multiply-adds of matrix products, counted deterministically: a recurrence that keeps no state and
-re-reads the prefix at every step, or a chunk form that re-sums the whole prefix in every chunk, or slices a hidden
-``T × T`` matrix, does about 16 times the work at ``4T``, a linear form 4 times); and for the chunk form the size of
-its intermediate tensors (no ``T × T`` matrix, no state per token).
+the work of its torch operations at ``T``, ``2T`` and ``4T`` (:class:`~ttr_edu.checks._rules.WorkCount`, elements
+read and written plus the multiply-adds of matrix products, counted deterministically): a linear form's work is
+exactly affine in ``T``, so ``W(4T) − 3 W(2T) + 2 W(T) = 0``, while any work that grows with a token's or a chunk's
+position (a prefix re-read or re-summed, a normaliser re-summed, an output grown by ``torch.cat``, a hidden ``T × T``
+matrix) makes it positive; and the size of what it holds (for the recurrence, the numbers held at once: one state,
+not one per token; for the chunk form, its intermediate tensors: no ``T × T`` matrix, no state per token).
 """
 
 from __future__ import annotations
 
 import math
+import weakref
 from collections.abc import Callable, Iterator
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode, _get_current_dispatch_mode_stack, _pop_mode, _push_mode
+from torch.utils._pytree import tree_leaves
 
 from ttr_edu.checks._guard import ForbiddenCall
 from ttr_edu.checks._rules import OpCount, Rules, WorkCount, exercise
@@ -92,15 +95,21 @@ def _at_length(t: int, generator: torch.Generator | None = None) -> dict:
 
 
 def _recurrence_at_length(t: int) -> dict:
-    """``T`` tokens of width 16, for the cost rule of the recurrence: at ``T = 64`` and ``256`` a loop that re-reads
+    """``T`` tokens of width 16, for the cost rule of the recurrence: at ``T = 64`` to ``256`` a loop that re-reads
     every earlier token at each step (``T² d`` in all) already outweighs the recurrence's own work (``T d²``)."""
     return _sequence(t, 16, 16, torch.Generator().manual_seed(t))
 
 
-#: the cost rule's lengths, ``T`` and ``4T``: a cost linear in ``T`` grows 4 times, one like ``T²`` about 16 times
-_COST_LENGTHS = (64, 256)
-#: the largest growth exponent allowed: linear forms measure 1.0 at most (a part that does not grow with T lowers it),
-#: the quadratic answers of tests/checks/test_linear_attention_is_fwp.py 1.80–1.99
+#: the cost rule's lengths, ``T``, ``2T`` and ``4T``: a cost linear in ``T`` is affine in it, so its work there has
+#: ``W(4T) − 3 W(2T) + 2 W(T) = 0`` exactly (:class:`~ttr_edu.checks._rules.WorkCount` with ``affine``); one like
+#: ``T²`` grows about 16 times from ``T`` to ``4T``
+_COST_LENGTHS = (64, 128, 256)
+#: the chunk forms' lengths: multiples of their chunk size 8 (16, 32 and 64 chunks), so that no chunk is short and a
+#: right chunk form's work is exactly affine in ``T``
+_CHUNK_LENGTHS = (128, 256, 512)
+#: the largest growth exponent allowed from ``T`` to ``4T``, beside the exact linearity: linear forms measure 1.0 at
+#: most (a part that does not grow with T lowers it), the quadratic answers of the tests 1.80–1.99; a small quadratic
+#: part measures less (a normaliser re-summed from the prefix, 1.15) and is refused by the linearity
 _COST_HIGH = 1.4
 
 
@@ -109,6 +118,88 @@ def _positive_at_length(t: int, generator: torch.Generator | None = None) -> dic
 
 
 _WHY_FORMS = "the package's linear attention ops compute what the exercise asks you to write"
+
+
+class _RecurrenceMemory:
+    """The memory rule of the recurrence, for one case: the numbers held at once in tensors the answer creates may not
+    exceed twice what the recurrence itself holds, ``T (2 D_k + 3 D_v) + 3 D_k D_v``: its state, the next state and
+    the outer product being added (``3 D_k D_v``), the output rows and their stacked copy, a cast back (``3 T D_v``),
+    and cast copies of ``q`` and ``k`` (``2 T D_k``). One state per token (a cumulative sum of the outer products, or
+    a list that keeps every ``S_t``) holds ``T D_k D_v``, more than that at the work rule's sizes (``D_k = D_v = 16``,
+    ``T ≥ 64``). A tensor counts from the operation that creates it until Python frees it, as
+    :class:`ttr_edu.profiling.PeakMemory` counts it; counted in numbers of 8 bytes, so a float32 answer is held to the
+    same bound in numbers as a float64 one, and its per-token states are caught at the float64 sizes.
+
+    Entered around each call of the answer (:attr:`ttr_edu.checks._rules.Rules.watch`); ``hit`` is the broken rule's
+    message (also raised as :class:`ForbiddenCall`, so that the answer stops there)."""
+
+    def __init__(self, t: int, d_k: int, d_v: int) -> None:
+        self.t, self.d_k, self.d_v = t, d_k, d_v
+        self.own = t * (2 * d_k + 3 * d_v) + 3 * d_k * d_v
+        self.hit: str | None = None
+        rules = self
+
+        self.live, held = 0, set()
+
+        def free(pointer: int, nbytes: int) -> None:
+            if pointer in held:
+                held.discard(pointer)
+                rules.live -= nbytes
+
+        class Live(TorchDispatchMode):  # the package's PeakMemory, here, where the answer's call trace allows it
+            @classmethod
+            def _should_skip_dynamo(cls) -> bool:
+                return False  # nothing compiles inside an answer: no Dynamo guard (its first import takes seconds)
+
+            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+                kwargs = kwargs or {}
+                out = func(*args, **kwargs)
+                shared = {
+                    x.untyped_storage().data_ptr() for x in tree_leaves((args, kwargs)) if isinstance(x, torch.Tensor)
+                }
+                for x in tree_leaves(out):
+                    if not isinstance(x, torch.Tensor):
+                        continue
+                    storage = x.untyped_storage()
+                    pointer, nbytes = storage.data_ptr(), storage.nbytes()
+                    if nbytes == 0 or pointer in shared or pointer in held:
+                        continue
+                    held.add(pointer)
+                    rules.live += nbytes
+                    weakref.finalize(storage, free, pointer, nbytes)
+                if rules.live > 2 * 8 * rules.own:
+                    rules._refuse(rules.live // 8)
+                return out
+
+        self._mode = Live()
+
+    def _refuse(self, held: int) -> None:
+        message = (
+            f"your function held about {held} numbers at once on T = {self.t} tokens (D_k = {self.d_k}, D_v = "
+            f"{self.d_v}); the recurrence holds one state, the outputs and copies of the inputs, {self.own} numbers "
+            f"(twice that is allowed). A T × T score matrix ({self.t * self.t} numbers: the parallel form, which is "
+            f"the next exercise) or one state per token (a cumulative sum of the outer products k_t v_tᵀ, or a list "
+            f"that keeps every S_t, {self.t * self.d_k * self.d_v} numbers) is what the recurrence avoids: keep one "
+            "S and update it, token by token"
+        )
+        if self.hit is None:
+            self.hit = message
+        raise ForbiddenCall(message)
+
+    def __enter__(self) -> _RecurrenceMemory:
+        _push_mode(self._mode)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        stack = _get_current_dispatch_mode_stack()
+        if stack and stack[-1] is self._mode:
+            _pop_mode()
+        elif self.hit is None:  # what the answer left on the stack is its own business: it broke a rule
+            self.hit = "your function switched off the check's watch of its torch operations; remove that code"
+
+
+def _recurrence_memory(case: dict) -> _RecurrenceMemory:
+    return _RecurrenceMemory(case["q"].shape[0], case["k"].shape[1], case["v"].shape[1])
 
 
 @exercise(
@@ -129,11 +220,13 @@ _WHY_FORMS = "the package's linear attention ops compute what the exercise asks 
                 _recurrence_at_length,
                 sizes=_COST_LENGTHS,
                 high=_COST_HIGH,
+                affine=True,
                 expect="A recurrence does the same work for every token, whatever t: its work grows like T. (Growing "
                 "the output with torch.cat at every step copies all of it again each time, which grows like T² too: "
                 "collect the rows in a list and stack them once.)",
             ),
         ),
+        watch=_recurrence_memory,
         why="keep the state S and update it, S_t = S_{t-1} + k_t v_tᵀ, then read o_t = S_tᵀ q_t, token by token; a "
         "loop that re-reads every earlier key and value at each step keeps no state and costs T²",
     ),
@@ -141,7 +234,8 @@ _WHY_FORMS = "the package's linear attention ops compute what the exercise asks 
 def check_fast_weight_recurrence(fast_weight_recurrence: Callable) -> bool:
     """Check ``fast_weight_recurrence(q, k, v)``: ``S_t = S_{t-1} + k_t v_tᵀ`` then ``o_t = S_tᵀ q_t``, for every t,
     token by token (a loop over t: its operations grow with ``T``), keeping the state: the work of its torch
-    operations at ``T = 64`` and ``256`` must grow linearly (a loop that re-reads the whole prefix at each step,
+    operations at ``T = 64``, ``128`` and ``256`` must be exactly linear, and what it holds at once may not grow to one
+    state per token (:class:`_RecurrenceMemory`) (a loop that re-reads the whole prefix at each step,
     ``(q_t K_{≤t}ᵀ) V_{≤t}``, computes the same outputs with no state, with work that grows like ``T²``)."""
 
 
@@ -271,8 +365,8 @@ def _chunk_sizes(case: dict) -> _ChunkSizes:
 
 
 def _chunk_at_length(t: int) -> dict:
-    """``T`` tokens of width 16 in chunks of 8, for the cost rule of the chunk form: at ``T = 128`` and ``512`` (16
-    and 64 chunks) re-summing the prefix (``T² d² / C``) outweighs the chunk form's own work (``T C d + T d²``)."""
+    """``T`` tokens of width 16 in chunks of 8, for the cost rule of the chunk form: at ``T = 128`` to ``512`` (16
+    to 64 chunks) re-summing the prefix (``T² d² / C``) outweighs the chunk form's own work (``T C d + T d²``)."""
     return {**_sequence(t, 16, 16, torch.Generator().manual_seed(t)), "chunk_size": 8}
 
 
@@ -293,8 +387,9 @@ def _chunk_at_length(t: int) -> dict:
         work=(
             WorkCount(
                 _chunk_at_length,
-                sizes=(128, 512),
+                sizes=_CHUNK_LENGTHS,
                 high=_COST_HIGH,
+                affine=True,
                 expect="A chunk form does the same work for every chunk, whatever its position: its work grows like T.",
             ),
         ),
@@ -316,8 +411,8 @@ def check_chunk_linear_attention(chunk_linear_attention: Callable) -> bool:
     * its intermediate tensors (:class:`_ChunkSizes`): none larger than twice the chunk form's own largest array (the
       scores, states or rows of all chunks), so no ``T × T`` matrix and no state per token;
     * the work of its torch operations (elements read and written, plus the multiply-adds of matrix products) at
-      ``T = 128`` and ``512`` in chunks of 8: linear in ``T``; one that re-sums the prefix in every chunk, or slices
-      a ``T × T`` matrix, grows like ``T²``.
+      ``T = 128``, ``256`` and ``512`` in chunks of 8: exactly linear in ``T``; one that re-sums the prefix in every
+      chunk, grows its output by ``torch.cat``, or slices a ``T × T`` matrix, is not.
 
     Such answers are refused with a message that says which rule they break.
     """
@@ -373,8 +468,9 @@ def _positive_chunk_at_length(t: int) -> dict:
         work=(
             WorkCount(
                 _positive_chunk_at_length,
-                sizes=(128, 512),
+                sizes=_CHUNK_LENGTHS,
                 high=_COST_HIGH,
+                affine=True,
                 expect="A chunk form does the same work for every chunk, whatever its position: its work grows like T, "
                 "the normaliser's as well as the numerator's.",
             ),
