@@ -212,8 +212,8 @@ def _interpreter_unsupported(error: BaseException) -> str | None:
                     return (
                         f"your kernel calls tl.{called}: block pointers are not supported by Triton's CPU interpreter, "
                         f"which the check runs (in Triton {getattr(triton, '__version__', '?')} tl.{called} raises "
-                        f"NotImplementedError: {err}), so the check cannot run this kernel; address the tiles with pointer arithmetic (a base pointer "
-                        "plus offsets from tl.arange, masked at the edges) instead"
+                        f"NotImplementedError: {err}), so the check cannot run this kernel; address the tiles with "
+                        "pointer arithmetic (a base pointer plus offsets from tl.arange, masked at the edges) instead"
                     )
                 return (
                     f"your kernel calls {called}, which Triton's CPU interpreter does not implement "
@@ -227,9 +227,9 @@ def _launch(kernel, grid, buffers: list[_Guarded], *scalars, **constants) -> Non
     """Launch ``kernel[grid](*tensors, *scalars, **constants)``, the tensors being the views of ``buffers``.
 
     Interpreted kernels run under :func:`sanitized` with the buffers as the only memory they may touch. An unsolved
-    stub surfaces as ``NotImplementedError``; one raised inside Triton (block pointers: :func:`_interpreter_unsupported`)
-    is a :class:`CheckFailed` that says so; an access outside every buffer and any other error the interpreter
-    reports become a :class:`CheckFailed` that says what to look at.
+    stub surfaces as ``NotImplementedError``; one raised inside Triton (block pointers,
+    :func:`_interpreter_unsupported`) is a :class:`CheckFailed` that says so; an access outside every buffer and
+    any other error the interpreter reports become a :class:`CheckFailed` that says what to look at.
     """
     tensors = [b.tensor for b in buffers]
     if not _is_interpreted(kernel):  # compiled, on CUDA (see _device_for): the GPU is the judge
