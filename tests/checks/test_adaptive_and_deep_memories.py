@@ -449,8 +449,11 @@ def test_more_right_answers_pass(capsys):
         assert_passes(check, answer)
 
 
-def test_right_answers_in_float32_are_told_their_dtype():
+def test_right_answers_in_float32_are_told_their_dtype(capsys):
     passes_or_names(checks.check_longhorn_step, longhorn_float32, "float32", "float64")
+    # review r35h: computed in float32 and widened, 8.1 passed without a word, where 8.2 names the dtype
+    assert checks.check_longhorn_step(lambda S, k, v, beta: longhorn_float32(S, k, v, beta).double())
+    assert "every value in it is a float32 number" in capsys.readouterr().out
     # review: float32 keys failed with "relative error 4.84e-08" and no word about the dtype
     message = passes_or_names(checks.check_rotation_keys, rotation_keys_float32, "float32", "float64")
     assert "keys" in message
@@ -778,8 +781,33 @@ def momentum_through_python(S, U, k, v, beta, eta, alpha):  # derived, the outer
     return (1 - alpha) * S + U_new, U_new
 
 
+def _mlp_back(W1, W2, k, v):  # the pre-activation's gradient, GELU′(a) ⊙ W2 δ, and the second layer's step
+    a = k @ W1
+    h = _gelu(a)
+    delta = h @ W2 - v
+    return _derived(a, W1, k) * (W2 @ delta), h, delta
+
+
+def mlp_w1_columns_in_place_into_a_clone(W1, W2, k, v, lr):  # review r35h: refused as "a displaced copy"
+    back, h, delta = _mlp_back(W1, W2, k, v)
+    W1_new = W1.clone()
+    for j in range(W1.shape[1]):
+        W1_new[:, j] -= lr * back[j] * k
+    return W1_new, W2 - lr * torch.outer(h, delta)
+
+
+def mlp_w1_columns_assigned_into_a_clone(W1, W2, k, v, lr):
+    back, h, delta = _mlp_back(W1, W2, k, v)
+    W1_new = W1.clone()
+    for j in range(W1.shape[1]):
+        W1_new[:, j] = W1[:, j] - lr * back[j] * k
+    return W1_new, W2 - lr * torch.outer(h, delta)
+
+
 def test_derived_steps_written_differently_pass():
     for check, answer in [
+        (checks.check_mlp_gradient_step, mlp_w1_columns_in_place_into_a_clone),
+        (checks.check_mlp_gradient_step, mlp_w1_columns_assigned_into_a_clone),
         (checks.check_mlp_gradient_step, _mlp_step_with(_derived)),
         (checks.check_mlp_gradient_step, _mlp_step_with(_derived_entry_by_entry)),
         (checks.check_mlp_gradient_step, mlp_every_entry_by_loops),
@@ -912,3 +940,42 @@ def momentum_with_constants_moved(S, U, k, v, beta, eta, alpha):  # derived; zer
 
 def test_derived_steps_that_move_constants_both_ways_pass():
     assert_passes(checks.check_momentum_step, momentum_with_constants_moved)
+
+
+# -- review r35h: the complex step, one column at a time, wrote few numbers and passed 8.3 -----------------------------
+
+
+def momentum_by_complex_step(S, U, k, v, beta, eta, alpha):  # Im ℓ(x + ih) / h: exact to rounding, a numerical gradient
+    grad, h, key = torch.empty_like(S), 1e-30, k.to(torch.complex128)
+    for j in range(S.shape[1]):
+        column = S[:, j].to(torch.complex128)
+        for i in range(S.shape[0]):
+            column[i] += 1j * h
+            grad[i, j] = (0.5 * (column @ key - v[j]) ** 2).imag / h
+            column[i] -= 1j * h
+    U_new = eta * U - beta * grad
+    return (1 - alpha) * S + U_new, U_new
+
+
+def mlp_with_a_complex_tensor(W1, W2, k, v, lr):  # e^{−a²/2} through complex numbers: nothing here needs them, so
+    a = k @ W1  # the check refuses any complex tensor (the complex step's sign), as 11.4's does
+    h = _gelu(a)
+    delta = h @ W2 - v
+    density = torch.exp(-0.5 * a.to(torch.complex128) ** 2).real / math.sqrt(2 * math.pi)
+    gelu_prime = torch.special.ndtr(a) + a * density
+    return W1 - lr * torch.outer(k, gelu_prime * (W2 @ delta)), W2 - lr * torch.outer(h, delta)
+
+
+@pytest.mark.parametrize(
+    "check, answer",
+    [
+        (checks.check_momentum_step, momentum_by_complex_step),
+        (checks.check_mlp_gradient_step, mlp_with_a_complex_tensor),
+    ],
+    ids=["8.3 column by column", "8.4 a complex tensor"],
+)
+def test_the_complex_step_is_refused(check, answer):
+    with pytest.raises(
+        CheckFailed, match=r"computes with complex numbers .*complex step evaluates the loss at x \+ ih"
+    ):
+        check(answer)

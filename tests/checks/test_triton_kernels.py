@@ -28,6 +28,7 @@ from tests.checks.triton_puzzle_kernels import (  # noqa: E402  (the reference a
     gated_delta_rule_chunk,
     running_sum,
     running_sum_batch_widened,
+    running_sum_block_pointers,
     running_sum_cast,
     running_sum_helper_int32,
     running_sum_helper_int64,
@@ -107,6 +108,15 @@ def test_unsolved_kernel_is_reported_not_raised(capsys):
 
     assert checks.check_scale_tile(stub) is False
     assert "not attempted yet" in capsys.readouterr().out
+
+
+def test_block_pointers_are_named_not_taken_for_the_stub(capsys):
+    """Review r35h: Triton's own NotImplementedError (make_block_ptr in 3.9) read as the stub's, "not attempted yet"."""
+    with pytest.raises(
+        CheckFailed, match=r"calls tl\.make_block_ptr: block pointers are not supported by Triton's CPU"
+    ):
+        checks.check_running_sum(running_sum_block_pointers)
+    assert "not attempted" not in capsys.readouterr().out
 
 
 @pytest.mark.parametrize(

@@ -787,3 +787,19 @@ def ut_transform_neumann_float64(k_ptr, beta_ptr, out_ptr, C, D_k, BLOCK_C: tl.c
         power = tl.dot(power, power)
     out = (inverse * beta[None, :]).to(tl.float32)
     tl.store(out_ptr + t[:, None] * C + t[None, :], out, mask=(t[:, None] < C) & (t[None, :] < C))
+
+
+@triton.jit
+def running_sum_block_pointers(x_ptr, out_ptr, T, H, D, BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr):
+    """Right in fla's style (an int64 head base, tiles through block pointers): Triton 3.9 has no block pointers."""
+    i_bh, i_d = tl.program_id(0), tl.program_id(1)
+    i_b, i_h = (i_bh // H).to(tl.int64), (i_bh % H).to(tl.int64)
+    x_ptr += (i_b * T * H + i_h) * D
+    out_ptr += (i_b * T * H + i_h) * D
+    carry = tl.zeros([BLOCK_D], dtype=tl.float32)
+    for start in range(0, T, BLOCK_T):
+        p_x = tl.make_block_ptr(x_ptr, (T, D), (H * D, 1), (start, i_d * BLOCK_D), (BLOCK_T, BLOCK_D), (1, 0))
+        p_out = tl.make_block_ptr(out_ptr, (T, D), (H * D, 1), (start, i_d * BLOCK_D), (BLOCK_T, BLOCK_D), (1, 0))
+        x = tl.load(p_x, boundary_check=(0, 1))
+        tl.store(p_out, tl.cumsum(x, 0) + carry[None, :], boundary_check=(0, 1))
+        carry += tl.sum(x, 0)

@@ -749,12 +749,25 @@ def _is_a(value: Any, kind: type) -> bool:
 
 def _dtype_note(got: Any, want: Any) -> str:
     """A right answer in another floating dtype than the reference's passes, with a note naming both (the first such
-    tensor of a tuple or list of results)."""
+    tensor of a tuple or list of results); so does one computed in float32 and widened to the reference's float64."""
     if type(want) in (tuple, list) and type(got) in (tuple, list):
         return next((note for g, w in zip(got, want) if (note := _dtype_note(g, w))), "")
     if isinstance(want, torch.Tensor) and _core._is_plain_tensor(got) and got.dtype != want.dtype:
         g, w = (str(t.dtype).replace("torch.", "") for t in (got, want))
         return f"note: your result is {g}; the exercise works in {w} (the values agree to the check's tolerance)"
+    if (
+        isinstance(want, torch.Tensor)
+        and _core._is_plain_tensor(got)
+        and want.dtype == got.dtype == torch.float64
+        and got.numel() > 1
+        and not _core._equal(got, got.round())  # not zeros or small integers, which every dtype holds exactly
+        and _core._equal(_core._to_double(_core._to_float(got)), got)
+        and not _core._equal(_core._to_double(_core._to_float(want)), want)
+    ):
+        return (
+            "note: your result is float64, but every value in it is a float32 number: it was computed in float32 and "
+            "widened; the exercise works in float64 (the values agree to the check's tolerance)"
+        )
     return ""
 
 

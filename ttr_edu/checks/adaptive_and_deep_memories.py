@@ -267,6 +267,11 @@ class _DerivedStep:
         # inside a repr()/format() of a tensor: torch's formatter reads each number it prints (.item(), below the
         # modes while a check watches), and the printed tensor's numbers are counted once, by the formatting call
         self.formatting = 0
+        self.complex: str | None = None
+        # storages holding a copy displaced by a small step that is not one step for every entry (``W1n[:, j] −=
+        # lr g_j k`` in a right answer, ``x + ε e_i`` in finite differences): refused only when something evaluates
+        # at them (:meth:`_read_displaced`); data_ptr -> the storage, kept alive so that its address is not reused
+        self.pending: dict[int, Any] = {}
         watch = self
 
         class Operations(TorchDispatchMode):
@@ -278,12 +283,20 @@ class _DerivedStep:
                 before = None
                 if func._schema.is_mutable and args and isinstance(args[0], torch.Tensor):
                     before = args[0].clone()  # an in-place step, x.add_(ε): compared with x as it was
+                carried = None
+                if watch.pending and watch.displaced is None and not func.is_view:
+                    carried = watch._read_displaced(func, args, kwargs or {})
                 out = func(*args, **(kwargs or {}))
+                if carried is not None and isinstance(out, torch.Tensor):
+                    watch.pending[out.untyped_storage().data_ptr()] = (out.untyped_storage(), carried)
                 if func.__name__.split(".")[0] == "_local_scalar_dense" and not watch.formatting:
                     watch.to_python += 1
                     watch.last_conversion = ".item() or float()"
                 if not func.is_view:
                     outs = out if isinstance(out, (tuple, list)) else (out,)
+                    for o in outs:
+                        if isinstance(o, torch.Tensor) and o.is_complex() and watch.complex is None:
+                            watch.complex = f"{func.__name__.split('.')[0]} made a {o.dtype} tensor"
                     watch.written += sum(o.numel() for o in outs if isinstance(o, torch.Tensor))
                     name = func.__name__.split(".")[0].removesuffix("_")
                     if name in _ACTIVATIONS:
@@ -327,10 +340,19 @@ class _DerivedStep:
                     continue
                 step, factor, one_step, one_factor = found
                 uniform = one_step or one_factor
-                if out.numel() > 1 and (uniform or step <= MAX_ANY_STEP * float(x.abs().max())):
-                    name = func.__name__.split(".")[0]
+                name = func.__name__.split(".")[0]
+                if out.numel() > 1 and uniform:
                     self.displaced = f"{name} moved a tensor of shape {tuple(x.shape)} by {step:.1e}"
                     return
+                if out.numel() > 1 and step <= MAX_ANY_STEP * float(x.abs().max()):
+                    # a small move, not one step for every entry: a one-hot ``x + ε e_i`` of finite differences, or a
+                    # right answer's small update written into a clone column by column; refused once evaluated at
+                    storage = out.untyped_storage()
+                    self.pending[storage.data_ptr()] = (
+                        storage,
+                        f"{name} moved a tensor of shape {tuple(x.shape)} by {step:.1e}, then it was evaluated at",
+                    )
+                    continue
                 if out.numel() == 1:
                     # one factor near 1 for many entries is common (GELU′(a) → 1 for large a); a factor written in
                     # the code as a number, x * (1 + ε), applied twice, is a step
@@ -352,6 +374,31 @@ class _DerivedStep:
                     self.single_steps.append((step, factor if by_number else math.nan))
             if out.numel() > 1 and self.displaced is None:
                 self._compare_with_earlier(func, out)
+
+    def _read_displaced(self, func, args: tuple, kwargs: dict) -> str | None:
+        """Before ``func`` runs: refuse an evaluation at a pending displaced copy (:attr:`pending`). Moving it further
+        in place (``add_``/``sub_`` on it, the next column of a clone) or copying it (``copy_``, ``clone``) evaluates
+        nothing: the copy's storage becomes pending in its turn (returned for ``clone``'s result, marked here for
+        ``copy_``'s target)."""
+        name = func.__name__.split(".")[0]
+        tensors = [a for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor)]
+        tensors += [t for a in args if isinstance(a, (tuple, list)) for t in a if isinstance(t, torch.Tensor)]
+        for i, t in enumerate(tensors):
+            hit = self.pending.get(t.untyped_storage().data_ptr())
+            if hit is None:
+                continue
+            if i == 0 and func._schema.is_mutable and name.removesuffix("_") in ("add", "sub"):
+                continue  # moved again in place: the next entries of an update written into a clone
+            if name == "copy_":
+                if i == 1 and isinstance(args[0], torch.Tensor):
+                    target = args[0].untyped_storage()
+                    self.pending[target.data_ptr()] = (target, hit[1])
+                continue
+            if name in ("clone", "_to_copy"):
+                return hit[1]
+            self.displaced = hit[1]
+            return None
+        return None
 
     @staticmethod
     def _key(x: torch.Tensor, shape: torch.Size) -> bytes:
@@ -431,6 +478,12 @@ class _DerivedStep:
     def __exit__(self, *exc) -> None:
         if not pop_watch(*self._modes):
             self.hit = "your function switched off the check's watch of its torch operations; remove that code"
+        elif self.complex is not None:
+            self.hit = (
+                f"your function computes with complex numbers ({self.complex}): the complex step evaluates the loss "
+                f"at x + ih and reads the gradient off the imaginary part, a numerical gradient, which this exercise "
+                f"rules out, as it rules out finite differences: {self.why}"
+            )
         elif self.written > MAX_WRITES_PER_WEIGHT * self.size:
             self.hit = (
                 f"your function's torch operations wrote {self.written} numbers for one step of a memory of "

@@ -182,12 +182,54 @@ class _Guarded:
             )
 
 
+def _interpreter_unsupported(error: BaseException) -> str | None:
+    """What to tell a student whose kernel called something Triton's CPU interpreter does not implement, or None.
+
+    A ``NotImplementedError`` raised inside Triton itself is not the exercise's stub (which raises it in the student's
+    own function): in Triton 3.9.0, ``tl.make_block_ptr`` and ``tl.advance`` are builtins whose only statement raises
+    it ("Block pointers have been removed in favor of the tensor descriptor API", ``triton/language/core.py``
+    lines 2518-2538 of the 3.9.0 wheel), so a kernel written with block pointers would otherwise read as "not
+    attempted yet" (its last frame is the first statement of the function that raised).
+    """
+    import sys
+    from pathlib import Path
+
+    triton = sys.modules.get("triton")
+    if triton is None or triton.__file__ is None:
+        return None
+    triton_dir = str(Path(triton.__file__).resolve().parent)
+    seen: set[int] = set()
+    err: BaseException | None = error
+    while err is not None and id(err) not in seen:
+        seen.add(id(err))
+        if isinstance(err, NotImplementedError):
+            tb = err.__traceback__
+            while tb is not None and tb.tb_next is not None:
+                tb = tb.tb_next
+            if tb is not None and str(Path(tb.tb_frame.f_code.co_filename).resolve()).startswith(triton_dir):
+                called = tb.tb_frame.f_code.co_name
+                if called in ("make_block_ptr", "advance"):
+                    return (
+                        f"your kernel calls tl.{called}: block pointers are not supported by Triton's CPU interpreter, "
+                        f"which the check runs (in Triton {getattr(triton, '__version__', '?')} tl.{called} raises "
+                        f"NotImplementedError: {err}), so the check cannot run this kernel; address the tiles with "
+                        "pointer arithmetic (a base pointer plus offsets from tl.arange, masked at the edges) instead"
+                    )
+                return (
+                    f"your kernel calls {called}, which Triton's CPU interpreter does not implement "
+                    f"(NotImplementedError: {err}); the check cannot run it: write it with what the interpreter runs"
+                )
+        err = err.__cause__ or err.__context__
+    return None
+
+
 def _launch(kernel, grid, buffers: list[_Guarded], *scalars, **constants) -> None:
     """Launch ``kernel[grid](*tensors, *scalars, **constants)``, the tensors being the views of ``buffers``.
 
     Interpreted kernels run under :func:`sanitized` with the buffers as the only memory they may touch. An unsolved
-    stub surfaces as ``NotImplementedError``; an access outside every buffer and any other error the interpreter
-    reports become a :class:`CheckFailed` that says what to look at.
+    stub surfaces as ``NotImplementedError``; one raised inside Triton (block pointers,
+    :func:`_interpreter_unsupported`) is a :class:`CheckFailed` that says so; an access outside every buffer and
+    any other error the interpreter reports become a :class:`CheckFailed` that says what to look at.
     """
     tensors = [b.tensor for b in buffers]
     if not _is_interpreted(kernel):  # compiled, on CUDA (see _device_for): the GPU is the judge
@@ -199,6 +241,9 @@ def _launch(kernel, grid, buffers: list[_Guarded], *scalars, **constants) -> Non
             kernel[grid](*tensors, *scalars, **constants)
     except Exception as error:  # the interpreter wraps what the kernel body raised in an InterpreterError
         cause = error.__cause__ or error
+        unsupported = _interpreter_unsupported(error)
+        if unsupported is not None:
+            raise CheckFailed(unsupported) from error
         if isinstance(error, NotImplementedError) or isinstance(cause, NotImplementedError):
             raise NotImplementedError() from error
         if isinstance(cause, KernelMemoryError):
