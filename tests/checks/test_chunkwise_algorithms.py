@@ -218,11 +218,21 @@ def test_wrong_backward_passes_are_rejected(mistake):
 def test_ut_backward_by_autograd_is_ruled_out():
     def by_autograd(k, v, beta, dW, dU):  # right numbers, but autograd does the derivation
         k, v, beta = (x.detach().clone().requires_grad_() for x in (k, v, beta))
-        ut = checks.ut_transform_spec(k, beta)
+        ut = ut_transform(k, beta)  # its own forward: the check's reference is not given (tested below)
         return torch.autograd.grad((dW * (ut @ k)).sum() + (dU * (ut @ v)).sum(), (k, v, beta))
 
     with pytest.raises(CheckFailed, match=r"used autograd \(torch\.autograd\.grad\).*write the gradients out"):
         checks.check_ut_transform_backward(by_autograd)
+
+
+def test_ut_backward_through_the_checks_own_reference_is_refused_by_name():
+    def through_the_spec(k, v, beta, dW, dU):  # the check module's reference is no more given than the package
+        k, v, beta = (x.detach().clone().requires_grad_() for x in (k, v, beta))
+        ut = checks.ut_transform_spec(k, beta)
+        return torch.autograd.grad((dW * (ut @ k)).sum() + (dU * (ut @ v)).sum(), (k, v, beta))
+
+    with pytest.raises(CheckFailed, match=r"chunkwise_algorithms\.ut_transform_spec is not given to this exercise"):
+        checks.check_ut_transform_backward(through_the_spec)
 
 
 def test_ut_backward_that_modifies_its_input_is_rejected():
@@ -689,14 +699,14 @@ def ut_backward_by_autograd(k, v, beta, dW, dU):  # review: passed before
 
 def ut_backward_by_backward(k, v, beta, dW, dU):
     k, v, beta = (x.detach().clone().requires_grad_() for x in (k, v, beta))
-    ut = checks.ut_transform_spec(k, beta)
+    ut = ut_transform(k, beta)
     ((dW * (ut @ k)).sum() + (dU * (ut @ v)).sum()).backward()
     return k.grad, v.grad, beta.grad
 
 
 def ut_backward_by_vjp(k, v, beta, dW, dU):
     _, pullback = torch.func.vjp(
-        lambda k, v, beta: (checks.ut_transform_spec(k, beta) @ k, checks.ut_transform_spec(k, beta) @ v), k, v, beta
+        lambda k, v, beta: (ut_transform(k, beta) @ k, ut_transform(k, beta) @ v), k, v, beta
     )
     return pullback((dW, dU))
 

@@ -1017,7 +1017,10 @@ class Staged:
     refused while the answer runs (:meth:`held_to`), by the same call trace: ``collect`` itself runs the package's
     objects beside the answer, so nothing can be emptied for the whole process, unless ``empties``: ``collect`` needs
     nothing of the package but ``given`` (13.1: the point travels as data), so the engine's child empties every other
-    function before the student's cells run, as for an :class:`Exercise`. Whatever ``collect`` reports is
+    function before the student's cells run, as for an :class:`Exercise`. ``harness``: the check module's functions
+    that wrap the answer for each call (the wrappers ``collect`` builds around it, which the trace sees first): their
+    code, and what it uses, may run; any other code of a chapter's check module is refused like the package's.
+    Whatever ``collect`` reports is
     untrusted: the verdict is the judge's, on the grader's own cases; only what ``collect`` reads off the answer's
     objects (a spec's registration, a norm's weight) rests on the answer's process."""
 
@@ -1028,11 +1031,12 @@ class Staged:
     forbidden: Callable[[], Forbidden]
     given: tuple[Any, ...] = ()
     empties: bool = False
+    harness: tuple[Callable, ...] = ()
 
     def held_to(self) -> Forbidden:
         """What each of the answer's calls is held to, in the student's kernel and in the engine's child alike:
-        ``forbidden()`` and the allow-list of ``given`` (:func:`~ttr_edu.checks._guard.given_only`)."""
-        return self.forbidden() | given_only(self.given)
+        ``forbidden()`` and the allow-list of ``given`` and ``harness`` (:func:`~ttr_edu.checks._guard.given_only`)."""
+        return self.forbidden() | given_only(self.given, harness=self.harness)
 
     def arguments(self, *args: Any, **kwargs: Any) -> tuple:
         """The check's arguments as a tuple, in its signature's order, its defaults applied.
@@ -1052,11 +1056,13 @@ def staged(
     forbidden: Callable[[], Forbidden],
     given: Iterable[Any] = (),
     empties: bool = False,
+    harness: Iterable[Callable] = (),
 ) -> Callable[[Callable], Callable[..., bool]]:
     """Declare the :class:`Staged` exercise checked by the decorated ``check_<name>`` function (its signature gives the
     arguments and their defaults; its docstring says what it checks): the function becomes its check in the student's
     kernel (:func:`run_staged`), and carries the declaration (``__exercise__``) for the grading engine. ``given``: the
-    package's functions and classes the answer may call (:attr:`Staged.given`).
+    package's functions and classes the answer may call (:attr:`Staged.given`); ``harness``: the check module's
+    wrappers around the answer (:attr:`Staged.harness`).
 
     Raises:
         TypeError: something in ``given`` that is neither a function nor a class.
@@ -1070,7 +1076,14 @@ def staged(
 
     def wrap(fn: Callable) -> Callable[..., bool]:
         declared = Staged(
-            fn.__name__.removeprefix("check_"), inspect.signature(fn), collect, judge, forbidden, given, empties
+            fn.__name__.removeprefix("check_"),
+            inspect.signature(fn),
+            collect,
+            judge,
+            forbidden,
+            given,
+            empties,
+            tuple(harness),
         )
 
         @functools.wraps(fn)

@@ -386,7 +386,14 @@ def _zero_state(d_k: int, d_v: int) -> torch.Tensor:
     return torch.zeros(d_k, d_v, dtype=torch.float64)
 
 
-@staged(collect=_collect_step, judge=_judge_step, forbidden=_forbidden, given=GIVEN_STEP, empties=True)
+@staged(
+    collect=_collect_step,
+    judge=_judge_step,
+    forbidden=_forbidden,
+    given=GIVEN_STEP,
+    empties=True,
+    harness=(_looped,),
+)
 def check_my_step(my_step: Callable, initial_state: Callable = _zero_state, point: Point = SUGGESTED) -> bool:
     """Check ``my_step(state, q, k, v, beta, g) -> (o, state)`` from ``initial_state(d_k, d_v)`` at ``point``
     (defaults: a zero ``D_k × D_v`` state, which suits first-order points only, and the chapter's suggested point
@@ -957,7 +964,13 @@ def _judge_mixer(record: dict, say: Callable[[str], None]) -> None:
     say(f"PASS my_mixer: {name} is {point.describe()}, distinct from every named layer.")
 
 
-@staged(collect=_collect_mixer, judge=_judge_mixer, forbidden=_forbidden, given=_given_mixer())
+@staged(
+    collect=_collect_mixer,
+    judge=_judge_mixer,
+    forbidden=_forbidden,
+    given=_given_mixer(),
+    harness=(_mixed, _lookahead, _project, _forward, _step_outputs),
+)
 def check_my_mixer(spec: Any, point: Point = SUGGESTED) -> bool:
     """Check the learner's mixer, one class and one spec, at ``point`` (default :data:`SUGGESTED`); ``spec`` is the
     :class:`~ttr_edu.layers.MixerSpec`, or a function that builds it.

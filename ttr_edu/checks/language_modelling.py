@@ -120,7 +120,7 @@ def _name_the_byte(message: str, case: dict, result: Any) -> str:
     explain=_name_the_byte,
     rtol=0,
     atol=0,
-    given=(TinyLM,),  # the model the answer runs: its init_state and step
+    given=(TinyLM, _StepOnlyLM),  # the model each case hands the answer: its init_state and step
 )
 def check_greedy_generate(greedy_generate: Callable) -> bool:
     """Check ``greedy_generate(model, prompt, num_tokens)``: the prompt and the argmax continuation, via ``step``.
