@@ -9,12 +9,12 @@ NOTEBOOK = "solutions/02_linear_attention_is_fwp.ipynb"
 
 
 def test_dropping_the_normaliser_breaks_the_average_claim():
-    # The "normalised" run without z_t (the exercise answered without its division, which the experiment then uses):
-    # the output's distance from c grows like t instead of falling like 1/√t.
+    # The "normalised" run without z_t (2.5, the chunk form that drives the experiment once it passes, answered
+    # without its division): the output's distance from c grows like t instead of falling like 1/√t.
     error = run_mutated(
         NOTEBOOK,
-        "normalised_fn = normalized_linear_attention",
-        "normalised_fn = lambda q, k, v: torch.tril(q @ k.T) @ v",
+        "normalised_chunk_fn = normalized_chunk_linear_attention",
+        "normalised_chunk_fn = lambda q, k, v, chunk_size: torch.tril(q @ k.T) @ v",
     )
     assert error is not None and "ClaimFailed" in error
     assert "with z_t the distance from c falls like 1/√t" in error

@@ -906,10 +906,10 @@ def test_copy_into_any_folder_of_the_course_is_refused_but_not_into_the_students
     "recorded, expected",
     [
         (
-            '{"url": "file:///home/me/ttr-edu", "dir_info": {"editable": true}}',
-            "pip install -e '/home/me/ttr-edu[course]'",
+            '{"url": "file:///opt/me/ttr-edu", "dir_info": {"editable": true}}',
+            "pip install -e '/opt/me/ttr-edu[course]'",
         ),
-        ('{"url": "file:///home/me/ttr-edu", "dir_info": {}}', "pip install '/home/me/ttr-edu[course]'"),
+        ('{"url": "file:///opt/me/ttr-edu", "dir_info": {}}', "pip install '/opt/me/ttr-edu[course]'"),
         (
             '{"url": "file:///tmp/my%20dist/ttr_edu-0.1.0-py3-none-any.whl", "archive_info": {}}',
             "pip install '/tmp/my dist/ttr_edu-0.1.0-py3-none-any.whl[course]'",
