@@ -510,6 +510,36 @@ def pop_watch(operations, conversions) -> bool:
     return intact
 
 
+#: formatting a tensor (``repr``, ``str``, ``print``, f-strings) hands its numbers to Python as text -> how the course
+#: spells it. While a check watches, torch's formatter runs with the check's modes on and reads each number it prints
+#: (``.item()``): a watch counts the printed tensor once, by its formatting call, and skips what the formatter reads.
+FORMATTING = {"__repr__": "repr() or print()", "__format__": "format() or an f-string"}
+
+
+def conversion_watch(watch: Any) -> Any:
+    """The function mode of a watch that counts the numbers an answer hands to NumPy or Python (for
+    :func:`push_watch`): each tensor method of :data:`CONVERSIONS` or :data:`FORMATTING` called outside a printing
+    is reported once to ``watch.converted(tensor, spelled)``; ``watch.formatting`` counts how deep inside a printing
+    the answer is, for the watch's dispatch mode to skip what torch's formatter reads there."""
+    from torch.overrides import TorchFunctionMode
+
+    class Conversions(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            name = getattr(func, "__name__", "")
+            spelled = CONVERSIONS.get(name) or FORMATTING.get(name)
+            if spelled is not None and args and isinstance(args[0], torch.Tensor) and not watch.formatting:
+                watch.converted(args[0], spelled)
+            if name not in FORMATTING:
+                return func(*args, **(kwargs or {}))
+            watch.formatting += 1
+            try:
+                return func(*args, **(kwargs or {}))
+            finally:
+                watch.formatting -= 1
+
+    return Conversions()
+
+
 def relative_error(a: torch.Tensor, b: torch.Tensor) -> float:
     """``‖a − b‖ / ‖b‖`` in float64, as fla's tests compare; ``‖a − b‖`` when ``b`` is zero."""
     a64, b64 = _to_double(a.detach()), _to_double(b.detach())

@@ -22,11 +22,10 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
-from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from ttr_edu._internal.mlp_memory import gelu_derivative
-from ttr_edu.checks._core import CONVERSIONS, CheckFailed, pop_watch, push_watch
+from ttr_edu.checks._core import CheckFailed, conversion_watch, pop_watch, push_watch
 from ttr_edu.checks._rules import Rules, exercise
 from ttr_edu.ops import (
     TitansState,
@@ -186,12 +185,9 @@ _OFFSET_OPS = {"add", "sub", "rsub", "mul", "addcmul", "addcdiv"}
 #: runs 2 per step, so an extrapolation over several steps (Richardson's) runs 5 or more
 MAX_EVALUATIONS_PER_UNIT = 6
 _ACTIVATIONS = {"gelu", "erf", "erfc", "special_ndtr", "special_log_ndtr", "exp", "tanh", "sigmoid", "special_erfcx"}
-#: formatting a tensor (``repr``, ``str``, ``print``, f-strings) hands its numbers to Python as text: counted with
-#: the conversions
 #: bound at import: while an answer runs, the check's witness puts a refusing stand-in in torch._C's place (an
 #: answer must not switch the modes off), and this is the check's own reading, not the answer's
 _DISABLE_TORCH_FUNCTION = torch._C.DisableTorchFunction
-_FORMATTING = {"__repr__": "repr() or print()", "__format__": "format() or an f-string"}
 
 
 def _displacement(out: torch.Tensor, x: torch.Tensor) -> tuple[float, float, bool, bool] | None:
@@ -310,22 +306,13 @@ class _DerivedStep:
                         watch._look_for_steps(func, args, outs, before)
                 return out
 
-        class Conversions(TorchFunctionMode):
-            def __torch_function__(self, func, types, args=(), kwargs=None):
-                name = getattr(func, "__name__", "")
-                spelled = CONVERSIONS.get(name) or _FORMATTING.get(name)
-                if spelled is not None and args and isinstance(args[0], torch.Tensor) and not watch.formatting:
-                    watch.to_python += args[0].numel()  # a printed tensor's numbers once, named by how they left
-                    watch.last_conversion = spelled
-                if name not in _FORMATTING:
-                    return func(*args, **(kwargs or {}))
-                watch.formatting += 1
-                try:
-                    return func(*args, **(kwargs or {}))
-                finally:
-                    watch.formatting -= 1
+        self._modes = (Operations(), conversion_watch(self))
 
-        self._modes = (Operations(), Conversions())
+    def converted(self, tensor: torch.Tensor, spelled: str) -> None:
+        """A tensor's numbers handed to NumPy or Python, named by how they left
+        (:func:`~ttr_edu.checks._core.conversion_watch`): a printed tensor's numbers once."""
+        self.to_python += tensor.numel()
+        self.last_conversion = spelled
 
     def _look_for_steps(self, func, args: tuple, outs: tuple, before: torch.Tensor | None) -> None:
         inputs = [before if (i == 0 and before is not None) else a for i, a in enumerate(args)]

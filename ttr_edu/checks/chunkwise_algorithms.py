@@ -36,7 +36,7 @@ from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from ttr_edu import ops
-from ttr_edu.checks._core import CONVERSIONS, CheckFailed, pop_watch, push_watch, random_case
+from ttr_edu.checks._core import CONVERSIONS, CheckFailed, conversion_watch, pop_watch, push_watch, random_case
 from ttr_edu.checks._guard import ForbiddenCall
 from ttr_edu.checks._rules import Rules, exercise
 from ttr_edu.ops.delta_rule import ut_solve
@@ -411,21 +411,11 @@ class _WrittenOutGradient:
                                 watch.complex = f"{func.__name__.split('.')[0]} made a {o.dtype} tensor"
                 return out
 
-        class Conversions(TorchFunctionMode):
-            def __torch_function__(self, func, types, args=(), kwargs=None):
-                name = getattr(func, "__name__", "")
-                if (name in CONVERSIONS or name in _PRINTING) and args and not watch.formatting:
-                    if isinstance(args[0], torch.Tensor):
-                        watch.to_python += args[0].numel()
-                if name not in _PRINTING:
-                    return func(*args, **(kwargs or {}))
-                watch.formatting += 1
-                try:
-                    return func(*args, **(kwargs or {}))
-                finally:
-                    watch.formatting -= 1
+        self._modes = (Operations(), conversion_watch(self))
 
-        self._modes = (Operations(), Conversions())
+    def converted(self, tensor: torch.Tensor, spelled: str) -> None:
+        """A tensor's numbers handed to NumPy or Python (:func:`~ttr_edu.checks._core.conversion_watch`)."""
+        self.to_python += tensor.numel()
 
     def __enter__(self) -> _WrittenOutGradient:
         push_watch(*self._modes)

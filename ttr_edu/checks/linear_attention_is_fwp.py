@@ -120,7 +120,32 @@ def _positive_at_length(t: int, generator: torch.Generator | None = None) -> dic
 _WHY_FORMS = "the package's linear attention ops compute what the exercise asks you to write"
 
 
-class _RecurrenceMemory:
+class _OneModeWatch:
+    """A rule watched by one dispatch mode (``_mode``) around each call of the answer
+    (:attr:`ttr_edu.checks._rules.Rules.watch`): ``hit`` is the broken rule's message, also raised as
+    :class:`ForbiddenCall` (:meth:`_refuse_with`) so that the answer stops there."""
+
+    _mode: TorchDispatchMode
+    hit: str | None = None
+
+    def _refuse_with(self, message: str) -> None:
+        if self.hit is None:
+            self.hit = message
+        raise ForbiddenCall(message)
+
+    def __enter__(self):
+        _push_mode(self._mode)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        stack = _get_current_dispatch_mode_stack()
+        if stack and stack[-1] is self._mode:
+            _pop_mode()
+        elif self.hit is None:  # what the answer left on the stack is its own business: it broke a rule
+            self.hit = "your function switched off the check's watch of its torch operations; remove that code"
+
+
+class _RecurrenceMemory(_OneModeWatch):
     """The memory rule of the recurrence, for one case: the numbers held at once in tensors the answer creates may not
     exceed twice what the recurrence itself holds, ``T (2 D_k + 3 D_v) + 3 D_k D_v``: its state, the next state and
     the outer product being added (``3 D_k D_v``), the output rows and their stacked copy, a cast back (``3 T D_v``),
@@ -136,7 +161,7 @@ class _RecurrenceMemory:
     def __init__(self, t: int, d_k: int, d_v: int) -> None:
         self.t, self.d_k, self.d_v = t, d_k, d_v
         self.own = t * (2 * d_k + 3 * d_v) + 3 * d_k * d_v
-        self.hit: str | None = None
+        self.hit = None
         rules = self
 
         self.live, held = 0, set()
@@ -182,20 +207,7 @@ class _RecurrenceMemory:
             f"that keeps every S_t, {self.t * self.d_k * self.d_v} numbers) is what the recurrence avoids: keep one "
             "S and update it, token by token"
         )
-        if self.hit is None:
-            self.hit = message
-        raise ForbiddenCall(message)
-
-    def __enter__(self) -> _RecurrenceMemory:
-        _push_mode(self._mode)
-        return self
-
-    def __exit__(self, *exc) -> None:
-        stack = _get_current_dispatch_mode_stack()
-        if stack and stack[-1] is self._mode:
-            _pop_mode()
-        elif self.hit is None:  # what the answer left on the stack is its own business: it broke a rule
-            self.hit = "your function switched off the check's watch of its torch operations; remove that code"
+        self._refuse_with(message)
 
 
 def _recurrence_memory(case: dict) -> _RecurrenceMemory:
@@ -304,7 +316,7 @@ def _chunk_at_size(chunk_size: int, generator: torch.Generator | None = None) ->
     }
 
 
-class _ChunkSizes:
+class _ChunkSizes(_OneModeWatch):
     """The memory rule of the chunk form, for one case: no intermediate tensor may hold more than twice the largest
     array the chunk form itself holds: the scores of all ``n = ⌈T / C⌉`` chunks (``n C²``), their states
     (``n D_k D_v``) or their rows (``n C (D_k + D_v)``), whether it keeps them one chunk at a time or all at once. A
@@ -318,7 +330,7 @@ class _ChunkSizes:
         n = math.ceil(t / chunk_size)
         self.t, self.d_k, self.d_v, self.chunk_size, self.n = t, d_k, d_v, chunk_size, n
         self.largest = max(n * chunk_size**2, n * d_k * d_v, n * chunk_size * (d_k + d_v))
-        self.hit: str | None = None
+        self.hit = None
         rules = self
 
         class Sizes(TorchDispatchMode):
@@ -344,20 +356,7 @@ class _ChunkSizes:
             f"or their rows, {self.largest} numbers at most (twice that is allowed). A T × T score matrix, or one "
             "state per token (a cumulative sum of the outer products k_t v_tᵀ), is what the chunks avoid"
         )
-        if self.hit is None:
-            self.hit = message
-        raise ForbiddenCall(message)
-
-    def __enter__(self) -> _ChunkSizes:
-        _push_mode(self._mode)
-        return self
-
-    def __exit__(self, *exc) -> None:
-        stack = _get_current_dispatch_mode_stack()
-        if stack and stack[-1] is self._mode:
-            _pop_mode()
-        elif self.hit is None:  # what the answer left on the stack is its own business: it broke a rule
-            self.hit = "your function switched off the check's watch of its torch operations; remove that code"
+        self._refuse_with(message)
 
 
 def _chunk_sizes(case: dict) -> _ChunkSizes:
