@@ -95,6 +95,20 @@ def test_a_right_update_passes_at_its_point(step, initial_state, point, capsys):
     assert "PASS" in capsys.readouterr().out
 
 
+def test_the_default_initial_state_reaches_the_answer():
+    # the check's own zero state is given to the answer's loop: it was once refused as "not given to this exercise",
+    # which told a student who left initial_state out that they had called something forbidden
+    seen = []
+
+    def step(state, q, k, v, beta, g):
+        seen.append(state)
+        raise ValueError("the student's own bug")
+
+    with pytest.raises(CheckFailed, match="the student's own bug"):
+        checks.check_my_step(step)
+    assert isinstance(seen[0], torch.Tensor) and not seen[0].any()
+
+
 # Plausible wrong answers.
 def ignores_the_gate(state, q, k, v, beta, g):
     S = state

@@ -289,11 +289,13 @@ ADAPTED = {
     # the answer is a mixer's spec, not a function: calling the copy builds none
     "my_mixer": "building your spec raised",
     # a staged check: its reference is built in the grader's half, after the answer's calls, so the stack of the
-    # answer's half holds a declaration whose reference refuses to run there
-    "my_step": "the reference runs in the grader, not where the answer runs",
+    # answer's half holds a declaration whose reference refuses to run there, and the allow-list refuses the call
+    # first (the check module's code is given only where it wraps the answer)
+    "my_step": r"_no_reference is not given to this exercise|the reference runs in the grader, not where the answer",
     # chapter 02's reference is the parallel form: its T × T scores are refused by the size rule before anything
     # else (chapter 11's exercise of the same name refuses the call itself)
     "chunk_linear_attention": r"your function built a \d+ tensor|calls the package's own implementation",
+    "normalized_chunk_linear_attention": r"your function built a \d+ tensor|calls the package's own implementation",
 }
 
 

@@ -392,7 +392,7 @@ def _zero_state(d_k: int, d_v: int) -> torch.Tensor:
     forbidden=_forbidden,
     given=GIVEN_STEP,
     empties=True,
-    harness=(_looped,),
+    harness=(_looped, _zero_state),  # the loop around the answer and the default state it starts from
 )
 def check_my_step(my_step: Callable, initial_state: Callable = _zero_state, point: Point = SUGGESTED) -> bool:
     """Check ``my_step(state, q, k, v, beta, g) -> (o, state)`` from ``initial_state(d_k, d_v)`` at ``point``
