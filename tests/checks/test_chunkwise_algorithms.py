@@ -705,9 +705,7 @@ def ut_backward_by_backward(k, v, beta, dW, dU):
 
 
 def ut_backward_by_vjp(k, v, beta, dW, dU):
-    _, pullback = torch.func.vjp(
-        lambda k, v, beta: (ut_transform(k, beta) @ k, ut_transform(k, beta) @ v), k, v, beta
-    )
+    _, pullback = torch.func.vjp(lambda k, v, beta: (ut_transform(k, beta) @ k, ut_transform(k, beta) @ v), k, v, beta)
     return pullback((dW, dU))
 
 
