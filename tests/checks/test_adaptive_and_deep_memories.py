@@ -515,6 +515,26 @@ def test_the_momentum_gradient_is_derived_not_taken_from_autograd():
         checks.check_momentum_step(momentum_by_autograd)
 
 
+def momentum_by_forward_ad(S, U, k, v, beta, eta, alpha):  # review r35j: crashed the process (the watch computed
+    import torch.autograd.forward_ad as fwAD  # on the dual tensors' results)
+
+    G = torch.zeros_like(S)
+    with fwAD.dual_level():
+        for i in range(S.shape[0]):
+            for j in range(S.shape[1]):
+                E = torch.zeros_like(S)
+                E[i, j] = 1
+                X = fwAD.make_dual(S, E)
+                G[i, j] = fwAD.unpack_dual(0.5 * ((X.T @ k - v) ** 2).sum()).tangent
+    U = eta * U - beta * G
+    return (1 - alpha) * S + U, U
+
+
+def test_forward_ad_is_refused_without_crashing():
+    with pytest.raises(CheckFailed, match=r"used autograd \(torch\.autograd\.forward_ad\.make_dual\).*derive ∇_S ℓ"):
+        checks.check_momentum_step(momentum_by_forward_ad)
+
+
 def test_the_packages_own_steps_are_not_answers():
     from ttr_edu.ops import longhorn_step_size
 

@@ -22,10 +22,12 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
+import torch.autograd.forward_ad as _forward_ad
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from ttr_edu._internal.mlp_memory import gelu_derivative
 from ttr_edu.checks._core import CheckFailed, conversion_watch, pop_watch, push_watch
+from ttr_edu.checks._guard import ForbiddenCall
 from ttr_edu.checks._rules import Rules, exercise
 from ttr_edu.ops import (
     TitansState,
@@ -276,6 +278,12 @@ class _DerivedStep:
                 return False  # nothing here is compiled: no need to import torch._dynamo on the first operation
 
             def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+                if _forward_ad._current_level >= 0:  # inside a dual level: the watch must not compute on dual tensors
+                    watch.hit = (  # (reading a dual tensor's results here crashed the process)
+                        f"your function used autograd (torch.autograd.forward_ad.make_dual), which this exercise "
+                        f"rules out: {watch.why}"
+                    )
+                    raise ForbiddenCall(watch.hit)
                 before = None
                 if func._schema.is_mutable and args and isinstance(args[0], torch.Tensor):
                     before = args[0].clone()  # an in-place step, x.add_(ε): compared with x as it was
