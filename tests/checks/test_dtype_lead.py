@@ -8,6 +8,7 @@ answer itself calls nothing of the package); exercises whose rules would refuse 
 from __future__ import annotations
 
 import importlib
+import math
 import pkgutil
 import re
 
@@ -86,3 +87,15 @@ def test_a_float32_answer_is_told_its_dtype_first(check, declared, cases, widen)
         assert widen or re.search(r"float32.*float64", message), message
         return
     assert DTYPES_FIRST.match(message), message
+
+
+def test_a_float64_answer_that_lands_on_float32_numbers_only_where_they_tell_nothing_gets_no_note():
+    # r35j: a right 8.2 answer at θ = π/2 is [2⁻⁵², −1, 1, 2⁻⁵²] against the reference's cos(π/2) ≈ 6e-17: every value
+    # a float32 number, yet computed in float64; it was told "computed in float32 and widened"
+    from ttr_edu.checks._core import _dtype_lead
+
+    want = torch.tensor([[math.cos(math.pi / 2), -1.0], [1.0, math.cos(math.pi / 2)]], dtype=torch.float64)
+    got = torch.tensor([[2.0**-52, -1.0], [1.0, 2.0**-52]], dtype=torch.float64)
+    assert _dtype_lead(got, want) == ""
+    telling = torch.tensor([[0.1, -1.0], [1.0, 1 / 3]], dtype=torch.float64)  # a float32 answer widened is still told
+    assert "every value in it is a float32" in _dtype_lead(telling.float().double(), telling)
