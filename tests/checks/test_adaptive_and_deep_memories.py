@@ -999,3 +999,45 @@ def test_the_complex_step_is_refused(check, answer):
         CheckFailed, match=r"computes with complex numbers .*complex step evaluates the loss at x \+ ih"
     ):
         check(answer)
+
+
+# -- review r35j: right answers that print what they compute, or use torch.distributions, pass --
+
+
+def momentum_step_that_prints(S, U, k, v, beta, eta, alpha):  # debugging prints at torch's default digits
+    gradient = torch.outer(k, S.T @ k - v)
+    print(gradient)
+    U_new = eta * U - beta * gradient
+    return (1 - alpha) * S + U_new, U_new
+
+
+def mlp_step_that_prints(W1, W2, k, v, lr):
+    a = k @ W1
+    h = torch.nn.functional.gelu(a)
+    delta = h @ W2 - v
+    print(a, delta)
+    gelu_prime = torch.special.ndtr(a) + a * torch.exp(-0.5 * a**2) / math.sqrt(2 * math.pi)
+    return W1 - lr * torch.outer(k, gelu_prime * (W2 @ delta)), W2 - lr * torch.outer(h, delta)
+
+
+def mlp_step_by_the_normal_distribution(W1, W2, k, v, lr):  # Φ and φ from torch.distributions (it validates booleans)
+    normal = torch.distributions.Normal(torch.zeros((), dtype=W1.dtype), torch.ones((), dtype=W1.dtype))
+    a = k @ W1
+    h = torch.nn.functional.gelu(a)
+    delta = h @ W2 - v
+    gelu_prime = normal.cdf(a) + a * normal.log_prob(a).exp()
+    return W1 - lr * torch.outer(k, gelu_prime * (W2 @ delta)), W2 - lr * torch.outer(h, delta)
+
+
+@pytest.mark.parametrize(
+    "check,answer",
+    [
+        (checks.check_momentum_step, momentum_step_that_prints),
+        (checks.check_mlp_gradient_step, mlp_step_that_prints),
+        (checks.check_mlp_gradient_step, mlp_step_by_the_normal_distribution),
+    ],
+    ids=["8.3 prints its gradient", "8.4 prints a and δ", "8.4 through torch.distributions.Normal"],
+)
+def test_right_answers_that_print_or_validate_pass(check, answer, capsys):
+    assert check(answer) is True
+    assert "PASS" in capsys.readouterr().out

@@ -516,11 +516,20 @@ def pop_watch(operations, conversions) -> bool:
 FORMATTING = {"__repr__": "repr() or print()", "__format__": "format() or an f-string"}
 
 
+def _default_digits() -> bool:
+    """Whether a printed tensor shows torch's default digits (4 after the point): too few for a difference quotient
+    to reach any check's tolerance, so a debugging ``print`` is not counted; a printout with more digits is."""
+    from torch._tensor_str import PRINT_OPTS
+
+    return PRINT_OPTS.precision <= 4
+
+
 def conversion_watch(watch: Any) -> Any:
     """The function mode of a watch that counts the numbers an answer hands to NumPy or Python (for
     :func:`push_watch`): each tensor method of :data:`CONVERSIONS` or :data:`FORMATTING` called outside a printing
-    is reported once to ``watch.converted(tensor, spelled)``; ``watch.formatting`` counts how deep inside a printing
-    the answer is, for the watch's dispatch mode to skip what torch's formatter reads there."""
+    is reported once to ``watch.converted(tensor, spelled)`` (a boolean tensor, or a tensor printed with torch's
+    default digits, carries no usable difference quotient and is not); ``watch.formatting`` counts how deep inside a
+    printing the answer is, for the watch's dispatch mode to skip what torch's formatter reads there."""
     from torch.overrides import TorchFunctionMode
 
     class Conversions(TorchFunctionMode):
@@ -528,7 +537,8 @@ def conversion_watch(watch: Any) -> Any:
             name = getattr(func, "__name__", "")
             spelled = CONVERSIONS.get(name) or FORMATTING.get(name)
             if spelled is not None and args and isinstance(args[0], torch.Tensor) and not watch.formatting:
-                watch.converted(args[0], spelled)
+                if not (name == "__repr__" and _default_digits()) and args[0].dtype != torch.bool:
+                    watch.converted(args[0], spelled)
             if name not in FORMATTING:
                 return func(*args, **(kwargs or {}))
             watch.formatting += 1

@@ -192,6 +192,12 @@ _ACTIVATIONS = {"gelu", "erf", "erfc", "special_ndtr", "special_log_ndtr", "exp"
 _DISABLE_TORCH_FUNCTION = torch._C.DisableTorchFunction
 
 
+def _boolean(args: tuple) -> bool:
+    """Whether an operation reads a boolean tensor (a validation's ``if (x > 0).all()``): no number for a difference
+    quotient, so not counted among the numbers handed to Python."""
+    return bool(args) and isinstance(args[0], torch.Tensor) and args[0].dtype == torch.bool
+
+
 def _displacement(out: torch.Tensor, x: torch.Tensor) -> tuple[float, float, bool, bool] | None:
     """``(step, factor, one_step, one_factor)`` when ``out`` is a copy of ``x`` (same dtype, broadcast) displaced by
     more than rounding and at most :data:`MAX_STEP` of ``x``'s largest entry: ``step`` the displacement's largest
@@ -293,7 +299,7 @@ class _DerivedStep:
                 out = func(*args, **(kwargs or {}))
                 if carried is not None and isinstance(out, torch.Tensor):
                     watch.pending[out.untyped_storage().data_ptr()] = (out.untyped_storage(), carried)
-                if func.__name__.split(".")[0] == "_local_scalar_dense" and not watch.formatting:
+                if func.__name__.split(".")[0] == "_local_scalar_dense" and not watch.formatting and not _boolean(args):
                     watch.to_python += 1
                     watch.last_conversion = ".item() or float()"
                 if not func.is_view:

@@ -400,8 +400,8 @@ class _WrittenOutGradient:
                 out = func(*args, **(kwargs or {}))
                 if watch.formatting:  # torch's formatter reading what it prints: counted once, by the printing
                     return out
-                if func.__name__.split(".")[0] == "_local_scalar_dense":
-                    watch.to_python += 1
+                if func.__name__.split(".")[0] == "_local_scalar_dense" and args[0].dtype != torch.bool:
+                    watch.to_python += 1  # a boolean read (a validation's check) holds no number
                 if not func.is_view:
                     outs = out if isinstance(out, (tuple, list)) else (out,)
                     for o in outs:
