@@ -957,3 +957,36 @@ def test_an_affine_work_rule_needs_sizes_n_2n_4n():
         WorkCount(lambda n: {}, sizes=(64, 256), high=1.4, affine=True)
     with pytest.raises(ValueError, match=r"sizes must be \(n, 2n, 4n\)"):
         WorkCount(lambda n: {}, sizes=(64, 128, 512), high=1.4, affine=True)
+
+
+# -- review r34g: the prefix re-read in Python numbers; a debugging print --
+
+
+def recurrence_in_python_numbers(q, k, v):  # no state: every step re-reads the whole prefix, number by number
+    Q, K, V = ([[x.item() for x in row] for row in t] for t in (q, k, v))
+    out = []
+    for t in range(len(Q)):
+        w = [sum(a * b for a, b in zip(Q[t], K[s])) for s in range(t + 1)]
+        out.append([sum(w[s] * V[s][j] for s in range(t + 1)) for j in range(len(V[0]))])
+    return torch.tensor(out, dtype=q.dtype)
+
+
+def recurrence_that_prints_its_first_state(q, k, v):
+    S, out = torch.zeros(k.shape[1], v.shape[1], dtype=q.dtype), []
+    for t in range(q.shape[0]):
+        S = S + torch.outer(k[t], v[t])
+        if t == 0:
+            print(S)  # torch's formatter runs operations of its own: not the answer's work
+        out.append(S.T @ q[t])
+    return torch.stack(out)
+
+
+def test_a_prefix_re_read_in_python_numbers_is_refused():
+    with pytest.raises(CheckFailed, match=r"read \d+ numbers into Python"):
+        checks.check_fast_weight_recurrence(recurrence_in_python_numbers)
+
+
+def test_a_recurrence_that_prints_its_state_once_passes(capsys):
+    # r34g: refused, its operation count held torch's printing operations (about 70), so its growth read below 0.7
+    assert checks.check_fast_weight_recurrence(recurrence_that_prints_its_first_state) is True
+    assert "PASS" in capsys.readouterr().out

@@ -696,3 +696,46 @@ def test_another_package_implementation_is_refused_in_the_kernel_by_the_allow_li
     as the grading engine does: any package code not given is refused by name."""
     with pytest.raises(CheckFailed, match=f"write this yourself; {name}.* is not given to this exercise"):
         check(answer)
+
+
+# -- review r34g: a solve carried out in Python numbers, read out of torch one by one --
+
+
+def _gauss_jordan_inverse(A):
+    n = len(A)
+    M = [row[:] + [1.0 if i == j else 0.0 for j in range(n)] for i, row in enumerate(A)]
+    for c in range(n):
+        p = max(range(c, n), key=lambda r: abs(M[r][c]))
+        M[c], M[p] = M[p], M[c]
+        M[c] = [x / M[c][c] for x in M[c]]
+        for r in range(n):
+            if r != c:
+                M[r] = [a - M[r][c] * b for a, b in zip(M[r], M[c])]
+    return [row[n:] for row in M]
+
+
+def rls_by_gauss_jordan_in_python(k, v, ridge, initial_state=None, read=lambda x: x.item()):
+    T, D = k.shape
+    K, V = ([[read(x) for x in row] for row in t] for t in (k, v))
+    if initial_state is None:
+        A0, B0 = [[ridge * (i == j) for j in range(D)] for i in range(D)], [[0.0] * v.shape[1] for _ in range(D)]
+    else:
+        S0, P0 = ([[read(x) for x in row] for row in t] for t in initial_state)
+        A0 = _gauss_jordan_inverse(P0)
+        B0 = [[sum(A0[i][m] * S0[m][j] for m in range(D)) for j in range(len(S0[0]))] for i in range(D)]
+    out = []
+    for t in range(1, T + 1):  # the prefix re-summed and inverted by hand at every pair
+        A = [[A0[i][j] + sum(K[s][i] * K[s][j] for s in range(t)) for j in range(D)] for i in range(D)]
+        B = [[B0[i][j] + sum(K[s][i] * V[s][j] for s in range(t)) for j in range(len(V[0]))] for i in range(D)]
+        P = _gauss_jordan_inverse(A)
+        out.append([[sum(P[i][m] * B[m][j] for m in range(D)) for j in range(len(B[0]))] for i in range(D)])
+    return torch.tensor(out, dtype=k.dtype)
+
+
+@pytest.mark.parametrize("read", [lambda x: x.item(), float], ids=[".item()", "float()"])
+def test_a_solve_in_python_numbers_is_refused(read):
+    # r34g: both passed 6.4 (the no-solve rule and the work count see only torch's operations)
+    with pytest.raises(CheckFailed, match=r"read \d+ numbers into Python"):
+        checks.check_rls_memory(
+            lambda k, v, ridge, initial_state=None: rls_by_gauss_jordan_in_python(k, v, ridge, initial_state, read)
+        )

@@ -414,35 +414,90 @@ def _vjp(result: Any, given: dict, names: tuple[str, ...], index: int) -> dict:
 
 #: the ways a tensor's values leave torch, where no count of its operations sees what is done with them
 _ESCAPES = ("numpy", "tolist", "__array__", "__dlpack__")
+#: reads of single numbers into Python: a few are ordinary (a step size, a norm for a message), but a computation
+#: carried out in Python numbers does work no count of torch operations sees
+_READS = ("item", "__float__", "__int__", "__index__", "__complex__")
 
 
-class _NoEscape(torch.overrides.TorchFunctionMode):
-    """Refuses (:class:`ForbiddenCall`) moving a tensor's values out of torch while its work is counted."""
+class _Outside(torch.overrides.TorchFunctionMode):
+    """What a count of the answer's torch operations must know about the calls around them.
+
+    * Printing a tensor (``repr``, ``format``): torch's formatter runs operations of its own, which are not the
+      answer's work; the count and the work are put back as they were before the printing (a debugging
+      ``print(S)`` once in a loop over ``T`` lowered 2.1's measured growth below its bound).
+    * With ``work`` counted (``budget``: how many numbers the answer may read into Python), values moved out of torch
+      (``.numpy()``, ``.tolist()``, ...) are refused, and so are more than ``budget`` single numbers read into Python
+      (``.item()``, ``float()``, ``int()``; booleans and tensors printed with torch's default digits do not count):
+      a Gauss–Jordan in Python floats, or a prefix re-read number by number, does work the count cannot see.
+    Refusals raise :class:`ForbiddenCall`."""
+
+    def __init__(self, counter: Any, work: bool, budget: int) -> None:
+        super().__init__()
+        self.counter, self.work, self.budget = counter, work, budget
+        self.read = self.printing = 0
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         name = getattr(func, "__name__", "")
-        if name in _ESCAPES:
-            raise ForbiddenCall(
-                f"your function moved a tensor's values out of torch (Tensor.{name}) while the check counts the work "
-                "of its torch operations, which cannot see what is done outside torch; write it with torch operations"
-            )
+        tensor = args[0] if args and isinstance(args[0], torch.Tensor) else None
+        if name in _core.FORMATTING:
+            return self._printed(func, tensor, args, kwargs or {})
+        if self.work and not self.printing and tensor is not None:
+            if name in _ESCAPES:
+                raise ForbiddenCall(
+                    f"your function moved a tensor's values out of torch (Tensor.{name}) while the check counts the "
+                    "work of its torch operations, which cannot see what is done outside torch; write it with torch "
+                    "operations"
+                )
+            if name in _READS and tensor.dtype != torch.bool:
+                self._read(tensor.numel(), f"Tensor.{name}")
         return func(*args, **(kwargs or {}))
+
+    def _printed(self, func, tensor: torch.Tensor | None, args: tuple, kwargs: dict) -> Any:
+        if self.work and not self.printing and tensor is not None and not _core._default_digits():
+            self._read(tensor.numel(), "a tensor printed with more than torch's default digits")
+        counter = self.counter
+        count, work = counter.count, getattr(counter, "work", None)
+        self.printing += 1
+        try:
+            return func(*args, **kwargs)
+        finally:
+            self.printing -= 1
+            counter.count = count
+            if work is not None:
+                counter.work = work
+
+    def _read(self, n: int, how: str) -> None:
+        self.read += n
+        if self.read > self.budget:
+            raise ForbiddenCall(
+                f"your function read {self.read} numbers into Python ({how}, the last) while the check counts the "
+                f"work of its torch operations, which cannot see what Python does with them (at most {self.budget} "
+                "are allowed here, a quarter of the inputs' numbers); write the computation with torch operations"
+            )
+
+
+def _read_budget(given: dict) -> int:
+    """How many numbers an answer may read into Python while its work is counted: a quarter of its inputs' numbers
+    (one or two per token or pair is ordinary; a computation in Python numbers reads every input, or more)."""
+    tensors = [v for v in given.values() if isinstance(v, torch.Tensor)]
+    tensors += [x for v in given.values() if type(v) in (tuple, list) for x in v if isinstance(x, torch.Tensor)]
+    return sum(t.numel() for t in tensors) // 4
 
 
 @contextmanager
-def counting_ops(enabled: bool = True, work: bool = False) -> Iterator[_CountOperations | None]:
+def counting_ops(enabled: bool = True, work: bool = False, budget: int = 0) -> Iterator[_CountOperations | None]:
     """Count the torch operations run inside the block (``.count`` of the value, as
     :func:`ttr_edu.profiling.operation_count` counts them; None when not ``enabled``), and with ``work`` their work
-    (``.work``, as :func:`ttr_edu.profiling.work_count` counts it; moving values out of torch is then refused). An
-    answer that takes the counter off torch's mode stack is refused (:class:`ForbiddenCall`)."""
+    (``.work``, as :func:`ttr_edu.profiling.work_count` counts it; moving values out of torch, or reading more than
+    ``budget`` numbers into Python, is then refused: :class:`_Outside`). What torch's formatter runs to print a tensor
+    is not counted. An answer that takes the counter off torch's mode stack is refused (:class:`ForbiddenCall`)."""
     if not enabled:
         yield None
         return
     counter = _CountWork() if work else _CountOperations()
     counter.__enter__()
-    escape = _NoEscape() if work else nullcontext()
     try:
-        with escape:
+        with _Outside(counter, work, budget):
             yield counter
     finally:
         stack = _get_current_dispatch_mode_stack()
@@ -513,7 +568,7 @@ def answer_outcome(
         try:
             with (
                 watch as watched,
-                counting_ops(count_ops or count_work, work=count_work) as counter,
+                counting_ops(count_ops or count_work, work=count_work, budget=_read_budget(given)) as counter,
                 witness or nullcontext(),
             ):
                 outcome.result = declared.call(answer, given)
