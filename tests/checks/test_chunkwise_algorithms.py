@@ -1097,3 +1097,93 @@ def test_a_right_answer_that_prints_an_input_passes(check, answer, name, capsys)
     skip what the formatter reads to print them; a right answer with a debugging print passes."""
     assert getattr(checks, check)(_printing(answer, name)) is True
     assert "PASS" in capsys.readouterr().out
+
+
+# ---- 11.1 is held to a chunk form: chapter 02's rules of Exercise 2.3, with an initial state -------------------------
+
+
+def cla_token_loop(q, k, v, S, chunk_size):  # review: the recurrence, one token at a time, chunk_size ignored
+    outputs = []
+    for t in range(q.shape[0]):
+        S = S + torch.outer(k[t], v[t])
+        outputs.append(S.T @ q[t])
+    return torch.stack(outputs), S
+
+
+def cla_full_parallel(q, k, v, S, chunk_size):  # review: the T × T parallel form, chunk_size ignored
+    return q @ S + torch.tril(q @ k.T) @ v, S + k.T @ v
+
+
+def cla_sliced_from_t_by_t(q, k, v, S, chunk_size):  # review: a loop over chunks that slices one T × T score matrix
+    scores = torch.tril(q @ k.T)
+    outputs = []
+    for s in range(0, q.shape[0], chunk_size):
+        e = s + chunk_size
+        outputs.append(q[s:e] @ S + scores[s:e, s:e] @ v[s:e])
+        S = S + k[s:e].T @ v[s:e]
+    return torch.cat(outputs), S
+
+
+@pytest.mark.parametrize(
+    "wrong, says",
+    [
+        (cla_token_loop, r"right values, but your function runs \d+ torch operations at chunk_size = 2"),
+        (cla_full_parallel, r"built a 32 × 32 tensor"),
+        (cla_sliced_from_t_by_t, r"built a 32 × 32 tensor"),
+    ],
+    ids=lambda x: getattr(x, "__name__", ""),
+)
+def test_chunked_linear_attention_that_ignores_the_chunks_is_refused(wrong, says):
+    """Right values, but no chunk form: the loop over tokens runs C times more operations at the larger C (16 chunks
+    either way), and a T × T matrix, sliced per chunk or not, is 2 T / C times larger than the chunks' scores."""
+    with pytest.raises(CheckFailed, match=says):
+        checks.check_chunk_linear_attention(wrong)
+
+
+def cla_split_in_place(q, k, v, S, chunk_size):  # torch.split, einsum and masked_fill, a new S then `+=` on it
+    S = S.clone()
+    outputs = []
+    for Q, K, V in zip(*(x.split(chunk_size) for x in (q, k, v))):
+        scores = torch.einsum("id,jd->ij", Q, K).masked_fill(torch.ones(len(Q), len(Q)).triu(1).bool(), 0.0)
+        outputs.append(torch.einsum("id,de->ie", Q, S) + scores @ V)
+        S += K.T @ V
+    return torch.cat(outputs), S
+
+
+def cla_all_chunks_at_once(q, k, v, S, chunk_size):  # padded, every chunk at once, states by a cumulative sum
+    n = -(-q.shape[0] // chunk_size)
+    pad = n * chunk_size - q.shape[0]
+    Q, K, V = (torch.nn.functional.pad(x, (0, 0, 0, pad)).view(n, chunk_size, -1) for x in (q, k, v))
+    writes = K.transpose(1, 2) @ V  # (n, D_k, D_v)
+    before = S + torch.cat([torch.zeros_like(writes[:1]), writes.cumsum(0)[:-1]])
+    o = Q @ before + torch.tril(Q @ K.transpose(1, 2)) @ V
+    return o.reshape(n * chunk_size, -1)[: q.shape[0]], S + writes.sum(0)
+
+
+@pytest.mark.parametrize("answer", [chunk_linear_attention, cla_split_in_place, cla_all_chunks_at_once])
+def test_chunked_linear_attention_written_differently_passes(answer):
+    assert_passes(checks.check_chunk_linear_attention, answer)
+
+
+def test_chunked_linear_attention_in_float32_is_told_its_dtype():
+    def in_float32(q, k, v, S, chunk_size):
+        return chunk_linear_attention(q.float(), k.float(), v.float(), S.float(), chunk_size)
+
+    passes_or_names(checks.check_chunk_linear_attention, in_float32, "float32", "float64", "only the dtype differs")
+
+
+def test_the_chunk_rules_are_chapter_02s_on_cases_with_an_initial_state():
+    """11.1 reuses 2.3's rules (the same sizes, bounds and size watch), on 2.3's cases with a nonzero state added."""
+    from ttr_edu.checks import linear_attention_is_fwp as chapter_02
+
+    mine = checks.check_chunk_linear_attention.__exercise__.rules
+    theirs = chapter_02.check_chunk_linear_attention.__exercise__.rules
+    assert mine.watch is theirs.watch
+    assert (mine.op_count.sizes, mine.op_count.high) == (theirs.op_count.sizes, theirs.op_count.high)
+    assert [(w.sizes, w.high, w.affine) for w in mine.work] == [(w.sizes, w.high, w.affine) for w in theirs.work]
+    for rule, theirs_rule in [(mine.op_count, theirs.op_count), *zip(mine.work, theirs.work)]:
+        size = rule.sizes[0]
+        case, without = rule.case(size), theirs_rule.case(size)
+        assert all(torch.equal(case[name], without[name]) for name in ("q", "k", "v"))
+        assert case["chunk_size"] == without["chunk_size"]
+        assert case["S"].shape == (case["k"].shape[1], case["v"].shape[1]) and case["S"].abs().min() > 0

@@ -2,7 +2,9 @@
 writes first.
 
 * ``chunk_linear_attention(q, k, v, S, chunk_size) -> (o, S_T)`` is compared with
-  :func:`ttr_edu.ops.linear_attention_chunk` (``scale=1``);
+  :func:`ttr_edu.ops.linear_attention_chunk` (``scale=1``) and held to a chunk form by chapter 02's rules of the same
+  form without an initial state (Exercise 2.3: operations at two chunk sizes, work exactly affine in ``T``, no tensor
+  larger than twice the chunks' own), on chapter 02's cases with a random initial state added;
 * ``ut_transform(k, beta) -> 𝒯`` with the spec :func:`ut_transform_spec`: the **UT matrix**
   ``𝒯 = (I + tril(diag(β) K Kᵀ, −1))⁻¹ diag(β)`` (the UT transform of Joffrain et al. 2006, as used for the delta rule
   by Yang et al. 2024; fla's convention). It is written 𝒯 (code: ``ut``), never ``T``, which is the sequence length;
@@ -28,6 +30,7 @@ as answers.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable, Iterator
 
@@ -39,6 +42,8 @@ from ttr_edu import ops
 from ttr_edu.checks._core import CONVERSIONS, CheckFailed, conversion_watch, pop_watch, push_watch, random_case
 from ttr_edu.checks._guard import ForbiddenCall
 from ttr_edu.checks._rules import Rules, exercise
+from ttr_edu.checks.linear_attention_is_fwp import _chunk_at_length, _chunk_at_size
+from ttr_edu.checks.linear_attention_is_fwp import check_chunk_linear_attention as _check_chunk_without_state
 from ttr_edu.ops.delta_rule import ut_solve
 
 __all__ = [
@@ -147,19 +152,61 @@ def _step_cases() -> Iterator[dict]:
         }
 
 
+def _with_state(case: dict, seed: int) -> dict:
+    """Chapter 02's chunk case (``q, k, v, chunk_size``) with a random nonzero initial state ``S`` ``(D_k, D_v)`` in
+    the case's dtype, drawn from a generator seeded with ``seed`` (the grader reseeds it as it reseeds the case)."""
+    d_k, d_v = case["k"].shape[1], case["v"].shape[1]
+    g = torch.Generator().manual_seed(seed)
+    S = torch.randn(d_k, d_v, generator=g, dtype=torch.float64).to(case["q"].dtype)
+    return {"q": case["q"], "k": case["k"], "v": case["v"], "S": S, "chunk_size": case["chunk_size"]}
+
+
+def _chunk_with_state_at_size(chunk_size: int) -> dict:
+    """16 chunks of ``chunk_size`` tokens (``T = 16 C``), as chapter 02's operation count, with an initial state."""
+    return _with_state(_chunk_at_size(chunk_size), 960 + chunk_size)
+
+
+def _chunk_with_state_at_length(t: int) -> dict:
+    """``T`` tokens of width 16 in chunks of 8, as chapter 02's work count, with an initial state."""
+    return _with_state(_chunk_at_length(t), 970 + t)
+
+
+#: chapter 02's rules of the chunk form (Exercise 2.3: operations at two chunk sizes, work affine in T, no tensor larger
+#: than the chunks' own), each on the same sizes and with the same bounds, on its cases with an initial state
+_CHUNK_RULES = _check_chunk_without_state.__exercise__.rules
+
+
 @exercise(
     reference=chunk_linear_attention_spec,
     cases=_linear_attention_cases,
-    rules=Rules(
+    rules=dataclasses.replace(
+        _CHUNK_RULES,
         answers=(ops.linear_attention_chunk, ops.linear_attention_recurrent, ops.linear_attention_parallel),
         inputs_unchanged=True,  # `S += K.T @ V` would overwrite the caller's initial state
+        op_count=dataclasses.replace(_CHUNK_RULES.op_count, case=_chunk_with_state_at_size),
+        work=tuple(dataclasses.replace(rule, case=_chunk_with_state_at_length) for rule in _CHUNK_RULES.work),
     ),
     rtol=1e-8,
     atol=1e-10,
 )
 def check_chunk_linear_attention(chunk_linear_attention: Callable) -> bool:
     """Check ``chunk_linear_attention(q, k, v, S, chunk_size) -> (o, S_T)`` on one head, ``scale = 1``, leaving ``S``
-    as it was."""
+    as it was (a short last chunk, ``C = 1``, ``C ≥ T``, ``D_k ≠ D_v``).
+
+    Beyond the values, the answer is held to what a chunk form does by chapter 02's rules of Exercise 2.3
+    (:func:`ttr_edu.checks.linear_attention_is_fwp.check_chunk_linear_attention`), on its cases with a random
+    nonzero initial state added, however it is written (a loop over the chunks, or all chunks at once with a
+    cumulative sum of their states):
+
+    * its operations, counted at 16 chunks of ``C = 2`` and of ``C = 16``: as many at both for a chunk form, ``C``
+      times more at the larger ``C`` for a loop over single tokens (one that ignores ``chunk_size``);
+    * its intermediate tensors (:class:`~ttr_edu.checks.linear_attention_is_fwp._ChunkSizes`): none larger than twice
+      the chunk form's own largest array (the scores, states or rows of all chunks), so no ``T × T`` matrix, sliced
+      per chunk or not, and no state per token;
+    * the work of its torch operations at ``T = 128``, ``256`` and ``512`` in chunks of 8: exactly affine in ``T``.
+
+    Such answers are refused with a message that says which rule they break.
+    """
 
 
 @exercise(reference=ut_transform_spec, cases=_ut_cases, rules=Rules(answers=(ut_solve,)), rtol=1e-8, atol=1e-10)
