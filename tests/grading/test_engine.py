@@ -555,6 +555,88 @@ def test_a_compressed_report_is_refused_before_it_is_inflated():
         engine._load(bytes(packed))
 
 
+_MEMO_BOMB_REPORT = '''import io, json, os, stat, struct
+import torch
+
+_calls = []
+
+
+def write(W, k, v):
+    """Reports case 0 as one 1000-item list referenced {refs} times (pickle's memo: a few bytes per reference), then
+    answers right."""
+    _calls.append(1)
+    if len(_calls) == 1:
+        inner, buffer = [0] * 1000, io.BytesIO()
+        torch.save({{"result": [inner] * {refs}}}, buffer)
+        head = json.dumps({{"type": "outcome", "check": "check_write", "case": 0}}).encode()
+        frame = struct.pack(">II", len(head), len(buffer.getvalue())) + head + buffer.getvalue()
+        for fd in range(3, 64):
+            try:
+                if stat.S_ISFIFO(os.fstat(fd).st_mode):
+                    os.write(fd, frame)
+            except OSError:
+                pass
+    return W + torch.outer(v, k)
+'''
+
+
+def _memo_bomb(refs: int, inner: int = 1000) -> bytes:
+    import io
+
+    buffer, shared = io.BytesIO(), [0] * inner
+    torch.save({"result": [shared] * refs}, buffer)
+    return buffer.getvalue()
+
+
+def test_a_report_holding_one_list_many_times_costs_that_cell_and_not_the_grader():
+    """``torch.load`` keeps pickle's memo: 40 kB holding one 1000-item list 20,000 times once cost the grader 17 s and
+    a gigabyte to expand (hours for a 64 MiB frame: the whole class waited). The report is refused when read, in
+    time bounded by its size, and the graded cell that sent it fails; its other cells keep their points."""
+    import time
+
+    report = _grade(submission_with({**RIGHT, "ch01_write": _MEMO_BOMB_REPORT.format(refs=20_000)}))
+    first = report.verdicts[0]
+    assert report.score == 8 and first.status == "FAIL", (first.status, first.detail)
+    assert "several places" in first.detail, first.detail
+    payload = _memo_bomb(400_000)  # 800 kB of references: 4·10⁸ items once expanded
+    started = time.monotonic()
+    with pytest.raises(ValueError, match="more than"):
+        engine._load(payload)
+    with pytest.raises(ValueError, match="several places"):
+        engine._load(_memo_bomb(10_000, inner=2))
+    assert time.monotonic() - started < 5.0
+
+
+def test_a_report_is_read_only_within_its_bounds():
+    """The bounded walk (:func:`ttr_edu.checks._rules.plain_size`) refuses a report that is too large, too deep, or
+    that holds a container twice; the largest honest record of the solved chapters (13's staged record, a few hundred
+    items, 5 levels) is far inside."""
+    import io
+
+    from ttr_edu.checks import _rules
+
+    def saved(value) -> bytes:
+        buffer = io.BytesIO()
+        torch.save(value, buffer)
+        return buffer.getvalue()
+
+    deep: list = []
+    for _ in range(_rules.PLAIN_DEPTH + 1):
+        deep = [deep]
+    with pytest.raises(ValueError, match="deeper"):
+        engine._load(saved({"result": deep}))
+    with pytest.raises(ValueError, match="deeper"):
+        _rules.from_plain(deep)
+    with pytest.raises(ValueError, match="items"):
+        engine._load(saved({"result": [[i] for i in range(_rules.PLAIN_ITEMS)]}))
+    with pytest.raises(ValueError, match="structure"):
+        engine._load(saved({"result": list(range(engine.MAX_PICKLE))}))
+    t = torch.ones(3)
+    honest = {"result": (t, [t.clone(), 1.5, "x", ()], ()), "inputs_after": {"W": t.clone()}, "raised": None}
+    assert _rules.outcome_of(engine._load(saved(honest))).result[1][1] == 1.5
+    assert _rules.plain_size([(), (), {"a": "a"}, "a"]) == (7, 2)
+
+
 # An interpreter started by ``_posixsubprocess.fork_exec`` (no audit event) has no lock-down: it could compute any
 # answer (an attacker scored an unsolved notebook 9 of 9). The call below is Python 3.11's and 3.12's signature.
 START_TRUE = (

@@ -59,6 +59,7 @@ __all__ = [
     "counting_ops",
     "run_in_kernel",
     "to_plain",
+    "plain_size",
     "Foreign",
     "Staged",
     "staged",
@@ -376,12 +377,58 @@ def to_plain(value: Any, depth: int = 0) -> Any:
     return {"foreign": str(getattr(kind, "__name__", "?")), "tensor": isinstance(value, torch.Tensor)}
 
 
-def from_plain(value: Any) -> Any:
-    """The grader's view of :func:`to_plain`'s data: foreign markers become :class:`Foreign`."""
+#: how deep and how large a record the grader reads back from the answers' process may be (:func:`plain_size`):
+#: :func:`to_record` nests at most 6 levels of dicts and lists around :func:`to_plain`'s 4 levels of tuples and
+#: lists and an outcome's own dict; the largest honest record of the solved chapters holds a few hundred items
+PLAIN_DEPTH = 16
+PLAIN_ITEMS = 20_000
+
+
+def plain_size(value: Any, *, depth: int = PLAIN_DEPTH, items: int = PLAIN_ITEMS) -> tuple[int, int]:
+    """``(items, depth)`` of plain data read back from the answers' process (containers, their entries, dict keys
+    and leaves, each counted once), walked without recursion and without expanding anything, so that its cost is
+    bounded whatever the data: ``torch.load`` keeps pickle's memo, so a few bytes can hold one list referenced a
+    million times, which every later walk (:func:`from_plain`, a judge) would expand. :func:`to_plain` and
+    :func:`to_record` build a new container for every value, so a list, tuple or dict met twice is never honest.
+
+    Raises:
+        ValueError: a container met twice, more than ``items`` items, or deeper than ``depth`` levels.
+    """
+    seen: set[int] = set()
+    stack: list[tuple[Any, int]] = [(value, 0)]
+    count = deepest = 0
+    while stack:
+        node, level = stack.pop()
+        count += 1
+        if count > items:
+            raise ValueError(f"a report of more than {items} items (the grader reads no record that large)")
+        deepest = max(deepest, level)
+        kind = type(node)
+        if kind is dict or kind is list or kind is tuple:
+            if level >= depth:
+                raise ValueError(f"a report nested deeper than {depth} levels")
+            if node and id(node) in seen:  # () is one object in CPython: an empty tuple may recur
+                raise ValueError("a report holding one container in several places (the grader writes none)")
+            seen.add(id(node))
+            if len(node) > items:
+                raise ValueError(f"a report of more than {items} items (the grader reads no record that large)")
+            entries = [x for pair in node.items() for x in pair] if kind is dict else node
+            stack.extend((entry, level + 1) for entry in entries)
+    return count, deepest
+
+
+def from_plain(value: Any, depth: int = 0) -> Any:
+    """The grader's view of :func:`to_plain`'s data: foreign markers become :class:`Foreign`.
+
+    Raises:
+        ValueError: data nested deeper than :data:`PLAIN_DEPTH` (:func:`to_plain` writes 4 levels).
+    """
+    if depth > PLAIN_DEPTH:
+        raise ValueError(f"a result nested deeper than {PLAIN_DEPTH} levels")
     if isinstance(value, dict) and set(value) == {"foreign", "tensor"}:
         return Foreign(str(value["foreign"]), bool(value["tensor"]))
     if type(value) in (tuple, list):
-        return type(value)(from_plain(v) for v in value)
+        return type(value)(from_plain(v, depth + 1) for v in value)
     return value
 
 

@@ -20,9 +20,12 @@ The counted and watched rules (:class:`~ttr_edu.checks._rules.OpCount`, :class:`
   refused; so is a record with fewer marks than the mode passed down (the profiler was stopped or restarted). The
   witness's mode also checks, at every operation, that the modes below it are the ones it was entered on.
 
-What it cannot see: code that writes the process's memory (grading.md: the counts are what the answer's process
-reports), work outside torch (NumPy, Python numbers: the work rule refuses moving values out of torch, through a
-torch-function mode whose doors are closed the same way), and ``RecordFunction`` switched off through a reference to
+What it cannot see: an answer that writes Python objects of its own process rather than hiding operations. Plain
+Python reaches them (the counter, a watch, this witness are objects in the answer's caller frames, and the report
+pipe's descriptor is there too), so the counts and the watches' readings are what the answer's process reports
+(grading.md section 5, "What the answer's process reports about itself"); nor work outside torch (NumPy, Python
+numbers: the work rule refuses moving values out of torch, through a torch-function mode whose doors are closed the
+same way); nor ``RecordFunction`` switched off through a reference to
 ``torch._C._autograd._enable_record_function`` taken before the check started, together with the modes.
 """
 

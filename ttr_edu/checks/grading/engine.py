@@ -106,14 +106,23 @@ class _Heard:
     log: str = ""
 
 
+#: bytes of pickle (the structure around the tensors' data) one report may hold: unpickling costs time linear in them
+MAX_PICKLE = 1 << 20
+
+
 def _load(payload: bytes) -> Any:
     """Plain data from ``torch.save`` bytes the answers' process wrote. The zip is read first: ``torch.save`` stores
     its records uncompressed, so a compressed one, or records that would take more than :data:`MAX_FRAME` once read,
     are refused (ValueError) before ``torch.load`` inflates anything (a few hundred kB of deflated zeros would
-    otherwise take gigabytes of the grader's memory)."""
+    otherwise take gigabytes of the grader's memory); so is a structure of more than :data:`MAX_PICKLE` bytes. What
+    ``torch.load`` gives is then walked once, bounded (:func:`~ttr_edu.checks._rules.plain_size`: a container met
+    twice, too many items or too deep a nesting is refused), before anything else reads it: a few kB of pickle
+    referencing one list many times would otherwise cost the grader minutes and gigabytes to expand."""
     import zipfile
 
     import torch
+
+    from ttr_edu.checks._rules import plain_size
 
     try:
         with zipfile.ZipFile(io.BytesIO(payload)) as archive:
@@ -124,7 +133,11 @@ def _load(payload: bytes) -> Any:
         raise ValueError("a report with compressed records (torch.save writes none)")
     if sum(r.file_size for r in records) > MAX_FRAME or any(r.file_size != r.compress_size for r in records):
         raise ValueError("a report larger than the grader reads")
-    return torch.load(io.BytesIO(payload), weights_only=True)
+    if sum(r.file_size for r in records if r.filename.endswith(".pkl")) > MAX_PICKLE:
+        raise ValueError("a report whose structure is larger than the grader reads")
+    value = torch.load(io.BytesIO(payload), weights_only=True)
+    plain_size(value)  # before anything walks it: a memo-shared list would expand there (ValueError)
+    return value
 
 
 def _outcome(payload: bytes):
@@ -156,6 +169,8 @@ def _listen(process: subprocess.Popen, checks: list[set[str]], deadline: float) 
                 return heard, problem
             reader.feed(data)
             for header, payload in reader.frames():
+                if time.monotonic() > deadline:  # a burst of frames is read within the deadline too
+                    return heard, "the grading of this notebook ran out of time"
                 kind = header.get("type")
                 if kind == "end":
                     return heard, None
