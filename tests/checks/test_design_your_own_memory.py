@@ -303,8 +303,8 @@ def test_the_ranges_hold_the_explorers_values_and_the_chapter_states_the_caps():
             lo, hi = checks.PARAM_RANGES[name]
             assert all(lo <= v <= hi for v in (*param.values, param.default)), name
     chapter = Path(__file__).resolve().parents[2] / "solutions" / "13_design_your_own_memory.ipynb"
-    text = " ".join("".join(c["source"]) for c in json.loads(chapter.read_text())["cells"] if c["cell_type"] == "markdown")
-    text = " ".join(text.split())
+    cells = json.loads(chapter.read_text())["cells"]
+    text = " ".join(" ".join("".join(c["source"]).split()) for c in cells if c["cell_type"] == "markdown")
     for name in ("window", "steps", "cg_steps", "mini_batch_size"):
         assert f"`{name}` up to {checks.PARAM_RANGES[name][1]:g}" in text, name
 

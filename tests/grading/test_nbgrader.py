@@ -371,5 +371,5 @@ def test_a_student_who_edits_graded_cells_flags_is_graded_as_the_answers_earn_an
     with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gradebook:
         got = {sid: gradebook.find_submission("ch01", sid).score for sid in ("a_flags", "b_classmate")}
     assert got == {"a_flags": SUBMISSIONS["half"][2], "b_classmate": SUBMISSIONS["solved"][2]}, log[-3000:]
-    for flag, (grade_id, value) in EDITED_FLAGS.items():
+    for flag, (grade_id, _) in EDITED_FLAGS.items():
         assert re.search(rf"ttr-edu grader: a_flags/ch01/\S+: the cell '{grade_id}' has nbgrader flags .*{flag} ", log)

@@ -176,7 +176,8 @@ def _refuse_out_of_range(param: str, value: Any, name: str) -> None:
     count = param in _COUNTS
     kind = "an integer" if count else "a finite number"
     numeric = (int,) if count else (int, float)
-    if isinstance(value, bool) or not isinstance(value, numeric) or not math.isfinite(value) or not low <= value <= high:
+    readable = not isinstance(value, bool) and isinstance(value, numeric) and math.isfinite(value)
+    if not readable or not low <= value <= high:
         raise CheckFailed(
             f"{name}: the parameter {param} of your point ({PARAMS[param].symbol}) is {value!r}; the check takes "
             f"{kind} from {low:g} to {high:g} (a right answer needs no more, and the grader runs the references at "
