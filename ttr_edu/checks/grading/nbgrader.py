@@ -196,6 +196,11 @@ class GradeWithEngine(_CourseNotebooksOnly):
     ).tag(config=True)
 
     timeout = Float(engine.DEFAULT_TIMEOUT, help="Seconds the answers of one graded cell may run.").tag(config=True)
+    cells_timeout = Float(
+        engine.DEFAULT_CELLS_TIMEOUT,
+        help="Seconds the student's cells may run in all, over one notebook (each graded cell runs the cells above it "
+        "again first; that time is not counted in `timeout`).",
+    ).tag(config=True)
     memory_gb = Float(engine.DEFAULT_MEMORY_GB, help="Memory (GiB) the answers of one graded cell may add.").tag(
         config=True
     )
@@ -215,6 +220,7 @@ class GradeWithEngine(_CourseNotebooksOnly):
                 source,
                 timeout=self.timeout,
                 memory_gb=self.memory_gb,
+                cells_timeout=self.cells_timeout,
                 hide=[course, _exchange(self.config)],
                 require_sandbox=self.require_sandbox,
             )
