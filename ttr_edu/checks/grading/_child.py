@@ -232,7 +232,10 @@ def _child(
     # the student's cells have run: from here on the answers' own time (the fork server starts their deadline now)
     usage = resource.getrusage(resource.RUSAGE_SELF)
     cpu = min(cpu, int(usage.ru_utime + usage.ru_stime + float(job["timeout"])) + 5)
-    resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 5))
+    try:
+        resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 5))
+    except (ValueError, OSError):  # a cell lowered the hard limit below this already: the lower one holds
+        pass
     write_frame(results, {"type": "cells_done"})
     if any(errors.values()):
         write_frame(results, {"type": "cell_errors", "errors": {k: v for k, v in errors.items() if v}})
