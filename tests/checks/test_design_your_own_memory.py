@@ -250,6 +250,65 @@ def test_a_point_a_named_layer_occupies_is_refused(point, message):
         checks.check_my_step(gated_implicit_step, zeros, point)
 
 
+@pytest.mark.parametrize(
+    "params, message",
+    [
+        ({"window": 1000}, r"window of your point \(w\) is 1000; the check takes an integer from 1 to 64"),
+        ({"window": 0}, r"window of your point \(w\) is 0; the check takes an integer from 1 to 64"),
+        ({"window": 8.0}, r"window of your point \(w\) is 8.0; the check takes an integer"),
+        ({"window": True}, r"window of your point \(w\) is True; the check takes an integer"),
+        ({"lr": float("inf")}, r"lr of your point \(η\) is inf; the check takes a finite number from 0.0001 to 16"),
+        ({"lr": float("nan")}, r"lr of your point \(η\) is nan; the check takes a finite number"),
+    ],
+)
+def test_a_window_point_with_parameters_out_of_the_checks_ranges_is_refused_at_once(params, message):
+    """The grader runs the references at the student's point, and a window of 1000 cost it 146 s and 3.2 GB (a37e):
+    a parameter outside :data:`checks.PARAM_RANGES` is refused before anything runs, naming it, its range and value."""
+    import time
+
+    point = Point.of("window", "linear", "gradient_step", **params)
+    started = time.monotonic()
+    with pytest.raises(CheckFailed, match=message):
+        checks.check_my_step(sliding_window_linear_attention, window_state, point)
+    assert time.monotonic() - started < 5
+
+
+@pytest.mark.parametrize(
+    "point, param",
+    [
+        (Point.of("uniform", "linear", "steps_per_token", steps=2000), "steps"),
+        (Point.of("gates", "linear", "conjugate_gradient", cg_steps=17), "cg_steps"),
+        (Point.of("uniform", "linear", "mini_batch_gd", mini_batch_size=33), "mini_batch_size"),
+        (Point.of("gates", "linear", "rls", ridge=0.0), "ridge"),
+        (Point.of("decay", "linear", "rls", gamma=2.0), "gamma"),
+        (Point.of("uniform", "linear", "momentum", eta=-1.0), "eta"),
+    ],
+)
+def test_every_counted_or_real_parameter_has_a_range(point, param):
+    lo, hi = checks.PARAM_RANGES[param]
+    with pytest.raises(CheckFailed, match=rf"the parameter {param} of your point .* from {lo:g} to {hi:g}"):
+        checks.check_my_step(forgetting_rls, forgetting_rls_state, point)
+
+
+def test_the_ranges_hold_the_explorers_values_and_the_chapter_states_the_caps():
+    """Every value the explorer offers is in range (a right answer there is never refused), and the chapter's text
+    for 13.1 states the integer caps the check uses."""
+    import json
+    from pathlib import Path
+
+    from ttr_edu.regression.design_space import PARAMS
+
+    for name, param in PARAMS.items():
+        if name in checks.PARAM_RANGES:
+            lo, hi = checks.PARAM_RANGES[name]
+            assert all(lo <= v <= hi for v in (*param.values, param.default)), name
+    chapter = Path(__file__).resolve().parents[2] / "solutions" / "13_design_your_own_memory.ipynb"
+    cells = json.loads(chapter.read_text())["cells"]
+    text = " ".join(" ".join("".join(c["source"]).split()) for c in cells if c["cell_type"] == "markdown")
+    for name in ("window", "steps", "cg_steps", "mini_batch_size"):
+        assert f"`{name}` up to {checks.PARAM_RANGES[name][1]:g}" in text, name
+
+
 # -- part 2: the mixer -------------------------------------------------------------------------------------------------
 
 

@@ -383,3 +383,22 @@ def test_nbgrader_autograde_with_the_engine_gives_the_same_points(tmp_path):
     with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gradebook:
         got = {student: gradebook.find_submission("ch13", student).score for student in want}
     assert got == want
+
+
+def test_a_point_with_a_window_of_1000_is_refused_quickly_by_the_grader():
+    """The grader runs the references at the student's point: a window of 1000 cost it 146 s and 3.2 GB under
+    ``nbgrader autograde`` (a37e; 2000 ran past 8 minutes and 10 GB). The rebuilt point's parameters are refused
+    outside the check's ranges before anything is judged, in the grader as in the student's kernel."""
+    import time
+
+    big = WINDOW_GRADIENT_STEP.replace(
+        'Point.of("window", "linear", "gradient_step")', 'Point.of("window", "linear", "gradient_step", window=1000)'
+    )
+    assert big != WINDOW_GRADIENT_STEP
+    started = time.monotonic()
+    report = engine.grade(_submission({STEP: big}), RELEASE, timeout=120)
+    seconds = time.monotonic() - started
+    step = next(v for v in report.verdicts if v.grade_id == "test_check_my_step")
+    assert step.status == "FAIL" and "window of your point (w) is 1000" in step.detail, step.detail
+    assert "an integer from 1 to 64" in step.detail, step.detail
+    assert seconds < 60, seconds

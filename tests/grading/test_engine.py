@@ -95,6 +95,36 @@ def submission_with(answers: dict):
     return nb
 
 
+#: An honest student's exploration cell that takes a while (a long sweep), of their own, graded with none.
+SLOW_CELL = "import time\ntime.sleep({seconds})\nprint('swept')\n"
+
+
+def test_the_students_own_slow_cell_does_not_count_against_the_answers_time():
+    """The solved notebook with an 11 s cell of the student's own below 1.3, answers given 10 s: each graded cell below
+    it runs it again first (1.3, 1.4, 1.5), in the notebook's budget for the student's cells, not in the answers' 10 s.
+    When it counted there, every later graded cell failed with "took longer than 10 s" (a37e H1, 65 s against 60 s)."""
+    nb = with_cell_below(submission(RELEASE, "solved"), "ch01_crosstalk", SLOW_CELL.format(seconds=11))
+    report = _grade(nb, timeout=10)
+    assert report.score == 9, [(v.grade_id, v.detail[:300]) for v in report.verdicts]
+
+
+def test_when_the_students_cells_run_out_of_their_budget_the_running_cell_is_named():
+    """The same 12 s cell below 1.3 with 15 s for the student's cells over the whole notebook: 1.3's process spends 12
+    of them; 1.4's and 1.5's get at least the answers' 10 s, which the cell outlasts. Those two graded cells fail with
+    a message naming the cell that was running and the budget; the cells above it score."""
+    nb = with_cell_below(submission(RELEASE, "solved"), "ch01_crosstalk", SLOW_CELL.format(seconds=12))
+    report = _grade(nb, timeout=10, cells_timeout=15)
+    by_id = {v.grade_id: v for v in report.verdicts}
+    assert report.score == 4, [(v.grade_id, v.detail[:300]) for v in report.verdicts]
+    for gid in ("test_check_recall_accuracy", "test_check_cleanup_scores"):
+        detail = by_id[gid].detail
+        assert "your cell 1 was still running when the time for your own cells ran out" in detail, detail
+        assert "share 15 s" in detail, detail
+    assert any("your cell 1 was still running" in p for p in report.problems), report.problems
+    with pytest.raises(ValueError, match="cells_timeout"):
+        _grade(nb, cells_timeout=float("nan"))
+
+
 def test_a_timeout_or_a_dead_process_costs_that_cell_alone():
     report = _grade(submission(RELEASE, "infinite loop in 1.1"), timeout=5)
     first = report.verdicts[0]

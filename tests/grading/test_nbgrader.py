@@ -293,3 +293,83 @@ def test_nbgrader_metadata_a_student_edits_costs_that_notebook_alone_and_noteboo
         points = re.search(r"^([\d.]+) of (\d+) points\.$", check.stdout, re.M)
         want = 9 if assignment == "ch01" else full04
         assert points and float(points.group(1)) == float(points.group(2)) == want, check.stdout[-1500:]
+
+
+#: A graded cell's nbgrader flags as a student may set them in JupyterLab's metadata editor (one edit per flag, each
+#: on a cell where nbgrader's checksum or the cell's worth depends on it).
+EDITED_FLAGS = {
+    "solution": ("test_check_write", True),
+    "grade": ("test_check_store", False),
+    "locked": ("test_check_crosstalk_energy", False),
+    "points": ("test_check_crosstalk_energy", 100),
+    "task": ("test_check_recall_accuracy", True),
+}
+
+
+def _with_flag(nb, grade_id: str, flag: str, value):
+    nb = copy.deepcopy(nb)
+    cell = next(c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == grade_id)
+    cell.metadata["nbgrader"][flag] = value
+    return nb
+
+
+@pytest.mark.parametrize("flag", sorted(EDITED_FLAGS))
+def test_a_graded_cells_flag_the_student_edited_is_set_back_to_the_sources_with_a_warning(tmp_path, flag):
+    """``DropDuplicateIds`` sets each nbgrader flag of a cell the source knows back to the source cell's, so that
+    nbgrader's checksum of the cell is the source's again (``OverwriteCells`` raised "Inconsistent checksums" on a
+    graded cell marked ``solution``, a37e), and names the student and the cell in the log."""
+    pytest.importorskip("nbgrader")
+    import logging
+
+    from nbgrader.utils import compute_checksum
+    from traitlets.config import Config
+
+    from ttr_edu.checks.grading.nbgrader import DropDuplicateIds
+
+    (tmp_path / "source" / "ch01").mkdir(parents=True)
+    shutil.copy(CHAPTER, tmp_path / "source" / "ch01")
+    source = nbformat.read(CHAPTER, as_version=4)
+    grade_id, value = EDITED_FLAGS[flag]
+    edited = _with_flag(source, grade_id, flag, value)
+    config = Config({"CourseDirectory": {"root": str(tmp_path)}})
+    resources = {"nbgrader": {"assignment": "ch01", "notebook": CHAPTER.stem, "student": "s1"}}
+    messages = []
+    log = logging.getLogger(f"test-flags-{flag}")
+    log.addHandler(type("H", (logging.Handler,), {"emit": lambda self, r: messages.append(r.getMessage())})())
+    out, _ = DropDuplicateIds(config=config, log=log)(edited, resources)
+    before = {c.metadata["nbgrader"]["grade_id"]: c for c in source.cells if "nbgrader" in c.metadata}
+    after = {c.metadata["nbgrader"]["grade_id"]: c for c in out.cells if "nbgrader" in c.metadata}
+    assert {gid: c.metadata["nbgrader"] for gid, c in after.items()} == {
+        gid: c.metadata["nbgrader"] for gid, c in before.items()
+    }
+    assert compute_checksum(after[grade_id]) == compute_checksum(before[grade_id])
+    said = [m for m in messages if "s1/ch01/" in m and repr(grade_id) in m and f"{flag} {value!r}" in m]
+    assert said, messages
+
+
+@pytest.mark.slow
+@pytest.mark.notebook
+def test_a_student_who_edits_graded_cells_flags_is_graded_as_the_answers_earn_and_autograde_succeeds(tmp_path):
+    """A class of two under ``nbgrader autograde``: one student edited a flag of each kind (:data:`EDITED_FLAGS`; a
+    graded cell marked ``solution`` made ``OverwriteCells`` drop that notebook and ``autograde`` exit 1, a37e), the
+    other did not. Each scores what its answers earn and ``autograde`` exits 0."""
+    pytest.importorskip("nbgrader")
+    from nbgrader.api import Gradebook
+
+    env = _env()
+    course = _released_course(tmp_path, CONFIG, env)
+    release = nbformat.read(course / "release" / "ch01" / CHAPTER.name, as_version=4)
+    edited = submission(release, "half")
+    for flag, (grade_id, value) in EDITED_FLAGS.items():
+        edited = _with_flag(edited, grade_id, flag, value)
+    for sid, nb in {"a_flags": edited, "b_classmate": submission(release, "solved")}.items():
+        (course / "submitted" / sid / "ch01").mkdir(parents=True)
+        nbformat.write(nb, course / "submitted" / sid / "ch01" / CHAPTER.name)
+    graded = _run([sys.executable, "-m", "nbgrader", "autograde", "ch01", "--create", "--force"], course, env)
+    log = graded.stdout + graded.stderr
+    assert graded.returncode == 0, log[-3000:]
+    with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gradebook:
+        got = {sid: gradebook.find_submission("ch01", sid).score for sid in ("a_flags", "b_classmate")}
+    assert got == {"a_flags": SUBMISSIONS["half"][2], "b_classmate": SUBMISSIONS["solved"][2]}, log[-3000:]
+    for flag, (grade_id, _) in EDITED_FLAGS.items():
+        assert re.search(rf"ttr-edu grader: a_flags/ch01/\S+: the cell '{grade_id}' has nbgrader flags .*{flag} ", log)

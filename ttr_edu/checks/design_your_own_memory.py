@@ -40,9 +40,9 @@ from ttr_edu.checks._rules import (
     staged,
 )
 from ttr_edu.regression import NAMED_LAYERS, TestTimeRegression
-from ttr_edu.regression.design_space import AXES, CHOICES, LAYER_LABELS, Point, identify, named_point
+from ttr_edu.regression.design_space import AXES, CHOICES, LAYER_LABELS, PARAMS, Point, identify, named_point
 
-__all__ = ["check_my_step", "check_my_mixer", "point_outputs", "STEPPED", "SUGGESTED"]
+__all__ = ["check_my_step", "check_my_mixer", "point_outputs", "STEPPED", "SUGGESTED", "PARAM_RANGES"]
 
 #: the optimisers that take the per-token step size ``beta``
 STEPPED = ("online_sgd", "implicit_step", "steps_per_token", "mini_batch_gd", "momentum")
@@ -133,7 +133,56 @@ def _rebuilt(data: Any, name: str) -> Point:
         point = Point.of(*(data[k] for k in keys), **params)
     except (ValueError, KeyError, TypeError) as err:
         raise CheckFailed(f"{name}: your point makes no design-space point: {err}") from None
+    for param, value in point.params:
+        _refuse_out_of_range(param, value, name)
     return point
+
+
+#: The range the capstone's checks take each parameter of a point in (both ends included): the explorer's values
+#: (``design_space.PARAMS``) and more, but bounded. The grader's own references run at the point, and their cost grows
+#: with the integers (a window of ``w`` makes test sequences of ``2w + 4`` tokens, whose judging cost grows like
+#: ``T^2``: 146 s and 3.2 GB of the grader at ``w = 1000``, a37e); no right answer needs more than these.
+PARAM_RANGES: dict[str, tuple[float, float]] = {
+    "window": (1, 64),
+    "steps": (1, 8),
+    "cg_steps": (1, 16),
+    "mini_batch_size": (1, 32),
+    "gamma": (0.01, 1.0),
+    "gate_rest": (0.0, 1.0),
+    "gate_switch": (0.0, 1.0),
+    "sharpness": (0.01, 1000.0),
+    "lr": (1e-4, 16.0),
+    "beta": (1e-4, 16.0),
+    "eta": (0.0, 1.0),
+    "alpha": (0.0, 1.0),
+    "ridge": (1e-4, 100.0),
+}
+#: the parameters that count something (pairs, steps): integers
+_COUNTS = ("window", "steps", "cg_steps", "mini_batch_size")
+
+
+def _refuse_out_of_range(param: str, value: Any, name: str) -> None:
+    """CheckFailed, naming the parameter, its range and ``value``, where a point's parameter is outside
+    :data:`PARAM_RANGES` (or of the wrong type: a count is an integer, the rest finite numbers; ``kernel`` one of
+    the explorer's kernels)."""
+    if param == "kernel":
+        kernels = PARAMS["kernel"].values
+        if value not in kernels:
+            raise CheckFailed(f"{name}: the parameter kernel of your point is {value!r}; the check takes {kernels}")
+        return
+    if param not in PARAM_RANGES:
+        raise CheckFailed(f"{name}: the parameter {param} of your point has no range the check takes")
+    low, high = PARAM_RANGES[param]
+    count = param in _COUNTS
+    kind = "an integer" if count else "a finite number"
+    numeric = (int,) if count else (int, float)
+    readable = not isinstance(value, bool) and isinstance(value, numeric) and math.isfinite(value)
+    if not readable or not low <= value <= high:
+        raise CheckFailed(
+            f"{name}: the parameter {param} of your point ({PARAMS[param].symbol}) is {value!r}; the check takes "
+            f"{kind} from {low:g} to {high:g} (a right answer needs no more, and the grader runs the references at "
+            "your point)"
+        )
 
 
 def _case(point: Point, seed: int, d_k: int, d_v: int) -> dict:

@@ -18,7 +18,10 @@ setup cells, builds each exercise's cases, and for each graded cell forks a chil
 For the linear-cost rule the fork server draws new inputs for every call, from a seed of its own, sends them only when
 it asks for the answer, and reads the child's CPU time from ``/proc`` itself before and after; every call's output is
 judged. The child can add to its cost, never hide it. A child
-that runs past its time is killed; one that dies is reported as such; either costs that graded cell alone.
+that runs past its time is killed; one that dies is reported as such; either costs that graded cell alone. Its time
+is two budgets: the student's cells above the graded cell share the notebook's ``cells_timeout`` (at least ``timeout``
+per graded cell; the child names each cell as it starts it, so a timeout there names the cell), and the answers get
+``timeout`` from the moment the child says its cells are done (``cells_done``).
 
 Frames (both pipes): two big-endian 32-bit lengths, a JSON header, a payload (``torch.save`` bytes or nothing).
 """
@@ -188,7 +191,9 @@ def _child(
     with open("/proc/self/statm") as f:
         mapped = int(f.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
     resource.setrlimit(resource.RLIMIT_AS, (mapped + budget, mapped + budget))
-    cpu = int(job["timeout"]) + 5
+    # CPU time: the student's cells' share of the notebook's budget for them, then the answers' own ``timeout``
+    # (lowered to that once the cells have run, below)
+    cpu = int(float(job["_cells_allowed"]) + float(job["timeout"])) + 5
     resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 5))
     resource.setrlimit(resource.RLIMIT_FSIZE, (MAX_FRAME, MAX_FRAME))
     # before any of the answer's code, below the audit hook (which pure Python that writes memory can empty): the
@@ -221,8 +226,17 @@ def _child(
     del bad, given
     errors = {}
     for name, source in job["cells"][: int(unit["upto"])]:
+        write_frame(results, {"type": "cell", "name": name})  # the fork server names it if time runs out in it
         errors[name] = _run_cell(source, f"<{name}>", namespace)
     cells_running[0] = False
+    # the student's cells have run: from here on the answers' own time (the fork server starts their deadline now)
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    cpu = min(cpu, int(usage.ru_utime + usage.ru_stime + float(job["timeout"])) + 5)
+    try:
+        resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 5))
+    except (ValueError, OSError):  # a cell lowered the hard limit below this already: the lower one holds
+        pass
+    write_frame(results, {"type": "cells_done"})
     if any(errors.values()):
         write_frame(results, {"type": "cell_errors", "errors": {k: v for k, v in errors.items() if v}})
     if any(isinstance(e, _rules.Staged) for e in declared.values()) and _thread._count() > 0:  # threads but main
@@ -489,6 +503,10 @@ def _serve_unit(
     }
     started = time.monotonic()
     job["_server"] = os.getpid()  # the child's parent, as the child checks once it is tied to its life
+    # the student's cells above this graded cell may take what is left of the notebook's budget for them (at least
+    # the answers' own timeout); the answers' deadline starts once they have run (``cells_done``)
+    cells_left = float(job.get("_cells_left", job.get("cells_timeout", 0.0)))
+    job["_cells_allowed"] = max(cells_left, float(job["timeout"]))
     pid = os.fork()
     if pid == 0:  # the child
         try:
@@ -518,7 +536,8 @@ def _serve_unit(
     selector = selectors.DefaultSelector()
     selector.register(results_r, selectors.EVENT_READ, "results")
     selector.register(log_r, selectors.EVENT_READ, "log")
-    deadline = started + float(job["timeout"])
+    deadline = started + float(job["_cells_allowed"])
+    running, cells_done = None, None  # the student's cell running now; when the student's cells were done
     cpu_before, best, status, relayed, hidden_sent, heard = {}, {}, None, 0, False, set()
     seeds = {}  # (check, length) -> the seeds of the inputs of each repeat, drawn now (after the fork), one per call
     fresh: dict[
@@ -533,7 +552,7 @@ def _serve_unit(
     while status is None and (results_r in selector.get_map() or log_r in selector.get_map()):
         left = deadline - time.monotonic()
         if left <= 0:
-            status = "timeout"
+            status = "timeout" if cells_done is not None else "cells_timeout"
             break
         for key, _ in selector.select(timeout=min(left, 1.0)):
             if key.data == "control":
@@ -552,6 +571,14 @@ def _serve_unit(
             try:
                 for header, payload in reader.frames():
                     kind = header.get("type")
+                    if kind == "cell":  # the student's cell that runs now (named if their time runs out in it)
+                        running = str(header.get("name", ""))[:200] if cells_done is None else running
+                        continue
+                    if cells_done is None:  # the cells are done (or something else spoke first): the answers'
+                        cells_done = time.monotonic()  # own deadline starts now
+                        deadline = cells_done + float(job["timeout"])
+                    if kind == "cells_done":
+                        continue
                     if kind == "cost_ready":
                         check, length = str(header.get("check")), int(header.get("length", 0))
                         cost = declared[check].rules.linear_cost
@@ -656,6 +683,8 @@ def _serve_unit(
     for fd in (results_r, control_w, log_r):
         os.close(fd)
     _wipe([scratch, *map(Path, job.get("private", []))])  # nothing a graded cell wrote reaches the next one
+    cells_seconds = (cells_done if cells_done is not None else time.monotonic()) - started
+    job["_cells_left"] = max(0.0, cells_left - cells_seconds)  # what the student's cells spent, off the budget
     for check, cases in shared.items():  # the rule "inputs unchanged", judged on what this process reads itself
         for case, given in cases.items():
             changed = changed_inputs(job["_cases"][check][case], given)
@@ -669,6 +698,10 @@ def _serve_unit(
             "unit": index,
             "status": status or f"exit {os.waitstatus_to_exitcode(code)}",
             "seconds": time.monotonic() - started,
+            "cells_seconds": cells_seconds,
+            "cells_allowed": float(job["_cells_allowed"]),
+            "cells_budget": float(job.get("cells_timeout", 0.0)),
+            "running": running if cells_done is None else None,
             "cpu": usage.ru_utime + usage.ru_stime,
             "peak_rss_mb": usage.ru_maxrss / 1024,
             "log": log.decode("utf-8", "replace"),

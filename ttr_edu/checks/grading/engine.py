@@ -32,7 +32,15 @@ from ttr_edu.checks.grading._child import MAX_FRAME, RULE_EXIT, FrameReader
 if TYPE_CHECKING:
     import nbformat
 
-__all__ = ["Verdict", "Report", "grade", "SandboxUnavailable", "DEFAULT_TIMEOUT", "DEFAULT_MEMORY_GB"]
+__all__ = [
+    "Verdict",
+    "Report",
+    "grade",
+    "SandboxUnavailable",
+    "DEFAULT_TIMEOUT",
+    "DEFAULT_MEMORY_GB",
+    "DEFAULT_CELLS_TIMEOUT",
+]
 
 
 class SandboxUnavailable(RuntimeError):
@@ -42,6 +50,10 @@ class SandboxUnavailable(RuntimeError):
 #: Seconds one graded cell's answers may run (all its cases), and the memory they may add, by default.
 DEFAULT_TIMEOUT = 60.0
 DEFAULT_MEMORY_GB = 4.0
+#: Seconds the student's own cells may run in all, over the whole notebook, by default: each graded cell's process
+#: runs every student cell above it again first, and that time is counted here, not in the answers' ``timeout``
+#: (an honest notebook with one 65 s exploration cell below 1.1 lost every later point when it counted there, a37e).
+DEFAULT_CELLS_TIMEOUT = 600.0
 #: Seconds the answers' process may take to start and run the setup cells.
 STARTUP_TIMEOUT = 180.0
 
@@ -104,6 +116,11 @@ class _Heard:
     garbled: str | None = None
     status: str | None = None
     log: str = ""
+    #: the student's cell that was running when their cells' time ran out (``status == "cells_timeout"``), the seconds
+    #: this graded cell's process gave them, and the notebook's budget for them
+    running: str | None = None
+    cells_allowed: float = 0.0
+    cells_budget: float = 0.0
 
 
 #: bytes of pickle (the structure around the tensors' data) one report may hold: unpickling costs time linear in them
@@ -229,6 +246,10 @@ def _note(heard: _Heard, header: dict, payload: bytes, checks: set[str]) -> None
             heard.harness = str(header.get("message"))
         elif kind == "status":
             heard.status, heard.log = str(header.get("status")), str(header.get("log", ""))[:65536]
+            running = header.get("running")
+            heard.running = str(running)[:200] if running is not None else None
+            heard.cells_allowed = float(header.get("cells_allowed", 0.0))
+            heard.cells_budget = float(header.get("cells_budget", 0.0))
     except (KeyError, TypeError, ValueError, RuntimeError, EOFError, OSError, AttributeError) as err:
         heard.harness = heard.harness or f"unreadable report from the answers' process ({type(err).__name__})"
         heard.garbled = heard.garbled or f"{type(err).__name__}: {str(err)[:200]}"
@@ -242,7 +263,18 @@ def _why_missing(heard: _Heard, timeout: float, index: int) -> str:
         return f"the grader could not run your function: {heard.harness.strip().splitlines()[-1]}"
     status = heard.status or "no report"
     if status == "timeout":
-        return f"your function took longer than {timeout:g} s (the grader stops an exercise there)"
+        return (
+            f"your function took longer than {timeout:g} s (the grader stops an exercise there; the cells above it "
+            "ran before that and are not counted in it)"
+        )
+    if status == "cells_timeout":
+        where = heard.running or "one of your cells above this graded cell"
+        return (
+            f"{where} was still running when the time for your own cells ran out ({heard.cells_allowed:.0f} s here: "
+            f"the cells of the whole notebook share {heard.cells_budget:.0f} s, and each graded cell runs every cell "
+            "above it again first), so this graded cell's answers were not called; make that cell faster or move "
+            "long experiments out of the notebook you hand in"
+        )
     if status.startswith("exit "):
         code = status.removeprefix("exit ")
         if code == str(RULE_EXIT):
@@ -418,6 +450,7 @@ def grade(
     *,
     timeout: float = DEFAULT_TIMEOUT,
     memory_gb: float = DEFAULT_MEMORY_GB,
+    cells_timeout: float = DEFAULT_CELLS_TIMEOUT,
     hide: list[Path] | tuple[Path, ...] = (),
     require_sandbox: bool = False,
     fresh_cases: int = 1,
@@ -425,7 +458,12 @@ def grade(
     """Grade ``student`` against ``release`` (the release, or nbgrader's source with hidden tests).
 
     Args:
-        timeout: seconds the answers of one graded cell may run, all cases together.
+        timeout: seconds the answers of one graded cell may run, all cases together (its hidden tests included; the
+            student's cells above it are not counted).
+        cells_timeout: seconds the student's cells (exercise cells and cells of their own) may run in all, over the
+            whole notebook: each graded cell's process runs every cell above it again, and each run is counted.
+            A graded cell whose cells run past what is left gets that cell named, and its answers score 0; each
+            graded cell's cells get at least ``timeout`` seconds.
         memory_gb: memory the answers of one graded cell may add to what the setup cells hold.
         hide: folders the answers may not see (the course folder); the grader's home is hidden as well.
         require_sandbox: refuse to grade where bubblewrap cannot start (for an exam), instead of falling back to the
@@ -436,10 +474,12 @@ def grade(
 
     Raises:
         SandboxUnavailable: ``require_sandbox`` and no bubblewrap sandbox here (nothing was run).
-        ValueError: ``fresh_cases`` not an integer in [0, 64].
+        ValueError: ``fresh_cases`` not an integer in [0, 64], or ``cells_timeout`` not a finite number >= 0.
     """
     if isinstance(fresh_cases, bool) or not isinstance(fresh_cases, int) or not 0 <= fresh_cases <= 64:
         raise ValueError(f"grade: fresh_cases expects an integer in [0, 64], got {fresh_cases!r}")
+    if isinstance(cells_timeout, bool) or not isinstance(cells_timeout, (int, float)) or not 0 <= cells_timeout < 1e6:
+        raise ValueError(f"grade: cells_timeout expects a number of seconds in [0, 1e6), got {cells_timeout!r}")
     if require_sandbox and sandbox._bwrap() is None:
         raise SandboxUnavailable(
             "ttr-edu grader: require_sandbox is set and bubblewrap cannot start here, so nothing is graded "
@@ -463,6 +503,7 @@ def grade(
             for u in plan.units
         ],
         "timeout": timeout,
+        "cells_timeout": float(cells_timeout),
         "fresh": fresh_cases,
         "memory_bytes": int(memory_gb * (1 << 30)),
         "scratch": str(scratch),
@@ -491,7 +532,8 @@ def grade(
             try:
                 process.stdin.write(json.dumps(job).encode())
                 process.stdin.close()
-                deadline = time.monotonic() + STARTUP_TIMEOUT + len(plan.units) * (timeout + 15)
+                # each graded cell: its cells (at least `timeout`, more from the notebook's budget), then its answers
+                deadline = time.monotonic() + STARTUP_TIMEOUT + len(plan.units) * (2 * timeout + 15) + cells_timeout
                 checks = [{c.check for c in u.checks} for u in plan.units]
                 heard, problem = _listen(process, checks, deadline)
             except (BrokenPipeError, ValueError) as err:

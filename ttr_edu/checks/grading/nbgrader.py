@@ -17,8 +17,11 @@ it too. An instructor turns the engine off with ``c.GradeWithEngine.enabled = Fa
 * :class:`DropDuplicateIds` takes the place of ``DeduplicateIds``: a cell pasted twice keeps its last copy, and the
   earlier copies lose their nbgrader metadata entirely (nbgrader 0.9 leaves an empty record that its next step
   refuses as "an old version of the nbgrader metadata format", which stops autograde for the whole class). So does a
-  cell whose ``grade_id`` is not the assignment's (or that has none), and every other cell's ``schema_version`` is set
-  to the one nbgrader reads: a student who sets it in JupyterLab's metadata editor stopped the class the same way.
+  cell whose ``grade_id`` is not the assignment's (or that has none), and every other cell's nbgrader flags
+  (``grade``, ``solution``, ``locked``, ``task``, ``points``) are set to the source cell's and its ``schema_version`` to
+  the one nbgrader reads: a student who sets the version in JupyterLab's metadata editor stopped the class the same
+  way, and one who set ``solution`` on a graded cell made nbgrader's ``OverwriteCells`` drop the whole notebook
+  ("Inconsistent checksums": the flags are part of the cell's checksum) and ``autograde`` exit 1 for the class.
 
 Which notebooks are ttr-edu's is read from the assignment's ``source/`` notebook, the instructor's, never from the
 submission (a student cannot opt out): one whose graded cells call a check of ``ttr_edu.checks``. Every other notebook
@@ -87,7 +90,10 @@ class DropDuplicateIds(_CourseNotebooksOnly):
     cell whose ``grade_id`` is not one of the assignment's (or that has none) is dropped too, and the rest are set to
     the metadata format this nbgrader reads: nbgrader's next step (``CheckCellMetadata``) refuses any other
     ``schema_version`` with an error that stops ``autograde`` for the whole class, and a student sets it in
-    JupyterLab's metadata editor. Each change is logged as a warning naming the student."""
+    JupyterLab's metadata editor. The flags of each cell the source knows (:data:`_FLAGS`) are set to the source
+    cell's: ``OverwriteCells`` restores a graded cell's source and points but not its ``grade``/``solution`` flags,
+    which its checksum covers, and drops the notebook (an error, ``autograde`` exits 1) where they differ. Each change
+    is logged as a warning naming the student and the cell."""
 
     instead = DeduplicateIds
     enabled = Bool(True, help="False: nbgrader's own DeduplicateIds runs instead, on every notebook").tag(config=True)
@@ -112,9 +118,12 @@ class DropDuplicateIds(_CourseNotebooksOnly):
             seen.add(gid)
         try:
             source, _ = _source(self.config, resources)
-            known = {notebook.grade_id(c) for c in source.cells} - {None}
+            flags = {
+                notebook.grade_id(c): c.metadata["nbgrader"] for c in source.cells if notebook.grade_id(c) is not None
+            }
+            known: set | None = set(flags)
         except Exception:  # no source notebook: nbgrader's OverwriteCells reads the gradebook's cells
-            known = None
+            flags, known = {}, None
         version = MetadataValidator.schema_version
         for index, cell in enumerate(nb.cells):
             meta = cell.get("metadata", {}).get("nbgrader")
@@ -130,7 +139,10 @@ class DropDuplicateIds(_CourseNotebooksOnly):
                     f"grade_id {gid!r}" if gid is not None else "no grade_id",
                 )
                 del cell.metadata["nbgrader"]
-            elif meta.get("schema_version") != version:
+                continue
+            if gid in flags:
+                self._reset_flags(meta, flags[gid], who, gid)
+            if meta.get("schema_version") != version:
                 self.log.warning(
                     "ttr-edu grader: %s: the cell %r has nbgrader metadata format %r (this nbgrader reads %d): set "
                     "to %d",
@@ -142,6 +154,32 @@ class DropDuplicateIds(_CourseNotebooksOnly):
                 )
                 meta["schema_version"] = version
         return nb, resources
+
+    def _reset_flags(self, meta: dict, source: dict, who: str, gid: str) -> None:
+        """Set the :data:`_FLAGS` of a submitted cell's nbgrader metadata ``meta`` to the source cell's (a flag the
+        source cell lacks is removed), and log each change."""
+        changed = []
+        for flag in _FLAGS:
+            if meta.get(flag, _ABSENT) == source.get(flag, _ABSENT):
+                continue
+            changed.append(f"{flag} {meta.get(flag, 'absent')!r} (the assignment's: {source.get(flag, 'absent')!r})")
+            if flag in source:
+                meta[flag] = source[flag]
+            else:
+                del meta[flag]
+        if changed:
+            self.log.warning(
+                "ttr-edu grader: %s: the cell %r has nbgrader flags the student changed: %s; set to the assignment's",
+                who,
+                gid,
+                ", ".join(changed),
+            )
+
+
+#: The nbgrader flags of a cell that the source notebook decides (nbgrader's checksum covers the first three; ``task``
+#: and ``points`` decide what the cell is worth): a submission's own values are replaced by the source's.
+_FLAGS = ("grade", "solution", "locked", "task", "points")
+_ABSENT = object()
 
 
 def _who(resources: ResourcesDict) -> str:
@@ -158,6 +196,11 @@ class GradeWithEngine(_CourseNotebooksOnly):
     ).tag(config=True)
 
     timeout = Float(engine.DEFAULT_TIMEOUT, help="Seconds the answers of one graded cell may run.").tag(config=True)
+    cells_timeout = Float(
+        engine.DEFAULT_CELLS_TIMEOUT,
+        help="Seconds the student's cells may run in all, over one notebook (each graded cell runs the cells above it "
+        "again first; that time is not counted in `timeout`).",
+    ).tag(config=True)
     memory_gb = Float(engine.DEFAULT_MEMORY_GB, help="Memory (GiB) the answers of one graded cell may add.").tag(
         config=True
     )
@@ -177,6 +220,7 @@ class GradeWithEngine(_CourseNotebooksOnly):
                 source,
                 timeout=self.timeout,
                 memory_gb=self.memory_gb,
+                cells_timeout=self.cells_timeout,
                 hide=[course, _exchange(self.config)],
                 require_sandbox=self.require_sandbox,
             )
