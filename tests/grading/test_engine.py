@@ -530,7 +530,24 @@ def test_a_graded_cells_answers_reach_no_hidden_test_no_other_cells_cases_and_le
     assert "MARKER" not in text and report.score == 9, text
 
 
-_COMPRESSED_REPORT = '''import io, json, os, stat, struct, zipfile
+#: a submission's helper: an outcome frame for case 0 of check_write, written to every pipe the answer's process holds
+#: (the results pipe among them), ahead of the harness's own report
+_SEND_REPORT = """
+
+def _send(payload):
+    head = json.dumps({"type": "outcome", "check": "check_write", "case": 0}).encode()
+    frame = struct.pack(">II", len(head), len(payload)) + head + payload
+    for fd in range(3, 64):
+        try:
+            if stat.S_ISFIFO(os.fstat(fd).st_mode):
+                os.write(fd, frame)
+        except OSError:
+            pass
+"""
+
+
+_COMPRESSED_REPORT = (
+    '''import io, json, os, stat, struct, zipfile
 import torch
 
 _calls = []
@@ -547,16 +564,11 @@ def write(W, k, v):
     with zipfile.ZipFile(io.BytesIO(plain.getvalue())) as src, zipfile.ZipFile(packed, "w", zipfile.ZIP_DEFLATED) as z:
         for info in src.infolist():
             z.writestr(info.filename, src.read(info.filename))
-    head = json.dumps({"type": "outcome", "check": "check_write", "case": 0}).encode()
-    frame = struct.pack(">II", len(head), len(packed.getvalue())) + head + packed.getvalue()
-    for fd in range(3, 64):
-        try:
-            if stat.S_ISFIFO(os.fstat(fd).st_mode):
-                os.write(fd, frame)
-        except OSError:
-            pass
+    _send(packed.getvalue())
     return W
 '''
+    + _SEND_REPORT
+)
 
 
 def test_a_compressed_report_is_refused_before_it_is_inflated():
@@ -598,14 +610,7 @@ def write(W, k, v):
     if len(_calls) == 1:
         inner, buffer = [0] * 1000, io.BytesIO()
         torch.save({{"result": [inner] * {refs}}}, buffer)
-        head = json.dumps({{"type": "outcome", "check": "check_write", "case": 0}}).encode()
-        frame = struct.pack(">II", len(head), len(buffer.getvalue())) + head + buffer.getvalue()
-        for fd in range(3, 64):
-            try:
-                if stat.S_ISFIFO(os.fstat(fd).st_mode):
-                    os.write(fd, frame)
-            except OSError:
-                pass
+        _send(buffer.getvalue())
     return W + torch.outer(v, k)
 '''
 
@@ -624,7 +629,7 @@ def test_a_report_holding_one_list_many_times_costs_that_cell_and_not_the_grader
     time bounded by its size, and the graded cell that sent it fails; its other cells keep their points."""
     import time
 
-    report = _grade(submission_with({**RIGHT, "ch01_write": _MEMO_BOMB_REPORT.format(refs=20_000)}))
+    report = _grade(submission_with({**RIGHT, "ch01_write": _MEMO_BOMB_REPORT.format(refs=20_000) + _SEND_REPORT}))
     first = report.verdicts[0]
     assert report.score == 8 and first.status == "FAIL", (first.status, first.detail)
     assert "several places" in first.detail, first.detail
