@@ -29,15 +29,15 @@ ROOT = Path(__file__).resolve().parents[2]
 TOKEN = "lab-test"
 
 
-def wait_until(condition, timeout: float, what: str):
-    """Poll ``condition`` until it returns something true (returned), failing after ``timeout`` seconds: a test waits
-    for what it needs, never for a fixed time."""
+def wait_until(condition, timeout: float, what: str, log=lambda: ""):
+    """Poll ``condition`` until it returns something true (returned), failing after ``timeout`` seconds, with what
+    ``log()`` returns then: a test waits for what it needs, never for a fixed time."""
     deadline = time.monotonic() + timeout
     while True:
         value = condition()
         if value:
             return value
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        assert time.monotonic() < deadline, f"timed out waiting for {what}; the output so far:\n{log()}"
         time.sleep(0.2)
 
 
@@ -202,11 +202,11 @@ def test_ctrl_c_asks_first_and_then_names_exactly_what_was_saved(tmp_path):
         for answer in ("n", "y"):
             asked = lab_.text.count("stop JupyterLab?")
             os.killpg(lab_.process.pid, signal.SIGINT)
-            wait_until(lambda: lab_.text.count("stop JupyterLab?") > asked, 60, "the question")
+            wait_until(lambda: lab_.text.count("stop JupyterLab?") > asked, 180, "the question", lambda: lab_.text)
             assert lab_.answers() and lab_.process.poll() is None  # nothing is stopped before the answer
             os.write(leader, f"{answer}\n".encode())
             if answer == "n":
-                wait_until(lambda: "JupyterLab goes on" in lab_.text, 60, "JupyterLab to go on")
+                wait_until(lambda: "JupyterLab goes on" in lab_.text, 180, "JupyterLab to go on", lambda: lab_.text)
                 assert lab_.answers()
         lab_.process.wait(timeout=120)
         wait_until(lambda: gone(tree), 60, "JupyterLab to end")

@@ -246,24 +246,28 @@ def run_foreground(command: list[str], dest: Path, resume: str) -> int:
     previous = {signum: signal.getsignal(signum) for signum in handled}
     signal.signal(signal.SIGTERM, _raise_stopped)
     signal.signal(signal.SIGHUP, _raise_stopped)
-    process, signum = None, None
+    process, signum, asked = None, None, False
     try:
         # its own session and no standard input: the terminal's Ctrl-C, and the answer to our question, reach
         # ttr-edu alone, which asks before it stops JupyterLab
         process = subprocess.Popen(command, stdin=subprocess.DEVNULL, start_new_session=True, preexec_fn=preexec)
-        while signum is None:
+        while True:
+            # one try holds the question and the wait, so a Ctrl-C that lands anywhere between them (a loaded
+            # machine can pause ttr-edu just after the answer) asks again instead of escaping as a traceback
             try:
+                if asked:
+                    if _ask_to_stop(dest, before):
+                        signum = signal.SIGINT
+                        break
+                    asked = False
                 status = process.wait()  # JupyterLab ended by itself (File > Shut Down)
                 break
             except KeyboardInterrupt:
-                while True:
-                    try:
-                        signum = signal.SIGINT if _ask_to_stop(dest, before) else None
-                        break
-                    except KeyboardInterrupt:  # a new Ctrl-C just after the answer, before the wait resumed: ask again
-                        continue
+                asked = True
     except _Stopped as stopped:
         signum = stopped.signum
+    except KeyboardInterrupt:  # a Ctrl-C after the decision was taken: stop, as that Ctrl-C asks
+        signum = signal.SIGINT
     try:
         if signum is None:
             return status
