@@ -436,6 +436,21 @@ def mlp_gradient_rows(W1, W2, k, v, lr):  # rows h_j d: two hidden units of near
     return W1 - lr * torch.outer(k, _gelu_prime(a) * (W2 @ d)), W2 - lr * G2
 
 
+def mlp_loop_over_hidden_units(W1, W2, k, v, lr):
+    """8.4 column by column: ``k`` times GELU′(a_j), a number the answer computed that lies within 1 % of 1 for
+    many units (near a ≈ 0.75 and for large a); a product, not a displaced copy, since nothing is evaluated there."""
+    a = k @ W1
+    h = torch.nn.functional.gelu(a)
+    delta = h @ W2 - v
+    W1_new, W2_new = W1.clone(), W2.clone()
+    for j in range(W1.shape[1]):
+        phi = torch.exp(-(a[j] ** 2) / 2) / math.sqrt(2 * math.pi)
+        gelu_prime = torch.special.ndtr(a[j]) + a[j] * phi
+        W1_new[:, j] = W1[:, j] - lr * k * gelu_prime * (W2[j] @ delta)
+        W2_new[j] = W2[j] - lr * h[j] * delta
+    return W1_new, W2_new
+
+
 def test_more_right_answers_pass(capsys):
     for check, answer in [
         (checks.check_longhorn_step, longhorn_by_solve),
@@ -445,6 +460,7 @@ def test_more_right_answers_pass(capsys):
         (checks.check_mlp_gradient_step, mlp_by_hand("erf")),
         (checks.check_mlp_gradient_step, mlp_entry_loop_into_a_clone),
         (checks.check_mlp_gradient_step, mlp_gradient_rows),
+        (checks.check_mlp_gradient_step, mlp_loop_over_hidden_units),
     ]:
         assert_passes(check, answer)
 
@@ -659,6 +675,16 @@ def _forward(a, W1, k, eps=1e-8):
     return (_gelu(a + eps) - _gelu(a)) / eps
 
 
+def _relative_by_a_tensor(a, W1, k):  # the factor 1 + ε as a tensor written in the code, not a Python number
+    factor = 1 + torch.tensor(1e-6, dtype=a.dtype)
+    return (_gelu(a * factor) - _gelu(a)) / (a * (factor - 1))
+
+
+def _relative_by_a_computed_factor(a, W1, k):  # the factor computed from the answer's own numbers
+    factor = 1 + 1e-6 * a.abs().max() / a.abs().max()
+    return (_gelu(a * factor) - _gelu(a)) / (a * (factor - 1))
+
+
 def _entry_by_entry(a, W1, k, eps=1e-5):
     out = torch.empty_like(a)
     for i in range(a.numel()):
@@ -740,8 +766,25 @@ def momentum_by_differences_of_one_residual(S, U, k, v, beta, eta, alpha):  # en
         (_mlp_step_with(_points_built_apart), r"displaced copy .*an earlier result moved by 1\.0e-06"),
         (_mlp_step_with(_stacked_points), r"displaced copy"),
         (_mlp_step_with(_in_python_floats), r"handed \d+ numbers to Python or NumPy .*hidden layer has units"),
+        (_mlp_step_with(_relative_by_a_tensor), r"displaced copy .*mul moved a tensor of shape \(\d+,\)"),
+        (
+            _mlp_step_with(_relative_by_a_computed_factor),
+            r"displaced copy .*mul scaled .* the activation was evaluated",
+        ),
     ],
-    ids=["central", "forward", "entry by entry", "relative step", "in place", "W1 moved", "fused", "stacked", "Python"],
+    ids=[
+        "central",
+        "forward",
+        "entry by entry",
+        "relative step",
+        "in place",
+        "W1 moved",
+        "fused",
+        "stacked",
+        "Python",
+        "relative, a tensor factor",
+        "relative, a computed factor",
+    ],  # fmt: skip
 )
 def test_finite_differences_of_gelu_alone_are_refused(answer, says):
     with pytest.raises(CheckFailed, match=rf"mlp_gradient_step: your function (evaluates at a )?{says}.*rules them"):

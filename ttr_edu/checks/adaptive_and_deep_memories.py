@@ -18,6 +18,7 @@ included; :class:`_DerivedStep`).
 from __future__ import annotations
 
 import math
+import weakref
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -239,7 +240,9 @@ class _DerivedStep:
       case's input names); views write nothing;
     * **displaced copies**: a result that is one of its inputs moved by a small step, ``x ± ε`` or ``x (1 + ε)``
       (:func:`_displacement`), where finite differences evaluate; for a tensor of several entries once is enough, for
-      single entries (an entry-by-entry loop) the same step twice;
+      single entries (an entry-by-entry loop) the same step twice. A step or factor must be written in the code (a
+      number, or a tensor made from numbers alone): a tensor scaled by a number the answer computed that happens to
+      lie near 1 (``k · GELU′(a_j)``) is refused only where the activation is then evaluated;
     * **points at any step**: a value moved by ``+s`` and by ``−s`` from where it started, or moved and put back
       (``x → x + s → x − s → x``), by an offset operator (:meth:`_track_points`); a central difference is exact on a
       quadratic loss at any step, so the step's size proves nothing;
@@ -276,6 +279,12 @@ class _DerivedStep:
         # lr g_j k`` in a right answer, ``x + ε e_i`` in finite differences): refused only when something evaluates
         # at them (:meth:`_read_displaced`); data_ptr -> the storage, kept alive so that its address is not reused
         self.pending: dict[int, Any] = {}
+        # the same, for a copy scaled by one factor the answer computed (``k · GELU′(a_j)`` in a loop over hidden
+        # units): ordinary arithmetic, refused only when the activation is evaluated at it (``gelu(a · f)``)
+        self.pending_activation: dict[int, Any] = {}
+        # tensors made from numbers alone (``torch.tensor(1 + 1e-6)``, ``1 + h`` of such a tensor): a factor or a
+        # step written in the code, as a Python number is; data_ptr -> a weak reference to the tensor
+        self.constants: dict[int, weakref.ref] = {}
         watch = self
 
         class Operations(TorchDispatchMode):
@@ -294,11 +303,12 @@ class _DerivedStep:
                 if func._schema.is_mutable and args and isinstance(args[0], torch.Tensor):
                     before = args[0].clone()  # an in-place step, x.add_(ε): compared with x as it was
                 carried = None
-                if watch.pending and watch.displaced is None and not func.is_view:
+                if (watch.pending or watch.pending_activation) and watch.displaced is None and not func.is_view:
                     carried = watch._read_displaced(func, args, kwargs or {})
                 out = func(*args, **(kwargs or {}))
                 if carried is not None and isinstance(out, torch.Tensor):
                     watch.pending[out.untyped_storage().data_ptr()] = (out.untyped_storage(), carried)
+                watch._note_constant(func, args, out)
                 if func.__name__.split(".")[0] == "_local_scalar_dense" and not watch.formatting and not _boolean(args):
                     watch.to_python += 1
                     watch.last_conversion = ".item() or float()"
@@ -333,7 +343,7 @@ class _DerivedStep:
         for out in outs:
             if not (isinstance(out, torch.Tensor) and out.is_floating_point()):
                 continue
-            for x in inputs:
+            for i, x in enumerate(inputs):
                 if not (isinstance(x, torch.Tensor) and x.is_floating_point()) or x is out:
                     continue
                 found = _displacement(out, x)
@@ -342,6 +352,17 @@ class _DerivedStep:
                 step, factor, one_step, one_factor = found
                 uniform = one_step or one_factor
                 name = func.__name__.split(".")[0]
+                written = self._written_in_code(args, i)
+                if out.numel() > 1 and one_factor and not one_step and not written:
+                    # x times a number the answer computed that happens to lie near 1 (GELU′(a_j) ≈ 1 near a ≈ 0.75
+                    # and for large a): a step only if the activation is then evaluated at the result
+                    storage = out.untyped_storage()
+                    self.pending_activation[storage.data_ptr()] = (
+                        storage,
+                        f"{name} scaled a tensor of shape {tuple(x.shape)} by 1 + {factor:.1e}, then the activation "
+                        "was evaluated at",
+                    )
+                    continue
                 if out.numel() > 1 and uniform:
                     self.displaced = f"{name} moved a tensor of shape {tuple(x.shape)} by {step:.1e}"
                     return
@@ -357,7 +378,7 @@ class _DerivedStep:
                 if out.numel() == 1:
                     # one factor near 1 for many entries is common (GELU′(a) → 1 for large a); a factor written in
                     # the code as a number, x * (1 + ε), applied twice, is a step
-                    by_number = sum(isinstance(a, torch.Tensor) for a in args) == 1
+                    by_number = written
                     for earlier_step, earlier_factor in self.single_steps:
                         same_step = abs(step - earlier_step) <= 1e-6 * step
                         same_factor = (
@@ -376,6 +397,26 @@ class _DerivedStep:
             if out.numel() > 1 and self.displaced is None:
                 self._compare_with_earlier(func, out)
 
+    def _note_constant(self, func, args: tuple, out: Any) -> None:
+        """Remember ``out`` as written in the code when it is made from numbers alone: a factory (no tensor input;
+        ``torch.tensor``'s ``lift_fresh``) or an operation on such tensors."""
+        if not isinstance(out, torch.Tensor) or out.numel() > 1:
+            return
+        name = func.__name__.split(".")[0]
+        tensors = [a for a in args if isinstance(a, torch.Tensor)]
+        if name.startswith("lift_fresh") or all(self._constant(t) for t in tensors):
+            self.constants[out.untyped_storage().data_ptr()] = weakref.ref(out)
+
+    def _constant(self, t: torch.Tensor) -> bool:
+        ref = self.constants.get(t.untyped_storage().data_ptr())
+        held = None if ref is None else ref()
+        return held is not None and held.untyped_storage().data_ptr() == t.untyped_storage().data_ptr()
+
+    def _written_in_code(self, args: tuple, moved: int) -> bool:
+        """Whether every operand besides ``args[moved]`` (the tensor moved) is a number written in the code: a Python
+        number, or a tensor made from numbers alone (:meth:`_note_constant`), not one the answer computed."""
+        return all(self._constant(a) for j, a in enumerate(args) if j != moved and isinstance(a, torch.Tensor))
+
     def _read_displaced(self, func, args: tuple, kwargs: dict) -> str | None:
         """Before ``func`` runs: refuse an evaluation at a pending displaced copy (:attr:`pending`). Moving it further
         in place (``add_``/``sub_`` on it, the next column of a clone) or copying it (``copy_``, ``clone``) evaluates
@@ -384,6 +425,12 @@ class _DerivedStep:
         name = func.__name__.split(".")[0]
         tensors = [a for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor)]
         tensors += [t for a in args if isinstance(a, (tuple, list)) for t in a if isinstance(t, torch.Tensor)]
+        if name.removesuffix("_") in _ACTIVATIONS:
+            for t in tensors:
+                hit = self.pending_activation.get(t.untyped_storage().data_ptr())
+                if hit is not None:
+                    self.displaced = hit[1]
+                    return None
         for i, t in enumerate(tensors):
             hit = self.pending.get(t.untyped_storage().data_ptr())
             if hit is None:
