@@ -969,16 +969,63 @@ def ut_backward_by_complex_step(k, v, beta, dW, dU, h=1e-30):  # exact to roundi
     return tuple(grads)
 
 
+def ut_backward_with_a_lean_difference_for_beta(k, v, beta, dW, dU, h=1e-5):
+    """dk and dv derived; dβ by a central difference of the forward pass cut down to what depends on β,
+    ``⟨R, X(β) diag(β)⟩`` with ``R = dW Kᵀ + dU Vᵀ``: it writes little, but solves once per move."""
+    dk, dv, _ = ut_transform_backward(k, v, beta, dW, dU)
+    eye, gram, R = torch.eye(k.shape[0], dtype=k.dtype), k @ k.T, dW @ k.T + dU @ v.T
+
+    def loss(b):
+        X = torch.linalg.solve_triangular(eye + torch.tril(b[:, None] * gram, -1), eye, upper=False)
+        return (R * X * b).sum()
+
+    dbeta = torch.zeros_like(beta)
+    for i in range(beta.numel()):
+        step = torch.zeros_like(beta)
+        step[i] = h
+        dbeta[i] = (loss(beta + step) - loss(beta - step)) / (2 * h)
+    return dk, dv, dbeta
+
+
+def ut_backward_with_a_lean_difference_by_substitution(k, v, beta, dW, dU, h=1e-5):
+    """As :func:`ut_backward_with_a_lean_difference_for_beta`, the inverse by forward substitution row by row: no
+    solve to count, but each move writes the C × C inverse again."""
+    dk, dv, _ = ut_transform_backward(k, v, beta, dW, dU)
+    C, gram, R = k.shape[0], k @ k.T, dW @ k.T + dU @ v.T
+
+    def loss(b):
+        lower = torch.tril(b[:, None] * gram, -1)
+        X = torch.zeros(C, C, dtype=k.dtype)
+        for i in range(C):  # (I + lower) X = I, row i from the rows above it
+            row = -lower[i, :i] @ X[:i] if i else torch.zeros(C, dtype=k.dtype)
+            row[i] += 1
+            X[i] = row
+        return (R * X * b).sum()
+
+    dbeta = torch.zeros_like(beta)
+    for i in range(beta.numel()):
+        step = torch.zeros_like(beta)
+        step[i] = h
+        dbeta[i] = (loss(beta + step) - loss(beta - step)) / (2 * h)
+    return dk, dv, dbeta
+
+
 @pytest.mark.parametrize(
     "answer, says",
     [
+        (ut_backward_with_a_lean_difference_by_substitution, r".s torch operations wrote \d+ numbers"),
+        (
+            ut_backward_with_a_lean_difference_for_beta,
+            r"inverted, factorised or solved with a matrix \d+ times in one call",
+        ),
         (
             ut_backward_by_five_point_stencil,
-            r"(.s torch operations )?wrote \d+ numbers for inputs of \d+ entries, \d+ per entry",
+            r"(.s torch operations wrote \d+ numbers for inputs of \d+ entries, \d+ per entry|inverted, factorised "
+            r"or solved with a matrix \d+ times)",
         ),
         (ut_backward_by_complex_step, r"computes with complex numbers .*complex128"),
     ],
-    ids=["five-point stencil", "complex step"],
+    ids=["a lean difference by substitution", "a lean difference for β", "five-point stencil", "complex step"],
 )
 def test_numerical_gradients_in_the_backward_are_refused(answer, says):
     with pytest.raises(CheckFailed, match=rf"ut_transform_backward: your function ?{says}.*rules out"):

@@ -413,6 +413,11 @@ def _ut_backward_cases() -> Iterator[dict]:
 #: evaluates the forward pass once or more per input entry, each evaluation writing several C × C matrices: a
 #: five-point stencil writes 105 to 5603 per entry, the complex step 29 to 1404 (over 150 from C = 4)
 MAX_WRITES_PER_INPUT = 150
+#: the most inversions, factorisations or solves (:data:`_FACTOR`) an answer to 11.4 may run per call: the derivation
+#: needs the inverse of ``I + A`` once (twice if the forward pass is recomputed, with one more solve for a transposed
+#: factor); a numerical dβ solves the forward pass again for each entry of β it moves, C + 1 times or more, and with
+#: its forward pass cut down to what depends on β it writes too little for the writes bound to see
+MAX_SOLVES = 4
 _WHY_BACKWARD = "write the gradients out from the derivation above (d𝒯, then dA through the inverse, then dk and dβ)"
 
 
@@ -423,6 +428,8 @@ class _WrittenOutGradient:
 
     * **writes**: more than :data:`MAX_WRITES_PER_INPUT` numbers written per entry of ``k``, ``v`` and ``beta``
       (views write nothing): a numerical gradient evaluates the forward pass at least once per entry;
+    * **solves**: more than :data:`MAX_SOLVES` inversions, factorisations or solves with a matrix: a numerical dβ
+      solves the forward pass once or more per entry of β, however little else it computes;
     * **complex numbers**: any complex tensor (the complex step evaluates at ``x + ih``; nothing in this real exercise
       needs one);
     * **Python numbers**: as many numbers handed to Python or NumPy (``.item()``, ``.tolist()``, ``.numpy()``, a
@@ -432,7 +439,7 @@ class _WrittenOutGradient:
 
     def __init__(self, case: dict) -> None:
         self.size = sum(case[name].numel() for name in ("k", "v", "beta"))
-        self.written = self.to_python = 0
+        self.written = self.to_python = self.solves = 0
         self.complex: str | None = None
         self.hit: str | None = None
         self.formatting = 0  # inside a repr()/format() of a tensor (torch's formatter runs with the modes on)
@@ -449,6 +456,8 @@ class _WrittenOutGradient:
                     return out
                 if func.__name__.split(".")[0] == "_local_scalar_dense" and args[0].dtype != torch.bool:
                     watch.to_python += 1  # a boolean read (a validation's check) holds no number
+                if func.__name__.split(".")[0] in _FACTOR:
+                    watch.solves += 1
                 if not func.is_view:
                     outs = out if isinstance(out, (tuple, list)) else (out,)
                     for o in outs:
@@ -483,6 +492,13 @@ class _WrittenOutGradient:
                 f"{self.written / self.size:.0f} per entry (the derivation writes about 20, at most "
                 f"{MAX_WRITES_PER_INPUT} are allowed): a numerical gradient (finite differences of any stencil, the "
                 f"complex step) evaluates the forward pass once or more per entry, which this exercise rules out: "
+                f"{_WHY_BACKWARD}"
+            )
+        elif self.solves > MAX_SOLVES:
+            self.hit = (
+                f"your function inverted, factorised or solved with a matrix {self.solves} times in one call (the "
+                f"derivation needs the inverse of I + A once or twice, at most {MAX_SOLVES} are allowed): a numerical "
+                f"gradient solves the forward pass again for each entry it moves, which this exercise rules out: "
                 f"{_WHY_BACKWARD}"
             )
         elif self.to_python >= self.size:
