@@ -407,6 +407,38 @@ def _rls_running_sums_inverted_by(inverse):  # A_t, B_t kept by rank-one sums, S
     return answer
 
 
+def _conjugate_gradients(A, B, X, steps):  # every column of A X = B at once, warm-started at X
+    R = B - A @ X
+    D = R.clone()
+    rr, tiny = (R * R).sum(0), torch.finfo(X.dtype).tiny  # tiny: a column already solved takes no step
+    for _ in range(steps):
+        AD = A @ D
+        alpha = rr / (D * AD).sum(0).clamp_min(tiny)
+        X, R = X + D * alpha, R - AD * alpha
+        rr_new = (R * R).sum(0)
+        D = R + D * (rr_new / rr.clamp_min(tiny))
+        rr = rr_new
+    return X
+
+
+def _rls_conjugate_gradients_per_pair(k, v, ridge, initial_state=None, steps=40):
+    """Running sums A_t, B_t, and A_t S = B_t solved by a fixed number of conjugate-gradient steps per pair,
+    warm-started at S_{t−1} (MesaNet's way, review r34g): exact here (16 pairs leave at most 17 distinct eigenvalues),
+    and its work grows like D_k², as two rank-one updates do, but many times theirs."""
+    d_k, d_v = k.shape[1], v.shape[1]
+    if initial_state is None:
+        A, S = ridge * torch.eye(d_k, dtype=k.dtype), torch.zeros(d_k, d_v, dtype=k.dtype)
+    else:
+        S, P = initial_state
+        A = _conjugate_gradients(P, torch.eye(d_k, dtype=k.dtype), torch.zeros(d_k, d_k, dtype=k.dtype), steps)
+    B, out = A @ S, []
+    for t in range(k.shape[0]):
+        A, B = A + torch.outer(k[t], k[t]), B + torch.outer(k[t], v[t])
+        S = _conjugate_gradients(A, B, S, steps)
+        out.append(S)
+    return torch.stack(out)
+
+
 def _rls_joseph(k, v, ridge, initial_state=None):  # P_t = (I − g kᵀ) P: right, but a D_k × D_k product per pair
     S, P = _start(k, v, ridge, initial_state)
     eye, memories = torch.eye(k.shape[1], dtype=k.dtype), []
@@ -545,6 +577,8 @@ WRONG_ANSWERS = [
      _rls_running_sums_inverted_by(_gauss_jordan_inverse), r"grows like D_k\^2\.\d+.*Gauss–Jordan"),
     ("6.4 P_t = (I − g kᵀ) P, a matrix product per pair", checks.check_rls_memory, _rls_joseph,
      r"grows like D_k\^2\.\d+.*write P − g \(kᵀ P\) instead"),
+    ("6.4 running sums, 40 conjugate-gradient steps per pair", checks.check_rls_memory,
+     _rls_conjugate_gradients_per_pair, r"do \d+\.\d times the work of the update .* at D_k = 32"),
     ("6.4 the old signature, no initial_state", checks.check_rls_memory,
      lambda k, v, ridge: rls_memory(k, v, ridge), "hint: keep the stub's parameter names"),
 ]  # fmt: skip
@@ -602,6 +636,30 @@ def test_the_rls_cost_rules_measure_a_recursion_as_linear_in_t_and_quadratic_in_
     in_t, in_d_k = checks.check_rls_memory.__exercise__.rules.work
     assert 0.9 <= _work_exponent(in_t, answer) <= 1.01 < in_t.high
     assert 1.5 <= _work_exponent(in_d_k, answer) <= 1.85 < in_d_k.high
+
+
+@pytest.mark.parametrize("answer", _RIGHT_RLS, ids=_RIGHT_RLS_IDS)
+def test_a_recursion_does_about_the_work_of_the_yardstick(answer):
+    """Deterministic: at D_k = 32 a right recursion does 0.6 to 1.4 times the plain recursion's work, well inside the
+    bound; conjugate gradients per pair (8 steps or more) do several times the bound's work."""
+    from ttr_edu.profiling import work_count
+
+    rule = checks.check_rls_memory.__exercise__.rules.work[1]
+    case = rule.case(rule.sizes[-1])
+    yardstick = work_count(lambda: rule.yardstick(**case))
+    assert 0.6 <= work_count(lambda: answer(**case)) / yardstick <= 1.4 < rule.at_most
+    for steps in (8, 40):
+        cg = work_count(lambda steps=steps: _rls_conjugate_gradients_per_pair(**case, steps=steps))
+        assert cg / yardstick > 1.5 * rule.at_most
+
+
+def test_a_yardstick_comes_with_its_bound():
+    from ttr_edu.checks._rules import WorkCount
+
+    with pytest.raises(ValueError, match="yardstick and its bound"):
+        WorkCount(lambda n: {}, sizes=(8, 32), high=2.0, yardstick=lambda **kw: None)
+    with pytest.raises(ValueError, match="yardstick and its bound"):
+        WorkCount(lambda n: {}, sizes=(8, 32), high=2.0, at_most=3.0)
 
 
 @pytest.mark.parametrize(

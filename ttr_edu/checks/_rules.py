@@ -39,7 +39,7 @@ from ttr_edu.checks import _core
 from ttr_edu.checks._core import CheckFailed, describe
 from ttr_edu.checks._guard import SOLVERS, Forbidden, ForbiddenCall, forbidden, given_only, watching
 from ttr_edu.checks._witness import Witness
-from ttr_edu.profiling import _CountOperations, _CountWork
+from ttr_edu.profiling import _CountOperations, _CountWork, work_count
 
 __all__ = [
     "Rules",
@@ -134,6 +134,11 @@ class WorkCount:
     position (a prefix re-summed, an output copied again by ``torch.cat``) makes it positive, however small its share;
     an exponent bound lets a small quadratic part through at small sizes. Pick sizes where every right form is affine
     (for a chunk form, multiples of its chunk size, so that no chunk is short).
+
+    With a ``yardstick`` (a plain torch implementation of what the exercise asks for), the work at the largest size
+    may also be at most ``at_most`` times the yardstick's own work on the same inputs: an exponent bound alone lets a
+    cost of the right order but many times the size through (a fixed number of conjugate-gradient steps per pair
+    grows like ``D_k²``, as two rank-one updates do, at twenty times their work).
     """
 
     case: Callable[[int], dict]
@@ -142,6 +147,8 @@ class WorkCount:
     size_name: str = "T"
     expect: str = ""
     affine: bool = False
+    yardstick: Callable[..., Any] | None = None
+    at_most: float = math.inf
 
     def __post_init__(self) -> None:
         if self.affine:
@@ -149,6 +156,8 @@ class WorkCount:
                 raise ValueError(f"WorkCount(affine=True): sizes must be (n, 2n, 4n), got {self.sizes}")
         elif len(self.sizes) != 2:
             raise ValueError(f"WorkCount: sizes must be two sizes (three with affine=True), got {self.sizes}")
+        if (self.yardstick is None) != (self.at_most == math.inf):
+            raise ValueError("WorkCount: a yardstick and its bound at_most come together")
 
 
 @dataclass(frozen=True)
@@ -947,7 +956,8 @@ def judge_ops(declared: Exercise, ops: dict[int, int]) -> None:
 
 def judge_work(declared: Exercise, rule: WorkCount, work: dict[int, int]) -> None:
     """The verdict of a :class:`WorkCount` rule from the answer's work at its sizes: the growth exponent between the
-    smallest and the largest, and with ``rule.affine`` the exact linearity ``W(4n) − 3 W(2n) + 2 W(n) = 0``."""
+    smallest and the largest, with ``rule.affine`` the exact linearity ``W(4n) − 3 W(2n) + 2 W(n) = 0``, and with a
+    ``rule.yardstick`` the work at the largest size against the yardstick's (at most ``rule.at_most`` times)."""
     counts = sorted(work.items())
     (small, w_small), (large, w_large) = counts[0], counts[-1]
     n = rule.size_name
@@ -971,6 +981,16 @@ def judge_work(declared: Exercise, rule: WorkCount, work: dict[int, int]) -> Non
                 f"more than twice the {first} that going from {small} to {middle} adds (a linear cost adds exactly "
                 f"twice as much), so the work for each token or chunk grows with its position{why} "
                 f"{rule.expect}".rstrip()
+            )
+    if rule.yardstick is not None:
+        case = rule.case(large)  # the work depends on the shapes alone: the same as on the answer's secret inputs
+        w_yard = work_count(lambda: rule.yardstick(**case))
+        if w_large > rule.at_most * w_yard:
+            raise CheckFailed(
+                f"{declared.name}: right values, but your function's torch operations do {w_large / w_yard:.1f} times "
+                f"the work of the update the exercise asks for, at {n} = {large} ({w_large} against {w_yard}: elements "
+                f"read and written, plus the multiply-adds of matrix products; at most {rule.at_most:g} times is "
+                f"allowed){why} {rule.expect}".rstrip()
             )
 
 

@@ -281,6 +281,29 @@ def _rls_at_length(t: int) -> dict:
     return {**_regression_case(700 + t, t, 4, 3), "ridge": 0.5}
 
 
+#: the most work an answer to 6.4 may do at D_k = 32, in multiples of :func:`_two_rank_one_updates`' own: right
+#: recursions measure 0.67 (the Kalman gain first) to 1.36 (rows and matrix products throughout); conjugate gradients
+#: per pair, 8 to 40 steps, 6.7 to 29, the information form 32 (tests/checks/test_test_time_regression_parametric.py)
+MAX_WORK_OVER_THE_UPDATES = 4.0
+
+
+def _two_rank_one_updates(
+    k: torch.Tensor, v: torch.Tensor, ridge: float, initial_state: tuple[torch.Tensor, torch.Tensor] | None = None
+) -> torch.Tensor:
+    """The yardstick of 6.4's cost in ``D_k``: the recursion written plainly (Sherman–Morrison for ``P``, then the
+    gain), whose work the answer's is measured against; never shown to an answer."""
+    d_k = k.shape[1]
+    S = torch.zeros(d_k, v.shape[1], dtype=k.dtype) if initial_state is None else initial_state[0]
+    P = torch.eye(d_k, dtype=k.dtype) / ridge if initial_state is None else initial_state[1]
+    out = []
+    for t in range(k.shape[0]):
+        Pk = P @ k[t]
+        P = P - torch.outer(Pk, Pk) / (1 + k[t] @ Pk)
+        S = S + torch.outer(P @ k[t], v[t] - S.T @ k[t])
+        out.append(S)
+    return torch.stack(out)
+
+
 def _rls_at_width(d_k: int) -> dict:
     """16 pairs with keys of width ``d_k`` (values of width 3), for the cost rule of one step: at ``D_k = 8`` and
     ``32`` a ``D_k × D_k`` inverse or matrix product per pair (``D_k³``) outweighs the rank-one updates (``D_k²``)."""
@@ -310,6 +333,8 @@ def _rls_at_width(d_k: int) -> dict:
                 sizes=(8, 32),
                 high=2.2,
                 size_name="D_k",
+                yardstick=_two_rank_one_updates,
+                at_most=MAX_WORK_OVER_THE_UPDATES,
                 expect="Each pair's two updates are rank one, P − (P k)(P k)ᵀ / (1 + kᵀ P k) and S + g (v − Sᵀ k)ᵀ: "
                 "O(D_k²) per pair. An inverse written by hand at every pair (Gauss–Jordan, Newton–Schulz, conjugate "
                 "gradients), or a product of two D_k × D_k matrices such as (I − g kᵀ) P (write P − g (kᵀ P) "
