@@ -371,6 +371,33 @@ def _rls_information_form(k, v, ridge, initial_state=None):  # P by Sherman–Mo
     return torch.stack(memories)
 
 
+def _rls_information_form_running(k, v, ridge, initial_state=None):
+    # the information form with running sums: P_t and B_t = Σ k_i v_iᵀ by rank-one updates, Q_t = P_t P_0⁻¹ by its own
+    # rank-one update, read S_t = Q_t S_0 + P_t B_t; no S_t from S_{t-1}, but exact and of a cost that does not grow
+    # with t, which is what the text of 6.4 asks
+    S0, P = _start(k, v, ridge, initial_state)
+    Q, B, memories = torch.eye(k.shape[1], dtype=k.dtype), torch.zeros_like(S0), []
+    for t in range(k.shape[0]):
+        Pk = P @ k[t]
+        denominator = 1 + k[t] @ Pk
+        Q = Q - torch.outer(Pk, k[t] @ Q) / denominator
+        P = P - torch.outer(Pk, Pk) / denominator
+        B = B + torch.outer(k[t], v[t])
+        memories.append(Q @ S0 + P @ B)
+    return torch.stack(memories)
+
+
+def _rls_denominator_read_by_item(k, v, ridge, initial_state=None):  # one number per pair read into Python
+    S, P = _start(k, v, ridge, initial_state)
+    memories = []
+    for t in range(k.shape[0]):
+        Pk = P @ k[t]
+        P = P - torch.outer(Pk, Pk) / (1 + k[t] @ Pk).item()
+        S = S + torch.outer(P @ k[t], v[t] - S.T @ k[t])
+        memories.append(S)
+    return torch.stack(memories)
+
+
 def _rls_gram_per_step(k, v, ridge, initial_state=None):  # P_t re-summed from the whole Gram matrix at every step
     S0, P0 = _start(k, v, ridge, initial_state)
     memories, P, B = [], P0, _newton_schulz_inverse(P0) @ S0
@@ -569,6 +596,8 @@ RIGHT_VARIANTS = [
     ("6.2 clamp(max=0), exp, tril", checks.check_decay_weights, lambda g: _decay(g, how="clamp"), None),
     ("6.4 the Kalman-gain form", checks.check_rls_memory, _rls_kalman_gain, None),
     ("6.4 (1, D) rows", checks.check_rls_memory, _rls_by_rows, None),
+    ("6.4 the information form with running sums", checks.check_rls_memory, _rls_information_form_running, None),
+    ("6.4 one .item() per pair", checks.check_rls_memory, _rls_denominator_read_by_item, None),
     ("6.4 in float32", checks.check_rls_memory, lambda k, v, ridge, initial_state=None: rls_memory(
         k.float(), v.float(), ridge, initial_state and tuple(x.float() for x in initial_state)), DTYPE_NAMED),
 ]  # fmt: skip
