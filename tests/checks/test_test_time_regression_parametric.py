@@ -116,6 +116,32 @@ def test_the_reversed_product_is_named():
         checks.check_sweep_operator(sweep_operator_reversed)
 
 
+@pytest.mark.parametrize(
+    "answer",
+    [
+        lambda k, beta: sweep_operator(k.float(), beta.float()).to(k.dtype),
+        lambda k, beta: sweep_operator(k, beta) + 1e-7,
+    ],
+    ids=["float32 inside", "off by 1e-7"],
+)
+def test_an_answer_off_by_rounding_at_one_pair_gets_no_transposed_note(answer):
+    # r34g: such an answer first fails at T = 1, where M = I − β k kᵀ is its own transpose, and was told that its
+    # factors are in reverse order, which that case cannot show
+    with pytest.raises(CheckFailed, match=r"k=tensor\(1, 3\)") as failure:
+        checks.check_sweep_operator(answer)
+    assert "transpose" not in str(failure.value)
+
+
+def test_the_transposed_note_needs_a_case_that_tells_the_order():
+    one_pair, several = list(checks._sweep_cases())[:2]
+    M1 = checks.reference_sweep_operator(**one_pair)
+    assert checks._transposed_note("", one_pair, M1.T.float().double()) == ""  # symmetric: M1ᵀ is M1
+    M = checks.reference_sweep_operator(**several)
+    assert "reverse order" in checks._transposed_note("", several, M.T.clone())
+    assert "reverse order" in checks._transposed_note("", several, M.T.float())  # reversed, and in float32
+    assert checks._transposed_note("", several, M.float()) == ""  # the right order, off by rounding
+
+
 def test_the_sweep_operator_is_what_a_pass_of_sgd_does_to_the_error():
     # The chapter's reason for it: with consistent targets, one pass of the package's SGD multiplies the error by M.
     from ttr_edu.regression import Linear, MultiPassSGD, TestTimeRegression, Uniform
