@@ -116,6 +116,32 @@ def test_the_reversed_product_is_named():
         checks.check_sweep_operator(sweep_operator_reversed)
 
 
+@pytest.mark.parametrize(
+    "answer",
+    [
+        lambda k, beta: sweep_operator(k.float(), beta.float()).to(k.dtype),
+        lambda k, beta: sweep_operator(k, beta) + 1e-7,
+    ],
+    ids=["float32 inside", "off by 1e-7"],
+)
+def test_an_answer_off_by_rounding_at_one_pair_gets_no_transposed_note(answer):
+    # r34g: such an answer first fails at T = 1, where M = I − β k kᵀ is its own transpose, and was told that its
+    # factors are in reverse order, which that case cannot show
+    with pytest.raises(CheckFailed, match=r"k=tensor\(1, 3\)") as failure:
+        checks.check_sweep_operator(answer)
+    assert "transpose" not in str(failure.value)
+
+
+def test_the_transposed_note_needs_a_case_that_tells_the_order():
+    one_pair, several = list(checks._sweep_cases())[:2]
+    M1 = checks.reference_sweep_operator(**one_pair)
+    assert checks._transposed_note("", one_pair, M1.T.float().double()) == ""  # symmetric: M1ᵀ is M1
+    M = checks.reference_sweep_operator(**several)
+    assert "reverse order" in checks._transposed_note("", several, M.T.clone())
+    assert "reverse order" in checks._transposed_note("", several, M.T.float())  # reversed, and in float32
+    assert checks._transposed_note("", several, M.float()) == ""  # the right order, off by rounding
+
+
 def test_the_sweep_operator_is_what_a_pass_of_sgd_does_to_the_error():
     # The chapter's reason for it: with consistent targets, one pass of the package's SGD multiplies the error by M.
     from ttr_edu.regression import Linear, MultiPassSGD, TestTimeRegression, Uniform
@@ -371,6 +397,33 @@ def _rls_information_form(k, v, ridge, initial_state=None):  # P by Sherman–Mo
     return torch.stack(memories)
 
 
+def _rls_information_form_running(k, v, ridge, initial_state=None):
+    # the information form with running sums: P_t and B_t = Σ k_i v_iᵀ by rank-one updates, Q_t = P_t P_0⁻¹ by its own
+    # rank-one update, read S_t = Q_t S_0 + P_t B_t; no S_t from S_{t-1}, but exact and of a cost that does not grow
+    # with t, which is what the text of 6.4 asks
+    S0, P = _start(k, v, ridge, initial_state)
+    Q, B, memories = torch.eye(k.shape[1], dtype=k.dtype), torch.zeros_like(S0), []
+    for t in range(k.shape[0]):
+        Pk = P @ k[t]
+        denominator = 1 + k[t] @ Pk
+        Q = Q - torch.outer(Pk, k[t] @ Q) / denominator
+        P = P - torch.outer(Pk, Pk) / denominator
+        B = B + torch.outer(k[t], v[t])
+        memories.append(Q @ S0 + P @ B)
+    return torch.stack(memories)
+
+
+def _rls_denominator_read_by_item(k, v, ridge, initial_state=None):  # one number per pair read into Python
+    S, P = _start(k, v, ridge, initial_state)
+    memories = []
+    for t in range(k.shape[0]):
+        Pk = P @ k[t]
+        P = P - torch.outer(Pk, Pk) / (1 + k[t] @ Pk).item()
+        S = S + torch.outer(P @ k[t], v[t] - S.T @ k[t])
+        memories.append(S)
+    return torch.stack(memories)
+
+
 def _rls_gram_per_step(k, v, ridge, initial_state=None):  # P_t re-summed from the whole Gram matrix at every step
     S0, P0 = _start(k, v, ridge, initial_state)
     memories, P, B = [], P0, _newton_schulz_inverse(P0) @ S0
@@ -603,6 +656,8 @@ RIGHT_VARIANTS = [
     ("6.2 clamp(max=0), exp, tril", checks.check_decay_weights, lambda g: _decay(g, how="clamp"), None),
     ("6.4 the Kalman-gain form", checks.check_rls_memory, _rls_kalman_gain, None),
     ("6.4 (1, D) rows", checks.check_rls_memory, _rls_by_rows, None),
+    ("6.4 the information form with running sums", checks.check_rls_memory, _rls_information_form_running, None),
+    ("6.4 one .item() per pair", checks.check_rls_memory, _rls_denominator_read_by_item, None),
     ("6.4 in float32", checks.check_rls_memory, lambda k, v, ridge, initial_state=None: rls_memory(
         k.float(), v.float(), ridge, initial_state and tuple(x.float() for x in initial_state)), DTYPE_NAMED),
 ]  # fmt: skip

@@ -44,3 +44,15 @@ def test_swapping_the_compared_forms_breaks_the_timing_order():
     assert error is not None and "ClaimFailed" in error
     assert "the recurrence takes more than twice as long as the parallel form" in error
     assert "in only 0 of 3 seeds" in error
+
+
+def test_a_chunk_of_one_token_breaks_the_far_less_drift():
+    # The "C = 32" form run with chunks of one token adds into its state once per token, as the recurrence does: its
+    # fitted exponent is no longer a small part of the recurrence's, and the ratio claim fails by name.
+    error = run_mutated(
+        NOTEBOOK,
+        '"chunk (C = 32)": lambda *a, **kw: linear_attention_chunk(*a, chunk_size=32, **kw),',
+        '"chunk (C = 32)": lambda *a, **kw: linear_attention_chunk(*a, chunk_size=1, **kw),',
+    )
+    assert error is not None and "ClaimFailed" in error
+    assert "the chunk form with C = 32 drifts far less" in error

@@ -161,13 +161,18 @@ def check_decay_weights(decay_weights: Callable) -> bool:
 
 
 def _transposed_note(message: str, case: dict, result: Any) -> str:
-    """When the answer is the pass's product in the reverse order (its transpose), say so."""
-    want = reference_sweep_operator(**case)
-    if (
-        _is_plain_tensor(result)
-        and result.shape == want.shape
-        and torch.allclose(result.double(), want.T.double(), rtol=1e-6, atol=1e-9)
-    ):
+    """When the answer is the pass's product in the reverse order (its transpose), say so; only where the case can
+    tell: ``M`` not symmetric to the comparison's tolerance (with one pair, ``M = I − β k kᵀ`` is its own transpose,
+    and an answer off by rounding there is no reversed product), and the answer nearer ``Mᵀ`` than ``M``."""
+    if not (_is_plain_tensor(result) and result.is_floating_point()):
+        return ""
+    want = reference_sweep_operator(**case).double()
+    if result.shape != want.shape:
+        return ""
+    got = result.double()
+    if torch.allclose(want, want.T, rtol=1e-6, atol=1e-9):  # symmetric: its transpose is no evidence of an order
+        return ""
+    if torch.allclose(got, want.T, rtol=1e-6, atol=1e-9) and (got - want.T).norm() < (got - want).norm():
         return (
             "\n  your product is the transpose of the pass's: the factors are in reverse order. The first pair acts on "
             "the error first, so its factor I − β_1 k_1 k_1ᵀ must stand rightmost."
