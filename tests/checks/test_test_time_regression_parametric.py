@@ -3,7 +3,9 @@
 That an unattempted stub is reported is tested for every check at once in test_checks_contract.py.
 """
 
+import json
 import math
+from pathlib import Path
 
 import pytest
 import torch
@@ -700,6 +702,9 @@ def test_a_recursion_does_about_the_work_of_the_yardstick(answer):
     from ttr_edu.profiling import work_count
 
     rule = checks.check_rls_memory.__exercise__.rules.work[1]
+    notebook = Path(__file__).parents[2] / "solutions" / "06_test_time_regression_parametric.ipynb"
+    text = " ".join("".join(cell["source"]).replace("\n", " ") for cell in json.loads(notebook.read_text())["cells"])
+    assert rule.at_most == 4 and "at most four times that of the two rank-one updates" in text  # as 6.4 states it
     case = rule.case(rule.sizes[-1])
     yardstick = work_count(lambda: rule.yardstick(**case))
     assert 0.6 <= work_count(lambda: answer(**case)) / yardstick <= 1.4 < rule.at_most
