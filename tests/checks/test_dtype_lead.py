@@ -35,7 +35,7 @@ def declared_in_float64():
             if declared is None or not name.startswith("check_") or not hasattr(declared, "rules"):
                 continue  # a staged check (chapter 13's capstone) has no cases of its own to widen
             rules = declared.rules
-            if rules.keep_grad or rules.op_count or rules.work or rules.linear_cost or rules.source or rules.watch:
+            if rules.keep_grad or rules.op_count or rules.work or rules.source or rules.watch:
                 continue
             if declared.call is not ttr_edu.checks._rules._call:
                 continue

@@ -73,8 +73,6 @@ def run(module, check, test_module, answer_name):
     rules = declared.rules
     if rules.op_count is not None:
         calls += [(rules.op_count.case(n), {"count_ops": True}) for n in rules.op_count.sizes]
-    if rules.linear_cost is not None:
-        calls += [(rules.linear_cost.case(length), {}) for length in rules.linear_cost.lengths]
     for rule in rules.work:
         calls += [(rule.case(n), {"count_work": True}) for n in rule.sizes]
     for index, (case, options) in enumerate(calls):

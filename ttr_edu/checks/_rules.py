@@ -13,7 +13,8 @@ The same declaration is run two ways, with the same verdict:
 * by the grading engine (``ttr_edu.checks.grading.engine``): the answer runs in a child process holding only the
   notebook's setup cells, the student's answer cells and the package, held to the rules by
   :func:`ttr_edu.checks._guard.lock_down`; what it returns crosses back as plain tensors, and the reference, the
-  comparison and the rule verdicts (:func:`judge_case`, :func:`judge_cost`) run in the grader's own process.
+  comparison and the rule verdicts (:func:`judge_case`, :func:`judge_ops`, :func:`judge_work`) run in the grader's
+  own process.
 
 In both, the answer runs first and the reference afterwards (nothing of the expected value exists while the answer
 runs), and a case's tensors are cloned for each call.
@@ -26,7 +27,6 @@ import hashlib
 import math
 import sys
 import threading
-import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, field
@@ -43,7 +43,6 @@ from ttr_edu.profiling import _CountOperations, _CountWork, work_count
 
 __all__ = [
     "Rules",
-    "LinearCost",
     "OpCount",
     "WorkCount",
     "Exercise",
@@ -52,7 +51,6 @@ __all__ = [
     "NotAttempted",
     "answer_outcome",
     "judge_case",
-    "judge_cost",
     "judge_source",
     "judge_ops",
     "judge_work",
@@ -72,23 +70,6 @@ __all__ = [
     "has_fresh",
     "rule_case",
 ]
-
-
-@dataclass(frozen=True)
-class LinearCost:
-    """The rule "linear cost in T": the answer's CPU time at the ``lengths`` (two values of ``T``) may grow at most
-    like ``T ** max_exponent`` (1.5 by default: a linear form measures about 1, a ``T × T`` matrix about 2).
-
-    ``case(T, generator)`` builds the inputs at length ``T`` (plain tensors), drawing from ``generator``: the check in
-    the kernel seeds it with ``T``, the grading engine with a number nobody knows in advance, so an answer cannot have
-    its outputs ready. The answer's output there is compared with the reference too, so skipping work shows as a wrong
-    answer. Pick lengths where the reference takes a few milliseconds to a few tens of milliseconds.
-    """
-
-    case: Callable[[int, torch.Generator], dict]
-    lengths: tuple[int, int] = (256, 1024)
-    repeats: int = 3
-    max_exponent: float = 1.5
 
 
 @dataclass(frozen=True)
@@ -178,7 +159,6 @@ class Rules:
             those exercises keep the default.
         keep_grad: names of inputs the result must carry gradients back to (no ``detach``, ``.item()`` or
             ``no_grad`` on the way): the answer's vector-Jacobian products are compared with the reference's.
-        linear_cost: the answer's cost may grow at most linearly in ``T`` (:class:`LinearCost`).
         watch: for a rule that depends on the case (its sizes): ``watch(case)`` is a context, entered around each
             call of the answer, whose value has a ``hit`` attribute (the first broken rule's message, or None); it
             watches the torch operations the answer runs (a ``TorchDispatchMode``, say) and may also raise
@@ -200,7 +180,6 @@ class Rules:
     no_autograd: bool = False
     inputs_unchanged: bool = True
     keep_grad: tuple[str, ...] = ()
-    linear_cost: LinearCost | None = None
     watch: Callable[[dict], AbstractContextManager] | None = None
     source: Callable[[Callable], str | None] | None = None
     op_count: OpCount | None = None
@@ -913,20 +892,6 @@ def _judge_grads(declared: Exercise, given: dict, want: Any, index: int, grads: 
             )
 
 
-def judge_cost(declared: Exercise, seconds: dict[int, float]) -> None:
-    """The verdict of the linear-cost rule from the answer's CPU seconds at the two lengths (measured by the grader)."""
-    cost = declared.rules.linear_cost
-    (short, t_short), (long, t_long) = sorted(seconds.items())
-    exponent = math.log(max(t_long, 1e-9) / max(t_short, 1e-9)) / math.log(long / short)
-    if exponent > cost.max_exponent:
-        raise CheckFailed(
-            f"{declared.name}: right values, but your function's cost grows like T^{exponent:.1f}: "
-            f"{1e3 * t_short:.1f} ms of CPU at T = {short}, {1e3 * t_long:.1f} ms at T = {long}. The exercise asks "
-            f"for a cost linear in T (exponent at most {cost.max_exponent:g} allowed for noise); a T × T matrix, "
-            "or a loop that revisits every earlier token, grows like T²"
-        )
-
-
 def judge_source(declared: Exercise, found: list[str | None]) -> None:
     """The verdict of the rules' reading of the answer's source (:attr:`Rules.source`), from what each case's outcome
     found, once every case agrees: raises :class:`CheckFailed` with the first problem."""
@@ -1004,27 +969,14 @@ def _solver_modules() -> frozenset[str]:
 
 @contextmanager
 def one_thread() -> Iterator[None]:
-    """Costs are measured on one intra-op thread: idle pool threads that spin would add CPU time unrelated to T."""
+    """Runs the block on one intra-op thread (as the engine's child runs answers): for many small operations, the
+    pool's other threads only wait."""
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
         yield
     finally:
         torch.set_num_threads(threads)
-
-
-def _cpu_seconds(answer: Callable, declared: Exercise, case: dict, repeats: int) -> tuple[Outcome, float]:
-    best, outcome = math.inf, None
-    for _ in range(repeats):
-        given = _cloned(case)
-        start = time.process_time()
-        try:
-            result = declared.call(answer, given)
-        except Exception as err:
-            return Outcome(raised=_raised(err, case, declared.name)), 0.0
-        best = min(best, time.process_time() - start)
-        outcome = Outcome(result=result, inputs_after=given)
-    return outcome, best
 
 
 def run_in_kernel(
@@ -1087,16 +1039,6 @@ def run_in_kernel(
                     raise CheckFailed(f"{declared.name}: the check could not count your function's work")
                 work[size] = outcome.work
             judge_work(declared, rule, work)
-        cost = declared.rules.linear_cost
-        if cost is not None:
-            seconds = {}
-            for length in cost.lengths:
-                case = cost.case(length, torch.Generator().manual_seed(length))
-                with watching(bad) as trace, one_thread():
-                    outcome, seconds[length] = _cpu_seconds(answer, declared, case, cost.repeats)
-                outcome.called = trace.hit
-                judge_case(declared, case, -1, outcome)
-            judge_cost(declared, seconds)
         judge_source(declared, found)
         if then is not None:
             then()

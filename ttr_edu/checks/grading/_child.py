@@ -15,13 +15,12 @@ setup cells, builds each exercise's cases, and for each graded cell forks a chil
    graded cells' cases and exercises), runs them, reports their error's type and line only, and ends with
    ``os._exit``.
 
-For the linear-cost rule the fork server draws new inputs for every call, from a seed of its own, sends them only when
-it asks for the answer, and reads the child's CPU time from ``/proc`` itself before and after; every call's output is
-judged. The child can add to its cost, never hide it. A child
-that runs past its time is killed; one that dies is reported as such; either costs that graded cell alone. Its time
-is two budgets: the student's cells above the graded cell share the notebook's ``cells_timeout`` (at least ``timeout``
-per graded cell; the child names each cell as it starts it, so a timeout there names the cell), and the answers get
-``timeout`` from the moment the child says its cells are done (``cells_done``).
+For a fresh case and a counted rule's calls the fork server draws the inputs only when the child asks for them, from a
+secret of its own drawn after the fork, one call at a time. A child that runs past its time is killed; one that dies is
+reported as such; either costs that graded cell alone. Its time is two budgets: the student's cells above the graded
+cell share the notebook's ``cells_timeout`` (at least ``timeout`` per graded cell; the child names each cell as it
+starts it, so a timeout there names the cell), and the answers get ``timeout`` from the moment the child says its cells
+are done (``cells_done``).
 
 Frames (both pipes): two big-endian 32-bit lengths, a JSON header, a payload (``torch.save`` bytes or nothing).
 """
@@ -131,20 +130,6 @@ def _run_cell(source: str, name: str, namespace: dict) -> str | None:
         line = next((f" (line {f.lineno})" for f in reversed(where) if f.filename == name), "")
         return f"{type(err).__name__}: {err}{line}"
     return None
-
-
-def _cpu_ns(pid: int) -> int:
-    """Nanoseconds the process ``pid`` has run on a CPU, all its threads together, read from ``/proc``."""
-    total = 0
-    try:
-        for task in os.listdir(f"/proc/{pid}/task"):
-            with open(f"/proc/{pid}/task/{task}/schedstat") as f:
-                total += int(f.read().split()[0])
-        return total
-    except (OSError, ValueError, IndexError):
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) * 10**9 // os.sysconf("SC_CLK_TCK")
 
 
 # -- the child (one graded cell) ---------------------------------------------------------------------------------------
@@ -275,8 +260,6 @@ def _child(
                 _op_counts(results, control, name, exercise, answer)
             if exercise.rules.work:
                 _work_counts(results, control, name, exercise, answer)
-            if exercise.rules.linear_cost is not None:
-                _cost_calls(results, control, name, exercise, answer)
     if unit["hidden"]:  # only now, every answer reported, does this process get the hidden tests
         write_frame(results, {"type": "hidden_ready"})
         hidden = _read_one(control, FrameReader()).decode("utf-8")
@@ -405,23 +388,6 @@ def _work_counts(results: int, control: int, name: str, exercise, answer) -> Non
             write_frame(results, header, _outcome_bytes(outcome))
 
 
-def _cost_calls(results: int, control: int, name: str, exercise, answer) -> None:
-    """The linear-cost protocol, child side: ask for the inputs at each length, answer, report what it gave."""
-    import torch
-
-    from ttr_edu.checks import _rules
-
-    reader = FrameReader()
-    cost = exercise.rules.linear_cost
-    for length in cost.lengths:
-        for _ in range(cost.repeats):
-            write_frame(results, {"type": "cost_ready", "check": name, "length": length})
-            payload = _read_one(control, reader)
-            case = torch.load(io.BytesIO(payload), weights_only=True)
-            outcome = _rules.answer_outcome(exercise, answer, case, -1)
-            write_frame(results, {"type": "cost_outcome", "check": name, "length": length}, _outcome_bytes(outcome))
-
-
 def _fresh_calls(results: int, control: int, name: str, exercise, answer, count: int) -> None:
     """The fresh-case protocol, child side: ask for a case no one has seen (drawn by the fork server only now, after
     this process was forked), answer it, report what it gave; ``count`` times. The case comes from the fork server,
@@ -455,7 +421,6 @@ _SOLVER_MODULES = ("numpy.linalg", "scipy.linalg", "scipy.sparse.linalg")
 _RELAYED = {
     "outcome",
     "fresh_outcome",
-    "cost_outcome",
     "ops_outcome",
     "work_outcome",
     "legacy",
@@ -480,13 +445,11 @@ def _serve_unit(
     everything: dict | None = None,
     secrets: dict | None = None,
 ) -> None:
-    """Fork the child of one graded cell, relay what it reports, measure its cost, end it. ``everything``: every
-    graded cell's exercises; ``secrets``: graded cell index -> its hidden tests, sent to the child once its answers
-    have reported; what the child reports after that is dropped but for the hidden tests' verdict."""
+    """Fork the child of one graded cell, relay what it reports, end it. ``everything``: every graded cell's exercises;
+    ``secrets``: graded cell index -> its hidden tests, sent to the child once its answers have reported; what the
+    child reports after that is dropped but for the hidden tests' verdict."""
     everything = declared if everything is None else everything
     secrets = {} if secrets is None else secrets
-    import torch
-
     results_r, results_w = os.pipe()
     control_r, control_w = os.pipe()
     log_r, log_w = os.pipe()
@@ -538,8 +501,7 @@ def _serve_unit(
     selector.register(log_r, selectors.EVENT_READ, "log")
     deadline = started + float(job["_cells_allowed"])
     running, cells_done = None, None  # the student's cell running now; when the student's cells were done
-    cpu_before, best, status, relayed, hidden_sent, heard = {}, {}, None, 0, False, set()
-    seeds = {}  # (check, length) -> the seeds of the inputs of each repeat, drawn now (after the fork), one per call
+    status, relayed, hidden_sent, heard = None, 0, False, set()
     fresh: dict[
         str, list[int]
     ] = {}  # check -> the secrets of its fresh cases, drawn now (after the fork), one per call
@@ -579,20 +541,6 @@ def _serve_unit(
                         deadline = cells_done + float(job["timeout"])
                     if kind == "cells_done":
                         continue
-                    if kind == "cost_ready":
-                        check, length = str(header.get("check")), int(header.get("length", 0))
-                        cost = declared[check].rules.linear_cost
-                        drawn = seeds.setdefault((check, length), [])
-                        if length not in cost.lengths or len(drawn) >= cost.repeats or check in cpu_before:
-                            raise ValueError("a cost measurement the grader did not ask for")
-                        drawn.append(int.from_bytes(os.urandom(6), "big"))  # new inputs for every call
-                        case = cost.case(length, torch.Generator().manual_seed(drawn[-1]))
-                        frame = _frame({}, _plain_bytes(case))
-                        cpu_before[check] = _cpu_ns(pid)  # the inputs do not exist in the child before this
-                        if not pending:
-                            selector.register(control_w, selectors.EVENT_WRITE, "control")
-                        pending += frame
-                        continue
                     if kind in ("ops_ready", "work_ready"):  # a counted call's inputs, drawn only now, here
                         check, size = str(header.get("check")), int(header.get("size", 0))
                         rule_index = int(header.get("rule", 0)) if kind == "work_ready" else 0
@@ -601,7 +549,7 @@ def _serve_unit(
                             rules = [exercise.rules.op_count] if kind == "ops_ready" else list(exercise.rules.work)
                         rule = rules[rule_index] if 0 <= rule_index < len(rules) else None
                         asked = (kind.removesuffix("_ready"), check, rule_index, size)
-                        busy = outstanding is not None or awaiting or cpu_before
+                        busy = outstanding is not None or awaiting
                         if rule is None or size not in rule.sizes or asked in counted or busy:
                             raise ValueError("counted inputs the grader did not offer")
                         counted[asked] = randbits(63)
@@ -640,8 +588,8 @@ def _serve_unit(
                         raise ValueError("a hidden tests' verdict before the hidden tests were sent")
                     if kind == "outcome" and not 0 <= int(header.get("case", -1)) < len(job["_cases"][header["check"]]):
                         raise ValueError("an outcome of a case the grader does not have")
-                    key = (kind, *(str(header.get(field)) for field in ("check", "case", "size", "rule", "length")))
-                    if kind not in ("cost_outcome", "fresh_outcome") and key in heard:  # the grader keeps the first
+                    key = (kind, *(str(header.get(field)) for field in ("check", "case", "size", "rule")))
+                    if kind != "fresh_outcome" and key in heard:  # the grader keeps the first
                         continue  # (a repeat costs memory)
                     heard.add(key)
                     if kind in ("ops_outcome", "work_outcome"):  # an answer to the counted inputs sent last
@@ -659,11 +607,6 @@ def _serve_unit(
                         check = str(header.get("check"))
                         awaiting.remove(check)  # KeyError (garbled) for an answer to a case never sent
                         header["secret"] = fresh[check][-1]
-                    if kind == "cost_outcome":  # every call's output is judged: none may be a replay
-                        check, length = str(header.get("check")), int(header.get("length", 0))
-                        seconds = (_cpu_ns(pid) - cpu_before.pop(check)) / 1e9
-                        best[check, length] = min(best.get((check, length), seconds), seconds)
-                        header["seed"] = seeds[check, length][-1]
                     if kind not in _RELAYED:
                         raise ValueError(f"a report of a kind the child does not send ({str(kind)[:40]!r})")
                     relayed += len(payload)
@@ -689,8 +632,6 @@ def _serve_unit(
         for case, given in cases.items():
             changed = changed_inputs(job["_cases"][check][case], given)
             write_frame(out, {"type": "inputs", "unit": index, "check": check, "case": case, "changed": changed})
-    for (check, length), seconds in best.items():
-        write_frame(out, {"type": "cost", "unit": index, "check": check, "length": length, "seconds": seconds})
     write_frame(
         out,
         {
@@ -771,7 +712,7 @@ def main() -> None:
         if error is not None:
             write_frame(out, {"type": "setup_error", "message": error})
             os._exit(0)
-    torch.set_num_threads(1)  # whatever a setup cell set: one intra-op thread in the forks (fork-safe, measurable)
+    torch.set_num_threads(1)  # whatever a setup cell set: one intra-op thread in the forks (fork-safe)
     declared, cases, solvers = {}, {}, False
     for unit in job["units"]:
         for check in unit["checks"]:

@@ -4,10 +4,10 @@
 (:mod:`ttr_edu.checks.grading.sandbox`, :mod:`ttr_edu.checks.grading._child`), and reads back only plain data
 (``torch.load(weights_only=True)``: tensors, numbers, strings, containers; no object of the student's). The cases,
 the references, the comparisons and the rule verdicts run here, with the same code as the check in the student's
-kernel (:func:`ttr_edu.checks._rules.judge_case`, :func:`~ttr_edu.checks._rules.judge_cost`). A graded cell scores
-its points when every check it calls passes, and 0 otherwise. What goes wrong in one graded cell (a timeout, a
-process that died, a broken rule) costs that cell alone and is named in :attr:`Report.problems`; nothing here raises
-for a submission, however broken.
+kernel (:func:`ttr_edu.checks._rules.judge_case`, :func:`~ttr_edu.checks._rules.judge_ops`,
+:func:`~ttr_edu.checks._rules.judge_work`). A graded cell scores its points when every check it calls passes, and 0
+otherwise. What goes wrong in one graded cell (a timeout, a process that died, a broken rule) costs that cell alone and
+is named in :attr:`Report.problems`; nothing here raises for a submission, however broken.
 """
 
 from __future__ import annotations
@@ -98,11 +98,9 @@ class _Heard:
     """What the answers' process reported about one graded cell."""
 
     outcomes: dict[tuple[str, int], Any] = field(default_factory=dict)
-    costs: dict[tuple[str, int], Any] = field(default_factory=dict)
     fresh: dict[str, list[tuple[Any, int]]] = field(default_factory=dict)
     ops: dict[tuple[str, int], Any] = field(default_factory=dict)
     work: dict[tuple[str, int, int], Any] = field(default_factory=dict)
-    seconds: dict[tuple[str, int], float] = field(default_factory=dict)
     changed: dict[tuple[str, int], list[str]] = field(default_factory=dict)
     legacy: dict[str, tuple[str, str]] = field(default_factory=dict)
     staged: dict[str, Any] = field(default_factory=dict)
@@ -208,10 +206,6 @@ def _note(heard: _Heard, header: dict, payload: bytes, checks: set[str]) -> None
     try:
         if kind == "outcome":
             heard.outcomes.setdefault((check, int(header["case"])), _outcome(payload))
-        elif kind == "cost_outcome":
-            calls = heard.costs.setdefault((check, int(header["length"])), [])
-            if len(calls) < 64:
-                calls.append((_outcome(payload), int(header["seed"])))
         elif kind == "fresh_outcome":  # the secret is the fork server's, added to the child's frame there
             calls = heard.fresh.setdefault(check, [])
             if len(calls) < 64:
@@ -223,8 +217,6 @@ def _note(heard: _Heard, header: dict, payload: bytes, checks: set[str]) -> None
             heard.work.setdefault(key, (_outcome(payload), int(header["secret"])))
         elif kind == "inputs":  # the fork server's own reading of the inputs, never the answer's process's report
             heard.changed[check, int(header["case"])] = [str(k) for k in header["changed"]]
-        elif kind == "cost":
-            heard.seconds[check, int(header["length"])] = float(header["seconds"])
         elif kind == "legacy":
             heard.legacy.setdefault(check, (str(header.get("status")), str(header.get("message", ""))))
         elif kind == "staged" and check not in heard.staged:  # a record, or why the answer's process sent none
@@ -311,7 +303,6 @@ def _judge_check(
         fresh_case,
         has_fresh,
         judge_case,
-        judge_cost,
         judge_ops,
         judge_source,
         judge_work,
@@ -396,19 +387,6 @@ def _judge_check(
                     return "FAIL", f"{name}: the grader could not count the work of your function's torch operations"
                 work[size] = outcome.work
             judge_work(declared, rule, work)
-        cost = declared.rules.linear_cost
-        if cost is not None:
-            import torch
-
-            seconds = {}
-            for length in cost.lengths:
-                calls = heard.costs.get((check.check, length), [])
-                if len(calls) < cost.repeats or (check.check, length) not in heard.seconds:
-                    return "FAIL", f"{name}: {_why_missing(heard, timeout, -1)}"
-                for outcome, seed in calls:
-                    judge_case(declared, cost.case(length, torch.Generator().manual_seed(seed)), -1, outcome)
-                seconds[length] = heard.seconds[check.check, length]
-            judge_cost(declared, seconds)
         judge_source(declared, found)
     except NotAttempted:
         return "not attempted", ""

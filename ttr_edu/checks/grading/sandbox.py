@@ -107,7 +107,7 @@ def command(argv: list[str], scratch: Path, hide: list[Path]) -> tuple[list[str]
             wrapped += ["--ro-bind", file, file]
     # /dev: the device nodes, read-only (a writable /dev would carry files from one graded cell to the next), with
     # /dev/shm a small private tmpfs the engine empties after every graded cell, like /tmp; /proc: of the sandbox's PID
-    # namespace (the fork server reads its children's CPU time there)
+    # namespace (a child reads the memory it has mapped there before it sets its memory limit)
     wrapped += ["--dev", "/dev", "--remount-ro", "/dev", *size, "--tmpfs", "/dev/shm"]
     wrapped += ["--proc", "/proc", *size, "--tmpfs", "/tmp"]
     needed = [p for p in _needed() if not any(str(p) == s or str(p).startswith(s + "/") for s in SYSTEM)]
