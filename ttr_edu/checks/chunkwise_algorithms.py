@@ -442,7 +442,10 @@ class _WrittenOutGradient:
         self.written = self.to_python = self.solves = 0
         self.complex: str | None = None
         self.hit: str | None = None
-        self.formatting = 0  # inside a repr()/format() of a tensor (torch's formatter runs with the modes on)
+        # the numbers handed to Python: conversions and printings (converted below), and single numbers, counted by
+        # the dispatch mode with python.read_at_dispatch; python.printing: inside a printing, where torch's formatter
+        # runs with the modes on and its reads and writes are not the answer's
+        self.python = conversion_watch(self)
         watch = self
 
         class Operations(TorchDispatchMode):
@@ -452,10 +455,9 @@ class _WrittenOutGradient:
 
             def __torch_dispatch__(self, func, types, args=(), kwargs=None):
                 out = func(*args, **(kwargs or {}))
-                if watch.formatting:  # torch's formatter reading what it prints: counted once, by the printing
+                if watch.python.printing:  # torch's formatter reading what it prints: counted once, by the printing
                     return out
-                if func.__name__.split(".")[0] == "_local_scalar_dense" and args[0].dtype != torch.bool:
-                    watch.to_python += 1  # a boolean read (a validation's check) holds no number
+                watch.to_python += watch.python.read_at_dispatch(func, args)
                 if func.__name__.split(".")[0] in _FACTOR:
                     watch.solves += 1
                 if not func.is_view:
@@ -467,11 +469,12 @@ class _WrittenOutGradient:
                                 watch.complex = f"{func.__name__.split('.')[0]} made a {o.dtype} tensor"
                 return out
 
-        self._modes = (Operations(), conversion_watch(self))
+        self._modes = (Operations(), self.python)
 
-    def converted(self, tensor: torch.Tensor, spelled: str) -> None:
-        """A tensor's numbers handed to NumPy or Python (:func:`~ttr_edu.checks._core.conversion_watch`)."""
-        self.to_python += tensor.numel()
+    def converted(self, numbers: int, spelled: str) -> None:
+        """``numbers`` handed to NumPy or Python by a conversion or a printing
+        (:func:`~ttr_edu.checks._core.conversion_watch`)."""
+        self.to_python += numbers
 
     def __enter__(self) -> _WrittenOutGradient:
         push_watch(*self._modes)
