@@ -1054,6 +1054,13 @@ def momentum_step_that_prints(S, U, k, v, beta, eta, alpha):  # debugging prints
     return (1 - alpha) * S + U_new, U_new
 
 
+def momentum_step_that_formats(S, U, k, v, beta, eta, alpha):  # an f-string prints at torch's default digits too
+    gradient = torch.outer(k, S.T @ k - v)
+    print(f"gradient: {gradient}")
+    U_new = eta * U - beta * gradient
+    return (1 - alpha) * S + U_new, U_new
+
+
 def mlp_step_that_prints(W1, W2, k, v, lr):
     a = k @ W1
     h = torch.nn.functional.gelu(a)
@@ -1076,10 +1083,16 @@ def mlp_step_by_the_normal_distribution(W1, W2, k, v, lr):  # Φ and φ from tor
     "check,answer",
     [
         (checks.check_momentum_step, momentum_step_that_prints),
+        (checks.check_momentum_step, momentum_step_that_formats),
         (checks.check_mlp_gradient_step, mlp_step_that_prints),
         (checks.check_mlp_gradient_step, mlp_step_by_the_normal_distribution),
     ],
-    ids=["8.3 prints its gradient", "8.4 prints a and δ", "8.4 through torch.distributions.Normal"],
+    ids=[
+        "8.3 prints its gradient",
+        "8.3 prints its gradient in an f-string",
+        "8.4 prints a and δ",
+        "8.4 through torch.distributions.Normal",
+    ],
 )
 def test_right_answers_that_print_or_validate_pass(check, answer, capsys):
     assert check(answer) is True

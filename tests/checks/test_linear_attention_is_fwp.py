@@ -963,12 +963,20 @@ def test_an_affine_work_rule_needs_sizes_n_2n_4n():
 
 
 def recurrence_in_python_numbers(q, k, v):  # no state: every step re-reads the whole prefix, number by number
-    Q, K, V = ([[x.item() for x in row] for row in t] for t in (q, k, v))
+    return _recurrence_in_lists(*([[x.item() for x in row] for row in t] for t in (q, k, v)), dtype=q.dtype)
+
+
+def recurrence_in_formatted_numbers(q, k, v):  # the same, each number read through an f-string at every digit
+    # (format() of a 0-d tensor formats its .item() with the caller's spec, not at torch's 4 printed digits)
+    return _recurrence_in_lists(*([[float(f"{x:.17g}") for x in row] for row in t] for t in (q, k, v)), dtype=q.dtype)
+
+
+def _recurrence_in_lists(Q, K, V, dtype):
     out = []
     for t in range(len(Q)):
         w = [sum(a * b for a, b in zip(Q[t], K[s])) for s in range(t + 1)]
         out.append([sum(w[s] * V[s][j] for s in range(t + 1)) for j in range(len(V[0]))])
-    return torch.tensor(out, dtype=q.dtype)
+    return torch.tensor(out, dtype=dtype)
 
 
 def recurrence_that_prints_its_first_state(q, k, v):
@@ -984,6 +992,12 @@ def recurrence_that_prints_its_first_state(q, k, v):
 def test_a_prefix_re_read_in_python_numbers_is_refused():
     with pytest.raises(CheckFailed, match=r"read \d+ numbers into Python"):
         checks.check_fast_weight_recurrence(recurrence_in_python_numbers)
+
+
+def test_a_prefix_re_read_through_f_strings_is_refused():
+    # passed: the read budget skipped every format() of a tensor at torch's default digits, a 0-d one's too
+    with pytest.raises(CheckFailed, match=r"read \d+ numbers into Python \(format\(\) or an f-string"):
+        checks.check_fast_weight_recurrence(recurrence_in_formatted_numbers)
 
 
 def test_a_recurrence_that_prints_its_state_once_passes(capsys):

@@ -512,40 +512,91 @@ def pop_watch(operations, conversions) -> bool:
 
 #: formatting a tensor (``repr``, ``str``, ``print``, f-strings) hands its numbers to Python as text -> how the course
 #: spells it. While a check watches, torch's formatter runs with the check's modes on and reads each number it prints
-#: (``.item()``): a watch counts the printed tensor once, by its formatting call, and skips what the formatter reads.
+#: (``.item()``, ``.tolist()``): :class:`PythonNumbers` counts the printed tensor once, by its formatting call, and
+#: skips what the formatter reads.
 FORMATTING = {"__repr__": "repr() or print()", "__format__": "format() or an f-string"}
+#: tensor methods that read single numbers into Python (``.item()``, ``float()``, ``int()``, an index, ``complex()``)
+READS = ("item", "__float__", "__int__", "__index__", "__complex__")
 
 
-def _default_digits() -> bool:
-    """Whether a printed tensor shows torch's default digits (4 after the point): too few for a difference quotient
-    to reach any check's tolerance, so a debugging ``print`` is not counted; a printout with more digits is."""
-    from torch._tensor_str import PRINT_OPTS
+def numbers_handed(name: str, tensor: torch.Tensor) -> int:
+    """How many numbers calling the tensor method ``name`` on ``tensor`` hands to NumPy or Python, as the checks that
+    rule out work done outside torch count them (finite differences in Python floats, a Gauss–Jordan in Python
+    numbers: work no count of torch operations sees):
 
-    return PRINT_OPTS.precision <= 4
+    * a conversion (:data:`CONVERSIONS`) or a read (:data:`READS`): every entry, ``tensor.numel()``;
+    * a printing (:data:`FORMATTING`): every entry, unless torch's formatter prints them with its default digits (4
+      after the point, ``PRINT_OPTS.precision <= 4``): too few for a difference quotient to reach any check's
+      tolerance, so a debugging ``print`` hands over nothing. ``format`` of a 0-d tensor is not the formatter's: it
+      formats ``.item()`` with the caller's spec (``f"{x:.17g}"``), every digit, so it always counts;
+    * nothing from a boolean tensor (a validation's ``if (x > 0).all()``): no number to take a difference quotient
+      of; nothing from any other method.
+
+    Whole tensors and single numbers are counted at this level (the tensor methods a function mode sees); a dispatch
+    mode sees single numbers as ``_local_scalar_dense`` instead (:meth:`PythonNumbers.read_at_dispatch`)."""
+    if tensor.dtype == torch.bool:
+        return 0
+    if name in FORMATTING:
+        from torch._tensor_str import PRINT_OPTS
+
+        by_item = name == "__format__" and tensor.dim() == 0 and type(tensor) is torch.Tensor
+        return tensor.numel() if by_item or PRINT_OPTS.precision > 4 else 0
+    return tensor.numel() if name in CONVERSIONS or name in READS else 0
 
 
-def conversion_watch(watch: Any) -> Any:
+class PythonNumbers(torch.overrides.TorchFunctionMode):
+    """The function mode of a check that counts the numbers an answer hands to NumPy or Python (the count:
+    :func:`numbers_handed`). Each tensor method called outside a printing goes to :meth:`called`, which a check
+    overrides to count or refuse; a printing (:data:`FORMATTING`) runs through :meth:`printed`, with ``printing``
+    counting how deep inside one the answer is: torch's formatter reads every number it prints (``.item()``), with
+    the check's modes on, and those reads are the printing's, counted once by its formatting call, so a check skips
+    them (:meth:`read_at_dispatch` for a dispatch mode)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.printing = 0
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        name = getattr(func, "__name__", "")
+        if not self.printing and args and isinstance(args[0], torch.Tensor):
+            self.called(name, args[0])
+        if name not in FORMATTING:
+            return func(*args, **(kwargs or {}))
+        self.printing += 1
+        try:
+            return self.printed(func, args, kwargs or {})
+        finally:
+            self.printing -= 1
+
+    def called(self, name: str, tensor: torch.Tensor) -> None:
+        """The tensor method ``name`` called on ``tensor`` outside a printing (before it runs)."""
+
+    def printed(self, func: Callable, args: tuple, kwargs: dict) -> Any:
+        """Run a printing (``printing`` is already raised)."""
+        return func(*args, **kwargs)
+
+    def read_at_dispatch(self, func: Any, args: tuple) -> int:
+        """The single numbers an aten operator seen by a dispatch mode reads into Python: 1 for
+        ``_local_scalar_dense`` (what ``.item()``, ``float()``, ``int()``, ``bool()`` and torch's own reads of a
+        number run) of a tensor that is not boolean, outside a printing; 0 otherwise (:func:`numbers_handed`)."""
+        if self.printing or func.__name__.split(".")[0] != "_local_scalar_dense":
+            return 0
+        return int(bool(args) and isinstance(args[0], torch.Tensor) and args[0].dtype != torch.bool)
+
+
+def conversion_watch(watch: Any) -> PythonNumbers:
     """The function mode of a watch that counts the numbers an answer hands to NumPy or Python (for
-    :func:`push_watch`): each tensor method of :data:`CONVERSIONS` or :data:`FORMATTING` called outside a printing
-    is reported once to ``watch.converted(tensor, spelled)`` (a boolean tensor, or a tensor printed with torch's
-    default digits, carries no usable difference quotient and is not); ``watch.formatting`` counts how deep inside a
-    printing the answer is, for the watch's dispatch mode to skip what torch's formatter reads there."""
-    from torch.overrides import TorchFunctionMode
+    :func:`push_watch`): each conversion (:data:`CONVERSIONS`) or printing (:data:`FORMATTING`) that hands numbers
+    over (:func:`numbers_handed`) is reported once to ``watch.converted(numbers, spelled)``. Single numbers are the
+    watch's dispatch mode's to count, with :meth:`PythonNumbers.read_at_dispatch` of this mode (which also sees
+    ``bool()`` of a number and torch's own reads, that no tensor method shows)."""
 
-    class Conversions(TorchFunctionMode):
-        def __torch_function__(self, func, types, args=(), kwargs=None):
-            name = getattr(func, "__name__", "")
+    class Conversions(PythonNumbers):
+        def called(self, name: str, tensor: torch.Tensor) -> None:
             spelled = CONVERSIONS.get(name) or FORMATTING.get(name)
-            if spelled is not None and args and isinstance(args[0], torch.Tensor) and not watch.formatting:
-                if not (name == "__repr__" and _default_digits()) and args[0].dtype != torch.bool:
-                    watch.converted(args[0], spelled)
-            if name not in FORMATTING:
-                return func(*args, **(kwargs or {}))
-            watch.formatting += 1
-            try:
-                return func(*args, **(kwargs or {}))
-            finally:
-                watch.formatting -= 1
+            numbers = numbers_handed(name, tensor) if spelled is not None else 0
+            if numbers:
+                watch.converted(numbers, spelled)
 
     return Conversions()
 

@@ -449,54 +449,46 @@ def _vjp(result: Any, given: dict, names: tuple[str, ...], index: int) -> dict:
 
 #: the ways a tensor's values leave torch, where no count of its operations sees what is done with them
 _ESCAPES = ("numpy", "tolist", "__array__", "__dlpack__")
-#: reads of single numbers into Python: a few are ordinary (a step size, a norm for a message), but a computation
-#: carried out in Python numbers does work no count of torch operations sees
-_READS = ("item", "__float__", "__int__", "__index__", "__complex__")
 
 
-class _Outside(torch.overrides.TorchFunctionMode):
+class _Outside(_core.PythonNumbers):
     """What a count of the answer's torch operations must know about the calls around them.
 
     * Printing a tensor (``repr``, ``format``): torch's formatter runs operations of its own, which are not the
       answer's work; the count and the work are put back as they were before the printing (a debugging
       ``print(S)`` once in a loop over ``T`` lowered 2.1's measured growth below its bound).
     * With ``work`` counted (``budget``: how many numbers the answer may read into Python), values moved out of torch
-      (``.numpy()``, ``.tolist()``, ...) are refused, and so are more than ``budget`` single numbers read into Python
-      (``.item()``, ``float()``, ``int()``; booleans and tensors printed with torch's default digits do not count):
-      a Gauss–Jordan in Python floats, or a prefix re-read number by number, does work the count cannot see.
+      (``.numpy()``, ``.tolist()``, ...) are refused, and so are more than ``budget`` numbers read or printed into
+      Python (``.item()``, ``float()``, ``int()``, a printed tensor: :func:`~ttr_edu.checks._core.numbers_handed`
+      says which count and how many; a few are ordinary, a step size or a norm for a message): a Gauss–Jordan in
+      Python floats, or a prefix re-read number by number, does work the count cannot see.
     Refusals raise :class:`ForbiddenCall`."""
 
     def __init__(self, counter: Any, work: bool, budget: int) -> None:
         super().__init__()
         self.counter, self.work, self.budget = counter, work, budget
-        self.read = self.printing = 0
+        self.read = 0
 
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        name = getattr(func, "__name__", "")
-        tensor = args[0] if args and isinstance(args[0], torch.Tensor) else None
-        if name in _core.FORMATTING:
-            return self._printed(func, tensor, args, kwargs or {})
-        if self.work and not self.printing and tensor is not None:
-            if name in _ESCAPES:
-                raise ForbiddenCall(
-                    f"your function moved a tensor's values out of torch (Tensor.{name}) while the check counts the "
-                    "work of its torch operations, which cannot see what is done outside torch; write it with torch "
-                    "operations"
-                )
-            if name in _READS and tensor.dtype != torch.bool:
-                self._read(tensor.numel(), f"Tensor.{name}")
-        return func(*args, **(kwargs or {}))
+    def called(self, name: str, tensor: torch.Tensor) -> None:
+        if not self.work:
+            return
+        if name in _ESCAPES:
+            raise ForbiddenCall(
+                f"your function moved a tensor's values out of torch (Tensor.{name}) while the check counts the "
+                "work of its torch operations, which cannot see what is done outside torch; write it with torch "
+                "operations"
+            )
+        if name in _core.READS or name in _core.FORMATTING:
+            numbers = _core.numbers_handed(name, tensor)
+            if numbers:
+                self._read(numbers, _core.FORMATTING.get(name) or f"Tensor.{name}")
 
-    def _printed(self, func, tensor: torch.Tensor | None, args: tuple, kwargs: dict) -> Any:
-        if self.work and not self.printing and tensor is not None and not _core._default_digits():
-            self._read(tensor.numel(), "a tensor printed with more than torch's default digits")
+    def printed(self, func: Callable, args: tuple, kwargs: dict) -> Any:
         counter = self.counter
         count, work = counter.count, getattr(counter, "work", None)
-        self.printing += 1
         try:
             return func(*args, **kwargs)
         finally:
-            self.printing -= 1
             counter.count = count
             if work is not None:
                 counter.work = work

@@ -193,12 +193,6 @@ _ACTIVATIONS = {"gelu", "erf", "erfc", "special_ndtr", "special_log_ndtr", "exp"
 _DISABLE_TORCH_FUNCTION = torch._C.DisableTorchFunction
 
 
-def _boolean(args: tuple) -> bool:
-    """Whether an operation reads a boolean tensor (a validation's ``if (x > 0).all()``): no number for a difference
-    quotient, so not counted among the numbers handed to Python."""
-    return bool(args) and isinstance(args[0], torch.Tensor) and args[0].dtype == torch.bool
-
-
 def _displacement(out: torch.Tensor, x: torch.Tensor) -> tuple[float, float, bool, bool] | None:
     """``(step, factor, one_step, one_factor)`` when ``out`` is a copy of ``x`` (same dtype, broadcast) displaced by
     more than rounding and at most :data:`MAX_STEP` of ``x``'s largest entry: ``step`` the displacement's largest
@@ -271,9 +265,6 @@ class _DerivedStep:
         self.points: dict[bytes, tuple[bytes, torch.Tensor]] = {}
         self.offsets: dict[bytes, list[torch.Tensor]] = {}
         self.units, self.evaluated = units, 0
-        # inside a repr()/format() of a tensor: torch's formatter reads each number it prints (.item(), below the
-        # modes while a check watches), and the printed tensor's numbers are counted once, by the formatting call
-        self.formatting = 0
         self.complex: str | None = None
         # storages holding a copy displaced by a small step that is not one step for every entry (``W1n[:, j] −=
         # lr g_j k`` in a right answer, ``x + ε e_i`` in finite differences): refused only when something evaluates
@@ -285,6 +276,9 @@ class _DerivedStep:
         # tensors made from numbers alone (``torch.tensor(1 + 1e-6)``, ``1 + h`` of such a tensor): a factor or a
         # step written in the code, as a Python number is; data_ptr -> a weak reference to the tensor
         self.constants: dict[int, weakref.ref] = {}
+        # the numbers handed to Python: conversions and printings (converted below), and single numbers, counted by
+        # the dispatch mode with python.read_at_dispatch (which skips what torch's formatter reads to print)
+        self.python = conversion_watch(self)
         watch = self
 
         class Operations(TorchDispatchMode):
@@ -309,7 +303,7 @@ class _DerivedStep:
                 if carried is not None and isinstance(out, torch.Tensor):
                     watch.pending[out.untyped_storage().data_ptr()] = (out.untyped_storage(), carried)
                 watch._note_constant(func, args, out)
-                if func.__name__.split(".")[0] == "_local_scalar_dense" and not watch.formatting and not _boolean(args):
+                if watch.python.read_at_dispatch(func, args):
                     watch.to_python += 1
                     watch.last_conversion = ".item() or float()"
                 if not func.is_view:
@@ -330,12 +324,12 @@ class _DerivedStep:
                         watch._look_for_steps(func, args, outs, before)
                 return out
 
-        self._modes = (Operations(), conversion_watch(self))
+        self._modes = (Operations(), self.python)
 
-    def converted(self, tensor: torch.Tensor, spelled: str) -> None:
-        """A tensor's numbers handed to NumPy or Python, named by how they left
-        (:func:`~ttr_edu.checks._core.conversion_watch`): a printed tensor's numbers once."""
-        self.to_python += tensor.numel()
+    def converted(self, numbers: int, spelled: str) -> None:
+        """``numbers`` handed to NumPy or Python by a conversion or a printing, named by how they left
+        (:func:`~ttr_edu.checks._core.conversion_watch`)."""
+        self.to_python += numbers
         self.last_conversion = spelled
 
     def _look_for_steps(self, func, args: tuple, outs: tuple, before: torch.Tensor | None) -> None:

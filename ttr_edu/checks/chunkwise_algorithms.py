@@ -35,11 +35,18 @@ import math
 from collections.abc import Callable, Iterator
 
 import torch
-from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from ttr_edu import ops
-from ttr_edu.checks._core import CONVERSIONS, CheckFailed, conversion_watch, pop_watch, push_watch, random_case
+from ttr_edu.checks._core import (
+    CONVERSIONS,
+    CheckFailed,
+    PythonNumbers,
+    conversion_watch,
+    pop_watch,
+    push_watch,
+    random_case,
+)
 from ttr_edu.checks._guard import ForbiddenCall
 from ttr_edu.checks._rules import Rules, exercise
 from ttr_edu.checks.linear_attention_is_fwp import _chunk_at_length, _chunk_at_size
@@ -442,7 +449,10 @@ class _WrittenOutGradient:
         self.written = self.to_python = self.solves = 0
         self.complex: str | None = None
         self.hit: str | None = None
-        self.formatting = 0  # inside a repr()/format() of a tensor (torch's formatter runs with the modes on)
+        # the numbers handed to Python: conversions and printings (converted below), and single numbers, counted by
+        # the dispatch mode with python.read_at_dispatch; python.printing: inside a printing, where torch's formatter
+        # runs with the modes on and its reads and writes are not the answer's
+        self.python = conversion_watch(self)
         watch = self
 
         class Operations(TorchDispatchMode):
@@ -452,10 +462,9 @@ class _WrittenOutGradient:
 
             def __torch_dispatch__(self, func, types, args=(), kwargs=None):
                 out = func(*args, **(kwargs or {}))
-                if watch.formatting:  # torch's formatter reading what it prints: counted once, by the printing
+                if watch.python.printing:  # torch's formatter reading what it prints: counted once, by the printing
                     return out
-                if func.__name__.split(".")[0] == "_local_scalar_dense" and args[0].dtype != torch.bool:
-                    watch.to_python += 1  # a boolean read (a validation's check) holds no number
+                watch.to_python += watch.python.read_at_dispatch(func, args)
                 if func.__name__.split(".")[0] in _FACTOR:
                     watch.solves += 1
                 if not func.is_view:
@@ -467,11 +476,12 @@ class _WrittenOutGradient:
                                 watch.complex = f"{func.__name__.split('.')[0]} made a {o.dtype} tensor"
                 return out
 
-        self._modes = (Operations(), conversion_watch(self))
+        self._modes = (Operations(), self.python)
 
-    def converted(self, tensor: torch.Tensor, spelled: str) -> None:
-        """A tensor's numbers handed to NumPy or Python (:func:`~ttr_edu.checks._core.conversion_watch`)."""
-        self.to_python += tensor.numel()
+    def converted(self, numbers: int, spelled: str) -> None:
+        """``numbers`` handed to NumPy or Python by a conversion or a printing
+        (:func:`~ttr_edu.checks._core.conversion_watch`)."""
+        self.to_python += numbers
 
     def __enter__(self) -> _WrittenOutGradient:
         push_watch(*self._modes)
@@ -563,9 +573,6 @@ _PRODUCTS = {"mm", "addmm", "bmm", "baddbmm", "mv", "addmv", "dot", "vdot", "lin
 _ELEMENTWISE = {"mul", "add", "sub", "rsub", "div", "neg", "addcmul", "addcdiv"}
 #: tensor methods that hand a tensor's data to NumPy or Python -> how the course spells them
 _CONVERSIONS = CONVERSIONS
-#: printing a tensor (print, repr, str, f-strings): while a check watches, torch's formatter runs with the check's
-#: modes on (the witness keeps them), so the watches skip what it reads and count the printed numbers once, here
-_PRINTING = ("__repr__", "__format__")
 #: torch functions that build a tensor from Python data
 _FROM_PYTHON = {"tensor", "as_tensor", "asarray"}
 
@@ -637,7 +644,6 @@ class _BlockedInverseRules:
         self.steps = self.reads = self.element_ops = self.multiply_adds = self.converted = self.wide_ops = 0
         self.products = 0
         self.hit: str | None = None
-        self.formatting = 0  # inside a repr()/format() of a tensor (torch's formatter runs with the modes on)
         rules = self
 
         class Operations(TorchDispatchMode):
@@ -652,27 +658,26 @@ class _BlockedInverseRules:
                 if name in _FACTOR and len(args) > _FACTOR[name] and isinstance(args[_FACTOR[name]], torch.Tensor):
                     rules._solve(name, args[_FACTOR[name]])
                 out = func(*args, **(kwargs or {}))
-                if not func.is_view and not rules.formatting:  # a view computes nothing; printing reads only
+                if not func.is_view and not rules.python.printing:  # a view computes nothing; printing reads only
                     rules._operation(name, args, out)
                 return out
 
-        class Conversions(TorchFunctionMode):
+        class Conversions(PythonNumbers):
+            """The conversions, counted by this exercise's rule (:meth:`_conversion`: every entry, booleans too, the
+            whole matrix refused); what torch's formatter reads inside a printing is skipped (``printing``)."""
+
+            def called(self, name: str, tensor: torch.Tensor) -> None:
+                if name in _CONVERSIONS:
+                    rules._conversion(tensor, _CONVERSIONS[name])
+
             def __torch_function__(self, func, types, args=(), kwargs=None):
-                name = getattr(func, "__name__", "")
-                if name in _CONVERSIONS and args and isinstance(args[0], torch.Tensor) and not rules.formatting:
-                    rules._conversion(args[0], _CONVERSIONS[name])
-                if name in _PRINTING:
-                    rules.formatting += 1
-                try:
-                    out = func(*args, **(kwargs or {}))
-                finally:
-                    if name in _PRINTING:
-                        rules.formatting -= 1
-                if name in _FROM_PYTHON and isinstance(out, torch.Tensor) and rules._wide(out):
+                out = super().__torch_function__(func, types, args, kwargs)
+                if getattr(func, "__name__", "") in _FROM_PYTHON and isinstance(out, torch.Tensor) and rules._wide(out):
                     rules._refuse(f"built a {_size(out)} tensor from Python numbers")
                 return out
 
-        self._modes = (Operations(), Conversions())
+        self.python = Conversions()
+        self._modes = (Operations(), self.python)
 
     # -- the rules ---------------------------------------------------------------------------------------------------
 
