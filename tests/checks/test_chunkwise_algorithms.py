@@ -969,53 +969,49 @@ def ut_backward_by_complex_step(k, v, beta, dW, dU, h=1e-30):  # exact to roundi
     return tuple(grads)
 
 
-def ut_backward_with_a_lean_difference_for_beta(k, v, beta, dW, dU, h=1e-5):
+def _inverse_by_solve(unit_lower):
+    eye = torch.eye(unit_lower.shape[0], dtype=unit_lower.dtype)
+    return torch.linalg.solve_triangular(unit_lower, eye, upper=False)
+
+
+def _inverse_by_substitution(unit_lower):  # row i of X from the rows above it: no solve to count
+    C = unit_lower.shape[0]
+    X = torch.zeros(C, C, dtype=unit_lower.dtype)
+    for i in range(C):
+        row = -unit_lower[i, :i] @ X[:i] if i else torch.zeros(C, dtype=unit_lower.dtype)
+        row[i] += 1
+        X[i] = row
+    return X
+
+
+def ut_backward_with_a_lean_difference(inverse, h=1e-5):
     """dk and dv derived; dβ by a central difference of the forward pass cut down to what depends on β,
-    ``⟨R, X(β) diag(β)⟩`` with ``R = dW Kᵀ + dU Vᵀ``: it writes little, but solves once per move."""
-    dk, dv, _ = ut_transform_backward(k, v, beta, dW, dU)
-    eye, gram, R = torch.eye(k.shape[0], dtype=k.dtype), k @ k.T, dW @ k.T + dU @ v.T
+    ``⟨R, X(β) diag(β)⟩`` with ``R = dW Kᵀ + dU Vᵀ`` and ``X(β) = inverse(I + A(β))``: it writes little, but
+    inverts once per move."""
 
-    def loss(b):
-        X = torch.linalg.solve_triangular(eye + torch.tril(b[:, None] * gram, -1), eye, upper=False)
-        return (R * X * b).sum()
+    def ut_transform_backward_lean(k, v, beta, dW, dU):
+        dk, dv, _ = ut_transform_backward(k, v, beta, dW, dU)
+        eye, gram, R = torch.eye(k.shape[0], dtype=k.dtype), k @ k.T, dW @ k.T + dU @ v.T
 
-    dbeta = torch.zeros_like(beta)
-    for i in range(beta.numel()):
-        step = torch.zeros_like(beta)
-        step[i] = h
-        dbeta[i] = (loss(beta + step) - loss(beta - step)) / (2 * h)
-    return dk, dv, dbeta
+        def loss(b):
+            return (R * inverse(eye + torch.tril(b[:, None] * gram, -1)) * b).sum()
 
+        dbeta = torch.zeros_like(beta)
+        for i in range(beta.numel()):
+            step = torch.zeros_like(beta)
+            step[i] = h
+            dbeta[i] = (loss(beta + step) - loss(beta - step)) / (2 * h)
+        return dk, dv, dbeta
 
-def ut_backward_with_a_lean_difference_by_substitution(k, v, beta, dW, dU, h=1e-5):
-    """As :func:`ut_backward_with_a_lean_difference_for_beta`, the inverse by forward substitution row by row: no
-    solve to count, but each move writes the C × C inverse again."""
-    dk, dv, _ = ut_transform_backward(k, v, beta, dW, dU)
-    C, gram, R = k.shape[0], k @ k.T, dW @ k.T + dU @ v.T
-
-    def loss(b):
-        lower = torch.tril(b[:, None] * gram, -1)
-        X = torch.zeros(C, C, dtype=k.dtype)
-        for i in range(C):  # (I + lower) X = I, row i from the rows above it
-            row = -lower[i, :i] @ X[:i] if i else torch.zeros(C, dtype=k.dtype)
-            row[i] += 1
-            X[i] = row
-        return (R * X * b).sum()
-
-    dbeta = torch.zeros_like(beta)
-    for i in range(beta.numel()):
-        step = torch.zeros_like(beta)
-        step[i] = h
-        dbeta[i] = (loss(beta + step) - loss(beta - step)) / (2 * h)
-    return dk, dv, dbeta
+    return ut_transform_backward_lean
 
 
 @pytest.mark.parametrize(
     "answer, says",
     [
-        (ut_backward_with_a_lean_difference_by_substitution, r".s torch operations wrote \d+ numbers"),
+        (ut_backward_with_a_lean_difference(_inverse_by_substitution), r".s torch operations wrote \d+ numbers"),
         (
-            ut_backward_with_a_lean_difference_for_beta,
+            ut_backward_with_a_lean_difference(_inverse_by_solve),
             r"inverted, factorised or solved with a matrix \d+ times in one call",
         ),
         (
