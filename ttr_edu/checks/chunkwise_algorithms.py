@@ -420,11 +420,14 @@ def _ut_backward_cases() -> Iterator[dict]:
 #: evaluates the forward pass once or more per input entry, each evaluation writing several C × C matrices: a
 #: five-point stencil writes 105 to 5603 per entry, the complex step 29 to 1404 (over 150 from C = 4)
 MAX_WRITES_PER_INPUT = 150
-#: the most inversions, factorisations or solves (:data:`_FACTOR`) an answer to 11.4 may run per call: the derivation
-#: needs the inverse of ``I + A`` once (twice if the forward pass is recomputed, with one more solve for a transposed
-#: factor); a numerical dβ solves the forward pass again for each entry of β it moves, C + 1 times or more, and with
-#: its forward pass cut down to what depends on β it writes too little for the writes bound to see
-MAX_SOLVES = 4
+#: the most distinct matrices an answer to 11.4 may invert, factorise or solve with (:data:`_FACTOR`) in one call, a
+#: matrix and its transpose counted as one: the derivation needs only ``I + A`` (however many solves it spells, with it
+#: or its transpose, by columns, or after an LU factorisation, whose packed factor makes a second); a numerical dβ
+#: solves with ``I + A(β ± h e_j)``, a new matrix for each move (C + 1 or more, batched into one call or not), and
+#: with its forward pass cut down to what depends on β it writes too little for the writes bound to see
+MAX_MATRICES_SOLVED = 3
+#: bound at import: the check's own reading of a matrix it keys, not the answer's conversion
+_DISABLE_TORCH_FUNCTION = torch._C.DisableTorchFunction
 _WHY_BACKWARD = "write the gradients out from the derivation above (d𝒯, then dA through the inverse, then dk and dβ)"
 
 
@@ -435,8 +438,9 @@ class _WrittenOutGradient:
 
     * **writes**: more than :data:`MAX_WRITES_PER_INPUT` numbers written per entry of ``k``, ``v`` and ``beta``
       (views write nothing): a numerical gradient evaluates the forward pass at least once per entry;
-    * **solves**: more than :data:`MAX_SOLVES` inversions, factorisations or solves with a matrix: a numerical dβ
-      solves the forward pass once or more per entry of β, however little else it computes;
+    * **matrices solved with**: more than :data:`MAX_MATRICES_SOLVED` distinct matrices inverted, factorised or solved
+      with (a matrix and its transpose are one; each matrix of a batch counts): a numerical dβ solves with a new
+      matrix for each entry of β it moves, however little else it computes;
     * **complex numbers**: any complex tensor (the complex step evaluates at ``x + ih``; nothing in this real exercise
       needs one);
     * **Python numbers**: as many numbers handed to Python or NumPy (``.item()``, ``.tolist()``, ``.numpy()``, a
@@ -446,7 +450,8 @@ class _WrittenOutGradient:
 
     def __init__(self, case: dict) -> None:
         self.size = sum(case[name].numel() for name in ("k", "v", "beta"))
-        self.written = self.to_python = self.solves = 0
+        self.written = self.to_python = 0
+        self.solved: set[bytes] = set()  # the matrices inverted, factorised or solved with (:meth:`_note_solved`)
         self.complex: str | None = None
         self.hit: str | None = None
         # the numbers handed to Python: conversions and printings (converted below), and single numbers, counted by
@@ -465,8 +470,9 @@ class _WrittenOutGradient:
                 if watch.python.printing:  # torch's formatter reading what it prints: counted once, by the printing
                     return out
                 watch.to_python += watch.python.read_at_dispatch(func, args)
-                if func.__name__.split(".")[0] in _FACTOR:
-                    watch.solves += 1
+                name = func.__name__.split(".")[0]
+                if name in _FACTOR and len(args) > _FACTOR[name] and isinstance(args[_FACTOR[name]], torch.Tensor):
+                    watch._note_solved(args[_FACTOR[name]])
                 if not func.is_view:
                     outs = out if isinstance(out, (tuple, list)) else (out,)
                     for o in outs:
@@ -482,6 +488,18 @@ class _WrittenOutGradient:
         """``numbers`` handed to NumPy or Python by a conversion or a printing
         (:func:`~ttr_edu.checks._core.conversion_watch`)."""
         self.to_python += numbers
+
+    def _note_solved(self, matrix: torch.Tensor) -> None:
+        """Remember each matrix of ``matrix`` (a batch of them, or one) by its values, a matrix and its transpose
+        alike (the smaller of the two keys)."""
+        if matrix.dim() < 2 or matrix.is_meta:
+            return
+        with _DISABLE_TORCH_FUNCTION():
+            for m in matrix.detach().reshape(-1, *matrix.shape[-2:]):
+                keys = [
+                    repr((x.dtype, tuple(x.shape))).encode() + x.contiguous().cpu().numpy().tobytes() for x in (m, m.T)
+                ]
+                self.solved.add(min(keys))
 
     def __enter__(self) -> _WrittenOutGradient:
         push_watch(*self._modes)
@@ -504,12 +522,12 @@ class _WrittenOutGradient:
                 f"complex step) evaluates the forward pass once or more per entry, which this exercise rules out: "
                 f"{_WHY_BACKWARD}"
             )
-        elif self.solves > MAX_SOLVES:
+        elif len(self.solved) > MAX_MATRICES_SOLVED:
             self.hit = (
-                f"your function inverted, factorised or solved with a matrix {self.solves} times in one call (the "
-                f"derivation needs the inverse of I + A once or twice, at most {MAX_SOLVES} are allowed): a numerical "
-                f"gradient solves the forward pass again for each entry it moves, which this exercise rules out: "
-                f"{_WHY_BACKWARD}"
+                f"your function inverted, factorised or solved with {len(self.solved)} different matrices in one call "
+                f"(the derivation needs I + A alone, or its transpose; at most {MAX_MATRICES_SOLVED} are allowed): a "
+                f"numerical gradient solves with a new matrix for each entry of β it moves, which this exercise rules "
+                f"out: {_WHY_BACKWARD}"
             )
         elif self.to_python >= self.size:
             self.hit = (
