@@ -451,6 +451,17 @@ def mlp_loop_over_hidden_units(W1, W2, k, v, lr):
     return W1_new, W2_new
 
 
+def mlp_columns_stacked(W1, W2, k, v, lr):
+    """8.4 as a list of updated columns, stacked (review r40): each column is W1's moved by a small step, gathered,
+    never evaluated at."""
+    a = k @ W1
+    h = torch.nn.functional.gelu(a)
+    delta = h @ W2 - v
+    back = (torch.special.ndtr(a) + a * torch.exp(-(a**2) / 2) / math.sqrt(2 * math.pi)) * (W2 @ delta)
+    W1_new = torch.stack([W1[:, j] - lr * back[j] * k for j in range(W1.shape[1])], dim=1)
+    return W1_new, torch.stack([W2[j] - lr * h[j] * delta for j in range(W2.shape[0])])
+
+
 def test_more_right_answers_pass(capsys):
     for check, answer in [
         (checks.check_longhorn_step, longhorn_by_solve),
@@ -461,6 +472,7 @@ def test_more_right_answers_pass(capsys):
         (checks.check_mlp_gradient_step, mlp_entry_loop_into_a_clone),
         (checks.check_mlp_gradient_step, mlp_gradient_rows),
         (checks.check_mlp_gradient_step, mlp_loop_over_hidden_units),
+        (checks.check_mlp_gradient_step, mlp_columns_stacked),
     ]:
         assert_passes(check, answer)
 
@@ -685,6 +697,36 @@ def _relative_by_a_computed_factor(a, W1, k):  # the factor computed from the an
     return (_gelu(a * factor) - _gelu(a)) / (a * (factor - 1))
 
 
+def _computed_factor(a):  # 1 + 1e-6 as a number the answer computed from its own (review r40)
+    return 1 + 1e-6 * a.abs().max() / a.abs().max()
+
+
+def _relative_then_cloned(a, W1, k):  # the scaled copy cloned before the activation reads it
+    up, down = (a * _computed_factor(a)).clone(), (a / _computed_factor(a)).clone()
+    return (_gelu(up) - _gelu(down)) / (up - down)
+
+
+def _relative_points_stacked(a, W1, k):  # both points in one stacked tensor, one activation call
+    f = _computed_factor(a)
+    points = torch.stack([a * f, a / f])
+    values = _gelu(points)
+    return (values[0] - values[1]) / (points[0] - points[1])
+
+
+def _relative_through_the_weights(a, W1, k):  # W1 scaled, the points reached through the matrix product
+    f = _computed_factor(a)
+    up, down = k @ (W1 * f), k @ (W1 / f)
+    return (_gelu(up) - _gelu(down)) / (up - down)
+
+
+def _relative_through_gelu_by_hand(a, W1, k):  # GELU written out: erf reads (a f)/√2, not a f itself
+    def gelu(x):
+        return x * 0.5 * (1 + torch.erf(x / math.sqrt(2)))
+
+    f = _computed_factor(a)
+    return (gelu(a * f) - gelu(a / f)) / (a * f - a / f)
+
+
 def _entry_by_entry(a, W1, k, eps=1e-5):
     out = torch.empty_like(a)
     for i in range(a.numel()):
@@ -771,6 +813,10 @@ def momentum_by_differences_of_one_residual(S, U, k, v, beta, eta, alpha):  # en
             _mlp_step_with(_relative_by_a_computed_factor),
             r"displaced copy .*mul scaled .* the activation was evaluated",
         ),
+        (_mlp_step_with(_relative_then_cloned), r"displaced copy .*scaled .* activation was evaluated"),
+        (_mlp_step_with(_relative_points_stacked), r"displaced copy .*scaled .* activation was evaluated"),
+        (_mlp_step_with(_relative_through_the_weights), r"displaced copy .*scaled .* activation was evaluated"),
+        (_mlp_step_with(_relative_through_gelu_by_hand), r"displaced copy .*scaled .* activation was evaluated"),
     ],
     ids=[
         "central",
@@ -784,6 +830,10 @@ def momentum_by_differences_of_one_residual(S, U, k, v, beta, eta, alpha):  # en
         "Python",
         "relative, a tensor factor",
         "relative, a computed factor",
+        "computed factor, cloned",
+        "computed factor, stacked",
+        "computed factor, through W1",
+        "computed factor, GELU by hand",
     ],  # fmt: skip
 )
 def test_finite_differences_of_gelu_alone_are_refused(answer, says):

@@ -236,7 +236,7 @@ class _DerivedStep:
       (:func:`_displacement`), where finite differences evaluate; for a tensor of several entries once is enough, for
       single entries (an entry-by-entry loop) the same step twice. A step or factor must be written in the code (a
       number, or a tensor made from numbers alone): a tensor scaled by a number the answer computed that happens to
-      lie near 1 (``k · GELU′(a_j)``) is refused only where the activation is then evaluated;
+      lie near 1 (``k · GELU′(a_j)``) is refused only where an activation reads it, or anything computed from it;
     * **points at any step**: a value moved by ``+s`` and by ``−s`` from where it started, or moved and put back
       (``x → x + s → x − s → x``), by an offset operator (:meth:`_track_points`); a central difference is exact on a
       quadratic loss at any step, so the step's size proves nothing;
@@ -270,9 +270,11 @@ class _DerivedStep:
         # lr g_j k`` in a right answer, ``x + ε e_i`` in finite differences): refused only when something evaluates
         # at them (:meth:`_read_displaced`); data_ptr -> the storage, kept alive so that its address is not reused
         self.pending: dict[int, Any] = {}
-        # the same, for a copy scaled by one factor the answer computed (``k · GELU′(a_j)`` in a loop over hidden
-        # units): ordinary arithmetic, refused only when the activation is evaluated at it (``gelu(a · f)``)
-        self.pending_activation: dict[int, Any] = {}
+        # storages holding a copy scaled by one factor the answer computed that lies near 1 (``k · GELU′(a_j)`` in a
+        # loop over hidden units), or anything computed from one: ordinary arithmetic, refused only when an
+        # activation reads one (``gelu(a · f)``, after a clone, a stack, a matrix product or GELU written by hand);
+        # data_ptr -> (the storage, kept alive so that its address is not reused; the message)
+        self.scaled: dict[int, Any] = {}
         # tensors made from numbers alone (``torch.tensor(1 + 1e-6)``, ``1 + h`` of such a tensor): a factor or a
         # step written in the code, as a Python number is; data_ptr -> a weak reference to the tensor
         self.constants: dict[int, weakref.ref] = {}
@@ -296,12 +298,19 @@ class _DerivedStep:
                 before = None
                 if func._schema.is_mutable and args and isinstance(args[0], torch.Tensor):
                     before = args[0].clone()  # an in-place step, x.add_(ε): compared with x as it was
-                carried = None
-                if (watch.pending or watch.pending_activation) and watch.displaced is None and not func.is_view:
+                carried = scaled = None
+                if watch.pending and watch.displaced is None and not func.is_view:
                     carried = watch._read_displaced(func, args, kwargs or {})
+                if watch.scaled and watch.displaced is None:
+                    scaled = watch._reads_scaled(func, args, kwargs or {})
                 out = func(*args, **(kwargs or {}))
                 if carried is not None and isinstance(out, torch.Tensor):
                     watch.pending[out.untyped_storage().data_ptr()] = (out.untyped_storage(), carried)
+                if scaled is not None:
+                    written_into = args[:1] if func._schema.is_mutable else ()
+                    for o in (*(out if isinstance(out, (tuple, list)) else (out,)), *written_into):
+                        if isinstance(o, torch.Tensor):
+                            watch.scaled[o.untyped_storage().data_ptr()] = (o.untyped_storage(), scaled)
                 watch._note_constant(func, args, out)
                 if watch.python.read_at_dispatch(func, args):
                     watch.to_python += 1
@@ -351,7 +360,7 @@ class _DerivedStep:
                     # x times a number the answer computed that happens to lie near 1 (GELU′(a_j) ≈ 1 near a ≈ 0.75
                     # and for large a): a step only if the activation is then evaluated at the result
                     storage = out.untyped_storage()
-                    self.pending_activation[storage.data_ptr()] = (
+                    self.scaled[storage.data_ptr()] = (
                         storage,
                         f"{name} scaled a tensor of shape {tuple(x.shape)} by 1 + {factor:.1e}, then the activation "
                         "was evaluated at",
@@ -411,20 +420,30 @@ class _DerivedStep:
         number, or a tensor made from numbers alone (:meth:`_note_constant`), not one the answer computed."""
         return all(self._constant(a) for j, a in enumerate(args) if j != moved and isinstance(a, torch.Tensor))
 
+    def _reads_scaled(self, func, args: tuple, kwargs: dict) -> str | None:
+        """Before ``func`` runs: whether it reads a scaled copy (:attr:`scaled`). An activation reading one is refused
+        (:attr:`displaced`); any other operation passes it on, its message returned for the result to carry."""
+        tensors = [a for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor)]
+        tensors += [t for a in args if isinstance(a, (tuple, list)) for t in a if isinstance(t, torch.Tensor)]
+        for t in tensors:
+            hit = self.scaled.get(t.untyped_storage().data_ptr())
+            if hit is None:
+                continue
+            if func.__name__.split(".")[0].removesuffix("_") in _ACTIVATIONS:
+                self.displaced = hit[1]
+                return None
+            return hit[1]
+        return None
+
     def _read_displaced(self, func, args: tuple, kwargs: dict) -> str | None:
         """Before ``func`` runs: refuse an evaluation at a pending displaced copy (:attr:`pending`). Moving it further
         in place (``add_``/``sub_`` on it, the next column of a clone) or copying it (``copy_``, ``clone``) evaluates
-        nothing: the copy's storage becomes pending in its turn (returned for ``clone``'s result, marked here for
-        ``copy_``'s target)."""
+        nothing, and neither does gathering it with others (``cat``, ``stack``: the columns of an update): the copy's
+        storage becomes pending in its turn (returned for the result of ``clone``, ``cat`` or ``stack``, marked here
+        for ``copy_``'s target)."""
         name = func.__name__.split(".")[0]
         tensors = [a for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor)]
         tensors += [t for a in args if isinstance(a, (tuple, list)) for t in a if isinstance(t, torch.Tensor)]
-        if name.removesuffix("_") in _ACTIVATIONS:
-            for t in tensors:
-                hit = self.pending_activation.get(t.untyped_storage().data_ptr())
-                if hit is not None:
-                    self.displaced = hit[1]
-                    return None
         for i, t in enumerate(tensors):
             hit = self.pending.get(t.untyped_storage().data_ptr())
             if hit is None:
@@ -436,7 +455,7 @@ class _DerivedStep:
                     target = args[0].untyped_storage()
                     self.pending[target.data_ptr()] = (target, hit[1])
                 continue
-            if name in ("clone", "_to_copy"):
+            if name in ("clone", "_to_copy", "cat", "stack"):  # copied, or gathered with others (columns stacked)
                 return hit[1]
             self.displaced = hit[1]
             return None
