@@ -93,7 +93,9 @@ class Lab:
         session = self.api("/api/sessions", "POST", {"path": name, "type": "notebook", "kernel": {"name": "python3"}})
         client = BlockingKernelClient(connection_file=str(self.runtime / f"kernel-{session['kernel']['id']}.json"))
         client.load_connection_file()
-        client.start_channels()
+        # no heartbeat: on a loaded machine a beat arrives later than its 1 s time-to-dead and the client declares a
+        # starting kernel dead ("Kernel died before replying to kernel_info"); readiness is its kernel_info reply
+        client.start_channels(hb=False)
         try:
             client.wait_for_ready(timeout=120)  # it answers: started, not importing any more
         finally:
