@@ -673,23 +673,31 @@ def _dtype_lead(got: torch.Tensor, want: torch.Tensor) -> str:
                 f"only the dtype differs. Compute in {w} (e.g. pass dtype=torch.{w} to torch.arange / torch.tensor)."
             )
         return f"wrong dtype: your result is {g}, the exercise works in {w}; the values differ as well"
-    if want.dtype == torch.float64 and got.numel() and got.shape == want.shape:
-        eps = torch.finfo(torch.float32).eps
-        # the entries that tell: those the reference holds beyond float32 and above float64's rounding of its largest
-        # (a right answer's 2⁻⁵² where the reference has cos(π/2) ≈ 6e-17 is a float32 number by chance)
-        telling = (_to_double(_to_float(want)) != want) & (want.abs() > 1e3 * torch.finfo(torch.float64).eps * scale)
-        got_telling = got.detach()[telling]
-        if (
-            bool(telling.any())
-            and _equal(_to_double(_to_float(got_telling)), got_telling)
-            and _allclose(_to_double(got), want, rtol=100 * eps, atol=100 * eps * max(scale, 1e-30))
-        ):
-            return (
-                "your result is float64, but every value in it is a float32 number, within float32's rounding of the "
-                "reference: it was computed in float32 (a tensor made without dtype=torch.float64, or .float()) and "
-                "widened afterwards; the exercise works in float64 throughout"
-            )
+    if _widened_from_float32(got, want):
+        return (
+            "your result is float64, but every value in it is a float32 number, within float32's rounding of the "
+            "reference: it was computed in float32 (a tensor made without dtype=torch.float64, or .float()) and "
+            "widened afterwards; the exercise works in float64 throughout"
+        )
     return ""
+
+
+def _widened_from_float32(got: torch.Tensor, want: torch.Tensor) -> bool:
+    """Whether a float64 result was computed in float32 and widened: every entry that tells is a float32 number, and
+    the result lies within float32's rounding of the float64 reference. The entries that tell are those where the
+    reference is not a float32 number and lies above float64's rounding of its largest entry: a right answer's 2⁻⁵²
+    where the reference has cos(π/2) ≈ 6e-17 is a float32 number by chance, and tells nothing."""
+    if not (got.dtype == want.dtype == torch.float64 and got.numel() and got.shape == want.shape):
+        return False
+    eps = torch.finfo(torch.float32).eps
+    scale = _vector_norm(_to_double(want), float("inf")).item()
+    telling = (_to_double(_to_float(want)) != want) & (want.abs() > 1e3 * torch.finfo(torch.float64).eps * scale)
+    got_telling = got.detach()[telling]
+    return (
+        bool(telling.any())
+        and _equal(_to_double(_to_float(got_telling)), got_telling)
+        and _allclose(_to_double(got), want, rtol=100 * eps, atol=100 * eps * max(scale, 1e-30))
+    )
 
 
 def _is_plain_tensor(value: Any) -> bool:

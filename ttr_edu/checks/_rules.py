@@ -837,15 +837,7 @@ def _dtype_note(got: Any, want: Any) -> str:
     if isinstance(want, torch.Tensor) and _core._is_plain_tensor(got) and got.dtype != want.dtype:
         g, w = (str(t.dtype).replace("torch.", "") for t in (got, want))
         return f"note: your result is {g}; the exercise works in {w} (the values agree to the check's tolerance)"
-    if (
-        isinstance(want, torch.Tensor)
-        and _core._is_plain_tensor(got)
-        and want.dtype == got.dtype == torch.float64
-        and got.numel() > 1
-        and not _core._equal(got, got.round())  # not zeros or small integers, which every dtype holds exactly
-        and _core._equal(_core._to_double(_core._to_float(got)), got)
-        and not _core._equal(_core._to_double(_core._to_float(want)), want)
-    ):
+    if isinstance(want, torch.Tensor) and _core._is_plain_tensor(got) and _core._widened_from_float32(got, want):
         return (
             "note: your result is float64, but every value in it is a float32 number: it was computed in float32 and "
             "widened; the exercise works in float64 (the values agree to the check's tolerance)"
@@ -1042,10 +1034,7 @@ def run_in_kernel(
     except CheckFailed as failure:
         raise failure.with_traceback(None) from None
     note = next((n for n in notes if n), "")
-    print(
-        f"PASS {name}: your function agrees with the reference on {n_cases} random cases."
-        + (f" ({note})" if note else "")
-    )
+    print(f"PASS {name}: your function agrees with the reference on {n_cases} cases." + (f" ({note})" if note else ""))
     return True
 
 
