@@ -1,6 +1,8 @@
 """The README's promises hold: its Python example runs, and its test command is what .ci/run runs."""
 
 import re
+import shutil
+import subprocess
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -37,3 +39,19 @@ def test_the_readme_says_how_to_get_torchs_cpu_build_and_which_versions_were_tes
     assert "pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu" in quick_start
     assert "keeps the install small" not in README  # the pin alone does not: PyPI's Linux torch is the CUDA build
     assert "torch 2.13.0 (its CPU build) and triton 3.9.0" in quick_start and "triton 3.7.1" in quick_start
+
+
+def test_ci_stops_before_it_touches_a_students_my_course(tmp_path):
+    """The README's command 1 makes ``my-course`` in the clone, so a contributor who took the course there has their
+    notebooks in it: .ci/run, which runs that command as written, stops first and changes nothing."""
+    (tmp_path / ".ci").mkdir()
+    shutil.copy(ROOT / ".ci" / "run", tmp_path / ".ci" / "run")
+    shutil.copy(ROOT / "README.md", tmp_path / "README.md")
+    work = tmp_path / "my-course" / "01_hebbian_memory.ipynb"
+    work.parent.mkdir()
+    work.write_text("my edits")
+    done = subprocess.run(["bash", str(tmp_path / ".ci" / "run")], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "my-course/ holds your course notebooks" in done.stderr and "nothing was changed" in done.stderr
+    assert done.stdout == "" and work.read_text() == "my edits"
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".ci", "README.md", "my-course"]
