@@ -811,6 +811,38 @@ def test_a_full_disk_names_the_notebook_and_says_nothing_was_replaced(tmp_path, 
     assert {p.name: p.read_bytes() for p in dest.iterdir()} == before
 
 
+def test_a_full_disk_on_a_first_copy_says_the_notebook_was_not_created(tmp_path, monkeypatch, capsys):
+    def disk_full(path, data):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(sync, "write_atomically", disk_full)
+    dest = tmp_path / "my-course"
+    assert run("copy", str(dest), "1") == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err, err
+    assert f"cannot write {FIRST.name}" in err and "it was not created" in err and "unchanged" not in err, err
+    assert not (dest / FIRST.name).exists()
+
+
+def test_a_full_disk_for_the_backup_of_force_names_it_and_replaces_nothing(tmp_path, monkeypatch, capsys):
+    dest = tmp_path / "my-course"
+    assert run("copy", str(dest), "1") == 0
+    edit(dest / FIRST.name, "mine")
+    before = {p.name: p.read_bytes() for p in dest.iterdir()}
+
+    def disk_full(path, data):
+        raise OSError(28, "No space left on device")  # the backup is the first file --force writes
+
+    monkeypatch.setattr(sync, "_create_exclusive", disk_full)
+    capsys.readouterr()
+    assert run("copy", str(dest), "1", "--force") == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err, err
+    assert f"cannot write {FIRST.stem}{sync.BACKUP}" in err and "No space left on device" in err, err
+    assert f"your {FIRST.name} is unchanged" in err, err
+    assert {p.name: p.read_bytes() for p in dest.iterdir()} == before
+
+
 def test_an_os_error_without_a_file_name_does_not_end_in_none(monkeypatch, capsys):
     def fails(args):
         raise OSError(28, "No space left on device")

@@ -215,14 +215,29 @@ def _existing(dest: Path, slug: str, entry: dict, target: Path) -> Path | None:
     return found[0] if found else None
 
 
+#: What a failed write tells the student to do; a rerun carries on where the stopped one ended.
+_AGAIN = "free some space, then run the same command again"
+
+
 def _write(path: Path, data: bytes) -> None:
     """Write atomically; a failure (a full disk) names the file, which is left as it was."""
+    existed = path.exists()
     try:
         write_atomically(path, data)
     except OSError as err:
+        left = "it is unchanged" if existed else "it was not created"
+        raise CopyError(f"cannot write {path.name} in {path.parent}: {err.strerror or err}; {left} ({_AGAIN})") from err
+
+
+def _write_new(path: Path, data: bytes, unchanged: Path) -> Path:
+    """:func:`_create_exclusive`, whose failure (a full disk) names the file it could not make and the student's
+    notebook ``unchanged`` that it leaves as it was (a backup not made means nothing was replaced)."""
+    try:
+        return _create_exclusive(path, data)
+    except OSError as err:
         raise CopyError(
-            f"cannot write {path.name} in {path.parent}: {err.strerror or err}; it is unchanged, and so is every "
-            "notebook not reported above (free some space, then run the same command again)"
+            f"cannot write {path.name} in {path.parent}: {err.strerror or err}; your {unchanged.name} is unchanged "
+            f"({_AGAIN})"
         ) from err
 
 
@@ -259,7 +274,8 @@ def _sync(source: Path, data: bytes, dest: Path, manifest: dict, force: bool, st
                 _move(current, target)  # the edits follow the chapter's slug to its new number
             entry["file"] = target.name
             if force:
-                backup = _create_exclusive(target.with_name(f"{target.stem}{BACKUP}{stamp}.ipynb"), target.read_bytes())
+                backup_name = target.with_name(f"{target.stem}{BACKUP}{stamp}.ipynb")
+                backup = _write_new(backup_name, target.read_bytes(), target)
                 made.add(backup.name)
                 _write(target, data)
                 report.refreshed.append(label)
@@ -319,7 +335,7 @@ def _put_beside(target: Path, data: bytes, entry: dict) -> Path:
     ):
         _write(path, data)
         return path
-    return _create_exclusive(path, data)
+    return _write_new(path, data, target)
 
 
 def copy_into(dest: Path, notebooks: dict[Path, bytes], pages: dict[PurePosixPath, bytes], force: bool) -> Report:
