@@ -113,7 +113,8 @@ def test_unsolved_kernel_is_reported_not_raised(capsys):
 def test_block_pointers_are_named_not_taken_for_the_stub(capsys):
     """Review r35h: Triton's own NotImplementedError (make_block_ptr in 3.9) read as the stub's, "not attempted yet"."""
     with pytest.raises(
-        CheckFailed, match=r"calls tl\.make_block_ptr: block pointers are not supported by Triton's CPU"
+        CheckFailed,
+        match=r"calls tl\.make_block_ptr: Triton has removed block pointers in favour of tensor descriptors",
     ):
         checks.check_running_sum(running_sum_block_pointers)
     assert "not attempted" not in capsys.readouterr().out
