@@ -457,7 +457,8 @@ def test_a_default_precision_kkt_in_12_4_gets_the_tf32_note():
 
 
 def test_the_12_4_correlated_case_measures_substitution_well_inside_and_neumann_far_outside_the_tolerance():
-    # the numbers check_ut_transform's docstring states: substitution under 0.2 of the tolerance, doubling over 10 times
+    # the numbers check_ut_transform's docstring and puzzle 12.4's text state: substitution under 0.2 of the
+    # tolerance, doubling over 10 times (per entry, |got - want| / (atol + rtol |want|))
     from ttr_edu.checks.chunkwise_algorithms import ut_transform_spec
 
     case = list(checks._ut_transform_cases())[-1]

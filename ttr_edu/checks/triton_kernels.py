@@ -935,9 +935,10 @@ def check_ut_transform(kernel) -> bool:
     ``𝒯 = (I + tril(diag(β) K Kᵀ, −1))⁻¹ diag(β)``.
 
     One program (grid ``(1,)``), ``C ≤ BLOCK_C = 16``. The last case has correlated keys (mean cosine about 0.99) and
-    ``β = 1``: forward substitution stays at fp32 rounding there (about 0.3 of the tolerance), while the Neumann series
-    ``Σ (−A)ⁿ``, exact on the near-orthogonal cases, cancels terms far larger than the inverse and misses by 50 to 500
-    times the tolerance (chapter 11 measures why).
+    ``β = 1``: forward substitution stays at fp32 rounding there (within a fifth of the tolerance in every entry),
+    while the Neumann series ``Σ (−A)ⁿ`` by doubling, exact on the near-orthogonal cases, cancels terms far larger than
+    the inverse and misses some entry by more than 10 times the tolerance (both bound by the check's tests; chapter 11
+    measures why).
     """
 
 
