@@ -157,7 +157,7 @@ def test_a_wrong_step_is_still_rejected_while_11_2_is_a_stub():
         "def wrong(q, k, v, beta, S):\n    o, S_new = delta_rule_chunk_step(q, k, v, beta, S)\n    return o, S",
         namespace,
     )
-    with pytest.raises(CheckFailed, match="first wrong element|does not build both outputs"):  # S returned as it came
+    with pytest.raises(CheckFailed, match="wrong values"):  # S returned as it came: its values are wrong, said first
         checks.check_delta_rule_chunk_step(namespace["wrong"])
 
 
@@ -912,6 +912,21 @@ def test_a_step_that_does_not_use_what_ut_transform_returns_fails(answer):
     not move were not built from it (review r35c: the call counted, its result thrown away)."""
     with pytest.raises(CheckFailed, match=r"does not build both outputs from what it returns.*W = 𝒯K"):
         checks.check_delta_rule_chunk_step(answer)
+
+
+def step_with_a_strict_causal_mask(q, k, v, beta, S):  # review B: the off-by-one, read by the probe at C = 1
+    ut = ut_transform(k, beta)
+    pseudo = ut @ v - (ut @ k) @ S
+    mask = torch.tril(torch.ones(len(q), len(q), dtype=q.dtype), diagonal=-1)
+    return q @ S + ((q @ k.T) * mask) @ pseudo, S + k.T @ pseudo
+
+
+def test_a_wrong_step_fails_on_its_values_not_on_the_probe():
+    """A strict mask leaves o = qS at C = 1, which does not move with 𝒯: the probe would blame "a token loop" for what
+    is a wrong value. The values are compared first, and the message is about them."""
+    with pytest.raises(CheckFailed, match=r"wrong values") as failure:
+        checks.check_delta_rule_chunk_step(step_with_a_strict_causal_mask)
+    assert "does not build both outputs" not in str(failure.value)
 
 
 def test_steps_that_build_the_chunk_from_the_ut_matrix_pass():

@@ -113,7 +113,8 @@ def test_unsolved_kernel_is_reported_not_raised(capsys):
 def test_block_pointers_are_named_not_taken_for_the_stub(capsys):
     """Review r35h: Triton's own NotImplementedError (make_block_ptr in 3.9) read as the stub's, "not attempted yet"."""
     with pytest.raises(
-        CheckFailed, match=r"calls tl\.make_block_ptr: block pointers are not supported by Triton's CPU"
+        CheckFailed,
+        match=r"calls tl\.make_block_ptr: Triton has removed block pointers in favour of tensor descriptors",
     ):
         checks.check_running_sum(running_sum_block_pointers)
     assert "not attempted" not in capsys.readouterr().out
@@ -456,7 +457,8 @@ def test_a_default_precision_kkt_in_12_4_gets_the_tf32_note():
 
 
 def test_the_12_4_correlated_case_measures_substitution_well_inside_and_neumann_far_outside_the_tolerance():
-    # the numbers check_ut_transform's docstring states: substitution under 0.2 of the tolerance, doubling over 10 times
+    # the numbers check_ut_transform's docstring and puzzle 12.4's text state: substitution under 0.2 of the
+    # tolerance, doubling over 10 times (per entry, |got - want| / (atol + rtol |want|))
     from ttr_edu.checks.chunkwise_algorithms import ut_transform_spec
 
     case = list(checks._ut_transform_cases())[-1]

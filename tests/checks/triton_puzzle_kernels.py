@@ -791,7 +791,7 @@ def ut_transform_neumann_float64(k_ptr, beta_ptr, out_ptr, C, D_k, BLOCK_C: tl.c
 
 @triton.jit
 def running_sum_block_pointers(x_ptr, out_ptr, T, H, D, BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr):
-    """Right in fla's style (an int64 head base, tiles through block pointers): Triton 3.9 has no block pointers."""
+    """Right in older Triton's style (an int64 head base, tiles through block pointers): Triton 3.9 removed them."""
     i_bh, i_d = tl.program_id(0), tl.program_id(1)
     i_b, i_h = (i_bh // H).to(tl.int64), (i_bh % H).to(tl.int64)
     x_ptr += (i_b * T * H + i_h) * D

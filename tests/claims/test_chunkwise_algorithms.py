@@ -227,3 +227,30 @@ def test_horner_claim_fails_when_horner_forms_the_powers():
     )
     assert error is not None and "ClaimFailed" in error
     assert "the same series evaluated by Horner's rule stays at fp32 rounding" in error
+
+
+@pytest.mark.parametrize("head", [64, 128])
+def test_the_length_claims_hold_for_a_larger_head(head):
+    # Review B: at D = 64 "the flops grow as T²" (a fitted slope of 1.79) and "memory grows 3–4× per doubling" (2.94)
+    # failed: the T² terms take over only once T is large against D. The claims now say that, and hold at any head.
+    import nbformat
+    import torch
+
+    from tests.claims.mutation import ROOT
+    from ttr_edu import ops, profiling, viz
+    from ttr_edu.course import claims
+
+    cells = [c.source for c in nbformat.read(ROOT / CHAPTER, as_version=4).cells if c.cell_type == "code"]
+    (setup,) = [c for c in cells if "def make_inputs(" in c]
+    (lengths,) = [c for c in cells if "lengths = [32, 64, 128, 256, 512]" in c]
+    (memory,) = [c for c in cells if "lengths_memory = [" in c]
+    assert "HEADS, D_HEAD = 2, 32" in setup
+    namespace = {"torch": torch, "ops": ops, "profiling": profiling, "viz": viz, "claims": claims}
+    threads = torch.get_num_threads()
+    try:
+        exec(setup.replace("HEADS, D_HEAD = 2, 32", f"HEADS, D_HEAD = 2, {head}"), namespace)
+    finally:
+        torch.set_num_threads(threads)
+    namespace["best_seconds"] = lambda fn, repeats=5: 0.01
+    exec(lengths, namespace)
+    exec(memory, namespace)

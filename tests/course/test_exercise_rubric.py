@@ -23,7 +23,9 @@ CHAPTERS = [
 ]
 HEADING = re.compile(r"^### (?:Exercise|Puzzle) (\d+\.\d+) — .*? (★☆☆|★★☆|★★★) \(about (\d+) minutes\)$", re.MULTILINE)
 MINUTES = {1: (5, 10), 2: (10, 20), 3: (20, 30)}
-HINT = re.compile(r"^:::\{dropdown\}[^\n]*\n(.*?)^:::$", re.MULTILINE | re.DOTALL)
+# every dropdown of an exercise's cell is a hint but the rules its check applies ("What the check counts"), which name
+# the calls they count and may hold code at any rating
+HINT = re.compile(r"^:::\{dropdown\}(?! What the check counts)[^\n]*\n(.*?)^:::$", re.MULTILINE | re.DOTALL)
 
 
 def exercises(chapter: str) -> list[tuple[str, int, int, list[str]]]:

@@ -248,6 +248,9 @@ def _raised_in(error: BaseException, fn: Callable) -> str:
     return tb.tb_frame.f_code.co_name if tb is not None else getattr(fn, "__name__", "?")
 
 
+#: the tolerances of 11.3's check (its values, and whether they agree before the step is probed for its use of 𝒯)
+_STEP_RTOL, _STEP_ATOL = 1e-8, 1e-10
+
 #: the case of 11.3's check on which its note is printed: the first (a chunk of one token)
 _FIRST_STEP_CASE_LENGTH = 1
 
@@ -299,7 +302,9 @@ def _step_with_ut_transform(delta_rule_chunk_step: Callable, case: dict):
             "your Exercise 11.2 (𝒯, then W = 𝒯K and U = 𝒯V, then the pseudo-values against S), not token by token "
             "or with an inverse of its own; call ut_transform(k, beta) once"
         )
-    if not _uses_what_ut_transform_returns(delta_rule_chunk_step, namespace, helper, absent, lent, probe_case, result):
+    if _agrees_with_spec(result, probe_case) and not _uses_what_ut_transform_returns(
+        delta_rule_chunk_step, namespace, helper, absent, lent, probe_case, result
+    ):
         raise CheckFailed(
             "delta_rule_chunk_step called ut_transform but does not build both outputs from what it returns: called "
             "once more with a changed 𝒯 from ut_transform, it gave the same o or the same S', or refused the changed "
@@ -312,6 +317,28 @@ def _step_with_ut_transform(delta_rule_chunk_step: Callable, case: dict):
             "delta_rule_chunk_step the package's checks.ut_transform_spec in its place."
         )
     return result
+
+
+def _agrees_with_spec(result, case: dict) -> bool:
+    """Whether ``result`` has the values of :func:`delta_rule_chunk_step_spec` on ``case`` (at the check's tolerance).
+    Only then is the step probed for what it builds from 𝒯: a wrong answer fails on its values, and the message says
+    so, even where the probe would also see an output that does not move with 𝒯 (a strict causal mask, at C = 1, makes
+    o = qS, independent of 𝒯)."""
+    q, k, v, beta, S = (case[name] for name in ("q", "k", "v", "beta", "S"))
+    # delta_rule_chunk_step_spec's values, written out from 𝒯: calling the reference here, under the guard that the
+    # answer runs in, would read as the answer calling the package's implementation
+    ut = ut_transform_spec(k, beta)
+    pseudo = ut @ v - (ut @ k) @ S
+    want = (q @ S + torch.tril(q @ k.T) @ pseudo, S + k.T @ pseudo)
+    if not (isinstance(result, (tuple, list)) and len(result) == len(want)):
+        return False
+    return all(
+        isinstance(r, torch.Tensor)
+        and r.shape == w.shape
+        and r.dtype == w.dtype
+        and bool(torch.allclose(r, w, rtol=_STEP_RTOL, atol=_STEP_ATOL))
+        for r, w in zip(result, want)
+    )
 
 
 def _uses_what_ut_transform_returns(step, namespace, helper, absent, lent, case: dict, result) -> bool:
@@ -359,8 +386,8 @@ def _uses_what_ut_transform_returns(step, namespace, helper, absent, lent, case:
         answers=(ops.delta_rule_chunk, ops.delta_rule_recurrent, ops.delta_rule_parallel, ops.delta_rule_pseudo_values)
     ),
     call=_step_with_ut_transform,
-    rtol=1e-8,
-    atol=1e-10,
+    rtol=_STEP_RTOL,
+    atol=_STEP_ATOL,
 )
 def check_delta_rule_chunk_step(delta_rule_chunk_step: Callable) -> bool:
     """Check ``delta_rule_chunk_step(q, k, v, beta, S) -> (o, S')`` for one chunk, ``scale = 1`` (near-orthogonal and

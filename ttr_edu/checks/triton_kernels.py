@@ -188,8 +188,9 @@ def _interpreter_unsupported(error: BaseException) -> str | None:
     A ``NotImplementedError`` raised inside Triton itself is not the exercise's stub (which raises it in the student's
     own function): in Triton 3.9.0, ``tl.make_block_ptr`` and ``tl.advance`` are builtins whose only statement raises
     it ("Block pointers have been removed in favor of the tensor descriptor API", ``triton/language/core.py``
-    lines 2518-2538 of the 3.9.0 wheel), so a kernel written with block pointers would otherwise read as "not
-    attempted yet" (its last frame is the first statement of the function that raised).
+    lines 2518-2538 of the 3.9.0 wheel, on every backend, not only in the interpreter), so a kernel written with block
+    pointers would otherwise read as "not attempted yet" (its last frame is the first statement of the function that
+    raised).
     """
     import sys
     from pathlib import Path
@@ -210,10 +211,11 @@ def _interpreter_unsupported(error: BaseException) -> str | None:
                 called = tb.tb_frame.f_code.co_name
                 if called in ("make_block_ptr", "advance"):
                     return (
-                        f"your kernel calls tl.{called}: block pointers are not supported by Triton's CPU interpreter, "
-                        f"which the check runs (in Triton {getattr(triton, '__version__', '?')} tl.{called} raises "
-                        f"NotImplementedError: {err}), so the check cannot run this kernel; address the tiles with "
-                        "pointer arithmetic (a base pointer plus offsets from tl.arange, masked at the edges) instead"
+                        f"your kernel calls tl.{called}: Triton has removed block pointers in favour of tensor "
+                        f"descriptors (in Triton {getattr(triton, '__version__', '?')} tl.{called} raises "
+                        f"NotImplementedError: {err}, on a GPU as in the interpreter the check runs), so this kernel "
+                        "cannot run; address the tiles with pointer arithmetic (a base pointer plus offsets from "
+                        "tl.arange, masked at the edges) instead"
                     )
                 return (
                     f"your kernel calls {called}, which Triton's CPU interpreter does not implement "
@@ -933,9 +935,10 @@ def check_ut_transform(kernel) -> bool:
     ``𝒯 = (I + tril(diag(β) K Kᵀ, −1))⁻¹ diag(β)``.
 
     One program (grid ``(1,)``), ``C ≤ BLOCK_C = 16``. The last case has correlated keys (mean cosine about 0.99) and
-    ``β = 1``: forward substitution stays at fp32 rounding there (about 0.3 of the tolerance), while the Neumann series
-    ``Σ (−A)ⁿ``, exact on the near-orthogonal cases, cancels terms far larger than the inverse and misses by 50 to 500
-    times the tolerance (chapter 11 measures why).
+    ``β = 1``: forward substitution stays at fp32 rounding there (within a fifth of the tolerance in every entry),
+    while the Neumann series ``Σ (−A)ⁿ`` by doubling, exact on the near-orthogonal cases, cancels terms far larger than
+    the inverse and misses some entry by more than 10 times the tolerance (both bound by the check's tests; chapter 11
+    measures why).
     """
 
 
