@@ -268,17 +268,23 @@ def _op_work(func, args: tuple, kwargs: dict, out) -> int:
 
 class _CountWork(_CountOperations):
     """Context manager: ``count`` as :class:`_CountOperations`, and ``work``, the elements the PyTorch operations run
-    inside the block read and write plus the multiply-adds of their matrix products (:func:`work_count`)."""
+    inside the block read and write plus the multiply-adds of their matrix products (:func:`work_count`); and
+    ``cat_work``, the part of it done by concatenations (``torch.cat``, and ``torch.stack``, which calls it), so that a
+    check can say when copying a growing output again at each step is what makes the work grow."""
 
     def __enter__(self):
         self.work = 0
+        self.cat_work = 0
         return super().__enter__()
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         self.count += 1
         out = func(*args, **kwargs)
-        self.work += _op_work(func, args, kwargs, out)
+        work = _op_work(func, args, kwargs, out)
+        self.work += work
+        if func._overloadpacket is torch.ops.aten.cat:
+            self.cat_work += work
         return out
 
 

@@ -4,6 +4,7 @@ That an unattempted stub is reported is tested for every check at once in test_c
 """
 
 import math
+import re
 
 import pytest
 import torch
@@ -11,6 +12,7 @@ import torch
 from tests.checks.galleries import DTYPE_NAMED, accepted, ids, refused
 from ttr_edu.checks import CheckFailed
 from ttr_edu.checks import linear_attention_is_fwp as checks
+from ttr_edu.checks._rules import CAT_GROWTH
 from ttr_edu.ops import linear_attention_parallel
 
 
@@ -255,6 +257,37 @@ def _recurrence_growing_the_output(q, k, v):  # the state kept, but the output c
     return out
 
 
+def _chunk_growing_the_output(q, k, v, chunk_size):  # the state carried, but the output copied again at every chunk
+    S, out = q.new_zeros(k.shape[1], v.shape[1]), q.new_zeros(0, v.shape[1])
+    for s in range(0, len(q), chunk_size):
+        qc, kc, vc = q[s : s + chunk_size], k[s : s + chunk_size], v[s : s + chunk_size]
+        out = torch.cat([out, qc @ S + torch.tril(qc @ kc.T) @ vc])
+        S = S + kc.T @ vc
+    return out
+
+
+def _normalized_chunk_growing_the_output(q, k, v, chunk_size):  # S and z carried, the output grown by torch.cat
+    S, z, out = q.new_zeros(k.shape[1], v.shape[1]), q.new_zeros(k.shape[1]), q.new_zeros(0, v.shape[1])
+    for s in range(0, len(q), chunk_size):
+        qc, kc, vc = q[s : s + chunk_size], k[s : s + chunk_size], v[s : s + chunk_size]
+        scores = torch.tril(qc @ kc.T)
+        out = torch.cat([out, (qc @ S + scores @ vc) / (qc @ z + scores.sum(-1) + 1e-6)[:, None]])
+        S, z = S + kc.T @ vc, z + kc.sum(0)
+    return out
+
+
+def _prefix_reread_growing_the_output(q, k, v):  # no state, and the output copied again at every step: both named
+    out = q.new_zeros(0, v.shape[1])
+    for t in range(len(q)):
+        out = torch.cat([out, ((q[t] @ k[: t + 1].T) @ v[: t + 1])[None]])
+    return out
+
+
+#: the message of an answer whose only flaw is an output grown by torch.cat: that, in the shared words, and no other
+#: reason (no re-summing or re-reading it did not do)
+_CAT_ONLY = r"your torch\.cat calls do .*; " + re.escape(CAT_GROWTH) + r"\.$"
+
+
 def _state_from_prefix(q, k, v):  # a loop over t that rebuilds S_t = K_{≤t}ᵀ V_{≤t} at every step (T² D² in all)
     return torch.stack([(k[: t + 1].T @ v[: t + 1]).T @ q[t] for t in range(len(q))])
 
@@ -391,7 +424,25 @@ WRONG_ANSWERS = [
         "2.1 the output grown by torch.cat at every step",
         checks.check_fast_weight_recurrence,
         _recurrence_growing_the_output,
-        r"grows like T\^1\.\d+.*torch\.cat at every step copies all of it again",
+        r"grows like T\^1\.\d+.*" + _CAT_ONLY,
+    ),
+    (
+        "2.3 the output grown by torch.cat at every chunk",
+        checks.check_chunk_linear_attention,
+        _chunk_growing_the_output,
+        r"grows faster than T: .*" + _CAT_ONLY,
+    ),
+    (
+        "2.5 the output grown by torch.cat at every chunk",
+        checks.check_normalized_chunk_linear_attention,
+        _normalized_chunk_growing_the_output,
+        r"grows faster than T: .*" + _CAT_ONLY,
+    ),
+    (
+        "2.1 the prefix re-read and the output grown by torch.cat",
+        checks.check_fast_weight_recurrence,
+        _prefix_reread_growing_the_output,
+        r"your torch\.cat calls do .*The rest of it grows too fast as well: .*re-reads every earlier key",
     ),
     (
         "2.1 S rebuilt from the whole prefix at every step",

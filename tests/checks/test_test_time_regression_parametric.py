@@ -5,6 +5,7 @@ That an unattempted stub is reported is tested for every check at once in test_c
 
 import json
 import math
+import re
 from pathlib import Path
 
 import pytest
@@ -15,6 +16,7 @@ import ttr_edu.regression.linear  # noqa: F401
 from tests.checks.galleries import DTYPE_NAMED, accepted, ids, refused
 from ttr_edu.checks import CheckFailed
 from ttr_edu.checks import test_time_regression_parametric as checks
+from ttr_edu.checks._rules import CAT_GROWTH
 
 
 # Correct answers, written the way a student would (as in the solutions notebook).
@@ -593,6 +595,21 @@ def _sweep_by_the_delta_rule(k, beta):  # a pass of the package's delta rule fro
     return delta_rule_recurrent(*args, scale=1.0, initial_state=eye[None, None], output_final_state=True)[1][0, 0]
 
 
+def _rls_growing_the_memories(k, v, ridge, initial_state=None):  # right recursion, memories grown by torch.cat
+    d = k.shape[1]
+    if initial_state is None:
+        S, P = k.new_zeros(d, v.shape[1]), torch.eye(d, dtype=k.dtype) / ridge
+    else:
+        S, P = initial_state
+    memories = k.new_zeros(0, d, v.shape[1])
+    for t in range(k.shape[0]):
+        Pk = P @ k[t]
+        P = P - torch.outer(Pk, Pk) / (1 + k[t] @ Pk)
+        S = S + torch.outer(P @ k[t], v[t] - S.T @ k[t])
+        memories = torch.cat([memories, S[None]])
+    return memories
+
+
 WRONG_ANSWERS = [
     ("6.3 the factors in reverse order", checks.check_sweep_operator, sweep_operator_reversed,
      "your product is the transpose of the pass's"),
@@ -651,6 +668,8 @@ WRONG_ANSWERS = [
      r"grows like D_k\^2\.\d+.*write P − g \(kᵀ P\) instead"),
     ("6.4 running sums, 40 conjugate-gradient steps per pair", checks.check_rls_memory,
      _rls_conjugate_gradients_per_pair, r"do \d+\.\d times the work of the update .* at D_k = 32"),
+    ("6.4 the memories grown by torch.cat, the recursion right", checks.check_rls_memory, _rls_growing_the_memories,
+     r"grows like T\^1\.\d+: .*your torch\.cat calls do .*; " + re.escape(CAT_GROWTH) + r"\.$"),
     ("6.4 the old signature, no initial_state", checks.check_rls_memory,
      lambda k, v, ridge: rls_memory(k, v, ridge), "hint: keep the stub's parameter names"),
 ]  # fmt: skip

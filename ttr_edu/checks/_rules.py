@@ -315,9 +315,9 @@ class Outcome:
     (the answer was stopped); ``called``: what the call trace saw it reach that it may not (reported once the values
     are judged: a wrong answer is shown as wrong first); ``inputs_after`` (the case's tensors after the call) and
     ``grads`` (input name -> vector-Jacobian product) when the rules ask for them; ``ops``: the number of torch
-    operations the call ran, when counted (:class:`OpCount`); ``work``: their work, when counted (:class:`WorkCount`);
-    ``source``: what the rules' reading of the answer's
-    source found (:func:`judge_source`)."""
+    operations the call ran, when counted (:class:`OpCount`); ``work``: their work, when counted (:class:`WorkCount`),
+    and ``cat_work`` the part of it done by ``torch.cat`` (it only words the message: :func:`judge_work`);
+    ``source``: what the rules' reading of the answer's source found (:func:`judge_source`)."""
 
     result: Any = None
     raised: str | None = None
@@ -329,6 +329,7 @@ class Outcome:
     source: str | None = None
     ops: int | None = None
     work: int | None = None
+    cat_work: int | None = None
 
     def as_dict(self) -> dict:
         return dict(vars(self))
@@ -485,13 +486,13 @@ class _Outside(_core.PythonNumbers):
 
     def printed(self, func: Callable, args: tuple, kwargs: dict) -> Any:
         counter = self.counter
-        count, work = counter.count, getattr(counter, "work", None)
+        count, work, cat_work = counter.count, getattr(counter, "work", None), getattr(counter, "cat_work", None)
         try:
             return func(*args, **kwargs)
         finally:
             counter.count = count
             if work is not None:
-                counter.work = work
+                counter.work, counter.cat_work = work, cat_work
 
     def _read(self, n: int, how: str) -> None:
         self.read += n
@@ -601,6 +602,7 @@ def answer_outcome(
                 outcome.result = declared.call(answer, given)
             outcome.ops = None if counter is None else counter.count
             outcome.work = counter.work if isinstance(counter, _CountWork) else None
+            outcome.cat_work = counter.cat_work if isinstance(counter, _CountWork) else None
         except NotImplementedError as err:
             if _core._is_untouched_stub(err):
                 outcome.not_attempted = True
@@ -903,10 +905,50 @@ def judge_ops(declared: Exercise, ops: dict[int, int]) -> None:
         )
 
 
-def judge_work(declared: Exercise, rule: WorkCount, work: dict[int, int]) -> None:
+#: What an answer that grows its output by ``torch.cat`` inside its loop did, and what to do instead: the one wording
+#: every work rule's message uses when the concatenations' own work is what grows too fast (:func:`judge_work`).
+CAT_GROWTH = (
+    "growing the output with torch.cat at every step copies all of it again each time, which grows like T²: collect "
+    "the rows in a list and stack them once, or write them into a preallocated tensor"
+)
+
+
+def _too_fast(rule: WorkCount, work: dict[int, int]) -> bool:
+    """Whether ``work`` (size -> work) breaks ``rule``'s growth: its exponent, or with ``rule.affine`` its linearity."""
+    counts = sorted(work.items())
+    (small, w_small), (large, w_large) = counts[0], counts[-1]
+    if math.log(max(w_large, 1) / max(w_small, 1)) / math.log(large / small) > rule.high:
+        return True
+    if rule.affine:
+        (_, w1), (_, w2), (_, w4) = counts
+        return (w4 - w2) - 2 * (w2 - w1) > 0
+    return False
+
+
+def _growth_reason(declared: Exercise, rule: WorkCount, work: dict[int, int], cat: dict[int, int] | None) -> str:
+    """The end of a growth refusal: what the answer did, as far as the counts tell. When the work of its
+    ``torch.cat`` calls (``cat``: size -> that part of ``work``) grows too fast by itself, the message says so
+    (:data:`CAT_GROWTH`), and drops the exercise's own reasons (re-summing, solving) if the rest of its work grows as
+    the rule allows: the answer did none of them."""
+    why = f": {declared.rules.why}." if declared.rules.why else "."
+    generic = f"{why} {rule.expect}".rstrip()
+    if not cat or cat.keys() != work.keys() or not _too_fast(rule, cat):
+        return generic
+    counts = sorted(cat.items())
+    n = rule.size_name
+    said = ", ".join(f"{c} at {n} = {size}" for size, c in counts)
+    cat_reason = f": of this work, your torch.cat calls do {said}; {CAT_GROWTH}."
+    if _too_fast(rule, {size: work[size] - cat[size] for size in work}):
+        return f"{cat_reason} The rest of it grows too fast as well{generic}"
+    return cat_reason
+
+
+def judge_work(declared: Exercise, rule: WorkCount, work: dict[int, int], cat: dict[int, int] | None = None) -> None:
     """The verdict of a :class:`WorkCount` rule from the answer's work at its sizes: the growth exponent between the
     smallest and the largest, with ``rule.affine`` the exact linearity ``W(4n) − 3 W(2n) + 2 W(n) = 0``, and with a
-    ``rule.yardstick`` the work at the largest size against the yardstick's (at most ``rule.at_most`` times)."""
+    ``rule.yardstick`` the work at the largest size against the yardstick's (at most ``rule.at_most`` times).
+    ``cat``: the part of each work done by ``torch.cat`` (:attr:`Outcome.cat_work`), which only words the message of a
+    growth refusal (:func:`_growth_reason`), never the verdict."""
     counts = sorted(work.items())
     (small, w_small), (large, w_large) = counts[0], counts[-1]
     n = rule.size_name
@@ -917,7 +959,7 @@ def judge_work(declared: Exercise, rule: WorkCount, work: dict[int, int]) -> Non
             f"{declared.name}: right values, but the work of your function's torch operations (elements read and "
             f"written, plus the multiply-adds of matrix products) grows like {n}^{exponent:.2f}: {w_small} at {n} = "
             f"{small}, {w_large} at {n} = {large} ({w_large / max(w_small, 1):.2f} times; at most {n}^{rule.high:g} "
-            f"is allowed){why} {rule.expect}".rstrip()
+            f"is allowed){_growth_reason(declared, rule, work, cat)}"
         )
     if rule.affine:
         (_, w1), (middle, w2), (_, w4) = counts
@@ -928,8 +970,8 @@ def judge_work(declared: Exercise, rule: WorkCount, work: dict[int, int]) -> Non
                 f"written, plus the multiply-adds of matrix products) grows faster than {n}: {w1} at {n} = {small}, "
                 f"{w2} at {n} = {middle}, {w4} at {n} = {large}. Going from {n} = {middle} to {large} adds {second}, "
                 f"more than twice the {first} that going from {small} to {middle} adds (a linear cost adds exactly "
-                f"twice as much), so the work for each token or chunk grows with its position{why} "
-                f"{rule.expect}".rstrip()
+                f"twice as much), so the work for each token or chunk grows with its position"
+                f"{_growth_reason(declared, rule, work, cat)}"
             )
     if rule.yardstick is not None:
         case = rule.case(large)  # the work depends on the shapes alone: the same as on the answer's secret inputs
@@ -1012,7 +1054,7 @@ def run_in_kernel(
                 ops[size] = outcome.ops
             judge_ops(declared, ops)
         for rule in declared.rules.work:
-            work = {}
+            work, cat = {}, {}
             for size in rule.sizes:
                 case = rule.case(size)
                 outcome = answer_outcome(
@@ -1022,7 +1064,8 @@ def run_in_kernel(
                 if outcome.work is None:  # judge_case raised for every other outcome: only a count comes here
                     raise CheckFailed(f"{declared.name}: the check could not count your function's work")
                 work[size] = outcome.work
-            judge_work(declared, rule, work)
+                cat[size] = outcome.cat_work or 0
+            judge_work(declared, rule, work, cat)
         judge_source(declared, found)
         if then is not None:
             then()

@@ -233,9 +233,7 @@ def _recurrence_memory(case: dict) -> _RecurrenceMemory:
                 sizes=_COST_LENGTHS,
                 high=_COST_HIGH,
                 affine=True,
-                expect="A recurrence does the same work for every token, whatever t: its work grows like T. (Growing "
-                "the output with torch.cat at every step copies all of it again each time, which grows like T² too: "
-                "collect the rows in a list and stack them once.)",
+                expect="A recurrence does the same work for every token, whatever t: its work grows like T.",
             ),
         ),
         watch=_recurrence_memory,

@@ -376,7 +376,7 @@ def _judge_check(
                 ops[size] = outcome.ops
             judge_ops(declared, ops)
         for rule_index, rule in enumerate(declared.rules.work):
-            work = {}
+            work, cat = {}, {}
             for size in rule.sizes:
                 heard_work = heard.work.get((check.check, rule_index, size))
                 if heard_work is None:
@@ -386,7 +386,10 @@ def _judge_check(
                 if not isinstance(outcome.work, int) or isinstance(outcome.work, bool) or outcome.work < 0:
                     return "FAIL", f"{name}: the grader could not count the work of your function's torch operations"
                 work[size] = outcome.work
-            judge_work(declared, rule, work)
+                # the answer's process reports it; it only words a refusal's message (judge_work), never the verdict
+                ok = isinstance(outcome.cat_work, int) and not isinstance(outcome.cat_work, bool)
+                cat[size] = min(max(outcome.cat_work, 0), outcome.work) if ok else 0
+            judge_work(declared, rule, work, cat)
         judge_source(declared, found)
     except NotAttempted:
         return "not attempted", ""
