@@ -865,15 +865,6 @@ def _every_state_in_a_list(q, k, v):  # the recurrence, but every S_t kept and r
     return torch.stack([states[t].T @ q[t] for t in range(len(q))])
 
 
-def _chunk_output_grown_by_cat(q, k, v, chunk_size):  # the state carried, the output copied again in every chunk
-    S, out = q.new_zeros(k.shape[1], v.shape[1]), q.new_zeros(0, v.shape[1])
-    for s in range(0, len(q), chunk_size):
-        qc, kc, vc = q[s : s + chunk_size], k[s : s + chunk_size], v[s : s + chunk_size]
-        out = torch.cat([out, qc @ S + torch.tril(qc @ kc.T) @ vc])
-        S = S + kc.T @ vc
-    return out
-
-
 def _normalized_chunk_z_resummed(q, k, v, chunk_size):  # S carried, but z re-summed from every earlier key
     S, out = q.new_zeros(k.shape[1], v.shape[1]), []
     for s in range(0, len(q), chunk_size):
@@ -914,7 +905,7 @@ REVIEW_R34E = [
     (
         "2.3 the output grown by torch.cat in every chunk",
         checks.check_chunk_linear_attention,
-        _chunk_output_grown_by_cat,
+        _chunk_growing_the_output,
         _GROWS,
     ),
     (
@@ -988,7 +979,7 @@ def test_a_right_chunk_form_does_exactly_linear_work_at_any_chunk_size_dividing_
     "check,answer",
     [
         (checks.check_fast_weight_recurrence, _recurrence_growing_the_output),
-        (checks.check_chunk_linear_attention, _chunk_output_grown_by_cat),
+        (checks.check_chunk_linear_attention, _chunk_growing_the_output),
         (checks.check_normalized_chunk_linear_attention, _normalized_chunk_z_resummed),
         (checks.check_normalized_chunk_linear_attention, _normalized_chunk_z_from_a_list),
         (checks.check_normalized_chunk_linear_attention, _normalized_chunk_prefix_resummed),
