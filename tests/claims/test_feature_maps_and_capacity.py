@@ -1,5 +1,7 @@
 """Chapter 03's claims are really checked: with one parameter changed, the run stops naming the claim."""
 
+import re
+
 import nbformat
 import pytest
 
@@ -54,6 +56,14 @@ def test_a_paper_limit_below_ours_breaks_the_comparison():
         '"DPFP ν=3": {340: 0.0001, 360: 0.0034, 380: 0.0045, 400: 0.0359},',
         '"DPFP ν=3": {200: 0.0001, 220: 0.0034, 240: 0.0359},',
     )
+    # and the logs below those points end below 200 too, so that the paper's own runs keep no miss below their limit
+    below_start = mutated.index('"DPFP ν=3": {20: ')
+    below_end = mutated.index("},", below_start) + len("},")
+    below = mutated[below_start:below_end]
+    kept = ", ".join(
+        f"{s}: {loss}" for s, loss in re.findall(r"(\d+): ([0-9.]+)", below.split("{", 1)[1]) if int(s) < 200
+    )
+    mutated = mutated[:below_start] + '"DPFP ν=3": {' + kept + "}," + mutated[below_end:]
     error = run_mutated(NOTEBOOK, block, mutated.replace(old_steps, new_steps))
     assert error is not None and "ClaimFailed" in error
     assert "no memory's limit lies above the paper's, in any seed" in error
@@ -65,3 +75,13 @@ def test_reading_with_the_keys_instead_of_the_queries_breaks_the_mechanism():
     error = run_mutated(NOTEBOOK, "w = readout_weights(queries, after)", "w = readout_weights(after, after)")
     assert error is not None and "ClaimFailed" in error
     assert "a run is solved exactly when every query gives its own key more than 0.9" in error
+
+
+def test_a_miss_in_the_authors_logs_breaks_the_no_miss_claim():
+    # Had the paper's DPFP ν = 2 run at S = 120 failed (a best loss of 0.05), its runs would miss below their limit.
+    error = run_mutated(NOTEBOOK, "100: 0.0005, 120: 0.0003, 140: 0.0005", "100: 0.0005, 120: 0.0500, 140: 0.0005")
+    assert error is not None and "ClaimFailed" in error
+    assert (
+        "the paper's runs have no miss below their limits" in error
+        and "DPFP ν=2: failed below the limit at [120]" in error
+    )
