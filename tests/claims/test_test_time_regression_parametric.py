@@ -59,3 +59,11 @@ def test_the_first_order_estimate_misses_the_slowest_rate():
     )
     assert error is not None and "ClaimFailed" in error
     assert "1 − ρ follows from the keys' Gram matrix" in error
+
+
+def test_the_recall_thresholds_move_with_d():
+    # The rerun at half the dimension, run at the chapter's d instead, recalls exactly as much: the claim that fewer
+    # dimensions recall less at the same N/d (what makes the table's thresholds this d's, not laws in units of d) fails.
+    error = run_mutated(NOTEBOOK, "small_d = d // 2  # the same", "small_d = d  # the same")
+    assert error is not None and "ClaimFailed" in error
+    assert "at the same N/d, fewer dimensions recall less" in error
