@@ -67,3 +67,11 @@ def test_the_recall_thresholds_move_with_d():
     error = run_mutated(NOTEBOOK, "small_d = d // 2  # the same", "small_d = d  # the same")
     assert error is not None and "ClaimFailed" in error
     assert "at the same N/d, fewer dimensions recall less" in error
+
+
+def test_three_draws_of_the_keys_would_trust_the_rate_at_beta_1():
+    # The chapter's three seeds alone fit 2βλ_min/(2 − β) within 1% at β = 1; only over many draws of the keys does
+    # the estimate miss by more than 6% at that step, which is why the text limits it to β ≤ 0.5.
+    error = run_mutated(NOTEBOOK, "DRAWS = range(100)", "DRAWS = range(3)")
+    assert error is not None and "ClaimFailed" in error
+    assert "but not at β = 1: there it misses 1 − ρ by more than 6% for some of the draws" in error
