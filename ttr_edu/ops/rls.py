@@ -1,5 +1,12 @@
 """Recursive least squares and the Mesa layer: exact online ridge regression, two forms side by side.
 
+Which layer the ops compute: without ``g``, RLS (the exact ridge regression kept online by Sherman–Morrison). With
+``g``, **the Mesa layer, not forgetting-factor RLS**, despite the ``rls_`` in the names: the ridge stays constant,
+``S_t = (Σ_i γ_i^{(t)} k_i k_iᵀ + λI)⁻¹ Σ_i γ_i^{(t)} k_i v_iᵀ`` (MesaNet, von Oswald et al. 2025, eq. 6 with a
+constant ridge; the same as :class:`ttr_edu.regression.ExactSolve` under :class:`ttr_edu.regression.Gates`). Classical
+forgetting-factor RLS, whose ridge fades with the data (``… + γ_0^{(t)} λI``), is
+:class:`ttr_edu.regression.RecursiveLeastSquares` under ``Gates``; no op here computes it.
+
 The memory is the exact (optionally gated) ridge-regression solution over the tokens so far (Wang, Shi, Fox 2025,
 §3.1; von Oswald et al. 2023; MesaNet, von Oswald et al. 2025, eq. 6 with a constant ridge):
 
@@ -215,9 +222,15 @@ def rls_recurrent(
         S_t = S_{t-1} + P_t k_t (v_t − S_{t-1}ᵀ k_t)ᵀ,     o_t = S_tᵀ q_t
 
     (the delta rule with the matrix learning rate ``P_t`` in place of β; Wang, Shi, Fox 2025, §3.1; von Oswald
-    et al. 2023), cost ``O(T D_k (D_k + D_v))``. With ``g``: ``H_t = α_t H_{t−1} + k kᵀ``, ``b_t = α_t b_{t−1} +
-    k vᵀ`` and ``o_t = b_tᵀ (H_t + λI)⁻¹ q_t`` by a Cholesky solve per token (MesaNet, von Oswald et al. 2025,
-    eq. 6), cost ``O(T D_k² (D_k + D_v))``.
+    et al. 2023), cost ``O(T D_k (D_k + D_v))``.
+
+    With ``g`` this op computes **the Mesa layer, not forgetting-factor RLS**, despite its name:
+    ``H_t = α_t H_{t−1} + k kᵀ``, ``b_t = α_t b_{t−1} + k vᵀ`` and ``o_t = b_tᵀ (H_t + λI)⁻¹ q_t`` by a Cholesky
+    solve per token, i.e. ``S_t = (Σ_i γ_i^{(t)} k_i k_iᵀ + λI)⁻¹ Σ_i γ_i^{(t)} k_i v_iᵀ`` with a ridge λ that the
+    gates never decay (MesaNet, von Oswald et al. 2025, eq. 6 with a constant ridge), cost ``O(T D_k² (D_k + D_v))``.
+    It equals :class:`ttr_edu.regression.ExactSolve` under :class:`ttr_edu.regression.Gates` (``NAMED_LAYERS
+    ["mesa"]``), not :class:`ttr_edu.regression.RecursiveLeastSquares` under ``Gates``, which is forgetting-factor
+    RLS: its ridge fades with the data, ``(Σ_i γ_i^{(t)} k_i k_iᵀ + γ_0^{(t)} λI)⁻¹``.
     """
     out_dtype = q.dtype if isinstance(q, torch.Tensor) else None
     q, k, v, log_decay, S, P, ridge = _prepare(q, k, v, ridge, g, scale, initial_state)
@@ -340,9 +353,11 @@ def rls_exact(
 
     ``A_t = γ_0^{(t)} H_0 + Σ_{i≤t} γ_i^{(t)} k_i k_iᵀ + λI``, ``b_t = γ_0^{(t)} b_0 + Σ_{i≤t} γ_i^{(t)} k_i v_iᵀ``,
     ``o_t = b_tᵀ A_t⁻¹ q_t``: the closed-form regression ``M_t = (Σ γ v kᵀ)(Σ γ k kᵀ + λI)⁻¹`` itself, with no
-    recursion through the solve (Wang, Shi, Fox 2025, §3.1). The output is read without forming ``b_t``: with
-    ``x_t = A_t⁻¹ q_t``, ``o_t = b_tᵀ x_t = γ_0^{(t)} b_0ᵀ x_t + Σ_{i≤t} γ_i^{(t)} (k_i·x_t) v_i`` is (gated) linear
-    attention with the query ``x_t`` and the state ``b`` (:func:`ttr_edu.ops.gated_linear_attention_chunk`, or
+    recursion through the solve (Wang, Shi, Fox 2025, §3.1). With ``g`` the ridge λ stays constant: this is the
+    Mesa layer, as :func:`rls_recurrent` with ``g``, not forgetting-factor RLS (the module's docstring). The output
+    is read without forming ``b_t``: with ``x_t = A_t⁻¹ q_t``,
+    ``o_t = b_tᵀ x_t = γ_0^{(t)} b_0ᵀ x_t + Σ_{i≤t} γ_i^{(t)} (k_i·x_t) v_i`` is (gated) linear attention with the
+    query ``x_t`` and the state ``b`` (:func:`ttr_edu.ops.gated_linear_attention_chunk`, or
     :func:`ttr_edu.ops.linear_attention_chunk` without ``g``), as MesaNet reads it (von Oswald et al. 2025). The
     weights ``γ_i^{(t)}`` of ``A_t`` are summed segment by segment (a decayed cumulative sum in chunks), exact for
     ``g = −inf``. From a state ``(S_0, P_0)`` it starts at ``A_0 = P_0⁻¹``, ``b_0 = A_0 S_0``. Cost

@@ -45,12 +45,16 @@ class RecursiveLeastSquares:
     ``P_t = (α_t P_{t−1}⁻¹ + k kᵀ)⁻¹`` and ``S_t = S_{t−1} + P_t k_t (v_t − S_{t−1}ᵀ k_t)ᵀ``, from ``P_0 = I/λ``.
     With :class:`Uniform` weights it equals :class:`ExactSolve` with the same ridge: this is "rls".
 
-    With decaying weights (:class:`Gates`, :class:`ExponentialDecay`) it is classical forgetting-factor RLS, NOT the
-    Mesa layer: the ridge is the prior's weight and fades with the data, so the solution is
-    ``(Σ γ k kᵀ + γ_0^{(t)} λ I)⁻¹ Σ γ k vᵀ``. Once ``γ_0^{(t)}`` is tiny the system is nearly unregularised and can go
-    singular in fp32 (NaN at ordinary gates over long sequences), and a reset ``g = −inf`` is refused. Mesa keeps ``λ``
-    constant: :class:`ExactSolve` (or :class:`ConjugateGradient`) with :class:`Gates`, ``named_layer("mesa")``. Raises
-    ``ValueError`` unless ``ridge > 0``.
+    With decaying weights (:class:`Gates`, :class:`ExponentialDecay`) it is classical forgetting-factor
+    (exponentially weighted) RLS, NOT the Mesa layer: the ridge is the prior's weight and fades with the data, so the
+    solution is ``S_t = (Σ_i γ_i^{(t)} k_i k_iᵀ + γ_0^{(t)} λ I)⁻¹ Σ_i γ_i^{(t)} k_i v_iᵀ``. Once ``γ_0^{(t)}`` is tiny
+    the system is nearly unregularised and can go singular in fp32 (NaN at ordinary gates over long sequences), and a
+    reset ``g = −inf`` is refused. Mesa keeps ``λ`` constant, ``S_t = (Σ_i γ_i^{(t)} k_i k_iᵀ + λ I)⁻¹ Σ_i γ_i^{(t)}
+    k_i v_iᵀ`` (MesaNet, von Oswald et al. 2025, eq. 6 with a constant ridge): :class:`ExactSolve` (or
+    :class:`ConjugateGradient`) with :class:`Gates`, ``named_layer("mesa")``.
+
+    Mind the names: the op :func:`ttr_edu.ops.rls_recurrent` with ``g`` computes Mesa, not this class under
+    ``Gates``; without gates the two are the same RLS. Raises ``ValueError`` unless ``ridge > 0``.
     """
 
     ridge: float = 1.0
