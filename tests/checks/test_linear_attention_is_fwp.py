@@ -194,8 +194,14 @@ def _chunk_secretly_quadratic(q, k, v, chunk_size):  # one T × T matrix, whatev
 @pytest.mark.parametrize(
     ("wrong", "message"),
     [
-        (_chunk_per_token, "a loop over single tokens runs some for each token"),
-        (_chunk_per_token_matmul, "a loop over single tokens runs some for each token"),
+        (
+            _chunk_per_token,
+            "A loop over single tokens, for the whole sequence or for the short last chunk, runs some for each token",
+        ),
+        (
+            _chunk_per_token_matmul,
+            "A loop over single tokens, for the whole sequence or for the short last chunk, runs some for each token",
+        ),
         (_chunk_secretly_quadratic, "A T × T score matrix, or one state per token"),
     ],
 )
@@ -495,7 +501,7 @@ WRONG_ANSWERS = [
         "2.3 a per-token loop of 1 × d products",
         checks.check_chunk_linear_attention,
         _chunk_per_token_matmul,
-        "a loop over single tokens runs some for each token",
+        "A loop over single tokens, for the whole sequence or for the short last chunk, runs some for each token",
     ),
     (
         "2.3 one hidden T × T matrix",
@@ -525,7 +531,7 @@ WRONG_ANSWERS = [
         "2.3 the chunk's own part token by token",
         checks.check_chunk_linear_attention,
         lambda q, k, v, chunk_size: _chunk(q, k, v, chunk_size, token_loop=True),
-        "a loop over single tokens runs some for each token",
+        "A loop over single tokens, for the whole sequence or for the short last chunk, runs some for each token",
     ),
     (
         "2.4 no ε",
@@ -835,6 +841,69 @@ def test_the_normalised_chunk_check_refuses_right_values_without_the_chunk_form(
 def test_the_normalised_chunk_check_passes_the_derivation_written_three_ways(right, capsys):
     assert checks.check_normalized_chunk_linear_attention(right) is True
     assert "PASS" in capsys.readouterr().out
+
+
+def _normalized_chunk_z_in_float32(q, k, v, chunk_size):  # the earlier chunks' z_nᵀ q_t read in float32, cast back
+    S, z, out = q.new_zeros(k.shape[1], v.shape[1]), q.new_zeros(k.shape[1]), []
+    for s in range(0, len(q), chunk_size):
+        qc, kc, vc = q[s : s + chunk_size], k[s : s + chunk_size], v[s : s + chunk_size]
+        scores = torch.tril(qc @ kc.T)
+        earlier = (qc.float() @ z.float()).to(q.dtype)
+        out.append((qc @ S + scores @ vc) / (earlier + scores.sum(-1) + 1e-6)[:, None])
+        S, z = S + kc.T @ vc, z + kc.sum(0)
+    return torch.cat(out)
+
+
+def test_the_normalised_chunk_check_refuses_a_part_computed_in_float32(capsys):
+    # Review rev1: on float64 inputs, the denominator's earlier part in float32 stayed within the default rtol 1e-6.
+    # The float64 cases are compared to 1e-9 now, and the failure says that a part was computed in float32.
+    refused(
+        checks.check_normalized_chunk_linear_attention,
+        _normalized_chunk_z_in_float32,
+        r"float32's rounding, not float64's\. Part of it was computed in float32",
+        capsys,
+    )
+
+
+def _chunk_with_a_token_tail(q, k, v, chunk_size):  # full chunks as chunks, the short last chunk token by token
+    full = len(q) // chunk_size * chunk_size
+    S, out = q.new_zeros(k.shape[1], v.shape[1]), []
+    for s in range(0, full, chunk_size):
+        qc, kc, vc = q[s : s + chunk_size], k[s : s + chunk_size], v[s : s + chunk_size]
+        out.append(qc @ S + torch.tril(qc @ kc.T) @ vc)
+        S = S + kc.T @ vc
+    for t in range(full, len(q)):
+        S = S + torch.outer(k[t], v[t])
+        out.append((S.T @ q[t])[None])
+    return torch.cat(out)
+
+
+def _normalized_chunk_with_a_token_tail(q, k, v, chunk_size):  # the same, with z beside S
+    full = len(q) // chunk_size * chunk_size
+    S, z, out = q.new_zeros(k.shape[1], v.shape[1]), q.new_zeros(k.shape[1]), []
+    for s in range(0, full, chunk_size):
+        qc, kc, vc = q[s : s + chunk_size], k[s : s + chunk_size], v[s : s + chunk_size]
+        scores = torch.tril(qc @ kc.T)
+        out.append((qc @ S + scores @ vc) / (qc @ z + scores.sum(-1) + 1e-6)[:, None])
+        S, z = S + kc.T @ vc, z + kc.sum(0)
+    for t in range(full, len(q)):
+        S, z = S + torch.outer(k[t], v[t]), z + k[t]
+        out.append((S.T @ q[t] / (z @ q[t] + 1e-6))[None])
+    return torch.cat(out)
+
+
+@pytest.mark.parametrize(
+    "check,answer",
+    [
+        (checks.check_chunk_linear_attention, _chunk_with_a_token_tail),
+        (checks.check_normalized_chunk_linear_attention, _normalized_chunk_with_a_token_tail),
+    ],
+    ids=["2.3", "2.5"],
+)
+def test_a_short_last_chunk_taken_token_by_token_is_refused(check, answer, capsys):
+    # Review rev1: right values and linear cost, so it passed; the exercise text asks for the short last chunk to be a
+    # chunk, and the operation count, on one full chunk and a short one of C − 1 tokens, sees the loop over its tokens.
+    refused(check, answer, r"grows like chunk_size\^0\.[6-9].*the short last chunk is a chunk like the others", capsys)
 
 
 def test_the_normalised_chunk_check_refuses_the_packages_normalised_op():

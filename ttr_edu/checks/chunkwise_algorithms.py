@@ -49,7 +49,7 @@ from ttr_edu.checks._core import (
 )
 from ttr_edu.checks._guard import ForbiddenCall
 from ttr_edu.checks._rules import Rules, exercise
-from ttr_edu.checks.linear_attention_is_fwp import _chunk_at_length, _chunk_at_size
+from ttr_edu.checks.linear_attention_is_fwp import _chunk_at_length, _chunk_with_short_tail
 from ttr_edu.checks.linear_attention_is_fwp import check_chunk_linear_attention as _check_chunk_without_state
 from ttr_edu.ops.delta_rule import ut_solve
 
@@ -169,8 +169,9 @@ def _with_state(case: dict, seed: int) -> dict:
 
 
 def _chunk_with_state_at_size(chunk_size: int) -> dict:
-    """16 chunks of ``chunk_size`` tokens (``T = 16 C``), as chapter 02's operation count, with an initial state."""
-    return _with_state(_chunk_at_size(chunk_size), 960 + chunk_size)
+    """One full chunk and a short last one of ``C − 1`` tokens (``T = 2C − 1``), as chapter 02's operation count, with
+    an initial state."""
+    return _with_state(_chunk_with_short_tail(chunk_size), 960 + chunk_size)
 
 
 def _chunk_with_state_at_length(t: int) -> dict:
@@ -205,8 +206,9 @@ def check_chunk_linear_attention(chunk_linear_attention: Callable) -> bool:
     nonzero initial state added, however it is written (a loop over the chunks, or all chunks at once with a
     cumulative sum of their states):
 
-    * its operations, counted at 16 chunks of ``C = 2`` and of ``C = 16``: as many at both for a chunk form, ``C``
-      times more at the larger ``C`` for a loop over single tokens (one that ignores ``chunk_size``);
+    * its operations, counted on one full chunk and a short last one of ``C − 1`` tokens at ``C = 2`` and ``C = 16``:
+      as many at both for a chunk form, more at the larger ``C`` for a loop over single tokens (one that ignores
+      ``chunk_size``, or takes the short last chunk token by token);
     * its intermediate tensors (:class:`~ttr_edu.checks.linear_attention_is_fwp._ChunkSizes`): none larger than twice
       the chunk form's own largest array (the scores, states or rows of all chunks), so no ``T × T`` matrix, sliced
       per chunk or not, and no state per token;
