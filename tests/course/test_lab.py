@@ -130,11 +130,12 @@ def gone(processes: list[psutil.Process]) -> bool:
     return not [p for p in processes if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
 
 
-def test_the_course_settings_turn_the_news_off_and_open_markdown_rendered(tmp_path):
+def test_the_course_settings_turn_the_news_off_open_markdown_rendered_and_end_a_closed_tabs_kernel(tmp_path):
     folder = lab.write_settings(tmp_path)
     overrides = json.loads((folder / "overrides.json").read_text())
     assert overrides["@jupyterlab/apputils-extension:notification"]["fetchNews"] == "false"
     assert overrides["@jupyterlab/docmanager-extension:plugin"]["defaultViewers"] == {"markdown": "Markdown Preview"}
+    assert overrides["@jupyterlab/notebook-extension:tracker"]["kernelShutdown"] is True  # a closed tab ends its kernel
     assert "--LabApp.news_url=None" in lab.lab_command(tmp_path, [])
 
 
@@ -165,6 +166,8 @@ def test_no_way_of_stopping_start_leaves_jupyterlab_or_a_kernel_running(tmp_path
     try:
         served = lab_.api("/lab/api/settings/@jupyterlab/apputils-extension:notification")["schema"]["properties"]
         assert served["fetchNews"]["default"] == "false"  # JupyterLab serves the course's settings: no news pop-up
+        tracker = lab_.api("/lab/api/settings/@jupyterlab/notebook-extension:tracker")["schema"]["properties"]
+        assert tracker["kernelShutdown"]["default"] is True  # closing a chapter's tab shuts its kernel down
         assert "@jupyter/nbgrader" in lab_.page_config()["disabledExtensions"]  # no instructor menus for a student
         kernel = lab_.open_notebook("01_hebbian_memory.ipynb")
         tree = lab_.processes()

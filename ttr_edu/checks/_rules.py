@@ -913,16 +913,24 @@ CAT_GROWTH = (
 )
 
 
-def _too_fast(rule: WorkCount, work: dict[int, int]) -> bool:
-    """Whether ``work`` (size -> work) breaks ``rule``'s growth: its exponent, or with ``rule.affine`` its linearity."""
+def _growth_exponent(work: dict[int, int]) -> float:
+    """The exponent of ``work`` (size -> work) between its smallest and largest size: log(W(large)/W(small)) over
+    log(large/small)."""
     counts = sorted(work.items())
     (small, w_small), (large, w_large) = counts[0], counts[-1]
-    if math.log(max(w_large, 1) / max(w_small, 1)) / math.log(large / small) > rule.high:
-        return True
-    if rule.affine:
-        (_, w1), (_, w2), (_, w4) = counts
-        return (w4 - w2) - 2 * (w2 - w1) > 0
-    return False
+    return math.log(max(w_large, 1) / max(w_small, 1)) / math.log(large / small)
+
+
+def _excess_over_linear(work: dict[int, int]) -> int:
+    """``W(4n) − 3 W(2n) + 2 W(n)`` for ``work`` at the sizes n, 2n, 4n: zero for work linear in n, whatever its
+    constant part, and positive when the work per token or chunk grows with its position."""
+    (_, w1), (_, w2), (_, w4) = sorted(work.items())
+    return (w4 - w2) - 2 * (w2 - w1)
+
+
+def _too_fast(rule: WorkCount, work: dict[int, int]) -> bool:
+    """Whether ``work`` (size -> work) breaks ``rule``'s growth: its exponent, or with ``rule.affine`` its linearity."""
+    return _growth_exponent(work) > rule.high or (rule.affine and _excess_over_linear(work) > 0)
 
 
 def _growth_reason(declared: Exercise, rule: WorkCount, work: dict[int, int], cat: dict[int, int] | None) -> str:
@@ -953,7 +961,7 @@ def judge_work(declared: Exercise, rule: WorkCount, work: dict[int, int], cat: d
     (small, w_small), (large, w_large) = counts[0], counts[-1]
     n = rule.size_name
     why = f": {declared.rules.why}." if declared.rules.why else "."
-    exponent = math.log(max(w_large, 1) / max(w_small, 1)) / math.log(large / small)
+    exponent = _growth_exponent(work)
     if exponent > rule.high:
         raise CheckFailed(
             f"{declared.name}: right values, but the work of your function's torch operations (elements read and "
@@ -964,7 +972,7 @@ def judge_work(declared: Exercise, rule: WorkCount, work: dict[int, int], cat: d
     if rule.affine:
         (_, w1), (middle, w2), (_, w4) = counts
         first, second = w2 - w1, w4 - w2
-        if second - 2 * first > 0:  # W(4n) − 3 W(2n) + 2 W(n): zero for work linear in n, whatever its constant part
+        if _excess_over_linear(work) > 0:
             raise CheckFailed(
                 f"{declared.name}: right values, but the work of your function's torch operations (elements read and "
                 f"written, plus the multiply-adds of matrix products) grows faster than {n}: {w1} at {n} = {small}, "

@@ -31,11 +31,15 @@ from ttr_edu._internal.install import pip_install_extra
 __all__ = ["SETTINGS", "SETTINGS_DIR", "lab_command", "run_foreground", "running_server", "server_url"]
 
 #: JupyterLab settings for the course, as JupyterLab's ``overrides.json`` takes them (the student can still change
-#: them in JupyterLab's settings editor): no news pop-up and no update check (the course runs offline too), and a
-#: linked Markdown page (``notation.md``) opens rendered, by jupyterlab-myst, with no kernel of its own.
+#: them in JupyterLab's settings editor): no news pop-up and no update check (the course runs offline too); a
+#: linked Markdown page (``notation.md``) opens rendered, by jupyterlab-myst, with no kernel of its own; and closing a
+#: chapter's tab shuts its kernel down. A chapter opened by a link to it starts a kernel, as any notebook does (Run
+#: All needs one: with JupyterLab's ``notebook_starts_kernel`` off it asks for a kernel and runs nothing), so the
+#: student who follows "Next" through the course holds one kernel per open tab, not one per chapter ever opened.
 SETTINGS = {
     "@jupyterlab/apputils-extension:notification": {"fetchNews": "false", "checkForUpdates": False},
     "@jupyterlab/docmanager-extension:plugin": {"defaultViewers": {"markdown": "Markdown Preview"}},
+    "@jupyterlab/notebook-extension:tracker": {"kernelShutdown": True},
 }
 #: JupyterLab extensions the student's JupyterLab leaves off. nbgrader's menus and "Create Assignment" panel are for
 #: the instructor, who installs it with the ``[dev]`` extra into the same environment; a student who opens the course
