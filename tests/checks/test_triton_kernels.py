@@ -486,3 +486,29 @@ def test_an_inverse_by_neumann_doubling_fails_the_assembled_kernels_on_correlate
     # review r35f: 12.6 and 12.7 had no correlated chunk, so the inverse cell 17 warns against passed them
     with pytest.raises(CheckFailed, match=r"(?s)first wrong element.*keys are correlated \(mean cosine 0\.99"):
         check(wrong)
+
+
+@pytest.mark.slow  # the gated kernel in the Triton interpreter over every case: tens of seconds each
+def test_a_decay_that_multiplies_by_a_0_1_mask_fails_the_strong_decay_case_and_a_where_passes(capsys):
+    # review: decay = exp(G_i − G_j) · mask, with no tl.where on the scores, passed while every gate spanned at most
+    # about 8 nats per chunk; at 120 nats exp overflows above the diagonal and inf · 0 is NaN. Leaving the exponent
+    # unmasked is right when a tl.where selects the result (fla's output kernel does), so that passes
+    with pytest.raises(CheckFailed, match=r"(?s)first wrong element.*spans 120 nats.*never multiply an exponential"):
+        checks.check_gated_delta_rule_chunk(Bound(gated_delta_rule_chunk, MASK_BY_PRODUCT=True))
+    capsys.readouterr()
+    assert checks.check_gated_delta_rule_chunk(Bound(gated_delta_rule_chunk, UNMASKED_EXPONENT=True))
+    assert capsys.readouterr().out.startswith("PASS")
+
+
+def test_the_strong_decay_case_overflows_an_unmasked_exponent_and_the_solution_matches_it():
+    # the case the test above rests on: its exponent reaches 120 nats inside a chunk (exp overflows fp32 past 88.7),
+    # while the solution stays at fp32 rounding on it
+    import torch
+
+    case = list(checks._gated_delta_rule_chunk_cases())[-1]
+    G = case["g"][0, :16, 0].cumsum(0)
+    assert float(G[0] - G[-1]) > checks.FP32_EXP_LIMIT + 30
+    assert torch.isinf(torch.exp(G[:, None] - G[None, :])).any()
+    got = checks._launch_delta_rule(Bound(gated_delta_rule_chunk), case)
+    want = checks.gated_delta_rule_chunk_spec(**case)
+    assert all(torch.isfinite(w).all() and ((x - w).norm() / w.norm()) < 1e-6 for x, w in zip(got, want))

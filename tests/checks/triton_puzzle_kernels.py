@@ -343,6 +343,8 @@ def gated_delta_rule_chunk(
     W_UNDECAYED: tl.constexpr = False,
     NO_KEY_DECAY: tl.constexpr = False,
     NEUMANN: tl.constexpr = False,
+    MASK_BY_PRODUCT: tl.constexpr = False,
+    UNMASKED_EXPONENT: tl.constexpr = False,
 ):
     i_bh, i_v = tl.program_id(0), tl.program_id(1)
     i_b, i_h = (i_bh // H).to(tl.int64), (i_bh % H).to(tl.int64)
@@ -368,7 +370,12 @@ def gated_delta_rule_chunk(
         if SUM_NOT_CUMSUM:  # wrong: every token decayed by the whole chunk's decay
             G = tl.zeros([BLOCK_T], dtype=tl.float32) + tl.sum(g, 0)
         G_last = tl.sum(tl.where(t == BLOCK_T - 1, G, 0.0), 0)
-        decay = tl.exp(tl.where(causal, G[:, None] - G[None, :], 0.0))
+        if MASK_BY_PRODUCT:  # wrong at strong decay: exp above the diagonal overflows to inf, and inf · 0 is NaN
+            decay = tl.exp(G[:, None] - G[None, :]) * causal.to(tl.float32)
+        elif UNMASKED_EXPONENT:  # right: the inf above the diagonal is discarded by the tl.where on A and the scores
+            decay = tl.exp(G[:, None] - G[None, :])
+        else:
+            decay = tl.exp(tl.where(causal, G[:, None] - G[None, :], 0.0))
         kk = tl.dot(k, tl.trans(k), input_precision="ieee")
         if not NO_DECAY_IN_A:  # wrong without it: A ignores the decay between the tokens of the chunk
             kk = kk * decay
@@ -394,7 +401,8 @@ def gated_delta_rule_chunk(
         scores = tl.dot(q, tl.trans(k), input_precision="ieee")
         if not NO_SCORE_DECAY:  # wrong without it: the scores ignore the decay between query and key
             scores = scores * decay
-        scores = tl.where(causal, scores, 0.0)
+        if not MASK_BY_PRODUCT:  # the decay already holds the mask: no tl.where (review rev2, C12-A)
+            scores = tl.where(causal, scores, 0.0)
         q_decayed = q if NO_QUERY_DECAY else q * tl.exp(G)[:, None]
         o = tl.dot(q_decayed, S, input_precision="ieee") + tl.dot(scores, U, input_precision="ieee")
         tl.store(o_ptr + v_offsets, o, mask=v_mask)

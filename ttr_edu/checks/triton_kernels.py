@@ -1024,7 +1024,7 @@ def _delta_rule_cases(seed: int, gated: bool) -> Iterator[dict]:
             "v": torch.randn(B, T, H, d_v, generator=g),
             "beta": torch.rand(B, T, H, generator=g),
         }
-        if gated:  # decays from none to strong: γ over a chunk of 16 falls as low as e^-8
+        if gated:  # decays from none to moderate: γ over a chunk of 16 falls as low as e^-8 (the strong one is last)
             case["g"] = -torch.rand(B, T, H, generator=g) * (0.5 if i % 2 else 0.1)
         case["initial_state"] = torch.randn(B, H, d_k, d_v, generator=g)  # nonzero: U − W S matters
         yield case
@@ -1043,6 +1043,48 @@ def _delta_rule_cases(seed: int, gated: bool) -> Iterator[dict]:
         case["g"] = -torch.rand(1, 16, 1, generator=g) * 0.01
     case["initial_state"] = torch.randn(1, 1, 16, 16, generator=g)
     yield case
+    if gated:  # a strong decay: the running sum of g falls by STRONG_DECAY nats per token, 120 nats over a chunk
+        g = _generator(seed + 98)
+        k = torch.randn(1, 32, 1, 16, generator=g)
+        yield {
+            "q": torch.randn(1, 32, 1, 16, generator=g),
+            "k": k / k.norm(dim=-1, keepdim=True),
+            "v": torch.randn(1, 32, 1, 16, generator=g),
+            "beta": torch.rand(1, 32, 1, generator=g),
+            "g": torch.full((1, 32, 1), -STRONG_DECAY),
+            "initial_state": torch.randn(1, 1, 16, 16, generator=g),
+        }
+
+
+#: the log decay per token of 12.7's strong-decay case: over a chunk of 16 the exponent G_i − G_j spans 15 · 8 = 120
+#: nats, and exp overflows fp32 past log(3.4e38) ≈ 88.7 nats, so an exponential above the diagonal is inf there
+STRONG_DECAY = 8.0
+FP32_EXP_LIMIT = math.log(torch.finfo(torch.float32).max)  # ≈ 88.72
+
+
+def _strong_decay_note(inner: Callable[[str, dict, object], str]) -> Callable[[str, dict, object], str]:
+    """The ``explain`` hook of puzzle 12.7: when a case whose decay spans more than fp32's ``exp`` range inside one
+    chunk gets NaN or inf back, say why (an exponential above the diagonal overflowed, and a 0/1 mask multiplied it);
+    else ``inner``'s note."""
+
+    def explain(message: str, case: dict, result) -> str:
+        g = case.get("g")
+        outputs = result if isinstance(result, tuple | list) else [result]
+        broken = any(isinstance(o, torch.Tensor) and not bool(torch.isfinite(o).all()) for o in outputs)
+        if isinstance(g, torch.Tensor) and broken:
+            chunks = g[0, :, 0].split(16)
+            span = max(float(-c.sum() + c[0]) for c in chunks)  # G_last − G_first: the largest |G_i − G_j| in a chunk
+            if span > FP32_EXP_LIMIT:
+                return (
+                    f"\n  this case's decay is strong (g = {float(g.min()):g} per token): inside a chunk the running "
+                    f"sum of g spans {span:.0f} nats, and exp overflows fp32 past {FP32_EXP_LIMIT:.1f}. Above the "
+                    "diagonal G_i − G_j is positive, its exponential is inf there, and inf times a 0/1 mask is NaN. "
+                    "Either mask the exponent before the exponential (tl.where on G_i − G_j), or select the result "
+                    "with tl.where, which discards the inf; never multiply an exponential by a 0/1 mask."
+                )
+        return inner(message, case, result)
+
+    return explain
 
 
 def _delta_rule_chunk_cases() -> Iterator[dict]:
@@ -1092,14 +1134,17 @@ def _gated_delta_rule_chunk_cases() -> Iterator[dict]:
     rules=Rules(source=_on_a_gpu(needs_int64=True)),
     rtol=DOT_TOLERANCE[0],
     atol=DOT_TOLERANCE[1],
-    explain=_tf32_note(gated_delta_rule_chunk_spec),
+    explain=_strong_decay_note(_tf32_note(gated_delta_rule_chunk_spec)),
 )
 def check_gated_delta_rule_chunk(kernel) -> bool:
     """Check ``kernel(q_ptr, k_ptr, v_ptr, beta_ptr, g_ptr, o_ptr, s0_ptr, s_ptr, T, H, D_k, D_v, BLOCK_T, BLOCK_K,
     BLOCK_V)``: puzzle 12.6 with the gate (Yang et al. 2025; the gated chunk form of the chunkwise chapter).
 
     Launched as :func:`check_delta_rule_chunk`; ``g`` ``(B, T, H)`` is the log decay ``log α_t ≤ 0``, at
-    ``(b T + t) H + h`` like ``beta``.
+    ``(b T + t) H + h`` like ``beta``. The last case decays by :data:`STRONG_DECAY` nats per token, so inside a chunk
+    ``G_i − G_j`` reaches 120 nats, past fp32's ``exp`` range (about 88.7): an exponential above the diagonal is inf
+    there, and a kernel that multiplies it by a 0/1 mask (instead of masking the exponent, or selecting the result
+    with ``tl.where``) returns NaN.
     """
 
 
