@@ -22,6 +22,7 @@ from tests.checks.triton_puzzle_kernels import (  # noqa: E402  (the reference a
     causal_chunk_positional_precision,
     chunk_dv,
     chunk_linear_attention,
+    chunk_linear_attention_outer_dot,
     delta_rule_chunk,
     delta_rule_chunk_int32_inputs,
     delta_rule_chunk_reassigned,
@@ -214,6 +215,36 @@ def test_the_interpreter_is_restored_after_a_check():
 
     checks.check_scale_tile(scale_tile)
     assert not {"create_masked_load", "create_masked_store", "create_dot"} & set(vars(interpreter.interpreter_builder))
+    assert interpreter.interpreter_builder.codegen_fns["min_dot_size"](tl.float32, tl.float32) == (1, 1, 1)
+
+
+def test_a_dot_below_the_gpus_minimum_size_fails_as_it_fails_to_compile():
+    # review: k vᵀ as tl.dot(k[:, None], v[None, :]) (inner size 1) passed 12.3 in the interpreter, whose minimum is
+    # 1 x 1 x 1, but compiling it for sm_90 stops with "Input shapes should have M >= 1, N >= 1 and K >= 8"; the check
+    # now hands the interpreter the NVIDIA backend's minimum, so Triton's own assertion refuses it
+    with pytest.raises(
+        CheckFailed,
+        match=r"smaller than a GPU compiles: Triton says \"Input shapes should have M >= 1, "
+        r"N >= 1 and K >= 8\".*k\[:, None\] \* v\[None, :\]",
+    ):
+        checks.check_chunk_linear_attention(chunk_linear_attention_outer_dot)
+
+
+def test_the_minimum_dot_size_is_the_nvidia_backends_with_or_without_it(monkeypatch):
+    import sys
+
+    from ttr_edu.checks._triton_sanitizer import gpu_min_dot_size
+
+    sizes = {
+        name: gpu_min_dot_size()(dtype, dtype)
+        for name, dtype in [("fp32", tl.float32), ("bf16", tl.bfloat16), ("fp8", tl.float8e4nv), ("fp64", tl.float64)]
+    }
+    assert sizes == {"fp32": (1, 1, 8), "bf16": (1, 1, 16), "fp8": (1, 1, 32), "fp64": (1, 1, 4)}
+    monkeypatch.setitem(sys.modules, "triton.backends.nvidia.compiler", None)  # a Triton without its CUDA backend
+    assert {
+        name: gpu_min_dot_size()(d, d)
+        for name, d in [("fp32", tl.float32), ("bf16", tl.bfloat16), ("fp8", tl.float8e4nv), ("fp64", tl.float64)]
+    } == sizes
 
 
 class _IgnoresG(_Bound):

@@ -811,3 +811,21 @@ def running_sum_block_pointers(x_ptr, out_ptr, T, H, D, BLOCK_T: tl.constexpr, B
         x = tl.load(p_x, boundary_check=(0, 1))
         tl.store(p_out, tl.cumsum(x, 0) + carry[None, :], boundary_check=(0, 1))
         carry += tl.sum(x, 0)
+
+
+@triton.jit
+def chunk_linear_attention_outer_dot(
+    q_ptr, k_ptr, v_ptr, o_ptr, s_ptr, T, D_k, D_v, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_V: tl.constexpr
+):
+    # wrong on a GPU: token by token, k vᵀ as a tl.dot with an inner size of 1, below the minimum a GPU compiles (K ≥ 8
+    # for fp32 on NVIDIA); the numbers are right, and Triton's bare interpreter runs it
+    dk = tl.arange(0, BLOCK_K)
+    dv = tl.arange(0, BLOCK_V)
+    S = tl.zeros([BLOCK_K, BLOCK_V], dtype=tl.float32)
+    for t in range(0, T):
+        q = tl.load(q_ptr + t * D_k + dk, mask=dk < D_k, other=0.0)
+        k = tl.load(k_ptr + t * D_k + dk, mask=dk < D_k, other=0.0)
+        v = tl.load(v_ptr + t * D_v + dv, mask=dv < D_v, other=0.0)
+        S += tl.dot(k[:, None], v[None, :], input_precision="ieee")
+        tl.store(o_ptr + t * D_v + dv, tl.sum(q[:, None] * S, 0), mask=dv < D_v)
+    tl.store(s_ptr + dk[:, None] * D_v + dv[None, :], S, mask=(dk[:, None] < D_k) & (dv[None, :] < D_v))

@@ -18,6 +18,9 @@ Two guards make the usual kernel bugs visible in both cases:
   NaNs with different bit patterns, so even copying an input's NaN into an output's band is seen);
 * outputs start as NaN, so an element the kernel never writes is a wrong element too.
 
+A ``tl.dot`` below the GPU's minimum size (an inner size of 1, say) is refused as the compiler refuses it: the
+interpreter is told the NVIDIA backend's minimum for the check's launches.
+
 Two GPU bugs cannot show at test sizes in any run, so once a kernel computes the right numbers its **source** is read
 (:func:`lint_kernel`, with :mod:`ast`): every ``tl.dot`` must state its precision (``input_precision=``, by keyword
 or as the fourth argument, or the deprecated ``allow_tf32=False``; without either an fp32 product runs in tf32 on a
@@ -45,7 +48,7 @@ import torch
 from ttr_edu import ops
 from ttr_edu.checks._core import CheckFailed, relative_error
 from ttr_edu.checks._rules import Rules, exercise
-from ttr_edu.checks._triton_sanitizer import KernelMemoryError, sanitized
+from ttr_edu.checks._triton_sanitizer import DOT_TOO_SMALL, KernelMemoryError, sanitized
 from ttr_edu.checks.chunkwise_algorithms import ut_transform_spec
 
 __all__ = [
@@ -250,6 +253,14 @@ def _launch(kernel, grid, buffers: list[_Guarded], *scalars, **constants) -> Non
             raise NotImplementedError() from error
         if isinstance(cause, KernelMemoryError):
             raise CheckFailed(str(cause)) from None
+        if isinstance(cause, AssertionError) and str(cause).startswith(DOT_TOO_SMALL):
+            raise CheckFailed(
+                f'a tl.dot in your kernel multiplies tiles smaller than a GPU compiles: Triton says "{cause}" '
+                "(its NVIDIA backend's minimum, printed in section 2). Triton's own interpreter lets it run, the "
+                "check does not, because compiled for a GPU this kernel stops with that error. The traceback above "
+                "(scroll up) points at the line. An outer product of two vectors, k vᵀ, is k[:, None] * v[None, :] "
+                "(a broadcast), not a tl.dot with an inner size of 1; or multiply whole tiles, K_nᵀ V_n."
+            ) from error
         if type(error).__name__ == "InterpreterError":
             raise CheckFailed(
                 f"Triton's interpreter stopped your kernel: {type(cause).__name__}: {cause}. The traceback above "
