@@ -34,6 +34,9 @@ from tests.checks.triton_puzzle_kernels import (  # noqa: E402  (the reference a
     running_sum_helper_int32,
     running_sum_helper_int64,
     running_sum_int32,
+    running_sum_promoted,
+    running_sum_promoted_by_name,
+    running_sum_promoted_too_late,
     running_sum_reassigned,
     running_sum_wide_size,
     running_sum_widened_too_late,
@@ -543,3 +546,20 @@ def test_the_strong_decay_case_overflows_an_unmasked_exponent_and_the_solution_m
     got = checks._launch_delta_rule(Bound(gated_delta_rule_chunk), case)
     want = checks.gated_delta_rule_chunk_spec(**case)
     assert all(torch.isfinite(w).all() and ((x - w).norm() / w.norm()) < 1e-6 for x, w in zip(got, want))
+
+
+@pytest.mark.parametrize(
+    "kernel", [running_sum_promoted, running_sum_promoted_by_name], ids=["+ tl.zeros int64", "named tl.full int64"]
+)
+def test_int64_by_type_promotion_passes(kernel, capsys):
+    # review: i_bh // H + tl.zeros([], dtype=tl.int64) is int64 by Triton's promotion rules; the lint called it int32
+    assert checks.lint_kernel(kernel, needs_int64=True) == []
+    assert checks.check_running_sum(kernel)
+    assert capsys.readouterr().out.startswith("PASS")
+
+
+def test_an_int64_zero_added_after_the_product_is_still_reported():
+    with pytest.raises(
+        CheckFailed, match=r"(?s)right numbers here.*`\(i_b \* T \* H \+ i_h\) \* D` \(line 8\) in int32"
+    ):
+        checks.check_running_sum(running_sum_promoted_too_late)

@@ -829,3 +829,58 @@ def chunk_linear_attention_outer_dot(
         S += tl.dot(k[:, None], v[None, :], input_precision="ieee")
         tl.store(o_ptr + t * D_v + dv, tl.sum(q[:, None] * S, 0), mask=dv < D_v)
     tl.store(s_ptr + dk[:, None] * D_v + dv[None, :], S, mask=(dk[:, None] < D_k) & (dv[None, :] < D_v))
+
+
+@triton.jit
+def running_sum_promoted(x_ptr, out_ptr, T, H, D, BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr):
+    # right: the batch index made int64 by type promotion (int32 + an int64 zero is int64), with no conversion call
+    i_bh, i_d = tl.program_id(0), tl.program_id(1)
+    i_b, i_h = i_bh // H + tl.zeros([], dtype=tl.int64), i_bh % H
+    cols = i_d * BLOCK_D + tl.arange(0, BLOCK_D)
+    t = tl.arange(0, BLOCK_T)
+    base = (i_b * T * H + i_h) * D
+    carry = tl.zeros([BLOCK_D], dtype=tl.float32)
+    for start in range(0, T, BLOCK_T):
+        rows = start + t
+        mask = (rows[:, None] < T) & (cols[None, :] < D)
+        offsets = base + rows[:, None] * H * D + cols[None, :]
+        x = tl.load(x_ptr + offsets, mask=mask, other=0.0)
+        tl.store(out_ptr + offsets, tl.cumsum(x, 0) + carry[None, :], mask=mask)
+        carry += tl.sum(x, 0)
+
+
+@triton.jit
+def running_sum_promoted_by_name(x_ptr, out_ptr, T, H, D, BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr):
+    # right: the same promotion through a named int64 zero made with tl.full, the dtype passed by position
+    i_bh, i_d = tl.program_id(0), tl.program_id(1)
+    zero = tl.full([], 0, tl.int64)
+    i_b, i_h = i_bh // H, i_bh % H
+    cols = i_d * BLOCK_D + tl.arange(0, BLOCK_D)
+    t = tl.arange(0, BLOCK_T)
+    base = ((zero + i_b) * T * H + i_h) * D
+    carry = tl.zeros([BLOCK_D], dtype=tl.float32)
+    for start in range(0, T, BLOCK_T):
+        rows = start + t
+        mask = (rows[:, None] < T) & (cols[None, :] < D)
+        offsets = base + rows[:, None] * H * D + cols[None, :]
+        x = tl.load(x_ptr + offsets, mask=mask, other=0.0)
+        tl.store(out_ptr + offsets, tl.cumsum(x, 0) + carry[None, :], mask=mask)
+        carry += tl.sum(x, 0)
+
+
+@triton.jit
+def running_sum_promoted_too_late(x_ptr, out_ptr, T, H, D, BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr):
+    # wrong: the int64 zero is added after the int32 product, which has already overflowed
+    i_bh, i_d = tl.program_id(0), tl.program_id(1)
+    i_b, i_h = i_bh // H, i_bh % H
+    cols = i_d * BLOCK_D + tl.arange(0, BLOCK_D)
+    t = tl.arange(0, BLOCK_T)
+    base = (i_b * T * H + i_h) * D + tl.zeros([], dtype=tl.int64)
+    carry = tl.zeros([BLOCK_D], dtype=tl.float32)
+    for start in range(0, T, BLOCK_T):
+        rows = start + t
+        mask = (rows[:, None] < T) & (cols[None, :] < D)
+        offsets = base + rows[:, None] * H * D + cols[None, :]
+        x = tl.load(x_ptr + offsets, mask=mask, other=0.0)
+        tl.store(out_ptr + offsets, tl.cumsum(x, 0) + carry[None, :], mask=mask)
+        carry += tl.sum(x, 0)

@@ -25,7 +25,8 @@ Two GPU bugs cannot show at test sizes in any run, so once a kernel computes the
 (:func:`lint_kernel`, with :mod:`ast`): every ``tl.dot`` must state its precision (``input_precision=``, by keyword
 or as the fourth argument, or the deprecated ``allow_tf32=False``; without either an fp32 product runs in tf32 on a
 GPU, whatever the interpreter does), and a kernel addressing the ``(B, T, H, D)`` layout must compute its offsets in
-int64 (a program id or a size widened with ``.to(tl.int64)`` or ``tl.cast(…, tl.int64)`` before the product), or they
+int64 (a program id or a size widened with ``.to(tl.int64)``, ``tl.cast(…, tl.int64)`` or by promotion, adding an int64
+``tl.zeros``, before the product), or they
 overflow int32 once a tensor has 2³¹ elements.
 
 No Triton import happens at import time: launching a kernel needs only the kernel object.
@@ -309,6 +310,17 @@ def _int64_cast(call: ast.Call) -> ast.AST | None:
     return None
 
 
+def _int64_tile(call: ast.Call) -> bool:
+    """``call`` makes an int64 tile from constants: ``tl.zeros(shape, tl.int64)`` or ``tl.full(shape, value,
+    tl.int64)`` (the dtype by position or as ``dtype=``). Added to an int32 index it widens it by type promotion
+    (int32 with int64 is int64), a third spelling of the conversion."""
+    for name, position in (("zeros", 1), ("full", 2)):
+        if _is_tl(call.func, name):
+            dtype = _argument(call, position, "dtype")
+            return dtype is not None and _is_tl(dtype, "int64")
+    return False
+
+
 def _dot_precision_problem(call: ast.Call) -> str | None:
     """Why a ``tl.dot`` call runs in tf32 on a GPU, or None when it states another precision.
 
@@ -546,6 +558,8 @@ class _OffsetWidths:
                 return _Width(inner.pid, False, inner.runtime)
             if _is_tl(node.func, "load"):  # data, not an index computed here
                 return _Width()
+            if _int64_tile(node):  # an int64 zero (or constant): what it is added to or multiplies is promoted
+                return _Width(wide=True)
             child = self.helper(node)
             if child is not None:
                 return _join([child.expr(value) for value in child.returns()])
@@ -664,8 +678,9 @@ def lint_kernel(kernel, *, needs_int64: bool) -> list[str]:
       id, or a name computed from one, by a runtime size (``T``, ``H``, ``D``: not a ``tl.constexpr``) with neither
       factor in int64, such as ``i_b * T`` in ``((i_b * T + t) * H + i_h) * D`` with ``i_b`` and ``T`` left int32:
       past 2³¹ elements it overflows. Widening either factor (``i_b.to(tl.int64)``, ``tl.cast(i_b, tl.int64)``,
-      ``T.to(tl.int64)``) makes the product int64. Every address is checked, so widening one program id (for the
-      state) while the inputs' offsets stay int32 is still reported. A kernel with no int64 conversion at all (of a
+      ``T.to(tl.int64)``, or by promotion, ``i_b + tl.zeros([], dtype=tl.int64)``) makes the product int64. Every
+      address is checked, so widening one program id (for the state) while the inputs' offsets stay int32 is still
+      reported. A kernel with no int64 conversion at all (of a
       program id or a size) is reported too.
 
     Products of in-sequence indices (``t * H * D``, from ``tl.arange`` and a loop over ``T``) are not reported: they
@@ -744,6 +759,10 @@ def _int64_problems(tree: ast.AST, widths: _OffsetWidths) -> list[str]:
             operand = _int64_cast(node) if isinstance(node, ast.Call) else None
             if operand is not None and (owner.expr(operand).pid or owner.expr(operand).runtime):
                 return True
+            if isinstance(node, ast.BinOp):  # promotion: an index or a size combined with an int64 tile
+                sides = [owner.expr(node.left), owner.expr(node.right)]
+                if any(w.wide for w in sides) and any(w.pid or w.runtime for w in sides):
+                    return True
         return any(widens(child) for _, child in owner.helper_calls())
 
     if not widens(widths) and not found and not widths.unreadable_in_address:
