@@ -22,6 +22,7 @@ from tests.checks.triton_puzzle_kernels import (  # noqa: E402  (the reference a
     causal_chunk_positional_precision,
     chunk_dv,
     chunk_linear_attention,
+    chunk_linear_attention_outer_dot,
     delta_rule_chunk,
     delta_rule_chunk_int32_inputs,
     delta_rule_chunk_reassigned,
@@ -33,6 +34,9 @@ from tests.checks.triton_puzzle_kernels import (  # noqa: E402  (the reference a
     running_sum_helper_int32,
     running_sum_helper_int64,
     running_sum_int32,
+    running_sum_promoted,
+    running_sum_promoted_by_name,
+    running_sum_promoted_too_late,
     running_sum_reassigned,
     running_sum_wide_size,
     running_sum_widened_too_late,
@@ -214,6 +218,36 @@ def test_the_interpreter_is_restored_after_a_check():
 
     checks.check_scale_tile(scale_tile)
     assert not {"create_masked_load", "create_masked_store", "create_dot"} & set(vars(interpreter.interpreter_builder))
+    assert interpreter.interpreter_builder.codegen_fns["min_dot_size"](tl.float32, tl.float32) == (1, 1, 1)
+
+
+def test_a_dot_below_the_gpus_minimum_size_fails_as_it_fails_to_compile():
+    # review: k vᵀ as tl.dot(k[:, None], v[None, :]) (inner size 1) passed 12.3 in the interpreter, whose minimum is
+    # 1 x 1 x 1, but compiling it for sm_90 stops with "Input shapes should have M >= 1, N >= 1 and K >= 8"; the check
+    # now hands the interpreter the NVIDIA backend's minimum, so Triton's own assertion refuses it
+    with pytest.raises(
+        CheckFailed,
+        match=r"smaller than a GPU compiles: Triton says \"Input shapes should have M >= 1, "
+        r"N >= 1 and K >= 8\".*k\[:, None\] \* v\[None, :\]",
+    ):
+        checks.check_chunk_linear_attention(chunk_linear_attention_outer_dot)
+
+
+def test_the_minimum_dot_size_is_the_nvidia_backends_with_or_without_it(monkeypatch):
+    import sys
+
+    from ttr_edu.checks._triton_sanitizer import gpu_min_dot_size
+
+    sizes = {
+        name: gpu_min_dot_size()(dtype, dtype)
+        for name, dtype in [("fp32", tl.float32), ("bf16", tl.bfloat16), ("fp8", tl.float8e4nv), ("fp64", tl.float64)]
+    }
+    assert sizes == {"fp32": (1, 1, 8), "bf16": (1, 1, 16), "fp8": (1, 1, 32), "fp64": (1, 1, 4)}
+    monkeypatch.setitem(sys.modules, "triton.backends.nvidia.compiler", None)  # a Triton without its CUDA backend
+    assert {
+        name: gpu_min_dot_size()(d, d)
+        for name, d in [("fp32", tl.float32), ("bf16", tl.bfloat16), ("fp8", tl.float8e4nv), ("fp64", tl.float64)]
+    } == sizes
 
 
 class _IgnoresG(_Bound):
@@ -486,3 +520,46 @@ def test_an_inverse_by_neumann_doubling_fails_the_assembled_kernels_on_correlate
     # review r35f: 12.6 and 12.7 had no correlated chunk, so the inverse cell 17 warns against passed them
     with pytest.raises(CheckFailed, match=r"(?s)first wrong element.*keys are correlated \(mean cosine 0\.99"):
         check(wrong)
+
+
+@pytest.mark.slow  # the gated kernel in the Triton interpreter over every case: tens of seconds each
+def test_a_decay_that_multiplies_by_a_0_1_mask_fails_the_strong_decay_case_and_a_where_passes(capsys):
+    # review: decay = exp(G_i − G_j) · mask, with no tl.where on the scores, passed while every gate spanned at most
+    # about 8 nats per chunk; at 120 nats exp overflows above the diagonal and inf · 0 is NaN. Leaving the exponent
+    # unmasked is right when a tl.where selects the result (fla's output kernel does), so that passes
+    with pytest.raises(CheckFailed, match=r"(?s)first wrong element.*spans 120 nats.*never multiply an exponential"):
+        checks.check_gated_delta_rule_chunk(Bound(gated_delta_rule_chunk, MASK_BY_PRODUCT=True))
+    capsys.readouterr()
+    assert checks.check_gated_delta_rule_chunk(Bound(gated_delta_rule_chunk, UNMASKED_EXPONENT=True))
+    assert capsys.readouterr().out.startswith("PASS")
+
+
+def test_the_strong_decay_case_overflows_an_unmasked_exponent_and_the_solution_matches_it():
+    # the case the test above rests on: its exponent reaches 120 nats inside a chunk (exp overflows fp32 past 88.7),
+    # while the solution stays at fp32 rounding on it
+    import torch
+
+    case = list(checks._gated_delta_rule_chunk_cases())[-1]
+    G = case["g"][0, :16, 0].cumsum(0)
+    assert float(G[0] - G[-1]) > checks.FP32_EXP_LIMIT + 30
+    assert torch.isinf(torch.exp(G[:, None] - G[None, :])).any()
+    got = checks._launch_delta_rule(Bound(gated_delta_rule_chunk), case)
+    want = checks.gated_delta_rule_chunk_spec(**case)
+    assert all(torch.isfinite(w).all() and ((x - w).norm() / w.norm()) < 1e-6 for x, w in zip(got, want))
+
+
+@pytest.mark.parametrize(
+    "kernel", [running_sum_promoted, running_sum_promoted_by_name], ids=["+ tl.zeros int64", "named tl.full int64"]
+)
+def test_int64_by_type_promotion_passes(kernel, capsys):
+    # review: i_bh // H + tl.zeros([], dtype=tl.int64) is int64 by Triton's promotion rules; the lint called it int32
+    assert checks.lint_kernel(kernel, needs_int64=True) == []
+    assert checks.check_running_sum(kernel)
+    assert capsys.readouterr().out.startswith("PASS")
+
+
+def test_an_int64_zero_added_after_the_product_is_still_reported():
+    with pytest.raises(
+        CheckFailed, match=r"(?s)right numbers here.*`\(i_b \* T \* H \+ i_h\) \* D` \(line 8\) in int32"
+    ):
+        checks.check_running_sum(running_sum_promoted_too_late)

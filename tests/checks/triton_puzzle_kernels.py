@@ -343,6 +343,8 @@ def gated_delta_rule_chunk(
     W_UNDECAYED: tl.constexpr = False,
     NO_KEY_DECAY: tl.constexpr = False,
     NEUMANN: tl.constexpr = False,
+    MASK_BY_PRODUCT: tl.constexpr = False,
+    UNMASKED_EXPONENT: tl.constexpr = False,
 ):
     i_bh, i_v = tl.program_id(0), tl.program_id(1)
     i_b, i_h = (i_bh // H).to(tl.int64), (i_bh % H).to(tl.int64)
@@ -368,7 +370,12 @@ def gated_delta_rule_chunk(
         if SUM_NOT_CUMSUM:  # wrong: every token decayed by the whole chunk's decay
             G = tl.zeros([BLOCK_T], dtype=tl.float32) + tl.sum(g, 0)
         G_last = tl.sum(tl.where(t == BLOCK_T - 1, G, 0.0), 0)
-        decay = tl.exp(tl.where(causal, G[:, None] - G[None, :], 0.0))
+        if MASK_BY_PRODUCT:  # wrong at strong decay: exp above the diagonal overflows to inf, and inf · 0 is NaN
+            decay = tl.exp(G[:, None] - G[None, :]) * causal.to(tl.float32)
+        elif UNMASKED_EXPONENT:  # right: the inf above the diagonal is discarded by the tl.where on A and the scores
+            decay = tl.exp(G[:, None] - G[None, :])
+        else:
+            decay = tl.exp(tl.where(causal, G[:, None] - G[None, :], 0.0))
         kk = tl.dot(k, tl.trans(k), input_precision="ieee")
         if not NO_DECAY_IN_A:  # wrong without it: A ignores the decay between the tokens of the chunk
             kk = kk * decay
@@ -394,7 +401,8 @@ def gated_delta_rule_chunk(
         scores = tl.dot(q, tl.trans(k), input_precision="ieee")
         if not NO_SCORE_DECAY:  # wrong without it: the scores ignore the decay between query and key
             scores = scores * decay
-        scores = tl.where(causal, scores, 0.0)
+        if not MASK_BY_PRODUCT:  # the decay already holds the mask: no tl.where (review rev2, C12-A)
+            scores = tl.where(causal, scores, 0.0)
         q_decayed = q if NO_QUERY_DECAY else q * tl.exp(G)[:, None]
         o = tl.dot(q_decayed, S, input_precision="ieee") + tl.dot(scores, U, input_precision="ieee")
         tl.store(o_ptr + v_offsets, o, mask=v_mask)
@@ -802,4 +810,77 @@ def running_sum_block_pointers(x_ptr, out_ptr, T, H, D, BLOCK_T: tl.constexpr, B
         p_out = tl.make_block_ptr(out_ptr, (T, D), (H * D, 1), (start, i_d * BLOCK_D), (BLOCK_T, BLOCK_D), (1, 0))
         x = tl.load(p_x, boundary_check=(0, 1))
         tl.store(p_out, tl.cumsum(x, 0) + carry[None, :], boundary_check=(0, 1))
+        carry += tl.sum(x, 0)
+
+
+@triton.jit
+def chunk_linear_attention_outer_dot(
+    q_ptr, k_ptr, v_ptr, o_ptr, s_ptr, T, D_k, D_v, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_V: tl.constexpr
+):
+    # wrong on a GPU: token by token, k vᵀ as a tl.dot with an inner size of 1, below the minimum a GPU compiles (K ≥ 8
+    # for fp32 on NVIDIA); the numbers are right, and Triton's bare interpreter runs it
+    dk = tl.arange(0, BLOCK_K)
+    dv = tl.arange(0, BLOCK_V)
+    S = tl.zeros([BLOCK_K, BLOCK_V], dtype=tl.float32)
+    for t in range(0, T):
+        q = tl.load(q_ptr + t * D_k + dk, mask=dk < D_k, other=0.0)
+        k = tl.load(k_ptr + t * D_k + dk, mask=dk < D_k, other=0.0)
+        v = tl.load(v_ptr + t * D_v + dv, mask=dv < D_v, other=0.0)
+        S += tl.dot(k[:, None], v[None, :], input_precision="ieee")
+        tl.store(o_ptr + t * D_v + dv, tl.sum(q[:, None] * S, 0), mask=dv < D_v)
+    tl.store(s_ptr + dk[:, None] * D_v + dv[None, :], S, mask=(dk[:, None] < D_k) & (dv[None, :] < D_v))
+
+
+@triton.jit
+def running_sum_promoted(x_ptr, out_ptr, T, H, D, BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr):
+    # right: the batch index made int64 by type promotion (int32 + an int64 zero is int64), with no conversion call
+    i_bh, i_d = tl.program_id(0), tl.program_id(1)
+    i_b, i_h = i_bh // H + tl.zeros([], dtype=tl.int64), i_bh % H
+    cols = i_d * BLOCK_D + tl.arange(0, BLOCK_D)
+    t = tl.arange(0, BLOCK_T)
+    base = (i_b * T * H + i_h) * D
+    carry = tl.zeros([BLOCK_D], dtype=tl.float32)
+    for start in range(0, T, BLOCK_T):
+        rows = start + t
+        mask = (rows[:, None] < T) & (cols[None, :] < D)
+        offsets = base + rows[:, None] * H * D + cols[None, :]
+        x = tl.load(x_ptr + offsets, mask=mask, other=0.0)
+        tl.store(out_ptr + offsets, tl.cumsum(x, 0) + carry[None, :], mask=mask)
+        carry += tl.sum(x, 0)
+
+
+@triton.jit
+def running_sum_promoted_by_name(x_ptr, out_ptr, T, H, D, BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr):
+    # right: the same promotion through a named int64 zero made with tl.full, the dtype passed by position
+    i_bh, i_d = tl.program_id(0), tl.program_id(1)
+    zero = tl.full([], 0, tl.int64)
+    i_b, i_h = i_bh // H, i_bh % H
+    cols = i_d * BLOCK_D + tl.arange(0, BLOCK_D)
+    t = tl.arange(0, BLOCK_T)
+    base = ((zero + i_b) * T * H + i_h) * D
+    carry = tl.zeros([BLOCK_D], dtype=tl.float32)
+    for start in range(0, T, BLOCK_T):
+        rows = start + t
+        mask = (rows[:, None] < T) & (cols[None, :] < D)
+        offsets = base + rows[:, None] * H * D + cols[None, :]
+        x = tl.load(x_ptr + offsets, mask=mask, other=0.0)
+        tl.store(out_ptr + offsets, tl.cumsum(x, 0) + carry[None, :], mask=mask)
+        carry += tl.sum(x, 0)
+
+
+@triton.jit
+def running_sum_promoted_too_late(x_ptr, out_ptr, T, H, D, BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr):
+    # wrong: the int64 zero is added after the int32 product, which has already overflowed
+    i_bh, i_d = tl.program_id(0), tl.program_id(1)
+    i_b, i_h = i_bh // H, i_bh % H
+    cols = i_d * BLOCK_D + tl.arange(0, BLOCK_D)
+    t = tl.arange(0, BLOCK_T)
+    base = (i_b * T * H + i_h) * D + tl.zeros([], dtype=tl.int64)
+    carry = tl.zeros([BLOCK_D], dtype=tl.float32)
+    for start in range(0, T, BLOCK_T):
+        rows = start + t
+        mask = (rows[:, None] < T) & (cols[None, :] < D)
+        offsets = base + rows[:, None] * H * D + cols[None, :]
+        x = tl.load(x_ptr + offsets, mask=mask, other=0.0)
+        tl.store(out_ptr + offsets, tl.cumsum(x, 0) + carry[None, :], mask=mask)
         carry += tl.sum(x, 0)

@@ -43,6 +43,13 @@ MUTATIONS = [
         "switch_every = 5000  # steps per regime",
         "when the map switches, forgetting helps the exact solver: Mesa beats RLS in every seed",
     ),
+    # a switch every 40 steps: TTT-Linear (b = 8) no longer beats Mesa at a = 0.95 on seed 1 (by 0.3%, as a review
+    # measured), so the run stops before the summary, which repeats this claim with its closest margin, can say it
+    (
+        "switch_every = 50  # steps per regime",
+        "switch_every = 40  # steps per regime",
+        "every first-order rule beats both exact solvers at their gate a = 0.95 on each seed's stream",
+    ),
     # RLS, which never forgets, counted among Mesa's gates: the correlated-switching comparison turns false
     (
         'gates = {0.95: "Mesa", 0.9:',

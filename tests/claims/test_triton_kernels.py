@@ -20,7 +20,7 @@ MUTATIONS = [
     (
         '("fp32", tl.float32)',
         '("fp32", tl.float8e4nv)',
-        "the puzzles' tiles (every side 16 or more) meet the minimum for fp32 and 16-bit inputs",
+        "the tiles the checks launch (every side 16 or more) meet the minimum for fp32 and 16-bit inputs",
     ),
     # no rounding to tf32: the "tf32" product is then fp32-accurate
     (

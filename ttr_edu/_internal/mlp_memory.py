@@ -1,11 +1,13 @@
 """Memories that are more than a matrix: the MLP memory of TTT-MLP and Titans, and TTT's inner LayerNorm/residual.
 
-A memory maps a key to a value. The linear one is ``m(x) = Sᵀ x``. The MLP memory (Sun et al. 2024, TTT-MLP;
-Behrouz et al. 2024, Titans) has two layers and no biases,
+A memory maps a key to a value. The linear one is ``m(x) = Sᵀ x``. The MLP memory (after Sun et al. 2024, TTT-MLP;
+Behrouz et al. 2024, Titans) has two layers,
 
     a = W1ᵀ x  (D_h),   h = GELU(a),   m(x) = W2ᵀ h  (D_v),     W1: (D_k, D_h), W2: (D_h, D_v)
 
-with the exact (erf) GELU. TTT wraps the memory as ``f(x) = x + LN(m(x))``; here the LayerNorm (without affine
+with no biases and the exact (erf) GELU: the course's choices. The official TTT-MLP adds biases and uses the tanh
+approximation of GELU, in its forward pass and its hand-written derivative (``sources.yaml``,
+``08-ttt-mlp-tanh-gelu``). TTT wraps the memory as ``f(x) = x + LN(m(x))``; here the LayerNorm (without affine
 parameters: TTT's learnable scale and shift belong to the outer model) and the residual are switches, off by
 default, so that ``f = m``. Every memory here learns from the loss ``ℓ = ½ ‖f(k) − v‖²``.
 

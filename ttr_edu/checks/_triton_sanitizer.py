@@ -1,6 +1,6 @@
 """Make Triton's interpreter behave like a GPU where the difference hides bugs, while a puzzle check runs.
 
-Triton's interpreter (``TRITON_INTERPRET=1``, triton 3.9) executes a kernel's tile operations with NumPy. Three of its
+Triton's interpreter (``TRITON_INTERPRET=1``, triton 3.9) executes a kernel's tile operations with NumPy. Four of its
 behaviours differ from a compiled kernel on a GPU, and each lets a kernel pass on a CPU that is wrong on a GPU:
 
 * ``tl.dot`` ignores ``input_precision``: on a GPU an fp32 product without ``input_precision="ieee"`` (or
@@ -13,6 +13,13 @@ behaviours differ from a compiled kernel on a GPU, and each lets a kernel pass o
   kill the Python process (the student's Jupyter kernel). Here every unmasked address is checked against the tensors
   the check handed to the kernel **before** the access, and an address outside all of them raises
   :class:`KernelMemoryError` naming the nearest tensor.
+
+* ``tl.dot`` accepts tiles of any size (the interpreter's builder states the minimum ``(M, N, K)`` as ``(1, 1, 1)``);
+  for a GPU, Triton's front end refuses a product below the backend's minimum when it compiles, e.g. an outer product
+  ``tl.dot(k[:, None], v[None, :])`` with ``K = 1`` ("Input shapes should have M >= 1, N >= 1 and K >= 8" for fp32 on
+  NVIDIA). Here the builder states the NVIDIA backend's minimum (``min_dot_size`` in
+  ``triton/backends/nvidia/compiler.py``, or the same table where that backend is missing), so Triton's own check
+  refuses such a product in the interpreter as it does when compiling (:data:`DOT_TOO_SMALL` starts its message).
 
 It also multiplies bfloat16 tiles by their values: the interpreter keeps bfloat16 as its raw 16 bits (NumPy has no
 bfloat16) and its ``tl.dot`` multiplied those bit patterns as integers, a result off by 10⁸ that hid the real
@@ -30,11 +37,16 @@ Only the check's launches are affected: :func:`sanitized` patches the interprete
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
 
 import numpy as np
 
-__all__ = ["KernelMemoryError", "sanitized", "round_to_tf32"]
+__all__ = ["KernelMemoryError", "sanitized", "round_to_tf32", "gpu_min_dot_size", "DOT_TOO_SMALL"]
+
+#: how Triton's front end (``triton/language/semantic.py``, ``dot``) starts the message of a ``tl.dot`` below the
+#: backend's minimum size
+DOT_TOO_SMALL = "Input shapes should have"
 
 
 class KernelMemoryError(RuntimeError):
@@ -57,6 +69,23 @@ def round_to_tf32(x: np.ndarray) -> np.ndarray:
 def bf16_bits_to_fp32(bits: np.ndarray) -> np.ndarray:
     """The fp32 values of bfloat16 numbers given by their 16 bits (``uint16``): bfloat16 is fp32's top half."""
     return (np.ascontiguousarray(bits, dtype=np.uint16).astype(np.uint32) << np.uint32(16)).view(np.float32)
+
+
+def gpu_min_dot_size() -> Callable[[Any, Any], tuple[int, int, int]]:
+    """The smallest ``(M, N, K)`` of a ``tl.dot`` that Triton's NVIDIA backend compiles, as a function of the two
+    operand types: the backend's own ``min_dot_size`` where it is installed, else the same table (Triton 3.9.0,
+    ``triton/backends/nvidia/compiler.py`` lines 22-37): K ≥ 32 for 8-bit inputs, 4 for 64-bit, 8 for 32-bit and 16
+    otherwise; M, N ≥ 1."""
+    try:
+        from triton.backends.nvidia.compiler import min_dot_size
+    except ImportError:  # a Triton without its CUDA backend
+
+        def by_width(lhs_type, rhs_type) -> tuple[int, int, int]:
+            bits = lhs_type.scalar.primitive_bitwidth
+            return (1, 1, {8: 32, 64: 4, 32: 8}.get(bits, 16))
+
+        return by_width
+    return min_dot_size(None)  # the target is not consulted: the bound depends on the inputs' bit width only
 
 
 def _is_plain_tf32(precision) -> bool:
@@ -104,7 +133,8 @@ class _Ranges:
 
 @contextlib.contextmanager
 def sanitized(buffers: Sequence[tuple[str, int, int]]) -> Iterator[None]:
-    """Patch the interpreter's loads, stores and ``tl.dot`` while the block runs (see the module docstring).
+    """Patch the interpreter's loads, stores, ``tl.dot`` and its minimum size while the block runs (see the module
+    docstring).
 
     Args:
         buffers: ``(name, first byte address, one past the last byte address)`` of every tensor the kernel may touch.
@@ -151,8 +181,14 @@ def sanitized(buffers: Sequence[tuple[str, int, int]]) -> Iterator[None]:
         return original_dot(a, b, d, input_precision, max_num_imprecise_acc)
 
     builder.create_masked_load, builder.create_masked_store, builder.create_dot = masked_load, masked_store, dot
+    original_min_dot_size = builder.codegen_fns.get("min_dot_size")
+    builder.codegen_fns["min_dot_size"] = gpu_min_dot_size()
     try:
         yield
     finally:  # instance attributes shadowed the class's methods: removing them restores the interpreter
         for name in ("create_masked_load", "create_masked_store", "create_dot"):
             builder.__dict__.pop(name, None)
+        if original_min_dot_size is None:
+            builder.codegen_fns.pop("min_dot_size", None)
+        else:
+            builder.codegen_fns["min_dot_size"] = original_min_dot_size

@@ -18,11 +18,15 @@ Two guards make the usual kernel bugs visible in both cases:
   NaNs with different bit patterns, so even copying an input's NaN into an output's band is seen);
 * outputs start as NaN, so an element the kernel never writes is a wrong element too.
 
+A ``tl.dot`` below the GPU's minimum size (an inner size of 1, say) is refused as the compiler refuses it: the
+interpreter is told the NVIDIA backend's minimum for the check's launches.
+
 Two GPU bugs cannot show at test sizes in any run, so once a kernel computes the right numbers its **source** is read
 (:func:`lint_kernel`, with :mod:`ast`): every ``tl.dot`` must state its precision (``input_precision=``, by keyword
 or as the fourth argument, or the deprecated ``allow_tf32=False``; without either an fp32 product runs in tf32 on a
 GPU, whatever the interpreter does), and a kernel addressing the ``(B, T, H, D)`` layout must compute its offsets in
-int64 (a program id or a size widened with ``.to(tl.int64)`` or ``tl.cast(…, tl.int64)`` before the product), or they
+int64 (a program id or a size widened with ``.to(tl.int64)``, ``tl.cast(…, tl.int64)`` or by promotion, adding an int64
+``tl.zeros``, before the product), or they
 overflow int32 once a tensor has 2³¹ elements.
 
 No Triton import happens at import time: launching a kernel needs only the kernel object.
@@ -45,7 +49,7 @@ import torch
 from ttr_edu import ops
 from ttr_edu.checks._core import CheckFailed, relative_error
 from ttr_edu.checks._rules import Rules, exercise
-from ttr_edu.checks._triton_sanitizer import KernelMemoryError, sanitized
+from ttr_edu.checks._triton_sanitizer import DOT_TOO_SMALL, KernelMemoryError, sanitized
 from ttr_edu.checks.chunkwise_algorithms import ut_transform_spec
 
 __all__ = [
@@ -250,6 +254,14 @@ def _launch(kernel, grid, buffers: list[_Guarded], *scalars, **constants) -> Non
             raise NotImplementedError() from error
         if isinstance(cause, KernelMemoryError):
             raise CheckFailed(str(cause)) from None
+        if isinstance(cause, AssertionError) and str(cause).startswith(DOT_TOO_SMALL):
+            raise CheckFailed(
+                f'a tl.dot in your kernel multiplies tiles smaller than a GPU compiles: Triton says "{cause}" '
+                "(its NVIDIA backend's minimum, printed in section 2). Triton's own interpreter lets it run, the "
+                "check does not, because compiled for a GPU this kernel stops with that error. The traceback above "
+                "(scroll up) points at the line. An outer product of two vectors, k vᵀ, is k[:, None] * v[None, :] "
+                "(a broadcast), not a tl.dot with an inner size of 1; or multiply whole tiles, K_nᵀ V_n."
+            ) from error
         if type(error).__name__ == "InterpreterError":
             raise CheckFailed(
                 f"Triton's interpreter stopped your kernel: {type(cause).__name__}: {cause}. The traceback above "
@@ -296,6 +308,17 @@ def _int64_cast(call: ast.Call) -> ast.AST | None:
         dtype = _argument(call, 1, "dtype")
         return _argument(call, 0, "input") if dtype is not None and _is_tl(dtype, "int64") else None
     return None
+
+
+def _int64_tile(call: ast.Call) -> bool:
+    """``call`` makes an int64 tile from constants: ``tl.zeros(shape, tl.int64)`` or ``tl.full(shape, value,
+    tl.int64)`` (the dtype by position or as ``dtype=``). Added to an int32 index it widens it by type promotion
+    (int32 with int64 is int64), a third spelling of the conversion."""
+    for name, position in (("zeros", 1), ("full", 2)):
+        if _is_tl(call.func, name):
+            dtype = _argument(call, position, "dtype")
+            return dtype is not None and _is_tl(dtype, "int64")
+    return False
 
 
 def _dot_precision_problem(call: ast.Call) -> str | None:
@@ -535,6 +558,8 @@ class _OffsetWidths:
                 return _Width(inner.pid, False, inner.runtime)
             if _is_tl(node.func, "load"):  # data, not an index computed here
                 return _Width()
+            if _int64_tile(node):  # an int64 zero (or constant): what it is added to or multiplies is promoted
+                return _Width(wide=True)
             child = self.helper(node)
             if child is not None:
                 return _join([child.expr(value) for value in child.returns()])
@@ -653,8 +678,9 @@ def lint_kernel(kernel, *, needs_int64: bool) -> list[str]:
       id, or a name computed from one, by a runtime size (``T``, ``H``, ``D``: not a ``tl.constexpr``) with neither
       factor in int64, such as ``i_b * T`` in ``((i_b * T + t) * H + i_h) * D`` with ``i_b`` and ``T`` left int32:
       past 2³¹ elements it overflows. Widening either factor (``i_b.to(tl.int64)``, ``tl.cast(i_b, tl.int64)``,
-      ``T.to(tl.int64)``) makes the product int64. Every address is checked, so widening one program id (for the
-      state) while the inputs' offsets stay int32 is still reported. A kernel with no int64 conversion at all (of a
+      ``T.to(tl.int64)``, or by promotion, ``i_b + tl.zeros([], dtype=tl.int64)``) makes the product int64. Every
+      address is checked, so widening one program id (for the state) while the inputs' offsets stay int32 is still
+      reported. A kernel with no int64 conversion at all (of a
       program id or a size) is reported too.
 
     Products of in-sequence indices (``t * H * D``, from ``tl.arange`` and a loop over ``T``) are not reported: they
@@ -733,6 +759,10 @@ def _int64_problems(tree: ast.AST, widths: _OffsetWidths) -> list[str]:
             operand = _int64_cast(node) if isinstance(node, ast.Call) else None
             if operand is not None and (owner.expr(operand).pid or owner.expr(operand).runtime):
                 return True
+            if isinstance(node, ast.BinOp):  # promotion: an index or a size combined with an int64 tile
+                sides = [owner.expr(node.left), owner.expr(node.right)]
+                if any(w.wide for w in sides) and any(w.pid or w.runtime for w in sides):
+                    return True
         return any(widens(child) for _, child in owner.helper_calls())
 
     if not widens(widths) and not found and not widths.unreadable_in_address:
@@ -1024,7 +1054,7 @@ def _delta_rule_cases(seed: int, gated: bool) -> Iterator[dict]:
             "v": torch.randn(B, T, H, d_v, generator=g),
             "beta": torch.rand(B, T, H, generator=g),
         }
-        if gated:  # decays from none to strong: γ over a chunk of 16 falls as low as e^-8
+        if gated:  # decays from none to moderate: γ over a chunk of 16 falls as low as e^-8 (the strong one is last)
             case["g"] = -torch.rand(B, T, H, generator=g) * (0.5 if i % 2 else 0.1)
         case["initial_state"] = torch.randn(B, H, d_k, d_v, generator=g)  # nonzero: U − W S matters
         yield case
@@ -1043,6 +1073,48 @@ def _delta_rule_cases(seed: int, gated: bool) -> Iterator[dict]:
         case["g"] = -torch.rand(1, 16, 1, generator=g) * 0.01
     case["initial_state"] = torch.randn(1, 1, 16, 16, generator=g)
     yield case
+    if gated:  # a strong decay: the running sum of g falls by STRONG_DECAY nats per token, 120 nats over a chunk
+        g = _generator(seed + 98)
+        k = torch.randn(1, 32, 1, 16, generator=g)
+        yield {
+            "q": torch.randn(1, 32, 1, 16, generator=g),
+            "k": k / k.norm(dim=-1, keepdim=True),
+            "v": torch.randn(1, 32, 1, 16, generator=g),
+            "beta": torch.rand(1, 32, 1, generator=g),
+            "g": torch.full((1, 32, 1), -STRONG_DECAY),
+            "initial_state": torch.randn(1, 1, 16, 16, generator=g),
+        }
+
+
+#: the log decay per token of 12.7's strong-decay case: over a chunk of 16 the exponent G_i − G_j spans 15 · 8 = 120
+#: nats, and exp overflows fp32 past log(3.4e38) ≈ 88.7 nats, so an exponential above the diagonal is inf there
+STRONG_DECAY = 8.0
+FP32_EXP_LIMIT = math.log(torch.finfo(torch.float32).max)  # ≈ 88.72
+
+
+def _strong_decay_note(inner: Callable[[str, dict, object], str]) -> Callable[[str, dict, object], str]:
+    """The ``explain`` hook of puzzle 12.7: when a case whose decay spans more than fp32's ``exp`` range inside one
+    chunk gets NaN or inf back, say why (an exponential above the diagonal overflowed, and a 0/1 mask multiplied it);
+    else ``inner``'s note."""
+
+    def explain(message: str, case: dict, result) -> str:
+        g = case.get("g")
+        outputs = result if isinstance(result, tuple | list) else [result]
+        broken = any(isinstance(o, torch.Tensor) and not bool(torch.isfinite(o).all()) for o in outputs)
+        if isinstance(g, torch.Tensor) and broken:
+            chunks = g[0, :, 0].split(16)
+            span = max(float(-c.sum() + c[0]) for c in chunks)  # G_last − G_first: the largest |G_i − G_j| in a chunk
+            if span > FP32_EXP_LIMIT:
+                return (
+                    f"\n  this case's decay is strong (g = {float(g.min()):g} per token): inside a chunk the running "
+                    f"sum of g spans {span:.0f} nats, and exp overflows fp32 past {FP32_EXP_LIMIT:.1f}. Above the "
+                    "diagonal G_i − G_j is positive, its exponential is inf there, and inf times a 0/1 mask is NaN. "
+                    "Either mask the exponent before the exponential (tl.where on G_i − G_j), or select the result "
+                    "with tl.where, which discards the inf; never multiply an exponential by a 0/1 mask."
+                )
+        return inner(message, case, result)
+
+    return explain
 
 
 def _delta_rule_chunk_cases() -> Iterator[dict]:
@@ -1092,14 +1164,17 @@ def _gated_delta_rule_chunk_cases() -> Iterator[dict]:
     rules=Rules(source=_on_a_gpu(needs_int64=True)),
     rtol=DOT_TOLERANCE[0],
     atol=DOT_TOLERANCE[1],
-    explain=_tf32_note(gated_delta_rule_chunk_spec),
+    explain=_strong_decay_note(_tf32_note(gated_delta_rule_chunk_spec)),
 )
 def check_gated_delta_rule_chunk(kernel) -> bool:
     """Check ``kernel(q_ptr, k_ptr, v_ptr, beta_ptr, g_ptr, o_ptr, s0_ptr, s_ptr, T, H, D_k, D_v, BLOCK_T, BLOCK_K,
     BLOCK_V)``: puzzle 12.6 with the gate (Yang et al. 2025; the gated chunk form of the chunkwise chapter).
 
     Launched as :func:`check_delta_rule_chunk`; ``g`` ``(B, T, H)`` is the log decay ``log α_t ≤ 0``, at
-    ``(b T + t) H + h`` like ``beta``.
+    ``(b T + t) H + h`` like ``beta``. The last case decays by :data:`STRONG_DECAY` nats per token, so inside a chunk
+    ``G_i − G_j`` reaches 120 nats, past fp32's ``exp`` range (about 88.7): an exponential above the diagonal is inf
+    there, and a kernel that multiplies it by a 0/1 mask (instead of masking the exponent, or selecting the result
+    with ``tl.where``) returns NaN.
     """
 
 
