@@ -855,7 +855,7 @@ def _normalized_chunk_z_in_float32(q, k, v, chunk_size):  # the earlier chunks' 
 
 
 def test_the_normalised_chunk_check_refuses_a_part_computed_in_float32(capsys):
-    # Review rev1: on float64 inputs, the denominator's earlier part in float32 stayed within the default rtol 1e-6.
+    # On float64 inputs, the denominator's earlier part in float32 stayed within the default rtol 1e-6.
     # The float64 cases are compared to 1e-9 now, and the failure says that a part was computed in float32.
     refused(
         checks.check_normalized_chunk_linear_attention,
@@ -901,7 +901,7 @@ def _normalized_chunk_with_a_token_tail(q, k, v, chunk_size):  # the same, with 
     ids=["2.3", "2.5"],
 )
 def test_a_short_last_chunk_taken_token_by_token_is_refused(check, answer, capsys):
-    # Review rev1: right values and linear cost, so it passed; the exercise text asks for the short last chunk to be a
+    # Right values and linear cost, so it passed; the exercise text asks for the short last chunk to be a
     # chunk, and the operation count, on one full chunk and a short one of C − 1 tokens, sees the loop over its tokens.
     refused(check, answer, r"grows like chunk_size\^0\.[6-9].*the short last chunk is a chunk like the others", capsys)
 

@@ -401,7 +401,7 @@ def gated_delta_rule_chunk(
         scores = tl.dot(q, tl.trans(k), input_precision="ieee")
         if not NO_SCORE_DECAY:  # wrong without it: the scores ignore the decay between query and key
             scores = scores * decay
-        if not MASK_BY_PRODUCT:  # the decay already holds the mask: no tl.where (review rev2, C12-A)
+        if not MASK_BY_PRODUCT:  # the decay already holds the mask: no tl.where
             scores = tl.where(causal, scores, 0.0)
         q_decayed = q if NO_QUERY_DECAY else q * tl.exp(G)[:, None]
         o = tl.dot(q_decayed, S, input_precision="ieee") + tl.dot(scores, U, input_precision="ieee")
