@@ -1037,7 +1037,7 @@ def _launch_delta_rule(kernel, case: dict):
     s0 = _Guarded("s0", initial_state.shape, initial_state, device)
     s = _Guarded("s", initial_state.shape, device=device)
     grid = (B * H, math.ceil(d_v / 16))
-    _launch(kernel, grid, inputs + [o, s0, s], T, H, d_k, d_v, BLOCK_T=16, BLOCK_K=_pow2(d_k), BLOCK_V=16)
+    _launch(kernel, grid, inputs + [o, s0, s], T, H, d_k, d_v, BLOCK_T=DELTA_BLOCK_T, BLOCK_K=_pow2(d_k), BLOCK_V=16)
     return o.result(), s.result()
 
 
@@ -1086,6 +1086,7 @@ def _delta_rule_cases(seed: int, gated: bool) -> Iterator[dict]:
         }
 
 
+DELTA_BLOCK_T = 16  # the chunk length (BLOCK_T) puzzles 12.6 and 12.7 are launched with
 #: the log decay per token of 12.7's strong-decay case: over a chunk of 16 the exponent G_i − G_j spans 15 · 8 = 120
 #: nats, and exp overflows fp32 past log(3.4e38) ≈ 88.7 nats, so an exponential above the diagonal is inf there
 STRONG_DECAY = 8.0
@@ -1102,7 +1103,7 @@ def _strong_decay_note(inner: Callable[[str, dict, object], str]) -> Callable[[s
         outputs = result if isinstance(result, tuple | list) else [result]
         broken = any(isinstance(o, torch.Tensor) and not bool(torch.isfinite(o).all()) for o in outputs)
         if isinstance(g, torch.Tensor) and broken:
-            chunks = g[0, :, 0].split(16)
+            chunks = g[0, :, 0].split(DELTA_BLOCK_T)  # the chunks the check launches the kernel with
             span = max(float(-c.sum() + c[0]) for c in chunks)  # G_last − G_first: the largest |G_i − G_j| in a chunk
             if span > FP32_EXP_LIMIT:
                 return (
