@@ -1,6 +1,7 @@
 """The ttr-edu command: list, copy/start every day (edits kept, renumbered chapters followed, nothing lost), check,
 generate, and its one-line errors."""
 
+import errno
 import hashlib
 import json
 import os
@@ -841,6 +842,28 @@ def test_a_full_disk_for_the_backup_of_force_names_it_and_replaces_nothing(tmp_p
     assert f"cannot write {FIRST.stem}{sync.BACKUP}" in err and "No space left on device" in err, err
     assert f"your {FIRST.name} is unchanged" in err, err
     assert {p.name: p.read_bytes() for p in dest.iterdir()} == before
+
+
+@pytest.mark.parametrize(
+    ("code", "advice", "not_advice"),
+    [
+        (errno.ENOSPC, "free some space", "ulimit"),
+        (errno.EFBIG, "file-size limit (ulimit -f)", "free some space,"),
+        (errno.EACCES, "make the folder writable", "free some space"),
+        (errno.EIO, "mend what the error names", "free some space"),
+    ],
+)
+def test_a_failed_write_advises_what_its_cause_needs(tmp_path, monkeypatch, capsys, code, advice, not_advice):
+    """A file-size limit (``ulimit -f``) is not a full disk: freeing space would not help, so the advice names it."""
+
+    def fails(path, data):
+        raise OSError(code, os.strerror(code))
+
+    monkeypatch.setattr(sync, "write_atomically", fails)
+    assert run("copy", str(tmp_path / "my-course"), "1") == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and advice in err and not_advice not in err, err
+    assert err.rstrip().endswith("then run the same command again)"), err
 
 
 def test_an_os_error_without_a_file_name_does_not_end_in_none(monkeypatch, capsys):

@@ -16,6 +16,7 @@ backup, and a backup that a killed run never reported is named by the next run.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
@@ -215,8 +216,20 @@ def _existing(dest: Path, slug: str, entry: dict, target: Path) -> Path | None:
     return found[0] if found else None
 
 
-#: What a failed write tells the student to do; a rerun carries on where the stopped one ended.
-_AGAIN = "free some space, then run the same command again"
+#: What a failed write tells the student to do, by its cause; a rerun carries on where the stopped one ended.
+_REMEDY = {
+    errno.ENOSPC: "free some space",
+    errno.EDQUOT: "free some space within your disk quota",
+    errno.EFBIG: "raise the shell's file-size limit (ulimit -f), which freeing space does not change",
+    errno.EACCES: "make the folder writable for you",
+    errno.EPERM: "make the folder writable for you",
+    errno.EROFS: "choose a folder on a writable disk",
+}
+
+
+def _again(err: OSError) -> str:
+    """What to do before running the command again, for the cause ``err`` names."""
+    return f"{_REMEDY.get(err.errno, 'mend what the error names')}, then run the same command again"
 
 
 def _write(path: Path, data: bytes) -> None:
@@ -226,7 +239,9 @@ def _write(path: Path, data: bytes) -> None:
         write_atomically(path, data)
     except OSError as err:
         left = "it is unchanged" if existed else "it was not created"
-        raise CopyError(f"cannot write {path.name} in {path.parent}: {err.strerror or err}; {left} ({_AGAIN})") from err
+        raise CopyError(
+            f"cannot write {path.name} in {path.parent}: {err.strerror or err}; {left} ({_again(err)})"
+        ) from err
 
 
 def _write_new(path: Path, data: bytes, unchanged: Path) -> Path:
@@ -237,7 +252,7 @@ def _write_new(path: Path, data: bytes, unchanged: Path) -> Path:
     except OSError as err:
         raise CopyError(
             f"cannot write {path.name} in {path.parent}: {err.strerror or err}; your {unchanged.name} is unchanged "
-            f"({_AGAIN})"
+            f"({_again(err)})"
         ) from err
 
 
