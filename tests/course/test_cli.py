@@ -734,6 +734,25 @@ def test_check_is_not_fooled_by_the_reviews_five_attacks(tmp_path, capsys):
     assert lines[5:] == ["0 of 5 pass, 3 fail, 2 not attempted.", "0 of 9 points."]
 
 
+@pytest.mark.parametrize("chapter", ["13_design_your_own_memory.ipynb", "01_hebbian_memory.ipynb"])
+def test_check_names_the_exercises_marked_by_hand_beside_its_total(tmp_path, monkeypatch, capsys, chapter):
+    """13.3 is an nbgrader task (1 point, marked by hand): the total the check prints leaves it out, so the check names
+    it, from the release's own metadata; a chapter without one prints no such line."""
+    from ttr_edu.checks.grading.engine import Report
+    from ttr_edu.course import checking
+
+    monkeypatch.setattr(checking, "grade", lambda nb, release, timeout: Report(verdicts=[]))  # the engine aside
+    path = shutil.copy(ROOT / "chapters" / chapter, tmp_path / chapter)
+    run("check", str(path))
+    lines = capsys.readouterr().out.splitlines()
+    by_hand = [line for line in lines if "marked by hand" in line]
+    if chapter.startswith("13"):
+        assert by_hand == ["+ 1 point marked by hand, not checked here: Exercise 13.3 — where your point lands."]
+        assert lines.index(by_hand[0]) == lines.index("0 of 0 points.") + 1
+    else:
+        assert by_hand == []
+
+
 def test_check_refuses_what_is_not_a_course_notebook(tmp_path, capsys):
     import nbformat
 

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 
     from ttr_edu.checks.grading.engine import Report
 
-__all__ = ["release_for", "grade"]
+__all__ = ["release_for", "grade", "marked_by_hand"]
 
 
 def _grade_id(cell) -> str | None:
@@ -62,3 +62,16 @@ def grade(nb: nbformat.NotebookNode, release: nbformat.NotebookNode, timeout: fl
     from ttr_edu.checks.grading import engine
 
     return engine.grade(nb, release, timeout=timeout)
+
+
+def marked_by_hand(release: nbformat.NotebookNode) -> list[tuple[str, float]]:
+    """The exercises of ``release`` that an instructor marks by hand (nbgrader tasks), which no check can grade:
+    ``(heading, points)`` each, the heading being the task cell's first line without its ``#`` marks and its
+    parenthesis (``"Exercise 13.3 — where your point lands"``)."""
+    found = []
+    for cell in release.cells:
+        grading = _grading(cell)
+        if grading.get("task"):
+            first = cell.source.strip().splitlines()[0] if cell.source.strip() else grading.get("grade_id", "")
+            found.append((first.lstrip("#").split(" (", 1)[0].strip(), float(grading.get("points", 0))))
+    return found

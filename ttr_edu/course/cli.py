@@ -262,6 +262,8 @@ def _check(args: argparse.Namespace) -> int:
         "attempted."
     )
     print(f"{report.score:g} of {report.max_score:g} points.")
+    for heading, points in checking.marked_by_hand(release):  # in the chapter's total, but no check can grade it
+        print(f"+ {points:g} {'point' if points == 1 else 'points'} marked by hand, not checked here: {heading}.")
     if counts["FAIL"]:
         return 1
     return 0 if counts["PASS"] == len(report.verdicts) else 3
