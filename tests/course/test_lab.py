@@ -212,6 +212,7 @@ def test_ctrl_c_asks_first_and_then_names_exactly_what_was_saved(tmp_path):
             os.write(leader, f"{answer}\n".encode())
             if answer == "n":
                 wait_until(lambda: "JupyterLab goes on" in lab_.text, 180, "JupyterLab to go on", lambda: lab_.text)
+                assert "Ctrl-C asks again, and Ctrl-C twice stops it" in lab_.text  # what the next Ctrl-C does
                 assert lab_.answers()
         lab_.process.wait(timeout=120)
         wait_until(lambda: gone(tree), 60, "JupyterLab to end")

@@ -194,7 +194,8 @@ def _ask_to_stop(dest: Path, before: dict[str, float]) -> bool:
         return True
     if answer.startswith("y"):
         return True
-    print("ttr-edu: JupyterLab goes on; Ctrl-C again to stop it.", file=sys.stderr, flush=True)
+    # The next Ctrl-C asks again; only one that comes while the question is open stops at once.
+    print("ttr-edu: JupyterLab goes on; Ctrl-C asks again, and Ctrl-C twice stops it.", file=sys.stderr, flush=True)
     return False
 
 
