@@ -107,6 +107,37 @@ class Lab:
             "the kernel to start",
         )
 
+    def run_in_browser_kernel(self, code: str) -> str:
+        """Run ``code`` in the open notebook's kernel as the browser does, over JupyterLab's websocket (the server
+        relays it to the kernel's channels); returns what it printed."""
+        import asyncio
+        import uuid
+
+        from tornado.websocket import websocket_connect
+
+        (kernel,) = self.api("/api/kernels")
+        url = f"ws://127.0.0.1:{self.port}/api/kernels/{kernel['id']}/channels?token={TOKEN}"
+        msg_id = uuid.uuid4().hex
+        header = {"msg_id": msg_id, "msg_type": "execute_request", "username": "", "session": "", "version": "5.3"}
+        request = {"header": header, "parent_header": {}, "metadata": {}, "channel": "shell", "buffers": []}
+        request["content"] = {"code": code, "silent": False, "store_history": False, "allow_stdin": False}
+
+        async def run() -> str:
+            socket = await websocket_connect(url)
+            await socket.write_message(json.dumps(request))
+            printed = []
+            while True:
+                message = json.loads(await asyncio.wait_for(socket.read_message(), 120))
+                if message["parent_header"].get("msg_id") != msg_id:
+                    continue
+                if message["msg_type"] == "stream":
+                    printed.append(message["content"]["text"])
+                if message["msg_type"] == "execute_reply":
+                    socket.close()
+                    return "".join(printed)
+
+        return asyncio.run(run())
+
     def processes(self) -> list[psutil.Process]:
         """JupyterLab and its kernels (remembered, so that :meth:`stop` can end them whatever happened)."""
         found = psutil.Process(self.process.pid).children(recursive=True)
@@ -137,6 +168,7 @@ def test_the_course_settings_turn_the_news_off_open_markdown_rendered_and_end_a_
     assert overrides["@jupyterlab/docmanager-extension:plugin"]["defaultViewers"] == {"markdown": "Markdown Preview"}
     assert overrides["@jupyterlab/notebook-extension:tracker"]["kernelShutdown"] is True  # a closed tab ends its kernel
     assert "--LabApp.news_url=None" in lab.lab_command(tmp_path, [])
+    assert "--KernelManager.transport_encryption=auto" in lab.lab_command(tmp_path, [])  # this environment has CurveZMQ
 
 
 def test_the_students_jupyterlab_leaves_nbgrader_off_and_keeps_what_was_off(tmp_path, monkeypatch):
@@ -169,7 +201,10 @@ def test_no_way_of_stopping_start_leaves_jupyterlab_or_a_kernel_running(tmp_path
         tracker = lab_.api("/lab/api/settings/@jupyterlab/notebook-extension:tracker")["schema"]["properties"]
         assert tracker["kernelShutdown"]["default"] is True  # closing a chapter's tab shuts its kernel down
         assert "@jupyter/nbgrader" in lab_.page_config()["disabledExtensions"]  # no instructor menus for a student
-        kernel = lab_.open_notebook("01_hebbian_memory.ipynb")
+        kernel = lab_.open_notebook("01_hebbian_memory.ipynb")  # it answered over the encrypted channels
+        (connection,) = lab_.runtime.glob("kernel-*.json")
+        assert "curve_publickey" in json.loads(connection.read_text())  # the server gave the kernel its keys
+        assert lab_.run_in_browser_kernel("print(6 * 7)") == "42\n"  # and relays the browser's cells to it
         tree = lab_.processes()
         assert kernel in tree and len(tree) >= 2  # JupyterLab and the kernel
         if signum == signal.SIGINT:
@@ -181,7 +216,7 @@ def test_no_way_of_stopping_start_leaves_jupyterlab_or_a_kernel_running(tmp_path
     finally:
         lab_.stop()
     text = lab_.text
-    assert "Traceback" not in text, text
+    assert "Traceback" not in text and "without encryption" not in text, text
     if signum == signal.SIGKILL:
         assert lab_.process.returncode == -signal.SIGKILL
         return

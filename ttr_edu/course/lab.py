@@ -70,10 +70,25 @@ def lab_command(dest: Path, options: list[str]) -> list[str]:
             f"JupyterLab is not installed for {sys.executable}: the [course] extra installs it: "
             f"{pip_install_extra('course')}"
         )
-    command = [sys.executable, "-m", "jupyterlab", str(dest), "--LabApp.news_url=None"]
+    command = [sys.executable, "-m", "jupyterlab", str(dest), "--LabApp.news_url=None", *_encrypted_kernels()]
     if hasattr(os, "geteuid") and os.geteuid() == 0 and "--allow-root" not in options:
         command.append("--allow-root")
     return command + options
+
+
+def _encrypted_kernels() -> list[str]:
+    """The option that has JupyterLab give each kernel CurveZMQ keys where the kernel says it takes them: the
+    traffic between server and kernel is then encrypted, and ipykernel (7.4 here) no longer warns in the student's
+    terminal, at every kernel start, that it runs "over TCP without encryption". ``auto`` leaves a kernel that declares
+    no support as it was; no option where ``jupyter_client`` lacks it or ``libzmq`` was built without CurveZMQ."""
+    try:
+        import zmq
+        from jupyter_client.manager import KernelManager
+    except ImportError:
+        return []
+    if not zmq.has("curve") or "transport_encryption" not in KernelManager.class_trait_names():
+        return []
+    return ["--KernelManager.transport_encryption=auto"]
 
 
 def write_settings(dest: Path) -> Path:
