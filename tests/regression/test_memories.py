@@ -256,6 +256,18 @@ def test_conjugate_gradients_stop_at_the_rounding_level_of_the_dtype_not_at_D_k_
     assert relative_error(cg, exact) < 1e-9 and relative_error(S_cg, S_exact) < 1e-9
 
 
+def test_conjugate_gradients_in_floating_point_can_need_more_than_D_k_steps():
+    """What ``ConjugateGradient``'s docstring says of rounding: with 32-dimensional keys and ridge 1e-3, D_k steps
+    stop short of Mesa in fp64, 2 D_k steps reach its rounding level, and 8 steps are further off than zeros."""
+    a = fla_inputs(1, 48, 2, 32, 8, dtype=torch.float64, seed=3, max_decay=1.0)
+    q, k, v, g = a["q"], a["k"], a["v"], a["g"]
+    exact, _ = named_layer("mesa", ridge=1e-3)(q, k, v, g=g)
+    error = {
+        s: relative_error(named_layer("mesa_cg", steps=s, ridge=1e-3)(q, k, v, g=g)[0], exact) for s in (8, 32, 64)
+    }
+    assert error[64] < 1e-10 < 1e-7 < error[32] and error[8] > 1, error
+
+
 def test_longhorn_is_the_delta_rule_at_the_transformed_step():
     q, k, v, beta = inputs()
     k = 3 * k

@@ -212,7 +212,10 @@ class ConjugateGradient:
 
     For every ``t`` it solves ``(A_t + λI) x_t = q_t`` (``A_t = Σ γ k kᵀ``, the ridge ``λ`` constant in time) from
     ``x = 0`` and reads ``o_t = Σ γ (k_i·x_t) v_i``. In exact arithmetic ``D_k`` steps give the exact solve, so with
-    :class:`Gates` it approaches Mesa (``named_layer("mesa")``, the constant-ridge exact solve) as ``steps`` grows.
+    :class:`Gates` it approaches Mesa (``named_layer("mesa")``, the constant-ridge exact solve) as ``steps`` grows. In
+    floating point, rounding erodes the directions' conjugacy, so an ill-conditioned ``A_t + λI`` (a small ridge, large
+    keys) can need more than ``D_k`` steps, and the output of a few steps can be further from Mesa's than an
+    output of zeros.
     Raises ``ValueError`` unless ``ridge > 0``, ``TypeError``/``ValueError`` for a bad ``steps``.
     """
 
