@@ -42,7 +42,7 @@ import torch.nn.functional as F
 from torch.profiler import ProfilerActivity, profile
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from ops_cpu import cpu_model, load
+from ops_cpu import cpu_model, load, without_profiler_trace_points
 
 from ttr_edu.layers import DeltaNet, GatedDeltaNet, SoftmaxAttention
 from ttr_edu.models.lm import LMConfig, TinyLM, load_checkpoint
@@ -267,4 +267,5 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    with without_profiler_trace_points():
+        main()

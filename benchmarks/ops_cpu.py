@@ -71,6 +71,7 @@ import torch.nn.functional as F
 from torch.profiler import ProfilerActivity, profile
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository root: fla's loader lives in tests/
+from benchmarks._profiler_log import without_profiler_trace_points
 from tests.helpers.fla_naive import fla_naive, fla_version
 from ttr_edu import finite_checks, ops
 
@@ -467,4 +468,5 @@ def report_targets(results: dict[tuple[str, str, int], tuple[float, int]], fla_r
 
 
 if __name__ == "__main__":
-    main()
+    with without_profiler_trace_points():
+        main()
