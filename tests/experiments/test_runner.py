@@ -863,3 +863,24 @@ def test_the_cancel_that_dask_schedules_after_an_early_ctrl_c_prints_nothing_and
     err = capfd.readouterr().err
     assert "sync.<locals>.cancel" not in err and "NameError" not in err, err
     assert "another callback's error" in err, err
+
+    def failing():  # Dask's ``cancel`` failing for any other reason than the unset ``future`` is still reported
+        def sync():
+            def cancel():
+                raise RuntimeError("cancel's own error")
+
+            return cancel
+
+        return sync()
+
+    log.addHandler(handler)
+    try:
+        loop = IOLoop(make_current=False)
+        loop.add_callback(failing())
+        loop.add_callback(loop.stop)
+        loop.start()
+        loop.close()
+    finally:
+        log.removeHandler(handler)
+    err = capfd.readouterr().err
+    assert "sync.<locals>.cancel" in err and "cancel's own error" in err, err
