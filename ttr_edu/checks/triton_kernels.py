@@ -1025,6 +1025,10 @@ def delta_rule_chunk_spec(q, k, v, beta, initial_state):
     )
 
 
+#: the chunk length (``BLOCK_T``) that puzzles 12.6 and 12.7 are launched with
+DELTA_BLOCK_T = 16
+
+
 def _launch_delta_rule(kernel, case: dict):
     """Launch puzzle 12.6's kernel, or 12.7's when the case has a gate ``g`` (its pointer after ``beta``'s)."""
     q, v, initial_state = case["q"], case["v"], case["initial_state"]
@@ -1086,9 +1090,9 @@ def _delta_rule_cases(seed: int, gated: bool) -> Iterator[dict]:
         }
 
 
-DELTA_BLOCK_T = 16  # the chunk length (BLOCK_T) puzzles 12.6 and 12.7 are launched with
-#: the log decay per token of 12.7's strong-decay case: over a chunk of 16 the exponent G_i − G_j spans 15 · 8 = 120
-#: nats, and exp overflows fp32 past log(3.4e38) ≈ 88.7 nats, so an exponential above the diagonal is inf there
+#: the log decay per token of 12.7's strong-decay case: over a chunk of DELTA_BLOCK_T = 16 the exponent G_i − G_j
+#: spans 15 · 8 = 120 nats, and exp overflows fp32 past log(3.4e38) ≈ 88.7 nats, so an exponential above the diagonal
+#: is inf there
 STRONG_DECAY = 8.0
 FP32_EXP_LIMIT = math.log(torch.finfo(torch.float32).max)  # ≈ 88.72
 
