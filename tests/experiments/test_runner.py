@@ -846,21 +846,25 @@ def test_the_cancel_that_dask_schedules_after_an_early_ctrl_c_prints_nothing_and
         raise RuntimeError("another callback's error")
 
     log = logging.getLogger("tornado.application")
-    handler = logging.StreamHandler()  # to stderr, as the runner's default logging prints it
-    log.addHandler(handler)
-    try:
-        workers.quiet_the_cancel_of_an_interrupted_wait()
-        workers.quiet_the_cancel_of_an_interrupted_wait()  # once: a second client adds no second filter
-        assert sum(isinstance(f, workers._NoCancelErrorOfAnInterruptedWait) for f in log.filters) == 1
-        loop = IOLoop(make_current=False)
-        loop.add_callback(sync())
-        loop.add_callback(other)
-        loop.add_callback(loop.stop)
-        loop.start()
-        loop.close()
-    finally:
-        log.removeHandler(handler)
-    err = capfd.readouterr().err
+
+    def run_on_a_loop(*callbacks) -> str:
+        """Run ``callbacks`` on a Tornado loop, logging to stderr as the runner's default logging does; its stderr."""
+        handler = logging.StreamHandler()
+        log.addHandler(handler)
+        try:
+            loop = IOLoop(make_current=False)
+            for callback in (*callbacks, loop.stop):
+                loop.add_callback(callback)
+            loop.start()
+            loop.close()
+        finally:
+            log.removeHandler(handler)
+        return capfd.readouterr().err
+
+    workers.quiet_the_cancel_of_an_interrupted_wait()
+    workers.quiet_the_cancel_of_an_interrupted_wait()  # once: a second client adds no second filter
+    assert sum(isinstance(f, workers._NoCancelErrorOfAnInterruptedWait) for f in log.filters) == 1
+    err = run_on_a_loop(sync(), other)
     assert "sync.<locals>.cancel" not in err and "NameError" not in err, err
     assert "another callback's error" in err, err
 
@@ -873,14 +877,5 @@ def test_the_cancel_that_dask_schedules_after_an_early_ctrl_c_prints_nothing_and
 
         return sync()
 
-    log.addHandler(handler)
-    try:
-        loop = IOLoop(make_current=False)
-        loop.add_callback(failing())
-        loop.add_callback(loop.stop)
-        loop.start()
-        loop.close()
-    finally:
-        log.removeHandler(handler)
-    err = capfd.readouterr().err
+    err = run_on_a_loop(failing())
     assert "sync.<locals>.cancel" in err and "cancel's own error" in err, err
