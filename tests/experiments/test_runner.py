@@ -697,6 +697,43 @@ def test_ctrl_c_inside_loky_or_between_two_results_is_one_line_and_leaves_nothin
     wait_for(lambda: not session_processes(child), "the experiment's workers to stop", timeout=60)
 
 
+# A pool whose process then dies without unregistering a named semaphore (as a Ctrl-C during the workers' start
+# left one now and then): loky's resource tracker unlinks it once every process holding its pipe has gone, and warns.
+LEAKED_SEMAPHORE = """
+import os, sys
+from contextlib import nullcontext
+from joblib.externals.loky import get_reusable_executor
+from joblib.externals.loky.backend.synchronize import Lock
+from ttr_edu.experiments import workers
+
+quiet = workers._tracker_started_quiet() if sys.argv[1] == "quiet" else nullcontext()
+with quiet:
+    executor = get_reusable_executor(max_workers=1)
+    executor.submit(int, 1).result()
+lock = Lock()  # registered with the tracker; os._exit skips the finalizer that would unregister it
+executor.shutdown(wait=True, kill_workers=True)
+os._exit(0)
+"""
+
+
+@pytest.mark.parametrize("started", ["quiet", "plain"])
+def test_the_resource_trackers_report_of_a_leaked_semaphore_stays_off_the_terminal(started):
+    """The runner's pool starts loky's resource tracker with its shutdown warnings filtered, so a semaphore left
+    registered is unlinked without five lines on the student's terminal; a pool started plainly shows that the
+    script does leave one, and that the tracker reports it there."""
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    env.pop("PYTHONWARNINGS", None)
+    p = subprocess.run(
+        [sys.executable, "-c", LEAKED_SEMAPHORE, started], capture_output=True, text=True, env=env, timeout=120
+    )
+    assert p.returncode == 0, p.stderr
+    # the tracker outlives the script by a moment: its report comes once the script's stderr pipe is closed by all
+    if started == "quiet":
+        assert p.stderr == "", p.stderr
+    else:
+        assert "leaked semlock objects" in p.stderr, p.stderr
+
+
 def test_a_child_killed_by_ctrl_c_before_it_could_say_so_is_still_one_line():
     """A Ctrl-C that reaches the child while it is being started (before it leaves the terminal's process group, or
     before its Python installs a handler) ends it by the signal, silently: the command line says the one line."""
