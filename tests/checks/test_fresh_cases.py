@@ -56,3 +56,22 @@ def test_reseeding_leaves_torch_as_it_was():
         a = torch.randn(3, generator=torch.Generator().manual_seed(1))
     assert torch.Generator is generator and torch.manual_seed is seed
     assert not torch.equal(a, torch.randn(3, generator=torch.Generator().manual_seed(1)))
+
+
+def test_a_number_answered_exercise_draws_a_fresh_case_whose_answer_no_public_case_has():
+    """1.4's accuracy is 0.0 on many draws of correlated keys, the same as the public tie case's: a table of the public
+    answers with 0.0 (or any public answer) for an input it has not seen passed such a fresh case. Over 40 secrets the
+    fresh case's answer is now none of the public answers, though untold draws repeat one."""
+    from ttr_edu import hebbian
+    from ttr_edu.checks.hebbian_memory import check_recall_accuracy
+
+    declared = check_recall_accuracy.__exercise__
+    public = list(declared.cases())
+    answers = {hebbian.recall_accuracy(**case) for case in public}
+    repeats = 0
+    for secret in range(40):
+        where, case = _rules.fresh_case(declared, secret, public)
+        assert hebbian.recall_accuracy(**case) not in answers, (secret, where)
+        drawn, differ = _rules._reseeded_cases(declared, secret, public)
+        repeats += any(hebbian.recall_accuracy(**drawn[i]) in answers for i in differ)
+    assert repeats > 0  # without the choice, some secrets could have drawn a repeated answer: the test can tell

@@ -749,17 +749,17 @@ def test_a_table_of_the_public_cases_answers_scores_nothing():
     from tests.grading.submissions import lookup_table
 
     table = submission_with(lookup_table())
-    # three fresh cases per check: with one, a table's default 0.0 matched 1.4's fresh case once (a correlated-keys
-    # case where nothing is recalled, accuracy 0.0) and scored its 2 points; a fresh case with a degenerate answer is
-    # a known limit of the default of one (grading.md)
-    report = _grade(table, fresh_cases=3)
+    # the default of one fresh case per check: once, a table's default 0.0 matched 1.4's fresh case (a correlated-keys
+    # case where nothing is recalled, accuracy 0.0, as in a public case); a number-answered exercise's fresh case is now
+    # one whose answer no public case has (grading.md)
+    report = _grade(table)
     assert report.score == 0, [(v.heading, v.status, v.detail) for v in report.verdicts]
     assert all("drawn afresh for grading" in v.detail for v in report.verdicts), [v.detail for v in report.verdicts]
     off = _grade(table, fresh_cases=0)  # the table does pass every public case
     failed = {v.grade_id for v in off.verdicts if v.status != "PASS"}
     assert failed == {"test_check_store", "test_check_cleanup_scores"}, [(v.grade_id, v.detail) for v in off.verdicts]
     assert off.score == 9 - 1 - 3  # 1.2 is worth 1 point, the cell of 1.5 and 1.6 3
-    assert _grade(submission(RELEASE, "solved"), fresh_cases=3).score == 9
+    assert _grade(submission(RELEASE, "solved")).score == 9
 
 
 #: a37d's A2: 1.2's "no Python loop" answered by a loop on every input but the loop rule's two public inputs

@@ -710,13 +710,26 @@ def _same_input(a: Any, b: Any) -> bool:
 def fresh_case(declared: Exercise, secret: int, public: list[dict] | None = None) -> tuple[int, dict] | None:
     """One case of ``declared`` that no one has seen: the exercise's own case generator run under :func:`reseeded`
     (``secret``), and one of the cases it yields whose inputs differ from the public case at its place, chosen by
-    ``secret``; ``(its place in the generator's order, the case)``. None when reseeding changes no case (every case is
-    fixed by design: hand-written inputs). Where the exercise declares :attr:`Exercise.fresh` (its cases are
-    parameters), that draws the case instead, from a generator seeded from ``secret``, at place -1.
-    ``public``: ``list(declared.cases())``, if the caller has it."""
+    ``secret``; ``(its place in the generator's order, the case)``. For an exercise answered by a number
+    (``Rules.returns``), the choice is among the cases whose answer tells (:func:`_telling`), where there is one.
+    None when reseeding changes no case (every case is fixed by design: hand-written inputs). Where the exercise
+    declares :attr:`Exercise.fresh` (its cases are parameters), that draws the case instead, from a generator seeded
+    from ``secret``, at place -1. ``public``: ``list(declared.cases())``, if the caller has it."""
     if declared.fresh is not None:
         return -1, declared.fresh(torch.Generator().manual_seed(_mixed(secret, 0)))
     public = list(declared.cases()) if public is None else public
+    drawn, differ = _reseeded_cases(declared, secret, public)
+    if not differ:
+        return None
+    if declared.rules.returns in (float, int, bool):  # a number can be matched by a constant: draw one that tells
+        differ = _telling(declared, public, drawn, differ) or differ
+    index = differ[_mixed(secret, -1) % len(differ)]
+    return index, drawn[index]
+
+
+def _reseeded_cases(declared: Exercise, secret: int, public: list[dict]) -> tuple[list[dict], list[int]]:
+    """The exercise's cases drawn under :func:`reseeded` (``secret``), and the places where they differ from
+    ``public``."""
     with reseeded(secret):
         drawn = list(declared.cases())
     differ = [
@@ -724,10 +737,25 @@ def fresh_case(declared: Exercise, secret: int, public: list[dict] | None = None
         for i, (p, d) in enumerate(zip(public, drawn))
         if p.keys() != d.keys() or not all(_same_input(p[k], d[k]) for k in p)
     ]
-    if not differ:
-        return None
-    index = differ[_mixed(secret, -1) % len(differ)]
-    return index, drawn[index]
+    return drawn, differ
+
+
+def _telling(declared: Exercise, public: list[dict], drawn: list[dict], candidates: list[int]) -> list[int]:
+    """Of ``candidates`` (places in ``drawn``), those whose reference answer is none of the public cases' answers.
+    An exercise answered by a number has few distinct answers (1.4's accuracy is 0.0 on many draws of correlated
+    keys), so a table of the public cases' answers, with any of them as its answer for an input it has not seen,
+    would pass a fresh case that repeats one; on a telling case it fails. Runs the reference, so only in the grader's
+    processes (the fork server and the judge), never where an answer runs."""
+    with plain_torch():
+        seen = [declared.reference(**_cloned(case)) for case in public]
+        answers = {i: declared.reference(**_cloned(drawn[i])) for i in candidates}
+    return [i for i in candidates if not any(_same_number(answers[i], s, *declared.tolerances(drawn[i])) for s in seen)]
+
+
+def _same_number(a: Any, b: Any, rtol: float, atol: float) -> bool:
+    """Whether two numeric answers agree within the check's tolerances (NaN agrees with NaN)."""
+    a, b = float(a), float(b)
+    return (math.isnan(a) and math.isnan(b)) or math.isclose(a, b, rel_tol=rtol, abs_tol=atol)
 
 
 def rule_case(rule: OpCount | WorkCount, size: int, secret: int) -> dict:
@@ -741,7 +769,7 @@ def rule_case(rule: OpCount | WorkCount, size: int, secret: int) -> dict:
 
 def has_fresh(declared: Exercise) -> bool:
     """Whether :func:`fresh_case` gives ``declared`` a case (the grader and the answers' process ask alike)."""
-    return declared.fresh is not None or fresh_case(declared, 0) is not None
+    return declared.fresh is not None or bool(_reseeded_cases(declared, 0, list(declared.cases()))[1])
 
 
 # -- the verdict -----------------------------------------------------------------------------------------------------
