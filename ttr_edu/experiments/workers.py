@@ -337,8 +337,9 @@ def _tracker_started_quiet() -> Iterator[None]:
     appear to be N leaked semlock objects to clean up at shutdown". After a Ctrl-C kills the workers mid-start, one
     semaphore of the pool was now and then left registered (seen once in a loaded run of the test suite), so the student
     read five lines after the one that says the run stopped. The tracker still unlinks it, so nothing leaks on the
-    machine; only its report is dropped. Its other messages start the same way and go too (a failed unlink, a tracker
-    that died and was relaunched): each is about a cleanup that the runner's own line already covers."""
+    machine; only its report is dropped, and with it the tracker's other message at shutdown (a name it failed to
+    unlink), which starts the same way. The filter reaches only processes started inside the block: a warning raised in
+    this process (loky's "resource_tracker: process died unexpectedly, relaunching") is still shown."""
     before = os.environ.get("PYTHONWARNINGS")
     os.environ["PYTHONWARNINGS"] = f"{before},{TRACKER_QUIET}" if before else TRACKER_QUIET
     try:
